@@ -1,0 +1,230 @@
+package rules
+
+import (
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// SaveOptions control how a rule set is printed.
+type SaveOptions struct {
+	// Counters prints "[packets:bytes]" before every rule, as iptables-save -c.
+	Counters bool
+}
+
+// Save prints rs as iptables-save does: per table the chain lines (builtin
+// chains in hook order, then user chains by name), the rules chain by chain,
+// and COMMIT.
+func (rs *Ruleset) Save(opts SaveOptions) []byte {
+	var b []byte
+	for _, t := range rs.Tables {
+		b = append(b, '*')
+		b = append(b, t.Name...)
+		b = append(b, '\n')
+		chains := t.SaveOrder()
+		for _, c := range chains {
+			b = append(b, ':')
+			b = append(b, c.Name...)
+			b = append(b, ' ')
+			b = append(b, c.Policy.String()...)
+			b = append(b, ' ')
+			b = append(b, c.Counters.String()...)
+			b = append(b, '\n')
+		}
+		for _, c := range chains {
+			for _, r := range c.Rules {
+				if opts.Counters {
+					b = append(b, r.Counters.String()...)
+					b = append(b, ' ')
+				}
+				b = append(b, "-A "...)
+				b = append(b, c.Name...)
+				b = r.appendSpec(b)
+				b = append(b, '\n')
+			}
+		}
+		b = append(b, "COMMIT\n"...)
+	}
+	return b
+}
+
+// SaveOrder returns the chains in the order iptables-save prints them:
+// builtin chains in hook order, then user chains sorted by name.
+func (t *Table) SaveOrder() []*Chain {
+	var builtin, user []*Chain
+	for _, c := range t.Chains {
+		if c.Builtin {
+			builtin = append(builtin, c)
+		} else {
+			user = append(user, c)
+		}
+	}
+	slices.SortFunc(user, func(a, b *Chain) int { return strings.Compare(a.Name, b.Name) })
+	return append(builtin, user...)
+}
+
+// Spec is the rule as iptables-save prints it after "-A CHAIN", without the
+// leading space.
+func (r *Rule) Spec() string {
+	b := r.appendSpec(nil)
+	if len(b) > 0 && b[0] == ' ' {
+		b = b[1:]
+	}
+	return string(b)
+}
+
+func (r *Rule) String() string { return r.Spec() }
+
+func (r *Rule) appendSpec(b []byte) []byte {
+	b = appendNet(b, "-s", r.Src, r.SrcNeg)
+	b = appendNet(b, "-d", r.Dst, r.DstNeg)
+	b = appendIface(b, "-i", r.InIface, r.InNeg)
+	b = appendIface(b, "-o", r.OutIface, r.OutNeg)
+	if r.Proto != 0 || r.ProtoNeg {
+		b = appendNeg(b, r.ProtoNeg)
+		b = append(b, " -p "...)
+		b = append(b, ProtoName(r.Proto)...)
+	}
+	if r.Fragment {
+		b = appendNeg(b, r.FragmentNeg)
+		b = append(b, " -f"...)
+	}
+	for _, m := range r.Matches {
+		b = append(b, " -m "...)
+		b = append(b, m.Name()...)
+		b = m.appendSave(b)
+	}
+	if r.Target != nil {
+		b = r.Target.appendSave(b)
+	}
+	return b
+}
+
+func appendNeg(b []byte, neg bool) []byte {
+	if neg {
+		b = append(b, " !"...)
+	}
+	return b
+}
+
+func appendNet(b []byte, flag string, n Net, neg bool) []byte {
+	if n.IsAny() && !neg {
+		return b
+	}
+	b = appendNeg(b, neg)
+	b = append(b, ' ')
+	b = append(b, flag...)
+	b = append(b, ' ')
+	return append(b, n.String()...)
+}
+
+func appendIface(b []byte, flag, name string, neg bool) []byte {
+	if name == "" || (name == "+" && !neg) {
+		return b
+	}
+	b = appendNeg(b, neg)
+	b = append(b, ' ')
+	b = append(b, flag...)
+	b = append(b, ' ')
+	return append(b, name...)
+}
+
+// String prints n as iptables-save does: addr/len for contiguous masks,
+// addr/mask otherwise, the address always masked.
+func (n Net) String() string {
+	if !n.Addr.IsValid() {
+		return "0.0.0.0/0"
+	}
+	a := n.Addr.AsSlice()
+	if n.Mask.IsValid() {
+		m := n.Mask.AsSlice()
+		for i := range a {
+			a[i] &= m[i]
+		}
+	}
+	addr, _ := netip.AddrFromSlice(a)
+	if bits := n.Bits(); bits >= 0 {
+		return addr.String() + "/" + strconv.Itoa(bits)
+	}
+	return addr.String() + "/" + n.Mask.String()
+}
+
+// protoNames are the names iptables-save prints for protocol numbers
+// (xtables_chain_protos, then /etc/protocols for the rest).
+var protoNames = map[uint8]string{
+	1: "icmp", 2: "igmp", 4: "ipencap", 6: "tcp", 17: "udp", 33: "dccp", 41: "ipv6",
+	47: "gre", 50: "esp", 51: "ah", 58: "ipv6-icmp", 89: "ospf", 103: "pim",
+	108: "ipcomp", 112: "vrrp", 132: "sctp", 135: "mobility-header", 136: "udplite",
+}
+
+// ProtoName returns the name iptables-save prints for protocol p.
+func ProtoName(p uint8) string {
+	if p == 0 {
+		return "all"
+	}
+	if n, ok := protoNames[p]; ok {
+		return n
+	}
+	return strconv.Itoa(int(p))
+}
+
+// Quote returns s as xtables_save_string prints it: bare when it consists of
+// letters, digits, '_' and '-' only, otherwise in double quotes with '"' and
+// '\' escaped.
+func Quote(s string) string {
+	plain := s != ""
+	for i := 0; i < len(s) && plain; i++ {
+		c := s[i]
+		plain = c == '_' || c == '-' || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9')
+	}
+	if plain {
+		return s
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+func appendOptions(b []byte, opts []Option) []byte {
+	for _, o := range opts {
+		b = appendNeg(b, o.Neg)
+		b = append(b, " --"...)
+		b = append(b, o.Name...)
+		for _, a := range o.Args {
+			b = append(b, ' ')
+			b = append(b, Quote(a)...)
+		}
+	}
+	return b
+}
+
+func (m *Generic) appendSave(b []byte) []byte { return appendOptions(b, m.Options) }
+
+func (t *GenericTarget) appendSave(b []byte) []byte {
+	b = append(b, " -j "...)
+	b = append(b, t.Target...)
+	return appendOptions(b, t.Options)
+}
+
+func appendJump(b []byte, name string) []byte {
+	b = append(b, " -j "...)
+	return append(b, name...)
+}
+
+func (t *Accept) appendSave(b []byte) []byte { return appendJump(b, "ACCEPT") }
+func (t *Drop) appendSave(b []byte) []byte   { return appendJump(b, "DROP") }
+func (t *Return) appendSave(b []byte) []byte { return appendJump(b, "RETURN") }
+func (t *Jump) appendSave(b []byte) []byte   { return appendJump(b, t.Chain) }
+
+func (t *Goto) appendSave(b []byte) []byte {
+	b = append(b, " -g "...)
+	return append(b, t.Chain...)
+}
