@@ -13,6 +13,7 @@ const (
 	argNone     argKind = iota // --syn
 	argOne                     // --dport 22: the next token, whatever it is
 	argOptional                // only as --opt=value, or the next token if it does not start with '-' or '!'
+	argGreedy                  // every following token up to the next option (generic extensions)
 )
 
 // optSpec declares one long option of an extension.
@@ -29,6 +30,7 @@ type opt struct {
 	Neg    bool
 	Arg    string
 	HasArg bool
+	Args   []string // argGreedy: all arguments
 	Pos    rules.Pos // of the option name (or of its "!")
 	ArgPos rules.Pos // of the argument
 }
