@@ -35,6 +35,8 @@ type Ruleset struct {
 	Tables []*Table
 	// Sets holds the ipset definitions the rules may refer to, by name.
 	Sets map[string]*IPSet
+	// Warnings are problems that did not stop the input from being read.
+	Warnings []*Error
 }
 
 // Table returns the table called name, or nil.
@@ -98,6 +100,19 @@ func NewTable(name string, pos Pos) *Table {
 		t.Chains = append(t.Chains, &Chain{Name: c, Builtin: true, Policy: PolicyAccept})
 	}
 	return t
+}
+
+// Clone returns a copy of t whose chains and rule lists can be changed
+// without changing t. Rules are shared: replace a rule, never modify it.
+func (t *Table) Clone() *Table {
+	nt := *t
+	nt.Chains = make([]*Chain, len(t.Chains))
+	for i, c := range t.Chains {
+		nc := *c
+		nc.Rules = slices.Clone(c.Rules)
+		nt.Chains[i] = &nc
+	}
+	return &nt
 }
 
 // Chain returns the chain called name, or nil.

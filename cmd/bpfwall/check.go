@@ -1,0 +1,48 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"bpfwall/rules"
+)
+
+func runCheck(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("check", stderr)
+	var in inputFlags
+	in.register(fs)
+	files, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		fmt.Fprintln(stderr, "usage: bpfwall check [-6] [--ipset FILE] FILE...")
+		return errUsage
+	}
+	failed := 0
+	for _, name := range files {
+		rs, err := in.load(name, stderr)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			failed++
+			continue
+		}
+		tables, chains, nrules := count(rs)
+		fmt.Fprintf(stdout, "%s: %s, %d tables, %d chains, %d rules\n", name, rs.Family, tables, chains, nrules)
+	}
+	if failed > 0 {
+		return exitError{1}
+	}
+	return nil
+}
+
+func count(rs *rules.Ruleset) (tables, chains, nrules int) {
+	for _, t := range rs.Tables {
+		tables++
+		for _, c := range t.Chains {
+			chains++
+			nrules += len(c.Rules)
+		}
+	}
+	return
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"bpfwall/parser/iptables"
+	"bpfwall/rules"
+)
+
+// inputFlags are the flags every command that reads a rule set takes.
+type inputFlags struct {
+	ipv6  bool
+	ipset string
+}
+
+func (f *inputFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&f.ipv6, "6", false, "read the input as ip6tables input")
+	fs.StringVar(&f.ipset, "ipset", "", "read ipset definitions from `FILE` (ipset save output)")
+}
+
+// readFile reads a named file, or stdin for "-".
+func readFile(name string) ([]byte, error) {
+	if name == "-" {
+		return io.ReadAll(os.Stdin)
+	}
+	return os.ReadFile(name)
+}
+
+// load reads and parses one rule set file.
+func (f *inputFlags) load(name string, stderr io.Writer) (*rules.Ruleset, error) {
+	opts := iptables.Options{ForceFamily: f.ipv6}
+	if f.ipv6 {
+		opts.Family = rules.IPv6
+	}
+	if f.ipset != "" {
+		src, err := readFile(f.ipset)
+		if err != nil {
+			return nil, err
+		}
+		sets, err := iptables.ParseIPSets(f.ipset, src)
+		if err != nil {
+			return nil, err
+		}
+		opts.Sets = sets
+	}
+	src, err := readFile(name)
+	if err != nil {
+		return nil, err
+	}
+	displayName := name
+	if name == "-" {
+		displayName = "<stdin>"
+	}
+	rs, err := iptables.Parse(displayName, src, opts)
+	if rs != nil {
+		for _, w := range rs.Warnings {
+			fmt.Fprintf(stderr, "%s: warning: %s\n", w.Pos, w.Msg)
+		}
+	}
+	return rs, err
+}

@@ -1,0 +1,106 @@
+// Command bpfwall compiles iptables and nftables rule sets into eBPF
+// programs for XDP, tc and sk_lookup.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+)
+
+// command is one subcommand.
+type command struct {
+	name  string
+	usage string
+	run   func(args []string, stdout, stderr io.Writer) error
+}
+
+var commands []command
+
+func init() {
+	commands = []command{
+		{"check", "check [-6] [--ipset FILE] FILE...   parse and validate, no kernel needed", runCheck},
+		{"fmt", "fmt [-6] [-c] [--ipset FILE] FILE    print as canonical iptables-save text", runFmt},
+	}
+}
+
+// errUsage marks errors in how the command was called (exit code 2).
+var errUsage = errors.New("usage")
+
+// exitError carries an exit code with an error that was already printed.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func main() {
+	err := run(os.Args[1:], os.Stdout, os.Stderr)
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+func exitCode(err error, stderr io.Writer) int {
+	var ee exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
+		return 2
+	}
+	fmt.Fprintf(stderr, "bpfwall: %v\n", err)
+	return 1
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		printUsage(stderr)
+		if len(args) == 0 {
+			return errUsage
+		}
+		return nil
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "bpfwall: unknown command %q\n", args[0])
+	printUsage(stderr)
+	return errUsage
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: bpfwall COMMAND [options] FILE")
+	fmt.Fprintln(w)
+	sorted := append([]command(nil), commands...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].name < sorted[j].name })
+	for _, c := range sorted {
+		fmt.Fprintf(w, "  bpfwall %s\n", c.usage)
+	}
+}
+
+// newFlagSet returns a flag set that reports errors as usage errors.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("bpfwall "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseFlags parses flags given before and after the positional arguments.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, errUsage
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
