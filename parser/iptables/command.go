@@ -764,4 +764,3 @@ func atPos(err error, pos rules.Pos) error {
 	}
 	return &rules.Error{Pos: pos, Msg: err.Error()}
 }
-

@@ -30,7 +30,7 @@ type opt struct {
 	Neg    bool
 	Arg    string
 	HasArg bool
-	Args   []string // argGreedy: all arguments
+	Args   []string  // argGreedy: all arguments
 	Pos    rules.Pos // of the option name (or of its "!")
 	ArgPos rules.Pos // of the argument
 }
