@@ -7,7 +7,6 @@ import "bpfwall/rules"
 // back and compiling it fails with its position.
 type genericExt struct {
 	name    string
-	pos     rules.Pos
 	options []rules.Option
 }
 

@@ -1,0 +1,24 @@
+# bpfwall: build, test, lint, fuzz.
+GO ?= go
+FUZZTIME ?= 10s
+
+.PHONY: build test lint fuzz bench
+
+build:
+	$(GO) build -o bpfwall ./cmd/bpfwall
+
+# Kernel tests need root; under CI=true they run and never skip.
+test:
+	$(GO) vet ./...
+	$(GO) test -count=1 ./...
+
+lint:
+	gofmt -l . | tee /dev/stderr | (! read)
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./parser/iptables
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./parser/iptables ./ir
