@@ -53,6 +53,8 @@ type ruleCtx struct {
 	Table    string
 	Chain    string
 	Pos      rules.Pos // where the extension was loaded
+	// Sets are the ipsets that exist (Options.Sets); -m set must name one.
+	Sets map[string]*rules.IPSet
 }
 
 // matchParser collects the options of one match and builds it.

@@ -1,0 +1,161 @@
+package iptables
+
+import (
+	"strings"
+
+	"bpfwall/rules"
+)
+
+// Matches tcp and udp (libxt_tcp.c, libxt_udp.c, kernel xt_tcpudp.c).
+
+func init() {
+	registerMatch("tcp", &matchExt{
+		options: []optSpec{
+			{name: "source-port", arg: argOne, invert: true},
+			{name: "sport", arg: argOne, invert: true},
+			{name: "destination-port", arg: argOne, invert: true},
+			{name: "dport", arg: argOne, invert: true},
+			{name: "syn", arg: argNone, invert: true},
+			// Two arguments, mask and comparison; the core hands over
+			// every following non-option token and parse checks the count.
+			{name: "tcp-flags", arg: argGreedy, invert: true},
+			{name: "tcp-option", arg: argOne, invert: true},
+		},
+		new: func() matchParser { return &tcpParser{m: rules.TCP{SrcPorts: rules.AnyPort, DstPorts: rules.AnyPort}} },
+	})
+	registerMatch("udp", &matchExt{
+		options: []optSpec{
+			{name: "source-port", arg: argOne, invert: true},
+			{name: "sport", arg: argOne, invert: true},
+			{name: "destination-port", arg: argOne, invert: true},
+			{name: "dport", arg: argOne, invert: true},
+		},
+		new: func() matchParser { return &udpParser{m: rules.UDP{SrcPorts: rules.AnyPort, DstPorts: rules.AnyPort}} },
+	})
+}
+
+// portOpts tracks the port options of tcp and udp; their long and short
+// names are synonyms, so each may be given once in either spelling.
+type portOpts struct{ src, dst bool }
+
+func (p *portOpts) parse(o *opt, proto string, src, dst *rules.PortRange, srcNeg, dstNeg *bool) (bool, error) {
+	switch o.Name {
+	case "source-port", "sport":
+		if p.src {
+			return true, o.errorf("only one --source-port allowed")
+		}
+		p.src = true
+		r, err := parsePortRange(o, proto)
+		*src, *srcNeg = r, o.Neg
+		return true, err
+	case "destination-port", "dport":
+		if p.dst {
+			return true, o.errorf("only one --destination-port allowed")
+		}
+		p.dst = true
+		r, err := parsePortRange(o, proto)
+		*dst, *dstNeg = r, o.Neg
+		return true, err
+	}
+	return false, nil
+}
+
+type tcpParser struct {
+	m         rules.TCP
+	ports     portOpts
+	flagsSeen bool
+}
+
+func (p *tcpParser) parse(o *opt) error {
+	if done, err := p.ports.parse(o, "tcp", &p.m.SrcPorts, &p.m.DstPorts, &p.m.SrcNeg, &p.m.DstNeg); done {
+		return err
+	}
+	switch o.Name {
+	case "syn", "tcp-flags":
+		if p.flagsSeen {
+			return rules.Errorf(o.Pos, "only one of --syn or --tcp-flags allowed")
+		}
+		p.flagsSeen = true
+		p.m.FlagsNeg = o.Neg
+		if o.Name == "syn" {
+			p.m.FlagMask = rules.TCPSyn | rules.TCPRst | rules.TCPAck | rules.TCPFin
+			p.m.FlagComp = rules.TCPSyn
+			return nil
+		}
+		if len(o.Args) != 2 {
+			return rules.Errorf(o.Pos, "--tcp-flags requires two arguments, a mask and the flags to compare")
+		}
+		var err error
+		if p.m.FlagMask, err = parseTCPFlags(o, o.Args[0]); err != nil {
+			return err
+		}
+		p.m.FlagComp, err = parseTCPFlags(o, o.Args[1])
+		return err
+	case "tcp-option":
+		v, ok := parseUint(o.Arg, 255)
+		if !ok || v == 0 {
+			return o.errorf("--tcp-option: invalid option number %q (1-255)", o.Arg)
+		}
+		p.m.Option, p.m.OptionNeg = uint8(v), o.Neg
+	}
+	return nil
+}
+
+func (p *tcpParser) finish(ctx *ruleCtx) (rules.Match, error) {
+	if err := needProto(ctx, "tcp", 6); err != nil {
+		return nil, err
+	}
+	m := p.m
+	m.Pos = ctx.Pos
+	return &m, nil
+}
+
+// tcpFlagNames are the names libxt_tcp accepts, in the order it prints them.
+var tcpFlagNames = []struct {
+	name string
+	bits uint8
+}{
+	{"FIN", rules.TCPFin}, {"SYN", rules.TCPSyn}, {"RST", rules.TCPRst},
+	{"PSH", rules.TCPPsh}, {"ACK", rules.TCPAck}, {"URG", rules.TCPUrg},
+	{"ALL", 0x3f}, {"NONE", 0},
+}
+
+func parseTCPFlags(o *opt, s string) (uint8, error) {
+	var bits uint8
+	for _, f := range strings.Split(s, ",") {
+		if f == "" { // strtok skips empty fields
+			continue
+		}
+		found := false
+		for _, n := range tcpFlagNames {
+			if strings.EqualFold(f, n.name) {
+				bits |= n.bits
+				found = true
+				break
+			}
+		}
+		if !found {
+			return 0, o.errorf("--tcp-flags: unknown TCP flag %q", f)
+		}
+	}
+	return bits, nil
+}
+
+type udpParser struct {
+	m     rules.UDP
+	ports portOpts
+}
+
+func (p *udpParser) parse(o *opt) error {
+	_, err := p.ports.parse(o, "udp", &p.m.SrcPorts, &p.m.DstPorts, &p.m.SrcNeg, &p.m.DstNeg)
+	return err
+}
+
+func (p *udpParser) finish(ctx *ruleCtx) (rules.Match, error) {
+	if err := needProto(ctx, "udp", 17); err != nil {
+		return nil, err
+	}
+	m := p.m
+	m.Pos = ctx.Pos
+	return &m, nil
+}
