@@ -193,6 +193,9 @@ func Quote(s string) string {
 	return b.String()
 }
 
+// appendOptions prints the options of an extension bpfwall does not
+// interpret. Their arguments print as written; only those the tokenizer
+// would split or change are quoted.
 func appendOptions(b []byte, opts []Option) []byte {
 	for _, o := range opts {
 		b = appendNeg(b, o.Neg)
@@ -200,7 +203,10 @@ func appendOptions(b []byte, opts []Option) []byte {
 		b = append(b, o.Name...)
 		for _, a := range o.Args {
 			b = append(b, ' ')
-			b = append(b, Quote(a)...)
+			if a == "" || strings.ContainsAny(a, " \t\n\"\\") {
+				a = Quote(a)
+			}
+			b = append(b, a...)
 		}
 	}
 	return b

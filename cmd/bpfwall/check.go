@@ -11,22 +11,28 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("check", stderr)
 	var in inputFlags
 	in.register(fs)
+	noflush := fs.Bool("n", false, "read fragments applied with iptables-restore -n: each on top of the previous files, chains defined elsewhere allowed")
 	files, err := parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(files) == 0 {
-		fmt.Fprintln(stderr, "usage: bpfwall check [-6] [--ipset FILE] FILE...")
+		fmt.Fprintln(stderr, "usage: bpfwall check [-6] [-n] [--ipset FILE] FILE...")
 		return errUsage
 	}
 	failed := 0
+	var base *rules.Ruleset
 	for _, name := range files {
+		if *noflush {
+			in.fragment, in.base = true, base
+		}
 		rs, err := in.load(name, stderr)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			failed++
 			continue
 		}
+		base = rs
 		tables, chains, nrules := count(rs)
 		fmt.Fprintf(stdout, "%s: %s, %d tables, %d chains, %d rules\n", name, rs.Family, tables, chains, nrules)
 	}

@@ -14,6 +14,10 @@ import (
 type inputFlags struct {
 	ipv6  bool
 	ipset string
+	// fragment inputs apply on top of a rule set not known here (check -n);
+	// base is what the previous inputs built.
+	fragment bool
+	base     *rules.Ruleset
 }
 
 func (f *inputFlags) register(fs *flag.FlagSet) {
@@ -31,7 +35,7 @@ func readFile(name string) ([]byte, error) {
 
 // load reads and parses one rule set file.
 func (f *inputFlags) load(name string, stderr io.Writer) (*rules.Ruleset, error) {
-	opts := iptables.Options{ForceFamily: f.ipv6}
+	opts := iptables.Options{ForceFamily: f.ipv6, Noflush: f.fragment, Fragment: f.fragment, Base: f.base}
 	if f.ipv6 {
 		opts.Family = rules.IPv6
 	}

@@ -22,7 +22,7 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"check", "check [-6] [--ipset FILE] FILE...   parse and validate, no kernel needed", runCheck},
+		{"check", "check [-6] [-n] [--ipset FILE] FILE...  parse and validate, no kernel needed", runCheck},
 		{"fmt", "fmt [-6] [-c] [--ipset FILE] FILE    print as canonical iptables-save text", runFmt},
 	}
 }

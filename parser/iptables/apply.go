@@ -153,6 +153,9 @@ func (p *parser) checkTargets(c *command) bool {
 	}
 	target := p.table.Chain(name)
 	switch {
+	case target == nil && p.opts.Fragment:
+		p.warnf(pos, "jump to chain %q, which this input does not define; it must exist when the input is applied", name)
+		return true
 	case target == nil:
 		p.errs = append(p.errs, rules.Errorf(pos, "jump to missing chain %q (or unknown target)", name))
 		return false

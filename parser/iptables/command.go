@@ -326,16 +326,13 @@ func (lp *lineParser) standard(c byte, flag string, col int, arg *token) error {
 	lp.seen[c] = true
 	lp.cmd.hasSpec = true
 	if arg != nil && arg.text == "!" && strings.ContainsRune("sdpio", rune(c)) {
-		// iptables before 1.4.3 wrote "-d ! addr"; read it as "! -d addr".
-		real, err := lp.nextArg(flag, col)
-		if err != nil {
-			return err
+		// iptables before 1.4.3 wrote "-d ! addr"; 1.8 takes "!" as the
+		// address and fails on the next word ("Bad argument").
+		modern := "! " + flag
+		if lp.i < len(lp.toks) {
+			modern += " " + lp.toks[lp.i].text
 		}
-		if inv {
-			return lp.errorf(col, "multiple ! flags not allowed")
-		}
-		lp.p.warnf(lp.pos(arg.col), "intrapositioned negation %q is obsolete; read as %q", flag+" ! "+real.text, "! "+flag+" "+real.text)
-		arg, inv = &real, true
+		return lp.errorf(arg.col, "intrapositioned negation is not accepted by iptables 1.8: write %q", modern)
 	}
 	switch c {
 	case 's', 'd':
@@ -484,7 +481,9 @@ func (lp *lineParser) setCounters(arg *token, col int) error {
 	if err != nil {
 		return lp.errorf(t.col, "-c byte counter not numeric")
 	}
-	lp.rule.Counters = rules.Counters{Packets: pkts, Bytes: bytes}
+	if lp.p.opts.Counters {
+		lp.rule.Counters = rules.Counters{Packets: pkts, Bytes: bytes}
+	}
 	return nil
 }
 
@@ -697,7 +696,7 @@ func (lp *lineParser) finish() error {
 	if c.kind == cmdDelete && c.num != 0 {
 		return nil
 	}
-	ctx := ruleCtx{Family: lp.p.family, Proto: lp.rule.Proto, ProtoNeg: lp.rule.ProtoNeg, Table: lp.p.table.Name, Chain: c.chain}
+	ctx := ruleCtx{Family: lp.p.family, Proto: lp.rule.Proto, ProtoNeg: lp.rule.ProtoNeg, Table: lp.p.table.Name, Chain: c.chain, Sets: lp.p.opts.Sets}
 	r := lp.rule
 	r.Pos = c.pos
 	for _, m := range lp.matches {

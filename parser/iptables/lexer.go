@@ -1,9 +1,6 @@
 package iptables
 
-import (
-	"errors"
-	"strings"
-)
+import "strings"
 
 // token is one argument of a command line and the column it starts at.
 type token struct {
@@ -11,15 +8,13 @@ type token struct {
 	col  int
 }
 
-var errUnterminatedQuote = errors.New("unterminated quoted string")
-
 // tokenize splits a command line the way iptables-restore's
 // add_param_to_argv does: arguments are separated by blanks; a double quote
 // anywhere opens a quoted section in which a backslash escapes the next
 // character; the closing quote ends the argument (so `""` is an empty
 // argument); outside quotes backslashes and single quotes are literal.
 // col0 is the column of line[0].
-func tokenize(line string, col0 int) ([]token, error) {
+func tokenize(line string, col0 int) []token {
 	var (
 		toks    []token
 		cur     strings.Builder
@@ -66,11 +61,9 @@ func tokenize(line string, col0 int) ([]token, error) {
 			cur.WriteByte(c)
 		}
 	}
-	if inQuote {
-		return nil, errUnterminatedQuote
-	}
+	// An unterminated quote runs to the end of the line, as in iptables.
 	if start >= 0 {
 		emit()
 	}
-	return toks, nil
+	return toks
 }

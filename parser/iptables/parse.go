@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -17,13 +18,16 @@ type Options struct {
 	Family      rules.Family
 	ForceFamily bool
 	// Counters applies and requires well-formed counters, as
-	// iptables-restore -c. Without it, counters that are present and
-	// well-formed are still kept in the model; malformed ones are ignored.
+	// iptables-restore -c; without it counters are read and dropped.
 	Counters bool
 	// Noflush applies the input on top of Base (iptables-restore -n):
 	// tables named in the input are not flushed.
 	Noflush bool
 	Base    *rules.Ruleset
+	// Fragment says the input is applied on top of a rule set that is not
+	// known here (restore -n of a fragment such as ufw's before.rules):
+	// jumps to chains it does not define are warnings, not errors.
+	Fragment bool
 	// Table restores only the table of that name (-T).
 	Table string
 	// Sets are the ipsets "-m set" may name.
@@ -126,7 +130,7 @@ func (p *parser) parseLine(l string) error {
 }
 
 func (p *parser) openTable(l string) error {
-	fields := strings.Fields(l[1:])
+	fields := fields(l[1:])
 	if len(fields) == 0 {
 		return p.fail(rules.Errorf(p.pos(1), "table name invalid"))
 	}
@@ -180,7 +184,7 @@ func (p *parser) commit() error {
 
 // chainLine handles ":CHAIN POLICY [packets:bytes]".
 func (p *parser) chainLine(l string) error {
-	fields := strings.Fields(l[1:])
+	fields := fields(l[1:])
 	if len(fields) == 0 {
 		return p.fail(rules.Errorf(p.pos(1), "chain name invalid"))
 	}
@@ -224,17 +228,24 @@ func (p *parser) chainLine(l string) error {
 	default:
 		return p.fail(rules.Errorf(p.pos(policyCol), "bad policy name %q", policy))
 	}
-	if len(fields) >= 3 {
-		cnt, ok := parseCounters(fields[2])
-		if ok {
-			c.Counters = cnt
-		} else if p.opts.Counters {
-			return p.fail(rules.Errorf(p.pos(strings.LastIndex(l, fields[2])+1), "invalid policy counters for chain %q", name))
-		}
-	} else if p.opts.Counters {
+	if !p.opts.Counters {
+		return nil
+	}
+	if len(fields) < 3 {
 		return p.fail(rules.Errorf(p.pos(len(l)+1), "invalid policy counters for chain %q", name))
 	}
+	cnt, ok := parseCounters(fields[2])
+	if !ok {
+		return p.fail(rules.Errorf(p.pos(strings.LastIndex(l, fields[2])+1), "invalid policy counters for chain %q", name))
+	}
+	c.Counters = cnt
 	return nil
+}
+
+// fields splits s at blanks as strtok(s, " \t\n") does: a carriage return
+// is part of a word.
+func fields(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' })
 }
 
 // parseCounters parses "[packets:bytes]".
@@ -269,10 +280,7 @@ func (p *parser) commandLine(l string) error {
 		counters = &cnt
 		rest, col0 = l[end+1:], end+2
 	}
-	toks, err := tokenize(rest, col0)
-	if err != nil {
-		return p.fail(rules.Errorf(p.pos(col0), "%s", err))
-	}
+	toks := tokenize(rest, col0)
 	cmd, err := p.parseCommand(toks, p.line)
 	if err != nil {
 		return p.fail(err)
@@ -280,7 +288,7 @@ func (p *parser) commandLine(l string) error {
 	if cmd.skip {
 		return nil
 	}
-	if counters != nil {
+	if counters != nil && p.opts.Counters {
 		for _, r := range cmd.spec {
 			r.Counters = *counters
 		}
@@ -304,6 +312,9 @@ func DetectFamily(src []byte, def rules.Family) rules.Family {
 			continue
 		}
 		fields := strings.Fields(s)
+		if slices.Contains(fields, "-4") || slices.Contains(fields, "-6") {
+			continue // lines for one family only
+		}
 		for i, f := range fields {
 			switch f {
 			case "--icmpv6-type", "icmp6", "ipv6-icmp", "icmpv6", "--hl-eq", "--hl-lt", "--hl-gt":
