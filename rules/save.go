@@ -127,7 +127,7 @@ func appendIface(b []byte, flag, name string, neg bool) []byte {
 	b = append(b, ' ')
 	b = append(b, flag...)
 	b = append(b, ' ')
-	return append(b, name...)
+	return append(b, quoteIfNeeded(name)...)
 }
 
 // String prints n as iptables-save does: addr/len for contiguous masks,
@@ -193,6 +193,15 @@ func Quote(s string) string {
 	return b.String()
 }
 
+// quoteIfNeeded quotes s only if the restore tokenizer would split or
+// change it; iptables-save prints such words raw.
+func quoteIfNeeded(s string) string {
+	if s == "" || strings.ContainsAny(s, " \t\n\"\\") {
+		return Quote(s)
+	}
+	return s
+}
+
 // appendOptions prints the options of an extension bpfwall does not
 // interpret. Their arguments print as written; only those the tokenizer
 // would split or change are quoted.
@@ -203,10 +212,7 @@ func appendOptions(b []byte, opts []Option) []byte {
 		b = append(b, o.Name...)
 		for _, a := range o.Args {
 			b = append(b, ' ')
-			if a == "" || strings.ContainsAny(a, " \t\n\"\\") {
-				a = Quote(a)
-			}
-			b = append(b, a...)
+			b = append(b, quoteIfNeeded(a)...)
 		}
 	}
 	return b

@@ -90,6 +90,9 @@ var protoNumbers = map[string]uint8{
 
 // parseProto parses the argument of -p: a name or a number 0-255.
 func parseProto(s string) (uint8, error) {
+	if n, ok := protoNumbers[s]; ok {
+		return n, nil
+	}
 	if n, err := strconv.ParseUint(s, 10, 8); err == nil {
 		return uint8(n), nil
 	}

@@ -70,6 +70,10 @@ var shortArg = map[byte]int{
 	'f': 0, 'v': 0, 'n': 0, 'x': 0, '4': 0, '6': 0, 'V': 0, '0': 0,
 }
 
+var cmdKinds = map[byte]cmdKind{'A': cmdAppend, 'C': cmdCheck, 'D': cmdDelete, 'I': cmdInsert,
+	'R': cmdReplace, 'L': cmdList, 'S': cmdList, 'F': cmdFlush, 'Z': cmdZero,
+	'N': cmdNewChain, 'X': cmdDeleteChain, 'E': cmdRename, 'P': cmdPolicy}
+
 // standardTargets are the verdicts every chain may use.
 var standardTargets = map[string]bool{"ACCEPT": true, "DROP": true, "RETURN": true, "QUEUE": true}
 
@@ -116,7 +120,7 @@ type lineParser struct {
 	cmd       command
 	invert    bool
 	invertPos rules.Pos
-	seen      map[byte]bool
+	seen      [256]bool // standard options given
 
 	rule       rules.Rule
 	srcs, dsts []string
@@ -141,7 +145,7 @@ func (lp *lineParser) errorf(col int, format string, args ...any) error {
 
 // parseCommand parses the tokens of a command line.
 func (p *parser) parseCommand(toks []token, line int) (*command, error) {
-	lp := &lineParser{p: p, toks: toks, line: line, seen: map[byte]bool{}}
+	lp := &lineParser{p: p, toks: toks, line: line}
 	if err := lp.run(); err != nil {
 		return nil, err
 	}
@@ -240,12 +244,13 @@ func (lp *lineParser) longOption(t token) error {
 	if hasValue {
 		valueTok = &token{text: value, col: t.col + 3 + len(name)}
 	}
-	// An exact standard option first, then an exact extension option, then
-	// a unique abbreviation of either, as getopt_long resolves them.
+	// An exact standard option first, then an exact option of a loaded
+	// extension, then a unique abbreviation of either, as getopt_long
+	// resolves them; only an option nobody owns loads the protocol's match.
 	if c, ok := longOptions[name]; ok {
 		return lp.standardLong(c, "--"+name, col, valueTok)
 	}
-	if h := lp.findExtOption(name, true); h != nil {
+	if h := lp.findExtOption(name, true, false); h != nil {
 		return lp.extOption(h, t, valueTok)
 	}
 	// An extension bpfwall keeps generically has options we do not know, so
@@ -260,7 +265,7 @@ func (lp *lineParser) longOption(t token) error {
 			cands = append(cands, n)
 		}
 	}
-	ext := lp.findExtOption(name, false)
+	ext := lp.findExtOption(name, false, false)
 	if ext != nil {
 		cands = append(cands, ext.spec.name)
 	}
@@ -277,6 +282,9 @@ func (lp *lineParser) longOption(t token) error {
 	}
 	if ext != nil {
 		return lp.extOption(ext, t, valueTok)
+	}
+	if h := lp.findExtOption(name, false, true); h != nil {
+		return lp.extOption(h, t, valueTok)
 	}
 	return lp.errorf(col, "unknown option %q", "--"+name)
 }
@@ -419,10 +427,7 @@ func (lp *lineParser) command(c byte, flag string, col int, arg *token) error {
 	if lp.cmd.kind != cmdNone {
 		return lp.errorf(col, "cannot use %s with %s", flag, lp.cmd.kind)
 	}
-	kinds := map[byte]cmdKind{'A': cmdAppend, 'C': cmdCheck, 'D': cmdDelete, 'I': cmdInsert,
-		'R': cmdReplace, 'L': cmdList, 'S': cmdList, 'F': cmdFlush, 'Z': cmdZero,
-		'N': cmdNewChain, 'X': cmdDeleteChain, 'E': cmdRename, 'P': cmdPolicy}
-	lp.cmd.kind, lp.cmd.pos = kinds[c], lp.pos(col)
+	lp.cmd.kind, lp.cmd.pos = cmdKinds[c], lp.pos(col)
 	if arg == nil {
 		if a, ok := lp.optionalArg(); ok {
 			arg = &a
@@ -541,10 +546,10 @@ type extHandle struct {
 
 // findExtOption finds the loaded interpreted extension that owns the
 // option name (exactly, or as a unique abbreviation when exact is false):
-// the target first, then the matches in load order, as iptables does. If
-// none does and the rule's protocol has an extension of its own that owns
-// it, that extension is loaded implicitly.
-func (lp *lineParser) findExtOption(name string, exact bool) *extHandle {
+// the target first, then the matches in load order, as iptables does. With
+// implicit, it instead loads the rule's protocol match if that owns the
+// option.
+func (lp *lineParser) findExtOption(name string, exact, implicit bool) *extHandle {
 	lookup := func(specs []optSpec) (optSpec, bool) {
 		var found []optSpec
 		for _, s := range specs {
@@ -560,6 +565,9 @@ func (lp *lineParser) findExtOption(name string, exact bool) *extHandle {
 		}
 		return optSpec{}, false
 	}
+	if implicit {
+		return lp.loadImplicit(lookup)
+	}
 	if t := lp.target; t != nil && t.ext != nil {
 		if s, ok := lookup(t.ext.options); ok {
 			return &extHandle{spec: s, seen: t.seen, parser: t.parser}
@@ -572,6 +580,13 @@ func (lp *lineParser) findExtOption(name string, exact bool) *extHandle {
 			}
 		}
 	}
+	return nil
+}
+
+// loadImplicit loads the match named after the rule's protocol (-p tcp
+// loads tcp) if it owns an option, as iptables does for options no loaded
+// extension knows.
+func (lp *lineParser) loadImplicit(lookup func([]optSpec) (optSpec, bool)) *extHandle {
 	if !lp.protoSet || lp.rule.ProtoNeg {
 		return nil
 	}

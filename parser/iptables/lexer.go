@@ -15,55 +15,62 @@ type token struct {
 // argument); outside quotes backslashes and single quotes are literal.
 // col0 is the column of line[0].
 func tokenize(line string, col0 int) []token {
-	var (
-		toks    []token
-		cur     strings.Builder
-		start   = -1
-		inQuote bool
-		escaped bool
-	)
-	emit := func() {
-		toks = append(toks, token{text: cur.String(), col: col0 + start})
-		cur.Reset()
-		start = -1
+	toks := make([]token, 0, 16)
+	for i := 0; i < len(line); {
+		c := line[i]
+		if c == ' ' || c == '\t' || c == '\n' {
+			i++
+			continue
+		}
+		// Most words have no quotes: take them as a substring.
+		j := i
+		for j < len(line) && line[j] != ' ' && line[j] != '\t' && line[j] != '\n' && line[j] != '"' {
+			j++
+		}
+		if j == len(line) || line[j] != '"' {
+			toks = append(toks, token{text: line[i:j], col: col0 + i})
+			i = j
+			continue
+		}
+		text, next := quotedWord(line, i)
+		toks = append(toks, token{text: text, col: col0 + i})
+		i = next
 	}
-	for i := 0; i < len(line); i++ {
+	return toks
+}
+
+// quotedWord reads a word starting at line[start] that contains a double
+// quote; it returns the word and the index after it. The closing quote ends
+// the word; an unterminated quote runs to the end of the line, as in
+// iptables.
+func quotedWord(line string, start int) (string, int) {
+	var b strings.Builder
+	inQuote, escaped := false, false
+	i := start
+	for ; i < len(line); i++ {
 		c := line[i]
 		if inQuote {
 			switch {
 			case escaped:
-				cur.WriteByte(c)
+				b.WriteByte(c)
 				escaped = false
 			case c == '\\':
 				escaped = true
 			case c == '"':
-				inQuote = false
-				emit()
+				return b.String(), i + 1
 			default:
-				cur.WriteByte(c)
+				b.WriteByte(c)
 			}
 			continue
 		}
 		switch c {
 		case '"':
-			if start < 0 {
-				start = i
-			}
 			inQuote = true
 		case ' ', '\t', '\n':
-			if start >= 0 {
-				emit()
-			}
+			return b.String(), i
 		default:
-			if start < 0 {
-				start = i
-			}
-			cur.WriteByte(c)
+			b.WriteByte(c)
 		}
 	}
-	// An unterminated quote runs to the end of the line, as in iptables.
-	if start >= 0 {
-		emit()
-	}
-	return toks
+	return b.String(), i
 }

@@ -283,3 +283,38 @@ func TestRawAnomalies(t *testing.T) {
 		})
 	}
 }
+
+// TestRoundTrip: fmt of every real dump parses back to the same text.
+func TestRoundTrip(t *testing.T) {
+	dir := testenv.Corpus(t, "real")
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	for _, f := range files {
+		base := filepath.Base(f)
+		if _, bad := realDumpFailures[base]; bad || base == "README.md" || base == "raw-anomalies" {
+			continue
+		}
+		t.Run(base, func(t *testing.T) {
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := Options{Sets: realDumpSets[base]}
+			if strings.HasSuffix(base, ".rules") {
+				opts.Noflush, opts.Fragment = true, true
+			}
+			rs, err := Parse(base, src, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			once := rs.Save(rules.SaveOptions{})
+			opts.Family, opts.ForceFamily = rs.Family, true
+			again, err := Parse("fmt", once, opts)
+			if err != nil {
+				t.Fatalf("fmt output does not parse: %v", err)
+			}
+			if twice := again.Save(rules.SaveOptions{}); string(twice) != string(once) {
+				t.Errorf("fmt is not stable:\n%s", lineDiff(string(once), string(twice)))
+			}
+		})
+	}
+}
