@@ -1,5 +1,8 @@
 module bpfwall
 
-go 1.26
+go 1.26.0
 
-require github.com/gopacket/gopacket v1.7.7 // indirect
+require (
+	github.com/gopacket/gopacket v1.7.7 // indirect
+	golang.org/x/tools v0.51.0
+)

@@ -1,0 +1,315 @@
+package ir
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+
+	"bpfwall/rules"
+)
+
+// Result is the outcome of evaluating a packet.
+type Result struct {
+	Verdict Verdict
+	// Rule is the rule that decided: its action ended the evaluation, or
+	// one of its matches dropped the packet (Hotdrop). It is nil when the
+	// entry chain's policy decided, and when no chain was evaluated.
+	Rule *Rule
+	// Chain is Rule's chain, or the entry chain when its policy decided;
+	// empty when no chain was evaluated.
+	Chain string
+	// Hotdrop is set when a match of Rule found the headers it reads cut
+	// short and dropped the packet (xt_action_param.hotdrop).
+	Hotdrop bool
+	// Skipped, when not empty, says why no chain was evaluated. Packets the
+	// IP layer discards first (Packet.Invalid) are DROP; packets netfilter's
+	// tables for this family never see (not IP, or the other IP family)
+	// are ACCEPT, since the program must let them through to whatever
+	// handles them.
+	Skipped string
+}
+
+func (r Result) String() string {
+	switch {
+	case r.Skipped != "":
+		return fmt.Sprintf("%s (%s)", r.Verdict, r.Skipped)
+	case r.Rule == nil:
+		return fmt.Sprintf("%s by policy of %s", r.Verdict, r.Chain)
+	case r.Hotdrop:
+		return fmt.Sprintf("%s (hotdrop) at %s r%d %s:%d", r.Verdict, r.Chain, r.Rule.ID, posFile(r.Rule.Pos), r.Rule.Pos.Line)
+	}
+	return fmt.Sprintf("%s at %s r%d %s:%d", r.Verdict, r.Chain, r.Rule.ID, posFile(r.Rule.Pos), r.Rule.Pos.Line)
+}
+
+// Eval returns the verdict ip_tables (ip6_tables) gives pkt with p loaded
+// in the hook of p's entry chain. p must satisfy Verify.
+func (p *Program) Eval(pkt *Packet) Result { return p.Trace(pkt, nil) }
+
+// Trace is Eval that also calls counted, when not nil, for every rule whose
+// matches all hold, in the order evaluated: the rules whose counters the
+// kernel increments.
+//
+// The walk is ipt_do_table's: first match wins; a jump pushes a return
+// address, a goto does not; RETURN, and falling off the end of a user
+// chain, pop it, or with an empty stack go to the entry chain's policy;
+// LOG and rules without a target continue with the next rule; a match that
+// sets hotdrop ends the walk with DROP.
+func (p *Program) Trace(pkt *Packet, counted func(*Rule)) Result {
+	switch {
+	case pkt.NotIP:
+		return Result{Verdict: VerdictAccept, Skipped: "not an IP packet"}
+	case pkt.Family != p.Family:
+		return Result{Verdict: VerdictAccept, Skipped: fmt.Sprintf("%s packet, %s rule set", pkt.Family, p.Family)}
+	case pkt.Invalid != "":
+		return Result{Verdict: VerdictDrop, Skipped: pkt.Invalid}
+	}
+	type frame struct{ chain, next int }
+	var stack []frame
+	entry := p.Chains[0]
+	policy := Result{Verdict: policyVerdict(entry.Policy), Chain: entry.Name}
+	ci, ri := 0, 0
+	for {
+		c := p.Chains[ci]
+		if ri == len(c.Rules) {
+			// The entry chain ends in its policy, a user chain in an
+			// unconditional RETURN.
+			if ci == 0 || len(stack) == 0 {
+				return policy
+			}
+			f := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			ci, ri = f.chain, f.next
+			continue
+		}
+		r := c.Rules[ri]
+		switch p.matchRule(r, pkt) {
+		case noMatch:
+			ri++
+			continue
+		case hotdrop:
+			return Result{Verdict: VerdictDrop, Rule: r, Chain: c.Name, Hotdrop: true}
+		}
+		if counted != nil {
+			counted(r)
+		}
+		switch a := r.Action.(type) {
+		case Accept:
+			return Result{Verdict: VerdictAccept, Rule: r, Chain: c.Name}
+		case Drop:
+			return Result{Verdict: VerdictDrop, Rule: r, Chain: c.Name}
+		case Reject:
+			return Result{Verdict: VerdictReject, Rule: r, Chain: c.Name}
+		case Return:
+			if len(stack) == 0 {
+				return policy
+			}
+			f := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			ci, ri = f.chain, f.next
+		case Jump:
+			stack = append(stack, frame{chain: ci, next: ri + 1})
+			ci, ri = a.Chain, 0
+		case Goto:
+			ci, ri = a.Chain, 0
+		default: // Log, None
+			ri++
+		}
+	}
+}
+
+type outcome uint8
+
+const (
+	matched outcome = iota
+	noMatch
+	hotdrop
+)
+
+func (p *Program) matchRule(r *Rule, pkt *Packet) outcome {
+	for _, m := range r.Matches {
+		if o := p.match(m, pkt); o != matched {
+			return o
+		}
+	}
+	return matched
+}
+
+func is(ok bool) outcome {
+	if ok {
+		return matched
+	}
+	return noMatch
+}
+
+func (p *Program) match(m Match, pkt *Packet) outcome {
+	switch m := m.(type) {
+	case Addr:
+		a := pkt.Src
+		if m.Dir == Dst {
+			a = pkt.Dst
+		}
+		return is((maskAddr(a, m.Mask) == m.Addr) != m.Neg)
+
+	case AddrRange:
+		a := pkt.Src
+		if m.Dir == Dst {
+			a = pkt.Dst
+		}
+		return is((m.From.Compare(a) <= 0 && a.Compare(m.To) <= 0) != m.Neg)
+
+	case AddrSet:
+		a := pkt.Src
+		if m.Dir == Dst {
+			a = pkt.Dst
+		}
+		// The hash types look the address up from the longest prefix
+		// length down; the first entry found decides.
+		best, in := -1, false
+		for _, e := range m.Entries {
+			if e.Prefix.Bits() > best && e.Prefix.Contains(a) {
+				best, in = e.Prefix.Bits(), !e.NoMatch
+			}
+		}
+		return is(in != m.Neg)
+
+	case Proto:
+		// ip6_packet_match: when ipv6_find_hdr fails the rule does not
+		// match, and the packet is dropped (the fragment offset it reports
+		// is then always 0).
+		if p.Family == rules.IPv6 && pkt.BadExtHeaders {
+			return hotdrop
+		}
+		return is((pkt.Proto == m.Proto) != m.Neg)
+
+	case Fragment:
+		return is((pkt.FragOffset != 0) != m.Neg)
+
+	case Iface:
+		name := pkt.InIface
+		if m.Dir == IfaceOut {
+			name = pkt.OutIface
+		}
+		ok := name == m.Name
+		if m.Prefix {
+			ok = strings.HasPrefix(name, m.Name)
+		}
+		return is(ok != m.Neg)
+
+	case L4Header:
+		// "Must not be a fragment" in tcp_mt, udp_mt, multiport_mt,
+		// icmp_match and icmp6_match; tcp_mt also drops the "evil" IPv4
+		// fragment at offset 1 (8 bytes).
+		if pkt.FragOffset != 0 {
+			if m.TinyFragDrop && p.Family == rules.IPv4 && pkt.FragOffset == 8 {
+				return hotdrop
+			}
+			return noMatch
+		}
+		// skb_header_pointer failed: "we can't examine this packet, hence
+		// no choice but to drop".
+		if pkt.L4Len < m.Len {
+			return hotdrop
+		}
+		return matched
+
+	case Ports:
+		in := func(port uint16) bool {
+			for _, r := range m.Ranges {
+				if r.Contains(port) {
+					return true
+				}
+			}
+			return false
+		}
+		var ok bool
+		switch m.Dir {
+		case Src:
+			ok = in(pkt.SrcPort)
+		case Dst:
+			ok = in(pkt.DstPort)
+		default:
+			ok = in(pkt.SrcPort) || in(pkt.DstPort)
+		}
+		return is(ok != m.Neg)
+
+	case TCPFlags:
+		return is((pkt.TCPFlags&m.Mask == m.Comp) != m.Neg)
+
+	case TCPOption:
+		if pkt.TCPOptionsTruncated {
+			return hotdrop
+		}
+		return is(hasTCPOption(pkt.TCPOptions, m.Kind) != m.Neg)
+
+	case ICMP:
+		return is((m.Any || (pkt.ICMPType == m.Type && m.CodeMin <= pkt.ICMPCode && pkt.ICMPCode <= m.CodeMax)) != m.Neg)
+
+	case Length:
+		return is((int(m.Min) <= pkt.Length && pkt.Length <= int(m.Max)) != m.Neg)
+
+	case TTL:
+		switch m.Op {
+		case CmpEq:
+			return is(pkt.TTL == m.Value)
+		case CmpNe:
+			return is(pkt.TTL != m.Value)
+		case CmpLt:
+			return is(pkt.TTL < m.Value)
+		case CmpGt:
+			return is(pkt.TTL > m.Value)
+		}
+		return noMatch
+
+	case SrcMAC:
+		// mac_mt: no Ethernet header, no match, whatever the inversion.
+		if len(pkt.SrcMAC) != 6 {
+			return noMatch
+		}
+		return is(bytes.Equal(pkt.SrcMAC, m.Addr[:]) != m.Neg)
+
+	case Mark:
+		return is((pkt.Mark&m.Mask == m.Value) != m.Neg)
+
+	case CTState:
+		state := pkt.CTState
+		if state == 0 {
+			state = ConnInvalid // no conntrack entry
+		}
+		return is((state&m.States != 0) != m.Neg)
+
+	case PktType:
+		return is((p.pktType(pkt) == m.Type) != m.Neg)
+	}
+	panic(fmt.Sprintf("ir: unknown match %T", m))
+}
+
+// hasTCPOption is tcp_find_option's walk: kinds 0 and 1 are one byte long,
+// every other option is as long as its length byte says (at least 1).
+func hasTCPOption(opts []byte, kind uint8) bool {
+	for i := 0; i < len(opts); {
+		if opts[i] == kind {
+			return true
+		}
+		if opts[i] < 2 || i+1 >= len(opts) {
+			// The kernel reads the length byte past the end here too; any
+			// step ends the walk.
+			i++
+			continue
+		}
+		i += max(int(opts[i+1]), 1)
+	}
+	return false
+}
+
+// pktType is the packet type pkttype_mt compares: a looped-back packet
+// counts as multicast (IPv4 to a multicast address, and all of IPv6) or
+// broadcast.
+func (p *Program) pktType(pkt *Packet) PacketType {
+	if pkt.PktType != PacketLoopback {
+		return pkt.PktType
+	}
+	if p.Family == rules.IPv6 || pkt.Dst.IsMulticast() {
+		return PacketMulticast
+	}
+	return PacketBroadcast
+}

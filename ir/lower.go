@@ -1,0 +1,538 @@
+package ir
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"bpfwall/rules"
+)
+
+// LowerOptions select the chain a Program is lowered from.
+type LowerOptions struct {
+	Table string // "filter" when empty
+	Chain string // "INPUT" when empty; a builtin chain of Table
+}
+
+// Lower lowers the builtin chain opts.Chain of table opts.Table, and every
+// user chain reachable from it, into a Program.
+//
+// Everything the Program cannot express exactly is an error at the
+// position of the match or target ("rules.v4:3:18: limit match is not
+// supported"); errors are collected for all rules and returned as a sorted
+// rules.ErrorList.
+func Lower(rs *rules.Ruleset, opts LowerOptions) (*Program, error) {
+	if opts.Table == "" {
+		opts.Table = "filter"
+	}
+	if opts.Chain == "" {
+		opts.Chain = "INPUT"
+	}
+	t := rs.Table(opts.Table)
+	if t == nil {
+		return nil, fmt.Errorf("lower %s %s: the rule set has no table %q", opts.Table, opts.Chain, opts.Table)
+	}
+	entry := t.Chain(opts.Chain)
+	if entry == nil || !entry.Builtin {
+		return nil, fmt.Errorf("lower %s %s: %q is not a builtin chain of table %s", opts.Table, opts.Chain, opts.Chain, opts.Table)
+	}
+	if entry.Policy != rules.PolicyAccept && entry.Policy != rules.PolicyDrop {
+		return nil, fmt.Errorf("lower %s %s: chain has no ACCEPT or DROP policy", opts.Table, opts.Chain)
+	}
+
+	l := &lowerer{
+		fam:    rs.Family,
+		sets:   rs.Sets,
+		table:  t,
+		hook:   entry.Name,
+		byName: make(map[string]*rules.Chain, len(t.Chains)),
+		index:  make(map[string]int),
+		prog:   &Program{Family: rs.Family, Table: t.Name},
+	}
+	for _, c := range t.Chains {
+		l.byName[c.Name] = c
+	}
+	l.collectChains(entry)
+	l.checkLoops()
+	for i, c := range l.chains {
+		l.lowerChain(i, c)
+	}
+	if err := l.errs.Err(); err != nil {
+		return nil, err
+	}
+	return l.prog, nil
+}
+
+type lowerer struct {
+	fam    rules.Family
+	sets   map[string]*rules.IPSet
+	table  *rules.Table
+	hook   string // the entry chain's name
+	byName map[string]*rules.Chain
+	chains []*rules.Chain // reachable chains; chains[0] is the entry
+	index  map[string]int // chain name -> index in chains
+	edges  [][]chainEdge  // jumps and gotos out of each chain
+	prog   *Program
+	errs   rules.ErrorList
+}
+
+// chainEdge is a jump or goto to another chain.
+type chainEdge struct {
+	to  int
+	pos rules.Pos
+}
+
+func (l *lowerer) errorf(pos rules.Pos, format string, args ...any) {
+	l.errs = append(l.errs, rules.Errorf(pos, format, args...))
+}
+
+// collectChains numbers the chains reachable from entry breadth first, so
+// that a chain's index reflects how close to the hook it is.
+func (l *lowerer) collectChains(entry *rules.Chain) {
+	l.add(entry)
+	for i := 0; i < len(l.chains); i++ {
+		for _, r := range l.chains[i].Rules {
+			name, pos, ok := targetChain(r.Target)
+			if !ok {
+				continue
+			}
+			c := l.byName[name]
+			switch {
+			case c == nil:
+				l.errorf(pos, "chain %q does not exist", name)
+				continue
+			case c.Builtin:
+				l.errorf(pos, "cannot jump to builtin chain %q", name)
+				continue
+			}
+			to, seen := l.index[name]
+			if !seen {
+				to = l.add(c)
+			}
+			l.edges[i] = append(l.edges[i], chainEdge{to: to, pos: pos})
+		}
+	}
+}
+
+func (l *lowerer) add(c *rules.Chain) int {
+	i := len(l.chains)
+	l.chains = append(l.chains, c)
+	l.edges = append(l.edges, nil)
+	l.index[c.Name] = i
+	return i
+}
+
+func targetChain(t rules.Target) (name string, pos rules.Pos, ok bool) {
+	switch t := t.(type) {
+	case *rules.Jump:
+		return t.Chain, t.Pos, true
+	case *rules.Goto:
+		return t.Chain, t.Pos, true
+	}
+	return "", rules.Pos{}, false
+}
+
+// checkLoops reports every jump or goto that closes a cycle. The parser
+// already rejects loops, as the kernel's mark_source_chains does; lowering
+// checks again because Eval and code generation rely on it.
+func (l *lowerer) checkLoops() {
+	const (
+		unvisited = iota
+		onStack
+		done
+	)
+	state := make([]uint8, len(l.chains))
+	var path []int
+	var visit func(i int)
+	visit = func(i int) {
+		state[i] = onStack
+		path = append(path, i)
+		for _, e := range l.edges[i] {
+			switch state[e.to] {
+			case unvisited:
+				visit(e.to)
+			case onStack:
+				start := slices.Index(path, e.to)
+				var names []string
+				for _, j := range path[start:] {
+					names = append(names, l.chains[j].Name)
+				}
+				names = append(names, l.chains[e.to].Name)
+				l.errorf(e.pos, "jump to %q makes a loop: %s", l.chains[e.to].Name, strings.Join(names, " -> "))
+			}
+		}
+		path = path[:len(path)-1]
+		state[i] = done
+	}
+	visit(0)
+}
+
+func (l *lowerer) lowerChain(i int, c *rules.Chain) {
+	out := &Chain{Name: c.Name, Rules: make([]*Rule, 0, len(c.Rules))}
+	if i == 0 {
+		out.Policy = c.Policy
+	}
+	for _, r := range c.Rules {
+		lr := &Rule{
+			ID:    len(l.prog.Rules),
+			Chain: i,
+			Pos:   r.Pos,
+			Text:  r.Spec(),
+		}
+		lr.Matches = l.matches(r)
+		lr.Action = l.action(r)
+		out.Rules = append(out.Rules, lr)
+		l.prog.Rules = append(l.prog.Rules, lr)
+	}
+	l.prog.Chains = append(l.prog.Chains, out)
+}
+
+// matches lowers the rule's standard matches in ip_packet_match's order,
+// then its extension matches in the order they were loaded.
+func (l *lowerer) matches(r *rules.Rule) []Match {
+	ms := make([]Match, 0, 2+len(r.Matches))
+	ms = l.addr(ms, Src, r.Src, r.SrcNeg, r.Pos)
+	ms = l.addr(ms, Dst, r.Dst, r.DstNeg, r.Pos)
+	ms = iface(ms, IfaceIn, r.InIface, r.InNeg)
+	ms = iface(ms, IfaceOut, r.OutIface, r.OutNeg)
+	// Protocol 0 ("-p all") is not tested at all, even negated: both
+	// ip_packet_match and ip6_packet_match skip it.
+	if r.Proto != 0 {
+		ms = append(ms, Proto{Proto: r.Proto, Neg: r.ProtoNeg})
+	}
+	if r.Fragment {
+		if l.fam != rules.IPv4 {
+			l.errorf(r.Pos, "-f is only valid in ipv4 rule sets")
+		} else {
+			ms = append(ms, Fragment{Neg: r.FragmentNeg})
+		}
+	}
+	for _, m := range r.Matches {
+		ms = l.extension(ms, r, m)
+	}
+	return ms
+}
+
+func (l *lowerer) addr(ms []Match, dir Dir, n rules.Net, neg bool, pos rules.Pos) []Match {
+	if n.IsAny() {
+		if !neg {
+			return ms
+		}
+		zero := netip.IPv4Unspecified()
+		if l.fam == rules.IPv6 {
+			zero = netip.IPv6Unspecified()
+		}
+		return append(ms, Addr{Dir: dir, Addr: zero, Mask: zero, Neg: true})
+	}
+	if n.Addr.BitLen() != l.fam.Bits() || n.Mask.BitLen() != l.fam.Bits() {
+		l.errorf(pos, "%s address %s is not an %s address", dir, n, l.fam)
+		return ms
+	}
+	return append(ms, Addr{Dir: dir, Addr: maskAddr(n.Addr, n.Mask), Mask: n.Mask, Neg: neg})
+}
+
+func maskAddr(a, mask netip.Addr) netip.Addr {
+	b, m := a.AsSlice(), mask.AsSlice()
+	for i := range b {
+		b[i] &= m[i]
+	}
+	out, _ := netip.AddrFromSlice(b)
+	return out
+}
+
+func iface(ms []Match, dir IfaceDir, name string, neg bool) []Match {
+	if name == "" || (name == "+" && !neg) {
+		return ms
+	}
+	prefix := strings.HasSuffix(name, "+")
+	return append(ms, Iface{Dir: dir, Name: strings.TrimSuffix(name, "+"), Prefix: prefix, Neg: neg})
+}
+
+const (
+	protoICMP    = 1
+	protoTCP     = 6
+	protoUDP     = 17
+	protoDCCP    = 33
+	protoICMPv6  = 58
+	protoSCTP    = 132
+	protoUDPLite = 136
+)
+
+// needProto reports whether the rule tests for one of protos, as the
+// kernel's xt_check_match (or multiport's own check) requires of matches
+// that read the transport header.
+func (l *lowerer) needProto(r *rules.Rule, m rules.Match, what string, protos ...uint8) bool {
+	if !r.ProtoNeg && slices.Contains(protos, r.Proto) {
+		return true
+	}
+	l.errorf(m.Position(), "%s match requires -p %s", m.Name(), what)
+	return false
+}
+
+// l4Header appends the transport-header guard unless an earlier guard of
+// the rule already ensures at least as many bytes.
+func l4Header(ms []Match, n int, tinyFragDrop bool) []Match {
+	for _, m := range ms {
+		if h, ok := m.(L4Header); ok && h.Len >= n {
+			return ms
+		}
+	}
+	return append(ms, L4Header{Len: n, TinyFragDrop: tinyFragDrop})
+}
+
+func (l *lowerer) ports(ms []Match, m rules.Match, dir Dir, r rules.PortRange, neg bool) []Match {
+	if r == rules.AnyPort && !neg {
+		return ms
+	}
+	if r.Lo > r.Hi {
+		l.errorf(m.Position(), "port range %d:%d is empty", r.Lo, r.Hi)
+		return ms
+	}
+	return append(ms, Ports{Dir: dir, Ranges: []rules.PortRange{r}, Neg: neg})
+}
+
+func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
+	switch m := m.(type) {
+	case *rules.TCP:
+		if !l.needProto(r, m, "tcp", protoTCP) {
+			return ms
+		}
+		ms = l4Header(ms, 20, true)
+		ms = l.ports(ms, m, Src, m.SrcPorts, m.SrcNeg)
+		ms = l.ports(ms, m, Dst, m.DstPorts, m.DstNeg)
+		// A zero mask compares nothing: the test always holds, and never
+		// when negated.
+		if m.FlagMask != 0 || m.FlagsNeg {
+			ms = append(ms, TCPFlags{Mask: m.FlagMask, Comp: m.FlagComp, Neg: m.FlagsNeg})
+		}
+		if m.Option != 0 {
+			ms = append(ms, TCPOption{Kind: m.Option, Neg: m.OptionNeg})
+		}
+	case *rules.UDP:
+		if !l.needProto(r, m, "udp", protoUDP) {
+			return ms
+		}
+		ms = l4Header(ms, 8, false)
+		ms = l.ports(ms, m, Src, m.SrcPorts, m.SrcNeg)
+		ms = l.ports(ms, m, Dst, m.DstPorts, m.DstNeg)
+	case *rules.Multiport:
+		if !l.needProto(r, m, "tcp, udp, udplite, sctp or dccp", protoTCP, protoUDP, protoUDPLite, protoSCTP, protoDCCP) {
+			return ms
+		}
+		return l.multiport(ms, m)
+	case *rules.ICMP:
+		return l.icmp(ms, r, m)
+	case *rules.IPRange:
+		ms = l.addrRange(ms, m, Src, m.Src, m.SrcNeg)
+		ms = l.addrRange(ms, m, Dst, m.Dst, m.DstNeg)
+	case *rules.Comment:
+		// Matches every packet; the rule's Text keeps it.
+	case *rules.Conntrack:
+		if len(m.Other) > 0 {
+			l.errorf(m.Pos, "conntrack --%s is not supported", m.Other[0].Name)
+			return ms
+		}
+		return l.ctState(ms, m, m.State, m.StateNeg)
+	case *rules.State:
+		return l.ctState(ms, m, m.State, m.Neg)
+	case *rules.Set:
+		return l.set(ms, m)
+	case *rules.Length:
+		if m.Min > m.Max {
+			l.errorf(m.Pos, "length range %d:%d is empty", m.Min, m.Max)
+			return ms
+		}
+		ms = append(ms, Length{Min: m.Min, Max: m.Max, Neg: m.Neg})
+	case *rules.TTL:
+		if l.fam != rules.IPv4 {
+			l.errorf(m.Pos, "ttl match is only valid in ipv4 rule sets")
+			return ms
+		}
+		return l.ttl(ms, m, m.Op, m.Value)
+	case *rules.HL:
+		if l.fam != rules.IPv6 {
+			l.errorf(m.Pos, "hl match is only valid in ipv6 rule sets")
+			return ms
+		}
+		return l.ttl(ms, m, m.Op, m.Value)
+	case *rules.MAC:
+		if len(m.Addr) != 6 {
+			l.errorf(m.Pos, "mac address %s is not 6 bytes long", m.Addr)
+			return ms
+		}
+		// xt_mac registers for these hooks only; the kernel refuses the
+		// table otherwise.
+		if !slices.Contains([]string{"PREROUTING", "INPUT", "FORWARD"}, l.hook) {
+			l.errorf(m.Pos, "mac match is only valid in PREROUTING, INPUT and FORWARD, not %s", l.hook)
+			return ms
+		}
+		var a [6]byte
+		copy(a[:], m.Addr)
+		ms = append(ms, SrcMAC{Addr: a, Neg: m.Neg})
+	case *rules.Mark:
+		ms = append(ms, Mark{Value: m.Value, Mask: m.Mask, Neg: m.Neg})
+	case *rules.PktType:
+		ms = append(ms, PktType{Type: PacketType(m.Type), Neg: m.Neg})
+	default:
+		// limit, addrtype and every generic extension.
+		l.errorf(m.Position(), "%s match is not supported", m.Name())
+	}
+	return ms
+}
+
+func (l *lowerer) multiport(ms []Match, m *rules.Multiport) []Match {
+	var dir Dir
+	switch m.Dir {
+	case rules.MultiportSrc:
+		dir = Src
+	case rules.MultiportDst:
+		dir = Dst
+	case rules.MultiportBoth:
+		dir = SrcOrDst
+	default:
+		l.errorf(m.Pos, "multiport match without a direction")
+		return ms
+	}
+	if len(m.Ports) == 0 {
+		l.errorf(m.Pos, "multiport match without ports")
+		return ms
+	}
+	for _, r := range m.Ports {
+		if r.Lo > r.Hi {
+			l.errorf(m.Pos, "port range %d:%d is empty", r.Lo, r.Hi)
+			return ms
+		}
+	}
+	// multiport_mt reads only the two port fields.
+	ms = l4Header(ms, 4, false)
+	return append(ms, Ports{Dir: dir, Ranges: slices.Clone(m.Ports), Neg: m.Neg})
+}
+
+func (l *lowerer) icmp(ms []Match, r *rules.Rule, m *rules.ICMP) []Match {
+	if m.V6 != (l.fam == rules.IPv6) {
+		l.errorf(m.Pos, "%s match is not valid in %s rule sets", m.Name(), l.fam)
+		return ms
+	}
+	proto, name := uint8(protoICMP), "icmp"
+	if m.V6 {
+		proto, name = protoICMPv6, "icmpv6"
+	}
+	if !l.needProto(r, m, name, proto) {
+		return ms
+	}
+	if m.CodeMin > m.CodeMax {
+		l.errorf(m.Pos, "icmp code range %d:%d is empty", m.CodeMin, m.CodeMax)
+		return ms
+	}
+	ms = l4Header(ms, 8, false) // struct icmphdr and icmp6hdr are 8 bytes
+	// Type 255 is "any" in icmp_type_code_match only; icmp6_type_code_match
+	// compares it like any other type.
+	if !m.V6 && m.Type == 0xff {
+		return append(ms, ICMP{Any: true, Type: 0xff, CodeMin: 0, CodeMax: 0xff, Neg: m.Neg})
+	}
+	return append(ms, ICMP{Type: m.Type, CodeMin: m.CodeMin, CodeMax: m.CodeMax, Neg: m.Neg})
+}
+
+func (l *lowerer) addrRange(ms []Match, m rules.Match, dir Dir, r *rules.AddrRange, neg bool) []Match {
+	if r == nil {
+		return ms
+	}
+	if r.From.BitLen() != l.fam.Bits() || r.To.BitLen() != l.fam.Bits() {
+		l.errorf(m.Position(), "address range %s-%s is not an %s range", r.From, r.To, l.fam)
+		return ms
+	}
+	if r.From.Compare(r.To) > 0 {
+		l.errorf(m.Position(), "address range %s-%s is empty", r.From, r.To)
+		return ms
+	}
+	return append(ms, AddrRange{Dir: dir, From: r.From, To: r.To, Neg: neg})
+}
+
+// ctStateBits maps the rules model's state bits to ConnState.
+var ctStateBits = []struct {
+	from uint16
+	to   ConnState
+}{
+	{rules.CTInvalid, ConnInvalid},
+	{rules.CTEstablished, ConnEstablished},
+	{rules.CTRelated, ConnRelated},
+	{rules.CTNew, ConnNew},
+	{rules.CTUntracked, ConnUntracked},
+	{rules.CTSnat, ConnSNAT},
+	{rules.CTDnat, ConnDNAT},
+}
+
+func (l *lowerer) ctState(ms []Match, m rules.Match, state uint16, neg bool) []Match {
+	if state == 0 {
+		return ms // no state test
+	}
+	var s ConnState
+	for _, b := range ctStateBits {
+		if state&b.from != 0 {
+			s |= b.to
+			state &^= b.from
+		}
+	}
+	if state != 0 {
+		l.errorf(m.Position(), "%s match: unknown state bits %#x", m.Name(), state)
+		return ms
+	}
+	return append(ms, CTState{States: s, Neg: neg})
+}
+
+func (l *lowerer) ttl(ms []Match, m rules.Match, op rules.CompareOp, v uint8) []Match {
+	var cmp CompareOp
+	switch op {
+	case rules.OpEq:
+		cmp = CmpEq
+	case rules.OpNe:
+		cmp = CmpNe
+	case rules.OpLt:
+		cmp = CmpLt
+	case rules.OpGt:
+		cmp = CmpGt
+	default:
+		l.errorf(m.Position(), "%s match: unknown comparison %d", m.Name(), op)
+		return ms
+	}
+	return append(ms, TTL{Op: cmp, Value: v})
+}
+
+func (l *lowerer) action(r *rules.Rule) Action {
+	switch t := r.Target.(type) {
+	case nil:
+		return None{}
+	case *rules.Accept:
+		return Accept{}
+	case *rules.Drop:
+		return Drop{}
+	case *rules.Return:
+		return Return{}
+	case *rules.Jump:
+		return Jump{Chain: l.index[t.Chain]}
+	case *rules.Goto:
+		return Goto{Chain: l.index[t.Chain]}
+	case *rules.Log:
+		return Log{Level: t.Level, Prefix: t.Prefix, Flags: t.Flags}
+	case *rules.Reject:
+		// ipt_REJECT and ip6t_REJECT register for these only.
+		if l.table.Name != "filter" || !slices.Contains([]string{"INPUT", "FORWARD", "OUTPUT"}, l.hook) {
+			l.errorf(t.Pos, "REJECT target is only valid in the filter table's INPUT, FORWARD and OUTPUT chains")
+			return None{}
+		}
+		with := t.With
+		switch {
+		case with == "" && l.fam == rules.IPv6:
+			with = "icmp6-port-unreachable"
+		case with == "":
+			with = "icmp-port-unreachable"
+		case with == "tcp-reset" && (r.Proto != protoTCP || r.ProtoNeg):
+			l.errorf(t.Pos, "REJECT --reject-with tcp-reset requires -p tcp")
+			return None{}
+		}
+		return Reject{With: with}
+	}
+	l.errorf(r.Target.Position(), "%s target is not supported", r.Target.Name())
+	return None{}
+}

@@ -1,0 +1,72 @@
+package ir
+
+import (
+	"net"
+	"net/netip"
+
+	"bpfwall/rules"
+)
+
+// Meta is what netfilter knows about a packet besides its bytes.
+type Meta struct {
+	// InIface and OutIface name the packet's interfaces; empty when it has
+	// none (no input interface in OUTPUT, no output interface in INPUT).
+	InIface, OutIface string
+	Mark              uint32
+	// CTState is the packet's conntrack state; zero means no conntrack
+	// entry, which conntrack_mt and state_mt see as INVALID.
+	CTState ConnState
+	PktType PacketType
+}
+
+// Packet is a packet as ip_tables or ip6_tables see it: the fields their
+// matches read, after the IP layer's checks and trimming. Decode builds one
+// from an Ethernet frame; tests may also fill one in directly.
+type Packet struct {
+	Meta
+
+	// NotIP is set for frames that are neither IPv4 nor IPv6 (ARP, ...):
+	// netfilter's ip and ip6 tables never see them.
+	NotIP bool
+	// Invalid, when not empty, says why the kernel's IP layer drops the
+	// packet before netfilter sees it (ip_rcv_core, ip6_rcv_core,
+	// ipv6_parse_hopopts).
+	Invalid string
+
+	Family   rules.Family
+	Src, Dst netip.Addr
+	// SrcMAC is the Ethernet source address; nil when the packet has no
+	// Ethernet header, which mac_mt never matches.
+	SrcMAC net.HardwareAddr
+	// Length is what xt_length compares: the IPv4 total length, or the
+	// IPv6 payload length plus 40.
+	Length int
+	TTL    uint8 // IPv4 TTL or IPv6 hop limit
+
+	// Proto is the IPv4 protocol field, or the IPv6 upper-layer protocol
+	// ipv6_find_hdr finds behind the extension headers.
+	Proto uint8
+	// BadExtHeaders is set when ipv6_find_hdr fails: an extension header is
+	// cut short, or a non-first fragment's next header is another extension
+	// header. Every rule that tests the protocol then drops the packet.
+	BadExtHeaders bool
+	// FragOffset is the fragment offset in bytes; it is not zero for
+	// non-first fragments only.
+	FragOffset    uint16
+	MoreFragments bool
+
+	// L4Len is the number of bytes from the transport header to the end of
+	// the packet; matches that need more drop the packet (hotdrop).
+	L4Len int
+	// SrcPort and DstPort are the first four bytes of the transport header
+	// of TCP, UDP, UDP-Lite, SCTP and DCCP packets.
+	SrcPort, DstPort uint16
+	TCPFlags         uint8
+	// TCPOptions are the bytes between the fixed TCP header and the data
+	// offset. TCPOptionsTruncated is set when the data offset is below 5 or
+	// points past the end of the packet: a --tcp-option test then drops the
+	// packet.
+	TCPOptions          []byte
+	TCPOptionsTruncated bool
+	ICMPType, ICMPCode  uint8
+}

@@ -1,0 +1,128 @@
+package ir
+
+import (
+	"fmt"
+
+	"bpfwall/rules"
+)
+
+// Program is one builtin chain of one table (the hook's entry point) and
+// every user chain reachable from it.
+type Program struct {
+	Family rules.Family
+	Table  string
+	// Chains[0] is the entry chain; the user chains follow in the order in
+	// which lowering first reached them.
+	Chains []*Chain
+	// Rules holds every rule of every chain, indexed by Rule.ID.
+	Rules []*Rule
+}
+
+// Chain is a list of rules evaluated in order.
+type Chain struct {
+	Name string
+	// Policy decides packets that leave the entry chain undecided (at its
+	// end, or by RETURN with an empty call stack). It is PolicyAccept or
+	// PolicyDrop for Chains[0] and PolicyNone for user chains.
+	Policy rules.Policy
+	Rules  []*Rule
+}
+
+// Rule is a conjunction of matches and the action taken when they all hold.
+type Rule struct {
+	// ID numbers the rules of a program densely from 0 in chain order; it
+	// indexes per-rule counters.
+	ID    int
+	Chain int // index of the rule's chain in Program.Chains
+	Pos   rules.Pos
+	// Text is the rule as iptables-save prints it, comments included.
+	Text    string
+	Matches []Match
+	Action  Action
+}
+
+// Action is what a rule does when it matches. The set of kinds is closed:
+// Accept, Drop, Reject, Return, Jump, Goto, Log and None.
+type Action interface {
+	isAction()
+}
+
+// Accept ends evaluation with NF_ACCEPT.
+type Accept struct{}
+
+// Drop ends evaluation with NF_DROP.
+type Drop struct{}
+
+// Reject ends evaluation like Drop, after sending the error With names
+// (icmp-port-unreachable, tcp-reset, ...).
+type Reject struct{ With string }
+
+// Return continues after the rule that jumped to the current chain; with an
+// empty call stack the entry chain's policy decides.
+type Return struct{}
+
+// Jump evaluates Chain, then continues after this rule when Chain returns
+// or falls off its end.
+type Jump struct{ Chain int }
+
+// Goto evaluates Chain without pushing a return address: its RETURN
+// returns to whoever called the current chain.
+type Goto struct{ Chain int }
+
+// Log logs the packet (xt_LOG) and continues with the next rule.
+type Log struct {
+	Level  uint8
+	Prefix string
+	Flags  uint8 // rules.LogTCPSeq, ...
+}
+
+// None is a rule without a target: a matching packet is counted and goes
+// on to the next rule.
+type None struct{}
+
+func (Accept) isAction() {}
+func (Drop) isAction()   {}
+func (Reject) isAction() {}
+func (Return) isAction() {}
+func (Jump) isAction()   {}
+func (Goto) isAction()   {}
+func (Log) isAction()    {}
+func (None) isAction()   {}
+
+// Terminal reports whether a matching rule with action a ends the
+// evaluation of its chain (ACCEPT, DROP, REJECT, RETURN).
+func Terminal(a Action) bool {
+	switch a.(type) {
+	case Accept, Drop, Reject, Return:
+		return true
+	}
+	return false
+}
+
+// Verdict is the fate of a packet.
+type Verdict uint8
+
+const (
+	VerdictAccept Verdict = iota + 1
+	VerdictDrop
+	VerdictReject
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case VerdictAccept:
+		return "ACCEPT"
+	case VerdictDrop:
+		return "DROP"
+	case VerdictReject:
+		return "REJECT"
+	}
+	return fmt.Sprintf("Verdict(%d)", uint8(v))
+}
+
+func policyVerdict(p rules.Policy) Verdict {
+	if p == rules.PolicyDrop {
+		return VerdictDrop
+	}
+	return VerdictAccept
+}

@@ -1,0 +1,266 @@
+package ir
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"bpfwall/rules"
+)
+
+// maxIfaceName is IFNAMSIZ - 1.
+const maxIfaceName = 15
+
+// Verify checks the invariants every Program must keep, before and after
+// every pass: the entry chain has a policy, rule IDs are dense and unique,
+// jumps and gotos stay in range and never form a loop, and every match is
+// well formed for the program's family. It reports every problem found.
+func Verify(p *Program) error {
+	v := &verifier{p: p}
+	v.program()
+	return errors.Join(v.errs...)
+}
+
+type verifier struct {
+	p    *Program
+	errs []error
+}
+
+func (v *verifier) errorf(format string, args ...any) {
+	v.errs = append(v.errs, fmt.Errorf(format, args...))
+}
+
+func (v *verifier) program() {
+	p := v.p
+	if p.Family != rules.IPv4 && p.Family != rules.IPv6 {
+		v.errorf("unknown family %d", p.Family)
+		return
+	}
+	if len(p.Chains) == 0 {
+		v.errorf("program has no chains")
+		return
+	}
+	if pol := p.Chains[0].Policy; pol != rules.PolicyAccept && pol != rules.PolicyDrop {
+		v.errorf("entry chain %s has policy %s, want ACCEPT or DROP", p.Chains[0].Name, pol)
+	}
+	names := make(map[string]bool, len(p.Chains))
+	seen := make([]bool, len(p.Rules))
+	for ci, c := range p.Chains {
+		if names[c.Name] {
+			v.errorf("chain %s appears twice", c.Name)
+		}
+		names[c.Name] = true
+		if ci > 0 && c.Policy != rules.PolicyNone {
+			v.errorf("user chain %s has policy %s", c.Name, c.Policy)
+		}
+		for _, r := range c.Rules {
+			v.rule(ci, r, seen)
+		}
+	}
+	for id, ok := range seen {
+		if !ok {
+			v.errorf("rule r%d is in no chain", id)
+		}
+	}
+	v.acyclic()
+}
+
+func (v *verifier) rule(ci int, r *Rule, seen []bool) {
+	p := v.p
+	switch {
+	case r.ID < 0 || r.ID >= len(p.Rules) || p.Rules[r.ID] != r:
+		v.errorf("rule r%d of chain %s is not Program.Rules[%d]", r.ID, p.Chains[ci].Name, r.ID)
+	case seen[r.ID]:
+		v.errorf("rule r%d is in more than one place", r.ID)
+	default:
+		seen[r.ID] = true
+	}
+	if r.Chain != ci {
+		v.errorf("r%d: Chain is %d, but the rule is in chain %d", r.ID, r.Chain, ci)
+	}
+	switch a := r.Action.(type) {
+	case Jump:
+		v.target(r, a.Chain)
+	case Goto:
+		v.target(r, a.Chain)
+	case Reject:
+		if a.With == "" {
+			v.errorf("r%d: REJECT without --reject-with", r.ID)
+		}
+	case Accept, Drop, Return, Log, None:
+	default:
+		v.errorf("r%d: unknown action %T", r.ID, r.Action)
+	}
+	guard := 0 // bytes of transport header the rule's L4Header guards ensure so far
+	for _, m := range r.Matches {
+		if err := v.match(m, &guard); err != nil {
+			v.errorf("r%d: %v", r.ID, err)
+		}
+	}
+}
+
+func (v *verifier) target(r *Rule, to int) {
+	if to <= 0 || to >= len(v.p.Chains) {
+		v.errorf("r%d: jump to chain %d, want 1..%d", r.ID, to, len(v.p.Chains)-1)
+	}
+}
+
+// acyclic checks that no chain can reach itself through jumps and gotos.
+func (v *verifier) acyclic() {
+	state := make([]uint8, len(v.p.Chains)) // 0 new, 1 on the path, 2 done
+	var visit func(ci int) bool
+	visit = func(ci int) bool {
+		state[ci] = 1
+		for _, r := range v.p.Chains[ci].Rules {
+			to := -1
+			switch a := r.Action.(type) {
+			case Jump:
+				to = a.Chain
+			case Goto:
+				to = a.Chain
+			}
+			if to <= 0 || to >= len(v.p.Chains) {
+				continue
+			}
+			if state[to] == 1 {
+				v.errorf("r%d: jump to %s makes a loop", r.ID, v.p.Chains[to].Name)
+				return false
+			}
+			if state[to] == 0 && !visit(to) {
+				return false
+			}
+		}
+		state[ci] = 2
+		return true
+	}
+	for ci := range v.p.Chains {
+		if state[ci] == 0 && !visit(ci) {
+			return
+		}
+	}
+}
+
+func (v *verifier) addr(a netip.Addr) error {
+	if !a.IsValid() || a.BitLen() != v.p.Family.Bits() {
+		return fmt.Errorf("address %v is not an %s address", a, v.p.Family)
+	}
+	return nil
+}
+
+// match checks one match; guard is the transport-header length ensured by
+// the rule's earlier L4Header matches.
+func (v *verifier) match(m Match, guard *int) error {
+	needs := func(n int, what string) error {
+		if *guard < n {
+			return fmt.Errorf("%s without an L4Header of at least %d bytes before it", what, n)
+		}
+		return nil
+	}
+	switch m := m.(type) {
+	case Addr:
+		if err := errors.Join(v.dir(m.Dir, false), v.addr(m.Addr), v.addr(m.Mask)); err != nil {
+			return err
+		}
+		if maskAddr(m.Addr, m.Mask) != m.Addr {
+			return fmt.Errorf("address %s has bits outside mask %s", m.Addr, m.Mask)
+		}
+	case AddrRange:
+		if err := errors.Join(v.dir(m.Dir, false), v.addr(m.From), v.addr(m.To)); err != nil {
+			return err
+		}
+		if m.From.Compare(m.To) > 0 {
+			return fmt.Errorf("empty address range %s-%s", m.From, m.To)
+		}
+	case AddrSet:
+		if err := v.dir(m.Dir, false); err != nil {
+			return err
+		}
+		for i, e := range m.Entries {
+			if err := v.addr(e.Prefix.Addr()); err != nil {
+				return fmt.Errorf("set %s: %w", m.Set, err)
+			}
+			if e.Prefix.Masked() != e.Prefix {
+				return fmt.Errorf("set %s: prefix %s is not masked", m.Set, e.Prefix)
+			}
+			if i > 0 && m.Entries[i-1].Prefix == e.Prefix {
+				return fmt.Errorf("set %s: prefix %s appears twice", m.Set, e.Prefix)
+			}
+		}
+	case Proto:
+		if m.Proto == 0 {
+			return fmt.Errorf("protocol 0: -p all must lower to no match")
+		}
+	case Fragment:
+		if v.p.Family != rules.IPv4 {
+			return fmt.Errorf("fragment match in an %s program", v.p.Family)
+		}
+	case Iface:
+		if m.Dir != IfaceIn && m.Dir != IfaceOut {
+			return fmt.Errorf("interface match with direction %d", m.Dir)
+		}
+		if len(m.Name) > maxIfaceName || (m.Name == "" && !m.Prefix) {
+			return fmt.Errorf("bad interface name %q", m.Name)
+		}
+	case L4Header:
+		if m.Len <= 0 {
+			return fmt.Errorf("L4Header of %d bytes", m.Len)
+		}
+		*guard = max(*guard, m.Len)
+	case Ports:
+		if err := errors.Join(v.dir(m.Dir, true), needs(4, "ports match")); err != nil {
+			return err
+		}
+		if len(m.Ranges) == 0 {
+			return fmt.Errorf("ports match without ranges")
+		}
+		for _, r := range m.Ranges {
+			if r.Lo > r.Hi {
+				return fmt.Errorf("empty port range %d:%d", r.Lo, r.Hi)
+			}
+		}
+	case TCPFlags:
+		return needs(14, "tcp flags match")
+	case TCPOption:
+		if m.Kind == 0 {
+			return fmt.Errorf("tcp option 0")
+		}
+		return needs(20, "tcp option match")
+	case ICMP:
+		if err := needs(2, "icmp match"); err != nil {
+			return err
+		}
+		if m.CodeMin > m.CodeMax {
+			return fmt.Errorf("empty icmp code range %d:%d", m.CodeMin, m.CodeMax)
+		}
+		if m.Any && v.p.Family != rules.IPv4 {
+			return fmt.Errorf("icmp type any in an %s program", v.p.Family)
+		}
+	case Length:
+		if m.Min > m.Max {
+			return fmt.Errorf("empty length range %d:%d", m.Min, m.Max)
+		}
+	case TTL:
+		if m.Op < CmpEq || m.Op > CmpGt {
+			return fmt.Errorf("ttl match with comparison %d", m.Op)
+		}
+	case SrcMAC, Mark:
+	case CTState:
+		if m.States == 0 || m.States&^(ConnDNAT<<1-1) != 0 {
+			return fmt.Errorf("bad conntrack states %s", m.States)
+		}
+	case PktType:
+		if m.Type > PacketOutgoing {
+			return fmt.Errorf("bad packet type %s", m.Type)
+		}
+	default:
+		return fmt.Errorf("unknown match %T", m)
+	}
+	return nil
+}
+
+func (v *verifier) dir(d Dir, either bool) error {
+	if d == Src || d == Dst || (either && d == SrcOrDst) {
+		return nil
+	}
+	return fmt.Errorf("bad direction %s", d)
+}
