@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+	"bpfwall/parser/iptables"
 	"bpfwall/rules"
 )
 
@@ -29,6 +30,9 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 		rs, err := in.load(name, stderr)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
+			if line := iptables.FailedLine(err); line > 0 {
+				fmt.Fprintf(stderr, "%s: line %d failed\n", name, line)
+			}
 			failed++
 			continue
 		}

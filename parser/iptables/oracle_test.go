@@ -83,17 +83,6 @@ func splitSave(s string) map[string]string {
 	return tables
 }
 
-// firstErrorLine returns the line of the first error in err.
-func firstErrorLine(err error) int {
-	switch e := err.(type) {
-	case *rules.Error:
-		return e.Pos.Line
-	case rules.ErrorList:
-		return e[0].Pos.Line
-	}
-	return 0
-}
-
 // compareWithOracle parses src and checks that bpfwall and the kernel agree:
 // both fail at the same line, or both succeed with the same iptables-save
 // text for every table.
@@ -112,7 +101,7 @@ func compareWithOracle(t *testing.T, name string, src []byte) {
 	case want.ok && err != nil:
 		t.Fatalf("iptables-restore accepted the input but bpfwall failed: %v", err)
 	case !want.ok:
-		got := firstErrorLine(err)
+		got := FailedLine(err)
 		lines := strings.Split(string(src), "\n")
 		atCommit := want.failLine > 0 && want.failLine <= len(lines) && strings.TrimSpace(lines[want.failLine-1]) == "COMMIT"
 		// The kernel finds loops only when the table is committed; bpfwall

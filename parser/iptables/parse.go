@@ -242,6 +242,21 @@ func (p *parser) chainLine(l string) error {
 	return nil
 }
 
+// FailedLine returns the line iptables-restore would name in "line N
+// failed" for an error from Parse: the first error's line. It returns 0
+// for errors without a position.
+func FailedLine(err error) int {
+	switch e := err.(type) {
+	case *rules.Error:
+		return e.Pos.Line
+	case rules.ErrorList:
+		if len(e) > 0 {
+			return e[0].Pos.Line
+		}
+	}
+	return 0
+}
+
 // fields splits s at blanks as strtok(s, " \t\n") does: a carriage return
 // is part of a word.
 func fields(s string) []string {

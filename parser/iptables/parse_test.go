@@ -51,7 +51,7 @@ func TestRestoreCommands(t *testing.T) {
 				if err == nil {
 					t.Fatalf("accepted, want an error at line %s", line)
 				}
-				if got := firstErrorLine(err); got == 0 || line != strconv.Itoa(got) {
+				if got := FailedLine(err); got == 0 || line != strconv.Itoa(got) {
 					t.Fatalf("error %v, want it at line %s", err, line)
 				}
 				return
@@ -241,7 +241,7 @@ func TestCheckRealDumps(t *testing.T) {
 			}
 			rs, err := Parse(base, src, opts)
 			if line, bad := realDumpFailures[base]; bad {
-				if got := firstErrorLine(err); got != line {
+				if got := FailedLine(err); got != line {
 					t.Fatalf("error %v, want one at line %d", err, line)
 				}
 				return
@@ -277,7 +277,7 @@ func TestRawAnomalies(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = Parse(name, src, Options{})
-			if got := firstErrorLine(err); got != line {
+			if got := FailedLine(err); got != line {
 				t.Errorf("error %v, want one at line %d", err, line)
 			}
 		})

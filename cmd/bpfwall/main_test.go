@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runCmd runs the command line and returns its output and exit code.
+func runCmd(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(args, &out, &errOut)
+	code = exitCode(err, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const example = "../../testdata/examples/web-server.rules.v4"
+
+func TestCheck(t *testing.T) {
+	out, errOut, code := runCmd(t, "check", example)
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if want := example + ": ipv4, 1 tables, 4 chains, 8 rules\n"; out != want {
+		t.Errorf("stdout %q, want %q", out, want)
+	}
+}
+
+func TestCheckReportsPositions(t *testing.T) {
+	bad := writeFile(t, "bad.rules", "*filter\n-A INPUT -j ACCEPT\n-A INPUT -p tcp --dport 70000 -j DROP\nCOMMIT\n")
+	_, errOut, code := runCmd(t, "check", bad)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	for _, want := range []string{bad + ":3:", "70000", bad + ": line 3 failed"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr %q does not contain %q", errOut, want)
+		}
+	}
+}
+
+func TestFmtIsStable(t *testing.T) {
+	once, errOut, code := runCmd(t, "fmt", example)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(once, "-A INPUT -s 192.0.2.0/24 -p tcp -m tcp --dport 22 -j ssh-allow\n") {
+		t.Errorf("fmt output lacks the canonical ssh rule:\n%s", once)
+	}
+	twice, _, code := runCmd(t, "fmt", writeFile(t, "once.rules", once))
+	if code != 0 || twice != once {
+		t.Errorf("fmt of fmt differs (exit %d):\n%s", code, twice)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	tests := [][]string{
+		{},
+		{"nosuchcommand"},
+		{"check"},
+		{"fmt", "a", "b"},
+		{"check", "--nosuchflag", example},
+	}
+	for _, args := range tests {
+		if _, _, code := runCmd(t, args...); code != 2 {
+			t.Errorf("bpfwall %s: exit %d, want 2", strings.Join(args, " "), code)
+		}
+	}
+}
+
+func TestFlagsAfterFile(t *testing.T) {
+	v6 := writeFile(t, "v6.rules", "*filter\n-A INPUT -s 2001:db8::1 -j DROP\nCOMMIT\n")
+	out, errOut, code := runCmd(t, "check", v6, "-6")
+	if code != 0 || !strings.Contains(out, "ipv6") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
