@@ -297,6 +297,8 @@ func (m *PktType) appendSave(b []byte) []byte {
 		return append(b, "broadcast"...)
 	case PacketMulticast:
 		return append(b, "multicast"...)
+	case PacketOtherHost:
+		return append(b, "otherhost"...)
 	}
 	return appendUint(b, uint64(m.Type))
 }

@@ -17,10 +17,9 @@ func init() {
 type commentParser struct{ m *rules.Comment }
 
 func (p *commentParser) parse(o *opt) error {
-	if len(o.Arg) > maxCommentLen {
-		return o.errorf("--comment: comment too long (%d bytes, %d at most)", len(o.Arg), maxCommentLen)
-	}
-	p.m = &rules.Comment{Text: o.Arg}
+	// libxtables cuts a longer comment to the size of the kernel's field,
+	// without a word.
+	p.m = &rules.Comment{Text: o.Arg[:min(len(o.Arg), maxCommentLen)]}
 	return nil
 }
 

@@ -131,7 +131,7 @@ func canonicalCTOption(o *opt, fam rules.Family) (string, error) {
 	case "ctorigsrc", "ctorigdst", "ctreplsrc", "ctrepldst":
 		return canonicalHostMask(o, fam)
 	case "ctorigsrcport", "ctorigdstport", "ctreplsrcport", "ctrepldstport":
-		r, err := parsePortRange(o, "")
+		r, err := parsePortRange(o, parseServicePort)
 		if err != nil {
 			return "", err
 		}
@@ -199,35 +199,60 @@ func canonicalCTStatus(o *opt) (string, error) {
 
 // canonicalHostMask parses "address[/mask]", the mask a prefix length or an
 // address, and prints it as libxt_conntrack saves it: the address as given
-// (not masked), no suffix for a full mask, "/len" for a contiguous one.
+// (not masked), no suffix for a full mask, "/len" otherwise. libxtables
+// turns a mask that is not a prefix into a full mask, and so does this.
 func canonicalHostMask(o *opt, fam rules.Family) (string, error) {
 	addrPart, maskPart, hasMask := strings.Cut(o.Arg, "/")
-	addr, err := parseAddr(addrPart, fam)
-	if err != nil {
+	addr, ok := parseHost(addrPart, fam)
+	if !ok {
 		return "", o.errorf("--%s: invalid address %q (host names are not resolved)", o.Name, addrPart)
 	}
-	if !hasMask {
-		return addr.String(), nil
-	}
 	bits := fam.Bits()
-	if n, ok := parseUint(maskPart, uint64(bits)); ok {
-		if int(n) == bits {
-			return addr.String(), nil
+	n := uint64(bits)
+	if hasMask {
+		if n, ok = parseUint(maskPart, uint64(bits)); !ok {
+			mask, ok := parseHost(maskPart, fam)
+			if !ok {
+				return "", o.errorf("--%s: invalid mask %q", o.Name, maskPart)
+			}
+			n = uint64(bits)
+			if b := (rules.Net{Mask: mask}).Bits(); b >= 0 {
+				n = uint64(b)
+			}
 		}
-		return addr.String() + "/" + strconv.FormatUint(n, 10), nil
 	}
-	mask, err := netip.ParseAddr(maskPart)
-	if err != nil || mask.BitLen() != bits || mask.Zone() != "" {
-		return "", o.errorf("--%s: invalid mask %q", o.Name, maskPart)
-	}
-	switch n := (rules.Net{Addr: addr, Mask: mask}).Bits(); n {
-	case bits:
+	if int(n) == bits {
 		return addr.String(), nil
-	case -1:
-		return addr.String() + "/" + mask.String(), nil
-	default:
-		return addr.String() + "/" + strconv.Itoa(n), nil
 	}
+	return addr.String() + "/" + strconv.FormatUint(n, 10), nil
+}
+
+// parseHost parses a numeric address as getaddrinfo(3) does: IPv4 in
+// inet_aton(3) syntax, where "10.1" is 10.0.0.1 and parts may be written in
+// hexadecimal or octal.
+func parseHost(s string, fam rules.Family) (netip.Addr, bool) {
+	if fam == rules.IPv6 {
+		a, err := netip.ParseAddr(s)
+		return a, err == nil && a.Is6() && a.Zone() == ""
+	}
+	parts := strings.Split(s, ".")
+	if len(parts) > 4 {
+		return netip.Addr{}, false
+	}
+	var v uint64
+	for i, p := range parts {
+		// Every part is a byte but the last, which fills the rest.
+		width := 8
+		if i == len(parts)-1 {
+			width = 8 * (5 - len(parts))
+		}
+		x, ok := parseUint(p, 1<<width-1)
+		if !ok {
+			return netip.Addr{}, false
+		}
+		v = v<<width | x
+	}
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), true
 }
 
 type stateParser struct{ m *rules.State }

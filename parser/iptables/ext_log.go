@@ -61,12 +61,12 @@ func (p *logParser) parse(o *opt) error {
 		switch {
 		case o.Arg == "":
 			return o.errorf("--log-prefix: empty prefix")
-		case len(o.Arg) > maxLogPrefixLen:
-			return o.errorf("--log-prefix: prefix too long (%d bytes, %d at most)", len(o.Arg), maxLogPrefixLen)
 		case strings.Contains(o.Arg, "\n"):
 			return o.errorf("--log-prefix: newlines not allowed")
 		}
-		p.t.Prefix = o.Arg
+		// libxtables cuts a longer prefix to the size of the kernel's
+		// field, without a word; the kernel logs the cut prefix.
+		p.t.Prefix = o.Arg[:min(len(o.Arg), maxLogPrefixLen)]
 	default:
 		p.t.Flags |= logFlags[o.Name]
 	}

@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"cmp"
 	"strconv"
 	"strings"
 
@@ -33,53 +34,63 @@ func parseUint(s string, max uint64) (uint64, bool) {
 // means none.
 type servicePorts struct{ tcp, udp, sctp uint16 }
 
-// parsePort parses a port as xtables_parse_port does: a number up to 65535
-// or a service name known for the protocol ("tcp", "udp", "sctp", ...).
+// parsePort parses a port as xtables_parse_port does (libxt_tcp,
+// libxt_multiport): a number up to 65535 in C syntax (so 010 is 8) or a
+// service name known for the protocol ("tcp", "udp", "sctp", ...).
 func parsePort(s, proto string) (uint16, bool) {
 	if v, ok := parseUint(s, 65535); ok {
 		return uint16(v), true
 	}
-	sp, ok := serviceByName[s]
-	if !ok {
-		return 0, false
-	}
 	var p uint16
-	switch proto {
+	switch sp := serviceByName[s]; proto {
 	case "tcp":
 		p = sp.tcp
 	case "udp":
 		p = sp.udp
 	case "sctp":
 		p = sp.sctp
-	case "": // any protocol, as getaddrinfo(3) without hints
-		p = max(sp.tcp, sp.udp, sp.sctp)
 	}
 	return p, p != 0
 }
 
+// parseServicePort parses a port as libxtables' port option types do
+// (libxt_udp, libxt_conntrack), through getaddrinfo(3): a decimal number
+// or a service name of any protocol, tried in getaddrinfo's order. Unlike
+// glibc, which truncates, numbers above 65535 are rejected, as iptables'
+// own tests say they should be.
+func parseServicePort(s string) (uint16, bool) {
+	if d := strings.TrimPrefix(s, "+"); d != "" && strings.Trim(d, "0123456789") == "" {
+		v, err := strconv.ParseUint(d, 10, 16)
+		return uint16(v), err == nil
+	}
+	sp := serviceByName[s]
+	p := cmp.Or(sp.tcp, sp.udp, sp.sctp)
+	return p, p != 0
+}
+
 // parsePortRange parses "port", "lo:hi", "lo:" (up to 65535), ":hi" (from
-// 0) or ":" (every port). A range whose low end is above its high end is an
-// error, as in libxt_tcp.
-func parsePortRange(o *opt, proto string) (rules.PortRange, error) {
+// 0) or ":" (every port), each port parsed by port. A range whose low end
+// is above its high end is an error, as in libxt_tcp.
+func parsePortRange(o *opt, port func(string) (uint16, bool)) (rules.PortRange, error) {
 	lo, hi, isRange := strings.Cut(o.Arg, ":")
-	port := func(s string, def uint16) (uint16, error) {
+	parse := func(s string, def uint16) (uint16, error) {
 		if isRange && s == "" {
 			return def, nil
 		}
-		p, ok := parsePort(s, proto)
+		p, ok := port(s)
 		if !ok {
 			return 0, o.errorf("--%s: invalid port %q", o.Name, s)
 		}
 		return p, nil
 	}
-	l, err := port(lo, 0)
+	l, err := parse(lo, 0)
 	if err != nil {
 		return rules.PortRange{}, err
 	}
 	if !isRange {
 		return rules.PortRange{Lo: l, Hi: l}, nil
 	}
-	h, err := port(hi, 65535)
+	h, err := parse(hi, 65535)
 	if err != nil {
 		return rules.PortRange{}, err
 	}
@@ -88,6 +99,9 @@ func parsePortRange(o *opt, proto string) (rules.PortRange, error) {
 	}
 	return rules.PortRange{Lo: l, Hi: h}, nil
 }
+
+// tcpPort parses a port of libxt_tcp.
+func tcpPort(s string) (uint16, bool) { return parsePort(s, "tcp") }
 
 // parseUintRange parses "n", "lo:hi", "lo:", ":hi" or ":" as libxtables'
 // range option types (XTTYPE_UINT16RC, XTTYPE_UINT32RC) do; a missing end

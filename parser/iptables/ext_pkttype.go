@@ -21,7 +21,7 @@ var pktTypeNames = []struct {
 	typ  uint8
 }{
 	{"unicast", rules.PacketHost}, {"broadcast", rules.PacketBroadcast},
-	{"multicast", rules.PacketMulticast},
+	{"multicast", rules.PacketMulticast}, {"otherhost", rules.PacketOtherHost},
 	{"bcast", rules.PacketBroadcast}, {"mcast", rules.PacketMulticast}, {"host", rules.PacketHost},
 }
 
@@ -34,7 +34,7 @@ func (p *pkttypeParser) parse(o *opt) error {
 			return nil
 		}
 	}
-	return o.errorf("--pkt-type: bad packet type %q (unicast, broadcast or multicast)", o.Arg)
+	return o.errorf("--pkt-type: bad packet type %q (unicast, broadcast, multicast or otherhost)", o.Arg)
 }
 
 func (p *pkttypeParser) finish(ctx *ruleCtx) (rules.Match, error) {

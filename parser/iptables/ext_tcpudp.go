@@ -6,7 +6,9 @@ import (
 	"bpfwall/rules"
 )
 
-// Matches tcp and udp (libxt_tcp.c, libxt_udp.c, kernel xt_tcpudp.c).
+// Matches tcp and udp (libxt_tcp.c, libxt_udp.c, kernel xt_tcpudp.c). The
+// two parse ports differently: libxt_tcp with its own parser (C numbers,
+// tcp services), libxt_udp with libxtables' (decimal, any service).
 
 func init() {
 	registerMatch("tcp", &matchExt{
@@ -38,14 +40,14 @@ func init() {
 // names are synonyms, so each may be given once in either spelling.
 type portOpts struct{ src, dst bool }
 
-func (p *portOpts) parse(o *opt, proto string, src, dst *rules.PortRange, srcNeg, dstNeg *bool) (bool, error) {
+func (p *portOpts) parse(o *opt, port func(string) (uint16, bool), src, dst *rules.PortRange, srcNeg, dstNeg *bool) (bool, error) {
 	switch o.Name {
 	case "source-port", "sport":
 		if p.src {
 			return true, o.errorf("only one --source-port allowed")
 		}
 		p.src = true
-		r, err := parsePortRange(o, proto)
+		r, err := parsePortRange(o, port)
 		*src, *srcNeg = r, o.Neg
 		return true, err
 	case "destination-port", "dport":
@@ -53,7 +55,7 @@ func (p *portOpts) parse(o *opt, proto string, src, dst *rules.PortRange, srcNeg
 			return true, o.errorf("only one --destination-port allowed")
 		}
 		p.dst = true
-		r, err := parsePortRange(o, proto)
+		r, err := parsePortRange(o, port)
 		*dst, *dstNeg = r, o.Neg
 		return true, err
 	}
@@ -67,7 +69,7 @@ type tcpParser struct {
 }
 
 func (p *tcpParser) parse(o *opt) error {
-	if done, err := p.ports.parse(o, "tcp", &p.m.SrcPorts, &p.m.DstPorts, &p.m.SrcNeg, &p.m.DstNeg); done {
+	if done, err := p.ports.parse(o, tcpPort, &p.m.SrcPorts, &p.m.DstPorts, &p.m.SrcNeg, &p.m.DstNeg); done {
 		return err
 	}
 	switch o.Name {
@@ -147,7 +149,7 @@ type udpParser struct {
 }
 
 func (p *udpParser) parse(o *opt) error {
-	_, err := p.ports.parse(o, "udp", &p.m.SrcPorts, &p.m.DstPorts, &p.m.SrcNeg, &p.m.DstNeg)
+	_, err := p.ports.parse(o, parseServicePort, &p.m.SrcPorts, &p.m.DstPorts, &p.m.SrcNeg, &p.m.DstNeg)
 	return err
 }
 
