@@ -170,8 +170,8 @@ func ProtoName(p uint8) string {
 }
 
 // Quote returns s as xtables_save_string prints it: bare when it consists of
-// letters, digits, '_' and '-' only, otherwise in double quotes with '"' and
-// '\' escaped.
+// letters, digits, '_' and '-' only, otherwise in double quotes, with
+// double quotes, single quotes and backslashes escaped by a backslash.
 func Quote(s string) string {
 	plain := s != ""
 	for i := 0; i < len(s) && plain; i++ {
@@ -184,7 +184,7 @@ func Quote(s string) string {
 	var b strings.Builder
 	b.WriteByte('"')
 	for i := 0; i < len(s); i++ {
-		if s[i] == '"' || s[i] == '\\' {
+		if s[i] == '"' || s[i] == '\\' || s[i] == '\'' {
 			b.WriteByte('\\')
 		}
 		b.WriteByte(s[i])
