@@ -124,6 +124,7 @@ func TestMultiport(t *testing.T) {
 		{name: "empty element", rule: "-p tcp -m multiport --dports 1,,2", wantErr: `invalid port ""`},
 		{name: "inverted", rule: "-p tcp -m multiport ! --sports http,https", want: "-p tcp -m multiport ! --sports 80,443"},
 		{name: "service of the protocol", rule: "-p udp -m multiport --ports ntp,domain", want: "-p udp -m multiport --ports 123,53"},
+		{name: "abbreviated option", rule: "-p tcp -m multiport --dport 22", want: "-p tcp -m multiport --dports 22"},
 		{name: "two directions", rule: "-p tcp -m multiport --sports 1 --dports 2", wantErr: "only one of --sports, --dports or --ports"},
 		{name: "no protocol", rule: "-m multiport --dports 1", wantErr: "-m multiport needs -p tcp"},
 		{name: "icmp", rule: "-p icmp -m multiport --dports 1", wantErr: "-m multiport needs -p tcp"},
