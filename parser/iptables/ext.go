@@ -2,6 +2,7 @@ package iptables
 
 import (
 	"fmt"
+	"slices"
 
 	"bpfwall/rules"
 )
@@ -13,7 +14,7 @@ const (
 	argNone     argKind = iota // --syn
 	argOne                     // --dport 22: the next token, whatever it is
 	argOptional                // only as --opt=value, or the next token if it does not start with '-' or '!'
-	argGreedy                  // every following token up to the next option (generic extensions)
+	argGreedy                  // every following token up to the next option (generic extensions, --tcp-flags, --match-set)
 )
 
 // optSpec declares one long option of an extension.
@@ -55,6 +56,25 @@ type ruleCtx struct {
 	Pos      rules.Pos // where the extension was loaded
 	// Sets are the ipsets that exist (Options.Sets); -m set must name one.
 	Sets map[string]*rules.IPSet
+}
+
+// hook returns the rule's chain if it is a builtin chain, whose name is its
+// hook, or "" for a user chain: the kernel checks the hook restrictions of
+// a user chain against the hooks it is reachable from, not known here.
+func (ctx *ruleCtx) hook() string {
+	if slices.Contains(rules.BuiltinChains[ctx.Table], ctx.Chain) {
+		return ctx.Chain
+	}
+	return ""
+}
+
+// needProto checks what the kernel checks for a match bound to one
+// protocol (xt_check_match): the rule must say "-p proto", not inverted.
+func (ctx *ruleCtx) needProto(ext string, proto uint8) error {
+	if ctx.Proto != proto || ctx.ProtoNeg {
+		return rules.Errorf(ctx.Pos, "-m %s needs -p %s", ext, rules.ProtoName(proto))
+	}
+	return nil
 }
 
 // matchParser collects the options of one match and builds it.

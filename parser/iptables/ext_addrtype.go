@@ -76,7 +76,7 @@ func (p *addrtypeParser) finish(ctx *ruleCtx) (rules.Match, error) {
 	if !p.srcSeen && !p.dstSeen {
 		return nil, rules.Errorf(ctx.Pos, "addrtype: --src-type or --dst-type required")
 	}
-	switch builtinHook(ctx) {
+	switch ctx.hook() {
 	case "PREROUTING", "INPUT":
 		if m.LimitIfaceOut {
 			return nil, rules.Errorf(ctx.Pos, "addrtype: --limit-iface-out is not valid in the %s chain", ctx.Chain)

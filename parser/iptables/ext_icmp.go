@@ -134,7 +134,7 @@ func (p *icmpParser) finish(ctx *ruleCtx) (rules.Match, error) {
 	if p.m == nil {
 		return nil, rules.Errorf(ctx.Pos, "%s: --%s required", name, opt)
 	}
-	if err := needProto(ctx, name, proto); err != nil {
+	if err := ctx.needProto(name, proto); err != nil {
 		return nil, err
 	}
 	m := *p.m

@@ -33,7 +33,7 @@ func (p *macParser) finish(ctx *ruleCtx) (rules.Match, error) {
 	if p.m == nil {
 		return nil, rules.Errorf(ctx.Pos, "mac: --mac-source required")
 	}
-	switch builtinHook(ctx) {
+	switch ctx.hook() {
 	case "POSTROUTING", "OUTPUT":
 		return nil, rules.Errorf(ctx.Pos, "-m mac is only valid in the PREROUTING, INPUT and FORWARD chains, not %s", ctx.Chain)
 	}

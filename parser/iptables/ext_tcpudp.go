@@ -104,7 +104,7 @@ func (p *tcpParser) parse(o *opt) error {
 }
 
 func (p *tcpParser) finish(ctx *ruleCtx) (rules.Match, error) {
-	if err := needProto(ctx, "tcp", 6); err != nil {
+	if err := ctx.needProto("tcp", 6); err != nil {
 		return nil, err
 	}
 	m := p.m
@@ -154,7 +154,7 @@ func (p *udpParser) parse(o *opt) error {
 }
 
 func (p *udpParser) finish(ctx *ruleCtx) (rules.Match, error) {
-	if err := needProto(ctx, "udp", 17); err != nil {
+	if err := ctx.needProto("udp", 17); err != nil {
 		return nil, err
 	}
 	m := p.m

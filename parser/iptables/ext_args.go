@@ -1,5 +1,8 @@
 package iptables
 
+// Argument syntax the extensions share: numbers, ports and ranges as
+// libxtables reads them, and name prefixes.
+
 import (
 	"cmp"
 	"strconv"
@@ -131,27 +134,6 @@ func parseUintRange(o *opt, max uint64) (lo, hi uint64, err error) {
 		return 0, 0, o.errorf("--%s: invalid range %q (min > max)", o.Name, o.Arg)
 	}
 	return lo, hi, nil
-}
-
-// builtinHook returns the hook of the rule's chain when it is a builtin
-// chain, or "" for user chains: the kernel checks hook restrictions of
-// user chains only against the hooks they are reachable from.
-func builtinHook(ctx *ruleCtx) string {
-	for _, c := range rules.BuiltinChains[ctx.Table] {
-		if c == ctx.Chain {
-			return c
-		}
-	}
-	return ""
-}
-
-// needProto checks what the kernel checks for matches bound to one
-// protocol (xt_check_match): the rule must say "-p proto", not inverted.
-func needProto(ctx *ruleCtx, ext string, proto uint8) error {
-	if ctx.Proto != proto || ctx.ProtoNeg {
-		return rules.Errorf(ctx.Pos, "-m %s needs -p %s", ext, rules.ProtoName(proto))
-	}
-	return nil
 }
 
 // prefixOf reports whether s is a non-empty prefix of name, ignoring case,
