@@ -64,7 +64,10 @@ func parsePort(s, proto string) (uint16, bool) {
 func parseServicePort(s string) (uint16, bool) {
 	if d := strings.TrimPrefix(s, "+"); d != "" && strings.Trim(d, "0123456789") == "" {
 		v, err := strconv.ParseUint(d, 10, 16)
-		return uint16(v), err == nil
+		if err != nil {
+			return 0, false
+		}
+		return uint16(v), true
 	}
 	sp := serviceByName[s]
 	p := cmp.Or(sp.tcp, sp.udp, sp.sctp)
