@@ -23,7 +23,11 @@ func init() {
 			{name: "tcp-flags", arg: argGreedy, invert: true},
 			{name: "tcp-option", arg: argOne, invert: true},
 		},
-		new: func() matchParser { return &tcpParser{m: rules.TCP{SrcPorts: rules.AnyPort, DstPorts: rules.AnyPort}} },
+		new: func() matchParser {
+			p := &tcpParser{m: rules.TCP{SrcPorts: rules.AnyPort, DstPorts: rules.AnyPort}}
+			p.ports = portOpts{port: tcpPort, src: &p.m.SrcPorts, dst: &p.m.DstPorts, srcNeg: &p.m.SrcNeg, dstNeg: &p.m.DstNeg}
+			return p
+		},
 	})
 	registerMatch("udp", &matchExt{
 		options: []optSpec{
@@ -32,34 +36,45 @@ func init() {
 			{name: "destination-port", arg: argOne, invert: true},
 			{name: "dport", arg: argOne, invert: true},
 		},
-		new: func() matchParser { return &udpParser{m: rules.UDP{SrcPorts: rules.AnyPort, DstPorts: rules.AnyPort}} },
+		new: func() matchParser {
+			p := &udpParser{m: rules.UDP{SrcPorts: rules.AnyPort, DstPorts: rules.AnyPort}}
+			p.ports = portOpts{port: parseServicePort, src: &p.m.SrcPorts, dst: &p.m.DstPorts, srcNeg: &p.m.SrcNeg, dstNeg: &p.m.DstNeg}
+			return p
+		},
 	})
 }
 
-// portOpts tracks the port options of tcp and udp; their long and short
-// names are synonyms, so each may be given once in either spelling.
-type portOpts struct{ src, dst bool }
+// portOpts parses the port options tcp and udp share into the fields of
+// their match. The long and short names are synonyms: each option may be
+// given once, in either spelling.
+type portOpts struct {
+	port             func(string) (uint16, bool)
+	src, dst         *rules.PortRange
+	srcNeg, dstNeg   *bool
+	srcSeen, dstSeen bool
+}
 
-func (p *portOpts) parse(o *opt, port func(string) (uint16, bool), src, dst *rules.PortRange, srcNeg, dstNeg *bool) (bool, error) {
+// parse reports whether o was a port option, and its error.
+func (p *portOpts) parse(o *opt) (bool, error) {
+	var r *rules.PortRange
+	var neg, seen *bool
+	var long string
 	switch o.Name {
 	case "source-port", "sport":
-		if p.src {
-			return true, o.errorf("only one --source-port allowed")
-		}
-		p.src = true
-		r, err := parsePortRange(o, port)
-		*src, *srcNeg = r, o.Neg
-		return true, err
+		r, neg, seen, long = p.src, p.srcNeg, &p.srcSeen, "--source-port"
 	case "destination-port", "dport":
-		if p.dst {
-			return true, o.errorf("only one --destination-port allowed")
-		}
-		p.dst = true
-		r, err := parsePortRange(o, port)
-		*dst, *dstNeg = r, o.Neg
-		return true, err
+		r, neg, seen, long = p.dst, p.dstNeg, &p.dstSeen, "--destination-port"
+	default:
+		return false, nil
 	}
-	return false, nil
+	if *seen {
+		return true, rules.Errorf(o.Pos, "only one %s allowed", long)
+	}
+	*seen = true
+	var err error
+	*r, err = parsePortRange(o, p.port)
+	*neg = o.Neg
+	return true, err
 }
 
 type tcpParser struct {
@@ -69,7 +84,7 @@ type tcpParser struct {
 }
 
 func (p *tcpParser) parse(o *opt) error {
-	if done, err := p.ports.parse(o, tcpPort, &p.m.SrcPorts, &p.m.DstPorts, &p.m.SrcNeg, &p.m.DstNeg); done {
+	if done, err := p.ports.parse(o); done {
 		return err
 	}
 	switch o.Name {
@@ -149,7 +164,7 @@ type udpParser struct {
 }
 
 func (p *udpParser) parse(o *opt) error {
-	_, err := p.ports.parse(o, parseServicePort, &p.m.SrcPorts, &p.m.DstPorts, &p.m.SrcNeg, &p.m.DstNeg)
+	_, err := p.ports.parse(o)
 	return err
 }
 
