@@ -91,6 +91,25 @@ var knownTargets = map[string]bool{
 	"IPMARK": true, "LOGMARK": true, "SYSRQ": true, "DHCPMAC": true, "ECHO": true,
 }
 
+// knownMatches are the match extensions of iptables and xtables-addons that
+// bpfwall keeps generically; any other -m name is an error, as iptables
+// cannot load it.
+var knownMatches = map[string]bool{
+	"ah": true, "bpf": true, "cgroup": true, "cluster": true, "connbytes": true,
+	"connlabel": true, "connlimit": true, "connmark": true, "cpu": true, "dccp": true,
+	"devgroup": true, "dscp": true, "dst": true, "ecn": true, "esp": true, "eui64": true,
+	"frag": true, "hashlimit": true, "hbh": true, "helper": true, "ipcomp": true,
+	"ipv6header": true, "ipvs": true, "mh": true, "nfacct": true, "osf": true,
+	"owner": true, "physdev": true, "policy": true, "quota": true, "rateest": true,
+	"realm": true, "recent": true, "rpfilter": true, "rt": true, "sctp": true,
+	"socket": true, "srh": true, "statistic": true, "string": true, "tcpmss": true,
+	"time": true, "tos": true, "u32": true, "udplite": true,
+	// xtables-addons
+	"account": true, "condition": true, "dhcpmac": true, "fuzzy": true, "geoip": true,
+	"gradm": true, "iface": true, "ipp2p": true, "ipv4options": true, "length2": true,
+	"lscan": true, "pknock": true, "psd": true, "quota2": true,
+}
+
 // loadedMatch is a match extension loaded on the current line.
 type loadedMatch struct {
 	name   string
@@ -393,7 +412,8 @@ func (lp *lineParser) standard(c byte, flag string, col int, arg *token) error {
 		if inv {
 			return lp.errorf(col, "unexpected ! flag before --match")
 		}
-		lp.loadMatch(arg.text, lp.pos(col))
+		_, err := lp.loadMatch(arg.text, lp.pos(col))
+		return err
 	case 'c':
 		return lp.setCounters(arg, col)
 	}
@@ -473,18 +493,24 @@ func (lp *lineParser) command(c byte, flag string, col int, arg *token) error {
 	return nil
 }
 
+// setCounters handles "-c packets bytes" and iptables 1.8.11's
+// "-c packets,bytes".
 func (lp *lineParser) setCounters(arg *token, col int) error {
-	pkts, err := strconv.ParseUint(arg.text, 10, 64)
-	if err != nil {
+	ps, bs, comma := strings.Cut(arg.text, ",")
+	if !comma {
+		t, err := lp.nextArg("-c", col)
+		if err != nil {
+			return lp.errorf(col, "-c requires packet and byte counter")
+		}
+		bs = t.text
+	}
+	pkts, err1 := strconv.ParseUint(ps, 10, 64)
+	bytes, err2 := strconv.ParseUint(bs, 10, 64)
+	switch {
+	case err1 != nil:
 		return lp.errorf(arg.col, "-c packet counter not numeric")
-	}
-	t, err := lp.nextArg("-c", col)
-	if err != nil {
-		return lp.errorf(col, "-c requires packet and byte counter")
-	}
-	bytes, err := strconv.ParseUint(t.text, 10, 64)
-	if err != nil {
-		return lp.errorf(t.col, "-c byte counter not numeric")
+	case err2 != nil:
+		return lp.errorf(arg.col, "-c byte counter not numeric")
 	}
 	if lp.p.opts.Counters {
 		lp.rule.Counters = rules.Counters{Packets: pkts, Bytes: bytes}
@@ -526,15 +552,21 @@ func (lp *lineParser) setTarget(arg *token, isGoto bool) error {
 
 // loadMatch loads a match extension; an extension of the other family or
 // one bpfwall does not interpret is kept generically.
-func (lp *lineParser) loadMatch(name string, pos rules.Pos) *loadedMatch {
+func (lp *lineParser) loadMatch(name string, pos rules.Pos) (*loadedMatch, error) {
 	m := &loadedMatch{name: name, pos: pos, seen: map[string]bool{}}
-	if e, ok := matchExts[name]; ok && (e.family == nil || *e.family == lp.p.family) {
+	e, typed := matchExts[name]
+	switch {
+	case typed && (e.family == nil || *e.family == lp.p.family):
 		m.ext, m.parser = e, e.new()
-	} else {
+	case typed:
+		return nil, rules.Errorf(pos, "couldn't load match %q: it is for %s only", name, *e.family)
+	case knownMatches[name]:
 		m.parser = newGenericMatch(name)
+	default:
+		return nil, rules.Errorf(pos, "couldn't load match %q: no such extension", name)
 	}
 	lp.matches = append(lp.matches, m)
-	return m
+	return m, nil
 }
 
 // extHandle is an extension that claims an option.
@@ -593,7 +625,10 @@ func (lp *lineParser) loadImplicit(lookup func([]optSpec) (optSpec, bool)) *extH
 	implicit := protoExtension(lp.rule.Proto, lp.p.family)
 	if e, ok := matchExts[implicit]; ok && (e.family == nil || *e.family == lp.p.family) {
 		if s, ok := lookup(e.options); ok {
-			m := lp.loadMatch(implicit, lp.pos(lp.toks[lp.i-1].col))
+			m, err := lp.loadMatch(implicit, lp.pos(lp.toks[lp.i-1].col))
+			if err != nil {
+				return nil
+			}
 			return &extHandle{spec: s, seen: m.seen, parser: m.parser}
 		}
 	}
