@@ -1,0 +1,255 @@
+// Package packets builds test and trace packets: Ethernet frames from the
+// one-line JSON descriptions of DESIGN.md, and frames read from pcap files.
+package packets
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+)
+
+// Desc describes a packet; omitted fields take the defaults of Default.
+type Desc struct {
+	Proto string `json:"proto,omitempty"` // tcp, udp, icmp, icmpv6, sctp or a number
+	Src   string `json:"src,omitempty"`
+	Dst   string `json:"dst,omitempty"`
+	SPort uint16 `json:"sport,omitempty"`
+	DPort uint16 `json:"dport,omitempty"`
+	Flags *uint8 `json:"flags,omitempty"` // the TCP flag byte
+	Type  uint8  `json:"type,omitempty"`  // ICMP type
+	Code  uint8  `json:"code,omitempty"`  // ICMP code
+	Iface string `json:"iface,omitempty"`
+	TTL   uint8  `json:"ttl,omitempty"`
+	// Len is the IP packet length; the payload is padded to reach it.
+	Len int `json:"len,omitempty"`
+}
+
+// Default is the packet a description starts from.
+var Default = Desc{Proto: "tcp", Src: "10.0.0.1", Dst: "10.0.0.2", SPort: 1234, DPort: 80, Iface: "eth0", TTL: 64, Len: 64}
+
+// withDefaults fills in omitted fields. IPv6 addresses select IPv6
+// defaults for the other address.
+func (d Desc) withDefaults() Desc {
+	def := Default
+	if strings.Contains(d.Src, ":") || strings.Contains(d.Dst, ":") {
+		def.Src, def.Dst = "2001:db8::1", "2001:db8::2"
+	}
+	if d.Proto == "" {
+		d.Proto = def.Proto
+	}
+	if d.Src == "" {
+		d.Src = def.Src
+	}
+	if d.Dst == "" {
+		d.Dst = def.Dst
+	}
+	if d.SPort == 0 && d.Proto != "icmp" && d.Proto != "icmpv6" {
+		d.SPort = def.SPort
+	}
+	if d.DPort == 0 && d.Proto != "icmp" && d.Proto != "icmpv6" {
+		d.DPort = def.DPort
+	}
+	if d.Flags == nil {
+		syn := uint8(2)
+		d.Flags = &syn
+	}
+	if d.Iface == "" {
+		d.Iface = def.Iface
+	}
+	if d.TTL == 0 {
+		d.TTL = def.TTL
+	}
+	if d.Len == 0 {
+		d.Len = def.Len
+	}
+	return d
+}
+
+// Parse reads one JSON description.
+func Parse(line []byte) (Desc, error) {
+	var d Desc
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		return Desc{}, err
+	}
+	return d, nil
+}
+
+// ReadJSONL reads one description per line; blank lines and lines starting
+// with '#' are skipped. Errors name the line.
+func ReadJSONL(r io.Reader) ([]Desc, error) {
+	var out []Desc
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		d, err := Parse(line)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		out = append(out, d)
+	}
+	return out, sc.Err()
+}
+
+var (
+	srcMAC = net.HardwareAddr{0x02, 0, 0, 0, 0, 1}
+	dstMAC = net.HardwareAddr{0x02, 0, 0, 0, 0, 2}
+)
+
+// Frame builds the Ethernet frame the description stands for.
+func (d Desc) Frame() ([]byte, error) {
+	d = d.withDefaults()
+	src, err := netip.ParseAddr(d.Src)
+	if err != nil {
+		return nil, fmt.Errorf("src: %w", err)
+	}
+	dst, err := netip.ParseAddr(d.Dst)
+	if err != nil {
+		return nil, fmt.Errorf("dst: %w", err)
+	}
+	if src.Is4() != dst.Is4() {
+		return nil, errors.New("src and dst are of different families")
+	}
+	proto, err := protoNumber(d.Proto, src.Is6())
+	if err != nil {
+		return nil, err
+	}
+	eth := &layers.Ethernet{SrcMAC: srcMAC, DstMAC: dstMAC}
+	var ip gopacket.NetworkLayer
+	var ipLayer gopacket.SerializableLayer
+	hdrLen := 20
+	if src.Is4() {
+		eth.EthernetType = layers.EthernetTypeIPv4
+		v4 := &layers.IPv4{Version: 4, TTL: d.TTL, Protocol: layers.IPProtocol(proto), SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+		ip, ipLayer = v4, v4
+	} else {
+		eth.EthernetType = layers.EthernetTypeIPv6
+		v6 := &layers.IPv6{Version: 6, HopLimit: d.TTL, NextHeader: layers.IPProtocol(proto), SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+		ip, ipLayer = v6, v6
+		hdrLen = 40
+	}
+	stack := []gopacket.SerializableLayer{eth, ipLayer}
+	switch proto {
+	case 6:
+		tcp := &layers.TCP{SrcPort: layers.TCPPort(d.SPort), DstPort: layers.TCPPort(d.DPort), Window: 64240, DataOffset: 5}
+		setTCPFlags(tcp, *d.Flags)
+		if err := tcp.SetNetworkLayerForChecksum(ip); err != nil {
+			return nil, err
+		}
+		stack = append(stack, tcp)
+		hdrLen += 20
+	case 17:
+		udp := &layers.UDP{SrcPort: layers.UDPPort(d.SPort), DstPort: layers.UDPPort(d.DPort)}
+		if err := udp.SetNetworkLayerForChecksum(ip); err != nil {
+			return nil, err
+		}
+		stack = append(stack, udp)
+		hdrLen += 8
+	case 132:
+		stack = append(stack, &layers.SCTP{SrcPort: layers.SCTPPort(d.SPort), DstPort: layers.SCTPPort(d.DPort)})
+		hdrLen += 12
+	case 1:
+		stack = append(stack, &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(d.Type, d.Code)})
+		hdrLen += 8
+	case 58:
+		icmp := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(d.Type, d.Code)}
+		if err := icmp.SetNetworkLayerForChecksum(ip); err != nil {
+			return nil, err
+		}
+		stack = append(stack, icmp, gopacket.Payload(make([]byte, 4)))
+		hdrLen += 8
+	}
+	if pad := d.Len - hdrLen; pad > 0 {
+		stack = append(stack, gopacket.Payload(make([]byte, pad)))
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, stack...); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func setTCPFlags(t *layers.TCP, f uint8) {
+	t.FIN, t.SYN, t.RST, t.PSH = f&1 != 0, f&2 != 0, f&4 != 0, f&8 != 0
+	t.ACK, t.URG, t.ECE, t.CWR = f&16 != 0, f&32 != 0, f&64 != 0, f&128 != 0
+}
+
+func protoNumber(s string, v6 bool) (uint8, error) {
+	switch s {
+	case "tcp":
+		return 6, nil
+	case "udp":
+		return 17, nil
+	case "sctp":
+		return 132, nil
+	case "icmp":
+		if v6 {
+			return 58, nil
+		}
+		return 1, nil
+	case "icmpv6":
+		return 58, nil
+	}
+	n, err := strconv.ParseUint(s, 10, 8)
+	if err != nil {
+		return 0, fmt.Errorf("unknown proto %q", s)
+	}
+	return uint8(n), nil
+}
+
+// ReadPcap returns the frames of a pcap or pcapng file with Ethernet link
+// type.
+func ReadPcap(r io.Reader) ([][]byte, error) {
+	br := bufio.NewReader(r)
+	magic, err := br.Peek(4)
+	if err != nil {
+		return nil, fmt.Errorf("read pcap: %w", err)
+	}
+	type source interface {
+		ReadPacketData() ([]byte, gopacket.CaptureInfo, error)
+		LinkType() layers.LinkType
+	}
+	var src source
+	if bytes.Equal(magic, []byte{0x0a, 0x0d, 0x0d, 0x0a}) {
+		ng, err := pcapgo.NewNgReader(br, pcapgo.DefaultNgReaderOptions)
+		if err != nil {
+			return nil, fmt.Errorf("read pcapng: %w", err)
+		}
+		src = ng
+	} else {
+		pr, err := pcapgo.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("read pcap: %w", err)
+		}
+		src = pr
+	}
+	if lt := src.LinkType(); lt != layers.LinkTypeEthernet {
+		return nil, fmt.Errorf("read pcap: link type %s, want Ethernet", lt)
+	}
+	var frames [][]byte
+	for {
+		data, _, err := src.ReadPacketData()
+		if errors.Is(err, io.EOF) {
+			return frames, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read pcap: %w", err)
+		}
+		frames = append(frames, bytes.Clone(data))
+	}
+}
