@@ -232,13 +232,20 @@ func (l *lowerer) addr(ms []Match, dir Dir, n rules.Net, neg bool, pos rules.Pos
 	return append(ms, Addr{Dir: dir, Addr: maskAddr(n.Addr, n.Mask), Mask: n.Mask, Neg: neg})
 }
 
+// maskAddr returns a & mask; both are of one family.
 func maskAddr(a, mask netip.Addr) netip.Addr {
-	b, m := a.AsSlice(), mask.AsSlice()
-	for i := range b {
-		b[i] &= m[i]
+	if a.Is4() {
+		x, m := a.As4(), mask.As4()
+		for i := range x {
+			x[i] &= m[i]
+		}
+		return netip.AddrFrom4(x)
 	}
-	out, _ := netip.AddrFromSlice(b)
-	return out
+	x, m := a.As16(), mask.As16()
+	for i := range x {
+		x[i] &= m[i]
+	}
+	return netip.AddrFrom16(x)
 }
 
 func iface(ms []Match, dir IfaceDir, name string, neg bool) []Match {

@@ -91,9 +91,9 @@ func (v *verifier) rule(ci int, r *Rule, seen []bool) {
 	default:
 		v.errorf("r%d: unknown action %T", r.ID, r.Action)
 	}
-	guard := 0 // bytes of transport header the rule's L4Header guards ensure so far
+	var st ruleState
 	for _, m := range r.Matches {
-		if err := v.match(m, &guard); err != nil {
+		if err := v.match(m, &st); err != nil {
 			v.errorf("r%d: %v", r.ID, err)
 		}
 	}
@@ -147,11 +147,16 @@ func (v *verifier) addr(a netip.Addr) error {
 	return nil
 }
 
-// match checks one match; guard is the transport-header length ensured by
-// the rule's earlier L4Header matches.
-func (v *verifier) match(m Match, guard *int) error {
+// ruleState is what a rule's earlier matches ensure.
+type ruleState struct {
+	proto bool // a Proto match without Neg
+	guard int  // bytes of transport header ensured by L4Header matches
+}
+
+// match checks one match of a rule.
+func (v *verifier) match(m Match, st *ruleState) error {
 	needs := func(n int, what string) error {
-		if *guard < n {
+		if st.guard < n {
 			return fmt.Errorf("%s without an L4Header of at least %d bytes before it", what, n)
 		}
 		return nil
@@ -190,6 +195,7 @@ func (v *verifier) match(m Match, guard *int) error {
 		if m.Proto == 0 {
 			return fmt.Errorf("protocol 0: -p all must lower to no match")
 		}
+		st.proto = st.proto || !m.Neg
 	case Fragment:
 		if v.p.Family != rules.IPv4 {
 			return fmt.Errorf("fragment match in an %s program", v.p.Family)
@@ -205,7 +211,12 @@ func (v *verifier) match(m Match, guard *int) error {
 		if m.Len <= 0 {
 			return fmt.Errorf("L4Header of %d bytes", m.Len)
 		}
-		*guard = max(*guard, m.Len)
+		// The kernel refuses transport matches in rules that do not test
+		// for their protocol.
+		if !st.proto {
+			return fmt.Errorf("L4Header without a protocol match before it")
+		}
+		st.guard = max(st.guard, m.Len)
 	case Ports:
 		if err := errors.Join(v.dir(m.Dir, true), needs(4, "ports match")); err != nil {
 			return err

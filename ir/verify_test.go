@@ -16,7 +16,9 @@ func TestVerify(t *testing.T) {
 	addMatch := func(id int, m ir.Match) func(p *ir.Program) {
 		return func(p *ir.Program) { p.Rules[id].Matches = append(p.Rules[id].Matches, m) }
 	}
-	guard := ir.L4Header{Len: 4}
+	// r0 of controlFlowRules has no matches: give it a protocol and a
+	// guard for the transport matches.
+	proto, guard := ir.Proto{Proto: 6}, ir.L4Header{Len: 4}
 	for _, tc := range []struct {
 		name   string
 		mutate func(p *ir.Program)
@@ -40,12 +42,23 @@ func TestVerify(t *testing.T) {
 		{"unmasked set prefix", addMatch(0, ir.AddrSet{Dir: ir.Src, Set: "s", Entries: []ir.SetEntry{{Prefix: netip.MustParsePrefix("10.0.0.1/8")}}}), "prefix 10.0.0.1/8 is not masked"},
 		{"protocol 0", addMatch(0, ir.Proto{}), "protocol 0"},
 		{"ports without a guard", addMatch(0, ir.Ports{Dir: ir.Dst, Ranges: []rules.PortRange{{Lo: 1, Hi: 2}}}), "ports match without an L4Header"},
-		{"ports without ranges", func(p *ir.Program) { addMatch(0, guard)(p); addMatch(0, ir.Ports{Dir: ir.Dst})(p) }, "ports match without ranges"},
+		{"guard without a protocol", addMatch(0, guard), "L4Header without a protocol match"},
+		{"guard after a negated protocol", func(p *ir.Program) { addMatch(0, ir.Proto{Proto: 6, Neg: true})(p); addMatch(0, guard)(p) }, "L4Header without a protocol match"},
+		{"ports without ranges", func(p *ir.Program) {
+			addMatch(0, proto)(p)
+			addMatch(0, guard)(p)
+			addMatch(0, ir.Ports{Dir: ir.Dst})(p)
+		}, "ports match without ranges"},
 		{"empty port range", func(p *ir.Program) {
+			addMatch(0, proto)(p)
 			addMatch(0, guard)(p)
 			addMatch(0, ir.Ports{Dir: ir.SrcOrDst, Ranges: []rules.PortRange{{Lo: 2, Hi: 1}}})(p)
 		}, "empty port range 2:1"},
-		{"tcp option after a short guard", func(p *ir.Program) { addMatch(0, guard)(p); addMatch(0, ir.TCPOption{Kind: 2})(p) }, "tcp option match without an L4Header of at least 20 bytes"},
+		{"tcp option after a short guard", func(p *ir.Program) {
+			addMatch(0, proto)(p)
+			addMatch(0, guard)(p)
+			addMatch(0, ir.TCPOption{Kind: 2})(p)
+		}, "tcp option match without an L4Header of at least 20 bytes"},
 		{"interface name too long", addMatch(0, ir.Iface{Dir: ir.IfaceIn, Name: "a-very-long-interface"}), "bad interface name"},
 		{"no conntrack states", addMatch(0, ir.CTState{}), "bad conntrack states"},
 		{"unknown ttl comparison", addMatch(0, ir.TTL{}), "ttl match with comparison 0"},
