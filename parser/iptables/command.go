@@ -148,10 +148,12 @@ type lineParser struct {
 	protoSet   bool
 	matches    []*loadedMatch
 	target     *loadedTarget
-	jump       string
-	jumpPos    rules.Pos
-	isGoto     bool
-	isChainJmp bool
+	// targetAfter is the number of matches loaded before the target.
+	targetAfter int
+	jump        string
+	jumpPos     rules.Pos
+	isGoto      bool
+	isChainJmp  bool
 }
 
 func (lp *lineParser) pos(col int) rules.Pos {
@@ -540,10 +542,12 @@ func (lp *lineParser) setTarget(arg *token, isGoto bool) error {
 	}
 	if e, ok := targetExts[name]; ok && (e.family == nil || *e.family == lp.p.family) {
 		lp.target = &loadedTarget{name: name, pos: lp.jumpPos, ext: e, parser: e.new(), seen: map[string]bool{}}
+		lp.targetAfter = len(lp.matches)
 		return nil
 	}
 	if knownTargets[name] {
 		lp.target = &loadedTarget{name: name, pos: lp.jumpPos, parser: newGenericTarget(name), seen: map[string]bool{}}
+		lp.targetAfter = len(lp.matches)
 		return nil
 	}
 	lp.isChainJmp = true
@@ -600,19 +604,50 @@ func (lp *lineParser) findExtOption(name string, exact, implicit bool) *extHandl
 	if implicit {
 		return lp.loadImplicit(lookup)
 	}
-	if t := lp.target; t != nil && t.ext != nil {
-		if s, ok := lookup(t.ext.options); ok {
-			return &extHandle{spec: s, seen: t.seen, parser: t.parser}
+	var found *extHandle
+	lp.newestFirst(func(specs []optSpec, seen map[string]bool, parser interface{ parse(*opt) error }) bool {
+		if specs == nil {
+			return false // generic
 		}
+		if s, ok := lookup(specs); ok {
+			found = &extHandle{spec: s, seen: seen, parser: parser}
+			return true
+		}
+		return false
+	})
+	return found
+}
+
+// newestFirst calls f for the loaded extensions, the most recently loaded
+// first, until f returns true. iptables merges a new extension's options in
+// front of the older ones, so when two extensions (two -m multiport, say)
+// have an option of the same name, the newer one gets it. specs is nil for
+// generic extensions.
+func (lp *lineParser) newestFirst(f func(specs []optSpec, seen map[string]bool, parser interface{ parse(*opt) error }) bool) {
+	target := func() bool {
+		t := lp.target
+		var specs []optSpec
+		if t.ext != nil {
+			specs = t.ext.options
+		}
+		return f(specs, t.seen, t.parser)
 	}
-	for _, m := range lp.matches {
+	for i := len(lp.matches) - 1; i >= 0; i-- {
+		if lp.target != nil && lp.targetAfter == i+1 && target() {
+			return
+		}
+		m := lp.matches[i]
+		var specs []optSpec
 		if m.ext != nil {
-			if s, ok := lookup(m.ext.options); ok {
-				return &extHandle{spec: s, seen: m.seen, parser: m.parser}
-			}
+			specs = m.ext.options
+		}
+		if f(specs, m.seen, m.parser) {
+			return
 		}
 	}
-	return nil
+	if lp.target != nil && lp.targetAfter == 0 {
+		target()
+	}
 }
 
 // loadImplicit loads the match named after the rule's protocol (-p tcp
@@ -644,20 +679,18 @@ func protoExtension(proto uint8, fam rules.Family) string {
 	return rules.ProtoName(proto)
 }
 
-// genericOwner returns the generic extension that takes an option no
-// interpreted extension owns: the target if it is generic, else the last
-// generic match.
+// genericOwner returns the most recently loaded generic extension, which
+// takes an option no interpreted extension owns.
 func (lp *lineParser) genericOwner(name string) *extHandle {
-	spec := optSpec{name: name, arg: argGreedy, invert: true, multi: true}
-	if t := lp.target; t != nil && t.ext == nil {
-		return &extHandle{spec: spec, seen: t.seen, parser: t.parser}
-	}
-	for i := len(lp.matches) - 1; i >= 0; i-- {
-		if m := lp.matches[i]; m.ext == nil {
-			return &extHandle{spec: spec, seen: m.seen, parser: m.parser}
+	var found *extHandle
+	lp.newestFirst(func(specs []optSpec, seen map[string]bool, parser interface{ parse(*opt) error }) bool {
+		if specs != nil {
+			return false
 		}
-	}
-	return nil
+		found = &extHandle{spec: optSpec{name: name, arg: argGreedy, invert: true, multi: true}, seen: seen, parser: parser}
+		return true
+	})
+	return found
 }
 
 // extOption reads the arguments of an extension option and hands it over.

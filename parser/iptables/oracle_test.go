@@ -516,6 +516,18 @@ COMMIT
 -A INPUT -j ACCEPT
 COMMIT
 `},
+	{"the newest instance of a match gets its options", `*filter
+-A INPUT -p udp -m multiport ! --sports 53,5353 -m multiport --ports 67:68 -j DROP
+-A INPUT -p tcp -m tcp --dport 22 -m multiport --dports 80,443 -m tcp --sport 1000 -j DROP
+COMMIT
+`, `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -p udp -m multiport ! --sports 53,5353 -m multiport --ports 67:68 -j DROP
+-A INPUT -p tcp -m tcp --dport 22 -m multiport --dports 80,443 -m tcp --sport 1000 -j DROP
+COMMIT
+`},
 	{"never matching protocol", `*filter
 -A INPUT ! -p all -j DROP
 COMMIT
