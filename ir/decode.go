@@ -41,7 +41,8 @@ const (
 // checks before the PREROUTING hook are applied, and a packet that fails
 // them is returned with Invalid set: ip_rcv_core (version, IHL, header
 // checksum, total length; packets for other hosts), ip6_rcv_core (version,
-// payload length, loopback and multicast addresses) and ipv6_parse_hopopts
+// payload length, loopback and multicast addresses, with the interface
+// called "lo" as the loopback device) and ipv6_parse_hopopts
 // with the default sysctls (at most 8 options, IOAM disabled, no CALIPSO
 // domain configured). IPv4 options are skipped, not validated: the kernel
 // checks them after PREROUTING. Only a frame shorter than an Ethernet header

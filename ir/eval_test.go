@@ -25,6 +25,8 @@ const addressRules = `*filter
 -A INPUT -s 10.0.0.1/255.0.0.255 -j ACCEPT
 -A INPUT -s 0.0.0.0/0 -p tcp -m multiport --ports 8080 -j ACCEPT
 -A INPUT -i eth+ -p udp -j DROP
+-A INPUT ! -s 0.0.0.0/0 -j ACCEPT
+-A INPUT -d 0.0.0.0/0 -p tcp -j REJECT
 COMMIT
 `
 
@@ -35,7 +37,7 @@ func TestEvalAddressesPortsInterfaces(t *testing.T) {
 		{"port 65535 from a /32", tcp4(t, "192.0.2.1", "198.51.100.1", 1234, 65535), ir.Meta{}, "REJECT r1"},
 		{"negated port range leaves 0", tcp4(t, "192.0.2.2", "198.51.100.1", 1234, 0), ir.Meta{}, "DROP r3"},
 		{"negated port range leaves 65535", tcp4(t, "192.0.2.2", "198.51.100.1", 1234, 65535), ir.Meta{}, "DROP r3"},
-		{"no rule", tcp4(t, "192.0.2.2", "198.51.100.1", 1234, 80), ir.Meta{}, "DROP policy"},
+		{"/0 matches every address, negated none", tcp4(t, "192.0.2.2", "198.51.100.1", 1234, 80), ir.Meta{}, "REJECT r8"},
 		{"negated source excludes 10/8", udp4(t, "10.1.1.1", "198.51.100.1", 53, 9), ir.Meta{}, "ACCEPT r4"},
 		{"negated source", udp4(t, "172.16.0.1", "198.51.100.1", 53, 9), ir.Meta{}, "ACCEPT r2"},
 		{"non-contiguous mask misses", udp4(t, "10.1.1.2", "198.51.100.1", 53, 9), ir.Meta{InIface: "eth1"}, "DROP r6"},
