@@ -116,7 +116,9 @@ type Comment struct {
 	Text string
 }
 
-// Conntrack state bits, as in xt_conntrack (and xt_state).
+// Conntrack state bits of the model, shared by -m state and -m conntrack.
+// They are bpfwall's own numbering: the kernel's two matches agree on the
+// first four and number UNTRACKED, SNAT and DNAT differently.
 const (
 	CTInvalid     uint16 = 1 << 0
 	CTEstablished uint16 = 1 << 1

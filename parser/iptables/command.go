@@ -779,6 +779,13 @@ func (lp *lineParser) finish() error {
 	if c.kind == cmdDelete && c.num != 0 {
 		return nil
 	}
+	// iptables refuses interfaces a builtin chain's packets cannot have.
+	switch {
+	case lp.rule.OutIface != "" && (c.chain == "PREROUTING" || c.chain == "INPUT"):
+		return rules.Errorf(c.chainPos, "can't use -o with %s", c.chain)
+	case lp.rule.InIface != "" && (c.chain == "POSTROUTING" || c.chain == "OUTPUT"):
+		return rules.Errorf(c.chainPos, "can't use -i with %s", c.chain)
+	}
 	ctx := ruleCtx{Family: lp.p.family, Proto: lp.rule.Proto, ProtoNeg: lp.rule.ProtoNeg, Table: lp.p.table.Name, Chain: c.chain, Sets: lp.p.opts.Sets}
 	r := lp.rule
 	r.Pos = c.pos

@@ -528,6 +528,26 @@ COMMIT
 -A INPUT -p tcp -m tcp --dport 22 -m multiport --dports 80,443 -m tcp --sport 1000 -j DROP
 COMMIT
 `},
+	{"-o in INPUT", `*filter
+-A INPUT -o eth0 -j DROP
+COMMIT
+`, "error 2"},
+	{"-i in OUTPUT", `*filter
+-A OUTPUT -i eth0 -j DROP
+COMMIT
+`, "error 2"},
+	{"-i in a user chain", `*filter
+:x - [0:0]
+-A x -i eth0 -o eth1 -j DROP
+COMMIT
+`, `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:x - [0:0]
+-A x -i eth0 -o eth1 -j DROP
+COMMIT
+`},
 	{"never matching protocol", `*filter
 -A INPUT ! -p all -j DROP
 COMMIT
