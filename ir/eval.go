@@ -179,6 +179,9 @@ func (p *Program) match(m Match, pkt *Packet) outcome {
 		if p.Family == rules.IPv6 && pkt.BadExtHeaders {
 			return hotdrop
 		}
+		if m.Proto == 0 {
+			return matched // ip6tables' "-p all": only the header walk above
+		}
 		return is((pkt.Proto == m.Proto) != m.Neg)
 
 	case Fragment:

@@ -196,9 +196,10 @@ func (l *lowerer) matches(r *rules.Rule) []Match {
 	ms = l.addr(ms, Dst, r.Dst, r.DstNeg, r.Pos)
 	ms = iface(ms, IfaceIn, r.InIface, r.InNeg)
 	ms = iface(ms, IfaceOut, r.OutIface, r.OutNeg)
-	// Protocol 0 ("-p all") is not tested at all, even negated: both
-	// ip_packet_match and ip6_packet_match skip it.
-	if r.Proto != 0 {
+	// Protocol 0 ("-p all") is not tested by ip_packet_match. In IPv6 an
+	// explicit -p, even "-p all", sets IP6T_F_PROTO, so ip6_packet_match
+	// walks the extension headers and drops packets where that fails.
+	if r.Proto != 0 || (l.fam == rules.IPv6 && r.ProtoGiven) {
 		ms = append(ms, Proto{Proto: r.Proto, Neg: r.ProtoNeg})
 	}
 	if r.Fragment {

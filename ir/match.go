@@ -81,7 +81,8 @@ type SetEntry struct {
 // Proto is -p. In IPv4 it tests the header's protocol field. In IPv6 it
 // tests the upper-layer header ipv6_find_hdr finds behind the extension
 // headers, and drops the packet (hotdrop) when that search fails on a first
-// fragment (ip6_packet_match). "-p all" is no match at all.
+// fragment (ip6_packet_match). "-p all" is no match in IPv4; in IPv6 it is
+// Proto 0, which tests only that the extension headers can be walked.
 type Proto struct {
 	Proto uint8
 	Neg   bool

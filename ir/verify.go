@@ -192,8 +192,8 @@ func (v *verifier) match(m Match, st *ruleState) error {
 			}
 		}
 	case Proto:
-		if m.Proto == 0 {
-			return fmt.Errorf("protocol 0: -p all must lower to no match")
+		if m.Proto == 0 && (v.p.Family != rules.IPv6 || m.Neg) {
+			return fmt.Errorf("protocol 0: -p all is only tested (for its extension header walk) in ipv6, never negated")
 		}
 		st.proto = st.proto || !m.Neg
 	case Fragment:

@@ -151,6 +151,11 @@ type Rule struct {
 	// Proto is the IP protocol number; 0 means any ("-p all").
 	Proto    uint8
 	ProtoNeg bool
+	// ProtoGiven is set when -p was given, even as "-p all". ip6tables then
+	// looks for the upper-layer header (IP6T_F_PROTO) and drops packets
+	// whose extension headers it cannot walk; iptables-save does not show
+	// "-p all".
+	ProtoGiven bool
 	// InIface and OutIface are interface names as written; a trailing '+'
 	// matches every name with that prefix. Empty means any.
 	InIface, OutIface string

@@ -387,7 +387,7 @@ func (lp *lineParser) standard(c byte, flag string, col int, arg *token) error {
 		if proto == 0 && inv {
 			return lp.errorf(col, "rule would never match protocol")
 		}
-		lp.rule.Proto, lp.rule.ProtoNeg, lp.protoSet = proto, inv, true
+		lp.rule.Proto, lp.rule.ProtoNeg, lp.rule.ProtoGiven, lp.protoSet = proto, inv, true, true
 	case 'i', 'o':
 		if err := checkIface(arg.text); err != nil {
 			return lp.errorf(arg.col, "%s", err)
