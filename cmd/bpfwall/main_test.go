@@ -87,3 +87,14 @@ func TestFlagsAfterFile(t *testing.T) {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
+
+func TestCheckWithIPSets(t *testing.T) {
+	rulesFile := writeFile(t, "sets.rules", "*filter\n-A INPUT -m set --match-set allow src -j ACCEPT\nCOMMIT\n")
+	if _, errOut, code := runCmd(t, "check", rulesFile); code != 1 || !strings.Contains(errOut, `set "allow" does not exist`) {
+		t.Errorf("without --ipset: exit %d, stderr %q", code, errOut)
+	}
+	sets := writeFile(t, "sets.ipset", "create allow hash:net family inet hashsize 1024 maxelem 65536\nadd allow 10.0.0.0/8\nadd allow 192.0.2.1-192.0.2.6\n")
+	if out, errOut, code := runCmd(t, "check", "--ipset", sets, rulesFile); code != 0 {
+		t.Errorf("with --ipset: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
