@@ -217,30 +217,45 @@ var realDumpSets = map[string]map[string]*rules.IPSet{
 	"serverfault-759927-ipset.iptables-save": {"whitelist": {Name: "whitelist", Type: "hash:ip"}},
 }
 
-// TestCheckRealDumps reads every real-world dump: all but the ones
-// iptables-restore rejects must parse, and those must fail at its line.
-// ufw's .rules files are fragments restored with -n on top of ufw's own
-// chains.
-func TestCheckRealDumps(t *testing.T) {
+// realDump is one real-world dump and the options it is read with.
+type realDump struct {
+	name string
+	src  []byte
+	opts Options
+}
+
+// realDumps returns the real-world dumps. ufw's .rules files are fragments
+// restored with -n on top of ufw's own chains.
+func realDumps(t *testing.T) []realDump {
 	dir := testenv.Corpus(t, "real")
 	files, _ := filepath.Glob(filepath.Join(dir, "*"))
-	read := 0
+	var out []realDump
 	for _, f := range files {
 		base := filepath.Base(f)
 		if base == "README.md" || base == "raw-anomalies" {
 			continue
 		}
-		t.Run(base, func(t *testing.T) {
-			src, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			opts := Options{Sets: realDumpSets[base]}
-			if strings.HasSuffix(base, ".rules") {
-				opts.Noflush, opts.Fragment = true, true
-			}
-			rs, err := Parse(base, src, opts)
-			if line, bad := realDumpFailures[base]; bad {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := Options{Sets: realDumpSets[base]}
+		if strings.HasSuffix(base, ".rules") {
+			opts.Noflush, opts.Fragment = true, true
+		}
+		out = append(out, realDump{base, src, opts})
+	}
+	return out
+}
+
+// TestCheckRealDumps reads every real-world dump: all but the ones
+// iptables-restore rejects must parse, and those must fail at its line.
+func TestCheckRealDumps(t *testing.T) {
+	read := 0
+	for _, d := range realDumps(t) {
+		t.Run(d.name, func(t *testing.T) {
+			rs, err := Parse(d.name, d.src, d.opts)
+			if line, bad := realDumpFailures[d.name]; bad {
 				if got := FailedLine(err); got != line {
 					t.Fatalf("error %v, want one at line %d", err, line)
 				}
@@ -286,27 +301,17 @@ func TestRawAnomalies(t *testing.T) {
 
 // TestRoundTrip: fmt of every real dump parses back to the same text.
 func TestRoundTrip(t *testing.T) {
-	dir := testenv.Corpus(t, "real")
-	files, _ := filepath.Glob(filepath.Join(dir, "*"))
-	for _, f := range files {
-		base := filepath.Base(f)
-		if _, bad := realDumpFailures[base]; bad || base == "README.md" || base == "raw-anomalies" {
+	for _, d := range realDumps(t) {
+		if _, bad := realDumpFailures[d.name]; bad {
 			continue
 		}
-		t.Run(base, func(t *testing.T) {
-			src, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			opts := Options{Sets: realDumpSets[base]}
-			if strings.HasSuffix(base, ".rules") {
-				opts.Noflush, opts.Fragment = true, true
-			}
-			rs, err := Parse(base, src, opts)
+		t.Run(d.name, func(t *testing.T) {
+			rs, err := Parse(d.name, d.src, d.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
 			once := rs.Save(rules.SaveOptions{})
+			opts := d.opts
 			opts.Family, opts.ForceFamily = rs.Family, true
 			again, err := Parse("fmt", once, opts)
 			if err != nil {
