@@ -504,7 +504,26 @@ func (l *lowerer) ttl(ms []Match, m rules.Match, op rules.CompareOp, v uint8) []
 		l.errorf(m.Position(), "%s match: unknown comparison %d", m.Name(), op)
 		return ms
 	}
+	if l.hook == "FORWARD" {
+		return forwardTTL(ms, cmp, v)
+	}
 	return append(ms, TTL{Op: cmp, Value: v})
+}
+
+// forwardTTL appends a TTL match of the FORWARD hook. ip_forward and
+// ip6_forward decrement the TTL (hop limit) before the hook, so the rule
+// sees one less than the packet arrived with; the match is rewritten to
+// test the TTL as it arrives, which is what Decode reports. Against 255,
+// where one more does not fit, the comparison is constant: "== 255" and
+// "> 255" never hold, "!= 255" and "< 255" always do.
+func forwardTTL(ms []Match, cmp CompareOp, v uint8) []Match {
+	if v == 255 {
+		if cmp == CmpNe || cmp == CmpLt {
+			return ms
+		}
+		return append(ms, TTL{Op: CmpGt, Value: 255})
+	}
+	return append(ms, TTL{Op: cmp, Value: v + 1})
 }
 
 func (l *lowerer) action(r *rules.Rule) Action {
