@@ -4,11 +4,11 @@ go 1.26.0
 
 require (
 	github.com/gopacket/gopacket v1.7.7
+	golang.org/x/sys v0.48.0
 	golang.org/x/tools v0.51.0
 )
 
 require (
 	github.com/cilium/ebpf v0.22.0 // indirect
 	golang.org/x/net v0.59.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
 )

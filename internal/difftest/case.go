@@ -1,0 +1,71 @@
+package difftest
+
+import (
+	"bytes"
+	"fmt"
+
+	"bpfwall/ir"
+	iptparse "bpfwall/parser/iptables"
+	"bpfwall/rules"
+)
+
+// CaseOptions describe a case to build.
+type CaseOptions struct {
+	Name   string
+	Family rules.Family
+	// Rules is iptables-save text with a filter table; its FORWARD chain
+	// is under test.
+	Rules             []byte
+	InIface, OutIface string
+	CTState           ir.ConnState
+	Probes            [][]byte
+}
+
+// NewCase parses and lowers the rules of a case.
+func NewCase(opts CaseOptions) (*Case, error) {
+	rs, err := iptparse.Parse(opts.Name, opts.Rules, iptparse.Options{Family: opts.Family, ForceFamily: true})
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", opts.Name, err)
+	}
+	prog, err := ir.Lower(rs, ir.LowerOptions{Chain: "FORWARD"})
+	if err != nil {
+		return nil, fmt.Errorf("lower %s: %w", opts.Name, err)
+	}
+	return &Case{
+		Name:     opts.Name,
+		Family:   opts.Family,
+		Rules:    opts.Rules,
+		Program:  prog,
+		InIface:  opts.InIface,
+		OutIface: opts.OutIface,
+		CTState:  opts.CTState,
+		Probes:   opts.Probes,
+	}, nil
+}
+
+// options returns the options c was built from.
+func (c *Case) options() CaseOptions {
+	return CaseOptions{Name: c.Name, Family: c.Family, Rules: c.Rules, InIface: c.InIface, OutIface: c.OutIface, CTState: c.CTState, Probes: c.Probes}
+}
+
+// ruleLines splits iptables-save text into lines and returns the indexes
+// of the rule ("-A") lines.
+func ruleLines(text []byte) (lines [][]byte, rules []int) {
+	lines = bytes.SplitAfter(text, []byte("\n"))
+	for i, l := range lines {
+		if bytes.HasPrefix(l, []byte("-A ")) {
+			rules = append(rules, i)
+		}
+	}
+	return lines, rules
+}
+
+func without(lines [][]byte, skip int) []byte {
+	var b []byte
+	for i, l := range lines {
+		if i != skip {
+			b = append(b, l...)
+		}
+	}
+	return b
+}

@@ -1,0 +1,174 @@
+package difftest
+
+import (
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"bpfwall/ir"
+	"bpfwall/rules"
+)
+
+// Mismatch is a probe on which a source disagrees with the reference.
+type Mismatch struct {
+	Case     *Case
+	Probe    int
+	Source   string
+	Ref, Got Outcome
+	RefName  string
+}
+
+// Totals count rule sets and probes. A probe passes when every source
+// agrees with the reference; it is skipped when a source cannot predict
+// it (an unmodeled forwarding path).
+type Totals struct {
+	Cases, Probes, Passed, Failed, Skipped int
+	// Chain counts the passed probes that reached the FORWARD chain, as
+	// opposed to those the routing stopped before it.
+	Chain int
+}
+
+func (t *Totals) Add(u Totals) {
+	t.Cases += u.Cases
+	t.Probes += u.Probes
+	t.Passed += u.Passed
+	t.Failed += u.Failed
+	t.Skipped += u.Skipped
+	t.Chain += u.Chain
+}
+
+func (t Totals) String() string {
+	return fmt.Sprintf("%d rule sets, %d probes: %d passed (%d through FORWARD), %d failed, %d skipped",
+		t.Cases, t.Probes, t.Passed, t.Chain, t.Failed, t.Skipped)
+}
+
+// Compare runs c through ref and the other sources and returns the
+// probes on which a source disagrees with ref.
+func Compare(c *Case, ref Source, others ...Source) ([]Mismatch, Totals, error) {
+	want, err := ref.Outcomes(c)
+	if err != nil {
+		return nil, Totals{}, fmt.Errorf("%s: %w", ref.Name(), err)
+	}
+	got := make([][]Outcome, len(others))
+	for i, s := range others {
+		if got[i], err = s.Outcomes(c); err != nil {
+			return nil, Totals{}, fmt.Errorf("%s: %w", s.Name(), err)
+		}
+	}
+	tot := Totals{Cases: 1, Probes: len(c.Probes)}
+	var bad []Mismatch
+probes:
+	for p := range c.Probes {
+		for i := range others {
+			if strings.HasPrefix(got[i][p].Why, unmodeled) {
+				tot.Skipped++
+				continue probes
+			}
+		}
+		ok := true
+		for i, s := range others {
+			if got[i][p].Delivered != want[p].Delivered {
+				ok = false
+				bad = append(bad, Mismatch{Case: c, Probe: p, Source: s.Name(), RefName: ref.Name(), Ref: want[p], Got: got[i][p]})
+			}
+		}
+		if !ok {
+			tot.Failed++
+			continue
+		}
+		tot.Passed++
+		if pkt, err := decode(c, c.Probes[p]); err == nil && Forwarded(pkt, c.Probes[p]) == "" {
+			tot.Chain++
+		}
+	}
+	return bad, tot, nil
+}
+
+// Minimize removes the rules of m's case, one at a time, as long as the
+// source still disagrees with the reference on m's probe, and returns the
+// smallest mismatch found.
+func Minimize(m Mismatch, ref, src Source) Mismatch {
+	opts := m.Case.options()
+	opts.Probes = [][]byte{m.Case.Probes[m.Probe]}
+	cur := m
+	for {
+		lines, rls := ruleLines(opts.Rules)
+		shrunk := false
+		for j := len(rls) - 1; j >= 0; j-- {
+			try := opts
+			try.Rules = without(lines, rls[j])
+			c, err := NewCase(try)
+			if err != nil {
+				continue // the rule was needed to lower (or load) the rest
+			}
+			bad, _, err := Compare(c, ref, src)
+			if err != nil || len(bad) == 0 {
+				continue
+			}
+			opts, cur, shrunk = try, bad[0], true
+			break
+		}
+		if !shrunk {
+			return cur
+		}
+	}
+}
+
+// String is the reproduction of a mismatch: the rule set, the packet and
+// both outcomes.
+func (m Mismatch) String() string {
+	var b strings.Builder
+	frame := m.Case.Probes[m.Probe]
+	fmt.Fprintf(&b, "mismatch in %s, probe %d (in %s, out %s):\n", m.Case.Name, m.Probe, m.Case.InIface, m.Case.OutIface)
+	fmt.Fprintf(&b, "  packet: %s\n", Summary(m.Case, frame))
+	fmt.Fprintf(&b, "  frame:  %s\n", hex.EncodeToString(frame))
+	fmt.Fprintf(&b, "  %-10s %s\n", m.RefName+":", m.Ref)
+	fmt.Fprintf(&b, "  %-10s %s\n", m.Source+":", m.Got)
+	fmt.Fprintf(&b, "  rules:\n")
+	for _, l := range strings.SplitAfter(string(m.Case.Rules), "\n") {
+		if l != "" {
+			b.WriteString("    " + l)
+		}
+	}
+	return b.String()
+}
+
+// Summary describes a probe in one line, as the firewall decodes it.
+func Summary(c *Case, frame []byte) string {
+	pkt, err := decode(c, frame)
+	if err != nil {
+		return err.Error()
+	}
+	if pkt.NotIP {
+		return fmt.Sprintf("not IP, %d bytes", len(frame))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s > %s proto %d len %d ttl %d", pkt.Family, pkt.Src, pkt.Dst, pkt.Proto, pkt.Length, pkt.TTL)
+	if pkt.FragOffset != 0 || pkt.MoreFragments {
+		fmt.Fprintf(&b, " frag %d", pkt.FragOffset)
+		if pkt.MoreFragments {
+			b.WriteString("+")
+		}
+	}
+	switch {
+	case pkt.FragOffset != 0:
+	case pkt.Proto == 6 || pkt.Proto == 17 || pkt.Proto == 132 || pkt.Proto == 33 || pkt.Proto == 136:
+		fmt.Fprintf(&b, " ports %d > %d", pkt.SrcPort, pkt.DstPort)
+		if pkt.Proto == 6 {
+			fmt.Fprintf(&b, " flags %#02x", pkt.TCPFlags)
+		}
+	case pkt.Proto == 1 && pkt.Family == rules.IPv4, pkt.Proto == 58 && pkt.Family == rules.IPv6:
+		fmt.Fprintf(&b, " type %d code %d", pkt.ICMPType, pkt.ICMPCode)
+	}
+	fmt.Fprintf(&b, " l4len %d", pkt.L4Len)
+	if pkt.BadExtHeaders {
+		b.WriteString(" bad-ext-headers")
+	}
+	if pkt.Invalid != "" {
+		fmt.Fprintf(&b, " invalid (%s)", pkt.Invalid)
+	}
+	if pkt.PktType != ir.PacketHost {
+		fmt.Fprintf(&b, " %s", pkt.PktType)
+	}
+	return b.String()
+}

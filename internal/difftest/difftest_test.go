@@ -1,0 +1,183 @@
+package difftest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+
+	"bpfwall/internal/testenv"
+	"bpfwall/rules"
+)
+
+func requireKernel(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "ip", "iptables-legacy-restore", "ip6tables-legacy-restore")
+}
+
+// TestHandWritten runs rule sets that once disagreed: the TTL a FORWARD
+// rule sees is one less than the packet arrived with.
+func TestHandWritten(t *testing.T) {
+	requireKernel(t)
+	topo := NewTopology(t, TopologyOptions{})
+	for _, tc := range []struct {
+		name  string
+		fam   rules.Family
+		rules string
+	}{
+		{"ttl", rules.IPv4, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -m ttl --ttl-lt 10 -j DROP\n-A FORWARD -m ttl --ttl-eq 64 -j DROP\n-A FORWARD -m ttl --ttl-gt 254 -j DROP\nCOMMIT\n"},
+		{"hl", rules.IPv6, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -m hl --hl-eq 64 -j ACCEPT\n-A FORWARD -m hl --hl-lt 3 -j ACCEPT\nCOMMIT\n"},
+	} {
+		c, err := NewCase(CaseOptions{Name: tc.name, Family: tc.fam, Rules: []byte(tc.rules), InIface: topo.InIface, OutIface: topo.OutIface})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Probes = Probes(c.Program, 1, 500)
+		tot := check(t, c, Netfilter{topo}, Eval{})
+		t.Logf("%s: %s", tc.name, tot)
+	}
+}
+
+// envInt reads a positive count from the environment, or returns def.
+func envInt(t *testing.T, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q is not a positive count", name, s)
+	}
+	return n
+}
+
+// maxReports bounds the minimized reproductions printed per test.
+const maxReports = 5
+
+// check compares a case with the reference and reports each mismatch,
+// minimized, as an error.
+func check(t *testing.T, c *Case, ref Source, others ...Source) Totals {
+	t.Helper()
+	bad, tot, err := Compare(c, ref, others...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range bad {
+		if i == maxReports {
+			t.Errorf("%s: %d more mismatches", c.Name, len(bad)-i)
+			break
+		}
+		src := others[0]
+		for _, s := range others {
+			if s.Name() == m.Source {
+				src = s
+			}
+		}
+		t.Errorf("%s", Minimize(m, ref, src))
+	}
+	return tot
+}
+
+// TestRandom sends probes aimed at the edges of random rule sets through
+// netfilter and compares with ir.Eval. DIFFTEST_SEEDS rule sets per
+// family (default 25) and DIFFTEST_PROBES probes each (default 500);
+// DIFFTEST_SEED0 picks the first seed.
+func TestRandom(t *testing.T) {
+	requireKernel(t)
+	seeds := envInt(t, "DIFFTEST_SEEDS", 25)
+	probes := envInt(t, "DIFFTEST_PROBES", 500)
+	seed0 := uint64(envInt(t, "DIFFTEST_SEED0", 1))
+	topo := NewTopology(t, TopologyOptions{})
+	var total Totals
+	refused := 0
+	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+		for seed := seed0; seed < seed0+uint64(seeds); seed++ {
+			text := GenerateRules(seed, GenOptions{Family: fam, InIface: topo.InIface, OutIface: topo.OutIface})
+			c, err := NewCase(CaseOptions{
+				Name: fmt.Sprintf("%s-seed-%d", fam, seed), Family: fam, Rules: text,
+				InIface: topo.InIface, OutIface: topo.OutIface,
+			})
+			if err != nil {
+				// The generator may write what iptables refuses too;
+				// what only bpfwall refuses is a bug.
+				if kerr := topo.Check(fam, text); kerr == nil {
+					t.Errorf("iptables accepts what bpfwall refuses: %v\n%s", err, text)
+				}
+				refused++
+				continue
+			}
+			c.Probes = Probes(c.Program, seed, probes)
+			total.Add(check(t, c, Netfilter{topo}, Eval{}))
+		}
+	}
+	t.Logf("difftest random: %s; %d rule sets refused by iptables and bpfwall alike", total, refused)
+	if total.Chain < total.Probes/4 {
+		t.Errorf("only %d of %d probes reached the FORWARD chain", total.Chain, total.Probes)
+	}
+}
+
+// TestGenerateRulesReproducible: a seed always gives the same rule set,
+// and different seeds differ.
+func TestGenerateRulesReproducible(t *testing.T) {
+	opts := GenOptions{Family: rules.IPv4, InIface: "fwin", OutIface: "fwout"}
+	a, b, c := GenerateRules(7, opts), GenerateRules(7, opts), GenerateRules(8, opts)
+	if !bytes.Equal(a, b) {
+		t.Errorf("seed 7 gave two rule sets:\n%s\n%s", a, b)
+	}
+	if bytes.Equal(a, c) {
+		t.Errorf("seeds 7 and 8 gave the same rule set:\n%s", a)
+	}
+}
+
+// flipTCP is ir.Eval with a planted bug: it inverts the verdict of every
+// TCP probe that reaches the chain.
+type flipTCP struct{ Eval }
+
+func (flipTCP) Name() string { return "flipped" }
+
+func (f flipTCP) Outcomes(c *Case) ([]Outcome, error) {
+	out, err := f.Eval.Outcomes(c)
+	for i, frame := range c.Probes {
+		if pkt, derr := decode(c, frame); derr == nil && Forwarded(pkt, frame) == "" && pkt.Proto == 6 {
+			out[i].Delivered = !out[i].Delivered
+		}
+	}
+	return out, err
+}
+
+// TestHarnessFindsPlantedBug: the comparison fails on exactly the probes
+// a broken source gets wrong, and minimizing keeps the rule that matters.
+func TestHarnessFindsPlantedBug(t *testing.T) {
+	requireKernel(t)
+	topo := NewTopology(t, TopologyOptions{InIface: "eth1", OutIface: "eth2"})
+	text := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+		"-A FORWARD -s 198.51.100.0/24 -j ACCEPT\n-A FORWARD -p udp -j DROP\n-A FORWARD -i eth1 -o eth2 -p tcp --dport 22 -j DROP\nCOMMIT\n"
+	c, err := NewCase(CaseOptions{Name: "planted", Family: rules.IPv4, Rules: []byte(text), InIface: "eth1", OutIface: "eth2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Probes = Probes(c.Program, 3, 300)
+	bad, tot, err := Compare(c, Netfilter{topo}, flipTCP{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcp := 0
+	for _, f := range c.Probes {
+		if pkt, _ := decode(c, f); Forwarded(pkt, f) == "" && pkt.Proto == 6 {
+			tcp++
+		}
+	}
+	if tcp == 0 || len(bad) != tcp || tot.Failed != tcp {
+		t.Fatalf("%d tcp probes reach the chain, %d mismatches, totals %s", tcp, len(bad), tot)
+	}
+	m := Minimize(bad[0], Netfilter{topo}, flipTCP{})
+	if _, rl := ruleLines(m.Case.Rules); len(rl) != 0 {
+		t.Errorf("minimized to %d rules, want none (the bug needs no rule):\n%s", len(rl), m)
+	}
+	_, tot, err = Compare(c, Netfilter{topo}, Eval{})
+	if err != nil || tot.Failed != 0 || tot.Passed != len(c.Probes) {
+		t.Errorf("ir.Eval: %s, %v", tot, err)
+	}
+}

@@ -1,0 +1,149 @@
+package difftest
+
+import (
+	"fmt"
+
+	"bpfwall/ir"
+	"bpfwall/rules"
+)
+
+// Case is one rule set and the probes sent through it.
+type Case struct {
+	Name   string
+	Family rules.Family
+	// Rules is the iptables-save text loaded into the firewall: a filter
+	// table whose FORWARD chain holds the rules under test.
+	Rules   []byte
+	Program *ir.Program // FORWARD of Rules, lowered
+	// InIface and OutIface are the firewall's interfaces the probes cross.
+	InIface, OutIface string
+	// CTState is the conntrack state the probes have when the rules test
+	// it; zero when they do not, and conntrack is then not running.
+	CTState ir.ConnState
+	// Probes are Ethernet frames as sent to the firewall's InIface.
+	Probes [][]byte
+}
+
+// Meta is what the firewall knows of every probe besides its bytes.
+func (c *Case) Meta() ir.Meta {
+	return ir.Meta{InIface: c.InIface, OutIface: c.OutIface, CTState: c.CTState}
+}
+
+// Outcome is what a source says the firewall does with one probe.
+type Outcome struct {
+	Delivered bool   // the probe reaches the receiver
+	Why       string // the deciding rule, or what stopped the probe
+}
+
+func (o Outcome) String() string {
+	v := "dropped"
+	if o.Delivered {
+		v = "delivered"
+	}
+	if o.Why == "" {
+		return v
+	}
+	return v + ": " + o.Why
+}
+
+// A Source says, for each probe of a case, whether the firewall delivers
+// it: the kernel's netfilter (the reference), ir.Eval, and later the
+// compiled program run by BPF_PROG_TEST_RUN or attached to the firewall.
+type Source interface {
+	Name() string
+	Outcomes(c *Case) ([]Outcome, error)
+}
+
+// Netfilter is the reference: the rules loaded into the firewall of a
+// topology with iptables-legacy-restore, the probes sent across it.
+type Netfilter struct{ Topo *Topology }
+
+func (Netfilter) Name() string { return "netfilter" }
+
+// batchSize keeps a batch well within the receiver's socket buffer.
+const batchSize = 1000
+
+func (n Netfilter) Outcomes(c *Case) ([]Outcome, error) {
+	if c.InIface != n.Topo.InIface || c.OutIface != n.Topo.OutIface {
+		return nil, fmt.Errorf("case %s wants interfaces %s and %s, the topology has %s and %s", c.Name, c.InIface, c.OutIface, n.Topo.InIface, n.Topo.OutIface)
+	}
+	if err := n.Topo.Load(c.Family, c.Rules); err != nil {
+		return nil, err
+	}
+	out := make([]Outcome, len(c.Probes))
+	for _, batch := range batches(c.Probes, batchSize) {
+		frames := make([][]byte, 0, len(batch))
+		for _, i := range batch {
+			frames = append(frames, c.Probes[i])
+		}
+		got, err := n.Topo.sendBatch(frames)
+		if err != nil {
+			return nil, fmt.Errorf("case %s: %w", c.Name, err)
+		}
+		for _, f := range got {
+			k, _ := arrivalKey(f)
+			if i, ok := batch[k]; ok {
+				out[i].Delivered = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// Load replaces the firewall's rules of family fam with the
+// iptables-save text rules.
+func (topo *Topology) Load(fam rules.Family, text []byte) error {
+	if err := runInput(text, "ip", "netns", "exec", topo.Firewall, restoreCommand(fam)); err != nil {
+		return fmt.Errorf("load rules into the firewall: %w", err)
+	}
+	return nil
+}
+
+// Check reports whether the kernel accepts text. It loads it: restore
+// --test leaves out the kernel's own checks (REJECT's checkentry refuses
+// tcp-reset without -p tcp, which the iptables command accepts).
+func (topo *Topology) Check(fam rules.Family, text []byte) error {
+	return topo.Load(fam, text)
+}
+
+func restoreCommand(fam rules.Family) string {
+	if fam == rules.IPv6 {
+		return "ip6tables-legacy-restore"
+	}
+	return "iptables-legacy-restore"
+}
+
+// Eval is ir.Eval on the FORWARD chain, behind a model of the firewall's
+// routing (see Forwarded).
+type Eval struct{}
+
+func (Eval) Name() string { return "ir.Eval" }
+
+func (Eval) Outcomes(c *Case) ([]Outcome, error) {
+	out := make([]Outcome, len(c.Probes))
+	for i, f := range c.Probes {
+		pkt, err := decode(c, f)
+		if err != nil {
+			return nil, err
+		}
+		if why := Forwarded(pkt, f); why != "" {
+			out[i] = Outcome{Why: why}
+			continue
+		}
+		r := c.Program.Eval(pkt)
+		out[i] = Outcome{Delivered: r.Verdict == ir.VerdictAccept, Why: r.String()}
+	}
+	return out, nil
+}
+
+// decode is ir.Decode with the case's meta and the link layer's view of
+// VLAN tags: the firewall has no VLAN devices, so a frame tagged with a
+// VLAN id is for another host (__netif_receive_skb_core), while priority
+// tags (id 0) are stripped.
+func decode(c *Case, frame []byte) (*ir.Packet, error) {
+	meta := c.Meta()
+	if vlanTagged(frame) {
+		meta.PktType = ir.PacketOtherHost
+	}
+	return ir.Decode(frame, meta)
+}
