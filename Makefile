@@ -2,7 +2,7 @@
 GO ?= go
 FUZZTIME ?= 10s
 
-.PHONY: build test lint fuzz bench
+.PHONY: build test lint fuzz bench difftest
 
 build:
 	$(GO) build -o bpfwall ./cmd/bpfwall
@@ -24,3 +24,12 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./parser/iptables ./ir
+
+# Differential tests against the kernel's netfilter (root): SEEDS random
+# rule sets per family and PROBES probes per rule set, and the real dumps.
+# make test runs a bounded version of the same tests.
+SEEDS ?= 200
+PROBES ?= 500
+difftest:
+	DIFFTEST_SEEDS=$(SEEDS) DIFFTEST_PROBES=$(PROBES) $(GO) test -count=1 -timeout 60m -v \
+		-run '^(TestRandom|TestRealDumps|TestHandWritten)$$' ./internal/difftest

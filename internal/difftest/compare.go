@@ -172,3 +172,18 @@ func Summary(c *Case, frame []byte) string {
 	}
 	return b.String()
 }
+
+// Coverage counts the rules of c's program that some probe reaching the
+// chain matches (all the rule's matches hold), out of all its rules: a
+// measure of how well the probes aim at the rules.
+func Coverage(c *Case) (matched, total int) {
+	hit := make(map[*ir.Rule]bool)
+	for _, f := range c.Probes {
+		pkt, err := decode(c, f)
+		if err != nil || Forwarded(pkt, f) != "" {
+			continue
+		}
+		c.Program.Trace(pkt, func(r *ir.Rule) { hit[r] = true })
+	}
+	return len(hit), len(c.Program.Rules)
+}

@@ -82,16 +82,16 @@ func check(t *testing.T, c *Case, ref Source, others ...Source) Totals {
 
 // TestRandom sends probes aimed at the edges of random rule sets through
 // netfilter and compares with ir.Eval. DIFFTEST_SEEDS rule sets per
-// family (default 25) and DIFFTEST_PROBES probes each (default 500);
+// family (default 50) and DIFFTEST_PROBES probes each (default 500);
 // DIFFTEST_SEED0 picks the first seed.
 func TestRandom(t *testing.T) {
 	requireKernel(t)
-	seeds := envInt(t, "DIFFTEST_SEEDS", 25)
+	seeds := envInt(t, "DIFFTEST_SEEDS", 50)
 	probes := envInt(t, "DIFFTEST_PROBES", 500)
 	seed0 := uint64(envInt(t, "DIFFTEST_SEED0", 1))
 	topo := NewTopology(t, TopologyOptions{})
 	var total Totals
-	refused := 0
+	refused, matched, all := 0, 0, 0
 	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 		for seed := seed0; seed < seed0+uint64(seeds); seed++ {
 			text := GenerateRules(seed, GenOptions{Family: fam, InIface: topo.InIface, OutIface: topo.OutIface})
@@ -110,9 +110,11 @@ func TestRandom(t *testing.T) {
 			}
 			c.Probes = Probes(c.Program, seed, probes)
 			total.Add(check(t, c, Netfilter{topo}, Eval{}))
+			m, n := Coverage(c)
+			matched, all = matched+m, all+n
 		}
 	}
-	t.Logf("difftest random: %s; %d rule sets refused by iptables and bpfwall alike", total, refused)
+	t.Logf("difftest random: %s; %d rule sets refused by iptables and bpfwall alike; %d of %d rules matched by a probe", total, refused, matched, all)
 	if total.Chain < total.Probes/4 {
 		t.Errorf("only %d of %d probes reached the FORWARD chain", total.Chain, total.Probes)
 	}

@@ -18,3 +18,17 @@ func Probes(prog *ir.Program, seed uint64, n int) [][]byte {
 	}
 	return out
 }
+
+// ProbesWhere is Probes keeping only the frames keep accepts; it gives
+// up after 50 tries per probe wanted.
+func ProbesWhere(prog *ir.Program, seed uint64, n int, keep func([]byte) bool) [][]byte {
+	var out [][]byte
+	for batch := uint64(0); len(out) < n && batch < 50; batch++ {
+		for _, f := range Probes(prog, seed*1000+batch, n) {
+			if len(out) < n && keep(f) {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}

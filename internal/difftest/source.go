@@ -71,10 +71,23 @@ func (n Netfilter) Outcomes(c *Case) ([]Outcome, error) {
 		return nil, err
 	}
 	out := make([]Outcome, len(c.Probes))
-	for _, batch := range batches(c.Probes, batchSize) {
+	key := probeKey
+	if c.CTState != 0 {
+		key = func(f []byte) (string, bool) { return flowKey(f), true }
+	}
+	for _, batch := range batches(c.Probes, batchSize, key) {
+		// Every probe must find conntrack empty of its connection.
+		if c.CTState != 0 {
+			if err := n.Topo.flushConntrack(); err != nil {
+				return nil, err
+			}
+		}
 		frames := make([][]byte, 0, len(batch))
+		byKey := make(map[string]int, len(batch))
 		for _, i := range batch {
 			frames = append(frames, c.Probes[i])
+			k, _ := probeKey(c.Probes[i])
+			byKey[k] = i
 		}
 		got, err := n.Topo.sendBatch(frames)
 		if err != nil {
@@ -82,7 +95,7 @@ func (n Netfilter) Outcomes(c *Case) ([]Outcome, error) {
 		}
 		for _, f := range got {
 			k, _ := arrivalKey(f)
-			if i, ok := batch[k]; ok {
+			if i, ok := byKey[k]; ok {
 				out[i].Delivered = true
 			}
 		}

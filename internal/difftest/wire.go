@@ -69,10 +69,11 @@ func ipKey(frame []byte, hops uint8) (string, bool) {
 
 // batches splits the probes into batches of at most size probes in which
 // no two probes have the same key; each batch maps keys to probe indexes.
-func batches(probes [][]byte, size int) []map[string]int {
+// Probes without a key are left out: they are not IP, and never forwarded.
+func batches(probes [][]byte, size int, key func([]byte) (string, bool)) []map[string]int {
 	var out []map[string]int
 	for i, f := range probes {
-		k, ok := probeKey(f)
+		k, ok := key(f)
 		if !ok {
 			continue // not an IP packet: it is never forwarded
 		}

@@ -1,0 +1,130 @@
+package difftest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"bpfwall/internal/testenv"
+	"bpfwall/ir"
+	iptparse "bpfwall/parser/iptables"
+	"bpfwall/rules"
+)
+
+// dumpCase is one chain of a real dump to run, with the interfaces the
+// firewall gets.
+type dumpCase struct {
+	chain             string
+	inIface, outIface string
+}
+
+// dumpCases picks the chains of a dump to test (FORWARD, and INPUT run
+// as FORWARD) and up to three pairs of interface names the rules test.
+func dumpCases(prog *ir.Program, chain string) []dumpCase {
+	in, out := Interfaces(prog)
+	in = append(in, "fwin")
+	out = append(out, "fwout")
+	var cases []dumpCase
+	for _, i := range in[:min(len(in), 3)] {
+		o := out[0]
+		if o == i {
+			o = out[1]
+		}
+		cases = append(cases, dumpCase{chain, i, o})
+	}
+	return cases
+}
+
+// TestRealDumps loads the INPUT and FORWARD chains of every real dump that
+// lowers into the firewall's FORWARD chain, with the firewall's interfaces
+// named as the rules expect, and compares netfilter with ir.Eval on probes
+// built from the dump's own addresses and ports. DIFFTEST_PROBES sets the
+// probes per case (default 500).
+func TestRealDumps(t *testing.T) {
+	requireKernel(t)
+	dir := testenv.Corpus(t, "real")
+	files, err := filepath.Glob(filepath.Join(dir, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probes := envInt(t, "DIFFTEST_PROBES", 500)
+	var total Totals
+	var skipped []string
+	// Topologies are shared by the cases with the same interfaces.
+	topos := map[dumpCase]*Topology{}
+	parent := t
+	for _, f := range files {
+		base := filepath.Base(f)
+		if base == "README.md" || base == "raw-anomalies" {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := iptparse.Parse(base, src, iptparse.Options{})
+		if err != nil || strings.HasSuffix(base, ".rules") {
+			skipped = append(skipped, base+" (does not parse on its own)")
+			continue
+		}
+		if len(rs.Sets) > 0 || strings.Contains(string(src), "--match-set") {
+			skipped = append(skipped, base+" (needs ipsets)")
+			continue
+		}
+		for _, chain := range []string{"FORWARD", "INPUT"} {
+			text, err := AsForward(rs, chain)
+			if err != nil {
+				continue
+			}
+			if _, rl := ruleLines(text); len(rl) == 0 {
+				continue // an empty chain tests nothing
+			}
+			probe, err := NewCase(CaseOptions{Name: base, Family: rs.Family, Rules: text})
+			if err != nil {
+				skipped = append(skipped, fmt.Sprintf("%s %s (%v)", base, chain, firstLine(err)))
+				continue
+			}
+			for _, dc := range dumpCases(probe.Program, chain) {
+				name := fmt.Sprintf("%s/%s/%s-%s", base, chain, dc.inIface, dc.outIface)
+				t.Run(name, func(t *testing.T) {
+					key := dumpCase{inIface: dc.inIface, outIface: dc.outIface}
+					if topos[key] == nil {
+						topos[key] = NewTopology(parent, TopologyOptions{InIface: dc.inIface, OutIface: dc.outIface})
+					}
+					total.Add(runDump(t, topos[key], name, rs.Family, text, dc, probes))
+				})
+			}
+		}
+	}
+	t.Logf("difftest real dumps: %s", total)
+	for _, s := range skipped {
+		t.Logf("skipped %s", s)
+	}
+	if total.Cases == 0 {
+		t.Fatal("no real dump was run")
+	}
+}
+
+func runDump(t *testing.T, topo *Topology, name string, fam rules.Family, text []byte, dc dumpCase, n int) Totals {
+	c, err := NewCase(CaseOptions{Name: name, Family: fam, Rules: text, InIface: dc.inIface, OutIface: dc.outIface})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if UsesConntrack(c.Program) {
+		c.CTState = ir.ConnNew
+		c.Probes = ProbesWhere(c.Program, 1, n, func(f []byte) bool { return ConntrackNew(c, f) })
+	} else {
+		c.Probes = Probes(c.Program, 1, n)
+	}
+	tot := check(t, c, Netfilter{topo}, Eval{})
+	m, all := Coverage(c)
+	t.Logf("%s; %d of %d rules matched by a probe", tot, m, all)
+	return tot
+}
+
+func firstLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
+}
