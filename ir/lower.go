@@ -309,9 +309,10 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 		ms = l4Header(ms, 20, true)
 		ms = l.ports(ms, m, Src, m.SrcPorts, m.SrcNeg)
 		ms = l.ports(ms, m, Dst, m.DstPorts, m.DstNeg)
-		// A zero mask compares nothing: the test always holds, and never
-		// when negated.
-		if m.FlagMask != 0 || m.FlagsNeg {
+		// A zero mask and comparison always hold, and never when negated;
+		// a zero mask with flags to compare never holds (tcp_mt compares
+		// flags & mask with them).
+		if m.FlagMask != 0 || m.FlagComp != 0 || m.FlagsNeg {
 			ms = append(ms, TCPFlags{Mask: m.FlagMask, Comp: m.FlagComp, Neg: m.FlagsNeg})
 		}
 		if m.Option != 0 {
