@@ -18,7 +18,8 @@ func requireKernel(t *testing.T) {
 }
 
 // TestHandWritten runs rule sets that once disagreed: the TTL a FORWARD
-// rule sees is one less than the packet arrived with.
+// rule sees is one less than the packet arrived with; --tcp-flags with an
+// empty mask and flags to compare never matches.
 func TestHandWritten(t *testing.T) {
 	requireKernel(t)
 	topo := NewTopology(t, TopologyOptions{})
@@ -28,6 +29,7 @@ func TestHandWritten(t *testing.T) {
 		rules string
 	}{
 		{"ttl", rules.IPv4, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -m ttl --ttl-lt 10 -j DROP\n-A FORWARD -m ttl --ttl-eq 64 -j DROP\n-A FORWARD -m ttl --ttl-gt 254 -j DROP\nCOMMIT\n"},
+		{"tcp-flags", rules.IPv4, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -p tcp -m tcp --tcp-flags NONE ACK -j DROP\n-A FORWARD -p tcp -m tcp --dport 80:65535 ! --tcp-flags NONE SYN -j DROP\nCOMMIT\n"},
 		{"hl", rules.IPv6, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -m hl --hl-eq 64 -j ACCEPT\n-A FORWARD -m hl --hl-lt 3 -j ACCEPT\nCOMMIT\n"},
 	} {
 		c, err := NewCase(CaseOptions{Name: tc.name, Family: tc.fam, Rules: []byte(tc.rules), InIface: topo.InIface, OutIface: topo.OutIface})

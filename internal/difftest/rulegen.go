@@ -160,7 +160,7 @@ func (g *ruleGen) rule(self, users int) string {
 	if proto == "icmp" && g.Family == rules.IPv6 {
 		proto = "ipv6-icmp"
 	}
-	l4 := proto != "" && proto != "47" && proto != "0" && g.chance(4) == false
+	l4 := proto != "" && proto != "47" && proto != "0" && !g.chance(4)
 	negProto := false
 	if proto != "" {
 		// Extensions need a plain -p; "! -p 0" would never match, which
