@@ -1,0 +1,58 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultLockFile serializes bpfwall commands, as /run/xtables.lock does
+// iptables commands.
+const DefaultLockFile = "/run/bpfwall.lock"
+
+// lockInterval is how often a waiting command retries the lock.
+const lockInterval = 50 * time.Millisecond
+
+// ErrLocked is returned, wrapped, when another command holds the lock.
+var ErrLocked = errors.New("another bpfwall command holds the lock")
+
+// Lock is an exclusive lock held by one bpfwall command at a time.
+type Lock struct{ f *os.File }
+
+// Acquire takes the lock in file path (DefaultLockFile when empty),
+// waiting up to wait for another command to release it.
+func Acquire(path string, wait time.Duration) (*Lock, error) {
+	if path == "" {
+		path = DefaultLockFile
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("create lock file: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock file: %w", err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return &Lock{f}, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		if !time.Now().Before(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, ErrLocked)
+		}
+		time.Sleep(min(lockInterval, time.Until(deadline)))
+	}
+}
+
+// Release releases the lock.
+func (l *Lock) Release() error { return l.f.Close() }

@@ -1,0 +1,135 @@
+package loader
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"bpfwall/codegen"
+	"bpfwall/internal/testenv"
+	"bpfwall/ir"
+	"bpfwall/parser/iptables"
+	"bpfwall/rules"
+)
+
+// inFreshNetns moves the test's goroutine, locked to its thread, into a
+// new network namespace holding a veth pair veth0 <-> veth1, both up, and
+// back when the test ends. Goroutines the test starts stay outside.
+func inFreshNetns(t *testing.T) uint64 {
+	t.Helper()
+	testenv.RequireRoot(t)
+	runtime.LockOSThread()
+	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		unix.Close(orig)
+		runtime.UnlockOSThread()
+		t.Fatalf("unshare netns: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+			// Leave the thread locked: it dies with the goroutine.
+			t.Errorf("return to the original netns: %v", err)
+			return
+		}
+		unix.Close(orig)
+		runtime.UnlockOSThread()
+	})
+	ip(t, "link", "set", "lo", "up")
+	ip(t, "link", "add", "veth0", "type", "veth", "peer", "name", "veth1")
+	ip(t, "link", "set", "veth0", "up")
+	ip(t, "link", "set", "veth1", "up")
+	ns, err := NetNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// ip runs ip(8) in the calling thread's network namespace.
+func ip(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// testPlace returns the place of hook in the test's namespace, removing
+// its pins when the test ends.
+func testPlace(t *testing.T, ns uint64, hook codegen.Hook) Place {
+	p := Place{NetNS: ns, Hook: hook}
+	t.Cleanup(func() {
+		os.RemoveAll(p.Dir())
+		os.Remove(filepath.Dir(p.Dir()))
+	})
+	return p
+}
+
+// ruleset is a filter table whose entry chain (INPUT, or OUTPUT for
+// tc-egress) holds the rules given.
+func ruleset(hook codegen.Hook, lines ...string) string {
+	chain := entryChain(hook)
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	for _, l := range lines {
+		b.WriteString("-A " + chain + " " + l + "\n")
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+func entryChain(hook codegen.Hook) string {
+	if hook == codegen.HookTCEgress {
+		return "OUTPUT"
+	}
+	return "INPUT"
+}
+
+// compileText parses and compiles a rule set for hook.
+func compileText(t testing.TB, hook codegen.Hook, text string) (*rules.Ruleset, *codegen.Program) {
+	t.Helper()
+	rs, err := iptables.Parse("test.rules", []byte(text), iptables.Options{Counters: true})
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	p, err := ir.Lower(rs, ir.LowerOptions{Chain: entryChain(hook)})
+	if err != nil {
+		t.Fatalf("lower: %v", err)
+	}
+	prog, err := codegen.Compile(p, codegen.Options{Hook: hook})
+	if err != nil {
+		t.Fatalf("compile: %v", err)
+	}
+	return rs, prog
+}
+
+// newSwap returns a swap of text into place, attaching to ifaces.
+func newSwap(t testing.TB, place Place, text string, ifaces ...string) *Swap {
+	t.Helper()
+	rs, prog := compileText(t, place.Hook, text)
+	meta, counters, err := NewMeta(rs, prog, "test.rules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Swap{Place: place, Program: prog, Meta: meta, Counters: counters, Ifaces: ifaces, XDPMode: XDPGeneric}
+}
+
+func mustSwap(t testing.TB, s *Swap) *Result {
+	t.Helper()
+	res, err := s.Run()
+	if err != nil {
+		t.Fatalf("swap: %v", err)
+	}
+	return res
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,179 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"bpfwall/codegen"
+)
+
+// DefaultRoot is the directory of bpffs under which bpfwall pins its
+// filters: Root/<netns>/<hook>/.
+const DefaultRoot = "/sys/fs/bpf/bpfwall"
+
+// bpffsMount is where bpffs is mounted when it is missing.
+const bpffsMount = "/sys/fs/bpf"
+
+// Names of the pins in a filter's directory.
+const (
+	pinProgram  = "program"
+	pinCounters = "counters"
+	pinDecision = "decision"
+	pinIfaces   = "ifaces"
+	pinBase     = "base"  // counters carried over from earlier programs
+	pinMeta     = "meta"  // the Meta, as JSON
+	pinLink     = "link_" // + ifindex
+	// newSuffix marks a pin made by a swap that has not committed yet.
+	// (bpffs refuses names with dots.)
+	newSuffix = "_new"
+)
+
+// mapPins are the pins of the maps, in the order a swap replaces them:
+// the meta map, which describes the others, last.
+var mapPins = []string{pinCounters, pinDecision, pinIfaces, pinBase, pinMeta}
+
+// Place is where a filter lives: a hook of a network namespace, and the
+// directory of bpffs holding its pins.
+type Place struct {
+	Root  string // DefaultRoot when empty
+	NetNS uint64 // network namespace id, from NetNS
+	Hook  codegen.Hook
+}
+
+// Dir is the directory of the filter's pins.
+func (p Place) Dir() string {
+	root := p.Root
+	if root == "" {
+		root = DefaultRoot
+	}
+	return filepath.Join(root, strconv.FormatUint(p.NetNS, 10), p.Hook.String())
+}
+
+func (p Place) String() string { return fmt.Sprintf("%s in netns %d", p.Hook, p.NetNS) }
+
+// Here returns the place of hook in the calling thread's network
+// namespace.
+func Here(root string, hook codegen.Hook) (Place, error) {
+	ns, err := NetNS()
+	if err != nil {
+		return Place{}, err
+	}
+	return Place{Root: root, NetNS: ns, Hook: hook}, nil
+}
+
+// NetNS returns the id of the calling thread's network namespace: the
+// inode number of its nsfs file, as lsns shows it. (The thread's, not the
+// process's: tests move single threads into fresh namespaces.)
+func NetNS() (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return 0, fmt.Errorf("identify network namespace: %w", err)
+	}
+	return st.Ino, nil
+}
+
+// Places lists the filters pinned for the network namespace netns, in
+// hook order.
+func Places(root string, netns uint64) ([]Place, error) {
+	var out []Place
+	for _, h := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress, codegen.HookTCEgress} {
+		p := Place{Root: root, NetNS: netns, Hook: h}
+		if _, err := os.Stat(filepath.Join(p.Dir(), pinProgram)); err == nil {
+			out = append(out, p)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("list filters: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// makeDir creates the filter's directory, mounting bpffs first if the
+// root is not on it.
+func (p Place) makeDir() error {
+	root := p.Root
+	if root == "" {
+		root = DefaultRoot
+	}
+	if !onBPFFS(filepath.Dir(root)) && root == DefaultRoot {
+		if err := os.MkdirAll(bpffsMount, 0o755); err != nil {
+			return fmt.Errorf("mount bpffs: %w", err)
+		}
+		if err := unix.Mount("bpf", bpffsMount, "bpf", 0, "mode=0700"); err != nil {
+			return fmt.Errorf("mount bpffs at %s: %w", bpffsMount, err)
+		}
+	}
+	if err := os.MkdirAll(p.Dir(), 0o700); err != nil {
+		return fmt.Errorf("create pin directory: %w", err)
+	}
+	return nil
+}
+
+func onBPFFS(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && st.Type == unix.BPF_FS_MAGIC
+}
+
+// pinner is a program, map or link.
+type pinner interface{ Pin(string) error }
+
+// pinNew pins obj beside path, as path+newSuffix, for commitPin to move
+// into place. A pin left over by an interrupted swap is replaced.
+func pinNew(obj pinner, path string) error {
+	tmp := path + newSuffix
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("pin %s: %w", filepath.Base(path), err)
+	}
+	if err := obj.Pin(tmp); err != nil {
+		return fmt.Errorf("pin %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+// commitPin moves a pin made by pinNew over path, atomically: a reader
+// finds either the old object or the new one.
+func commitPin(path string) error {
+	if err := os.Rename(path+newSuffix, path); err != nil {
+		return fmt.Errorf("replace pin %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+// removeNewPins removes the pins of a swap that did not commit.
+func removeNewPins(dir string) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), newSuffix) {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+// linkPin is the pin of the link on interface ifindex.
+func linkPin(dir string, ifindex int) string {
+	return filepath.Join(dir, pinLink+strconv.Itoa(ifindex))
+}
+
+// linkPins returns the ifindexes of the pinned links in dir.
+func linkPins(dir string) ([]int, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, e := range ents {
+		name, ok := strings.CutPrefix(e.Name(), pinLink)
+		if !ok {
+			continue
+		}
+		if i, err := strconv.Atoi(name); err == nil {
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,434 @@
+package loader
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"bpfwall/codegen"
+	"bpfwall/rules"
+)
+
+// Meta is what bpfwall keeps beside a filter's program for status and
+// save: the rule set it was compiled from and how it was loaded.
+type Meta struct {
+	Table string `json:"table"`
+	Chain string `json:"chain"` // the entry chain
+	File  string `json:"file"`  // where the rule set was read from
+	// Source is the rule set as iptables-save -c prints it. The counters of
+	// rules compiled into the program are the kernel's; the others keep
+	// the counters they were read with.
+	Source string `json:"source"`
+	// Lines holds the line in Source of each rule of the program, by rule
+	// ID.
+	Lines         []int     `json:"lines"`
+	LoadedAt      time.Time `json:"loaded_at"`
+	VerifiedInsns int       `json:"verified_insns"`
+	Ifaces        []Iface   `json:"ifaces"`
+}
+
+// Iface is an interface a filter is attached to.
+type Iface struct {
+	Index int    `json:"index"`
+	Name  string `json:"name"`
+	// Mode is how an XDP program is attached (native or generic); empty
+	// for tcx.
+	Mode string `json:"mode,omitempty"`
+}
+
+// NewMeta describes p, compiled from rs read from file, and returns the
+// counters its rules start with: those rs holds for them.
+func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codegen.Counter, error) {
+	type placed struct {
+		line int
+		c    rules.Counters
+	}
+	at := make(map[rules.Pos]placed)
+	dup := make(map[rules.Pos]bool)
+	line := 0
+	// Count lines as rules.Ruleset.Save prints them.
+	for _, t := range rs.Tables {
+		chains := t.SaveOrder()
+		line += 1 + len(chains)
+		for _, c := range chains {
+			for _, r := range c.Rules {
+				line++
+				if _, ok := at[r.Pos]; ok {
+					dup[r.Pos] = true
+				}
+				at[r.Pos] = placed{line, r.Counters}
+			}
+		}
+		line++
+	}
+	m := Meta{
+		Table:  p.IR.Table,
+		Chain:  p.IR.Chains[0].Name,
+		File:   file,
+		Source: string(rs.Save(rules.SaveOptions{Counters: true})),
+		Lines:  make([]int, len(p.IR.Rules)),
+	}
+	counters := make([]codegen.Counter, len(p.IR.Rules)+1)
+	for _, r := range p.IR.Rules {
+		pl, ok := at[r.Pos]
+		if !ok || dup[r.Pos] {
+			return Meta{}, nil, fmt.Errorf("describe rule set: cannot place rule %d (%s) in the saved rule set", r.ID, r.Pos)
+		}
+		m.Lines[r.ID] = pl.line
+		counters[r.ID] = codegen.Counter{Packets: pl.c.Packets, Bytes: pl.c.Bytes}
+	}
+	if t := rs.Table(m.Table); t != nil {
+		if c := t.Chain(m.Chain); c != nil {
+			counters[len(p.IR.Rules)] = codegen.Counter{Packets: c.Counters.Packets, Bytes: c.Counters.Bytes}
+		}
+	}
+	return m, counters, nil
+}
+
+// ruleKey identifies a rule across rule sets: its chain and its text.
+type ruleKey struct{ chain, text string }
+
+// keys returns the key of each rule of the program, by rule ID, read from
+// its line in Source.
+func (m *Meta) keys() []ruleKey {
+	lines := strings.Split(m.Source, "\n")
+	out := make([]ruleKey, len(m.Lines))
+	for id, n := range m.Lines {
+		if n < 1 || n > len(lines) {
+			continue
+		}
+		out[id] = parseRuleLine(lines[n-1])
+	}
+	return out
+}
+
+// parseRuleLine splits "[p:b] -A CHAIN spec" into its chain and spec.
+func parseRuleLine(s string) ruleKey {
+	if strings.HasPrefix(s, "[") {
+		if i := strings.Index(s, "] "); i >= 0 {
+			s = s[i+2:]
+		}
+	}
+	s = strings.TrimPrefix(s, "-A ")
+	chain, text, _ := strings.Cut(s, " ")
+	return ruleKey{chain, text}
+}
+
+// programKeys returns the key of each rule of p, by rule ID.
+func programKeys(p *codegen.Program) []ruleKey {
+	out := make([]ruleKey, len(p.IR.Rules))
+	for _, r := range p.IR.Rules {
+		out[r.ID] = ruleKey{p.IR.Chains[r.Chain].Name, r.Text}
+	}
+	return out
+}
+
+// pairRules pairs each rule of the new program with the old rule it
+// continues, or -1: a rule continues the old rule of the same chain with
+// the same text; when a chain has several such rules, they pair in order.
+// The policy entry (the last) pairs when the entry chain is the same.
+// This is how a counter follows its rule when rules are inserted,
+// deleted or moved around it.
+func pairRules(old *Meta, p *codegen.Program) []int {
+	byKey := make(map[ruleKey][]int)
+	for id, k := range old.keys() {
+		byKey[k] = append(byKey[k], id)
+	}
+	keys := programKeys(p)
+	out := make([]int, len(keys)+1)
+	for id, k := range keys {
+		out[id] = -1
+		if ids := byKey[k]; len(ids) > 0 {
+			out[id], byKey[k] = ids[0], ids[1:]
+		}
+	}
+	out[len(keys)] = -1
+	if old.Table == p.IR.Table && old.Chain == p.IR.Chains[0].Name {
+		out[len(keys)] = len(old.Lines)
+	}
+	return out
+}
+
+// Active is a filter found in bpffs: the program attached at one hook of
+// a network namespace, with its maps, links and Meta.
+type Active struct {
+	Place   Place
+	Meta    Meta
+	Program *ebpf.Program
+	// Links are the pinned links, by ifindex.
+	Links    map[int]link.Link
+	counters *ebpf.Map
+	base     *ebpf.Map
+	// maps are all the pinned maps, by pin name, kept open so that a swap
+	// can put their pins back if it fails after replacing some.
+	maps map[string]*ebpf.Map
+}
+
+// Open opens the filter pinned at p. The error wraps os.ErrNotExist when
+// there is none.
+func Open(p Place) (*Active, error) {
+	dir := p.Dir()
+	a := &Active{Place: p, Links: make(map[int]link.Link), maps: make(map[string]*ebpf.Map)}
+	var err error
+	if a.Program, err = ebpf.LoadPinnedProgram(filepath.Join(dir, pinProgram), nil); err != nil {
+		return nil, fmt.Errorf("open %s filter: %w", p.Hook, err)
+	}
+	if err := a.open(dir); err != nil {
+		a.Close()
+		return nil, fmt.Errorf("open %s filter: %w", p.Hook, err)
+	}
+	return a, nil
+}
+
+func (a *Active) open(dir string) error {
+	for _, name := range mapPins {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if err != nil {
+			return err
+		}
+		a.maps[name] = m
+	}
+	a.counters, a.base = a.maps[pinCounters], a.maps[pinBase]
+	var err error
+	if a.Meta, err = readMeta(a.maps[pinMeta]); err != nil {
+		return err
+	}
+	idxs, err := linkPins(dir)
+	if err != nil {
+		return err
+	}
+	for _, i := range idxs {
+		l, err := link.LoadPinnedLink(linkPin(dir, i), nil)
+		if err != nil {
+			return err
+		}
+		a.Links[i] = l
+	}
+	return nil
+}
+
+// Close releases the file descriptors; the pinned filter stays.
+func (a *Active) Close() error {
+	for _, l := range a.Links {
+		l.Close()
+	}
+	if a.Program != nil {
+		a.Program.Close()
+	}
+	for _, m := range a.maps {
+		m.Close()
+	}
+	return nil
+}
+
+// Counters returns every rule's counters, by rule ID, summed over CPUs
+// and added to those carried over from earlier programs; the last entry
+// counts the entry chain's policy.
+func (a *Active) Counters() ([]codegen.Counter, error) {
+	live, err := readCounters(a.counters)
+	if err != nil {
+		return nil, err
+	}
+	base, err := readBase(a.base)
+	if err != nil {
+		return nil, err
+	}
+	if len(base) != len(live) {
+		return nil, fmt.Errorf("read counters: %d carried over for %d rules", len(base), len(live))
+	}
+	for i := range live {
+		live[i].Packets += base[i].Packets
+		live[i].Bytes += base[i].Bytes
+	}
+	return live, nil
+}
+
+// Snapshot is a filter's counters at one moment, with what they count.
+type Snapshot struct {
+	Program  ebpf.ProgramID
+	Meta     Meta
+	Counters []codegen.Counter
+}
+
+// Snapshot reads the filter's counters.
+func (a *Active) Snapshot() (*Snapshot, error) {
+	info, err := a.Program.Info()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s filter: %w", a.Place.Hook, err)
+	}
+	id, _ := info.ID()
+	c, err := a.Counters()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s filter: %w", a.Place.Hook, err)
+	}
+	return &Snapshot{Program: id, Meta: a.Meta, Counters: c}, nil
+}
+
+// Apply sets the counters of the compiled rules and of the entry chain's
+// policy in rs, a parse of s.Meta.Source, to the snapshot's.
+func (s *Snapshot) Apply(rs *rules.Ruleset) error {
+	t := rs.Table(s.Meta.Table)
+	if t == nil {
+		return fmt.Errorf("apply counters: no table %s in the saved rule set", s.Meta.Table)
+	}
+	byLine := make(map[int]int, len(s.Meta.Lines))
+	for id, line := range s.Meta.Lines {
+		byLine[line] = id
+	}
+	found := 0
+	for _, c := range t.Chains {
+		for i, r := range c.Rules {
+			id, ok := byLine[r.Pos.Line]
+			if !ok {
+				continue
+			}
+			nr := *r
+			nr.Counters = rules.Counters{Packets: s.Counters[id].Packets, Bytes: s.Counters[id].Bytes}
+			c.Rules[i] = &nr
+			found++
+		}
+	}
+	if found != len(s.Meta.Lines) {
+		return fmt.Errorf("apply counters: found %d of the %d compiled rules in the saved rule set", found, len(s.Meta.Lines))
+	}
+	if c := t.Chain(s.Meta.Chain); c != nil {
+		p := s.Counters[len(s.Counters)-1]
+		c.Counters = rules.Counters{Packets: p.Packets, Bytes: p.Bytes}
+	}
+	return nil
+}
+
+// Carry returns counters for p that continue the snapshot's: each rule
+// paired with an old one (same chain and text, see pairRules) starts
+// with its counters, the others at zero.
+func (s *Snapshot) Carry(p *codegen.Program) []codegen.Counter {
+	out := make([]codegen.Counter, len(p.IR.Rules)+1)
+	for id, old := range pairRules(&s.Meta, p) {
+		if old >= 0 {
+			out[id] = s.Counters[old]
+		}
+	}
+	return out
+}
+
+// metaChunk is the value size of the meta map: Meta as JSON, in chunks.
+const metaChunk = 64 << 10
+
+// newMetaMap creates a map holding m.
+func newMetaMap(m *Meta) (*ebpf.Map, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode meta: %w", err)
+	}
+	n := (len(b) + metaChunk - 1) / metaChunk
+	mp, err := ebpf.NewMap(&ebpf.MapSpec{Name: "bpfwall_meta", Type: ebpf.Array, KeySize: 4, ValueSize: metaChunk, MaxEntries: uint32(n)})
+	if err != nil {
+		return nil, fmt.Errorf("create meta map: %w", err)
+	}
+	chunk := make([]byte, metaChunk)
+	for i := range n {
+		clear(chunk)
+		copy(chunk, b[i*metaChunk:])
+		if err := mp.Put(uint32(i), chunk); err != nil {
+			mp.Close()
+			return nil, fmt.Errorf("write meta map: %w", err)
+		}
+	}
+	return mp, nil
+}
+
+func readMeta(mp *ebpf.Map) (Meta, error) {
+	var b []byte
+	for i := range mp.MaxEntries() {
+		v, err := mp.LookupBytes(i)
+		if err != nil {
+			return Meta{}, fmt.Errorf("read meta: %w", err)
+		}
+		b = append(b, v...)
+	}
+	var m Meta
+	if err := json.Unmarshal(bytes.TrimRight(b, "\x00"), &m); err != nil {
+		return Meta{}, fmt.Errorf("decode meta: %w", err)
+	}
+	return m, nil
+}
+
+// newBaseMap creates the map of counters carried over, holding c.
+func newBaseMap(c []codegen.Counter) (*ebpf.Map, error) {
+	mp, err := ebpf.NewMap(&ebpf.MapSpec{Name: "bpfwall_base", Type: ebpf.Array, KeySize: 4, ValueSize: 16, MaxEntries: uint32(len(c))})
+	if err != nil {
+		return nil, fmt.Errorf("create base map: %w", err)
+	}
+	if err := writeBase(mp, c); err != nil {
+		mp.Close()
+		return nil, err
+	}
+	return mp, nil
+}
+
+// writeBase writes the non-zero entries of c; the map starts zeroed.
+func writeBase(mp *ebpf.Map, c []codegen.Counter) error {
+	for i, v := range c {
+		if v == (codegen.Counter{}) {
+			continue
+		}
+		if err := mp.Put(uint32(i), v); err != nil {
+			return fmt.Errorf("write base counters: %w", err)
+		}
+	}
+	return nil
+}
+
+func readBase(mp *ebpf.Map) ([]codegen.Counter, error) {
+	out := make([]codegen.Counter, mp.MaxEntries())
+	for i := range out {
+		if err := mp.Lookup(uint32(i), &out[i]); err != nil {
+			return nil, fmt.Errorf("read base counters: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// readCounters sums a per-CPU counters map over CPUs.
+func readCounters(mp *ebpf.Map) ([]codegen.Counter, error) {
+	out := make([]codegen.Counter, mp.MaxEntries())
+	var perCPU []codegen.Counter
+	for i := range out {
+		if err := mp.Lookup(uint32(i), &perCPU); err != nil {
+			return nil, fmt.Errorf("read counters: %w", err)
+		}
+		for _, c := range perCPU {
+			out[i].Packets += c.Packets
+			out[i].Bytes += c.Bytes
+		}
+	}
+	return out, nil
+}
+
+// ifindexes returns the interfaces the filter is attached to, sorted.
+func (a *Active) ifindexes() []int {
+	var out []int
+	for i := range a.Links {
+		out = append(out, i)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ErrNoFilter is returned, wrapped, when no filter is loaded at a place.
+var ErrNoFilter = errors.New("no filter loaded")
+
+// exists reports whether a filter is pinned at p.
+func exists(p Place) bool {
+	_, err := os.Stat(filepath.Join(p.Dir(), pinProgram))
+	return err == nil
+}

@@ -1,0 +1,364 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"bpfwall/codegen"
+)
+
+// Swap installs a compiled program as the filter at a place: it attaches
+// the program to the interfaces not yet filtered there, and replaces the
+// program of the links already attached. Everything the new filter needs
+// is built, verified and pinned beside the old one first; a failure
+// before the links switch leaves the running filter untouched.
+type Swap struct {
+	Place   Place
+	Program *codegen.Program
+	// Meta describes Program (see NewMeta); Run fills in the load time,
+	// the verified instructions and the interfaces.
+	Meta Meta
+	// Ifaces are the interfaces to attach to, besides those the filter is
+	// attached to already.
+	Ifaces  []string
+	XDPMode XDPMode
+	// Counters are the counters the rules start with, by rule ID, the
+	// policy's last (nil: zero).
+	Counters []codegen.Counter
+	// Since, when set, is the snapshot of the running filter Counters were
+	// computed from: what the old program counts after it is added to the
+	// rules that continue old ones (see Snapshot.Carry).
+	Since *Snapshot
+	// Update makes one link run new instead of old, failing if it does not
+	// run old; ReplaceProgram when nil. Tests inject failures here.
+	Update func(l link.Link, new, old *ebpf.Program) error
+}
+
+// Result describes a swap that happened.
+type Result struct {
+	Program  ebpf.ProgramID
+	Replaced ebpf.ProgramID // the old program; 0 if there was none
+	Attached []Iface        // interfaces attached by this swap
+	// Critical is how long the links took to switch programs.
+	Critical time.Duration
+}
+
+// ErrChanged is returned, wrapped, when the filter is not the one a
+// Snapshot was taken of.
+var ErrChanged = errors.New("filter changed since its counters were read")
+
+// Run performs the swap.
+func (s *Swap) Run() (*Result, error) {
+	hook := s.Program.Hook
+	if hook != s.Place.Hook {
+		return nil, fmt.Errorf("swap %s filter: program is for %s", s.Place.Hook, hook)
+	}
+	if err := s.Place.makeDir(); err != nil {
+		return nil, err
+	}
+	dir := s.Place.Dir()
+	removeNewPins(dir)
+	old, err := Open(s.Place)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		old = nil
+	case err != nil:
+		return nil, err
+	default:
+		defer old.Close()
+	}
+	res := &Result{}
+	if old != nil {
+		res.Replaced = programID(old.Program)
+	}
+	if s.Since != nil && (old == nil || res.Replaced != s.Since.Program) {
+		return nil, fmt.Errorf("swap %s filter: %w", hook, ErrChanged)
+	}
+
+	b, err := s.build(old)
+	if err != nil {
+		return nil, fmt.Errorf("swap %s filter: %w", hook, err)
+	}
+	res.Program = programID(b.loaded.prog)
+	res.Attached = b.attached
+	defer b.close()
+
+	// Critical section: the links switch to the new program one by one,
+	// each atomically; the kernel refuses a link that no longer runs the
+	// old program. On failure the links switched so far switch back.
+	var switched []link.Link
+	update := s.Update
+	if update == nil {
+		update = ReplaceProgram
+	}
+	start := time.Now()
+	for _, i := range b.keep {
+		l := old.Links[i]
+		if err := update(l, b.loaded.prog, old.Program); err != nil {
+			s.switchBack(switched, old, b)
+			b.abort()
+			return nil, fmt.Errorf("swap %s filter on %s: %w", hook, ifaceName(i), err)
+		}
+		switched = append(switched, l)
+	}
+	res.Critical = time.Since(start)
+	// End of the critical section.
+
+	if err := b.commit(old); err != nil {
+		s.switchBack(switched, old, b)
+		b.abort()
+		return nil, fmt.Errorf("swap %s filter: %w", hook, err)
+	}
+	if s.Since != nil {
+		if err := s.carry(old, b); err != nil {
+			return res, fmt.Errorf("swap %s filter: the new program runs, but: %w", hook, err)
+		}
+	}
+	return res, nil
+}
+
+// switchBack returns the links to the old program after a failed swap.
+func (s *Swap) switchBack(links []link.Link, old *Active, b *build) {
+	for _, l := range links {
+		// Nothing else can be done if this fails; the error of the swap
+		// is reported.
+		_ = ReplaceProgram(l, old.Program, b.loaded.prog)
+	}
+}
+
+// carry adds what the old program counted after s.Since to the rules of
+// the new program that continue old ones. The old program no longer runs,
+// and the base map is not written by any program.
+func (s *Swap) carry(old *Active, b *build) error {
+	final, err := old.Counters()
+	if err != nil {
+		return err
+	}
+	add := make([]codegen.Counter, len(b.counters))
+	for id, o := range pairRules(&s.Since.Meta, s.Program) {
+		if o < 0 || o >= len(final) {
+			continue
+		}
+		was := s.Since.Counters[o]
+		if final[o].Packets < was.Packets || final[o].Bytes < was.Bytes {
+			continue
+		}
+		if final[o] == was {
+			continue
+		}
+		add[id] = codegen.Counter{
+			Packets: b.counters[id].Packets + final[o].Packets - was.Packets,
+			Bytes:   b.counters[id].Bytes + final[o].Bytes - was.Bytes,
+		}
+	}
+	return writeBase(b.base, add)
+}
+
+// build is a new filter, loaded and pinned beside the running one.
+type build struct {
+	dir      string
+	loaded   *Loaded
+	base     *ebpf.Map
+	meta     *ebpf.Map
+	counters []codegen.Counter
+	// keep are the interfaces whose links switch programs; gone are those
+	// whose links outlived their interface, dropped by the swap.
+	keep, gone []int
+	links      map[int]link.Link // new links, on interfaces not yet filtered
+	attached   []Iface
+}
+
+// build loads, fills and pins the new filter, and attaches it to the
+// interfaces not yet filtered.
+func (s *Swap) build(old *Active) (b *build, err error) {
+	b = &build{dir: s.Place.Dir(), links: make(map[int]link.Link)}
+	defer func() {
+		if err != nil {
+			b.abort()
+			b.close()
+		}
+	}()
+	var ifaces []Iface
+	attached := make(map[int]bool)
+	if old != nil {
+		for _, i := range old.ifindexes() {
+			ifi, err := net.InterfaceByIndex(i)
+			if err != nil {
+				b.gone = append(b.gone, i)
+				continue
+			}
+			b.keep = append(b.keep, i)
+			attached[i] = true
+			ifaces = append(ifaces, Iface{Index: i, Name: ifi.Name, Mode: oldMode(old, i)})
+		}
+	}
+	var add []Iface
+	for _, name := range s.Ifaces {
+		ifi, err := net.InterfaceByName(name)
+		if err != nil {
+			return b, fmt.Errorf("interface %s: %w", name, err)
+		}
+		if attached[ifi.Index] {
+			continue
+		}
+		attached[ifi.Index] = true
+		add = append(add, Iface{Index: ifi.Index, Name: ifi.Name})
+	}
+	if len(ifaces)+len(add) == 0 {
+		return b, errors.New("no interface to attach to")
+	}
+
+	if b.loaded, err = Load(s.Program, Options{}); err != nil {
+		return b, err
+	}
+	for _, ifc := range append(ifaces, add...) {
+		if err := b.loaded.SetIface(uint32(ifc.Index), ifc.Name); err != nil {
+			return b, err
+		}
+	}
+	n := len(s.Program.IR.Rules) + 1
+	b.counters = s.Counters
+	if b.counters == nil {
+		b.counters = make([]codegen.Counter, n)
+	}
+	if len(b.counters) != n {
+		return b, fmt.Errorf("%d starting counters for %d rules and the policy", len(b.counters), n)
+	}
+	if b.base, err = newBaseMap(b.counters); err != nil {
+		return b, err
+	}
+
+	pins := map[string]pinner{
+		pinProgram:  b.loaded.prog,
+		pinCounters: b.loaded.coll.Maps[codegen.CountersMap],
+		pinDecision: b.loaded.coll.Maps[codegen.DecisionMap],
+		pinIfaces:   b.loaded.coll.Maps[codegen.IfacesMap],
+		pinBase:     b.base,
+	}
+	for name, obj := range pins {
+		if err := pinNew(obj, filepath.Join(b.dir, name)); err != nil {
+			return b, err
+		}
+	}
+	for _, ifc := range add {
+		l, mode, err := attach(b.loaded.prog, s.Program.Hook, ifc, s.XDPMode)
+		if err != nil {
+			return b, err
+		}
+		b.links[ifc.Index] = l
+		if err := pinNew(l, linkPin(b.dir, ifc.Index)); err != nil {
+			return b, err
+		}
+		ifc.Mode = mode
+		b.attached = append(b.attached, ifc)
+	}
+
+	meta := s.Meta
+	meta.LoadedAt = time.Now().UTC()
+	meta.VerifiedInsns = b.loaded.VerifiedInsns
+	meta.Ifaces = append(ifaces, b.attached...)
+	if b.meta, err = newMetaMap(&meta); err != nil {
+		return b, err
+	}
+	if err := pinNew(b.meta, filepath.Join(b.dir, pinMeta)); err != nil {
+		return b, err
+	}
+	return b, nil
+}
+
+// commit moves the new pins over the old ones, links first and the meta
+// map last. If a pin cannot be moved, the old objects are pinned back.
+func (b *build) commit(old *Active) error {
+	names := []string{pinProgram}
+	names = append(names, mapPins...)
+	for i := range b.links {
+		names = append([]string{filepath.Base(linkPin(b.dir, i))}, names...)
+	}
+	for k, name := range names {
+		if err := commitPin(filepath.Join(b.dir, name)); err != nil {
+			if old != nil {
+				b.restore(old, names[:k])
+			}
+			return err
+		}
+	}
+	for _, i := range b.gone {
+		os.Remove(linkPin(b.dir, i))
+	}
+	return nil
+}
+
+// restore pins the old filter's objects back after a failed commit.
+func (b *build) restore(old *Active, names []string) {
+	for _, name := range names {
+		path := filepath.Join(b.dir, name)
+		var obj pinner = old.maps[name]
+		switch {
+		case name == pinProgram:
+			obj = old.Program
+		case old.maps[name] == nil:
+			// A new link: remove its pin, so that closing it detaches it.
+			os.Remove(path)
+			continue
+		}
+		if pinNew(obj, path) == nil {
+			commitPin(path)
+		}
+	}
+}
+
+// abort removes the new pins, detaching the new links.
+func (b *build) abort() {
+	removeNewPins(b.dir)
+	for _, l := range b.links {
+		l.Close()
+	}
+	b.links = map[int]link.Link{}
+}
+
+// close releases the file descriptors; pinned objects stay.
+func (b *build) close() {
+	for _, l := range b.links {
+		l.Close()
+	}
+	for _, m := range []*ebpf.Map{b.base, b.meta} {
+		if m != nil {
+			m.Close()
+		}
+	}
+	if b.loaded != nil {
+		b.loaded.Close()
+	}
+}
+
+func oldMode(a *Active, ifindex int) string {
+	for _, ifc := range a.Meta.Ifaces {
+		if ifc.Index == ifindex {
+			return ifc.Mode
+		}
+	}
+	return ""
+}
+
+func ifaceName(ifindex int) string {
+	if ifi, err := net.InterfaceByIndex(ifindex); err == nil {
+		return ifi.Name
+	}
+	return fmt.Sprintf("ifindex %d", ifindex)
+}
+
+func programID(p *ebpf.Program) ebpf.ProgramID {
+	info, err := p.Info()
+	if err != nil {
+		return 0
+	}
+	id, _ := info.ID()
+	return id
+}
