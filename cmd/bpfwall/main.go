@@ -24,6 +24,11 @@ func init() {
 	commands = []command{
 		{"check", "check [-6] [-n] [--ipset FILE] FILE...  parse and validate, no kernel needed", runCheck},
 		{"fmt", "fmt [-6] [-c] [--ipset FILE] FILE    print as canonical iptables-save text", runFmt},
+		{"load", "load -i IFACE... [--hook H] [--chain C] [--xdp-mode M] [-w SECS] FILE  compile, load, attach or swap", runLoad},
+		{"restore", "restore [-t] [-n] [-c] [-v] [-w SECS] [-T TABLE] [-i IFACE]... [--hook H] [FILE]  iptables-restore; stdin by default", runRestore},
+		{"save", "save [-c] [--hook H]   the active rule set as iptables-save text", runSave},
+		{"status", "status [--json]        the filters of this network namespace", runStatus},
+		{"unload", "unload [-i IFACE]... [--hook H] [-w SECS]  detach filters and remove their pins", runUnload},
 	}
 }
 

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"bpfwall/codegen"
+	"bpfwall/ir"
+	"bpfwall/loader"
+	"bpfwall/parser/iptables"
+	"bpfwall/rules"
+)
+
+// This file holds what the commands that change or read the kernel's
+// filters (load, restore, save, status, unload) share.
+
+// ifaceList is a repeatable -i flag.
+type ifaceList []string
+
+func (l *ifaceList) String() string { return strings.Join(*l, ",") }
+
+func (l *ifaceList) Set(s string) error {
+	*l = append(*l, s)
+	return nil
+}
+
+// lockFile is the lock serializing commands; tests move it.
+var lockFile = loader.DefaultLockFile
+
+// acquireLock takes bpfwall's lock as iptables takes the xtables lock,
+// with its messages when another command holds it.
+func acquireLock(wait float64, stderr io.Writer) (*loader.Lock, error) {
+	l, err := loader.Acquire(lockFile, time.Duration(wait*float64(time.Second)))
+	if errors.Is(err, loader.ErrLocked) {
+		if wait > 0 {
+			fmt.Fprintf(stderr, "Another app is currently holding the bpfwall lock. Stopped waiting after %gs.\n", wait)
+		} else {
+			fmt.Fprintln(stderr, "Another app is currently holding the bpfwall lock. Perhaps you want to use the -w option?")
+		}
+		return nil, exitError{1}
+	}
+	return l, privileged(err)
+}
+
+// privileged adds what bpfwall needs to an error that says permission
+// was denied; a verifier's rejection is not such an error.
+func privileged(err error) error {
+	var verr *ebpf.VerifierError
+	if err == nil || !errors.Is(err, os.ErrPermission) || errors.As(err, &verr) {
+		return err
+	}
+	return fmt.Errorf("%w (bpfwall needs root, or CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN)", err)
+}
+
+// target is one filter a command changes: where it runs, and a snapshot
+// of what runs there now (nil when nothing does).
+type target struct {
+	place loader.Place
+	snap  *loader.Snapshot
+}
+
+// findTargets returns the filters a command acts on: at hookName (xdp
+// when empty) if interfaces are named, else every filter loaded in this
+// network namespace (at hookName, if given). Each comes with a snapshot.
+func findTargets(hookName string, ifaces []string) ([]target, error) {
+	ns, err := loader.NetNS()
+	if err != nil {
+		return nil, err
+	}
+	var places []loader.Place
+	if len(ifaces) > 0 || hookName != "" {
+		name := hookName
+		if name == "" {
+			name = "xdp"
+		}
+		hook, err := codegen.ParseHook(name)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
+		places = []loader.Place{{NetNS: ns, Hook: hook}}
+	} else if places, err = loader.Places("", ns); err != nil {
+		return nil, err
+	}
+	var out []target
+	for _, p := range places {
+		t := target{place: p}
+		a, err := loader.Open(p)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			if len(ifaces) == 0 {
+				return nil, fmt.Errorf("no %s filter is loaded in this network namespace; name interfaces with -i", p.Hook)
+			}
+		case err != nil:
+			return nil, privileged(err)
+		default:
+			t.snap, err = a.Snapshot()
+			a.Close()
+			if err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, t)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no filter is loaded in this network namespace; name interfaces with -i")
+	}
+	return out, nil
+}
+
+// active returns the rule set running at t, with its live counters.
+func (t target) active() (*rules.Ruleset, error) {
+	rs, err := iptables.Parse(activeName, []byte(t.snap.Meta.Source), iptables.Options{Counters: true})
+	if err != nil {
+		return nil, fmt.Errorf("read the active %s rule set: %w", t.place.Hook, err)
+	}
+	if err := t.snap.Apply(rs); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+// activeName is the file name of the active rule set in positions.
+const activeName = "(active rule set)"
+
+// chain returns the entry chain to compile for t: flag if given, else the
+// running filter's, else the hook's default.
+func (t target) chain(flag string) string {
+	switch {
+	case flag != "":
+		return flag
+	case t.snap != nil:
+		return t.snap.Meta.Chain
+	case t.place.Hook == codegen.HookTCEgress:
+		return "OUTPUT"
+	}
+	return "INPUT"
+}
+
+// compileFor lowers and compiles rs's chain for t's hook.
+func compileFor(rs *rules.Ruleset, t target, chain string) (*codegen.Program, error) {
+	p, err := ir.Lower(rs, ir.LowerOptions{Chain: chain})
+	if err != nil {
+		return nil, err
+	}
+	return codegen.Compile(p, codegen.Options{Hook: t.place.Hook})
+}
+
+// swapFlags are the flags of the commands that attach programs.
+type swapFlags struct {
+	ifaces  ifaceList
+	hook    string
+	chain   string
+	xdpMode string
+	wait    float64
+}
+
+func (f *swapFlags) register(fs *flag.FlagSet) {
+	fs.Var(&f.ifaces, "i", "attach to `IFACE` (repeatable)")
+	fs.StringVar(&f.hook, "hook", "", "xdp, tc-ingress or tc-egress (default xdp; without -i, every loaded filter)")
+	fs.StringVar(&f.chain, "chain", "", "entry chain (default INPUT, OUTPUT for tc-egress, or the loaded filter's)")
+	fs.StringVar(&f.xdpMode, "xdp-mode", "auto", "native, generic or auto (native, falling back to generic)")
+	fs.Float64Var(&f.wait, "w", 0, "wait up to `SECS` for another bpfwall command to finish")
+}
+
+// counterMode is where a swapped-in filter's counters come from.
+type counterMode uint8
+
+const (
+	// countersFromRuleset: the rule set's own counters (restore: zero,
+	// or the file's with -c).
+	countersFromRuleset counterMode = iota
+	// countersFollowRuleset: the rule set's counters, which came from the
+	// running filter (restore -n), plus what it counts until the swap.
+	countersFollowRuleset
+	// countersCarry: every rule that continues one of the running filter
+	// keeps its counters (load).
+	countersCarry
+)
+
+// swapIn installs prog, compiled from rs read from file, at t.
+func swapIn(t target, rs *rules.Ruleset, prog *codegen.Program, file string, f *swapFlags, mode counterMode) (*loader.Result, error) {
+	xdpMode, err := loader.ParseXDPMode(f.xdpMode)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	meta, counters, err := loader.NewMeta(rs, prog, file)
+	if err != nil {
+		return nil, err
+	}
+	s := &loader.Swap{Place: t.place, Program: prog, Meta: meta, Ifaces: f.ifaces, XDPMode: xdpMode, Counters: counters}
+	if t.snap != nil {
+		switch mode {
+		case countersCarry:
+			s.Counters, s.Since = t.snap.Carry(prog), t.snap
+		case countersFollowRuleset:
+			s.Since = t.snap
+		}
+	}
+	res, err := s.Run()
+	return res, privileged(err)
+}
+
+// describeSwap says what a swap did, for -v.
+func describeSwap(w io.Writer, t target, res *loader.Result) {
+	if res.Replaced != 0 {
+		fmt.Fprintf(w, "%s: program %d replaced program %d in %v", t.place.Hook, res.Program, res.Replaced, res.Critical)
+	} else {
+		fmt.Fprintf(w, "%s: program %d loaded", t.place.Hook, res.Program)
+	}
+	for _, ifc := range res.Attached {
+		fmt.Fprintf(w, "; attached to %s", ifc.Name)
+		if ifc.Mode != "" {
+			fmt.Fprintf(w, " (%s)", ifc.Mode)
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// reportRuleErrors prints errors with positions one per line, followed
+// by iptables-restore's "line N failed" when restoring, and returns exit
+// status 1; other errors are returned as they are.
+func reportRuleErrors(err error, restore bool, stderr io.Writer) error {
+	var list rules.ErrorList
+	var one *rules.Error
+	line := 0
+	switch {
+	case errors.As(err, &list):
+		fmt.Fprintln(stderr, list)
+		line = iptables.FailedLine(list)
+	case errors.As(err, &one):
+		fmt.Fprintln(stderr, one)
+		line = iptables.FailedLine(one)
+	default:
+		return err
+	}
+	if restore && line > 0 {
+		fmt.Fprintf(stderr, "bpfwall restore: line %d failed\n", line)
+	}
+	return exitError{1}
+}

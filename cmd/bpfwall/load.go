@@ -1,0 +1,49 @@
+package main
+
+import (
+	"fmt"
+	"io"
+)
+
+func runLoad(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("load", stderr)
+	var in inputFlags
+	in.register(fs)
+	var f swapFlags
+	f.register(fs)
+	verbose := fs.Bool("v", false, "say what was loaded and replaced")
+	files, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(files) != 1 || len(f.ifaces) == 0 {
+		fmt.Fprintln(stderr, "usage: bpfwall load -i IFACE... [--hook H] [--chain C] [--xdp-mode M] [-w SECS] FILE")
+		return errUsage
+	}
+	rs, err := in.load(files[0], stderr)
+	if err != nil {
+		return reportRuleErrors(err, false, stderr)
+	}
+	lock, err := acquireLock(f.wait, stderr)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	targets, err := findTargets(f.hook, f.ifaces)
+	if err != nil {
+		return err
+	}
+	t := targets[0]
+	prog, err := compileFor(rs, t, t.chain(f.chain))
+	if err != nil {
+		return reportRuleErrors(err, false, stderr)
+	}
+	res, err := swapIn(t, rs, prog, files[0], &f, countersCarry)
+	if err != nil {
+		return err
+	}
+	if *verbose {
+		describeSwap(stdout, t, res)
+	}
+	return nil
+}

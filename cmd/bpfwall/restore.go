@@ -1,0 +1,133 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"bpfwall/codegen"
+	"bpfwall/loader"
+	"bpfwall/parser/iptables"
+	"bpfwall/rules"
+)
+
+const restoreUsage = "usage: bpfwall restore [-t] [-n] [-c] [-v] [-w SECS] [-T TABLE] [-i IFACE]... [--hook H] [FILE]"
+
+// runRestore is iptables-restore: the input replaces the tables it names,
+// at once, in every filter of the namespace (or the one -i and --hook
+// name); bad input changes nothing.
+func runRestore(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("restore", stderr)
+	var f swapFlags
+	f.register(fs)
+	test := fs.Bool("t", false, "parse, compile and verify the input; change nothing")
+	noflush := fs.Bool("n", false, "apply the input on top of the active rule set instead of replacing its tables")
+	counters := fs.Bool("c", false, "restore the counters given in the input")
+	verbose := fs.Bool("v", false, "say what was loaded and replaced")
+	table := fs.String("T", "", "restore only `TABLE` of the input")
+	ipv6 := fs.Bool("6", false, "read the input as ip6tables input")
+	files, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(files) > 1 {
+		fmt.Fprintln(stderr, restoreUsage)
+		return errUsage
+	}
+	name, display := "-", "<stdin>"
+	if len(files) == 1 && files[0] != "-" {
+		name, display = files[0], files[0]
+	}
+	src, err := readFile(name)
+	if err != nil {
+		return err
+	}
+	if !*test {
+		lock, err := acquireLock(f.wait, stderr)
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
+	}
+	targets, err := findTargets(f.hook, f.ifaces)
+	if err != nil && *test && len(f.ifaces) == 0 {
+		// Nothing loaded: -t checks the input for the hook asked for.
+		targets, err = findTargets(f.hook, []string{""})
+	}
+	if err != nil {
+		return err
+	}
+
+	// Everything is parsed and compiled before anything is swapped.
+	type plan struct {
+		t    target
+		rs   *rules.Ruleset
+		prog *codegen.Program
+		mode counterMode
+	}
+	var plans []plan
+	for _, t := range targets {
+		opts := iptables.Options{Counters: *counters, Noflush: *noflush, Table: *table, ForceFamily: *ipv6}
+		if *ipv6 {
+			opts.Family = rules.IPv6
+		}
+		var active *rules.Ruleset
+		if t.snap != nil {
+			if active, err = t.active(); err != nil {
+				return err
+			}
+		}
+		mode := countersFromRuleset
+		if *noflush && active != nil {
+			opts.Base, mode = active, countersFollowRuleset
+		}
+		rs, err := iptables.Parse(display, src, opts)
+		if rs != nil {
+			for _, w := range rs.Warnings {
+				fmt.Fprintf(stderr, "%s: warning: %s\n", w.Pos, w.Msg)
+			}
+		}
+		if err != nil {
+			return reportRuleErrors(err, true, stderr)
+		}
+		if !*noflush && active != nil {
+			// As iptables-restore, tables the input does not name stay.
+			for _, at := range active.Tables {
+				if rs.Table(at.Name) == nil {
+					rs.Tables = append(rs.Tables, at)
+					if at.Name == "filter" {
+						mode = countersFollowRuleset
+					}
+				}
+			}
+		}
+		prog, err := compileFor(rs, t, t.chain(f.chain))
+		if err != nil {
+			return reportRuleErrors(err, true, stderr)
+		}
+		plans = append(plans, plan{t, rs, prog, mode})
+	}
+
+	if *test {
+		for _, p := range plans {
+			l, err := loader.Load(p.prog, loader.Options{})
+			if err != nil {
+				return privileged(err)
+			}
+			if *verbose {
+				fmt.Fprintf(stdout, "%s: %d rules verified, %d instructions processed\n", p.t.place.Hook, len(p.prog.IR.Rules), l.VerifiedInsns)
+			}
+			l.Close()
+		}
+		return nil
+	}
+	for _, p := range plans {
+		res, err := swapIn(p.t, p.rs, p.prog, display, &f, p.mode)
+		if err != nil {
+			return err
+		}
+		if *verbose {
+			describeSwap(stdout, p.t, res)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"bpfwall/loader"
+)
+
+// filterStatus is what status says about one filter.
+type filterStatus struct {
+	NetNS         uint64         `json:"netns"`
+	Hook          string         `json:"hook"`
+	Program       uint32         `json:"program_id"`
+	Tag           string         `json:"tag"`
+	Rules         int            `json:"rules"`
+	Table         string         `json:"table"`
+	Chain         string         `json:"chain"`
+	File          string         `json:"file"`
+	LoadedAt      time.Time      `json:"loaded_at"`
+	VerifiedInsns int            `json:"verified_insns"`
+	Ifaces        []ifaceStatus  `json:"ifaces"`
+	Counters      countersStatus `json:"counters"`
+}
+
+type ifaceStatus struct {
+	Name  string `json:"name"`
+	Index int    `json:"ifindex"`
+	Mode  string `json:"mode,omitempty"`
+	Link  uint32 `json:"link_id"`
+}
+
+// countersStatus sums a filter's counters.
+type countersStatus struct {
+	RulesHit      int    `json:"rules_hit"` // rules that matched a packet
+	RulePackets   uint64 `json:"rule_packets"`
+	RuleBytes     uint64 `json:"rule_bytes"`
+	PolicyPackets uint64 `json:"policy_packets"`
+	PolicyBytes   uint64 `json:"policy_bytes"`
+}
+
+// runStatus describes the filters of this network namespace.
+func runStatus(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("status", stderr)
+	asJSON := fs.Bool("json", false, "print JSON")
+	files, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(files) != 0 {
+		fmt.Fprintln(stderr, "usage: bpfwall status [--json]")
+		return errUsage
+	}
+	ns, err := loader.NetNS()
+	if err != nil {
+		return err
+	}
+	places, err := loader.Places("", ns)
+	if err != nil {
+		return privileged(err)
+	}
+	out := []filterStatus{}
+	for _, p := range places {
+		st, err := statusOf(p)
+		if err != nil {
+			return privileged(err)
+		}
+		out = append(out, st)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		return enc.Encode(out)
+	}
+	if len(out) == 0 {
+		fmt.Fprintf(stdout, "no filter loaded in network namespace %d\n", ns)
+	}
+	for _, st := range out {
+		printStatus(stdout, st)
+	}
+	return nil
+}
+
+func statusOf(p loader.Place) (filterStatus, error) {
+	a, err := loader.Open(p)
+	if err != nil {
+		return filterStatus{}, err
+	}
+	defer a.Close()
+	info, err := a.Program.Info()
+	if err != nil {
+		return filterStatus{}, fmt.Errorf("read %s program info: %w", p.Hook, err)
+	}
+	id, _ := info.ID()
+	m := a.Meta
+	st := filterStatus{
+		NetNS: p.NetNS, Hook: p.Hook.String(), Program: uint32(id), Tag: info.Tag,
+		Rules: len(m.Lines), Table: m.Table, Chain: m.Chain, File: m.File,
+		LoadedAt: m.LoadedAt, VerifiedInsns: m.VerifiedInsns,
+	}
+	for _, ifc := range m.Ifaces {
+		is := ifaceStatus{Name: ifc.Name, Index: ifc.Index, Mode: ifc.Mode}
+		if l := a.Links[ifc.Index]; l != nil {
+			if li, err := l.Info(); err == nil {
+				is.Link = uint32(li.ID)
+			}
+		}
+		st.Ifaces = append(st.Ifaces, is)
+	}
+	c, err := a.Counters()
+	if err != nil {
+		return filterStatus{}, err
+	}
+	for _, rc := range c[:len(c)-1] {
+		if rc.Packets > 0 {
+			st.Counters.RulesHit++
+		}
+		st.Counters.RulePackets += rc.Packets
+		st.Counters.RuleBytes += rc.Bytes
+	}
+	st.Counters.PolicyPackets, st.Counters.PolicyBytes = c[len(c)-1].Packets, c[len(c)-1].Bytes
+	return st, nil
+}
+
+func printStatus(w io.Writer, st filterStatus) {
+	fmt.Fprintf(w, "netns %d %s: program %d tag %s, %d rules of %s %s, %d instructions verified\n",
+		st.NetNS, st.Hook, st.Program, st.Tag, st.Rules, st.Table, st.Chain, st.VerifiedInsns)
+	fmt.Fprintf(w, "  loaded %s from %s\n", st.LoadedAt.Local().Format(time.DateTime), st.File)
+	var ifs []string
+	for _, ifc := range st.Ifaces {
+		s := fmt.Sprintf("%s (ifindex %d, link %d", ifc.Name, ifc.Index, ifc.Link)
+		if ifc.Mode != "" {
+			s += ", " + ifc.Mode
+		}
+		ifs = append(ifs, s+")")
+	}
+	fmt.Fprintf(w, "  attached to %s\n", strings.Join(ifs, ", "))
+	c := st.Counters
+	fmt.Fprintf(w, "  counters: %d of %d rules matched, %d packets %d bytes; policy %d packets %d bytes\n",
+		c.RulesHit, st.Rules, c.RulePackets, c.RuleBytes, c.PolicyPackets, c.PolicyBytes)
+}
