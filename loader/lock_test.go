@@ -1,0 +1,46 @@
+package loader
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bpfwall.lock")
+	held, err := Acquire(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	if _, err := Acquire(path, 0); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second lock without waiting: %v, want ErrLocked", err)
+	}
+	if d := time.Since(start); d > 50*time.Millisecond {
+		t.Errorf("without waiting, failing took %v", d)
+	}
+
+	start = time.Now()
+	if _, err := Acquire(path, 200*time.Millisecond); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second lock waiting 200ms: %v, want ErrLocked", err)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Errorf("gave up after %v, before the 200ms wait was over", d)
+	}
+
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		held.Release()
+	}()
+	start = time.Now()
+	l, err := Acquire(path, 2*time.Second)
+	if err != nil {
+		t.Fatalf("lock released after 100ms, waiting 2s: %v", err)
+	}
+	if d := time.Since(start); d < 90*time.Millisecond || d > time.Second {
+		t.Errorf("got the lock after %v, want about 100ms", d)
+	}
+	l.Release()
+}
