@@ -1,0 +1,277 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"bpfwall/internal/testenv"
+	"bpfwall/loader"
+)
+
+// These tests run the bpfwall binary, as an operator would, in a fresh
+// network namespace: the filter must outlive each command.
+
+// buildBpfwall builds the command into a temporary directory.
+func buildBpfwall(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "bpfwall")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// freshNetns moves the test's goroutine, locked to its thread, into a new
+// network namespace with veth1 up at 10.9.0.2/24, whose peer veth0 is
+// 10.9.0.1/24 in a second namespace, and returns the peer's nsenter
+// target pid.
+func freshNetns(t *testing.T) string {
+	t.Helper()
+	testenv.RequireRoot(t)
+	runtime.LockOSThread()
+	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		t.Fatalf("unshare netns: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+			t.Errorf("return to the original netns: %v", err) // the thread dies locked
+			return
+		}
+		unix.Close(orig)
+		runtime.UnlockOSThread()
+	})
+	holder := exec.Command("unshare", "-n", "sleep", "3600")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	pid := strconv.Itoa(holder.Process.Pid)
+	mine, _ := os.Readlink("/proc/thread-self/ns/net")
+	for i := 0; ; i++ {
+		if theirs, _ := os.Readlink("/proc/" + pid + "/ns/net"); theirs != "" && theirs != mine {
+			break
+		}
+		if i == 100 {
+			t.Fatal("peer namespace did not appear")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, c := range []string{
+		"ip link set lo up",
+		"ip link add veth0 type veth peer name veth1",
+		"ip link set veth0 netns " + pid,
+		"ip addr add 10.9.0.2/24 dev veth1",
+		"ip link set veth1 up",
+		"nsenter -t " + pid + " -n ip addr add 10.9.0.1/24 dev veth0",
+		"nsenter -t " + pid + " -n ip link set veth0 up",
+	} {
+		f := strings.Fields(c)
+		if out, err := exec.Command(f[0], f[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", c, err, out)
+		}
+	}
+	ns, err := loader.NetNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(loader.DefaultRoot, strconv.FormatUint(ns, 10))) })
+	return pid
+}
+
+// sendUDP sends n datagrams of 32 bytes from the peer to 10.9.0.2:port
+// and returns how many arrived.
+func sendUDP(t *testing.T, peer string, port, n int) int {
+	t.Helper()
+	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(10, 9, 0, 2), Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	script := "for i in $(seq " + strconv.Itoa(n) + "); do printf '%032d' 0 >/dev/udp/10.9.0.2/" + strconv.Itoa(port) + "; done"
+	if out, err := exec.Command("nsenter", "-t", peer, "-n", "bash", "-c", script).CombinedOutput(); err != nil {
+		t.Fatalf("send: %v\n%s", err, out)
+	}
+	got := 0
+	buf := make([]byte, 100)
+	for {
+		conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, err := conn.Read(buf); err != nil {
+			return got
+		}
+		got++
+	}
+}
+
+type cli struct {
+	t   *testing.T
+	bin string
+}
+
+// run runs bpfwall with stdin and returns its output and exit code.
+func (c cli) run(stdin string, args ...string) (stdout, stderr string, code int) {
+	c.t.Helper()
+	cmd := exec.Command(c.bin, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		c.t.Fatal(err)
+	}
+	return o.String(), e.String(), code
+}
+
+// ok runs bpfwall and fails the test unless it succeeds.
+func (c cli) ok(stdin string, args ...string) string {
+	c.t.Helper()
+	out, errOut, code := c.run(stdin, args...)
+	if code != 0 {
+		c.t.Fatalf("bpfwall %s: exit %d\n%s", strings.Join(args, " "), code, errOut)
+	}
+	return out
+}
+
+func (c cli) status() []filterStatus {
+	c.t.Helper()
+	var st []filterStatus
+	if err := json.Unmarshal([]byte(c.ok("", "status", "--json")), &st); err != nil {
+		c.t.Fatal(err)
+	}
+	return st
+}
+
+const udpRules = `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -p udp -m udp --dport 5001 -j ACCEPT
+-A INPUT -p udp -m udp --dport 5002 -j DROP
+COMMIT
+`
+
+func TestOperatorPath(t *testing.T) {
+	bin := buildBpfwall(t)
+	for _, hook := range []string{"xdp", "tc-ingress"} {
+		t.Run(hook, func(t *testing.T) {
+			peer := freshNetns(t)
+			c := cli{t, bin}
+			c.ok(udpRules, "restore", "--hook", hook, "-i", "veth1")
+
+			// The command has exited; the filter stays and filters.
+			if got := sendUDP(t, peer, 5001, 10); got != 10 {
+				t.Errorf("udp/5001: %d of 10 arrived", got)
+			}
+			if got := sendUDP(t, peer, 5002, 10); got != 0 {
+				t.Errorf("udp/5002: %d of 10 arrived through DROP", got)
+			}
+			st := c.status()
+			if len(st) != 1 || st[0].Hook != hook || st[0].Rules != 2 || len(st[0].Ifaces) != 1 || st[0].Ifaces[0].Name != "veth1" {
+				t.Fatalf("status: %+v", st)
+			}
+			if st[0].Counters.RulePackets != 20 || st[0].File != "<stdin>" {
+				t.Errorf("status counters %+v, file %q", st[0].Counters, st[0].File)
+			}
+			prog := st[0].Program
+			// 32 bytes of data, 8 of UDP header, 20 of IP header.
+			wantSave := "[10:600] -A INPUT -p udp -m udp --dport 5001 -j ACCEPT\n[10:600] -A INPUT -p udp -m udp --dport 5002 -j DROP\n"
+			if out := c.ok("", "save", "-c"); !strings.Contains(out, wantSave) {
+				t.Errorf("save -c:\n%s\nwant it to contain\n%s", out, wantSave)
+			}
+
+			// Bad input at every stage changes nothing.
+			for _, bad := range []struct{ name, input, msg string }{
+				{"parse error", strings.Replace(udpRules, "--dport 5002", "--dport 5002 --frob", 1), "line 6 failed"},
+				{"unsupported", strings.Replace(udpRules, "-j DROP", "-m conntrack --ctstate NEW -j DROP", 1), "conntrack state match is not supported"},
+			} {
+				_, errOut, code := c.run(bad.input, "restore")
+				if code != 1 || !strings.Contains(errOut, bad.msg) {
+					t.Errorf("%s: exit %d, stderr %q; want 1 and %q", bad.name, code, errOut, bad.msg)
+				}
+			}
+			if _, errOut, code := c.run(udpRules, "load", "--hook", hook, "-i", "nosuch0", "-"); code != 1 || !strings.Contains(errOut, "nosuch0") {
+				t.Errorf("missing interface: exit %d, %q", code, errOut)
+			}
+			if st := c.status(); st[0].Program != prog || st[0].Counters.RulePackets != 20 {
+				t.Errorf("after bad input: program %d, counters %+v; want %d and 20 packets", st[0].Program, st[0].Counters, prog)
+			}
+
+			// restore -n adds a rule; the others keep their counters.
+			c.ok("*filter\n-A INPUT -p udp -m udp --dport 5003 -j DROP\nCOMMIT\n", "restore", "-n")
+			out := c.ok("", "save", "-c")
+			if !strings.Contains(out, wantSave+"[0:0] -A INPUT -p udp -m udp --dport 5003 -j DROP\n") {
+				t.Errorf("after restore -n, save -c:\n%s", out)
+			}
+			if st := c.status(); st[0].Program == prog {
+				t.Errorf("restore -n did not swap the program")
+			}
+			// A full restore starts at zero, as iptables-restore does; -c
+			// takes the file's counters.
+			c.ok(udpRules, "restore")
+			if out := c.ok("", "save", "-c"); !strings.Contains(out, "[0:0] -A INPUT -p udp -m udp --dport 5001") {
+				t.Errorf("after restore, save -c:\n%s", out)
+			}
+			c.ok(strings.Replace(udpRules, "-A INPUT -p udp -m udp --dport 5001", "[7:700] -A INPUT -p udp -m udp --dport 5001", 1), "restore", "-c")
+			if got := sendUDP(t, peer, 5001, 3); got != 3 {
+				t.Errorf("udp/5001 after restore -c: %d of 3", got)
+			}
+			if out := c.ok("", "save", "-c"); !strings.Contains(out, "[10:880] -A INPUT -p udp -m udp --dport 5001") {
+				t.Errorf("after restore -c, save -c:\n%s", out)
+			}
+
+			c.ok("", "unload")
+			if st := c.status(); len(st) != 0 {
+				t.Errorf("status after unload: %+v", st)
+			}
+			if got := sendUDP(t, peer, 5002, 5); got != 5 {
+				t.Errorf("after unload, udp/5002: %d of 5 arrived", got)
+			}
+		})
+	}
+}
+
+func TestLockContention(t *testing.T) {
+	bin := buildBpfwall(t)
+	freshNetns(t)
+	c := cli{t, bin}
+	held, err := loader.Acquire(loader.DefaultLockFile, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := c.run(udpRules, "restore", "-i", "veth1")
+	if code != 1 || !strings.Contains(errOut, "Perhaps you want to use the -w option?") {
+		t.Errorf("locked, no -w: exit %d, %q", code, errOut)
+	}
+	_, errOut, code = c.run(udpRules, "restore", "-w", "0.3", "-i", "veth1")
+	if code != 1 || !strings.Contains(errOut, "Stopped waiting after 0.3s") {
+		t.Errorf("locked, -w 0.3: exit %d, %q", code, errOut)
+	}
+	if st := c.status(); len(st) != 0 {
+		t.Fatalf("a locked-out restore loaded a filter: %+v", st)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		held.Release()
+	}()
+	c.ok(udpRules, "restore", "-w", "5", "-i", "veth1")
+	if st := c.status(); len(st) != 1 {
+		t.Errorf("after waiting for the lock: %+v", st)
+	}
+	c.ok("", "unload")
+}
