@@ -173,17 +173,41 @@ func Summary(c *Case, frame []byte) string {
 	return b.String()
 }
 
-// Coverage counts the rules of c's program that some probe reaching the
-// chain matches (all the rule's matches hold), out of all its rules: a
-// measure of how well the probes aim at the rules.
-func Coverage(c *Case) (matched, total int) {
-	hit := make(map[*ir.Rule]bool)
-	for _, f := range c.Probes {
+// Coverage says how many of a program's rules the probes exercise.
+type Coverage struct {
+	Rules int
+	// Decided counts the rules that decide (ir.Eval's Result.Rule) some
+	// probe that reaches the chain; Matched those whose matches all hold
+	// for one (the rules whose counters the kernel increments), jumps and
+	// rules without a target included.
+	Decided, Matched int
+}
+
+func (c *Coverage) Add(d Coverage) {
+	c.Rules += d.Rules
+	c.Decided += d.Decided
+	c.Matched += d.Matched
+}
+
+func (c Coverage) String() string {
+	pct := func(n int) float64 { return 100 * float64(n) / float64(max(c.Rules, 1)) }
+	return fmt.Sprintf("%d of %d rules (%.1f%%) decide a probe, %d (%.1f%%) match one",
+		c.Decided, c.Rules, pct(c.Decided), c.Matched, pct(c.Matched))
+}
+
+// MeasureCoverage returns the coverage of c's program by probes.
+func MeasureCoverage(c *Case, probes [][]byte) Coverage {
+	decided := make(map[*ir.Rule]bool)
+	matched := make(map[*ir.Rule]bool)
+	for _, f := range probes {
 		pkt, err := decode(c, f)
 		if err != nil || Forwarded(pkt, f) != "" {
 			continue
 		}
-		c.Program.Trace(pkt, func(r *ir.Rule) { hit[r] = true })
+		res := c.Program.Trace(pkt, func(r *ir.Rule) { matched[r] = true })
+		if res.Rule != nil {
+			decided[res.Rule] = true
+		}
 	}
-	return len(hit), len(c.Program.Rules)
+	return Coverage{Rules: len(c.Program.Rules), Decided: len(decided), Matched: len(matched)}
 }

@@ -36,7 +36,7 @@ func TestHandWritten(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.Probes = Probes(c.Program, 1, 500)
+		c.Probes = Probes(c, 1, 500)
 		tot := check(t, c, Netfilter{topo}, Eval{})
 		t.Logf("%s: %s", tc.name, tot)
 	}
@@ -93,7 +93,8 @@ func TestRandom(t *testing.T) {
 	seed0 := uint64(envInt(t, "DIFFTEST_SEED0", 1))
 	topo := NewTopology(t, TopologyOptions{})
 	var total Totals
-	refused, matched, all := 0, 0, 0
+	var cover, before Coverage
+	refused := 0
 	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 		for seed := seed0; seed < seed0+uint64(seeds); seed++ {
 			text := GenerateRules(seed, GenOptions{Family: fam, InIface: topo.InIface, OutIface: topo.OutIface})
@@ -110,13 +111,14 @@ func TestRandom(t *testing.T) {
 				refused++
 				continue
 			}
-			c.Probes = Probes(c.Program, seed, probes)
+			c.Probes = Probes(c, seed, probes)
 			total.Add(check(t, c, Netfilter{topo}, Eval{}))
-			m, n := Coverage(c)
-			matched, all = matched+m, all+n
+			cover.Add(MeasureCoverage(c, c.Probes))
+			before.Add(MeasureCoverage(c, RandomProbes(c, seed, probes)))
 		}
 	}
-	t.Logf("difftest random: %s; %d rule sets refused by iptables and bpfwall alike; %d of %d rules matched by a probe", total, refused, matched, all)
+	t.Logf("difftest random: %s; %d rule sets refused by iptables and bpfwall alike", total, refused)
+	t.Logf("coverage: %s; random probes alone: %s", cover, before)
 	if total.Chain < total.Probes/4 {
 		t.Errorf("only %d of %d probes reached the FORWARD chain", total.Chain, total.Probes)
 	}
@@ -162,7 +164,7 @@ func TestHarnessFindsPlantedBug(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Probes = Probes(c.Program, 3, 300)
+	c.Probes = Probes(c, 3, 300)
 	bad, tot, err := Compare(c, Netfilter{topo}, flipTCP{})
 	if err != nil {
 		t.Fatal(err)
@@ -183,5 +185,26 @@ func TestHarnessFindsPlantedBug(t *testing.T) {
 	_, tot, err = Compare(c, Netfilter{topo}, Eval{})
 	if err != nil || tot.Failed != 0 || tot.Passed != len(c.Probes) {
 		t.Errorf("ir.Eval: %s, %v", tot, err)
+	}
+}
+
+// TestProbeCoverage: probes aimed at the rules exercise clearly more of
+// them than as many probes whose fields are picked one by one.
+func TestProbeCoverage(t *testing.T) {
+	var aimed, random Coverage
+	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+		for seed := uint64(1); seed <= 20; seed++ {
+			text := GenerateRules(seed, GenOptions{Family: fam, InIface: "fwin", OutIface: "fwout"})
+			c, err := NewCase(CaseOptions{Name: fmt.Sprint(seed), Family: fam, Rules: text, InIface: "fwin", OutIface: "fwout"})
+			if err != nil {
+				continue
+			}
+			aimed.Add(MeasureCoverage(c, Probes(c, seed, 500)))
+			random.Add(MeasureCoverage(c, RandomProbes(c, seed, 500)))
+		}
+	}
+	t.Logf("coverage of 500 probes: aimed and random: %s; random only: %s", aimed, random)
+	if aimed.Rules == 0 || aimed.Matched < random.Matched+aimed.Rules/20 || aimed.Decided < random.Decided+aimed.Rules/20 {
+		t.Errorf("aiming gains less than 5%% of the rules: %s, against %s", aimed, random)
 	}
 }

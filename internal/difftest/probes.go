@@ -5,26 +5,59 @@ import (
 	"bpfwall/ir"
 )
 
-// Probes returns n frames aimed at the edges of prog's rules
-// (packets.Generator), addressed from the sender to the firewall.
-func Probes(prog *ir.Program, seed uint64, n int) [][]byte {
-	g := packets.NewGenerator(prog, seed)
+// Probes returns n frames for c, addressed from the sender to the
+// firewall: half aimed at c's rules (packets.Generator.Aim), breadth
+// first (every rule's base frame, then every rule's first edge, ...), and
+// half from packets.Generator.Frame, which picks each field on its own.
+func Probes(c *Case, seed uint64, n int) [][]byte {
+	g := packets.NewGenerator(c.Program, seed)
+	opts := packets.AimOptions{
+		Meta:   c.Meta(),
+		Usable: func(f []byte, pkt *ir.Packet) bool { return Forwarded(pkt, f) == "" },
+	}
+	rls := c.Program.Rules
+	aimed := make([][]packets.Aimed, len(rls))
+	var out [][]byte
+	for round := 0; len(out) < n/2 && len(rls) > 0; round++ {
+		for i, r := range rls {
+			if len(out) == n/2 {
+				break
+			}
+			if len(aimed[i]) == 0 {
+				aimed[i] = g.Aim(r, opts)
+			}
+			out = append(out, aimed[i][0].Frame)
+			aimed[i] = aimed[i][1:]
+		}
+	}
+	for len(out) < n {
+		f, _ := g.Frame() // the topology fixes the interfaces
+		out = append(out, f)
+	}
+	for _, f := range out {
+		copy(f[0:6], fwInMAC)
+	}
+	return out
+}
+
+// RandomProbes is Probes without aimed frames: only
+// packets.Generator.Frame's.
+func RandomProbes(c *Case, seed uint64, n int) [][]byte {
+	g := packets.NewGenerator(c.Program, seed)
 	out := make([][]byte, n)
 	for i := range out {
-		f, _ := g.Frame() // the topology fixes the interfaces
-		copy(f[0:6], fwInMAC)
-		copy(f[6:12], senderMAC)
-		out[i] = f
+		out[i], _ = g.Frame()
+		copy(out[i][0:6], fwInMAC)
 	}
 	return out
 }
 
 // ProbesWhere is Probes keeping only the frames keep accepts; it gives
 // up after 50 tries per probe wanted.
-func ProbesWhere(prog *ir.Program, seed uint64, n int, keep func([]byte) bool) [][]byte {
+func ProbesWhere(c *Case, seed uint64, n int, keep func([]byte) bool) [][]byte {
 	var out [][]byte
 	for batch := uint64(0); len(out) < n && batch < 50; batch++ {
-		for _, f := range Probes(prog, seed*1000+batch, n) {
+		for _, f := range Probes(c, seed*1000+batch, n) {
 			if len(out) < n && keep(f) {
 				out = append(out, f)
 			}

@@ -114,13 +114,12 @@ func runDump(t *testing.T, topo *Topology, name string, fam rules.Family, text [
 	}
 	if UsesConntrack(c.Program) {
 		c.CTState = ir.ConnNew
-		c.Probes = ProbesWhere(c.Program, 1, n, func(f []byte) bool { return ConntrackNew(c, f) })
+		c.Probes = ProbesWhere(c, 1, n, func(f []byte) bool { return ConntrackNew(c, f) })
 	} else {
-		c.Probes = Probes(c.Program, 1, n)
+		c.Probes = Probes(c, 1, n)
 	}
 	tot := check(t, c, Netfilter{topo}, Eval{})
-	m, all := Coverage(c)
-	t.Logf("%s; %d of %d rules matched by a probe", tot, m, all)
+	t.Logf("%s; %s", tot, MeasureCoverage(c, c.Probes))
 	return tot
 }
 

@@ -13,12 +13,15 @@ import (
 	"bpfwall/rules"
 )
 
-// Generator makes frames aimed at a program's rules: addresses, ports,
-// types and lengths at the edges of each rule's conditions (first and last
-// value, and one outside), mixed with random values, well-formed and
+// Generator makes frames for a program's rules. Frame picks each field on
+// its own among the values at the edges of the rules' conditions (first
+// and last value, and one outside) and random ones, well-formed and
 // malformed (truncated at every header boundary, bad IHL, bad checksums,
-// fragments, IPv6 extension header chains, VLAN tags).
+// fragments, IPv6 extension header chains, VLAN tags). Aim builds frames
+// that satisfy all the conditions of one rule at once, and their edges.
 type Generator struct {
+	prog   *ir.Program
+	via    []*ir.Rule // see viaRules; computed by the first Aim
 	rng    *rand.Rand
 	family rules.Family
 	addrs  []netip.Addr
@@ -34,7 +37,7 @@ type Generator struct {
 
 // NewGenerator collects the interesting values of p's matches.
 func NewGenerator(p *ir.Program, seed uint64) *Generator {
-	g := &Generator{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), family: p.Family}
+	g := &Generator{prog: p, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), family: p.Family}
 	g.ifaces = []string{"eth0", "lo"}
 	for _, r := range p.Rules {
 		for _, m := range r.Matches {
