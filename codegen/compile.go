@@ -1,0 +1,307 @@
+package codegen
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf/asm"
+
+	"bpfwall/ir"
+	"bpfwall/rules"
+)
+
+// compiler holds the state of one compilation.
+type compiler struct {
+	p    *ir.Program
+	hook Hook
+	b    *builder
+	errs rules.ErrorList
+
+	// ifaces are the interface patterns looked up in IfacesMap, indexed
+	// by their bit.
+	ifaces []ir.Iface
+	// optKinds are the TCP option kinds rules test, indexed by their bit
+	// in pktTCPOpts.
+	optKinds []uint8
+}
+
+// Symbols of the functions.
+const (
+	symParse     = "parse"
+	symExtHdrs   = "walk_ext_hdrs"
+	symHopByHop  = "parse_hop_by_hop"
+	symTCPOpts   = "walk_tcp_options"
+	symMainEnd   = "decide"
+	symMainChain = "run_chains"
+)
+
+// chainSym is the symbol of chain ci's function.
+func chainSym(ci int) string { return fmt.Sprintf("chain%d", ci) }
+
+// ruleLabel is the label of a rule's first instruction.
+func ruleLabel(r *ir.Rule) string { return fmt.Sprintf("r%d", r.ID) }
+
+// program emits the whole program: main, the chain functions, parse and
+// its loop callbacks.
+func (c *compiler) program() (asm.Instructions, error) {
+	if err := c.collect(); err != nil {
+		return nil, err
+	}
+	c.main()
+	for ci := range c.p.Chains {
+		c.chain(ci)
+	}
+	c.parse()
+	return c.b.finish()
+}
+
+// collect numbers the interface patterns and TCP option kinds the rules
+// test.
+func (c *compiler) collect() error {
+	ifaceBit := make(map[ir.Iface]int)
+	optBit := make(map[uint8]int)
+	for _, r := range c.p.Rules {
+		for _, m := range r.Matches {
+			switch m := m.(type) {
+			case ir.Iface:
+				if m.Dir != c.presentIface() || (m.Name == "" && m.Prefix) {
+					continue // constant: see ifaceMatch
+				}
+				key := ir.Iface{Name: m.Name, Prefix: m.Prefix}
+				if _, ok := ifaceBit[key]; !ok {
+					ifaceBit[key] = len(c.ifaces)
+					c.ifaces = append(c.ifaces, key)
+				}
+			case ir.TCPOption:
+				if _, ok := optBit[m.Kind]; !ok {
+					optBit[m.Kind] = len(c.optKinds)
+					c.optKinds = append(c.optKinds, m.Kind)
+				}
+			}
+		}
+	}
+	if len(c.ifaces) > 64 {
+		return fmt.Errorf("the rules test %d interface names, more than the 64 bpfwall supports", len(c.ifaces))
+	}
+	if len(c.optKinds) > 64 {
+		return fmt.Errorf("the rules test %d TCP option kinds, more than the 64 bpfwall supports", len(c.optKinds))
+	}
+	return nil
+}
+
+// presentIface is the interface the hook knows: the device the program
+// runs on. The other one is empty.
+func (c *compiler) presentIface() ir.IfaceDir {
+	if c.hook == HookTCEgress {
+		return ir.IfaceOut
+	}
+	return ir.IfaceIn
+}
+
+func (c *compiler) ifaceBit(m ir.Iface) int {
+	for i, p := range c.ifaces {
+		if p.Name == m.Name && p.Prefix == m.Prefix {
+			return i
+		}
+	}
+	panic(fmt.Sprintf("codegen: interface pattern %+v was not collected", m))
+}
+
+func (c *compiler) optBit(kind uint8) int {
+	for i, k := range c.optKinds {
+		if k == kind {
+			return i
+		}
+	}
+	panic(fmt.Sprintf("codegen: tcp option %d was not collected", kind))
+}
+
+// main emits the program's entry point: parse the packet, run the entry
+// chain, count the policy, record the decision and return the verdict.
+//
+//	r6 ctx, r7 decision kind, r8 deciding rule, r9 return code
+func (c *compiler) main() {
+	b := c.b
+	b.function(c.funcMain(), "parse the packet, run chain %s, record the decision", c.p.Chains[0].Name)
+	b.emit(movr(asm.R6, asm.R1))
+	for off := int16(mainPkt); off < 0; off += 8 {
+		b.emit(stImm(asm.R10, off, 0, asm.DWord))
+	}
+	b.emit(
+		movr(asm.R1, asm.R6),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, mainPkt),
+		call(symParse),
+		mov(asm.R8, 0),
+		asm.JEq.Imm(asm.R0, parseOK, symMainChain),
+		mov(asm.R7, SkippedNotIP),
+		mov(asm.R9, c.hook.pass()),
+		asm.JEq.Imm(asm.R0, parseNotIP, symMainEnd),
+		mov(asm.R7, SkippedInvalid),
+		mov(asm.R9, c.hook.drop()),
+		ja(symMainEnd),
+	)
+	b.mark(symMainChain)
+	b.emit(
+		movr(asm.R1, asm.R10),
+		asm.Add.Imm(asm.R1, mainPkt),
+		call(chainSym(0)),
+		asm.JNE.Imm(asm.R0, 0, "ruled"),
+	)
+	b.note("policy %s of chain %s", c.p.Chains[0].Policy, c.p.Chains[0].Name)
+	c.count(len(c.p.Rules), asm.R10, mainPkt+pktBytes, mainKey)
+	policy := c.hook.pass()
+	if c.p.Chains[0].Policy == rules.PolicyDrop {
+		policy = c.hook.drop()
+	}
+	b.emit(
+		mov(asm.R7, DecidedByPolicy),
+		mov(asm.R9, policy),
+		ja(symMainEnd),
+	)
+	b.mark("ruled")
+	b.emit(
+		movr(asm.R8, asm.R0),
+		asm.RSh.Imm(asm.R8, codeShift),
+		asm.And.Imm(asm.R0, codeMask),
+		mov(asm.R7, DecidedByRule),
+		mov(asm.R9, c.hook.pass()),
+		asm.JEq.Imm(asm.R0, codeAccept, symMainEnd),
+		mov(asm.R9, c.hook.drop()),
+		asm.JEq.Imm(asm.R0, codeDrop, symMainEnd),
+		mov(asm.R7, Hotdrop),
+	)
+	b.mark(symMainEnd)
+	b.emit(
+		stImm(asm.R10, mainKey, 0, asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, mainKey),
+		mapRef(asm.R1, DecisionMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "verdict"),
+		st(asm.R0, 0, asm.R8, asm.Word),
+		st(asm.R0, 4, asm.R7, asm.Word),
+	)
+	b.mark("verdict")
+	b.emit(
+		movr(asm.R0, asm.R9),
+		asm.Return(),
+	)
+}
+
+// A chain function returns 0 when the packet leaves the chain undecided
+// (RETURN, or the end of the chain), and otherwise rule<<codeShift|code.
+const (
+	codeShift   = 2
+	codeMask    = 3
+	codeAccept  = 1
+	codeDrop    = 2
+	codeHotdrop = 3
+)
+
+// code is the return value of a chain function for a rule's decision.
+func code(r *ir.Rule, kind int32) int32 { return int32(r.ID)<<codeShift | kind }
+
+// count adds the packet to counters[id]: the packet's length is at
+// pkt+lenOff, and key is a free stack slot for the map key.
+func (c *compiler) count(id int, pkt asm.Register, lenOff int16, key int16) {
+	done := c.b.fresh("counted")
+	c.b.emit(
+		stImm(asm.R10, key, int32(id), asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, int32(key)),
+		mapRef(asm.R1, CountersMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, done),
+		ld(asm.R1, asm.R0, 0, asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		st(asm.R0, 0, asm.R1, asm.DWord),
+		ld(asm.R1, pkt, lenOff, asm.Word),
+		ld(asm.R2, asm.R0, 8, asm.DWord),
+		asm.Add.Reg(asm.R2, asm.R1),
+		st(asm.R0, 8, asm.R2, asm.DWord),
+	)
+	c.b.mark(done)
+}
+
+// chain emits the function of chain ci. It takes the parsed packet in r1
+// and keeps it in r6.
+func (c *compiler) chain(ci int) {
+	b := c.b
+	ch := c.p.Chains[ci]
+	if ci == 0 {
+		b.function(c.funcChain(ci), "chain %s, policy %s", ch.Name, ch.Policy)
+	} else {
+		b.function(c.funcChain(ci), "chain %s", ch.Name)
+	}
+	body := chainSym(ci) + "_rules"
+	// A global function's pointer argument may be NULL as far as the
+	// verifier knows.
+	b.emit(
+		movr(asm.R6, asm.R1),
+		asm.JNE.Imm(asm.R6, 0, body),
+		mov(asm.R0, 0),
+		asm.Return(),
+	)
+	b.mark(body)
+	for i, r := range ch.Rules {
+		next := chainSym(ci) + "_end"
+		if i+1 < len(ch.Rules) {
+			next = ruleLabel(ch.Rules[i+1])
+		}
+		c.rule(r, next)
+	}
+	b.mark(chainSym(ci) + "_end")
+	b.emit(mov(asm.R0, 0), asm.Return())
+}
+
+// rule emits one rule: its matches, which jump to next when one fails, the
+// counter, and the action.
+func (c *compiler) rule(r *ir.Rule, next string) {
+	b := c.b
+	b.mark(ruleLabel(r))
+	b.note("%s -A %s %s", linePos(r.Pos), c.p.Chains[r.Chain].Name, r.Text)
+	hotdrop := ruleLabel(r) + "_hotdrop"
+	usesHotdrop := false
+	for _, m := range r.Matches {
+		if c.match(r, m, next, hotdrop) {
+			usesHotdrop = true
+		}
+	}
+	c.count(r.ID, asm.R6, pktBytes, chainKey)
+	fallsThrough := false
+	switch a := r.Action.(type) {
+	case ir.Accept:
+		b.emit(mov(asm.R0, code(r, codeAccept)), asm.Return())
+	case ir.Drop:
+		b.emit(mov(asm.R0, code(r, codeDrop)), asm.Return())
+	case ir.Return:
+		b.emit(mov(asm.R0, 0), asm.Return())
+	case ir.Jump:
+		// The called chain's RETURN, or its end, continues here.
+		b.emit(
+			movr(asm.R1, asm.R6),
+			call(chainSym(a.Chain)),
+			asm.JEq.Imm(asm.R0, 0, next),
+			asm.Return(),
+		)
+	case ir.Goto:
+		// Whatever the called chain decides is this chain's decision: its
+		// RETURN returns from this chain too.
+		b.emit(
+			movr(asm.R1, asm.R6),
+			call(chainSym(a.Chain)),
+			asm.Return(),
+		)
+	case ir.None:
+		fallsThrough = true
+	default:
+		panic(fmt.Sprintf("codegen: action %T survived check", r.Action))
+	}
+	if usesHotdrop {
+		if fallsThrough {
+			b.emit(ja(next))
+		}
+		b.mark(hotdrop)
+		b.emit(mov(asm.R0, code(r, codeHotdrop)), asm.Return())
+	}
+}

@@ -1,0 +1,157 @@
+package codegen_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/tools/txtar"
+
+	"bpfwall/codegen"
+	"bpfwall/ir"
+	"bpfwall/parser/iptables"
+	"bpfwall/rules"
+)
+
+// TestGolden compiles each testdata/*.txtar file's "input" section
+// (iptables-save text) and compares the dump with its "dump" section, or
+// the compile errors with its "errors" section. An optional "options"
+// section holds "hook H", "chain NAME", "table NAME" and "family ipv6"
+// lines. BPFWALL_UPDATE=1 rewrites the expected sections.
+func TestGolden(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txtar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no golden files in testdata")
+	}
+	update := os.Getenv("BPFWALL_UPDATE") != ""
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".txtar"), func(t *testing.T) {
+			ar, err := txtar.ParseFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := loadGolden(t, ar)
+			got, section := compileGolden(t, g)
+			want, ok := sectionData(ar, section)
+			if update {
+				setSection(ar, section, got)
+				if err := os.WriteFile(file, txtar.Format(ar), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !ok {
+				t.Fatalf("no %q section; the result was:\n%s", section, got)
+			}
+			if got != want {
+				t.Errorf("%s section differs (BPFWALL_UPDATE=1 rewrites it)\ngot:\n%s\nwant:\n%s", section, got, want)
+			}
+		})
+	}
+}
+
+// golden is a golden file's rule set and options.
+type golden struct {
+	prog *ir.Program
+	hook codegen.Hook
+}
+
+// loadGolden parses and lowers the archive's input with its options.
+func loadGolden(t *testing.T, ar *txtar.Archive) golden {
+	t.Helper()
+	input, ok := sectionData(ar, "input")
+	if !ok {
+		t.Fatal("no input section")
+	}
+	var popts iptables.Options
+	var lopts ir.LowerOptions
+	var g golden
+	if opts, ok := sectionData(ar, "options"); ok {
+		for _, line := range strings.Split(strings.TrimSpace(opts), "\n") {
+			key, value, _ := strings.Cut(line, " ")
+			switch key {
+			case "hook":
+				h, err := codegen.ParseHook(value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				g.hook = h
+			case "table":
+				lopts.Table = value
+			case "chain":
+				lopts.Chain = value
+			case "family":
+				popts.ForceFamily = true
+				if value == "ipv6" {
+					popts.Family = rules.IPv6
+				}
+			default:
+				t.Fatalf("unknown option %q", line)
+			}
+		}
+	}
+	name := "rules.v4"
+	if popts.ForceFamily && popts.Family == rules.IPv6 {
+		name = "rules.v6"
+	}
+	rs, err := iptables.Parse(name, []byte(input), popts)
+	if err != nil {
+		t.Fatalf("parse input: %v", err)
+	}
+	g.prog, err = ir.Lower(rs, lopts)
+	if err != nil {
+		t.Fatalf("lower input: %v", err)
+	}
+	return g
+}
+
+// compileGolden returns the dump and "dump", or the errors and "errors".
+func compileGolden(t *testing.T, g golden) (string, string) {
+	t.Helper()
+	p, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook})
+	if err != nil {
+		return err.Error() + "\n", "errors"
+	}
+	var b bytes.Buffer
+	if err := p.Dump(&b); err != nil {
+		t.Fatal(err)
+	}
+	// The same input gives the same program.
+	again, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook})
+	if err != nil {
+		t.Fatalf("second compile: %v", err)
+	}
+	var b2 bytes.Buffer
+	if err := again.Dump(&b2); err != nil {
+		t.Fatal(err)
+	}
+	if b.String() != b2.String() {
+		t.Errorf("two compilations differ")
+	}
+	return b.String(), "dump"
+}
+
+func sectionData(ar *txtar.Archive, name string) (string, bool) {
+	for _, f := range ar.Files {
+		if f.Name == name {
+			return string(f.Data), true
+		}
+	}
+	return "", false
+}
+
+// setSection replaces the expected sections with name's.
+func setSection(ar *txtar.Archive, name, data string) {
+	files := ar.Files[:0]
+	for _, f := range ar.Files {
+		if f.Name != "dump" && f.Name != "errors" {
+			files = append(files, f)
+		}
+	}
+	ar.Files = append(files, txtar.File{Name: name, Data: []byte(data)})
+}

@@ -1,0 +1,389 @@
+package codegen_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+	"golang.org/x/tools/txtar"
+
+	"bpfwall/codegen"
+	"bpfwall/internal/testenv"
+	"bpfwall/ir"
+)
+
+// packetsPerProgram is how many random frames each compiled program gets,
+// besides every truncation of a dozen complete ones.
+const packetsPerProgram = 10_000
+
+// device is an interface of the test's network namespace.
+type device struct {
+	name    string
+	index   uint32
+	mac     net.HardwareAddr
+	pktType func(dst []byte) ir.PacketType // what eth_type_trans makes of a destination
+}
+
+// TestKernelMatchesEval loads every golden file's program, for every
+// hook, and runs generated frames through it with BPF_PROG_TEST_RUN: the
+// verdict and the decision the program records must be ir.Eval's for
+// ir.Decode of the frame, and the counters must add up as ir.Trace counts.
+func TestKernelMatchesEval(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "ip")
+	files, err := filepath.Glob("testdata/*.txtar")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden files: %v", err)
+	}
+	type program struct {
+		name string
+		p    *codegen.Program
+	}
+	var progs []program
+	for _, file := range files {
+		ar, err := txtar.ParseFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := loadGolden(t, ar)
+		for _, h := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress, codegen.HookTCEgress} {
+			p, err := codegen.Compile(g.prog, codegen.Options{Hook: h})
+			if err != nil {
+				continue // the golden test checks the errors
+			}
+			progs = append(progs, program{fmt.Sprintf("%s/%s", strings.TrimSuffix(filepath.Base(file), ".txtar"), h), p})
+		}
+	}
+	if len(progs) < 20 {
+		t.Fatalf("only %d programs compiled from the golden files", len(progs))
+	}
+	ns := newNetns(t)
+	for i, pr := range progs {
+		t.Run(pr.name, func(t *testing.T) {
+			checkProgram(t, pr.p, ns, uint64(i+1), packetsPerProgram)
+		})
+	}
+}
+
+// netns is a network namespace with a veth device "eth0" besides lo, and
+// a thread in it that runs the functions given to do. BPF_PROG_TEST_RUN
+// finds the devices a context names in the namespace of the calling
+// thread.
+type netns struct {
+	devs []device
+	work chan func()
+}
+
+func newNetns(t *testing.T) *netns {
+	t.Helper()
+	ns := &netns{work: make(chan func())}
+	ready := make(chan error)
+	go func() {
+		// The thread stays locked: it dies with its namespace.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			ready <- fmt.Errorf("unshare: %w", err)
+			return
+		}
+		mac := net.HardwareAddr{0x02, 0, 0, 0, 0, 1}
+		if out, err := exec.Command("ip", "link", "add", "eth0", "address", mac.String(), "type", "veth", "peer", "name", "peer0").CombinedOutput(); err != nil {
+			ready <- fmt.Errorf("ip link add: %w: %s", err, out)
+			return
+		}
+		lo, err1 := net.InterfaceByName("lo")
+		eth0, err2 := net.InterfaceByName("eth0")
+		if err := errors.Join(err1, err2); err != nil {
+			ready <- err
+			return
+		}
+		ns.devs = []device{
+			// eth_type_trans against lo's all-zero address, whose broadcast
+			// address is zero too: every group address is multicast.
+			{name: "lo", index: uint32(lo.Index), mac: make(net.HardwareAddr, 6), pktType: func(dst []byte) ir.PacketType {
+				switch {
+				case bytes.Equal(dst, make([]byte, 6)):
+					return ir.PacketHost
+				case dst[0]&1 != 0:
+					return ir.PacketMulticast
+				}
+				return ir.PacketOtherHost
+			}},
+			{name: "eth0", index: uint32(eth0.Index), mac: mac, pktType: func(dst []byte) ir.PacketType {
+				switch {
+				case bytes.Equal(dst, mac):
+					return ir.PacketHost
+				case bytes.Equal(dst, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}):
+					return ir.PacketBroadcast
+				case dst[0]&1 != 0:
+					return ir.PacketMulticast
+				}
+				return ir.PacketOtherHost
+			}},
+		}
+		ready <- nil
+		for fn := range ns.work {
+			fn()
+		}
+	}()
+	if err := <-ready; err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { close(ns.work) })
+	return ns
+}
+
+// do runs fn on the namespace's thread.
+func (ns *netns) do(fn func()) {
+	done := make(chan struct{})
+	ns.work <- func() {
+		defer close(done)
+		fn()
+	}
+	<-done
+}
+
+// loaded is a program in the kernel.
+type loaded struct {
+	p    *codegen.Program
+	ns   *netns
+	coll *ebpf.Collection
+	prog *ebpf.Program
+}
+
+func load(t *testing.T, p *codegen.Program, ns *netns) *loaded {
+	t.Helper()
+	coll, err := ebpf.NewCollection(p.Spec)
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			t.Fatalf("load: %+v", ve)
+		}
+		t.Fatalf("load: %v", err)
+	}
+	t.Cleanup(func() { coll.Close() })
+	for _, d := range ns.devs {
+		if err := coll.Maps[codegen.IfacesMap].Put(d.index, p.IfaceMask(d.name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &loaded{p: p, ns: ns, coll: coll, prog: coll.Programs[codegen.ProgramName]}
+}
+
+// run passes a frame through the program as if it came in on (or, for
+// tc-egress, went out through) dev, and returns the verdict and decision.
+func (l *loaded) run(data []byte, dev device, mark uint32) (_ ir.Verdict, _ codegen.Decision, err error) {
+	opts := &ebpf.RunOptions{Data: data}
+	if l.p.Hook == codegen.HookXDP {
+		// struct xdp_md: data, data_end, data_meta, ingress_ifindex.
+		opts.Context = [4]uint32{0, uint32(len(data)), 0, dev.index}
+	} else {
+		// struct __sk_buff up to ifindex: mark and ifindex may be set.
+		var skb [11]uint32
+		skb[2], skb[10] = mark, dev.index
+		opts.Context = skb
+	}
+	dm := l.coll.Maps[codegen.DecisionMap]
+	var perCPU []codegen.Decision
+	if err := dm.Lookup(uint32(0), &perCPU); err != nil {
+		return 0, codegen.Decision{}, err
+	}
+	clear(perCPU)
+	if err := dm.Put(uint32(0), perCPU); err != nil {
+		return 0, codegen.Decision{}, err
+	}
+	var ret uint32
+	l.ns.do(func() { ret, err = l.prog.Run(opts) })
+	if err != nil {
+		return 0, codegen.Decision{}, fmt.Errorf("test run: %w", err)
+	}
+	if err := dm.Lookup(uint32(0), &perCPU); err != nil {
+		return 0, codegen.Decision{}, err
+	}
+	var d codegen.Decision
+	n := 0
+	for _, c := range perCPU {
+		if c.Kind != 0 {
+			d, n = c, n+1
+		}
+	}
+	if n != 1 {
+		return 0, d, fmt.Errorf("%d CPUs recorded a decision", n)
+	}
+	var v ir.Verdict
+	switch {
+	case l.p.Hook == codegen.HookXDP && ret == 2, l.p.Hook != codegen.HookXDP && ret == 0:
+		v = ir.VerdictAccept
+	case ret == 1 && l.p.Hook == codegen.HookXDP, ret == 2 && l.p.Hook != codegen.HookXDP:
+		v = ir.VerdictDrop
+	default:
+		return 0, d, fmt.Errorf("return code %d", ret)
+	}
+	return v, d, nil
+}
+
+// counters returns the counters summed over CPUs.
+func (l *loaded) counters(t *testing.T) []codegen.Counter {
+	t.Helper()
+	m := l.coll.Maps[codegen.CountersMap]
+	out := make([]codegen.Counter, len(l.p.IR.Rules)+1)
+	var perCPU []codegen.Counter
+	for i := range out {
+		if err := m.Lookup(uint32(i), &perCPU); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range perCPU {
+			out[i].Packets += c.Packets
+			out[i].Bytes += c.Bytes
+		}
+	}
+	return out
+}
+
+// decisionOf is the decision the program must record for an Eval result.
+func decisionOf(r ir.Result) codegen.Decision {
+	switch {
+	case r.Skipped != "" && r.Verdict == ir.VerdictDrop:
+		return codegen.Decision{Kind: codegen.SkippedInvalid}
+	case r.Skipped != "":
+		return codegen.Decision{Kind: codegen.SkippedNotIP}
+	case r.Rule == nil:
+		return codegen.Decision{Kind: codegen.DecidedByPolicy}
+	case r.Hotdrop:
+		return codegen.Decision{Kind: codegen.Hotdrop, Rule: uint32(r.Rule.ID)}
+	}
+	return codegen.Decision{Kind: codegen.DecidedByRule, Rule: uint32(r.Rule.ID)}
+}
+
+// meta is what ir.Decode needs to know about a frame on dev.
+func meta(p *codegen.Program, dev device, data []byte, mark uint32) ir.Meta {
+	m := ir.Meta{InIface: dev.name, Mark: mark}
+	if p.Hook == codegen.HookTCEgress {
+		m = ir.Meta{OutIface: dev.name, Mark: mark}
+	}
+	if p.Hook != codegen.HookXDP {
+		m.PktType = dev.pktType(data[:6])
+	}
+	return m
+}
+
+// shortIPHeader reports whether the ethertype of a frame says IPv4 or IPv6
+// and the frame ends before the IP header does.
+func shortIPHeader(data []byte) bool {
+	switch binary.BigEndian.Uint16(data[12:]) {
+	case 0x0800:
+		return len(data) < 14+20
+	case 0x86dd:
+		return len(data) < 14+40
+	}
+	return false
+}
+
+// ipBytes is what iptables counts for a frame: the IP datagram after the
+// IP layer trimmed it to its own length.
+func ipBytes(data []byte) uint64 {
+	off := 14
+	for off+4 <= len(data) && (binary.BigEndian.Uint16(data[off-2:]) == 0x8100 || binary.BigEndian.Uint16(data[off-2:]) == 0x88a8) {
+		off += 4
+	}
+	b := data[off:]
+	if b[0]>>4 == 4 {
+		return uint64(binary.BigEndian.Uint16(b[2:]))
+	}
+	if payload := binary.BigEndian.Uint16(b[4:]); payload != 0 || b[6] != 0 {
+		return uint64(payload) + 40
+	}
+	return uint64(len(b)) // no jumbo option in frames this small is valid
+}
+
+// checkProgram compares the kernel with ir for n random frames and the
+// truncations of a few complete ones.
+func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n int) {
+	l := load(t, p, ns)
+	devs := ns.devs
+	var macs []net.HardwareAddr
+	for _, d := range ns.devs {
+		macs = append(macs, d.mac)
+	}
+	g := newGenerator(p.IR, seed, macs)
+	want := make([]codegen.Counter, len(p.IR.Rules)+1)
+	mismatches, refused := 0, 0
+	kinds := make(map[uint32]int)
+	decided := make(map[uint32]bool)
+	check := func(f frame) {
+		dev := devs[f.iface]
+		if p.Hook == codegen.HookXDP {
+			f.mark = 0
+		}
+		pkt, err := ir.Decode(f.data, meta(p, dev, f.data, f.mark))
+		if err != nil {
+			t.Fatalf("decode %s: %v", f.desc, err)
+		}
+		bytes := uint64(0)
+		res := p.IR.Trace(pkt, func(r *ir.Rule) {
+			bytes = ipBytes(f.data)
+			want[r.ID].Packets++
+			want[r.ID].Bytes += bytes
+		})
+		if res.Skipped == "" && res.Rule == nil {
+			want[len(p.IR.Rules)].Packets++
+			want[len(p.IR.Rules)].Bytes += ipBytes(f.data)
+		}
+		v, d, err := l.run(f.data, dev, f.mark)
+		if err != nil && p.Hook != codegen.HookXDP && errors.Is(err, unix.EINVAL) && shortIPHeader(f.data) {
+			// BPF_PROG_TEST_RUN refuses skbs whose ethertype promises an
+			// IP header the frame does not have; XDP runs cover them.
+			refused++
+			return
+		}
+		if err != nil {
+			t.Fatalf("%s (%d bytes: % x): %v", f.desc, len(f.data), f.data, err)
+		}
+		kinds[d.Kind]++
+		if d.Kind == codegen.DecidedByRule || d.Kind == codegen.Hotdrop {
+			decided[d.Rule] = true
+		}
+		if v != res.Verdict || d != decisionOf(res) {
+			mismatches++
+			if mismatches <= 5 {
+				t.Errorf("%s on %s, mark %#x:\n% x\nkernel: %s %+v\nir:     %s %+v",
+					f.desc, dev.name, f.mark, f.data, v, d, res, decisionOf(res))
+			}
+		}
+	}
+	for i := range n {
+		f := g.frame()
+		f.desc = fmt.Sprintf("frame %d (%s)", i, f.desc)
+		check(f)
+	}
+	for i, data := range g.boundaryFrames() {
+		check(frame{data: data, mark: g.mark(), desc: fmt.Sprintf("cut frame %d", i)})
+	}
+	if mismatches > 0 {
+		t.Fatalf("%d frames differ", mismatches)
+	}
+	t.Logf("decisions by kind %v; %d of %d rules decided a packet: %v", kinds, len(decided), len(p.IR.Rules), decided)
+	// Every program sees packets of each kind the generator always makes.
+	for _, k := range []uint32{codegen.SkippedInvalid, codegen.SkippedNotIP} {
+		if kinds[k] == 0 {
+			t.Errorf("no frame was decided as kind %d", k)
+		}
+	}
+	if refused > n/10 {
+		t.Errorf("the kernel refused %d frames", refused)
+	}
+	got := l.counters(t)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("counter %d: kernel %+v, ir %+v", i, got[i], want[i])
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package codegen
+
+// The parsed packet: parse fills it in once, in the main function's stack
+// frame, and every chain function reads it through a pointer. Multi-byte
+// fields hold host-order numbers, so that the instructions comparing them
+// carry the same constants on every machine.
+const (
+	pktSrc      = 0  // [4]u32: the IPv4 address in word 0, IPv6 in words 0-3
+	pktDst      = 16 // [4]u32
+	pktIfaces   = 32 // u64: bit i set when the interface matches Program.Ifaces[i]
+	pktMACHi    = 40 // u32: source MAC bytes 0-1
+	pktMACLo    = 44 // u32: source MAC bytes 2-5
+	pktLength   = 48 // u32: ir.Packet.Length
+	pktBytes    = 52 // u32: what iptables counts: the IP datagram's length
+	pktL4Len    = 56 // u32: ir.Packet.L4Len
+	pktMark     = 60 // u32: skb->mark (tc)
+	pktFragOff  = 64 // u32: fragment offset in bytes
+	pktSport    = 68 // u32
+	pktDport    = 72 // u32
+	pktTCPOpts  = 80 // u64: bit i set when the TCP options hold kind optKinds[i]
+	pktTTL      = 88 // u8
+	pktProto    = 89 // u8
+	pktTCPFlags = 90 // u8
+	pktICMPType = 91 // u8
+	pktICMPCode = 92 // u8
+	pktPktType  = 93 // u8: the packet type pkttype_mt compares (tc)
+	pktFlags    = 94 // u8: flagBadExtHeaders, flagTCPOptsTruncated
+	pktSize     = 96
+)
+
+const (
+	flagBadExtHeaders    = 1 << 0
+	flagTCPOptsTruncated = 1 << 1
+)
+
+// The main function's stack frame.
+const (
+	mainPkt = -pktSize    // the parsed packet
+	mainKey = mainPkt - 8 // u32 map key
+)
+
+// A chain function's stack frame: only the counters key.
+const chainKey = -8
+
+// parse's stack frame.
+const (
+	parseBuf      = -64  // 64 bytes of header, loaded with the load helper
+	parseFrameLen = -72  // u64: length of the frame
+	parseTmp      = -80  // u64
+	parseRawType  = -88  // u64: skb->pkt_type (tc)
+	parseScratch  = -96  // 8 bytes: map keys, small loads
+	parseLoop     = -112 // the bpf_loop callbacks' context: lsCtx, lsState
+	parseSave     = -120 // u64 kept across loopState
+)
+
+// The context of a bpf_loop callback, in parse's frame.
+const (
+	lsCtx   = 0 // the program's context, for the load helper
+	lsState = 8 // the loop state, in ScratchMap's value
+)
+
+// A loop's state lives in ScratchMap's value, whose contents the verifier
+// does not track: it checks a callback with every state it can see at the
+// callback's start, and, on the stack, offsets that grow with every step
+// would make that an unrolling of the whole loop.
+const (
+	scratchSize = 128
+	st0         = 0
+	st1         = 8
+	st2         = 16
+	st3         = 24
+	st4         = 32
+	st5         = 40
+	st6         = 48
+	st7         = 56
+	// stOptions holds the TCP options, at most 40 bytes.
+	stOptions = 64
+)
+
+// A callback's stack frame.
+const (
+	cbBuf = -8  // 8 bytes of packet
+	cbCtx = -16 // the program's context
+)
+
+// Return codes of parse.
+const (
+	parseOK      = 0
+	parseNotIP   = 1 // not IP, or the other family: netfilter's tables never see it
+	parseInvalid = 2 // the IP layer drops it before netfilter
+)

@@ -1,0 +1,1015 @@
+package codegen
+
+import (
+	"github.com/cilium/ebpf/asm"
+
+	"bpfwall/rules"
+)
+
+// Protocol numbers and ethertypes parse knows.
+const (
+	etherTypeIPv4 = 0x0800
+	etherTypeIPv6 = 0x86dd
+	etherTypeVLAN = 0x8100 // 802.1Q
+	etherTypeQinQ = 0x88a8 // 802.1ad
+
+	protoICMP    = 1
+	protoTCP     = 6
+	protoUDP     = 17
+	protoDCCP    = 33
+	protoICMPv6  = 58
+	protoSCTP    = 132
+	protoUDPLite = 136
+
+	packetOtherHost = 3 // PACKET_OTHERHOST
+	packetLoopback  = 5 // PACKET_LOOPBACK
+)
+
+// Offsets in the program context.
+const (
+	xdpIngressIfindex = 12 // xdp_md.ingress_ifindex
+	skbLen            = 0  // __sk_buff.len
+	skbPktType        = 4  // __sk_buff.pkt_type
+	skbMark           = 8  // __sk_buff.mark
+	skbIfindex        = 40 // __sk_buff.ifindex
+	loopbackIfindex   = 1  // every network namespace's lo
+)
+
+// Bounds of the loops, beyond anything a packet can make them do.
+const (
+	// Every extension header is at least 8 bytes long: an 8 MiB packet
+	// has fewer than this many.
+	maxExtHeaders = 1 << 20
+	// A hop-by-hop header is at most 2048 bytes, each option at least one.
+	maxHopByHopSteps = 2048
+	// TCP options are at most 40 bytes, each at least one.
+	maxTCPOptionSteps = 40
+)
+
+// loadHelper is the helper that copies packet bytes to the stack:
+// bpf_xdp_load_bytes or bpf_skb_load_bytes, both (ctx, offset, to, len).
+// Going through it, every header is bounds-checked by the kernel, also in
+// the non-linear parts of a packet.
+func (c *compiler) loadHelper() asm.BuiltinFunc {
+	if c.hook.tc() {
+		return asm.FnSkbLoadBytes
+	}
+	return asm.FnXdpLoadBytes
+}
+
+// load copies n bytes of packet (r4 holds the length when n is 0) from the
+// offset in r2 to frame+buf, with the context in r1; it jumps to fail when
+// the packet is shorter.
+func (c *compiler) load(frame asm.Register, buf int16, n int32, fail string) {
+	c.b.emit(movr(asm.R3, frame), asm.Add.Imm(asm.R3, int32(buf)))
+	if n > 0 {
+		c.b.emit(mov(asm.R4, n))
+	}
+	c.b.emit(c.loadHelper().Call(), asm.JNE.Imm(asm.R0, 0, fail))
+}
+
+// ifindex loads the index of the device the program runs on into dst.
+func (c *compiler) ifindex(dst asm.Register) asm.Instruction {
+	if c.hook.tc() {
+		return ld(dst, asm.R6, skbIfindex, asm.Word)
+	}
+	return ld(dst, asm.R6, xdpIngressIfindex, asm.Word)
+}
+
+// bpfLoop calls bpf_loop(n, callback, parseLoop of this frame, 0); the
+// loop state must be set up with loopState.
+func (c *compiler) bpfLoop(n int32, callback string) {
+	c.b.emit(
+		mov(asm.R1, n),
+		funcRef(asm.R2, callback),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, parseLoop),
+		mov(asm.R4, 0),
+		asm.FnLoop.Call(),
+	)
+}
+
+// loopState looks ScratchMap's value up, puts it and the context in
+// parseLoop for a callback, and leaves it in r0 for the caller to set up.
+func (c *compiler) loopState() {
+	c.b.emit(
+		stImm(asm.R10, parseScratch, 0, asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, parseScratch),
+		mapRef(asm.R1, ScratchMap),
+		asm.FnMapLookupElem.Call(),
+		// An array's only entry is always there.
+		asm.JEq.Imm(asm.R0, 0, "parse_invalid"),
+		st(asm.R10, parseLoop+lsCtx, asm.R6, asm.DWord),
+		st(asm.R10, parseLoop+lsState, asm.R0, asm.DWord),
+	)
+}
+
+// loopResult loads the loop state after a loop into r3.
+func (c *compiler) loopResult() {
+	c.b.emit(ld(asm.R3, asm.R10, parseLoop+lsState, asm.DWord))
+}
+
+// callbackPrologue keeps the context in the callback's frame and the loop
+// state in r6.
+func (c *compiler) callbackPrologue() {
+	c.b.emit(
+		ld(asm.R1, asm.R2, lsCtx, asm.DWord),
+		st(asm.R10, cbCtx, asm.R1, asm.DWord),
+		ld(asm.R6, asm.R2, lsState, asm.DWord),
+	)
+}
+
+// parse emits the function that fills in the bpfwall_pkt at r2 from the
+// packet, as ir.Decode does, and returns parseOK, parseNotIP or
+// parseInvalid.
+//
+//	r6 ctx, r7 pkt, r8 offset of the current header, r9 bytes from there
+//	to the end of the packet
+func (c *compiler) parse() {
+	b := c.b
+	b.function(c.funcParse(), "parse the packet into the bpfwall_pkt at r2, as ir.Decode does")
+	b.emit(
+		movr(asm.R6, asm.R1),
+		movr(asm.R7, asm.R2),
+		asm.JNE.Imm(asm.R7, 0, "parse_frame"),
+		mov(asm.R0, parseNotIP),
+		asm.Return(),
+	)
+	b.mark("parse_frame")
+	// Loads of variable length, and the TCP option walk, read the buffer
+	// at offsets the verifier does not know: it must be initialized.
+	for off := int16(parseBuf); off < parseBuf+64; off += 8 {
+		b.emit(stImm(asm.R10, off, 0, asm.DWord))
+	}
+	if c.hook.tc() {
+		b.emit(ld(asm.R9, asm.R6, skbLen, asm.Word))
+	} else {
+		b.emit(movr(asm.R1, asm.R6), asm.FnXdpGetBuffLen.Call(), movr(asm.R9, asm.R0))
+	}
+	b.emit(st(asm.R10, parseFrameLen, asm.R9, asm.DWord))
+
+	b.note("ethernet header, up to two VLAN tags")
+	b.emit(movr(asm.R1, asm.R6), mov(asm.R2, 0))
+	c.load(asm.R10, parseBuf, 14, "parse_not_ip")
+	b.emit(
+		ld(asm.R1, asm.R10, parseBuf+6, asm.Half),
+		ntoh(asm.R1, asm.Half),
+		st(asm.R7, pktMACHi, asm.R1, asm.Word),
+		ld(asm.R1, asm.R10, parseBuf+8, asm.Word),
+		ntoh(asm.R1, asm.Word),
+		st(asm.R7, pktMACLo, asm.R1, asm.Word),
+		ld(asm.R9, asm.R10, parseBuf+12, asm.Half),
+		ntoh(asm.R9, asm.Half),
+		mov(asm.R8, 14),
+	)
+	for range 2 {
+		tag := b.fresh("vlan")
+		b.emit(
+			asm.JEq.Imm(asm.R9, etherTypeVLAN, tag),
+			asm.JNE.Imm(asm.R9, etherTypeQinQ, "parse_ethertype"),
+		)
+		b.mark(tag)
+		b.emit(movr(asm.R1, asm.R6), movr(asm.R2, asm.R8))
+		c.load(asm.R10, parseBuf, 4, "parse_not_ip")
+		b.emit(
+			ld(asm.R9, asm.R10, parseBuf+2, asm.Half),
+			ntoh(asm.R9, asm.Half),
+			asm.Add.Imm(asm.R8, 4),
+		)
+	}
+	b.emit(
+		asm.JEq.Imm(asm.R9, etherTypeVLAN, "parse_not_ip"),
+		asm.JEq.Imm(asm.R9, etherTypeQinQ, "parse_not_ip"),
+	)
+	b.mark("parse_ethertype")
+	ethertype := int32(etherTypeIPv4)
+	if c.p.Family == rules.IPv6 {
+		ethertype = etherTypeIPv6
+	}
+	// Packets of the other family go to the other table: to the program
+	// they are not IP.
+	b.emit(asm.JNE.Imm(asm.R9, ethertype, "parse_not_ip"))
+
+	if c.hook.tc() {
+		b.note("skb metadata; ip_rcv_core and ip6_rcv_core drop packets for other hosts")
+		b.emit(
+			ld(asm.R1, asm.R6, skbMark, asm.Word),
+			st(asm.R7, pktMark, asm.R1, asm.Word),
+			ld(asm.R1, asm.R6, skbPktType, asm.Word),
+			st(asm.R10, parseRawType, asm.R1, asm.DWord),
+			st(asm.R7, pktPktType, asm.R1, asm.Byte),
+			asm.JEq.Imm(asm.R1, packetOtherHost, "parse_invalid"),
+		)
+	}
+	if len(c.ifaces) > 0 {
+		b.note("the interface's name patterns, from %s", IfacesMap)
+		b.emit(
+			c.ifindex(asm.R1),
+			st(asm.R10, parseScratch, asm.R1, asm.Word),
+			movr(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, parseScratch),
+			mapRef(asm.R1, IfacesMap),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "parse_ip"),
+			ld(asm.R1, asm.R0, 0, asm.DWord),
+			st(asm.R7, pktIfaces, asm.R1, asm.DWord),
+		)
+	}
+	b.mark("parse_ip")
+	b.emit(
+		ld(asm.R9, asm.R10, parseFrameLen, asm.DWord),
+		asm.Sub.Reg(asm.R9, asm.R8),
+	)
+	if c.p.Family == rules.IPv4 {
+		c.parseIPv4()
+	} else {
+		c.parseIPv6()
+	}
+	c.parseL4()
+	b.mark("parse_ok")
+	b.emit(mov(asm.R0, parseOK), asm.Return())
+	b.mark("parse_not_ip")
+	b.emit(mov(asm.R0, parseNotIP), asm.Return())
+	b.mark("parse_invalid")
+	b.emit(mov(asm.R0, parseInvalid), asm.Return())
+
+	if c.p.Family == rules.IPv6 {
+		c.hopByHopCallback()
+		c.extHeadersCallback()
+	}
+	if len(c.optKinds) > 0 {
+		c.tcpOptionsCallback()
+	}
+}
+
+// parseIPv4 is ir's decodeIPv4: ip_rcv_core's checks, then the fields.
+// It leaves the transport header's offset in r8 and its length in r9.
+func (c *compiler) parseIPv4() {
+	b := c.b
+	b.note("ipv4 header: version, header length, checksum, total length (ip_rcv_core)")
+	b.emit(asm.JSLT.Imm(asm.R9, 20, "parse_invalid"), movr(asm.R1, asm.R6), movr(asm.R2, asm.R8))
+	c.load(asm.R10, parseBuf, 20, "parse_invalid")
+	b.emit(
+		ld(asm.R1, asm.R10, parseBuf, asm.Byte),
+		movr(asm.R2, asm.R1),
+		asm.RSh.Imm(asm.R2, 4),
+		asm.JNE.Imm(asm.R2, 4, "parse_invalid"),
+		asm.And.Imm(asm.R1, 0x0f),
+		asm.LSh.Imm(asm.R1, 2),
+		asm.JLT.Imm(asm.R1, 20, "parse_invalid"),
+		asm.JGT.Reg(asm.R1, asm.R9, "parse_invalid"),
+		st(asm.R10, parseTmp, asm.R1, asm.DWord),
+		asm.JLE.Imm(asm.R1, 20, "ipv4_checksum"),
+		// The options.
+		movr(asm.R4, asm.R1),
+		asm.Sub.Imm(asm.R4, 20),
+		movr(asm.R2, asm.R8),
+		asm.Add.Imm(asm.R2, 20),
+		movr(asm.R1, asm.R6),
+	)
+	c.load(asm.R10, parseBuf+20, 0, "parse_invalid")
+	b.mark("ipv4_checksum")
+	b.emit(
+		mov(asm.R1, 0),
+		mov(asm.R2, 0),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, parseBuf),
+		ld(asm.R4, asm.R10, parseTmp, asm.DWord),
+		mov(asm.R5, 0),
+		asm.FnCsumDiff.Call(),
+		// Fold the 32-bit sum: a valid header sums to 0xffff.
+		asm.Mov.Reg32(asm.R0, asm.R0),
+		movr(asm.R1, asm.R0),
+		asm.And.Imm(asm.R1, 0xffff),
+		asm.RSh.Imm(asm.R0, 16),
+		asm.Add.Reg(asm.R0, asm.R1),
+		movr(asm.R1, asm.R0),
+		asm.And.Imm(asm.R1, 0xffff),
+		asm.RSh.Imm(asm.R0, 16),
+		asm.Add.Reg(asm.R0, asm.R1),
+		asm.JNE.Imm(asm.R0, 0xffff, "parse_invalid"),
+
+		ld(asm.R1, asm.R10, parseBuf+2, asm.Half),
+		ntoh(asm.R1, asm.Half),
+		asm.JGT.Reg(asm.R1, asm.R9, "parse_invalid"),
+		ld(asm.R2, asm.R10, parseTmp, asm.DWord),
+		asm.JLT.Reg(asm.R1, asm.R2, "parse_invalid"),
+	)
+	b.note("ipv4 fields; the packet ends at its total length (pskb_trim_rcsum)")
+	b.emit(
+		st(asm.R7, pktLength, asm.R1, asm.Word),
+		st(asm.R7, pktBytes, asm.R1, asm.Word),
+		movr(asm.R9, asm.R1),
+		asm.Sub.Reg(asm.R9, asm.R2),
+		asm.Add.Reg(asm.R8, asm.R2),
+		ld(asm.R1, asm.R10, parseBuf+12, asm.Word),
+		ntoh(asm.R1, asm.Word),
+		st(asm.R7, pktSrc, asm.R1, asm.Word),
+		ld(asm.R1, asm.R10, parseBuf+16, asm.Word),
+		ntoh(asm.R1, asm.Word),
+		st(asm.R7, pktDst, asm.R1, asm.Word),
+		ld(asm.R1, asm.R10, parseBuf+8, asm.Byte),
+		st(asm.R7, pktTTL, asm.R1, asm.Byte),
+		ld(asm.R1, asm.R10, parseBuf+9, asm.Byte),
+		st(asm.R7, pktProto, asm.R1, asm.Byte),
+		ld(asm.R1, asm.R10, parseBuf+6, asm.Half),
+		ntoh(asm.R1, asm.Half),
+		asm.And.Imm(asm.R1, 0x1fff),
+		asm.LSh.Imm(asm.R1, 3),
+		st(asm.R7, pktFragOff, asm.R1, asm.Word),
+	)
+	if c.hook.tc() {
+		// pkttype_mt: a looped-back packet is multicast when its
+		// destination is, broadcast otherwise.
+		b.emit(
+			ld(asm.R1, asm.R10, parseRawType, asm.DWord),
+			asm.JNE.Imm(asm.R1, packetLoopback, "parse_l4"),
+			stImm(asm.R7, pktPktType, 1, asm.Byte),
+			ld(asm.R1, asm.R7, pktDst, asm.Word),
+			asm.RSh.Imm(asm.R1, 28),
+			asm.JNE.Imm(asm.R1, 0xe, "parse_l4"),
+			stImm(asm.R7, pktPktType, 2, asm.Byte),
+		)
+	}
+	// parseL4 follows.
+}
+
+// parseIPv6 is ir's decodeIPv6: ip6_rcv_core's checks, the hop-by-hop
+// options (ipv6_parse_hopopts), then the walk to the upper-layer header
+// (ipv6_find_hdr). It leaves the transport header's offset in r8 and its
+// length in r9, or ends parsing.
+func (c *compiler) parseIPv6() {
+	b := c.b
+	b.note("ipv6 header: version, addresses (ip6_rcv_core)")
+	b.emit(asm.JSLT.Imm(asm.R9, 40, "parse_invalid"), movr(asm.R1, asm.R6), movr(asm.R2, asm.R8))
+	c.load(asm.R10, parseBuf, 40, "parse_invalid")
+	b.emit(
+		ld(asm.R1, asm.R10, parseBuf, asm.Byte),
+		asm.RSh.Imm(asm.R1, 4),
+		asm.JNE.Imm(asm.R1, 6, "parse_invalid"),
+	)
+	for i := int16(0); i < 8; i++ {
+		b.emit(
+			ld(asm.R1, asm.R10, parseBuf+8+4*i, asm.Word),
+			ntoh(asm.R1, asm.Word),
+			st(asm.R7, pktSrc+4*i, asm.R1, asm.Word),
+		)
+	}
+	// ir.Decode tests the addresses with net/netip, whose IsLoopback and
+	// IsMulticast also hold for the IPv4-mapped forms of 127/8 and 224/4.
+	loopbackDev := c.hook != HookTCEgress
+	if loopbackDev {
+		b.emit(c.ifindex(asm.R1), asm.JEq.Imm(asm.R1, loopbackIfindex, "ipv6_multicast"))
+	}
+	c.ipv6Loopback(pktSrc, "parse_invalid")
+	c.ipv6Loopback(pktDst, "parse_invalid")
+	b.mark("ipv6_multicast")
+	c.ipv6Multicast(pktDst, "ipv6_dst_multicast")
+	b.emit(ja("ipv6_src"))
+	b.mark("ipv6_dst_multicast")
+	b.emit(
+		ld(asm.R1, asm.R10, parseBuf+25, asm.Byte),
+		asm.And.Imm(asm.R1, 0x0f),
+		asm.JEq.Imm(asm.R1, 0, "parse_invalid"),
+		asm.JNE.Imm(asm.R1, 1, "ipv6_src"),
+	)
+	// Interface-local scope: only from ourselves.
+	if loopbackDev {
+		b.emit(c.ifindex(asm.R1), asm.JEq.Imm(asm.R1, loopbackIfindex, "ipv6_src"))
+	}
+	if c.hook.tc() {
+		b.emit(
+			ld(asm.R1, asm.R10, parseRawType, asm.DWord),
+			asm.JEq.Imm(asm.R1, packetLoopback, "ipv6_src"),
+		)
+	}
+	b.emit(ja("parse_invalid"))
+	b.mark("ipv6_src")
+	c.ipv6Multicast(pktSrc, "parse_invalid")
+
+	b.note("payload length; the packet ends there unless a jumbo option says otherwise")
+	b.emit(
+		ld(asm.R1, asm.R10, parseBuf+4, asm.Half),
+		ntoh(asm.R1, asm.Half),
+		st(asm.R10, parseTmp, asm.R1, asm.DWord),
+		ld(asm.R2, asm.R10, parseBuf+6, asm.Byte),
+		asm.JNE.Imm(asm.R1, 0, "ipv6_trim"),
+		asm.JEq.Imm(asm.R2, 0, "ipv6_fields"),
+	)
+	b.mark("ipv6_trim")
+	b.emit(
+		movr(asm.R3, asm.R1),
+		asm.Add.Imm(asm.R3, 40),
+		asm.JGT.Reg(asm.R3, asm.R9, "parse_invalid"),
+		movr(asm.R9, asm.R3),
+	)
+	b.mark("ipv6_fields")
+	b.emit(
+		asm.Add.Imm(asm.R1, 40),
+		st(asm.R7, pktLength, asm.R1, asm.Word),
+		ld(asm.R1, asm.R10, parseBuf+7, asm.Byte),
+		st(asm.R7, pktTTL, asm.R1, asm.Byte),
+	)
+	if c.hook.tc() {
+		// pkttype_mt: every looped-back IPv6 packet is multicast.
+		b.emit(
+			ld(asm.R1, asm.R10, parseRawType, asm.DWord),
+			asm.JNE.Imm(asm.R1, packetLoopback, "ipv6_hop_by_hop"),
+			stImm(asm.R7, pktPktType, 2, asm.Byte),
+		)
+	}
+	b.mark("ipv6_hop_by_hop")
+	b.emit(asm.JNE.Imm(asm.R2, 0, "ipv6_ext_headers"))
+	b.note("hop-by-hop options (ipv6_parse_hopopts, ip6_parse_tlv)")
+	b.emit(
+		asm.JLT.Imm(asm.R9, 48, "parse_invalid"),
+		movr(asm.R1, asm.R6),
+		movr(asm.R2, asm.R8),
+		asm.Add.Imm(asm.R2, 40),
+	)
+	c.load(asm.R10, parseScratch, 8, "parse_invalid")
+	b.emit(
+		ld(asm.R1, asm.R10, parseScratch+1, asm.Byte),
+		asm.Add.Imm(asm.R1, 1),
+		asm.LSh.Imm(asm.R1, 3),
+		movr(asm.R2, asm.R1),
+		asm.Add.Imm(asm.R2, 40),
+		asm.JGT.Reg(asm.R2, asm.R9, "parse_invalid"),
+		st(asm.R10, parseSave, asm.R1, asm.DWord),
+	)
+	c.loopState()
+	b.emit(
+		ld(asm.R1, asm.R10, parseSave, asm.DWord),
+		movr(asm.R2, asm.R8),
+		asm.Add.Imm(asm.R2, 42),
+		st(asm.R0, hbhOff, asm.R2, asm.DWord),
+		asm.Sub.Imm(asm.R1, 2),
+		st(asm.R0, hbhRem, asm.R1, asm.DWord),
+		stImm(asm.R0, hbhResult, loopRunning, asm.DWord),
+		stImm(asm.R0, hbhPad, 0, asm.DWord),
+		stImm(asm.R0, hbhCount, 0, asm.DWord),
+		stImm(asm.R0, hbhAlign, 42%4, asm.DWord),
+		stImm(asm.R0, hbhJumbo, 0, asm.DWord),
+		stImm(asm.R0, hbhMaxJumbo, 0, asm.DWord),
+	)
+	c.bpfLoop(maxHopByHopSteps, symHopByHop)
+	c.loopResult()
+	b.emit(
+		ld(asm.R1, asm.R3, hbhResult, asm.DWord),
+		asm.JNE.Imm(asm.R1, loopDone, "parse_invalid"),
+		// ipv6_hop_jumbo: the payload length must be 0 and every jumbo
+		// length within the packet; the last one trims it.
+		ld(asm.R1, asm.R3, hbhMaxJumbo, asm.DWord),
+		asm.JEq.Imm(asm.R1, 0, "ipv6_ext_headers"),
+		ld(asm.R2, asm.R10, parseTmp, asm.DWord),
+		asm.JNE.Imm(asm.R2, 0, "parse_invalid"),
+		movr(asm.R2, asm.R9),
+		asm.Sub.Imm(asm.R2, 40),
+		asm.JGT.Reg(asm.R1, asm.R2, "parse_invalid"),
+		ld(asm.R9, asm.R3, hbhJumbo, asm.DWord),
+		asm.Add.Imm(asm.R9, 40),
+	)
+	b.mark("ipv6_ext_headers")
+	b.note("walk the extension headers to the upper-layer header (ipv6_find_hdr)")
+	b.emit(st(asm.R7, pktBytes, asm.R9, asm.Word))
+	c.loopState()
+	b.emit(
+		movr(asm.R1, asm.R8),
+		asm.Add.Imm(asm.R1, 40),
+		st(asm.R0, extStart, asm.R1, asm.DWord),
+		movr(asm.R1, asm.R8),
+		asm.Add.Reg(asm.R1, asm.R9),
+		st(asm.R0, extEnd, asm.R1, asm.DWord),
+		ld(asm.R1, asm.R10, parseBuf+6, asm.Byte),
+		st(asm.R0, extNext, asm.R1, asm.DWord),
+		stImm(asm.R0, extResult, loopRunning, asm.DWord),
+		stImm(asm.R0, extFragOff, 0, asm.DWord),
+	)
+	c.bpfLoop(maxExtHeaders, symExtHdrs)
+	c.loopResult()
+	b.emit(
+		ld(asm.R1, asm.R3, extResult, asm.DWord),
+		asm.JEq.Imm(asm.R1, loopDone, "ipv6_upper"),
+		// ipv6_find_hdr failed: a rule testing the protocol drops the
+		// packet.
+		stImm(asm.R7, pktFlags, flagBadExtHeaders, asm.Byte),
+		ja("parse_ok"),
+	)
+	b.mark("ipv6_upper")
+	b.emit(
+		ld(asm.R1, asm.R3, extNext, asm.DWord),
+		st(asm.R7, pktProto, asm.R1, asm.Byte),
+		ld(asm.R1, asm.R3, extFragOff, asm.DWord),
+		st(asm.R7, pktFragOff, asm.R1, asm.Word),
+		asm.JNE.Imm(asm.R1, 0, "parse_ok"),
+		ld(asm.R1, asm.R3, extStart, asm.DWord),
+		ld(asm.R2, asm.R3, extEnd, asm.DWord),
+		asm.JGT.Reg(asm.R1, asm.R2, "parse_ok"),
+		movr(asm.R8, asm.R1),
+		movr(asm.R9, asm.R2),
+		asm.Sub.Reg(asm.R9, asm.R1),
+	)
+}
+
+// ipv6Loopback jumps to yes when the address at pkt+off is ::1, or
+// ::ffff:127.0.0.0/104 (see parseIPv6).
+func (c *compiler) ipv6Loopback(off int16, yes string) {
+	b := c.b
+	no, mapped := b.fresh("not_loopback"), b.fresh("mapped")
+	b.emit(
+		ld(asm.R1, asm.R7, off, asm.Word),
+		asm.JNE.Imm(asm.R1, 0, no),
+		ld(asm.R1, asm.R7, off+4, asm.Word),
+		asm.JNE.Imm(asm.R1, 0, no),
+		ld(asm.R1, asm.R7, off+8, asm.Word),
+		ld(asm.R2, asm.R7, off+12, asm.Word),
+		asm.JNE.Imm(asm.R1, 0, mapped),
+		asm.JEq.Imm(asm.R2, 1, yes),
+		ja(no),
+	)
+	b.mark(mapped)
+	b.emit(
+		asm.JNE.Imm(asm.R1, 0xffff, no),
+		asm.RSh.Imm(asm.R2, 24),
+		asm.JEq.Imm(asm.R2, 127, yes),
+	)
+	b.mark(no)
+}
+
+// ipv6Multicast jumps to yes when the address at pkt+off is in ff00::/8, or
+// ::ffff:224.0.0.0/100 (see parseIPv6).
+func (c *compiler) ipv6Multicast(off int16, yes string) {
+	b := c.b
+	no := b.fresh("not_multicast")
+	b.emit(
+		ld(asm.R1, asm.R7, off, asm.Word),
+		movr(asm.R2, asm.R1),
+		asm.RSh.Imm(asm.R2, 24),
+		asm.JEq.Imm(asm.R2, 0xff, yes),
+		asm.JNE.Imm(asm.R1, 0, no),
+		ld(asm.R1, asm.R7, off+4, asm.Word),
+		asm.JNE.Imm(asm.R1, 0, no),
+		ld(asm.R1, asm.R7, off+8, asm.Word),
+		asm.JNE.Imm(asm.R1, 0xffff, no),
+		ld(asm.R1, asm.R7, off+12, asm.Word),
+		asm.RSh.Imm(asm.R1, 28),
+		asm.JEq.Imm(asm.R1, 0xe, yes),
+	)
+	b.mark(no)
+}
+
+// parseL4 is ir's decodeL4, with the transport header at r8 and r9 bytes
+// from there to the end of the packet.
+func (c *compiler) parseL4() {
+	b := c.b
+	b.mark("parse_l4")
+	b.note("transport header: ports, tcp flags and options, icmp type and code")
+	b.emit(
+		st(asm.R7, pktL4Len, asm.R9, asm.Word),
+		ld(asm.R1, asm.R7, pktFragOff, asm.Word),
+		asm.JNE.Imm(asm.R1, 0, "parse_ok"),
+		asm.JEq.Imm(asm.R9, 0, "parse_ok"),
+		movr(asm.R4, asm.R9),
+		asm.JLE.Imm(asm.R4, 20, "l4_load"),
+		mov(asm.R4, 20),
+	)
+	b.mark("l4_load")
+	b.emit(movr(asm.R1, asm.R6), movr(asm.R2, asm.R8))
+	c.load(asm.R10, parseBuf, 0, "parse_ok")
+	b.emit(ld(asm.R1, asm.R7, pktProto, asm.Byte))
+	for _, p := range []int32{protoTCP, protoUDP, protoUDPLite, protoSCTP, protoDCCP} {
+		b.emit(asm.JEq.Imm(asm.R1, p, "l4_ports"))
+	}
+	b.emit(ja("l4_icmp"))
+	b.mark("l4_ports")
+	b.emit(
+		asm.JLT.Imm(asm.R9, 4, "l4_tcp"),
+		ld(asm.R2, asm.R10, parseBuf, asm.Half),
+		ntoh(asm.R2, asm.Half),
+		st(asm.R7, pktSport, asm.R2, asm.Word),
+		ld(asm.R2, asm.R10, parseBuf+2, asm.Half),
+		ntoh(asm.R2, asm.Half),
+		st(asm.R7, pktDport, asm.R2, asm.Word),
+	)
+	b.mark("l4_tcp")
+	b.emit(
+		asm.JNE.Imm(asm.R1, protoTCP, "l4_icmp"),
+		asm.JLT.Imm(asm.R9, 14, "parse_ok"),
+		ld(asm.R2, asm.R10, parseBuf+13, asm.Byte),
+		st(asm.R7, pktTCPFlags, asm.R2, asm.Byte),
+		asm.JLT.Imm(asm.R9, 20, "parse_ok"),
+		ld(asm.R2, asm.R10, parseBuf+12, asm.Byte),
+		asm.RSh.Imm(asm.R2, 4),
+		asm.LSh.Imm(asm.R2, 2),
+		asm.JLT.Imm(asm.R2, 20, "tcp_options_truncated"),
+		asm.JGT.Reg(asm.R2, asm.R9, "tcp_options_truncated"),
+	)
+	if len(c.optKinds) > 0 {
+		b.note("tcp options (tcp_find_option)")
+		b.emit(
+			asm.JLE.Imm(asm.R2, 20, "parse_ok"),
+			asm.Sub.Imm(asm.R2, 20),
+			st(asm.R10, parseSave, asm.R2, asm.DWord),
+		)
+		c.loopState()
+		b.emit(
+			ld(asm.R4, asm.R10, parseSave, asm.DWord),
+			st(asm.R0, optLen, asm.R4, asm.DWord),
+			stImm(asm.R0, optIndex, 0, asm.DWord),
+			stImm(asm.R0, optFound, 0, asm.DWord),
+			movr(asm.R3, asm.R0),
+			asm.Add.Imm(asm.R3, stOptions),
+			movr(asm.R2, asm.R8),
+			asm.Add.Imm(asm.R2, 20),
+			movr(asm.R1, asm.R6),
+			c.loadHelper().Call(),
+			asm.JNE.Imm(asm.R0, 0, "parse_ok"),
+		)
+		c.bpfLoop(maxTCPOptionSteps, symTCPOpts)
+		c.loopResult()
+		b.emit(
+			ld(asm.R1, asm.R3, optFound, asm.DWord),
+			st(asm.R7, pktTCPOpts, asm.R1, asm.DWord),
+		)
+	}
+	b.emit(ja("parse_ok"))
+	b.mark("tcp_options_truncated")
+	b.emit(
+		stImm(asm.R7, pktFlags, flagTCPOptsTruncated, asm.Byte),
+		ja("parse_ok"),
+	)
+	icmp := int32(protoICMP)
+	if c.p.Family == rules.IPv6 {
+		icmp = protoICMPv6
+	}
+	b.mark("l4_icmp")
+	b.emit(
+		asm.JNE.Imm(asm.R1, icmp, "parse_ok"),
+		asm.JLT.Imm(asm.R9, 2, "parse_ok"),
+		ld(asm.R2, asm.R10, parseBuf, asm.Byte),
+		st(asm.R7, pktICMPType, asm.R2, asm.Byte),
+		ld(asm.R2, asm.R10, parseBuf+1, asm.Byte),
+		st(asm.R7, pktICMPCode, asm.R2, asm.Byte),
+	)
+}
+
+// A loop's result field: still running, done, or failed.
+const (
+	loopRunning = 0
+	loopDone    = 1
+	loopFailed  = 2
+)
+
+// The loop state of the hop-by-hop options.
+const (
+	hbhOff      = st0 // offset of the current option
+	hbhRem      = st1 // bytes left in the header
+	hbhResult   = st2
+	hbhPad      = st3 // padding bytes in a row
+	hbhCount    = st4 // options other than padding
+	hbhAlign    = st5 // the option's offset from the IPv6 header, modulo 4
+	hbhJumbo    = st6 // the last jumbo payload length
+	hbhMaxJumbo = st7 // the largest jumbo payload length; 0 without one
+)
+
+// The loop state of the extension header walk.
+const (
+	extStart   = st0 // offset of the current header
+	extEnd     = st1 // where the packet ends
+	extNext    = st2 // the current header's type; the result's protocol
+	extResult  = st3
+	extFragOff = st4 // fragment offset of a non-first fragment
+)
+
+// The loop state of the TCP option walk; the options are at stOptions.
+const (
+	optIndex = st0
+	optLen   = st1
+	optFound = st2 // bit i: kind optKinds[i] is there
+)
+
+// Hop-by-hop option types ip6_parse_tlv knows.
+const (
+	tlvPad1        = 0
+	tlvPadN        = 1
+	tlvRouterAlert = 5
+	tlvCALIPSO     = 7
+	tlvIOAM        = 49
+	tlvJumbo       = 0xc2
+)
+
+// hopByHopCallback emits one step of ip6_parse_tlv over the hop-by-hop
+// header, with the default sysctls (at most 8 options, IOAM disabled, no
+// CALIPSO domain), as ir's parseHopByHop. The jumbo payload lengths are
+// checked against the packet after the loop.
+//
+//	r6 loop state, r7 option type, r8 offset, r9 bytes left
+func (c *compiler) hopByHopCallback() {
+	b := c.b
+	b.function(funcCallback(symHopByHop), "one hop-by-hop option")
+	// Loads have constant lengths: the verifier can prove little about
+	// lengths computed from the option bytes.
+	c.callbackPrologue()
+	b.emit(
+		ld(asm.R1, asm.R6, hbhResult, asm.DWord),
+		asm.JNE.Imm(asm.R1, loopRunning, "hbh_stop"),
+		ld(asm.R8, asm.R6, hbhOff, asm.DWord),
+		ld(asm.R9, asm.R6, hbhRem, asm.DWord),
+		asm.JEq.Imm(asm.R9, 0, "hbh_done"),
+		stImm(asm.R10, cbBuf, 0, asm.DWord),
+		ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+		movr(asm.R2, asm.R8),
+	)
+	c.load(asm.R10, cbBuf, 1, "hbh_fail")
+	b.emit(
+		ld(asm.R7, asm.R10, cbBuf, asm.Byte),
+		asm.JNE.Imm(asm.R7, tlvPad1, "hbh_option"),
+		ld(asm.R1, asm.R6, hbhPad, asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		asm.JGT.Imm(asm.R1, 7, "hbh_fail"),
+		st(asm.R6, hbhPad, asm.R1, asm.DWord),
+		mov(asm.R5, 1),
+		ja("hbh_advance"),
+	)
+	b.mark("hbh_option")
+	b.emit(
+		asm.JLT.Imm(asm.R9, 2, "hbh_fail"),
+		ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+		movr(asm.R2, asm.R8),
+		asm.Add.Imm(asm.R2, 1),
+	)
+	c.load(asm.R10, cbBuf+1, 1, "hbh_fail")
+	b.emit(
+		ld(asm.R5, asm.R10, cbBuf+1, asm.Byte),
+		asm.Add.Imm(asm.R5, 2),
+		asm.JGT.Reg(asm.R5, asm.R9, "hbh_fail"),
+		st(asm.R10, cbBuf+4, asm.R5, asm.Word),
+		asm.JNE.Imm(asm.R7, tlvPadN, "hbh_counted"),
+		ld(asm.R1, asm.R6, hbhPad, asm.DWord),
+		asm.Add.Reg(asm.R1, asm.R5),
+		asm.JGT.Imm(asm.R1, 7, "hbh_fail"),
+		st(asm.R6, hbhPad, asm.R1, asm.DWord),
+	)
+	// PadN's bytes must be zero; it is at most 7 bytes long here.
+	for i := int32(2); i < 7; i++ {
+		b.emit(
+			ld(asm.R5, asm.R10, cbBuf+4, asm.Word),
+			asm.JLE.Imm(asm.R5, i, "hbh_advance"),
+			ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+			movr(asm.R2, asm.R8),
+			asm.Add.Imm(asm.R2, i),
+		)
+		c.load(asm.R10, cbBuf, 1, "hbh_fail")
+		b.emit(
+			ld(asm.R1, asm.R10, cbBuf, asm.Byte),
+			asm.JNE.Imm(asm.R1, 0, "hbh_fail"),
+		)
+	}
+	b.emit(
+		ld(asm.R5, asm.R10, cbBuf+4, asm.Word),
+		ja("hbh_advance"),
+	)
+	b.mark("hbh_counted")
+	b.emit(
+		ld(asm.R1, asm.R6, hbhCount, asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		asm.JGT.Imm(asm.R1, 8, "hbh_fail"),
+		st(asm.R6, hbhCount, asm.R1, asm.DWord),
+		stImm(asm.R6, hbhPad, 0, asm.DWord),
+		asm.JEq.Imm(asm.R7, tlvRouterAlert, "hbh_router_alert"),
+		asm.JEq.Imm(asm.R7, tlvIOAM, "hbh_ioam"),
+		asm.JEq.Imm(asm.R7, tlvJumbo, "hbh_jumbo"),
+		asm.JEq.Imm(asm.R7, tlvCALIPSO, "hbh_fail"),
+		// ip6_tlvopt_unknown: only the action bits 00 skip the option.
+		asm.RSh.Imm(asm.R7, 6),
+		asm.JNE.Imm(asm.R7, 0, "hbh_fail"),
+		ja("hbh_option_done"),
+	)
+	b.mark("hbh_router_alert")
+	b.emit(
+		ld(asm.R1, asm.R10, cbBuf+1, asm.Byte),
+		asm.JNE.Imm(asm.R1, 2, "hbh_fail"),
+		ja("hbh_option_done"),
+	)
+	b.mark("hbh_ioam")
+	b.emit(
+		ld(asm.R1, asm.R6, hbhAlign, asm.DWord),
+		asm.JNE.Imm(asm.R1, 0, "hbh_fail"),
+		ja("hbh_option_done"),
+	)
+	b.mark("hbh_jumbo")
+	b.emit(
+		ld(asm.R1, asm.R10, cbBuf+1, asm.Byte),
+		asm.JNE.Imm(asm.R1, 4, "hbh_fail"),
+		ld(asm.R1, asm.R6, hbhAlign, asm.DWord),
+		asm.JNE.Imm(asm.R1, 2, "hbh_fail"),
+		ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+		movr(asm.R2, asm.R8),
+		asm.Add.Imm(asm.R2, 2),
+	)
+	c.load(asm.R10, cbBuf, 4, "hbh_fail")
+	b.emit(
+		ld(asm.R1, asm.R10, cbBuf, asm.Word),
+		ntoh(asm.R1, asm.Word),
+		asm.JLE.Imm(asm.R1, 0xffff, "hbh_fail"),
+		st(asm.R6, hbhJumbo, asm.R1, asm.DWord),
+		ld(asm.R2, asm.R6, hbhMaxJumbo, asm.DWord),
+		asm.JLE.Reg(asm.R1, asm.R2, "hbh_option_done"),
+		st(asm.R6, hbhMaxJumbo, asm.R1, asm.DWord),
+	)
+	b.mark("hbh_option_done")
+	b.emit(ld(asm.R5, asm.R10, cbBuf+4, asm.Word))
+	// r5 is the option's length.
+	b.mark("hbh_advance")
+	b.emit(
+		asm.Add.Reg(asm.R8, asm.R5),
+		asm.Sub.Reg(asm.R9, asm.R5),
+		st(asm.R6, hbhOff, asm.R8, asm.DWord),
+		st(asm.R6, hbhRem, asm.R9, asm.DWord),
+		ld(asm.R1, asm.R6, hbhAlign, asm.DWord),
+		asm.Add.Reg(asm.R1, asm.R5),
+		asm.And.Imm(asm.R1, 3),
+		st(asm.R6, hbhAlign, asm.R1, asm.DWord),
+		mov(asm.R0, 0),
+		asm.Return(),
+	)
+	b.mark("hbh_done")
+	b.emit(stImm(asm.R6, hbhResult, loopDone, asm.DWord))
+	b.mark("hbh_stop")
+	b.emit(mov(asm.R0, 1), asm.Return())
+	b.mark("hbh_fail")
+	b.emit(stImm(asm.R6, hbhResult, loopFailed, asm.DWord), mov(asm.R0, 1), asm.Return())
+}
+
+// extHeadersCallback emits one step of ipv6_find_hdr (target -1), as ir's
+// findUpperHeader.
+//
+//	r6 loop state, r7 header type, r8 offset, r9 end of the packet
+func (c *compiler) extHeadersCallback() {
+	b := c.b
+	b.function(funcCallback(symExtHdrs), "one extension header")
+	c.callbackPrologue()
+	b.emit(
+		ld(asm.R1, asm.R6, extResult, asm.DWord),
+		asm.JNE.Imm(asm.R1, loopRunning, "ext_stop"),
+		ld(asm.R7, asm.R6, extNext, asm.DWord),
+	)
+	c.jumpIfExtHeader(asm.R7, "ext_header")
+	b.emit(
+		// The upper-layer header, or "no next header".
+		stImm(asm.R6, extResult, loopDone, asm.DWord),
+		mov(asm.R0, 1),
+		asm.Return(),
+	)
+	b.mark("ext_header")
+	b.emit(
+		ld(asm.R8, asm.R6, extStart, asm.DWord),
+		ld(asm.R9, asm.R6, extEnd, asm.DWord),
+		movr(asm.R1, asm.R8),
+		asm.Add.Imm(asm.R1, 2),
+		asm.JGT.Reg(asm.R1, asm.R9, "ext_fail"),
+		stImm(asm.R10, cbBuf, 0, asm.DWord),
+		ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+		movr(asm.R2, asm.R8),
+	)
+	c.load(asm.R10, cbBuf, 2, "ext_fail")
+	b.emit(
+		asm.JEq.Imm(asm.R7, nextRouting, "ext_need4"),
+		asm.JNE.Imm(asm.R7, nextFragment, "ext_length"),
+	)
+	// struct ipv6_rt_hdr, and frag_off of struct frag_hdr.
+	b.mark("ext_need4")
+	b.emit(
+		movr(asm.R1, asm.R8),
+		asm.Add.Imm(asm.R1, 4),
+		asm.JGT.Reg(asm.R1, asm.R9, "ext_fail"),
+		ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+		movr(asm.R2, asm.R8),
+		asm.Add.Imm(asm.R2, 2),
+	)
+	c.load(asm.R10, cbBuf+2, 2, "ext_fail")
+	b.mark("ext_length")
+	b.emit(
+		ld(asm.R2, asm.R10, cbBuf, asm.Byte),
+		ld(asm.R3, asm.R10, cbBuf+1, asm.Byte),
+		asm.JEq.Imm(asm.R7, nextFragment, "ext_fragment"),
+		asm.JEq.Imm(asm.R7, nextAuth, "ext_auth"),
+		asm.Add.Imm(asm.R3, 1),
+		asm.LSh.Imm(asm.R3, 3),
+		ja("ext_advance"),
+	)
+	b.mark("ext_auth")
+	b.emit(
+		asm.Add.Imm(asm.R3, 2),
+		asm.LSh.Imm(asm.R3, 2),
+		ja("ext_advance"),
+	)
+	b.mark("ext_fragment")
+	b.emit(
+		mov(asm.R3, 8),
+		ld(asm.R4, asm.R10, cbBuf+2, asm.Half),
+		ntoh(asm.R4, asm.Half),
+		asm.And.Imm(asm.R4, 0xfff8),
+		asm.JEq.Imm(asm.R4, 0, "ext_advance"),
+	)
+	// A non-first fragment: its next header is the answer, unless it is
+	// another extension header.
+	c.jumpIfExtHeader(asm.R2, "ext_fail")
+	b.emit(
+		st(asm.R6, extNext, asm.R2, asm.DWord),
+		st(asm.R6, extFragOff, asm.R4, asm.DWord),
+		stImm(asm.R6, extResult, loopDone, asm.DWord),
+		mov(asm.R0, 1),
+		asm.Return(),
+	)
+	b.mark("ext_advance")
+	b.emit(
+		st(asm.R6, extNext, asm.R2, asm.DWord),
+		asm.Add.Reg(asm.R8, asm.R3),
+		st(asm.R6, extStart, asm.R8, asm.DWord),
+		mov(asm.R0, 0),
+		asm.Return(),
+	)
+	b.mark("ext_fail")
+	b.emit(stImm(asm.R6, extResult, loopFailed, asm.DWord))
+	b.mark("ext_stop")
+	b.emit(mov(asm.R0, 1), asm.Return())
+}
+
+// IPv6 next-header values ipv6_ext_hdr knows.
+const (
+	nextHopByHop = 0
+	nextRouting  = 43
+	nextFragment = 44
+	nextAuth     = 51
+	nextNone     = 59
+	nextDestOpts = 60
+)
+
+// jumpIfExtHeader jumps to label when reg holds an extension header type
+// that ipv6_find_hdr walks over: ipv6_ext_hdr, except "no next header".
+func (c *compiler) jumpIfExtHeader(reg asm.Register, label string) {
+	for _, t := range []int32{nextHopByHop, nextRouting, nextFragment, nextAuth, nextDestOpts} {
+		c.b.emit(asm.JEq.Imm(reg, t, label))
+	}
+}
+
+// tcpOptionsCallback emits one step of tcp_find_option's walk over the
+// options in parseBuf, setting the bits of the kinds rules test.
+//
+//	r6 loop state, r1 index, r2 length of the options
+func (c *compiler) tcpOptionsCallback() {
+	b := c.b
+	b.function(funcCallback(symTCPOpts), "one tcp option")
+	c.callbackPrologue()
+	b.emit(
+		ld(asm.R1, asm.R6, optIndex, asm.DWord),
+		ld(asm.R2, asm.R6, optLen, asm.DWord),
+		asm.JGE.Reg(asm.R1, asm.R2, "opt_done"),
+		asm.JGT.Imm(asm.R1, maxTCPOptionSteps-1, "opt_done"),
+		movr(asm.R3, asm.R6),
+		asm.Add.Reg(asm.R3, asm.R1),
+		ld(asm.R4, asm.R3, stOptions, asm.Byte),
+		ld(asm.R5, asm.R6, optFound, asm.DWord),
+	)
+	for i, kind := range c.optKinds {
+		other := b.fresh("opt_other")
+		b.emit(
+			asm.JNE.Imm(asm.R4, int32(kind), other),
+			mov(asm.R0, 1),
+			asm.LSh.Imm(asm.R0, int32(i)),
+			asm.Or.Reg(asm.R5, asm.R0),
+		)
+		b.mark(other)
+	}
+	b.emit(
+		st(asm.R6, optFound, asm.R5, asm.DWord),
+		// Kinds 0 and 1 are one byte long; the others say their length,
+		// and a length byte past the end ends the walk.
+		asm.JLT.Imm(asm.R4, 2, "opt_one"),
+		movr(asm.R5, asm.R1),
+		asm.Add.Imm(asm.R5, 1),
+		asm.JGE.Reg(asm.R5, asm.R2, "opt_one"),
+		movr(asm.R3, asm.R6),
+		asm.Add.Reg(asm.R3, asm.R5),
+		ld(asm.R4, asm.R3, stOptions, asm.Byte),
+		asm.JNE.Imm(asm.R4, 0, "opt_step"),
+		mov(asm.R4, 1),
+	)
+	b.mark("opt_step")
+	b.emit(
+		asm.Add.Reg(asm.R1, asm.R4),
+		ja("opt_store"),
+	)
+	b.mark("opt_one")
+	b.emit(asm.Add.Imm(asm.R1, 1))
+	b.mark("opt_store")
+	b.emit(
+		st(asm.R6, optIndex, asm.R1, asm.DWord),
+		mov(asm.R0, 0),
+		asm.Return(),
+	)
+	b.mark("opt_done")
+	b.emit(mov(asm.R0, 1), asm.Return())
+}

@@ -1,0 +1,302 @@
+package codegen
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"bpfwall/ir"
+	"bpfwall/rules"
+)
+
+// Options control compilation.
+type Options struct {
+	Hook Hook
+	// Level is the optimization level; only 0 (-O0, the plain rule-by-rule
+	// program) exists now.
+	Level int
+}
+
+// Program is a compiled rule set: a pure, deterministic description;
+// nothing is loaded.
+type Program struct {
+	// Spec holds the program ProgramName and the maps CountersMap,
+	// DecisionMap, IfacesMap and ScratchMap.
+	Spec *ebpf.CollectionSpec
+	IR   *ir.Program
+	Hook Hook
+	// Ifaces are the interface patterns (Name, Prefix; Dir and Neg are
+	// ignored) of the -i (xdp, tc-ingress) or -o (tc-egress) matches: bit i
+	// of an IfacesMap value means "this interface's name matches
+	// Ifaces[i]".
+	Ifaces []ir.Iface
+
+	// unreachable lists the rules that have no code: no packet reaches them.
+	unreachable []*ir.Rule
+}
+
+// Names of the program and its maps in Spec.
+const (
+	ProgramName = "bpfwall"
+	// CountersMap is a PERCPU_ARRAY from a uint32 rule ID to a Counter,
+	// with len(IR.Rules)+1 entries: the last one counts the entry chain's
+	// policy.
+	CountersMap = "counters"
+	// DecisionMap is a PERCPU_ARRAY with one entry (key 0), a Decision: the
+	// program stores there how it decided each packet. It is
+	// instrumentation for `bpfwall trace` and never changes a verdict.
+	DecisionMap = "decision"
+	// IfacesMap is a HASH from a uint32 ifindex to a uint64 bitmask over
+	// Program.Ifaces, filled by the loader; a missing ifindex means that no
+	// pattern matches.
+	IfacesMap = "ifaces"
+	// ScratchMap is a PERCPU_ARRAY with one entry that the program uses as
+	// working memory while it parses IPv6 extension headers and TCP
+	// options; it holds nothing between packets.
+	ScratchMap = "scratch"
+)
+
+// ifacesMapSize is how many interfaces IfacesMap can describe.
+const ifacesMapSize = 4096
+
+// Counter is a rule's packet and byte count, as iptables counts them: the
+// bytes of the IP datagram.
+type Counter struct{ Packets, Bytes uint64 }
+
+// Decision is how the program decided a packet.
+type Decision struct {
+	Rule uint32 // rule ID for DecidedByRule and Hotdrop; 0 otherwise
+	Kind uint32
+}
+
+// Kinds of Decision.
+const (
+	DecidedByRule   = 1 // a rule's ACCEPT or DROP
+	DecidedByPolicy = 2 // the entry chain's policy
+	Hotdrop         = 3 // a match of Rule found its header cut short and dropped the packet
+	SkippedInvalid  = 4 // dropped: the IP layer drops it before netfilter would see it
+	SkippedNotIP    = 5 // passed: not IP, or the other family
+)
+
+// maxInstructions is the kernel's limit on the size of a program
+// (BPF_COMPLEXITY_LIMIT_INSNS).
+const maxInstructions = 1_000_000
+
+// maxChainDepth is how deeply chains can nest: the main function and the
+// entry chain take two of the eight call frames BPF allows.
+const maxChainDepth = 6
+
+// Compile compiles p for opts.Hook. Rules the hook cannot express are
+// errors at their positions, collected in a rules.ErrorList.
+func Compile(p *ir.Program, opts Options) (*Program, error) {
+	if !opts.Hook.valid() {
+		return nil, fmt.Errorf("compile: unknown hook %d", opts.Hook)
+	}
+	if opts.Level != 0 {
+		return nil, fmt.Errorf("compile for %s: optimization level -O%d does not exist (only -O0)", opts.Hook, opts.Level)
+	}
+	if err := ir.Verify(p); err != nil {
+		return nil, fmt.Errorf("compile for %s: invalid program: %w", opts.Hook, err)
+	}
+	c := &compiler{p: p, hook: opts.Hook, b: newBuilder()}
+	c.check()
+	if err := c.errs.Err(); err != nil {
+		return nil, err
+	}
+	insns, err := c.program()
+	if err != nil {
+		return nil, fmt.Errorf("compile for %s: %w", opts.Hook, err)
+	}
+	insns, removed, err := eliminateDeadCode(insns)
+	if err != nil {
+		return nil, fmt.Errorf("compile for %s: %w", opts.Hook, err)
+	}
+	if n := rawLen(insns); n > maxInstructions {
+		return nil, fmt.Errorf("compile for %s: %d rules make %d instructions, more than the %d a BPF program may have", opts.Hook, len(p.Rules), n, maxInstructions)
+	}
+	out := &Program{
+		IR:     p,
+		Hook:   opts.Hook,
+		Ifaces: c.ifaces,
+		Spec:   c.spec(insns),
+	}
+	for _, r := range p.Rules {
+		if removed[c.b.canonical(ruleLabel(r))] {
+			out.unreachable = append(out.unreachable, r)
+		}
+	}
+	return out, nil
+}
+
+func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
+	typ, attach := ebpf.XDP, ebpf.AttachXDP
+	switch c.hook {
+	case HookTCIngress:
+		typ, attach = ebpf.SchedCLS, ebpf.AttachTCXIngress
+	case HookTCEgress:
+		typ, attach = ebpf.SchedCLS, ebpf.AttachTCXEgress
+	}
+	return &ebpf.CollectionSpec{
+		Programs: map[string]*ebpf.ProgramSpec{
+			ProgramName: {
+				Name:         ProgramName,
+				Type:         typ,
+				AttachType:   attach,
+				License:      "GPL",
+				Instructions: insns,
+			},
+		},
+		Maps: map[string]*ebpf.MapSpec{
+			CountersMap: {
+				Name:       CountersMap,
+				Type:       ebpf.PerCPUArray,
+				KeySize:    4,
+				ValueSize:  16,
+				MaxEntries: uint32(len(c.p.Rules) + 1),
+			},
+			DecisionMap: {
+				Name:       DecisionMap,
+				Type:       ebpf.PerCPUArray,
+				KeySize:    4,
+				ValueSize:  8,
+				MaxEntries: 1,
+			},
+			ScratchMap: {
+				Name:       ScratchMap,
+				Type:       ebpf.PerCPUArray,
+				KeySize:    4,
+				ValueSize:  scratchSize,
+				MaxEntries: 1,
+			},
+			IfacesMap: {
+				Name:       IfacesMap,
+				Type:       ebpf.Hash,
+				KeySize:    4,
+				ValueSize:  8,
+				MaxEntries: ifacesMapSize,
+			},
+		},
+	}
+}
+
+// IfaceMask returns the IfacesMap value of an interface called name: the
+// patterns of Ifaces that its name matches.
+func (p *Program) IfaceMask(name string) uint64 {
+	var mask uint64
+	for i, pat := range p.Ifaces {
+		if ifaceMatches(pat, name) {
+			mask |= 1 << i
+		}
+	}
+	return mask
+}
+
+// ifaceMatches is ifname_compare_aligned's test of one pattern.
+func ifaceMatches(pat ir.Iface, name string) bool {
+	if pat.Prefix {
+		return len(name) >= len(pat.Name) && name[:len(pat.Name)] == pat.Name
+	}
+	return name == pat.Name
+}
+
+// check reports every rule the hook cannot express, and chains nested more
+// deeply than the call frames allow.
+func (c *compiler) check() {
+	for _, r := range c.p.Rules {
+		for _, m := range r.Matches {
+			if what := c.unsupportedMatch(m); what != "" {
+				c.errs = append(c.errs, rules.Errorf(r.Pos, "%s is not supported on %s", what, c.hook))
+			}
+		}
+		switch r.Action.(type) {
+		case ir.Reject:
+			c.errs = append(c.errs, rules.Errorf(r.Pos, "REJECT target is not supported on %s", c.hook))
+		case ir.Log:
+			c.errs = append(c.errs, rules.Errorf(r.Pos, "LOG target is not supported on %s", c.hook))
+		}
+	}
+	c.checkDepth()
+}
+
+func (c *compiler) unsupportedMatch(m ir.Match) string {
+	switch m := m.(type) {
+	case ir.AddrSet:
+		return fmt.Sprintf("set match (ipset %s)", m.Set)
+	case ir.CTState:
+		return "conntrack state match"
+	case ir.Mark:
+		if !c.hook.tc() {
+			return "mark match"
+		}
+	case ir.PktType:
+		if !c.hook.tc() {
+			return "pkttype match"
+		}
+	}
+	return ""
+}
+
+// checkDepth reports the first jump or goto of every path through the
+// chains that nests more than maxChainDepth chains below the entry chain.
+func (c *compiler) checkDepth() {
+	depth := make([]int, len(c.p.Chains)) // deepest nesting below each chain, memoized
+	done := make([]bool, len(c.p.Chains))
+	var below func(ci int) int
+	below = func(ci int) int {
+		if done[ci] {
+			return depth[ci]
+		}
+		d := 0
+		for _, r := range c.p.Chains[ci].Rules {
+			if to, ok := target(r.Action); ok {
+				d = max(d, 1+below(to))
+			}
+		}
+		depth[ci], done[ci] = d, true
+		return d
+	}
+	// Report at the jumps that lead deeper than allowed, from the entry.
+	var report func(ci, level int)
+	seen := make(map[int]bool)
+	report = func(ci, level int) {
+		for _, r := range c.p.Chains[ci].Rules {
+			to, ok := target(r.Action)
+			if !ok || level+below(to) < maxChainDepth {
+				continue
+			}
+			if level+1 > maxChainDepth {
+				if !seen[r.ID] {
+					seen[r.ID] = true
+					c.errs = append(c.errs, rules.Errorf(r.Pos, "jump to %s nests chains %d deep; bpfwall supports %d nested jumps and gotos below %s (BPF allows 8 call frames)",
+						c.p.Chains[to].Name, level+1, maxChainDepth, c.p.Chains[0].Name))
+				}
+				continue
+			}
+			report(to, level+1)
+		}
+	}
+	if below(0) > maxChainDepth {
+		report(0, 0)
+	}
+}
+
+// target returns the chain a jump or goto action enters.
+func target(a ir.Action) (int, bool) {
+	switch a := a.(type) {
+	case ir.Jump:
+		return a.Chain, true
+	case ir.Goto:
+		return a.Chain, true
+	}
+	return 0, false
+}
+
+// rawLen is the number of 8-byte instructions in insns.
+func rawLen(insns asm.Instructions) int {
+	n := 0
+	for _, ins := range insns {
+		n += int(ins.Size() / 8)
+	}
+	return n
+}
