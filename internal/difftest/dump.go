@@ -12,8 +12,7 @@ import (
 
 // AsForward returns iptables-save text of rs's filter table with chain
 // (INPUT or FORWARD) as the FORWARD chain, the user chains it reaches, and
-// INPUT and OUTPUT empty: the probes cross FORWARD, and the sentinel ping
-// INPUT. Other tables and unreachable chains are left out, since the
+// INPUT and OUTPUT empty: the probes cross FORWARD. Other tables and unreachable chains are left out, since the
 // kernel would run conntrack for any rule of the table that needs it.
 func AsForward(rs *rules.Ruleset, chain string) ([]byte, error) {
 	t := rs.Table("filter")

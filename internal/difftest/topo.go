@@ -11,8 +11,9 @@ import (
 )
 
 // Addresses of the topology. The firewall owns fwAddr on its ingress veth,
-// so that a ping to it can mark the end of a batch (see sendBatch); the
-// next hops are static neighbours, so that no ARP or NDP runs.
+// so that an ARP request for it can mark the end of a batch (see
+// sendBatch); the next hops are static neighbours, so that no other ARP or
+// NDP runs.
 var (
 	fwAddr      = netip.MustParseAddr("192.0.2.1")
 	senderAddr  = netip.MustParseAddr("192.0.2.2")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"net"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -93,33 +94,48 @@ func batches(probes [][]byte, size int, key func([]byte) (string, bool)) []map[s
 
 var sentinelSeq atomic.Uint32
 
-// sentinel is a ping from the sender to the firewall itself, and the
-// bytes that mark its reply.
-func sentinel() (frame, mark []byte) {
-	seq := uint16(sentinelSeq.Add(1))
-	mark = []byte("bwdt-end" + fmt.Sprint(seq))
-	eth := &layers.Ethernet{SrcMAC: senderMAC, DstMAC: fwInMAC, EthernetType: layers.EthernetTypeIPv4}
-	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolICMPv4, SrcIP: senderAddr.AsSlice(), DstIP: fwAddr.AsSlice()}
-	icmp := &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0), Id: 0xb0f, Seq: seq}
+// sentinel is an ARP request from the sender for the firewall's address,
+// and the hardware address that marks its reply: the request claims a
+// hardware address of its own, which the reply is sent to. ARP, not IP,
+// so that no rule and no compiled program stops it.
+func sentinel() (frame []byte, mark net.HardwareAddr) {
+	seq := sentinelSeq.Add(1)
+	mark = net.HardwareAddr{0x02, 0xb0, 0x0f, byte(seq >> 16), byte(seq >> 8), byte(seq)}
+	eth := &layers.Ethernet{SrcMAC: senderMAC, DstMAC: fwInMAC, EthernetType: layers.EthernetTypeARP}
+	arp := &layers.ARP{
+		AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4,
+		HwAddressSize: 6, ProtAddressSize: 4, Operation: layers.ARPRequest,
+		SourceHwAddress: mark, SourceProtAddress: senderAddr.AsSlice(),
+		DstHwAddress: make([]byte, 6), DstProtAddress: fwAddr.AsSlice(),
+	}
 	buf := gopacket.NewSerializeBuffer()
-	opts := gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}
-	if err := gopacket.SerializeLayers(buf, opts, eth, ip, icmp, gopacket.Payload(mark)); err != nil {
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{}, eth, arp); err != nil {
 		panic(err) // fixed layers always serialize
 	}
 	return buf.Bytes(), mark
 }
 
-// sentinelTimeout bounds the wait for the firewall's echo reply.
+// isReply reports whether frame is the firewall's ARP reply to the
+// sentinel marked mark.
+func isReply(frame []byte, mark net.HardwareAddr) bool {
+	const arpOff = 14
+	return len(frame) >= arpOff+28 &&
+		binary.BigEndian.Uint16(frame[12:]) == 0x0806 &&
+		binary.BigEndian.Uint16(frame[arpOff+6:]) == 2 && // ARPOP_REPLY
+		bytes.Equal(frame[arpOff+18:arpOff+24], mark) // target hardware address
+}
+
+// sentinelTimeout bounds the wait for the firewall's reply.
 const sentinelTimeout = 2 * time.Second
 
 // sendBatch sends frames from the sender and returns the frames that
 // reached the receiver.
 //
-// The end of a batch is marked by a ping to the firewall: every frame is
-// sent from one CPU, so the veths queue them on that CPU's backlog, which
-// the kernel processes in order; when the echo reply is back at the
-// sender, every earlier probe has been forwarded to the receiver's socket
-// or dropped. No probe waits for a timeout.
+// The end of a batch is marked by an ARP request to the firewall: every
+// frame is sent from one CPU, so the veths queue them on that CPU's
+// backlog, which the kernel processes in order; when the ARP reply is back
+// at the sender, every earlier probe has been forwarded to the receiver's
+// socket or dropped. No probe waits for a timeout.
 func (topo *Topology) sendBatch(frames [][]byte) ([][]byte, error) {
 	if err := topo.recv.drain(); err != nil {
 		return nil, err
@@ -162,7 +178,7 @@ func (topo *Topology) sendBatch(frames [][]byte) ([][]byte, error) {
 	return got, nil
 }
 
-func (topo *Topology) awaitReply(mark []byte) error {
+func (topo *Topology) awaitReply(mark net.HardwareAddr) error {
 	buf := make([]byte, 1<<16)
 	deadline := time.Now().Add(sentinelTimeout)
 	for {
@@ -171,9 +187,9 @@ func (topo *Topology) awaitReply(mark []byte) error {
 			return err
 		}
 		if f == nil {
-			return fmt.Errorf("no echo reply from the firewall %s within %v", fwAddr, sentinelTimeout)
+			return fmt.Errorf("no arp reply from the firewall %s within %v", fwAddr, sentinelTimeout)
 		}
-		if bytes.HasSuffix(f, mark) && len(f) > 34 && f[23] == 1 && f[34] == 0 {
+		if isReply(f, mark) {
 			return nil
 		}
 	}
