@@ -35,6 +35,7 @@ func NewCase(opts CaseOptions) (*Case, error) {
 		Name:     opts.Name,
 		Family:   opts.Family,
 		Rules:    opts.Rules,
+		Ruleset:  rs,
 		Program:  prog,
 		InIface:  opts.InIface,
 		OutIface: opts.OutIface,

@@ -2,7 +2,10 @@ package difftest
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"bpfwall/ir"
@@ -18,70 +21,102 @@ type Mismatch struct {
 	RefName  string
 }
 
-// Totals count rule sets and probes. A probe passes when every source
-// agrees with the reference; it is skipped when a source cannot predict
-// it (an unmodeled forwarding path).
+// Totals count one source's rule sets and probes. A probe passes when the
+// source agrees with the reference; it is skipped when the source does
+// not judge it (an unmodeled forwarding path, or one that the source's
+// hook does not see).
 type Totals struct {
+	Source                                 string
 	Cases, Probes, Passed, Failed, Skipped int
 	// Chain counts the passed probes that reached the FORWARD chain, as
 	// opposed to those the routing stopped before it.
 	Chain int
+	// Unsupported counts the rule sets the source could not run, by
+	// reason (see Unsupported); they are not in Cases.
+	Unsupported map[string]int
 }
 
 func (t *Totals) Add(u Totals) {
+	if t.Source == "" {
+		t.Source = u.Source
+	}
 	t.Cases += u.Cases
 	t.Probes += u.Probes
 	t.Passed += u.Passed
 	t.Failed += u.Failed
 	t.Skipped += u.Skipped
 	t.Chain += u.Chain
+	for r, n := range u.Unsupported {
+		if t.Unsupported == nil {
+			t.Unsupported = map[string]int{}
+		}
+		t.Unsupported[r] += n
+	}
 }
 
 func (t Totals) String() string {
-	return fmt.Sprintf("%d rule sets, %d probes: %d passed (%d through FORWARD), %d failed, %d skipped",
-		t.Cases, t.Probes, t.Passed, t.Chain, t.Failed, t.Skipped)
+	s := fmt.Sprintf("%s: %d rule sets, %d probes: %d passed (%d through FORWARD), %d failed, %d skipped",
+		t.Source, t.Cases, t.Probes, t.Passed, t.Chain, t.Failed, t.Skipped)
+	if len(t.Unsupported) > 0 {
+		n := 0
+		reasons := slices.Sorted(maps.Keys(t.Unsupported))
+		for i, r := range reasons {
+			n += t.Unsupported[r]
+			reasons[i] = fmt.Sprintf("%d %s", t.Unsupported[r], r)
+		}
+		s += fmt.Sprintf("; %d rule sets unsupported (%s)", n, strings.Join(reasons, ", "))
+	}
+	return s
 }
 
+// Unsupported is the error of a source that cannot run a case because
+// bpfwall refuses the rules for its hook.
+type Unsupported struct{ Reason string }
+
+func (u *Unsupported) Error() string { return "unsupported: " + u.Reason }
+
 // Compare runs c through ref and the other sources and returns the
-// probes on which a source disagrees with ref.
-func Compare(c *Case, ref Source, others ...Source) ([]Mismatch, Totals, error) {
+// probes on which a source disagrees with ref, and each other source's
+// totals. A source that fails on c (other than Unsupported) is reported
+// in the error, and the others are still compared.
+func Compare(c *Case, ref Source, others ...Source) ([]Mismatch, []Totals, error) {
 	want, err := ref.Outcomes(c)
 	if err != nil {
-		return nil, Totals{}, fmt.Errorf("%s: %w", ref.Name(), err)
+		return nil, nil, fmt.Errorf("%s: %w", ref.Name(), err)
 	}
-	got := make([][]Outcome, len(others))
-	for i, s := range others {
-		if got[i], err = s.Outcomes(c); err != nil {
-			return nil, Totals{}, fmt.Errorf("%s: %w", s.Name(), err)
-		}
-	}
-	tot := Totals{Cases: 1, Probes: len(c.Probes)}
+	tots := make([]Totals, len(others))
 	var bad []Mismatch
-probes:
-	for p := range c.Probes {
-		for i := range others {
-			if strings.HasPrefix(got[i][p].Why, unmodeled) {
-				tot.Skipped++
-				continue probes
-			}
-		}
-		ok := true
-		for i, s := range others {
-			if got[i][p].Delivered != want[p].Delivered {
-				ok = false
-				bad = append(bad, Mismatch{Case: c, Probe: p, Source: s.Name(), RefName: ref.Name(), Ref: want[p], Got: got[i][p]})
-			}
-		}
-		if !ok {
-			tot.Failed++
+	var errs []error
+	for i, s := range others {
+		tot := &tots[i]
+		tot.Source = s.Name()
+		got, err := s.Outcomes(c)
+		var unsup *Unsupported
+		switch {
+		case errors.As(err, &unsup):
+			tot.Unsupported = map[string]int{unsup.Reason: 1}
+			continue
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s on %s: %w", s.Name(), c.Name, err))
 			continue
 		}
-		tot.Passed++
-		if pkt, err := decode(c, c.Probes[p]); err == nil && Forwarded(pkt, c.Probes[p]) == "" {
-			tot.Chain++
+		tot.Cases, tot.Probes = 1, len(c.Probes)
+		for p := range c.Probes {
+			switch {
+			case got[p].Skip:
+				tot.Skipped++
+			case got[p].Delivered != want[p].Delivered:
+				tot.Failed++
+				bad = append(bad, Mismatch{Case: c, Probe: p, Source: s.Name(), RefName: ref.Name(), Ref: want[p], Got: got[p]})
+			default:
+				tot.Passed++
+				if pkt, err := decode(c, c.Probes[p]); err == nil && Forwarded(pkt, c.Probes[p]) == "" {
+					tot.Chain++
+				}
+			}
 		}
 	}
-	return bad, tot, nil
+	return bad, tots, errors.Join(errs...)
 }
 
 // Minimize removes the rules of m's case, one at a time, as long as the

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
+
+	"bpfwall/loader"
 
 	"bpfwall/internal/testenv"
 	"bpfwall/rules"
@@ -17,12 +20,69 @@ func requireKernel(t *testing.T) {
 	testenv.RequireTool(t, "ip", "iptables-legacy-restore", "ip6tables-legacy-restore")
 }
 
+// bench is the reference and the sources compared with it: ir.Eval, the
+// compiled program's test runs, and the compiled program attached to the
+// ingress interface of a second topology with the same interfaces.
+type bench struct {
+	topo   *Topology // the reference's
+	ref    Source
+	others []Source
+}
+
+func newBench(t *testing.T, opts TopologyOptions) *bench {
+	t.Helper()
+	topo := NewTopology(t, opts)
+	return &bench{topo: topo, ref: Netfilter{topo}, others: []Source{Eval{}, TestRun{}, NewAttached(t, opts)}}
+}
+
+// NewAttached returns the Attached source on a topology of its own, which
+// t.Cleanup removes with the program's pins.
+func NewAttached(t *testing.T, opts TopologyOptions) Attached {
+	t.Helper()
+	root, err := os.MkdirTemp(bpffs, "bwdt-")
+	if err != nil {
+		t.Fatalf("pin directory: %v", err)
+	}
+	// The cleanups run last first: the pins go before the namespaces.
+	a := Attached{Topo: NewTopology(t, opts), Root: root}
+	t.Cleanup(func() {
+		if err := a.Detach(); err != nil {
+			t.Error(err)
+		}
+	})
+	return a
+}
+
+// bpffs is where bpffs is mounted; the loader's pins go below it.
+var bpffs = filepath.Dir(loader.DefaultRoot)
+
+// logTotals prints one line of totals per source.
+func logTotals(t *testing.T, what string, tots []Totals) {
+	t.Helper()
+	for _, tot := range tots {
+		t.Logf("difftest %s: %s", what, tot)
+	}
+}
+
+// addTotals adds each source's totals in u to t's, which are in the same
+// order.
+func addTotals(t, u []Totals) []Totals {
+	if t == nil {
+		t = make([]Totals, len(u))
+	}
+	for i := range u {
+		t[i].Add(u[i])
+	}
+	return t
+}
+
 // TestHandWritten runs rule sets that once disagreed: the TTL a FORWARD
 // rule sees is one less than the packet arrived with; --tcp-flags with an
 // empty mask and flags to compare never matches.
 func TestHandWritten(t *testing.T) {
 	requireKernel(t)
-	topo := NewTopology(t, TopologyOptions{})
+	b := newBench(t, TopologyOptions{})
+	topo := b.topo
 	for _, tc := range []struct {
 		name  string
 		fam   rules.Family
@@ -37,8 +97,7 @@ func TestHandWritten(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.Probes = Probes(c, 1, 500)
-		tot := check(t, c, Netfilter{topo}, Eval{})
-		t.Logf("%s: %s", tc.name, tot)
+		logTotals(t, tc.name, check(t, c, b.ref, b.others...))
 	}
 }
 
@@ -59,12 +118,12 @@ func envInt(t *testing.T, name string, def int) int {
 const maxReports = 5
 
 // check compares a case with the reference and reports each mismatch,
-// minimized, as an error.
-func check(t *testing.T, c *Case, ref Source, others ...Source) Totals {
+// minimized, as an error, and each source's failure on the case.
+func check(t *testing.T, c *Case, ref Source, others ...Source) []Totals {
 	t.Helper()
 	bad, tot, err := Compare(c, ref, others...)
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
 	}
 	for i, m := range bad {
 		if i == maxReports {
@@ -83,21 +142,23 @@ func check(t *testing.T, c *Case, ref Source, others ...Source) Totals {
 }
 
 // TestRandom sends probes aimed at the edges of random rule sets through
-// netfilter and compares with ir.Eval. DIFFTEST_SEEDS rule sets per
-// family (default 50) and DIFFTEST_PROBES probes each (default 500);
-// DIFFTEST_SEED0 picks the first seed.
+// netfilter and compares with ir.Eval and the compiled program, test-run
+// and attached. DIFFTEST_SEEDS rule sets per family (default 10, make
+// difftest runs more) and DIFFTEST_PROBES probes each (default 300);
+// DIFFTEST_SEED0 picks the first seed. Even seeds leave out what the xdp hook cannot compile.
 func TestRandom(t *testing.T) {
 	requireKernel(t)
-	seeds := envInt(t, "DIFFTEST_SEEDS", 50)
-	probes := envInt(t, "DIFFTEST_PROBES", 500)
+	seeds := envInt(t, "DIFFTEST_SEEDS", 10)
+	probes := envInt(t, "DIFFTEST_PROBES", 300)
 	seed0 := uint64(envInt(t, "DIFFTEST_SEED0", 1))
-	topo := NewTopology(t, TopologyOptions{})
-	var total Totals
+	b := newBench(t, TopologyOptions{})
+	topo := b.topo
+	var totals []Totals
 	var cover, before Coverage
 	refused := 0
 	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 		for seed := seed0; seed < seed0+uint64(seeds); seed++ {
-			text := GenerateRules(seed, GenOptions{Family: fam, InIface: topo.InIface, OutIface: topo.OutIface})
+			text := GenerateRules(seed, GenOptions{Family: fam, InIface: topo.InIface, OutIface: topo.OutIface, XDP: seed%2 == 0})
 			c, err := NewCase(CaseOptions{
 				Name: fmt.Sprintf("%s-seed-%d", fam, seed), Family: fam, Rules: text,
 				InIface: topo.InIface, OutIface: topo.OutIface,
@@ -112,15 +173,18 @@ func TestRandom(t *testing.T) {
 				continue
 			}
 			c.Probes = Probes(c, seed, probes)
-			total.Add(check(t, c, Netfilter{topo}, Eval{}))
+			totals = addTotals(totals, check(t, c, b.ref, b.others...))
 			cover.Add(MeasureCoverage(c, c.Probes))
 			before.Add(MeasureCoverage(c, RandomProbes(c, seed, probes)))
 		}
 	}
-	t.Logf("difftest random: %s; %d rule sets refused by iptables and bpfwall alike", total, refused)
+	logTotals(t, "random", totals)
+	t.Logf("difftest random: %d rule sets refused by iptables and bpfwall alike", refused)
 	t.Logf("coverage: %s; random probes alone: %s", cover, before)
-	if total.Chain < total.Probes/4 {
-		t.Errorf("only %d of %d probes reached the FORWARD chain", total.Chain, total.Probes)
+	for _, tot := range totals {
+		if tot.Chain < tot.Probes/4 {
+			t.Errorf("%s: only %d of %d probes reached the FORWARD chain", tot.Source, tot.Chain, tot.Probes)
+		}
 	}
 }
 
@@ -175,16 +239,16 @@ func TestHarnessFindsPlantedBug(t *testing.T) {
 			tcp++
 		}
 	}
-	if tcp == 0 || len(bad) != tcp || tot.Failed != tcp {
-		t.Fatalf("%d tcp probes reach the chain, %d mismatches, totals %s", tcp, len(bad), tot)
+	if tcp == 0 || len(bad) != tcp || tot[0].Failed != tcp {
+		t.Fatalf("%d tcp probes reach the chain, %d mismatches, totals %s", tcp, len(bad), tot[0])
 	}
 	m := Minimize(bad[0], Netfilter{topo}, flipTCP{})
 	if _, rl := ruleLines(m.Case.Rules); len(rl) != 0 {
 		t.Errorf("minimized to %d rules, want none (the bug needs no rule):\n%s", len(rl), m)
 	}
 	_, tot, err = Compare(c, Netfilter{topo}, Eval{})
-	if err != nil || tot.Failed != 0 || tot.Passed != len(c.Probes) {
-		t.Errorf("ir.Eval: %s, %v", tot, err)
+	if err != nil || tot[0].Failed != 0 || tot[0].Passed != len(c.Probes) {
+		t.Errorf("ir.Eval: %s, %v", tot[0], err)
 	}
 }
 

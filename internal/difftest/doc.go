@@ -2,6 +2,7 @@
 // compares its answers with bpfwall's: probe frames cross a throwaway
 // topology of network namespaces (sender → firewall → receiver) with the
 // rule set loaded by iptables-legacy-restore, and every verdict source
-// (netfilter, ir.Eval, later BPF test runs and the attached program) must
-// agree on which probes the firewall delivers.
+// (ir.Eval, the compiled program run by BPF_PROG_TEST_RUN, and the
+// compiled program attached to the firewall's ingress interface) must
+// agree with netfilter on which probes the firewall delivers.
 package difftest

@@ -41,7 +41,7 @@ func dumpCases(prog *ir.Program, chain string) []dumpCase {
 // lowers into the firewall's FORWARD chain, with the firewall's interfaces
 // named as the rules expect, and compares netfilter with ir.Eval on probes
 // built from the dump's own addresses and ports. DIFFTEST_PROBES sets the
-// probes per case (default 500).
+// probes per case (default 300).
 func TestRealDumps(t *testing.T) {
 	requireKernel(t)
 	dir := testenv.Corpus(t, "real")
@@ -49,11 +49,11 @@ func TestRealDumps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probes := envInt(t, "DIFFTEST_PROBES", 500)
-	var total Totals
+	probes := envInt(t, "DIFFTEST_PROBES", 300)
+	var totals []Totals
 	var skipped []string
 	// Topologies are shared by the cases with the same interfaces.
-	topos := map[dumpCase]*Topology{}
+	benches := map[dumpCase]*bench{}
 	parent := t
 	for _, f := range files {
 		base := filepath.Base(f)
@@ -90,24 +90,24 @@ func TestRealDumps(t *testing.T) {
 				name := fmt.Sprintf("%s/%s/%s-%s", base, chain, dc.inIface, dc.outIface)
 				t.Run(name, func(t *testing.T) {
 					key := dumpCase{inIface: dc.inIface, outIface: dc.outIface}
-					if topos[key] == nil {
-						topos[key] = NewTopology(parent, TopologyOptions{InIface: dc.inIface, OutIface: dc.outIface})
+					if benches[key] == nil {
+						benches[key] = newBench(parent, TopologyOptions{InIface: dc.inIface, OutIface: dc.outIface})
 					}
-					total.Add(runDump(t, topos[key], name, rs.Family, text, dc, probes))
+					totals = addTotals(totals, runDump(t, benches[key], name, rs.Family, text, dc, probes))
 				})
 			}
 		}
 	}
-	t.Logf("difftest real dumps: %s", total)
+	logTotals(t, "real dumps", totals)
 	for _, s := range skipped {
 		t.Logf("skipped %s", s)
 	}
-	if total.Cases == 0 {
+	if len(totals) == 0 || totals[0].Cases == 0 {
 		t.Fatal("no real dump was run")
 	}
 }
 
-func runDump(t *testing.T, topo *Topology, name string, fam rules.Family, text []byte, dc dumpCase, n int) Totals {
+func runDump(t *testing.T, b *bench, name string, fam rules.Family, text []byte, dc dumpCase, n int) []Totals {
 	c, err := NewCase(CaseOptions{Name: name, Family: fam, Rules: text, InIface: dc.inIface, OutIface: dc.outIface})
 	if err != nil {
 		t.Fatal(err)
@@ -118,8 +118,9 @@ func runDump(t *testing.T, topo *Topology, name string, fam rules.Family, text [
 	} else {
 		c.Probes = Probes(c, 1, n)
 	}
-	tot := check(t, c, Netfilter{topo}, Eval{})
-	t.Logf("%s; %s", tot, MeasureCoverage(c, c.Probes))
+	tot := check(t, c, b.ref, b.others...)
+	logTotals(t, name, tot)
+	t.Logf("coverage: %s", MeasureCoverage(c, c.Probes))
 	return tot
 }
 

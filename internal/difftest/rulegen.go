@@ -16,6 +16,10 @@ type GenOptions struct {
 	// InIface and OutIface are the firewall's interfaces, which -i and -o
 	// name (exactly, by a prefix, or not at all).
 	InIface, OutIface string
+	// XDP leaves out what the xdp hook cannot compile: -m mark and
+	// -m pkttype, and REJECT (DROP instead); and -o, which a program at
+	// ingress cannot know before the routing decision.
+	XDP bool
 }
 
 // GenerateRules returns a random filter table as iptables-save text, the
@@ -150,7 +154,7 @@ func (g *ruleGen) rule(self, users int) string {
 	if g.chance(5) {
 		w("%s -i %s", g.not(), g.iface(g.InIface))
 	}
-	if g.chance(6) {
+	if g.chance(6) && !g.XDP {
 		w("%s -o %s", g.not(), g.iface(g.OutIface))
 	}
 	if g.Family == rules.IPv4 && g.chance(10) {
@@ -226,10 +230,10 @@ func (g *ruleGen) rule(self, users int) string {
 	if g.chance(20) {
 		w(" -m mac%s --mac-source %s", g.not(), g.oneOf(senderMAC.String(), "02:00:00:00:00:09"))
 	}
-	if g.chance(20) {
+	if g.chance(20) && !g.XDP {
 		w(" -m pkttype%s --pkt-type %s", g.not(), g.oneOf("unicast", "broadcast", "multicast"))
 	}
-	if g.chance(20) {
+	if g.chance(20) && !g.XDP {
 		w(" -m mark%s --mark %s", g.not(), g.oneOf("0", "0x1", "0x0/0xff"))
 	}
 	if negProto {
@@ -295,6 +299,8 @@ func (g *ruleGen) target(self, users int, proto string) string {
 	case n < 3:
 		return " -j ACCEPT"
 	case n < 5:
+		return " -j DROP"
+	case n < 6 && g.XDP:
 		return " -j DROP"
 	case n < 6:
 		with := g.oneOf("", "icmp-net-unreachable", "icmp-host-prohibited", "icmp-admin-prohibited")

@@ -2,6 +2,7 @@ package difftest
 
 import (
 	"fmt"
+	"strings"
 
 	"bpfwall/ir"
 	"bpfwall/rules"
@@ -14,7 +15,8 @@ type Case struct {
 	// Rules is the iptables-save text loaded into the firewall: a filter
 	// table whose FORWARD chain holds the rules under test.
 	Rules   []byte
-	Program *ir.Program // FORWARD of Rules, lowered
+	Ruleset *rules.Ruleset // Rules, parsed
+	Program *ir.Program    // FORWARD of Rules, lowered
 	// InIface and OutIface are the firewall's interfaces the probes cross.
 	InIface, OutIface string
 	// CTState is the conntrack state the probes have when the rules test
@@ -33,11 +35,16 @@ func (c *Case) Meta() ir.Meta {
 type Outcome struct {
 	Delivered bool   // the probe reaches the receiver
 	Why       string // the deciding rule, or what stopped the probe
+	// Skip says that the source does not judge the probe: Why says why.
+	Skip bool
 }
 
 func (o Outcome) String() string {
 	v := "dropped"
-	if o.Delivered {
+	switch {
+	case o.Skip:
+		v = "not judged"
+	case o.Delivered:
 		v = "delivered"
 	}
 	if o.Why == "" {
@@ -64,12 +71,26 @@ func (Netfilter) Name() string { return "netfilter" }
 const batchSize = 1000
 
 func (n Netfilter) Outcomes(c *Case) ([]Outcome, error) {
-	if c.InIface != n.Topo.InIface || c.OutIface != n.Topo.OutIface {
-		return nil, fmt.Errorf("case %s wants interfaces %s and %s, the topology has %s and %s", c.Name, c.InIface, c.OutIface, n.Topo.InIface, n.Topo.OutIface)
+	if err := n.Topo.fits(c); err != nil {
+		return nil, err
 	}
 	if err := n.Topo.Load(c.Family, c.Rules); err != nil {
 		return nil, err
 	}
+	return n.Topo.deliveries(c)
+}
+
+// fits reports an error when c wants other interfaces than topo has.
+func (topo *Topology) fits(c *Case) error {
+	if c.InIface != topo.InIface || c.OutIface != topo.OutIface {
+		return fmt.Errorf("case %s wants interfaces %s and %s, the topology has %s and %s", c.Name, c.InIface, c.OutIface, topo.InIface, topo.OutIface)
+	}
+	return nil
+}
+
+// deliveries sends c's probes across topo and returns, for each, whether
+// it reached the receiver.
+func (topo *Topology) deliveries(c *Case) ([]Outcome, error) {
 	out := make([]Outcome, len(c.Probes))
 	key := probeKey
 	if c.CTState != 0 {
@@ -78,7 +99,7 @@ func (n Netfilter) Outcomes(c *Case) ([]Outcome, error) {
 	for _, batch := range batches(c.Probes, batchSize, key) {
 		// Every probe must find conntrack empty of its connection.
 		if c.CTState != 0 {
-			if err := n.Topo.flushConntrack(); err != nil {
+			if err := topo.flushConntrack(); err != nil {
 				return nil, err
 			}
 		}
@@ -89,7 +110,7 @@ func (n Netfilter) Outcomes(c *Case) ([]Outcome, error) {
 			k, _ := probeKey(c.Probes[i])
 			byKey[k] = i
 		}
-		got, err := n.Topo.sendBatch(frames)
+		got, err := topo.sendBatch(frames)
 		if err != nil {
 			return nil, fmt.Errorf("case %s: %w", c.Name, err)
 		}
@@ -140,7 +161,7 @@ func (Eval) Outcomes(c *Case) ([]Outcome, error) {
 			return nil, err
 		}
 		if why := Forwarded(pkt, f); why != "" {
-			out[i] = Outcome{Why: why}
+			out[i] = Outcome{Why: why, Skip: strings.HasPrefix(why, unmodeled)}
 			continue
 		}
 		r := c.Program.Eval(pkt)

@@ -1,0 +1,148 @@
+package difftest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"bpfwall/codegen"
+	"bpfwall/ir"
+	"bpfwall/loader"
+	"bpfwall/rules"
+)
+
+// compile compiles c's FORWARD chain for the xdp hook (which compiles
+// INPUT unless told otherwise: the harness's probes cross FORWARD). The
+// program sees the TTL before forwarding decrements it, as c.Program's
+// TTL matches expect. Rules the hook cannot express are Unsupported.
+func compile(c *Case) (*codegen.Program, error) {
+	p, err := codegen.Compile(c.Program, codegen.Options{Hook: codegen.HookXDP})
+	var list rules.ErrorList
+	var one *rules.Error
+	switch {
+	case errors.As(err, &list) && len(list) > 0:
+		return nil, &Unsupported{Reason: list[0].Msg}
+	case errors.As(err, &one):
+		return nil, &Unsupported{Reason: one.Msg}
+	case err != nil:
+		return nil, fmt.Errorf("compile %s: %w", c.Name, err)
+	}
+	return p, nil
+}
+
+// TestRun is the compiled program (see compile) run by
+// BPF_PROG_TEST_RUN on every probe, as if it arrived on the firewall's
+// ingress interface: loader.Loaded.Run, which `bpfwall trace` uses. It
+// judges the probes that reach the FORWARD chain (see Forwarded); XDP
+// runs before the routing that decides the fate of the others.
+type TestRun struct{}
+
+func (TestRun) Name() string { return "test-run" }
+
+func (TestRun) Outcomes(c *Case) ([]Outcome, error) {
+	p, err := compile(c)
+	if err != nil {
+		return nil, err
+	}
+	l, err := loader.Load(p, loader.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Name, err)
+	}
+	defer l.Close()
+	out := make([]Outcome, len(c.Probes))
+	for i, f := range c.Probes {
+		pkt, err := decode(c, f)
+		if err != nil {
+			return nil, err
+		}
+		if why := Forwarded(pkt, f); why != "" {
+			out[i] = Outcome{Skip: true, Why: why}
+			continue
+		}
+		o, err := l.Run(f, c.InIface)
+		if err != nil {
+			return nil, fmt.Errorf("case %s, probe %d: %w", c.Name, i, err)
+		}
+		out[i] = Outcome{Delivered: o.Verdict == ir.VerdictAccept, Why: decision(c, o)}
+	}
+	return out, nil
+}
+
+// decision describes how the program decided, as ir.Result does.
+func decision(c *Case, o loader.Outcome) string {
+	d := o.Decision
+	rule := func() string {
+		if int(d.Rule) >= len(c.Program.Rules) {
+			return fmt.Sprintf("rule %d (no such rule)", d.Rule)
+		}
+		r := c.Program.Rules[d.Rule]
+		return fmt.Sprintf("%s r%d line %d", c.Program.Chains[r.Chain].Name, r.ID, r.Pos.Line)
+	}
+	switch d.Kind {
+	case codegen.DecidedByRule:
+		return fmt.Sprintf("%s at %s", o.Verdict, rule())
+	case codegen.DecidedByPolicy:
+		return fmt.Sprintf("%s by policy", o.Verdict)
+	case codegen.Hotdrop:
+		return fmt.Sprintf("%s (hotdrop) at %s", o.Verdict, rule())
+	case codegen.SkippedInvalid:
+		return fmt.Sprintf("%s (invalid)", o.Verdict)
+	case codegen.SkippedNotIP:
+		return fmt.Sprintf("%s (not IP or the other family)", o.Verdict)
+	}
+	return fmt.Sprintf("%s (decision kind %d)", o.Verdict, d.Kind)
+}
+
+// Attached is the compiled program (see compile) attached to the ingress
+// interface of a topology whose firewall has no iptables rules, by
+// loader.Swap as `bpfwall load` does it (generic XDP, pinned under Root):
+// the first case attaches it, the next ones swap their programs in. A
+// probe is delivered when it reaches the receiver.
+type Attached struct {
+	Topo *Topology
+	Root string // a bpffs directory of the harness's own
+}
+
+func (Attached) Name() string { return "attached" }
+
+func (a Attached) Outcomes(c *Case) ([]Outcome, error) {
+	if err := a.Topo.fits(c); err != nil {
+		return nil, err
+	}
+	p, err := compile(c)
+	if err != nil {
+		return nil, err
+	}
+	meta, counters, err := loader.NewMeta(c.Ruleset, p, c.Name)
+	if err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Name, err)
+	}
+	err = inNetns(a.Topo.Firewall, func() error {
+		place, err := loader.Here(a.Root, codegen.HookXDP)
+		if err != nil {
+			return err
+		}
+		swap := loader.Swap{Place: place, Program: p, Meta: meta, Counters: counters, Ifaces: []string{a.Topo.InIface}, XDPMode: loader.XDPGeneric}
+		_, err = swap.Run()
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Name, err)
+	}
+	return a.Topo.deliveries(c)
+}
+
+// Detach unloads the program and removes Root.
+func (a Attached) Detach() error {
+	err := inNetns(a.Topo.Firewall, func() error {
+		place, err := loader.Here(a.Root, codegen.HookXDP)
+		if err != nil {
+			return err
+		}
+		if _, err := loader.Unload(place, nil); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	})
+	return errors.Join(err, os.RemoveAll(a.Root))
+}
