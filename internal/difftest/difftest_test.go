@@ -78,7 +78,9 @@ func addTotals(t, u []Totals) []Totals {
 
 // TestHandWritten runs rule sets that once disagreed: the TTL a FORWARD
 // rule sees is one less than the packet arrived with; --tcp-flags with an
-// empty mask and flags to compare never matches.
+// empty mask and flags to compare never matches; an explicit -p all in
+// IPv6 matches every packet whose extension headers can be walked; -o in
+// FORWARD tests the interface the routing picks.
 func TestHandWritten(t *testing.T) {
 	requireKernel(t)
 	b := newBench(t, TopologyOptions{})
@@ -91,6 +93,8 @@ func TestHandWritten(t *testing.T) {
 		{"ttl", rules.IPv4, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -m ttl --ttl-lt 10 -j DROP\n-A FORWARD -m ttl --ttl-eq 64 -j DROP\n-A FORWARD -m ttl --ttl-gt 254 -j DROP\nCOMMIT\n"},
 		{"tcp-flags", rules.IPv4, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -p tcp -m tcp --tcp-flags NONE ACK -j DROP\n-A FORWARD -p tcp -m tcp --dport 80:65535 ! --tcp-flags NONE SYN -j DROP\nCOMMIT\n"},
 		{"hl", rules.IPv6, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -m hl --hl-eq 64 -j ACCEPT\n-A FORWARD -m hl --hl-lt 3 -j ACCEPT\nCOMMIT\n"},
+		{"p-all", rules.IPv6, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -p all -j ACCEPT\nCOMMIT\n"},
+		{"out-iface", rules.IPv4, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -o fwout -p udp -j DROP\n-A FORWARD ! -o fwout -p tcp -j DROP\nCOMMIT\n"},
 	} {
 		c, err := NewCase(CaseOptions{Name: tc.name, Family: tc.fam, Rules: []byte(tc.rules), InIface: topo.InIface, OutIface: topo.OutIface})
 		if err != nil {
