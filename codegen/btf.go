@@ -55,9 +55,9 @@ func (c *compiler) funcParse() *btf.Func {
 	}
 }
 
-func (c *compiler) funcChain(ci int) *btf.Func {
+func (c *compiler) funcChain(name string) *btf.Func {
 	return &btf.Func{
-		Name:    chainSym(ci),
+		Name:    name,
 		Linkage: btf.GlobalFunc,
 		Type: &btf.FuncProto{
 			Return: btfInt,

@@ -13,7 +13,7 @@ import (
 type compiler struct {
 	p    *ir.Program
 	hook Hook
-	b    *builder
+	b    *builder // where code goes now
 	errs rules.ErrorList
 
 	// ifaces are the interface patterns looked up in IfacesMap, indexed
@@ -22,6 +22,8 @@ type compiler struct {
 	// optKinds are the TCP option kinds rules test, indexed by their bit
 	// in pktTCPOpts.
 	optKinds []uint8
+	// segments are the symbols of each chain's functions, in order.
+	segments [][]string
 }
 
 // Symbols of the functions.
@@ -34,24 +36,82 @@ const (
 	symMainChain = "run_chains"
 )
 
-// chainSym is the symbol of chain ci's function.
-func chainSym(ci int) string { return fmt.Sprintf("chain%d", ci) }
+// A chain function returns codeContinue when the packet reaches its end,
+// codeReturn for RETURN, and otherwise rule<<codeShift|kind for a verdict.
+// A long chain is split into segments, functions the callers call in
+// turn: the verifier keeps a pending state for every conditional jump of
+// a function until the path it follows ends, at most 8192 of them.
+const (
+	codeContinue = 0
+	codeReturn   = 1 << codeShift
+	codeShift    = 2
+	codeMask     = 3
+	codeAccept   = 1
+	codeDrop     = 2
+	codeHotdrop  = 3
+)
+
+// maxSegmentBranches is how many conditional jumps a segment may have;
+// tests lower it.
+var maxSegmentBranches = 4000
+
+// chainSym is the symbol of segment k of chain ci's function.
+func chainSym(ci, k int) string {
+	if k == 0 {
+		return fmt.Sprintf("chain%d", ci)
+	}
+	return fmt.Sprintf("chain%d_%d", ci, k)
+}
 
 // ruleLabel is the label of a rule's first instruction.
 func ruleLabel(r *ir.Rule) string { return fmt.Sprintf("r%d", r.ID) }
 
 // program emits the whole program: main, the chain functions, parse and
-// its loop callbacks.
+// its loop callbacks. Chains are emitted called ones first, so that every
+// call site knows how many segments it calls, and laid out in order.
 func (c *compiler) program() (asm.Instructions, error) {
 	if err := c.collect(); err != nil {
 		return nil, err
 	}
-	c.main()
-	for ci := range c.p.Chains {
+	root := c.b
+	c.segments = make([][]string, len(c.p.Chains))
+	chains := make([]*builder, len(c.p.Chains))
+	for _, ci := range c.calleesFirst() {
+		chains[ci] = root.sub()
+		c.b = chains[ci]
 		c.chain(ci)
 	}
+	c.b = root
+	c.main()
+	for _, cb := range chains {
+		root.splice(cb)
+	}
 	c.parse()
-	return c.b.finish()
+	return root.finish()
+}
+
+// calleesFirst orders the chains so that every chain comes after the
+// chains it jumps to.
+func (c *compiler) calleesFirst() []int {
+	done := make([]bool, len(c.p.Chains))
+	var order []int
+	var visit func(ci int)
+	visit = func(ci int) {
+		if done[ci] {
+			return
+		}
+		done[ci] = true
+		for _, r := range c.p.Chains[ci].Rules {
+			if to, ok := target(r.Action); ok {
+				visit(to)
+			}
+		}
+		order = append(order, ci)
+	}
+	for ci := range c.p.Chains {
+		visit(ci)
+	}
+	return order
 }
 
 // collect numbers the interface patterns and TCP option kinds the rules
@@ -141,12 +201,8 @@ func (c *compiler) main() {
 		ja(symMainEnd),
 	)
 	b.mark(symMainChain)
-	b.emit(
-		movr(asm.R1, asm.R10),
-		asm.Add.Imm(asm.R1, mainPkt),
-		call(chainSym(0)),
-		asm.JNE.Imm(asm.R0, 0, "ruled"),
-	)
+	c.callChain(0, asm.R10, mainPkt, "policy", "ruled")
+	b.mark("policy")
 	b.note("policy %s of chain %s", c.p.Chains[0].Policy, c.p.Chains[0].Name)
 	c.count(len(c.p.Rules), asm.R10, mainPkt+pktBytes, mainKey)
 	policy := c.hook.pass()
@@ -188,16 +244,6 @@ func (c *compiler) main() {
 	)
 }
 
-// A chain function returns 0 when the packet leaves the chain undecided
-// (RETURN, or the end of the chain), and otherwise rule<<codeShift|code.
-const (
-	codeShift   = 2
-	codeMask    = 3
-	codeAccept  = 1
-	codeDrop    = 2
-	codeHotdrop = 3
-)
-
 // code is the return value of a chain function for a rule's decision.
 func code(r *ir.Rule, kind int32) int32 { return int32(r.ID)<<codeShift | kind }
 
@@ -223,35 +269,93 @@ func (c *compiler) count(id int, pkt asm.Register, lenOff int16, key int16) {
 	c.b.mark(done)
 }
 
-// chain emits the function of chain ci. It takes the parsed packet in r1
-// and keeps it in r6.
+// callChain calls the segments of chain ci with the parsed packet at
+// pkt+off: it goes on to done when the chain ends or returns, and to
+// decided, with the code in r0, when it decides; an empty decided returns
+// the code to the caller.
+func (c *compiler) callChain(ci int, pkt asm.Register, off int32, done, decided string) {
+	b := c.b
+	segs := c.segments[ci]
+	for k, seg := range segs {
+		b.emit(movr(asm.R1, pkt))
+		if off != 0 {
+			b.emit(asm.Add.Imm(asm.R1, off))
+		}
+		next := done
+		if k+1 < len(segs) {
+			next = b.fresh("after_" + seg)
+		}
+		b.emit(
+			call(seg),
+			asm.JEq.Imm(asm.R0, codeContinue, next),
+			asm.JEq.Imm(asm.R0, codeReturn, done),
+		)
+		if decided == "" {
+			b.emit(asm.Return())
+		} else {
+			b.emit(ja(decided))
+		}
+		if k+1 < len(segs) {
+			b.mark(next)
+		}
+	}
+}
+
+// chain emits the functions of chain ci. They take the parsed packet in r1
+// and keep it in r6.
 func (c *compiler) chain(ci int) {
+	ch := c.p.Chains[ci]
+	c.segment(ci)
+	root := c.b
+	inSegment := 0
+	for _, r := range ch.Rules {
+		// Where a failing match goes: the next rule, or the end of the
+		// segment when the next rule starts another.
+		next := ruleLabel(r) + "_next"
+		rb := root.sub()
+		c.b = rb
+		c.rule(r, next)
+		c.b = root
+		n := branches(rb.insns)
+		if inSegment > 0 && inSegment+n > maxSegmentBranches {
+			// The rule starts the next segment: this one ends here.
+			root.emit(mov(asm.R0, codeContinue), asm.Return())
+			c.segment(ci)
+			inSegment = 0
+		}
+		root.splice(rb)
+		root.mark(next)
+		inSegment += n
+	}
+	root.emit(mov(asm.R0, codeContinue), asm.Return())
+}
+
+// segment starts the next function of chain ci.
+func (c *compiler) segment(ci int) {
 	b := c.b
 	ch := c.p.Chains[ci]
-	if ci == 0 {
-		b.function(c.funcChain(ci), "chain %s, policy %s", ch.Name, ch.Policy)
-	} else {
-		b.function(c.funcChain(ci), "chain %s", ch.Name)
+	k := len(c.segments[ci])
+	sym := chainSym(ci, k)
+	c.segments[ci] = append(c.segments[ci], sym)
+	fn := c.funcChain(sym)
+	switch {
+	case k > 0:
+		b.function(fn, "chain %s, part %d", ch.Name, k+1)
+	case ci == 0:
+		b.function(fn, "chain %s, policy %s", ch.Name, ch.Policy)
+	default:
+		b.function(fn, "chain %s", ch.Name)
 	}
-	body := chainSym(ci) + "_rules"
 	// A global function's pointer argument may be NULL as far as the
 	// verifier knows.
+	body := sym + "_rules"
 	b.emit(
 		movr(asm.R6, asm.R1),
 		asm.JNE.Imm(asm.R6, 0, body),
-		mov(asm.R0, 0),
+		mov(asm.R0, codeContinue),
 		asm.Return(),
 	)
 	b.mark(body)
-	for i, r := range ch.Rules {
-		next := chainSym(ci) + "_end"
-		if i+1 < len(ch.Rules) {
-			next = ruleLabel(ch.Rules[i+1])
-		}
-		c.rule(r, next)
-	}
-	b.mark(chainSym(ci) + "_end")
-	b.emit(mov(asm.R0, 0), asm.Return())
 }
 
 // rule emits one rule: its matches, which jump to next when one fails, the
@@ -275,23 +379,18 @@ func (c *compiler) rule(r *ir.Rule, next string) {
 	case ir.Drop:
 		b.emit(mov(asm.R0, code(r, codeDrop)), asm.Return())
 	case ir.Return:
-		b.emit(mov(asm.R0, 0), asm.Return())
+		b.emit(mov(asm.R0, codeReturn), asm.Return())
 	case ir.Jump:
-		// The called chain's RETURN, or its end, continues here.
-		b.emit(
-			movr(asm.R1, asm.R6),
-			call(chainSym(a.Chain)),
-			asm.JEq.Imm(asm.R0, 0, next),
-			asm.Return(),
-		)
+		// The called chain's RETURN, or its end, continues with the next
+		// rule; its decision is this chain's.
+		c.callChain(a.Chain, asm.R6, 0, next, "")
 	case ir.Goto:
-		// Whatever the called chain decides is this chain's decision: its
-		// RETURN returns from this chain too.
-		b.emit(
-			movr(asm.R1, asm.R6),
-			call(chainSym(a.Chain)),
-			asm.Return(),
-		)
+		// Whatever ends the called chain ends this one: its RETURN
+		// returns from this chain too.
+		done := ruleLabel(r) + "_returned"
+		c.callChain(a.Chain, asm.R6, 0, done, "")
+		b.mark(done)
+		b.emit(mov(asm.R0, codeReturn), asm.Return())
 	case ir.None:
 		fallsThrough = true
 	default:

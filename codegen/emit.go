@@ -10,29 +10,47 @@ import (
 
 // builder accumulates instructions. Labels and comments are attached to the
 // next instruction emitted; several labels for one instruction become
-// aliases of the first, resolved by finish.
+// aliases of the first, resolved by finish. Builders made with sub share
+// their labels' namespace, and splice joins their code.
 type builder struct {
 	insns   asm.Instructions
 	label   string
 	comment []string
 	fn      *btf.Func
-	alias   map[string]string
-	next    int // for fresh labels
+	*labels
+}
+
+// labels are the label namespace of a program.
+type labels struct {
+	alias map[string]string
+	next  int // for fresh labels
 }
 
 func newBuilder() *builder {
-	return &builder{alias: make(map[string]string)}
+	return &builder{labels: &labels{alias: make(map[string]string)}}
 }
 
-// emit appends instructions.
+// sub returns an empty builder in b's label namespace.
+func (b *builder) sub() *builder { return &builder{labels: b.labels} }
+
+// emit appends instructions. An instruction that already has a symbol or
+// a comment keeps it, after the pending ones.
 func (b *builder) emit(insns ...asm.Instruction) {
 	for _, ins := range insns {
 		if b.label != "" {
-			ins = ins.WithSymbol(b.label)
+			if s := ins.Symbol(); s != "" {
+				b.alias[b.label] = s
+			} else {
+				ins = ins.WithSymbol(b.label)
+			}
 			b.label = ""
 		}
 		if len(b.comment) > 0 {
-			ins = ins.WithSource(asm.Comment(strings.Join(b.comment, "\n")))
+			text := strings.Join(b.comment, "\n")
+			if src := ins.Source(); src != nil {
+				text += "\n" + src.String()
+			}
+			ins = ins.WithSource(asm.Comment(text))
 			b.comment = nil
 		}
 		if b.fn != nil {
@@ -41,6 +59,16 @@ func (b *builder) emit(insns ...asm.Instruction) {
 		}
 		b.insns = append(b.insns, ins)
 	}
+}
+
+// splice appends o's code; o's pending label and comments become b's.
+func (b *builder) splice(o *builder) {
+	b.emit(o.insns...)
+	if o.label != "" {
+		b.mark(o.label)
+	}
+	b.comment = append(b.comment, o.comment...)
+	o.insns, o.label, o.comment = nil, "", nil
 }
 
 // mark places label on the next instruction.
@@ -73,10 +101,13 @@ func (b *builder) fresh(prefix string) string {
 
 // canonical returns the label that stands for label on its instruction.
 func (b *builder) canonical(label string) string {
-	if to, ok := b.alias[label]; ok {
-		return to
+	for {
+		to, ok := b.alias[label]
+		if !ok {
+			return label
+		}
+		label = to
 	}
-	return label
 }
 
 // finish resolves label aliases and returns the instructions.
@@ -86,11 +117,26 @@ func (b *builder) finish() (asm.Instructions, error) {
 	}
 	for i := range b.insns {
 		ins := &b.insns[i]
-		if to, ok := b.alias[ins.Reference()]; ok && (ins.OpCode.Class().IsJump() || ins.IsLoadOfFunctionPointer()) {
-			*ins = ins.WithReference(to)
+		if ref := ins.Reference(); ref != "" && (ins.OpCode.Class().IsJump() || ins.IsLoadOfFunctionPointer()) {
+			if to := b.canonical(ref); to != ref {
+				*ins = ins.WithReference(to)
+			}
 		}
 	}
 	return b.insns, nil
+}
+
+// branches counts the conditional jumps in insns: the verifier keeps a
+// pending state for each until the path it follows ends.
+func branches(insns asm.Instructions) int {
+	n := 0
+	for _, ins := range insns {
+		op := ins.OpCode
+		if op.Class().IsJump() && op.JumpOp() != asm.Ja && op.JumpOp() != asm.Call && op.JumpOp() != asm.Exit {
+			n++
+		}
+	}
+	return n
 }
 
 // Shorthands for the instructions the code generator uses most.

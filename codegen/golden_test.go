@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -18,8 +19,8 @@ import (
 // TestGolden compiles each testdata/*.txtar file's "input" section
 // (iptables-save text) and compares the dump with its "dump" section, or
 // the compile errors with its "errors" section. An optional "options"
-// section holds "hook H", "chain NAME", "table NAME" and "family ipv6"
-// lines. BPFWALL_UPDATE=1 rewrites the expected sections.
+// section holds "hook H", "chain NAME", "table NAME", "family ipv6" and
+// "segment-branches N" lines. BPFWALL_UPDATE=1 rewrites the expected sections.
 func TestGolden(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txtar")
 	if err != nil {
@@ -59,6 +60,9 @@ func TestGolden(t *testing.T) {
 type golden struct {
 	prog *ir.Program
 	hook codegen.Hook
+	// segmentBranches, when not 0, splits chains into segments after so
+	// many conditional jumps.
+	segmentBranches int
 }
 
 // loadGolden parses and lowers the archive's input with its options.
@@ -85,6 +89,12 @@ func loadGolden(t *testing.T, ar *txtar.Archive) golden {
 				lopts.Table = value
 			case "chain":
 				lopts.Chain = value
+			case "segment-branches":
+				n, err := strconv.Atoi(value)
+				if err != nil {
+					t.Fatalf("option %q: %v", line, err)
+				}
+				g.segmentBranches = n
 			case "family":
 				popts.ForceFamily = true
 				if value == "ipv6" {
@@ -113,6 +123,9 @@ func loadGolden(t *testing.T, ar *txtar.Archive) golden {
 // compileGolden returns the dump and "dump", or the errors and "errors".
 func compileGolden(t *testing.T, g golden) (string, string) {
 	t.Helper()
+	if g.segmentBranches != 0 {
+		defer codegen.SetMaxSegmentBranches(g.segmentBranches)()
+	}
 	p, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook})
 	if err != nil {
 		return err.Error() + "\n", "errors"

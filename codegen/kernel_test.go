@@ -55,12 +55,20 @@ func TestKernelMatchesEval(t *testing.T) {
 			t.Fatal(err)
 		}
 		g := loadGolden(t, ar)
+		name := strings.TrimSuffix(filepath.Base(file), ".txtar")
 		for _, h := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress, codegen.HookTCEgress} {
 			p, err := codegen.Compile(g.prog, codegen.Options{Hook: h})
 			if err != nil {
 				continue // the golden test checks the errors
 			}
-			progs = append(progs, program{fmt.Sprintf("%s/%s", strings.TrimSuffix(filepath.Base(file), ".txtar"), h), p})
+			progs = append(progs, program{fmt.Sprintf("%s/%s", name, h), p})
+		}
+		// Every chain split into segments of about one rule each.
+		restore := codegen.SetMaxSegmentBranches(1)
+		p, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook})
+		restore()
+		if err == nil {
+			progs = append(progs, program{fmt.Sprintf("%s/%s-segments", name, g.hook), p})
 		}
 	}
 	if len(progs) < 20 {

@@ -1,0 +1,116 @@
+package codegen_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"bpfwall/codegen"
+	"bpfwall/internal/testenv"
+	"bpfwall/ir"
+	"bpfwall/parser/iptables"
+	"bpfwall/rules"
+)
+
+// linearRules returns an INPUT chain of n rules of a common shape, none of
+// which matches the worst-case packet: the cost of -O0 grows with n.
+func linearRules(n int, fam rules.Family) string {
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	for i := range n {
+		if fam == rules.IPv6 {
+			fmt.Fprintf(&b, "-A INPUT -s 2001:db8:%x::/48 -p tcp -m tcp --dport %d -j ACCEPT\n", i, 1+i%60000)
+		} else {
+			fmt.Fprintf(&b, "-A INPUT -s 10.%d.%d.0/24 -p tcp -m tcp --dport %d -j ACCEPT\n", i>>8&0xff, i&0xff, 1+i%60000)
+		}
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+// jumpyRules returns n rules spread over 32 user chains that the entry
+// chain jumps to, each from n/64 places: chain functions are verified once
+// however often they are called.
+func jumpyRules(n int) string {
+	const chains = 32
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	for c := range chains {
+		fmt.Fprintf(&b, ":C%d - [0:0]\n", c)
+	}
+	for i := range n / 2 {
+		fmt.Fprintf(&b, "-A INPUT -s 10.%d.%d.0/24 -j C%d\n", i>>8&0xff, i&0xff, i%chains)
+	}
+	for i := range n / 2 {
+		fmt.Fprintf(&b, "-A C%d -p udp -m udp --dport %d -j DROP\n", i%chains, 1+i)
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+func compileText(t testing.TB, src string, fam rules.Family, hook codegen.Hook) *codegen.Program {
+	t.Helper()
+	rs, err := iptables.Parse("scale", []byte(src), iptables.Options{Family: fam, ForceFamily: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ir.Lower(rs, ir.LowerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := codegen.Compile(p, codegen.Options{Hook: hook})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prog
+}
+
+// TestVerifierScales loads -O0 programs of growing size and checks that
+// the verifier's work stays proportional to the program's size.
+func TestVerifierScales(t *testing.T) {
+	testenv.RequireRoot(t)
+	cases := []struct {
+		name string
+		src  string
+		fam  rules.Family
+	}{
+		{"linear-1", linearRules(1, rules.IPv4), rules.IPv4},
+		{"linear-32", linearRules(32, rules.IPv4), rules.IPv4},
+		{"linear-1000", linearRules(1000, rules.IPv4), rules.IPv4},
+		{"linear-8000", linearRules(8000, rules.IPv4), rules.IPv4},
+		{"linear-1100", linearRules(1100, rules.IPv4), rules.IPv4},
+		{"linear-2000", linearRules(2000, rules.IPv4), rules.IPv4},
+		{"linear6-1000", linearRules(1000, rules.IPv6), rules.IPv6},
+		{"jumps-1000", jumpyRules(1000), rules.IPv4},
+		{"jumps-8000", jumpyRules(8000), rules.IPv4},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := compileText(t, c.src, c.fam, codegen.HookXDP)
+			insns := 0
+			for _, ins := range p.Spec.Programs[codegen.ProgramName].Instructions {
+				insns += int(ins.Size() / 8)
+			}
+			coll, err := ebpf.NewCollection(p.Spec)
+			if err != nil {
+				t.Fatalf("load %d instructions: %v", insns, err)
+			}
+			defer coll.Close()
+			info, err := coll.Programs[codegen.ProgramName].Info()
+			if err != nil {
+				t.Fatal(err)
+			}
+			verified, ok := info.VerifiedInstructions()
+			if !ok {
+				t.Skip("the kernel does not report verified instructions")
+			}
+			t.Logf("%d rules: %d instructions, %d processed by the verifier (%.2f per instruction)",
+				len(p.IR.Rules), insns, verified, float64(verified)/float64(insns))
+			if float64(verified) > 3*float64(insns)+5000 {
+				t.Errorf("the verifier processed %d instructions for a program of %d", verified, insns)
+			}
+		})
+	}
+}
