@@ -34,8 +34,11 @@ func (c *compiler) match(r *ir.Rule, m ir.Match, next, hotdrop string) bool {
 				asm.JNE.Imm(asm.R1, 0, hotdrop),
 			)
 		}
-		b.emit(ld(asm.R1, asm.R6, pktProto, asm.Byte))
-		c.equal(asm.R1, uint32(m.Proto), m.Neg, next)
+		// An IPv6 "-p all" is that walk and nothing else.
+		if m.Proto != 0 || c.p.Family != rules.IPv6 {
+			b.emit(ld(asm.R1, asm.R6, pktProto, asm.Byte))
+			c.equal(asm.R1, uint32(m.Proto), m.Neg, next)
+		}
 		return c.p.Family == rules.IPv6
 
 	case ir.Fragment:
