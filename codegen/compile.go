@@ -64,7 +64,7 @@ func chainSym(ci, k int) string {
 }
 
 // ruleLabel is the label of a rule's first instruction.
-func ruleLabel(r *ir.Rule) string { return fmt.Sprintf("r%d", r.ID) }
+func ruleLabel(r *ir.Rule) string { return fmt.Sprintf("rule%d", r.ID) }
 
 // program emits the whole program: main, the chain functions, parse and
 // its loop callbacks. Chains are emitted called ones first, so that every

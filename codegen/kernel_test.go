@@ -353,7 +353,7 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 			return
 		}
 		if err != nil {
-			t.Fatalf("%s (%d bytes: % x): %v", f.desc, len(f.data), f.data, err)
+			t.Fatalf("%s (%d bytes: % x): %v", f.desc, len(f.data), f.data[:min(len(f.data), 256)], err)
 		}
 		kinds[d.Kind]++
 		if d.Kind == codegen.DecidedByRule || d.Kind == codegen.Hotdrop {
@@ -363,7 +363,7 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 			mismatches++
 			if mismatches <= 5 {
 				t.Errorf("%s on %s, mark %#x:\n% x\nkernel: %s %+v\nir:     %s %+v",
-					f.desc, dev.name, f.mark, f.data, v, d, res, decisionOf(res))
+					f.desc, dev.name, f.mark, f.data[:min(len(f.data), 256)], v, d, res, decisionOf(res))
 			}
 		}
 	}
@@ -374,6 +374,12 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 	}
 	for i, data := range g.boundaryFrames() {
 		check(frame{data: data, mark: g.mark(), desc: fmt.Sprintf("cut frame %d", i)})
+	}
+	if p.Hook == codegen.HookXDP {
+		// Only XDP test runs take frames larger than a page.
+		for i, data := range g.largeFrames() {
+			check(frame{data: data, desc: fmt.Sprintf("large frame %d", i)})
+		}
 	}
 	if mismatches > 0 {
 		t.Fatalf("%d frames differ", mismatches)

@@ -558,3 +558,51 @@ func (g *generator) boundaryFrames() [][]byte {
 	}
 	return out
 }
+
+// largeFrames returns frames larger than a page, which an XDP test run
+// spreads over several buffers: IPv6 jumbograms, valid and not, a long
+// chain of extension headers, and a large IPv4 datagram.
+func (g *generator) largeFrames() [][]byte {
+	eth := func(t layers.EthernetType) *layers.Ethernet {
+		return &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, DstMAC: g.devMACs[0], EthernetType: t}
+	}
+	src, dst := net.ParseIP("2001:db8::1"), net.ParseIP("2001:db8::2")
+	var out [][]byte
+	// gopacket adds a hop-by-hop jumbo option to a payload over 65535.
+	for _, n := range []int{70000, 65536} {
+		ip6 := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolUDP, SrcIP: src, DstIP: dst}
+		udp := &layers.UDP{SrcPort: 53, DstPort: 53}
+		udp.SetNetworkLayerForChecksum(ip6)
+		data, _ := g.serialize(eth(layers.EthernetTypeIPv6), ip6, udp, gopacket.Payload(make([]byte, n)))
+		out = append(out, data)
+		// The same jumbogram claiming more than it carries, and with a
+		// payload length.
+		bad := slices.Clone(data)
+		binary.BigEndian.PutUint32(bad[14+40+4:], uint32(len(data)))
+		out = append(out, bad)
+		bad = slices.Clone(data)
+		binary.BigEndian.PutUint16(bad[14+4:], 8)
+		out = append(out, bad)
+	}
+	// 600 destination options headers before the transport header.
+	ip6 := &layers.IPv6{Version: 6, HopLimit: 64, SrcIP: src, DstIP: dst}
+	ls := []gopacket.SerializableLayer{eth(layers.EthernetTypeIPv6), ip6}
+	next := &ip6.NextHeader
+	for range 600 {
+		*next = layers.IPProtocolIPv6Destination
+		h := &layers.IPv6Destination{Options: []*layers.IPv6DestinationOption{{OptionType: 1, OptionData: make([]byte, 4)}}}
+		ls, next = append(ls, h), &h.NextHeader
+	}
+	*next = layers.IPProtocolTCP
+	tcp := &layers.TCP{SrcPort: 1024, DstPort: 22, SYN: true, Options: []layers.TCPOption{{OptionType: 2, OptionData: []byte{5, 0xb4}}}}
+	tcp.SetNetworkLayerForChecksum(ip6)
+	data, _ := g.serialize(append(ls, tcp)...)
+	out = append(out, data)
+	// A 60000-byte IPv4 datagram with link-layer padding after it.
+	ip4 := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: net.IP{10, 0, 0, 1}, DstIP: net.IP{10, 0, 0, 2}}
+	tcp = &layers.TCP{SrcPort: 1024, DstPort: 80, ACK: true}
+	tcp.SetNetworkLayerForChecksum(ip4)
+	data, _ = g.serialize(eth(layers.EthernetTypeIPv4), ip4, tcp, gopacket.Payload(make([]byte, 60000)))
+	out = append(out, append(data, make([]byte, 100)...))
+	return out
+}

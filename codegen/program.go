@@ -57,6 +57,9 @@ const (
 	ScratchMap = "scratch"
 )
 
+// xdpHasFrags is BPF_F_XDP_HAS_FRAGS.
+const xdpHasFrags = 1 << 5
+
 // ifacesMapSize is how many interfaces IfacesMap can describe.
 const ifacesMapSize = 4096
 
@@ -137,12 +140,20 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 	case HookTCEgress:
 		typ, attach = ebpf.SchedCLS, ebpf.AttachTCXEgress
 	}
+	var flags uint32
+	if c.hook == HookXDP {
+		// Every packet byte is read with bpf_xdp_load_bytes, which sees
+		// all the buffers of a multi-buffer frame: the program may be
+		// attached where frames are larger than a page.
+		flags = xdpHasFrags
+	}
 	return &ebpf.CollectionSpec{
 		Programs: map[string]*ebpf.ProgramSpec{
 			ProgramName: {
 				Name:         ProgramName,
 				Type:         typ,
 				AttachType:   attach,
+				Flags:        flags,
 				License:      "GPL",
 				Instructions: insns,
 			},
