@@ -397,7 +397,11 @@ func (r *rawExt) SerializeTo(b gopacket.SerializeBuffer, _ gopacket.SerializeOpt
 func (g *generator) tlvOptions() []*layers.IPv6HopByHopOption {
 	var out []*layers.IPv6HopByHopOption
 	size := 2
-	for range g.rng.IntN(5) {
+	n := g.rng.IntN(5)
+	if g.chance(0.2) {
+		n = 7 + g.rng.IntN(4) // around the limit of 8 options
+	}
+	for range n {
 		o := g.tlvOption()
 		out = append(out, o)
 		if o.OptionType == 0 {
