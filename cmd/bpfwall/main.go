@@ -29,6 +29,8 @@ func init() {
 		{"save", "save [-c] [--hook H]   the active rule set as iptables-save text", runSave},
 		{"status", "status [--json]        the filters of this network namespace", runStatus},
 		{"unload", "unload [-i IFACE]... [--hook H] [-w SECS]  detach filters and remove their pins", runUnload},
+		{"compile", "compile [--hook H] [--chain C] [-O0|-O1] [--dump] [-v] FILE  compile; --dump prints it, otherwise the kernel verifies it", runCompile},
+		{"trace", "trace [--hook H] [--chain C] (--packets F.jsonl | --pcap F.pcap) FILE  run packets through the program in the kernel", runTrace},
 	}
 }
 

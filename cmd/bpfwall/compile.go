@@ -1,0 +1,112 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/cilium/ebpf"
+
+	"bpfwall/codegen"
+	"bpfwall/ir"
+	"bpfwall/loader"
+	"bpfwall/rules"
+)
+
+// compileFlags are the flags of every command that compiles a rule set.
+type compileFlags struct {
+	inputFlags
+	hook  string
+	chain string
+	table string
+	o0    bool
+	o1    bool
+}
+
+func (f *compileFlags) register(fs *flag.FlagSet) {
+	f.inputFlags.register(fs)
+	fs.StringVar(&f.hook, "hook", "xdp", "attach point: xdp, tc-ingress or tc-egress")
+	fs.StringVar(&f.chain, "chain", "", "chain to compile (default INPUT, OUTPUT for tc-egress)")
+	fs.StringVar(&f.table, "table", "filter", "table of the chain")
+	fs.BoolVar(&f.o0, "O0", false, "the plain rule-by-rule program")
+	fs.BoolVar(&f.o1, "O1", false, "all optimizations (the default)")
+}
+
+// compile reads, lowers and compiles the rule set in file.
+func (f *compileFlags) compile(file string, stderr io.Writer) (*codegen.Program, error) {
+	hook, err := codegen.ParseHook(f.hook)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if f.o0 && f.o1 {
+		return nil, fmt.Errorf("%w: -O0 and -O1 exclude each other", errUsage)
+	}
+	chain := f.chain
+	if chain == "" {
+		chain = "INPUT"
+		if hook == codegen.HookTCEgress {
+			chain = "OUTPUT"
+		}
+	}
+	rs, err := f.load(file, stderr)
+	if err != nil {
+		return nil, err
+	}
+	prog, err := ir.Lower(rs, ir.LowerOptions{Table: f.table, Chain: chain})
+	if err != nil {
+		return nil, err
+	}
+	return codegen.Compile(prog, codegen.Options{Hook: hook})
+}
+
+func runCompile(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("compile", stderr)
+	var cf compileFlags
+	cf.register(fs)
+	dump := fs.Bool("dump", false, "print the annotated eBPF assembly; load nothing")
+	verbose := fs.Bool("v", false, "print the verifier's whole log when it rejects the program")
+	files, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(files) != 1 {
+		fmt.Fprintln(stderr, "usage: bpfwall compile [--hook H] [--chain C] [-O0|-O1] [--dump] [-v] FILE")
+		return errUsage
+	}
+	prog, err := cf.compile(files[0], stderr)
+	if err != nil {
+		return printErr(err, stderr)
+	}
+	if *dump {
+		return prog.Dump(stdout)
+	}
+	l, err := loader.Load(prog, loader.Options{VerifierLog: *verbose})
+	if err != nil {
+		var verr *ebpf.VerifierError
+		if *verbose && errors.As(err, &verr) {
+			fmt.Fprintf(stderr, "%+v\n", verr)
+		}
+		return err
+	}
+	defer l.Close()
+	fmt.Fprintf(stdout, "%s: %s program verified: %d rules, %d instructions, %d processed by the verifier\n",
+		files[0], prog.Hook, len(prog.IR.Rules), len(prog.Spec.Programs[codegen.ProgramName].Instructions), l.VerifiedInsns)
+	return nil
+}
+
+// printErr prints a list of positioned errors one per line and returns an
+// exit status; other errors are returned as they are.
+func printErr(err error, stderr io.Writer) error {
+	var list rules.ErrorList
+	if errors.As(err, &list) {
+		fmt.Fprintln(stderr, list)
+		return exitError{1}
+	}
+	var e *rules.Error
+	if errors.As(err, &e) {
+		fmt.Fprintln(stderr, e)
+		return exitError{1}
+	}
+	return err
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"bpfwall/codegen"
+	"bpfwall/internal/packets"
+	"bpfwall/loader"
+	"bpfwall/rules"
+)
+
+// traceLine is one line of trace output.
+type traceLine struct {
+	Verdict string `json:"verdict"`
+	// Rule is "file:line" of the deciding rule, "policy", or absent when
+	// the packet never reached the rules (Skipped says why).
+	Rule    string `json:"rule,omitempty"`
+	Chain   string `json:"chain,omitempty"`
+	Hotdrop bool   `json:"hotdrop,omitempty"`
+	Skipped string `json:"skipped,omitempty"`
+}
+
+func runTrace(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("trace", stderr)
+	var cf compileFlags
+	cf.register(fs)
+	jsonl := fs.String("packets", "", "packets to run, one JSON description per line (`FILE`)")
+	pcap := fs.String("pcap", "", "packets to run from a pcap `FILE`")
+	iface := fs.String("i", "eth0", "interface the --pcap packets arrive on")
+	files, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(files) != 1 || (*jsonl == "") == (*pcap == "") {
+		fmt.Fprintln(stderr, "usage: bpfwall trace [--hook H] [--chain C] (--packets F.jsonl | --pcap F.pcap) FILE")
+		return errUsage
+	}
+	type input struct {
+		frame []byte
+		iface string
+	}
+	var inputs []input
+	if *jsonl != "" {
+		f, err := os.Open(*jsonl)
+		if err != nil {
+			return err
+		}
+		descs, err := packets.ReadJSONL(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", *jsonl, err)
+		}
+		for i, d := range descs {
+			frame, err := d.Frame()
+			if err != nil {
+				return fmt.Errorf("%s: packet %d: %w", *jsonl, i+1, err)
+			}
+			iface := d.Iface
+			if iface == "" {
+				iface = packets.Default.Iface
+			}
+			inputs = append(inputs, input{frame, iface})
+		}
+	} else {
+		f, err := os.Open(*pcap)
+		if err != nil {
+			return err
+		}
+		frames, err := packets.ReadPcap(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", *pcap, err)
+		}
+		for _, fr := range frames {
+			inputs = append(inputs, input{fr, *iface})
+		}
+	}
+	prog, err := cf.compile(files[0], stderr)
+	if err != nil {
+		return printErr(err, stderr)
+	}
+	l, err := loader.Load(prog, loader.Options{})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	enc := json.NewEncoder(stdout)
+	for _, in := range inputs {
+		out, err := l.Run(in.frame, in.iface)
+		if err != nil {
+			return err
+		}
+		if err := enc.Encode(describe(prog, out)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// describe turns a test run's outcome into a trace line.
+func describe(p *codegen.Program, out loader.Outcome) traceLine {
+	line := traceLine{Verdict: out.Verdict.String()}
+	switch out.Decision.Kind {
+	case codegen.DecidedByRule, codegen.Hotdrop:
+		r := p.IR.Rules[out.Decision.Rule]
+		line.Rule = rules.Pos{File: r.Pos.File, Line: r.Pos.Line}.String()
+		line.Chain = p.IR.Chains[r.Chain].Name
+		line.Hotdrop = out.Decision.Kind == codegen.Hotdrop
+	case codegen.DecidedByPolicy:
+		line.Rule, line.Chain = "policy", p.IR.Chains[0].Name
+	case codegen.SkippedInvalid:
+		line.Skipped = "dropped by the IP layer before netfilter"
+	case codegen.SkippedNotIP:
+		line.Skipped = "not a packet of the rule set's family"
+	}
+	return line
+}

@@ -1,0 +1,99 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/cilium/ebpf"
+
+	"bpfwall/codegen"
+)
+
+// Options control loading.
+type Options struct {
+	// VerifierLog keeps the verifier's complete log of a rejected program
+	// (slower; the summary is always there).
+	VerifierLog bool
+}
+
+// Loaded is a compiled program loaded into the kernel, not attached.
+type Loaded struct {
+	Program *codegen.Program
+	coll    *ebpf.Collection
+	prog    *ebpf.Program
+	// VerifiedInsns is the number of instructions the verifier processed.
+	VerifiedInsns int
+}
+
+// ErrTooLarge is returned, wrapped, when the verifier gives up on a program
+// because it is too large or too complex.
+var ErrTooLarge = errors.New("program too large for the verifier")
+
+// Load creates the maps and the program in the kernel; nothing is attached.
+func Load(p *codegen.Program, opts Options) (*Loaded, error) {
+	copts := ebpf.CollectionOptions{}
+	if opts.VerifierLog {
+		copts.Programs.LogLevel = ebpf.LogLevelBranch | ebpf.LogLevelStats
+	}
+	coll, err := ebpf.NewCollectionWithOptions(p.Spec, copts)
+	if err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) && tooLarge(verr) {
+			return nil, fmt.Errorf("load %s program: %w (%d rules): %w", p.Hook, ErrTooLarge, len(p.IR.Rules), err)
+		}
+		return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
+	}
+	l := &Loaded{Program: p, coll: coll, prog: coll.Programs[codegen.ProgramName]}
+	if l.prog == nil {
+		coll.Close()
+		return nil, fmt.Errorf("load %s program: collection has no program %q", p.Hook, codegen.ProgramName)
+	}
+	if info, err := l.prog.Info(); err == nil {
+		if n, ok := info.VerifiedInstructions(); ok {
+			l.VerifiedInsns = int(n)
+		}
+	}
+	return l, nil
+}
+
+// tooLarge reports whether the verifier rejected a program for its size.
+func tooLarge(err *ebpf.VerifierError) bool {
+	for _, line := range err.Log {
+		if strings.Contains(line, "BPF program is too large") || strings.Contains(line, "too many states") {
+			return true
+		}
+	}
+	return errors.Is(err, errE2BIG)
+}
+
+// Close releases the program and its maps.
+func (l *Loaded) Close() { l.coll.Close() }
+
+// Counters returns every rule's counters summed over CPUs, indexed by rule
+// ID; the last entry counts the entry chain's policy.
+func (l *Loaded) Counters() ([]codegen.Counter, error) {
+	m := l.coll.Maps[codegen.CountersMap]
+	n := len(l.Program.IR.Rules) + 1
+	out := make([]codegen.Counter, n)
+	var perCPU []codegen.Counter
+	for i := range n {
+		if err := m.Lookup(uint32(i), &perCPU); err != nil {
+			return nil, fmt.Errorf("read counters: %w", err)
+		}
+		for _, c := range perCPU {
+			out[i].Packets += c.Packets
+			out[i].Bytes += c.Bytes
+		}
+	}
+	return out, nil
+}
+
+// SetIface records which of the program's interface patterns the name of
+// interface ifindex matches.
+func (l *Loaded) SetIface(ifindex uint32, name string) error {
+	if err := l.coll.Maps[codegen.IfacesMap].Put(ifindex, l.Program.IfaceMask(name)); err != nil {
+		return fmt.Errorf("set interface %s (%d): %w", name, ifindex, err)
+	}
+	return nil
+}

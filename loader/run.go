@@ -1,0 +1,90 @@
+package loader
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+
+	"bpfwall/codegen"
+	"bpfwall/ir"
+)
+
+// loopbackIfindex is the device BPF_PROG_TEST_RUN gives a packet when no
+// context says otherwise.
+const loopbackIfindex = 1
+
+// Outcome is what the kernel did with one packet.
+type Outcome struct {
+	Verdict  ir.Verdict
+	Decision codegen.Decision
+}
+
+// Run passes one Ethernet frame through the loaded program with
+// BPF_PROG_TEST_RUN, as if it arrived on (or, for tc-egress, left through)
+// an interface called iface, and returns the verdict and the decision the
+// program recorded. The program run is the one that would be attached.
+func (l *Loaded) Run(frame []byte, iface string) (Outcome, error) {
+	if err := l.SetIface(loopbackIfindex, iface); err != nil {
+		return Outcome{}, err
+	}
+	if l.Program.Hook != codegen.HookXDP {
+		frame = addressedToLoopback(frame)
+	}
+	ret, err := l.prog.Run(&ebpf.RunOptions{Data: frame, Repeat: 1})
+	if err != nil {
+		return Outcome{}, fmt.Errorf("test run: %w", err)
+	}
+	v, err := verdict(l.Program.Hook, ret)
+	if err != nil {
+		return Outcome{}, err
+	}
+	var perCPU []codegen.Decision
+	if err := l.coll.Maps[codegen.DecisionMap].Lookup(uint32(0), &perCPU); err != nil {
+		return Outcome{}, fmt.Errorf("read decision: %w", err)
+	}
+	// The test run happens on this CPU; the other slots hold older
+	// decisions, so the run's is found by clearing them first.
+	out := Outcome{Verdict: v}
+	for _, d := range perCPU {
+		if d.Kind != 0 {
+			out.Decision = d
+		}
+	}
+	zero := make([]codegen.Decision, len(perCPU))
+	if err := l.coll.Maps[codegen.DecisionMap].Put(uint32(0), zero); err != nil {
+		return Outcome{}, fmt.Errorf("clear decision: %w", err)
+	}
+	return out, nil
+}
+
+// addressedToLoopback returns frame with a unicast destination MAC replaced
+// by the loopback device's (all zeros). A tc test run receives the frame on
+// lo, and eth_type_trans would otherwise mark it PACKET_OTHERHOST, which the
+// IP layer drops; the frame stands for one addressed to the interface it
+// arrives on. Broadcast and multicast destinations stay as they are.
+func addressedToLoopback(frame []byte) []byte {
+	if len(frame) < 6 || frame[0]&1 != 0 {
+		return frame
+	}
+	out := append([]byte(nil), frame...)
+	clear(out[:6])
+	return out
+}
+
+// Return codes of the hooks.
+const (
+	xdpDrop   = 1
+	xdpPass   = 2
+	tcActOK   = 0
+	tcActShot = 2
+)
+
+func verdict(h codegen.Hook, ret uint32) (ir.Verdict, error) {
+	switch {
+	case h == codegen.HookXDP && ret == xdpPass, h != codegen.HookXDP && ret == tcActOK:
+		return ir.VerdictAccept, nil
+	case h == codegen.HookXDP && ret == xdpDrop, h != codegen.HookXDP && ret == tcActShot:
+		return ir.VerdictDrop, nil
+	}
+	return 0, fmt.Errorf("test run: unexpected %s return code %d", h, ret)
+}
