@@ -1,0 +1,153 @@
+package codegen_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	"bpfwall/codegen"
+	"bpfwall/internal/testenv"
+	"bpfwall/ir"
+	"bpfwall/parser/iptables"
+	"bpfwall/rules"
+)
+
+// FuzzKernelMatchesEval compiles a random rule set for a random hook,
+// loads it, and runs random and damaged frames through the kernel and
+// ir.Eval: verdicts, decisions and counters must agree.
+func FuzzKernelMatchesEval(f *testing.F) {
+	for _, seed := range []uint64{1, 2, 3, 42, 1000, 0xdeadbeef} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, seed uint64) {
+		testenv.RequireRoot(t)
+		src, fam := randomRules(seed)
+		rs, err := iptables.Parse("fuzz", []byte(src), iptables.Options{Family: fam, ForceFamily: true})
+		if err != nil {
+			t.Fatalf("the generator wrote a rule set the parser refuses: %v\n%s", err, src)
+		}
+		p, err := ir.Lower(rs, ir.LowerOptions{})
+		if err != nil {
+			t.Fatalf("the generator wrote a rule set Lower refuses: %v\n%s", err, src)
+		}
+		hook := []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress, codegen.HookTCEgress}[seed%3]
+		prog, err := codegen.Compile(p, codegen.Options{Hook: hook})
+		if err != nil {
+			t.Fatalf("compile for %s: %v\n%s", hook, err, src)
+		}
+		// One namespace for the whole fuzzing process.
+		fuzzNetnsOnce.Do(func() { fuzzNetns, fuzzNetnsErr = startNetns() })
+		if fuzzNetnsErr != nil {
+			t.Fatal(fuzzNetnsErr)
+		}
+		checkProgram(t, prog, fuzzNetns, seed, 300)
+		if t.Failed() {
+			t.Logf("rule set:\n%s", src)
+		}
+	})
+}
+
+var (
+	fuzzNetnsOnce sync.Once
+	fuzzNetns     *netns
+	fuzzNetnsErr  error
+)
+
+// randomRules returns an iptables-save rule set of supported matches and
+// targets: an INPUT chain and up to three user chains, each jumping only
+// to chains after it.
+func randomRules(seed uint64) (string, rules.Family) {
+	rng := rand.New(rand.NewPCG(seed, seed>>7|1))
+	fam := rules.IPv4
+	if rng.IntN(3) == 0 {
+		fam = rules.IPv6
+	}
+	pickS := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
+	neg := func() string {
+		if rng.IntN(4) == 0 {
+			return "! "
+		}
+		return ""
+	}
+	nets := []string{"10.0.0.0/8", "10.0.0.1/32", "192.168.1.0/24", "0.0.0.0/0", "172.16.0.0/255.240.0.255"}
+	ranges := []string{"10.0.0.0-10.0.0.255", "192.168.1.1-192.168.2.1"}
+	icmp := "icmp"
+	if fam == rules.IPv6 {
+		nets = []string{"2001:db8::/32", "2001:db8::1/128", "fe80::/10", "::/0", "::ffff:0:0/96"}
+		ranges = []string{"2001:db8::-2001:db8::ffff", "fe80::1-fe80::1:0"}
+		icmp = "ipv6-icmp"
+	}
+	chains := 1 + rng.IntN(4)
+	var b strings.Builder
+	fmt.Fprintf(&b, "*filter\n:INPUT %s [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n", pickS("ACCEPT", "DROP"))
+	for c := 1; c < chains; c++ {
+		fmt.Fprintf(&b, ":C%d - [0:0]\n", c)
+	}
+	for c := range chains {
+		name := "INPUT"
+		if c > 0 {
+			name = fmt.Sprintf("C%d", c)
+		}
+		for range rng.IntN(12) {
+			var r []string
+			if rng.IntN(3) == 0 {
+				r = append(r, neg()+"-s "+pickS(nets...))
+			}
+			if rng.IntN(4) == 0 {
+				r = append(r, neg()+"-d "+pickS(nets...))
+			}
+			if rng.IntN(5) == 0 {
+				r = append(r, neg()+"-i "+pickS("lo", "eth+", "eth0", "+"))
+			}
+			if fam == rules.IPv4 && rng.IntN(10) == 0 {
+				r = append(r, neg()+"-f")
+			}
+			switch rng.IntN(6) {
+			case 0:
+				r = append(r, "-p tcp -m tcp", neg()+"--dport "+pickS("22", "80:443", "1024:65535"))
+				if rng.IntN(2) == 0 {
+					r = append(r, neg()+pickS("--syn", "--tcp-flags SYN,ACK ACK", "--tcp-option 2", "--tcp-option 8"))
+				}
+			case 1:
+				r = append(r, "-p udp -m udp", neg()+"--sport "+pickS("53", "67:68", "123"))
+			case 2:
+				r = append(r, "-p "+pickS("tcp", "udp", "sctp"), "-m multiport", neg()+pickS("--dports", "--sports", "--ports")+" "+pickS("22,80", "1:100,443", "53"))
+			case 3:
+				r = append(r, "-p "+icmp)
+				if fam == rules.IPv4 {
+					r = append(r, "-m icmp", neg()+"--icmp-type "+pickS("8", "3/4", "any"))
+				} else {
+					r = append(r, "-m icmp6", neg()+"--icmpv6-type "+pickS("128", "1/3"))
+				}
+			case 4:
+				r = append(r, neg()+"-p "+pickS("tcp", "udp", "47"))
+			}
+			switch rng.IntN(8) {
+			case 0:
+				r = append(r, "-m iprange", neg()+"--src-range "+pickS(ranges...))
+			case 1:
+				r = append(r, "-m length", neg()+"--length "+pickS("0:100", "60", "1000:65535"))
+			case 2:
+				if fam == rules.IPv4 {
+					r = append(r, "-m ttl "+pickS("--ttl-eq 64", "--ttl-lt 10", "--ttl-gt 200", "! --ttl-eq 1"))
+				} else {
+					r = append(r, "-m hl "+pickS("--hl-eq 64", "--hl-lt 10", "--hl-gt 200"))
+				}
+			case 3:
+				r = append(r, "-m mac", neg()+"--mac-source 02:00:00:00:00:02")
+			}
+			targets := []string{"-j ACCEPT", "-j DROP", "-j RETURN", ""}
+			for to := c + 1; to < chains; to++ {
+				targets = append(targets, fmt.Sprintf("-j C%d", to), fmt.Sprintf("-g C%d", to))
+			}
+			if t := pickS(targets...); t != "" {
+				r = append(r, t)
+			}
+			fmt.Fprintf(&b, "-A %s %s\n", name, strings.Join(r, " "))
+		}
+	}
+	b.WriteString("COMMIT\n")
+	return b.String(), fam
+}
