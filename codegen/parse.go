@@ -31,6 +31,7 @@ const (
 	skbLen            = 0  // __sk_buff.len
 	skbPktType        = 4  // __sk_buff.pkt_type
 	skbMark           = 8  // __sk_buff.mark
+	skbVLANPresent    = 20 // __sk_buff.vlan_present
 	skbIfindex        = 40 // __sk_buff.ifindex
 	loopbackIfindex   = 1  // every network namespace's lo
 )
@@ -163,6 +164,15 @@ func (c *compiler) parse() {
 		ntoh(asm.R9, asm.Half),
 		mov(asm.R8, 14),
 	)
+	if c.hook.tc() {
+		// The kernel takes the outer VLAN tag off a frame before tc sees
+		// it (skb_vlan_untag, or the device did): it counts toward the
+		// two tags ir.Decode skips.
+		b.emit(
+			ld(asm.R1, asm.R6, skbVLANPresent, asm.Word),
+			st(asm.R10, parseTmp, asm.R1, asm.DWord),
+		)
+	}
 	for range 2 {
 		tag := b.fresh("vlan")
 		b.emit(
@@ -170,6 +180,14 @@ func (c *compiler) parse() {
 			asm.JNE.Imm(asm.R9, etherTypeQinQ, "parse_ethertype"),
 		)
 		b.mark(tag)
+		if c.hook.tc() {
+			b.emit(
+				ld(asm.R1, asm.R10, parseTmp, asm.DWord),
+				asm.JGE.Imm(asm.R1, 2, "parse_not_ip"),
+				asm.Add.Imm(asm.R1, 1),
+				st(asm.R10, parseTmp, asm.R1, asm.DWord),
+			)
+		}
 		b.emit(movr(asm.R1, asm.R6), movr(asm.R2, asm.R8))
 		c.load(asm.R10, parseBuf, 4, "parse_not_ip")
 		b.emit(
