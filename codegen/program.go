@@ -220,11 +220,14 @@ func (c *compiler) check() {
 				c.errs = append(c.errs, rules.Errorf(r.Pos, "%s is not supported on %s", what, c.hook))
 			}
 		}
-		switch r.Action.(type) {
+		switch a := r.Action.(type) {
+		case ir.Accept, ir.Drop, ir.Return, ir.Jump, ir.Goto, ir.None:
 		case ir.Reject:
 			c.errs = append(c.errs, rules.Errorf(r.Pos, "REJECT target is not supported on %s", c.hook))
 		case ir.Log:
 			c.errs = append(c.errs, rules.Errorf(r.Pos, "LOG target is not supported on %s", c.hook))
+		default:
+			c.errs = append(c.errs, rules.Errorf(r.Pos, "action %T is not supported on %s", a, c.hook))
 		}
 	}
 	c.checkDepth()
@@ -244,6 +247,10 @@ func (c *compiler) unsupportedMatch(m ir.Match) string {
 		if !c.hook.tc() {
 			return "pkttype match"
 		}
+	case ir.Addr, ir.AddrRange, ir.Proto, ir.Fragment, ir.Iface, ir.L4Header, ir.Ports,
+		ir.TCPFlags, ir.TCPOption, ir.ICMP, ir.Length, ir.TTL, ir.SrcMAC:
+	default:
+		return fmt.Sprintf("match %T", m)
 	}
 	return ""
 }

@@ -50,9 +50,20 @@ func jumpyRules(n int) string {
 	return b.String()
 }
 
+// compileText parses, lowers and compiles an INPUT chain.
 func compileText(t testing.TB, src string, fam rules.Family, hook codegen.Hook) *codegen.Program {
 	t.Helper()
-	rs, err := iptables.Parse("scale", []byte(src), iptables.Options{Family: fam, ForceFamily: true})
+	prog, err := compileTextErr(t, src, fam, hook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prog
+}
+
+// compileTextErr is compileText that returns the compile error.
+func compileTextErr(t testing.TB, src string, fam rules.Family, hook codegen.Hook) (*codegen.Program, error) {
+	t.Helper()
+	rs, err := iptables.Parse("rules", []byte(src), iptables.Options{Family: fam, ForceFamily: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,11 +71,7 @@ func compileText(t testing.TB, src string, fam rules.Family, hook codegen.Hook) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog, err := codegen.Compile(p, codegen.Options{Hook: hook})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return prog
+	return codegen.Compile(p, codegen.Options{Hook: hook})
 }
 
 // TestVerifierScales loads -O0 programs of growing size and checks that

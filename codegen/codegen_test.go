@@ -1,0 +1,105 @@
+package codegen_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"bpfwall/codegen"
+	"bpfwall/rules"
+)
+
+func TestParseHook(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want codegen.Hook
+		ok   bool
+	}{
+		{"xdp", codegen.HookXDP, true},
+		{"tc-ingress", codegen.HookTCIngress, true},
+		{"tc-egress", codegen.HookTCEgress, true},
+		{"sk-lookup", 0, false},
+		{"XDP", 0, false},
+		{"", 0, false},
+	} {
+		h, err := codegen.ParseHook(tc.name)
+		if (err == nil) != tc.ok || (tc.ok && (h != tc.want || h.String() != tc.name)) {
+			t.Errorf("ParseHook(%q) = %v, %v", tc.name, h, err)
+		}
+	}
+}
+
+const smallRules = "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+	"-A INPUT -i lo -j ACCEPT\n-A INPUT -i eth+ -p tcp -j ACCEPT\n-A INPUT ! -i e+ -j DROP\n-A INPUT -i lo -p udp -j DROP\nCOMMIT\n"
+
+func TestSpec(t *testing.T) {
+	for _, tc := range []struct {
+		hook       codegen.Hook
+		typ        ebpf.ProgramType
+		attach     ebpf.AttachType
+		multiBuf   bool
+		patterns   int
+		loMask     uint64
+		eth0Mask   uint64
+		emptyMask  uint64
+		otherMasks uint64
+	}{
+		// lo, eth+, e+: lo matches lo; eth0 matches eth+ and e+.
+		{codegen.HookXDP, ebpf.XDP, ebpf.AttachXDP, true, 3, 0b001, 0b110, 0, 0},
+		{codegen.HookTCIngress, ebpf.SchedCLS, ebpf.AttachTCXIngress, false, 3, 0b001, 0b110, 0, 0},
+		// On egress -i is the empty name: no pattern to look up.
+		{codegen.HookTCEgress, ebpf.SchedCLS, ebpf.AttachTCXEgress, false, 0, 0, 0, 0, 0},
+	} {
+		p := compileText(t, smallRules, rules.IPv4, tc.hook)
+		spec := p.Spec.Programs[codegen.ProgramName]
+		if spec == nil || spec.Type != tc.typ || spec.AttachType != tc.attach || spec.License != "GPL" {
+			t.Fatalf("%s: program spec %+v", tc.hook, spec)
+		}
+		if got := spec.Flags&(1<<5) != 0; got != tc.multiBuf {
+			t.Errorf("%s: BPF_F_XDP_HAS_FRAGS is %v", tc.hook, got)
+		}
+		if n := p.Spec.Maps[codegen.CountersMap].MaxEntries; n != 5 {
+			t.Errorf("%s: counters has %d entries, want one per rule and the policy", tc.hook, n)
+		}
+		for _, name := range []string{codegen.DecisionMap, codegen.IfacesMap, codegen.ScratchMap} {
+			if p.Spec.Maps[name] == nil {
+				t.Errorf("%s: no map %s", tc.hook, name)
+			}
+		}
+		if len(p.Ifaces) != tc.patterns {
+			t.Errorf("%s: interface patterns %+v", tc.hook, p.Ifaces)
+		}
+		for name, want := range map[string]uint64{"lo": tc.loMask, "eth0": tc.eth0Mask, "": tc.emptyMask, "wlan0": tc.otherMasks} {
+			if got := p.IfaceMask(name); got != want {
+				t.Errorf("%s: IfaceMask(%q) = %#b, want %#b", tc.hook, name, got, want)
+			}
+		}
+	}
+}
+
+func TestCompileErrors(t *testing.T) {
+	p := compileText(t, smallRules, rules.IPv4, codegen.HookXDP).IR
+	for _, tc := range []struct {
+		opts codegen.Options
+		want string
+	}{
+		{codegen.Options{Hook: codegen.HookXDP, Level: 1}, "optimization level -O1 does not exist"},
+		{codegen.Options{Hook: codegen.Hook(9)}, "unknown hook 9"},
+	} {
+		if _, err := codegen.Compile(p, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Compile(%+v) = %v, want %q", tc.opts, err, tc.want)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	for i := range 65 {
+		fmt.Fprintf(&b, "-A INPUT -i veth%d -j ACCEPT\n", i)
+	}
+	b.WriteString("COMMIT\n")
+	rs := b.String()
+	if _, err := compileTextErr(t, rs, rules.IPv4, codegen.HookXDP); err == nil || !strings.Contains(err.Error(), "65 interface names, more than the 64") {
+		t.Errorf("65 interface names: %v", err)
+	}
+}
