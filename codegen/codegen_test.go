@@ -32,10 +32,12 @@ func TestParseHook(t *testing.T) {
 }
 
 const smallRules = "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
-	"-A INPUT -i lo -j ACCEPT\n-A INPUT -i eth+ -p tcp -j ACCEPT\n-A INPUT ! -i e+ -j DROP\n-A INPUT -i lo -p udp -j DROP\nCOMMIT\n"
+	"-A INPUT -i lo -j ACCEPT\n-A INPUT -i eth+ -p tcp -j ACCEPT\n-A INPUT ! -i e+ -j DROP\n-A INPUT -i lo -p udp -j DROP\n" +
+	"-A OUTPUT -o lo -j ACCEPT\n-A OUTPUT -o eth+ -p tcp -j ACCEPT\n-A OUTPUT ! -o e+ -j DROP\n-A OUTPUT -o lo -p udp -j DROP\nCOMMIT\n"
 
 func TestSpec(t *testing.T) {
 	for _, tc := range []struct {
+		chain      string
 		hook       codegen.Hook
 		typ        ebpf.ProgramType
 		attach     ebpf.AttachType
@@ -47,12 +49,14 @@ func TestSpec(t *testing.T) {
 		otherMasks uint64
 	}{
 		// lo, eth+, e+: lo matches lo; eth0 matches eth+ and e+.
-		{codegen.HookXDP, ebpf.XDP, ebpf.AttachXDP, true, 3, 0b001, 0b110, 0, 0},
-		{codegen.HookTCIngress, ebpf.SchedCLS, ebpf.AttachTCXIngress, false, 3, 0b001, 0b110, 0, 0},
-		// On egress -i is the empty name: no pattern to look up.
-		{codegen.HookTCEgress, ebpf.SchedCLS, ebpf.AttachTCXEgress, false, 0, 0, 0, 0, 0},
+		{"INPUT", codegen.HookXDP, ebpf.XDP, ebpf.AttachXDP, true, 3, 0b001, 0b110, 0, 0},
+		{"INPUT", codegen.HookTCIngress, ebpf.SchedCLS, ebpf.AttachTCXIngress, false, 3, 0b001, 0b110, 0, 0},
+		{"OUTPUT", codegen.HookTCEgress, ebpf.SchedCLS, ebpf.AttachTCXEgress, false, 3, 0b001, 0b110, 0, 0},
 	} {
-		p := compileText(t, smallRules, rules.IPv4, tc.hook)
+		p, err := compileChain(t, smallRules, rules.IPv4, tc.chain, tc.hook)
+		if err != nil {
+			t.Fatal(err)
+		}
 		spec := p.Spec.Programs[codegen.ProgramName]
 		if spec == nil || spec.Type != tc.typ || spec.AttachType != tc.attach || spec.License != "GPL" {
 			t.Fatalf("%s: program spec %+v", tc.hook, spec)
@@ -81,6 +85,10 @@ func TestSpec(t *testing.T) {
 
 func TestCompileErrors(t *testing.T) {
 	p := compileText(t, smallRules, rules.IPv4, codegen.HookXDP).IR
+	if _, err := compileTextErr(t, smallRules, rules.IPv4, codegen.HookTCEgress); err == nil || !strings.Contains(err.Error(),
+		"rules:5:2: -i is not supported on tc-egress in chain INPUT: the hook does not know the input interface") {
+		t.Errorf("INPUT's -i on tc-egress: %v", err)
+	}
 	for _, tc := range []struct {
 		opts codegen.Options
 		want string

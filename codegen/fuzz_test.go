@@ -23,16 +23,20 @@ func FuzzKernelMatchesEval(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, seed uint64) {
 		testenv.RequireRoot(t)
-		src, fam := randomRules(seed)
+		hook := []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress, codegen.HookTCEgress}[seed%3]
+		chain := "INPUT"
+		if hook == codegen.HookTCEgress {
+			chain = "OUTPUT"
+		}
+		src, fam := randomRules(seed, chain)
 		rs, err := iptables.Parse("fuzz", []byte(src), iptables.Options{Family: fam, ForceFamily: true})
 		if err != nil {
 			t.Fatalf("the generator wrote a rule set the parser refuses: %v\n%s", err, src)
 		}
-		p, err := ir.Lower(rs, ir.LowerOptions{})
+		p, err := ir.Lower(rs, ir.LowerOptions{Chain: chain})
 		if err != nil {
 			t.Fatalf("the generator wrote a rule set Lower refuses: %v\n%s", err, src)
 		}
-		hook := []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress, codegen.HookTCEgress}[seed%3]
 		prog, err := codegen.Compile(p, codegen.Options{Hook: hook})
 		if err != nil {
 			t.Fatalf("compile for %s: %v\n%s", hook, err, src)
@@ -56,9 +60,9 @@ var (
 )
 
 // randomRules returns an iptables-save rule set of supported matches and
-// targets: an INPUT chain and up to three user chains, each jumping only
-// to chains after it.
-func randomRules(seed uint64) (string, rules.Family) {
+// targets: the entry chain (INPUT or OUTPUT) and up to three user chains,
+// each jumping only to chains after it.
+func randomRules(seed uint64, entry string) (string, rules.Family) {
 	rng := rand.New(rand.NewPCG(seed, seed>>7|1))
 	fam := rules.IPv4
 	if rng.IntN(3) == 0 {
@@ -81,12 +85,24 @@ func randomRules(seed uint64) (string, rules.Family) {
 	}
 	chains := 1 + rng.IntN(4)
 	var b strings.Builder
-	fmt.Fprintf(&b, "*filter\n:INPUT %s [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n", pickS("ACCEPT", "DROP"))
+	b.WriteString("*filter\n")
+	for _, c := range []string{"INPUT", "FORWARD", "OUTPUT"} {
+		policy := "ACCEPT"
+		if c == entry {
+			policy = pickS("ACCEPT", "DROP")
+		}
+		fmt.Fprintf(&b, ":%s %s [0:0]\n", c, policy)
+	}
+	// The interface the entry chain knows.
+	iface := "-i "
+	if entry == "OUTPUT" {
+		iface = "-o "
+	}
 	for c := 1; c < chains; c++ {
 		fmt.Fprintf(&b, ":C%d - [0:0]\n", c)
 	}
 	for c := range chains {
-		name := "INPUT"
+		name := entry
 		if c > 0 {
 			name = fmt.Sprintf("C%d", c)
 		}
@@ -99,7 +115,7 @@ func randomRules(seed uint64) (string, rules.Family) {
 				r = append(r, neg()+"-d "+pickS(nets...))
 			}
 			if rng.IntN(5) == 0 {
-				r = append(r, neg()+"-i "+pickS("lo", "eth+", "eth0", "+"))
+				r = append(r, neg()+iface+pickS("lo", "eth+", "eth0", "+"))
 			}
 			if fam == rules.IPv4 && rng.IntN(10) == 0 {
 				r = append(r, neg()+"-f")
@@ -136,7 +152,9 @@ func randomRules(seed uint64) (string, rules.Family) {
 					r = append(r, "-m hl "+pickS("--hl-eq 64", "--hl-lt 10", "--hl-gt 200"))
 				}
 			case 3:
-				r = append(r, "-m mac", neg()+"--mac-source 02:00:00:00:00:02")
+				if entry != "OUTPUT" { // xt_mac is not valid in OUTPUT
+					r = append(r, "-m mac", neg()+"--mac-source 02:00:00:00:00:02")
+				}
 			}
 			targets := []string{"-j ACCEPT", "-j DROP", "-j RETURN", ""}
 			for to := c + 1; to < chains; to++ {

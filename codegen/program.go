@@ -219,6 +219,14 @@ func (c *compiler) check() {
 			if what := c.unsupportedMatch(m); what != "" {
 				c.errs = append(c.errs, rules.Errorf(r.Pos, "%s is not supported on %s", what, c.hook))
 			}
+			if m, ok := m.(ir.Iface); ok && c.unknownIface(m) {
+				flag, which := "-o", "output"
+				if m.Dir == ir.IfaceIn {
+					flag, which = "-i", "input"
+				}
+				c.errs = append(c.errs, rules.Errorf(r.Pos, "%s is not supported on %s in chain %s: the hook does not know the %s interface",
+					flag, c.hook, c.p.Chains[0].Name, which))
+			}
 		}
 		switch a := r.Action.(type) {
 		case ir.Accept, ir.Drop, ir.Return, ir.Jump, ir.Goto, ir.None:
@@ -253,6 +261,23 @@ func (c *compiler) unsupportedMatch(m ir.Match) string {
 		return fmt.Sprintf("match %T", m)
 	}
 	return ""
+}
+
+// unknownIface reports whether m tests the interface the hook does not
+// know, in a chain where netfilter does know it: the hook's program sees
+// an empty name only where netfilter does too (no output interface in
+// PREROUTING and INPUT, no input interface in OUTPUT).
+func (c *compiler) unknownIface(m ir.Iface) bool {
+	if m.Dir == c.presentIface() || (m.Name == "" && m.Prefix) {
+		return false // known, or "+", which every name matches
+	}
+	switch c.p.Chains[0].Name {
+	case "PREROUTING", "INPUT":
+		return m.Dir != ir.IfaceOut
+	case "OUTPUT":
+		return m.Dir != ir.IfaceIn
+	}
+	return true
 }
 
 // checkDepth reports the first jump or goto of every path through the

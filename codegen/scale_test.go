@@ -63,11 +63,17 @@ func compileText(t testing.TB, src string, fam rules.Family, hook codegen.Hook) 
 // compileTextErr is compileText that returns the compile error.
 func compileTextErr(t testing.TB, src string, fam rules.Family, hook codegen.Hook) (*codegen.Program, error) {
 	t.Helper()
+	return compileChain(t, src, fam, "INPUT", hook)
+}
+
+// compileChain parses, lowers and compiles a chain.
+func compileChain(t testing.TB, src string, fam rules.Family, chain string, hook codegen.Hook) (*codegen.Program, error) {
+	t.Helper()
 	rs, err := iptables.Parse("rules", []byte(src), iptables.Options{Family: fam, ForceFamily: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := ir.Lower(rs, ir.LowerOptions{})
+	p, err := ir.Lower(rs, ir.LowerOptions{Chain: chain})
 	if err != nil {
 		t.Fatal(err)
 	}
