@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"bpfwall/internal/testenv"
 )
 
 // runCmd runs the command line and returns its output and exit code.
@@ -96,5 +98,57 @@ func TestCheckWithIPSets(t *testing.T) {
 	sets := writeFile(t, "sets.ipset", "create allow hash:net family inet hashsize 1024 maxelem 65536\nadd allow 10.0.0.0/8\nadd allow 192.0.2.1-192.0.2.6\n")
 	if out, errOut, code := runCmd(t, "check", "--ipset", sets, rulesFile); code != 0 {
 		t.Errorf("with --ipset: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+func TestCompileDump(t *testing.T) {
+	out, errOut, code := runCmd(t, "compile", "--dump", example)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.HasPrefix(out, "; bpfwall -O0 xdp program") {
+		t.Errorf("dump does not start with its header:\n%.200s", out)
+	}
+	// Every rule's instructions are introduced by its position and text.
+	for _, want := range []string{
+		"web-server.rules.v4:7 -A INPUT -i lo -j ACCEPT",
+		"web-server.rules.v4:14 -A ssh-allow -j RETURN",
+		"counters",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dump lacks %q", want)
+		}
+	}
+	again, _, _ := runCmd(t, "compile", "--dump", example)
+	if again != out {
+		t.Error("two dumps of the same input differ")
+	}
+	if _, _, code := runCmd(t, "compile", "--dump", "--hook", "nosuch", example); code != 2 {
+		t.Errorf("unknown hook: exit %d, want 2", code)
+	}
+}
+
+func TestCompileRejectsUnsupported(t *testing.T) {
+	f := writeFile(t, "ct.rules", "*filter\n-A INPUT -m recent --rcheck -j ACCEPT\n-A INPUT -m limit --limit 1/s -j ACCEPT\nCOMMIT\n")
+	_, errOut, code := runCmd(t, "compile", "--dump", f)
+	if code != 1 || !strings.Contains(errOut, f+":2:11: recent") || !strings.Contains(errOut, f+":3:11: limit") {
+		t.Errorf("exit %d, stderr %q; want both rules named at their match", code, errOut)
+	}
+}
+
+// TestTrace runs the example packets through the kernel and compares the
+// verdicts and deciding rules with the golden output.
+func TestTrace(t *testing.T) {
+	testenv.RequireRoot(t)
+	out, errOut, code := runCmd(t, "trace", "--packets", "../../testdata/examples/web-server.packets.jsonl", example)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	want, err := os.ReadFile("../../testdata/examples/web-server.trace.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != string(want) {
+		t.Errorf("trace:\n%s\nwant:\n%s", out, want)
 	}
 }
