@@ -21,6 +21,7 @@ lint:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./parser/iptables
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEval$$' -fuzztime $(FUZZTIME) ./ir
+	$(GO) test -run '^$$' -fuzz '^FuzzKernelMatchesEval$$' -fuzztime $(FUZZTIME) ./codegen
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./parser/iptables ./ir
