@@ -5,7 +5,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -131,5 +130,3 @@ func mustSwap(t testing.TB, s *Swap) *Result {
 	}
 	return res
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }

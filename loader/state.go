@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -426,9 +425,3 @@ func (a *Active) ifindexes() []int {
 
 // ErrNoFilter is returned, wrapped, when no filter is loaded at a place.
 var ErrNoFilter = errors.New("no filter loaded")
-
-// exists reports whether a filter is pinned at p.
-func exists(p Place) bool {
-	_, err := os.Stat(filepath.Join(p.Dir(), pinProgram))
-	return err == nil
-}
