@@ -374,8 +374,7 @@ func (c *compiler) parseIPv6() {
 			st(asm.R7, pktSrc+4*i, asm.R1, asm.Word),
 		)
 	}
-	// ir.Decode tests the addresses with net/netip, whose IsLoopback and
-	// IsMulticast also hold for the IPv4-mapped forms of 127/8 and 224/4.
+	// ipv6_addr_loopback (::1) and ipv6_addr_is_multicast (ff00::/8).
 	loopbackDev := c.hook != HookTCEgress
 	if loopbackDev {
 		b.emit(c.ifindex(asm.R1), asm.JEq.Imm(asm.R1, loopbackIfindex, "ipv6_multicast"))
@@ -530,51 +529,31 @@ func (c *compiler) parseIPv6() {
 	)
 }
 
-// ipv6Loopback jumps to yes when the address at pkt+off is ::1, or
-// ::ffff:127.0.0.0/104 (see parseIPv6).
+// ipv6Loopback jumps to yes when the address at pkt+off is ::1.
 func (c *compiler) ipv6Loopback(off int16, yes string) {
 	b := c.b
-	no, mapped := b.fresh("not_loopback"), b.fresh("mapped")
+	no := b.fresh("not_loopback")
 	b.emit(
 		ld(asm.R1, asm.R7, off, asm.Word),
 		asm.JNE.Imm(asm.R1, 0, no),
 		ld(asm.R1, asm.R7, off+4, asm.Word),
 		asm.JNE.Imm(asm.R1, 0, no),
 		ld(asm.R1, asm.R7, off+8, asm.Word),
-		ld(asm.R2, asm.R7, off+12, asm.Word),
-		asm.JNE.Imm(asm.R1, 0, mapped),
-		asm.JEq.Imm(asm.R2, 1, yes),
-		ja(no),
-	)
-	b.mark(mapped)
-	b.emit(
-		asm.JNE.Imm(asm.R1, 0xffff, no),
-		asm.RSh.Imm(asm.R2, 24),
-		asm.JEq.Imm(asm.R2, 127, yes),
+		asm.JNE.Imm(asm.R1, 0, no),
+		ld(asm.R1, asm.R7, off+12, asm.Word),
+		asm.JEq.Imm(asm.R1, 1, yes),
 	)
 	b.mark(no)
 }
 
-// ipv6Multicast jumps to yes when the address at pkt+off is in ff00::/8, or
-// ::ffff:224.0.0.0/100 (see parseIPv6).
+// ipv6Multicast jumps to yes when the address at pkt+off is in ff00::/8.
 func (c *compiler) ipv6Multicast(off int16, yes string) {
 	b := c.b
-	no := b.fresh("not_multicast")
 	b.emit(
 		ld(asm.R1, asm.R7, off, asm.Word),
-		movr(asm.R2, asm.R1),
-		asm.RSh.Imm(asm.R2, 24),
-		asm.JEq.Imm(asm.R2, 0xff, yes),
-		asm.JNE.Imm(asm.R1, 0, no),
-		ld(asm.R1, asm.R7, off+4, asm.Word),
-		asm.JNE.Imm(asm.R1, 0, no),
-		ld(asm.R1, asm.R7, off+8, asm.Word),
-		asm.JNE.Imm(asm.R1, 0xffff, no),
-		ld(asm.R1, asm.R7, off+12, asm.Word),
-		asm.RSh.Imm(asm.R1, 28),
-		asm.JEq.Imm(asm.R1, 0xe, yes),
+		asm.RSh.Imm(asm.R1, 24),
+		asm.JEq.Imm(asm.R1, 0xff, yes),
 	)
-	b.mark(no)
 }
 
 // parseL4 is ir's decodeL4, with the transport header at r8 and r9 bytes

@@ -137,6 +137,8 @@ func checksum(b []byte) uint16 {
 	return uint16(sum)
 }
 
+var ipv6Loopback = netip.IPv6Loopback()
+
 // decodeIPv6 applies ip6_rcv_core's checks and ipv6_parse_hopopts, trims
 // the packet to its payload length and decodes it; it returns why the packet
 // is dropped, or "".
@@ -150,14 +152,19 @@ func decodeIPv6(p *Packet, b []byte) string {
 	p.Src = netip.AddrFrom16([16]byte(b[8:24]))
 	p.Dst = netip.AddrFrom16([16]byte(b[24:40]))
 	loopbackDev := p.InIface == "lo"
+	// ipv6_addr_loopback and ipv6_addr_is_multicast: ::1 and ff00::/8 only.
+	// (netip's IsLoopback and IsMulticast also take the IPv4-mapped forms
+	// of 127/8 and 224/4, which the kernel does not.)
+	srcLoop, dstLoop := p.Src == ipv6Loopback, p.Dst == ipv6Loopback
+	srcMcast, dstMcast := b[8] == 0xff, b[24] == 0xff
 	switch {
-	case (p.Src.IsLoopback() || p.Dst.IsLoopback()) && !loopbackDev:
+	case (srcLoop || dstLoop) && !loopbackDev:
 		return "ipv6 loopback address on a non-loopback interface"
-	case p.Dst.IsMulticast() && b[25]&0x0f == 1 && !loopbackDev && p.PktType != PacketLoopback:
+	case dstMcast && b[25]&0x0f == 1 && !loopbackDev && p.PktType != PacketLoopback:
 		return "ipv6 interface-local multicast destination from another node"
-	case p.Dst.IsMulticast() && b[25]&0x0f == 0:
+	case dstMcast && b[25]&0x0f == 0:
 		return "ipv6 multicast destination with reserved scope 0"
-	case p.Src.IsMulticast():
+	case srcMcast:
 		return "ipv6 multicast source address"
 	}
 	payload := int(binary.BigEndian.Uint16(b[4:]))
