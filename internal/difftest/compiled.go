@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"bpfwall/codegen"
+	"bpfwall/internal/topology"
 	"bpfwall/ir"
 	"bpfwall/loader"
 	"bpfwall/rules"
@@ -117,7 +118,7 @@ func (a Attached) Outcomes(c *Case) ([]Outcome, error) {
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Name, err)
 	}
-	err = inNetns(a.Topo.Firewall, func() error {
+	err = topology.Do(a.Topo.Firewall, func() error {
 		place, err := loader.Here(a.Root, codegen.HookXDP)
 		if err != nil {
 			return err
@@ -134,7 +135,7 @@ func (a Attached) Outcomes(c *Case) ([]Outcome, error) {
 
 // Detach unloads the program and removes Root.
 func (a Attached) Detach() error {
-	err := inNetns(a.Topo.Firewall, func() error {
+	err := topology.Do(a.Topo.Firewall, func() error {
 		place, err := loader.Here(a.Root, codegen.HookXDP)
 		if err != nil {
 			return err

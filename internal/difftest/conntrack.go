@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"golang.org/x/sys/unix"
+
+	"bpfwall/internal/topology"
 )
 
 // Conntrack netlink (linux/netfilter/nfnetlink.h, nfnetlink_conntrack.h).
@@ -16,7 +18,7 @@ const (
 // flushConntrack deletes every conntrack entry in the firewall, as
 // `conntrack -F` does: an IPCTNL_MSG_CT_DELETE without a tuple.
 func (topo *Topology) flushConntrack() error {
-	return inNetns(topo.Firewall, func() error {
+	return topology.Do(topo.Firewall, func() error {
 		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
 		if err != nil {
 			return fmt.Errorf("netfilter netlink socket: %w", err)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"bpfwall/internal/topology"
 )
 
 // packetSocket is an AF_PACKET socket bound to one interface, seeing
@@ -24,7 +26,7 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // openPacketSocket opens a packet socket on iface in namespace ns.
 func openPacketSocket(ns, iface string) (*packetSocket, error) {
 	s := &packetSocket{fd: -1, iface: iface}
-	err := inNetns(ns, func() error {
+	err := topology.Do(ns, func() error {
 		ifi, err := net.InterfaceByName(iface)
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"bpfwall/internal/topology"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -127,7 +128,7 @@ func (topo *Topology) deliveries(c *Case) ([]Outcome, error) {
 // Load replaces the firewall's rules of family fam with the
 // iptables-save text rules.
 func (topo *Topology) Load(fam rules.Family, text []byte) error {
-	if err := runInput(text, "ip", "netns", "exec", topo.Firewall, restoreCommand(fam)); err != nil {
+	if err := topology.RunInput(text, "ip", "netns", "exec", topo.Firewall, restoreCommand(fam)); err != nil {
 		return fmt.Errorf("load rules into the firewall: %w", err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package difftest
+package topology
 
 import (
 	"bytes"
@@ -14,26 +14,36 @@ import (
 // netnsDir is where `ip netns` keeps the named namespaces.
 const netnsDir = "/run/netns/"
 
-// run runs a command and returns its error with its output.
-func run(name string, args ...string) error {
-	return runInput(nil, name, args...)
+// Run runs a command and returns its error with its output.
+func Run(name string, args ...string) error {
+	return RunInput(nil, name, args...)
 }
 
-func runInput(stdin []byte, name string, args ...string) error {
+// RunInput is Run with stdin.
+func RunInput(stdin []byte, name string, args ...string) error {
+	_, err := Output(stdin, name, args...)
+	return err
+}
+
+// Output runs a command and returns its standard output; its error
+// carries the standard error.
+func Output(stdin []byte, name string, args ...string) ([]byte, error) {
 	cmd := exec.Command(name, args...)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err,
+			bytes.TrimSpace(append(stderr.Bytes(), stdout.Bytes()...)))
 	}
-	return nil
+	return stdout.Bytes(), nil
 }
 
-// inNetns runs f on an OS thread that has joined the named network
-// namespace. Sockets f opens stay in that namespace after it returns.
-func inNetns(name string, f func() error) error {
+// Do runs f on an OS thread that has joined the named network namespace.
+// Sockets f opens stay in that namespace after it returns.
+func Do(name string, f func() error) error {
 	target, err := unix.Open(netnsDir+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open netns %s: %w", name, err)
@@ -65,10 +75,10 @@ func inNetns(name string, f func() error) error {
 	return <-errc
 }
 
-// sysctl writes values under /proc/sys/net in the named namespace; keys
-// are paths below /proc/sys, such as "net/ipv4/ip_forward".
-func sysctl(ns string, kv ...string) error {
-	return inNetns(ns, func() error {
+// Sysctl writes values under /proc/sys in the named namespace; keys are
+// paths below /proc/sys, such as "net/ipv4/ip_forward".
+func Sysctl(ns string, kv ...string) error {
+	return Do(ns, func() error {
 		for i := 0; i+1 < len(kv); i += 2 {
 			if err := os.WriteFile("/proc/sys/"+kv[i], []byte(kv[i+1]), 0); err != nil {
 				return fmt.Errorf("sysctl in %s: %w", ns, err)
