@@ -165,6 +165,12 @@ type Rule struct {
 
 	Matches []Match
 	Target  Target // nil: the rule only counts
+
+	// NFT marks a rule read from nftables. Its protocol and transport
+	// matches have nft's semantics: a header that cannot be found or is
+	// cut short makes the rule not match, where the xtables matches drop
+	// the packet (hotdrop).
+	NFT bool
 }
 
 // Net is an address with a mask, as iptables stores -s and -d. The zero
