@@ -185,6 +185,7 @@ func decodeIPv6(p *Packet, b []byte) string {
 	p.Length = payload + ipv6HeaderLen
 	p.TTL = b[7]
 
+	p.AuthHeader = reachesAuth(b)
 	proto, thoff, fragOff, ok := findUpperHeader(b)
 	if !ok {
 		p.BadExtHeaders = true
@@ -233,6 +234,37 @@ func findUpperHeader(b []byte) (proto uint8, thoff int, fragOff uint16, ok bool)
 			hdrLen = 8
 		case nextAuth:
 			hdrLen = (int(b[start+1]) + 2) * 4
+		default:
+			hdrLen = (int(b[start+1]) + 1) * 8
+		}
+		next = b[start]
+		start += hdrLen
+	}
+}
+
+// reachesAuth reports whether findUpperHeader's walk reaches an
+// authentication header, where nft's walk (IP6_FH_F_AUTH) stops.
+func reachesAuth(b []byte) bool {
+	next, start := b[6], ipv6HeaderLen
+	for {
+		switch {
+		case next == nextAuth:
+			return true
+		case !isExtHeader(next) || next == nextNone || start+2 > len(b):
+			return false
+		}
+		var hdrLen int
+		switch next {
+		case nextRouting:
+			if start+4 > len(b) {
+				return false
+			}
+			hdrLen = (int(b[start+1]) + 1) * 8
+		case nextFragment:
+			if start+4 > len(b) || binary.BigEndian.Uint16(b[start+2:])&^7 != 0 {
+				return false
+			}
+			hdrLen = 8
 		default:
 			hdrLen = (int(b[start+1]) + 1) * 8
 		}
@@ -378,8 +410,12 @@ func decodeL4(p *Packet, l4 []byte) {
 			}
 		}
 	case p.Proto == protoICMP && p.Family == rules.IPv4, p.Proto == protoICMPv6 && p.Family == rules.IPv6:
+		// nft's "icmp type" loads the type byte alone.
+		if len(l4) >= 1 {
+			p.ICMPType = l4[0]
+		}
 		if len(l4) >= 2 {
-			p.ICMPType, p.ICMPCode = l4[0], l4[1]
+			p.ICMPCode = l4[1]
 		}
 	}
 }

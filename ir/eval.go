@@ -215,6 +215,22 @@ func (p *Program) match(m Match, pkt *Packet) outcome {
 		}
 		return matched
 
+	case L4Proto:
+		proto := pkt.Proto
+		switch {
+		case p.Family == rules.IPv6 && pkt.AuthHeader:
+			proto = nextAuth
+		case p.Family == rules.IPv6 && pkt.BadExtHeaders:
+			return noMatch // NFT_BREAK
+		}
+		return is((proto == m.Proto) != m.Neg)
+
+	case Transport:
+		if pkt.FragOffset != 0 || pkt.L4Len < m.Len {
+			return noMatch
+		}
+		return matched
+
 	case Ports:
 		in := func(port uint16) bool {
 			for _, r := range m.Ranges {

@@ -157,6 +157,12 @@ func appendMatch(b []byte, fam rules.Family, m Match) []byte {
 			b = append(b, " frag8-drop"...)
 		}
 		return b
+	case L4Proto:
+		b = append(b, "l4proto "...)
+		b = neg(b, m.Neg)
+		return strconv.AppendUint(b, uint64(m.Proto), 10)
+	case Transport:
+		return fmt.Appendf(b, "transport %d", m.Len)
 	case Ports:
 		switch m.Dir {
 		case Src:

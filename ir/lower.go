@@ -199,7 +199,13 @@ func (l *lowerer) matches(r *rules.Rule) []Match {
 	// Protocol 0 ("-p all") is not tested by ip_packet_match. In IPv6 an
 	// explicit -p, even "-p all", sets IP6T_F_PROTO, so ip6_packet_match
 	// walks the extension headers and drops packets where that fails.
-	if r.Proto != 0 || (l.fam == rules.IPv6 && r.ProtoGiven) {
+	switch {
+	case r.NFT && r.Proto != 0 && l.fam == rules.IPv6:
+		// meta l4proto: no match, rather than a drop, where the
+		// extension headers cannot be walked.
+		ms = append(ms, L4Proto{Proto: r.Proto, Neg: r.ProtoNeg})
+	case r.NFT && r.Proto == 0:
+	case r.Proto != 0 || (l.fam == rules.IPv6 && r.ProtoGiven):
 		ms = append(ms, Proto{Proto: r.Proto, Neg: r.ProtoNeg})
 	}
 	if r.Fragment {
@@ -289,6 +295,18 @@ func l4Header(ms []Match, n int, tinyFragDrop bool) []Match {
 	return append(ms, L4Header{Len: n, TinyFragDrop: tinyFragDrop})
 }
 
+// transport appends nft's transport-header guard unless an earlier one
+// ensures at least n bytes.
+func transport(ms []Match, n int) []Match {
+	for i, m := range ms {
+		if t, ok := m.(Transport); ok {
+			ms[i] = Transport{Len: max(t.Len, n)}
+			return ms
+		}
+	}
+	return append(ms, Transport{Len: n})
+}
+
 func (l *lowerer) ports(ms []Match, m rules.Match, dir Dir, r rules.PortRange, neg bool) []Match {
 	if r == rules.AnyPort && !neg {
 		return ms
@@ -306,7 +324,18 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 		if !l.needProto(r, m, "tcp", protoTCP) {
 			return ms
 		}
-		ms = l4Header(ms, 20, true)
+		switch {
+		case !r.NFT:
+			ms = l4Header(ms, 20, true)
+		case m.FlagMask != 0 || m.FlagComp != 0 || m.FlagsNeg:
+			ms = transport(ms, 14) // th + 13, one byte
+		case m.SrcPorts != rules.AnyPort || m.DstPorts != rules.AnyPort || m.SrcNeg || m.DstNeg:
+			ms = transport(ms, 4)
+		}
+		if r.NFT && m.Option != 0 {
+			l.errorf(m.Pos, "tcp option match is not supported in nft rules")
+			return ms
+		}
 		ms = l.ports(ms, m, Src, m.SrcPorts, m.SrcNeg)
 		ms = l.ports(ms, m, Dst, m.DstPorts, m.DstNeg)
 		// A zero mask and comparison always hold, and never when negated;
@@ -322,14 +351,18 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 		if !l.needProto(r, m, "udp", protoUDP) {
 			return ms
 		}
-		ms = l4Header(ms, 8, false)
+		if r.NFT {
+			ms = transport(ms, 4)
+		} else {
+			ms = l4Header(ms, 8, false)
+		}
 		ms = l.ports(ms, m, Src, m.SrcPorts, m.SrcNeg)
 		ms = l.ports(ms, m, Dst, m.DstPorts, m.DstNeg)
 	case *rules.Multiport:
 		if !l.needProto(r, m, "tcp, udp, udplite, sctp or dccp", protoTCP, protoUDP, protoUDPLite, protoSCTP, protoDCCP) {
 			return ms
 		}
-		return l.multiport(ms, m)
+		return l.multiport(ms, m, r.NFT)
 	case *rules.ICMP:
 		return l.icmp(ms, r, m)
 	case *rules.IPRange:
@@ -390,7 +423,7 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 	return ms
 }
 
-func (l *lowerer) multiport(ms []Match, m *rules.Multiport) []Match {
+func (l *lowerer) multiport(ms []Match, m *rules.Multiport, nft bool) []Match {
 	var dir Dir
 	switch m.Dir {
 	case rules.MultiportSrc:
@@ -414,7 +447,11 @@ func (l *lowerer) multiport(ms []Match, m *rules.Multiport) []Match {
 		}
 	}
 	// multiport_mt reads only the two port fields.
-	ms = l4Header(ms, 4, false)
+	if nft {
+		ms = transport(ms, 4)
+	} else {
+		ms = l4Header(ms, 4, false)
+	}
 	return append(ms, Ports{Dir: dir, Ranges: slices.Clone(m.Ports), Neg: m.Neg})
 }
 
@@ -434,7 +471,14 @@ func (l *lowerer) icmp(ms []Match, r *rules.Rule, m *rules.ICMP) []Match {
 		l.errorf(m.Pos, "icmp code range %d:%d is empty", m.CodeMin, m.CodeMax)
 		return ms
 	}
-	ms = l4Header(ms, 8, false) // struct icmphdr and icmp6hdr are 8 bytes
+	switch {
+	case !r.NFT:
+		ms = l4Header(ms, 8, false) // struct icmphdr and icmp6hdr are 8 bytes
+	case m.CodeMin != 0 || m.CodeMax != 0xff:
+		ms = transport(ms, 2) // nft loads the type and the code byte
+	default:
+		ms = transport(ms, 1)
+	}
 	// Type 255 is "any" in icmp_type_code_match only; icmp6_type_code_match
 	// compares it like any other type.
 	if !m.V6 && m.Type == 0xff {

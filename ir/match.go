@@ -131,6 +131,22 @@ type L4Header struct {
 	TinyFragDrop bool
 }
 
+// L4Proto is nft's "meta l4proto", and the protocol dependency of nft's
+// transport expressions, in IPv6 (in IPv4 it is Proto): the protocol
+// nft_set_pktinfo_ipv6 finds with ipv6_find_hdr and IP6_FH_F_AUTH, which
+// stops at an authentication header. Where that search fails no rule
+// testing it matches, whatever Neg; nothing is dropped.
+type L4Proto struct {
+	Proto uint8
+	Neg   bool
+}
+
+// Transport guards the transport-header payload loads of an nft rule
+// (nft_payload_eval): on a non-first fragment, or with fewer than Len bytes
+// of transport header, the load fails and the rule does not match. Unlike
+// L4Header it never drops the packet.
+type Transport struct{ Len int }
+
 // Ports tests the transport ports (the first four bytes of the transport
 // header) against a list of ranges: xt_tcpudp's port_match with one range,
 // xt_multiport's ports_match_v1 with up to 15. With SrcOrDst either port may
@@ -235,6 +251,8 @@ func (Proto) isMatch()     {}
 func (Fragment) isMatch()  {}
 func (Iface) isMatch()     {}
 func (L4Header) isMatch()  {}
+func (L4Proto) isMatch()   {}
+func (Transport) isMatch() {}
 func (Ports) isMatch()     {}
 func (TCPFlags) isMatch()  {}
 func (TCPOption) isMatch() {}

@@ -50,6 +50,10 @@ type Packet struct {
 	// cut short, or a non-first fragment's next header is another extension
 	// header. Every rule that tests the protocol then drops the packet.
 	BadExtHeaders bool
+	// AuthHeader is set when that walk meets an IPv6 authentication
+	// header before the upper-layer header; nft's walk (IP6_FH_F_AUTH)
+	// stops there and reports protocol 51.
+	AuthHeader bool
 	// FragOffset is the fragment offset in bytes; it is not zero for
 	// non-first fragments only.
 	FragOffset    uint16

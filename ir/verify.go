@@ -217,6 +217,19 @@ func (v *verifier) match(m Match, st *ruleState) error {
 			return fmt.Errorf("L4Header without a protocol match before it")
 		}
 		st.guard = max(st.guard, m.Len)
+	case L4Proto:
+		if v.p.Family != rules.IPv6 {
+			return fmt.Errorf("l4proto match in an %s program", v.p.Family)
+		}
+		st.proto = st.proto || !m.Neg
+	case Transport:
+		if m.Len <= 0 {
+			return fmt.Errorf("Transport of %d bytes", m.Len)
+		}
+		if !st.proto {
+			return fmt.Errorf("Transport without a protocol match before it")
+		}
+		st.guard = max(st.guard, m.Len)
 	case Ports:
 		if err := errors.Join(v.dir(m.Dir, true), needs(4, "ports match")); err != nil {
 			return err
@@ -237,7 +250,11 @@ func (v *verifier) match(m Match, st *ruleState) error {
 		}
 		return needs(20, "tcp option match")
 	case ICMP:
-		if err := needs(2, "icmp match"); err != nil {
+		n := 2
+		if m.CodeMin == 0 && m.CodeMax == 0xff {
+			n = 1 // the type alone, as nft loads it
+		}
+		if err := needs(n, "icmp match"); err != nil {
 			return err
 		}
 		if m.CodeMin > m.CodeMax {
