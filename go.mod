@@ -3,6 +3,7 @@ module bpfwall
 go 1.26.0
 
 require (
+	github.com/alecthomas/participle/v2 v2.1.4
 	github.com/gopacket/gopacket v1.7.7
 	golang.org/x/sys v0.48.0
 	golang.org/x/tools v0.51.0

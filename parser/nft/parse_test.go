@@ -1,0 +1,175 @@
+package nft
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"bpfwall/ir"
+	"bpfwall/rules"
+)
+
+func lower(t *testing.T, src string, fam rules.Family, chain string) *ir.Program {
+	t.Helper()
+	rs, err := Parse("t.nft", []byte(src), Options{Family: fam})
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	table := "filter"
+	if chain == "INGRESS" {
+		table = "netdev"
+	}
+	p, err := ir.Lower(rs, ir.LowerOptions{Table: table, Chain: chain})
+	if err != nil {
+		t.Fatalf("lower: %v", err)
+	}
+	if err := ir.Verify(p); err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	return p
+}
+
+func tcp4(dport uint16, l4len int) *ir.Packet {
+	return &ir.Packet{Family: rules.IPv4, Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"),
+		Proto: 6, SrcPort: 1234, DstPort: dport, TCPFlags: rules.TCPSyn, L4Len: l4len, TTL: 64, Length: 60}
+}
+
+func TestEval(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		src   string
+		fam   rules.Family
+		chain string
+		pkt   *ir.Packet
+		want  ir.Verdict
+	}{
+		{
+			name: "tcp dport",
+			src:  "table inet f { chain in { type filter hook input priority 0; policy drop; tcp dport 22 accept; } }",
+			pkt:  tcp4(22, 20), want: ir.VerdictAccept,
+		},
+		{
+			// nft_payload_eval breaks; the policy decides, nothing is hotdropped.
+			name: "truncated transport header does not match",
+			src:  "table inet f { chain in { type filter hook input priority 0; policy accept; tcp flags syn drop; } }",
+			pkt:  tcp4(22, 10), want: ir.VerdictAccept,
+		},
+		{
+			name: "non-first fragment does not match ports",
+			src:  "table ip f { chain in { type filter hook input priority 0; policy accept; tcp dport != 80 drop; } }",
+			pkt: func() *ir.Packet {
+				p := tcp4(22, 20)
+				p.FragOffset = 8
+				return p
+			}(),
+			want: ir.VerdictAccept,
+		},
+		{
+			// Accept in the first base chain goes on to the second.
+			name: "accept continues to the next base chain",
+			src: `table ip a { chain in { type filter hook input priority 10; policy accept; ip saddr 10.0.0.1 drop; } }
+table ip b { chain in { type filter hook input priority -10; policy accept; tcp dport 22 accept; } }`,
+			pkt: tcp4(22, 20), want: ir.VerdictDrop,
+		},
+		{
+			name: "policy drop of the first base chain ends it",
+			src: `table ip a { chain in { type filter hook input priority 0; policy drop; } }
+table ip b { chain in { type filter hook input priority 5; policy accept; tcp dport 22 accept; } }`,
+			pkt: tcp4(22, 20), want: ir.VerdictDrop,
+		},
+		{
+			name: "return of a goto chain is the base chain's policy",
+			src: `table ip a {
+	chain in { type filter hook input priority 0; policy accept; goto g; }
+	chain g { return; }
+}
+table ip b { chain in { type filter hook input priority 5; policy drop; ip saddr 10.0.0.1 accept; } }`,
+			pkt: tcp4(22, 20), want: ir.VerdictAccept,
+		},
+		{
+			name: "inet rule for the other family never matches",
+			src:  "table inet f { chain in { type filter hook input priority 0; policy accept; ip6 saddr ::1 drop; meta nfproto ipv6 drop; } }",
+			pkt:  tcp4(22, 20), want: ir.VerdictAccept,
+		},
+		{
+			name: "vmap",
+			src: `table inet f { chain in { type filter hook input priority 0; policy accept;
+	tcp dport vmap { 22 : drop, 80 : accept } } }`,
+			pkt: tcp4(22, 20), want: ir.VerdictDrop,
+		},
+		{
+			name: "any of the flags",
+			src:  "table inet f { chain in { type filter hook input priority 0; policy accept; tcp flags fin,syn drop; } }",
+			pkt:  tcp4(22, 20), want: ir.VerdictDrop,
+		},
+		{
+			name: "defines and sets",
+			src: `define nets = { 10.0.0.0/24, 192.168.0.0/16 }
+table ip f { chain in { type filter hook input priority 0; policy accept; ip saddr $nets tcp dport { 1-100 } drop; } }`,
+			pkt: tcp4(22, 20), want: ir.VerdictDrop,
+		},
+		{
+			name: "script commands",
+			src: `flush ruleset
+add table ip f
+add chain ip f in { type filter hook input priority 0; policy accept; }
+add rule ip f in tcp dport 22 accept
+insert rule ip f in ip saddr 10.0.0.1 drop`,
+			pkt: tcp4(22, 20), want: ir.VerdictDrop,
+		},
+		{
+			name: "ipv6 bad extension headers do not match l4proto",
+			src:  "table inet f { chain in { type filter hook input priority 0; policy accept; meta l4proto != udp drop; } }",
+			fam:  rules.IPv6,
+			pkt: &ir.Packet{Family: rules.IPv6, Src: netip.MustParseAddr("::1"), Dst: netip.MustParseAddr("::2"),
+				BadExtHeaders: true, Length: 80, TTL: 64},
+			want: ir.VerdictAccept,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			chain := tc.chain
+			if chain == "" {
+				chain = "INPUT"
+			}
+			p := lower(t, tc.src, tc.fam, chain)
+			if got := p.Eval(tc.pkt); got.Verdict != tc.want {
+				t.Errorf("verdict %s, want %s\n%s", got, tc.want, p)
+			}
+		})
+	}
+}
+
+func TestErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, want string
+	}{
+		{"syntax", "table inet f {\n chain c { type filter hook input priority 0;\n", "t.nft:3:1: unexpected"},
+		{"undefined variable", "table ip f { chain c { tcp dport $x accept; } }\ntable ip g { chain in { type filter hook input priority 0; } }", "t.nft:1:34: undefined variable $x"},
+		{"missing chain", "add rule ip f c accept", "t.nft:1:1: table ip f does not exist"},
+		{"bad address", "table ip f { chain in { type filter hook input priority 0; ip saddr 300.1.1.1 drop; } }", `t.nft:1:69: bad address "300.1.1.1"`},
+		{"jump to missing chain", "table ip f { chain in { type filter hook input priority 0; jump nowhere; } }", "t.nft:1:60: chain nowhere does not exist in table ip f"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("t.nft", []byte(tc.src), Options{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Constructs the model cannot express parse, and lowering names them with
+// their position.
+func TestUnsupportedLowersToError(t *testing.T) {
+	src := "table inet f { chain in { type filter hook input priority 0;\n fib daddr type local accept\n meta mark set 1\n } }"
+	rs, err := Parse("t.nft", []byte(src), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ir.Lower(rs, ir.LowerOptions{})
+	for _, want := range []string{"t.nft:2:2: fib daddr match is not supported", "t.nft:3:2: meta mark set target is not supported"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want %q", err, want)
+		}
+	}
+}

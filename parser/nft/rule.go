@@ -1,0 +1,1616 @@
+package nft
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"bpfwall/rules"
+)
+
+// cond narrows a model rule; it reports false when the rule can then never
+// match (ip protocol tcp udp dport 53).
+type cond func(r *rules.Rule) bool
+
+// alt is a conjunction of conditions; choice is a disjunction of
+// alternatives that no packet satisfies two of at once, so that a rule
+// split into one model rule per alternative fires at most once, whatever
+// its action.
+type (
+	alt    []cond
+	choice []alt
+)
+
+// always is the choice that every packet satisfies.
+var always = choice{alt{}}
+
+// action is what an nft rule does, before chains are given model names.
+type action struct {
+	kind   actionKind
+	chain  string // jump and goto
+	pos    rules.Pos
+	target rules.Target // log, reject and unsupported statements
+}
+
+type actionKind uint8
+
+const (
+	actNone actionKind = iota
+	actAccept
+	actDrop
+	actReturn
+	actJump
+	actGoto
+	actTarget
+)
+
+// outRule is one model rule an nft rule became, with its action still to
+// be bound to model chains.
+type outRule struct {
+	rule *rules.Rule
+	act  action
+}
+
+// ruleBuilder translates the terms of one nft rule for one address family.
+type ruleBuilder struct {
+	fam   rules.Family
+	tbl   *table
+	hook  string
+	src   *srcRule
+	rv    resolver
+	errs  *rules.ErrorList
+	sets  map[string]*rules.IPSet
+	conds []choice
+	out   []outRule
+	// icmp type and code of the rule, combined into one ICMP match.
+	icmp *icmpTerm
+	// verdict is set once the rule has a verdict.
+	verdict bool
+	// rest is set after a statement the model does not interpret: the
+	// terms after it may belong to it, and the rule is an error anyway.
+	rest bool
+}
+
+type icmpTerm struct {
+	v6        bool
+	pos       rules.Pos
+	typ       *uint8
+	code      *uint8
+	typeNeg   bool
+	typeNames []uint8 // a set of types: one alternative each
+}
+
+func (b *ruleBuilder) errorf(pos rules.Pos, format string, args ...any) {
+	*b.errs = append(*b.errs, rules.Errorf(pos, format, args...))
+}
+
+// unsupported records a construct the model cannot express: it becomes a
+// generic match, which lowering rejects at its position.
+func (b *ruleBuilder) unsupported(pos rules.Pos, what string) {
+	b.add(always1(func(r *rules.Rule) bool {
+		r.Matches = append(r.Matches, &rules.Generic{Located: rules.Located{Pos: pos}, Ext: what})
+		return true
+	}))
+}
+
+func always1(c cond) choice { return choice{alt{c}} }
+
+func (b *ruleBuilder) add(c choice) { b.conds = append(b.conds, c) }
+
+// maxSplit bounds the model rules one nft rule may become.
+const maxSplit = 4096
+
+// emit appends the model rules for the conditions so far and action a.
+func (b *ruleBuilder) emit(a action) {
+	n := 1
+	for _, c := range b.conds {
+		n *= max(len(c), 1)
+		if n > maxSplit {
+			b.errorf(b.src.pos, "rule expands to more than %d alternatives", maxSplit)
+			return
+		}
+	}
+	idx := make([]int, len(b.conds))
+	for {
+		r := &rules.Rule{Pos: b.src.pos, NFT: true}
+		ok := true
+		empty := false
+		for i, c := range b.conds {
+			if len(c) == 0 {
+				empty = true
+				break
+			}
+			for _, f := range c[idx[i]] {
+				if !f(r) {
+					ok = false
+				}
+			}
+		}
+		if empty {
+			return
+		}
+		if ok {
+			b.out = append(b.out, outRule{rule: r, act: a})
+		}
+		// Next combination.
+		i := len(idx) - 1
+		for ; i >= 0; i-- {
+			idx[i]++
+			if idx[i] < len(b.conds[i]) {
+				break
+			}
+			idx[i] = 0
+		}
+		if i < 0 {
+			return
+		}
+	}
+}
+
+// translate turns one nft rule into model rules.
+func (b *ruleBuilder) translate() []outRule {
+	b.rv = resolver{errs: b.errs}
+	nerr := len(*b.errs)
+	for _, t := range b.src.ast.Terms {
+		if b.rest {
+			break
+		}
+		if b.verdict && t.Comment != nil {
+			continue // "accept comment ..." as nft lists it
+		}
+		if b.verdict {
+			b.errorf(toPos(t.Pos), "statement after the verdict")
+			break
+		}
+		b.term(t)
+	}
+	b.flushICMP()
+	if len(*b.errs) > nerr {
+		return nil
+	}
+	if !b.verdict {
+		b.emit(action{kind: actNone})
+	}
+	return b.out
+}
+
+func (b *ruleBuilder) term(t *Term) {
+	pos := toPos(t.Pos)
+	switch {
+	case t.Verdict != nil:
+		b.flushICMP()
+		b.verdict = true
+		b.emit(verdictAction(t.Verdict))
+	case t.Counter != nil:
+		if t.Counter.Name != nil {
+			b.unsupported(pos, "counter name")
+		}
+		// Anonymous counters count; they do not decide.
+	case t.Comment != nil:
+		text := unquote(*t.Comment)
+		b.add(always1(func(r *rules.Rule) bool {
+			r.Matches = append(r.Matches, &rules.Comment{Located: rules.Located{Pos: pos}, Text: text})
+			return true
+		}))
+	case t.Log != nil:
+		b.flushICMP()
+		if l, ok := b.log(t.Log); ok {
+			// log does not end the rule: the model rule that logs is
+			// followed by one with the same matches and the rest.
+			b.emit(action{kind: actTarget, pos: pos, target: l})
+		}
+	case t.Limit != nil:
+		b.limit(t.Limit)
+	case t.Reject != nil:
+		b.flushICMP()
+		b.reject(t.Reject)
+	case t.Tproxy != nil:
+		b.flushICMP()
+		b.tproxy(t.Tproxy)
+	case t.Match != nil:
+		b.match(t.Match)
+	case t.Other != nil:
+		b.flushICMP()
+		b.verdict, b.rest = true, true
+		b.emit(action{kind: actTarget, pos: pos, target: &rules.GenericTarget{Located: rules.Located{Pos: pos}, Target: t.Other.Keyword}})
+	}
+}
+
+func verdictAction(v *Verdict) action {
+	a := action{pos: toPos(v.Pos)}
+	switch v.Kind {
+	case "accept":
+		a.kind = actAccept
+	case "drop":
+		a.kind = actDrop
+	case "return":
+		a.kind = actReturn
+	case "continue":
+		a.kind = actNone
+	}
+	switch v.Jump {
+	case "jump":
+		a.kind, a.chain = actJump, unquote(v.Chain)
+	case "goto":
+		a.kind, a.chain = actGoto, unquote(v.Chain)
+	}
+	return a
+}
+
+var logLevels = map[string]uint8{
+	"emerg": 0, "alert": 1, "crit": 2, "err": 3, "warn": 4, "notice": 5, "info": 6, "debug": 7,
+}
+
+func (b *ruleBuilder) log(l *Log) (*rules.Log, bool) {
+	out := &rules.Log{Located: rules.Located{Pos: toPos(l.Pos)}, Level: 4}
+	for _, o := range l.Options {
+		pos := toPos(o.Pos)
+		switch o.Key {
+		case "prefix":
+			out.Prefix = unquote(o.Value[0])
+		case "level":
+			lv, ok := logLevels[o.Value[0]]
+			if !ok {
+				b.errorf(pos, "log level %s is not supported", o.Value[0])
+				return nil, false
+			}
+			out.Level = lv
+		case "flags":
+			for _, f := range o.Value {
+				switch f {
+				case "all":
+					out.Flags |= rules.LogTCPSeq | rules.LogTCPOpt | rules.LogIPOpt | rules.LogUID | rules.LogMACDecode
+				case "ip":
+					out.Flags |= rules.LogIPOpt
+				case "skuid":
+					out.Flags |= rules.LogUID
+				case "ether":
+					out.Flags |= rules.LogMACDecode
+				default:
+					b.errorf(pos, "log flags %s is not supported", f)
+					return nil, false
+				}
+			}
+		default:
+			// nflog groups are another target altogether.
+			b.unsupported(pos, "log "+o.Key)
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+var limitUnits = map[string]uint64{"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+
+// limit becomes a limit match, which lowering rejects: a token bucket is
+// state the compiled program does not keep.
+func (b *ruleBuilder) limit(l *Limit) {
+	pos := toPos(l.Pos)
+	if l.Over || l.RateUnit != "" || (l.BurstUnit != "" && l.BurstUnit != "packets") {
+		b.unsupported(pos, "limit")
+		return
+	}
+	rate, err := parseNum(l.Rate, 32)
+	per, ok := limitUnits[l.Per]
+	if err != nil || !ok || rate == 0 {
+		b.errorf(pos, "bad limit rate %s/%s", l.Rate, l.Per)
+		return
+	}
+	burst := uint64(5)
+	if l.Burst != "" {
+		if burst, err = parseNum(l.Burst, 32); err != nil {
+			b.errorf(pos, "bad limit burst %s", l.Burst)
+			return
+		}
+	}
+	m := &rules.Limit{Located: rules.Located{Pos: pos}, Avg: uint32(per * 10000 / rate), Burst: uint32(burst)}
+	b.add(always1(func(r *rules.Rule) bool { r.Matches = append(r.Matches, m); return true }))
+}
+
+func (b *ruleBuilder) reject(rj *Reject) {
+	pos := toPos(rj.Pos)
+	v6 := b.fam == rules.IPv6
+	with := ""
+	var ok bool
+	switch rj.With {
+	case "":
+	case "tcp":
+		if rj.Reason != "reset" {
+			b.errorf(pos, "unknown reject reason tcp %s", rj.Reason)
+			return
+		}
+		with = "tcp-reset"
+		// nft adds the dependency "meta l4proto tcp".
+		b.add(always1(needProto(6)))
+	case "icmp", "icmpv6", "icmpx":
+		if (rj.With == "icmp" && v6) || (rj.With == "icmpv6" && !v6) {
+			b.emit(action{})
+			b.conds = append(b.conds, choice{}) // this family never gets here
+			b.verdict = true
+			return
+		}
+		if with, ok = rejectWith(rj.Reason, v6); !ok {
+			b.errorf(pos, "reject with %s %s is not supported", rj.With, rj.Reason)
+			return
+		}
+	default:
+		b.errorf(pos, "unknown reject type %s", rj.With)
+		return
+	}
+	b.verdict = true
+	b.emit(action{kind: actTarget, pos: pos, target: &rules.Reject{Located: rules.Located{Pos: pos}, With: with}})
+}
+
+// rejectWith maps nft's reject reasons to the model's --reject-with names.
+func rejectWith(reason string, v6 bool) (string, bool) {
+	if v6 {
+		m := map[string]string{
+			"no-route": "icmp6-no-route", "admin-prohibited": "icmp6-adm-prohibited",
+			"addr-unreachable": "icmp6-addr-unreachable", "port-unreachable": "icmp6-port-unreachable",
+			"host-unreachable": "icmp6-addr-unreachable", "policy-fail": "icmp6-policy-fail",
+			"reject-route": "icmp6-reject-route",
+		}
+		w, ok := m[reason]
+		return w, ok
+	}
+	m := map[string]string{
+		"net-unreachable": "icmp-net-unreachable", "host-unreachable": "icmp-host-unreachable",
+		"prot-unreachable": "icmp-proto-unreachable", "port-unreachable": "icmp-port-unreachable",
+		"net-prohibited": "icmp-net-prohibited", "host-prohibited": "icmp-host-prohibited",
+		"admin-prohibited": "icmp-admin-prohibited", "no-route": "icmp-net-unreachable",
+	}
+	w, ok := m[reason]
+	return w, ok
+}
+
+// tproxy becomes a TPROXY target as iptables writes it, for the
+// sk_lookup hook.
+func (b *ruleBuilder) tproxy(t *Tproxy) {
+	pos := toPos(t.Pos)
+	tg := &rules.GenericTarget{Located: rules.Located{Pos: pos}, Target: "TPROXY"}
+	if t.Family == "ip" && b.fam == rules.IPv6 || t.Family == "ip6" && b.fam == rules.IPv4 {
+		b.conds = append(b.conds, choice{})
+		b.verdict = true
+		return
+	}
+	if t.Port != nil && t.Port.Atom != nil {
+		tg.Options = append(tg.Options, rules.Option{Name: "on-port", Args: []string{*t.Port.Atom}})
+	}
+	if t.Addr != nil {
+		a, _, ok := b.rv.atom(t.Addr, b.src.env, 0)
+		if !ok {
+			b.errorf(pos, "bad tproxy address")
+			return
+		}
+		tg.Options = append(tg.Options, rules.Option{Name: "on-ip", Args: []string{a}})
+	}
+	b.verdict = true
+	b.emit(action{kind: actTarget, pos: pos, target: tg})
+}
+
+// needProto is the dependency of a transport-header expression: the rule
+// tests protocol p.
+func needProto(p uint8) cond {
+	return func(r *rules.Rule) bool {
+		switch {
+		case r.Proto == 0 && !r.ProtoNeg:
+			r.Proto, r.ProtoGiven = p, true
+			return true
+		case r.ProtoNeg && r.Proto != p:
+			// "!= udp" and "== tcp" is "== tcp".
+			r.Proto, r.ProtoNeg, r.ProtoGiven = p, false, true
+			return true
+		}
+		return r.Proto == p && !r.ProtoNeg
+	}
+}
+
+// match translates "selector [op] value" and its statement forms.
+func (b *ruleBuilder) match(m *Match) {
+	pos := toPos(m.Pos)
+	if len(m.Left.Atoms) != 1 {
+		b.unsupported(pos, "concatenation")
+		return
+	}
+	a := m.Left.Atoms[0]
+	key := a.text()
+	if m.Set != nil {
+		b.flushICMP()
+		b.verdict, b.rest = true, true
+		b.emit(action{kind: actTarget, pos: pos, target: &rules.GenericTarget{Located: rules.Located{Pos: pos}, Target: key + " set"}})
+		return
+	}
+	if m.VMap != nil {
+		b.vmap(m, key, pos)
+		return
+	}
+	op := normOp(m.Op)
+	val, ok := b.rv.list(m.Right, b.src.env)
+	if !ok {
+		return
+	}
+	var mask *rhs
+	if m.Mask != nil {
+		mv, ok := b.rv.value(&Value{Pos: m.Mask.Pos, Parts: []*Unit{{Pos: m.Mask.Pos, Lo: m.Mask}}}, b.src.env, 0)
+		if !ok {
+			return
+		}
+		mask = &mv
+	}
+	b.relation(pos, key, op, mask, val)
+}
+
+func normOp(op string) string {
+	switch op {
+	case "eq":
+		return "=="
+	case "ne":
+		return "!="
+	case "lt":
+		return "<"
+	case "gt":
+		return ">"
+	case "le":
+		return "<="
+	case "ge":
+		return ">="
+	}
+	return op
+}
+
+// vmap expands "key vmap { v1 : verdict1, ... }" into one model rule per
+// element: keys are distinct, so at most one of them fires.
+func (b *ruleBuilder) vmap(m *Match, key string, pos rules.Pos) {
+	var elems []elem
+	switch {
+	case m.VMap.Set != nil:
+		r, ok := b.rv.value(&Value{Pos: m.VMap.Pos, Parts: []*Unit{{Pos: m.VMap.Pos, Lo: m.VMap}}}, b.src.env, 0)
+		if !ok {
+			return
+		}
+		elems = r.elems
+	case m.VMap.Ref != nil:
+		s := b.tbl.sets[(*m.VMap.Ref)[1:]]
+		if s == nil || !s.isMap {
+			b.errorf(pos, "map %s does not exist", *m.VMap.Ref)
+			return
+		}
+		for i, el := range s.elems {
+			r, ok := b.rv.value(el.Key, s.elemEnvs[i], 0)
+			if !ok {
+				return
+			}
+			for j := range r.elems {
+				r.elems[j].verdict = el.Verdict
+			}
+			elems = append(elems, r.elems...)
+		}
+	default:
+		b.errorf(pos, "bad verdict map")
+		return
+	}
+	b.flushICMP()
+	base := b.conds
+	for _, el := range elems {
+		if el.verdict == nil {
+			b.errorf(el.pos, "verdict map element without a verdict")
+			return
+		}
+		b.conds = slices.Clone(base)
+		b.relation(el.pos, key, "", nil, rhs{elems: []elem{el}})
+		b.flushICMP()
+		b.emit(verdictAction(el.verdict))
+	}
+	b.conds = base
+	b.verdict = true
+}
+
+// relation translates one comparison.
+func (b *ruleBuilder) relation(pos rules.Pos, key, op string, mask *rhs, val rhs) {
+	if mask != nil && key != "tcp flags" && key != "meta mark" && key != "mark" {
+		b.unsupported(pos, key+" &")
+		return
+	}
+	switch key {
+	case "meta nfproto", "nfproto", "meta protocol":
+		b.nfproto(pos, key, op, val)
+	case "ip saddr", "ip daddr":
+		if b.needFamily(rules.IPv4) {
+			b.addrMatch(pos, key, op, val)
+		}
+	case "ip6 saddr", "ip6 daddr":
+		if b.needFamily(rules.IPv6) {
+			b.addrMatch(pos, key, op, val)
+		}
+	case "ip protocol", "meta l4proto", "l4proto":
+		if key == "ip protocol" && !b.needFamily(rules.IPv4) {
+			return
+		}
+		b.protoMatch(pos, op, val)
+	case "tcp sport", "tcp dport", "udp sport", "udp dport", "sctp sport", "sctp dport":
+		b.portMatch(pos, key, op, val)
+	case "tcp flags":
+		b.tcpFlags(pos, op, mask, val)
+	case "icmp type", "icmp code":
+		if b.needFamily(rules.IPv4) {
+			b.icmpMatch(pos, false, key, op, val)
+		}
+	case "icmpv6 type", "icmpv6 code":
+		if b.needFamily(rules.IPv6) {
+			b.icmpMatch(pos, true, key, op, val)
+		}
+	case "ct state":
+		b.ctState(pos, op, val)
+	case "meta iifname", "iifname", "meta oifname", "oifname":
+		b.ifname(pos, key, op, val)
+	case "meta mark", "mark":
+		b.mark(pos, op, mask, val)
+	case "meta pkttype", "pkttype":
+		b.pktType(pos, op, val)
+	case "ip ttl":
+		if b.needFamily(rules.IPv4) {
+			b.ttl(pos, op, val)
+		}
+	case "ip6 hoplimit":
+		if b.needFamily(rules.IPv6) {
+			b.ttl(pos, op, val)
+		}
+	case "ip length":
+		if b.needFamily(rules.IPv4) {
+			b.length(pos, op, val, 0)
+		}
+	case "ip6 length":
+		// The payload length; the model's length adds the header.
+		if b.needFamily(rules.IPv6) {
+			b.length(pos, op, val, 40)
+		}
+	case "ether saddr":
+		b.etherSaddr(pos, op, val)
+	default:
+		b.unsupported(pos, key)
+	}
+}
+
+// needFamily narrows an inet rule to family f: in the other family's
+// model the rule never matches.
+func (b *ruleBuilder) needFamily(f rules.Family) bool {
+	if b.fam != f {
+		b.add(choice{})
+		return false
+	}
+	return true
+}
+
+func (b *ruleBuilder) nfproto(pos rules.Pos, key, op string, val rhs) {
+	if op != "" && op != "==" && op != "!=" {
+		b.unsupported(pos, key+" "+op)
+		return
+	}
+	in := false
+	for _, el := range val.elems {
+		var f rules.Family
+		switch el.lo {
+		case "ipv4", "ip", "0x0800", "2":
+			f = rules.IPv4
+		case "ipv6", "ip6", "0x86dd", "10":
+			f = rules.IPv6
+		default:
+			continue
+		}
+		if f == b.fam {
+			in = true
+		}
+	}
+	if in == (op == "!=") {
+		b.add(choice{})
+	}
+}
+
+func (b *ruleBuilder) addrMatch(pos rules.Pos, key, op string, val rhs) {
+	if op != "" && op != "==" && op != "!=" {
+		b.unsupported(pos, key+" "+op)
+		return
+	}
+	neg := op == "!="
+	dst := strings.HasSuffix(key, "daddr")
+	// One address, prefix or range becomes -s/-d or -m iprange; a set,
+	// named or anonymous, a hash:net ipset of its prefixes.
+	if len(val.elems) == 1 && !val.set && val.elems[0].ref == "" {
+		el := val.elems[0]
+		if el.hasRange {
+			from, err1 := netip.ParseAddr(el.lo)
+			to, err2 := netip.ParseAddr(el.hi)
+			if err1 != nil || err2 != nil || from.BitLen() != b.fam.Bits() || to.BitLen() != b.fam.Bits() {
+				b.errorf(el.pos, "bad %s address range %s-%s", b.fam, el.lo, el.hi)
+				return
+			}
+			b.add(always1(addrRangeCond(pos, dst, from, to, neg)))
+			return
+		}
+		p, err := prefixOf(el, b.fam)
+		if err != nil {
+			b.errorf(el.pos, "%v", err)
+			return
+		}
+		b.add(always1(func(r *rules.Rule) bool {
+			n := rules.NetFromPrefix(p)
+			switch {
+			case !dst && r.Src.IsAny() && !r.SrcNeg:
+				r.Src, r.SrcNeg = n, neg
+			case dst && r.Dst.IsAny() && !r.DstNeg:
+				r.Dst, r.DstNeg = n, neg
+			default:
+				from, to := prefixRange(p)
+				return addrRangeCond(pos, dst, from, to, neg)(r)
+			}
+			return true
+		}))
+		return
+	}
+	prefixes, name, ok := b.addrSetPrefixes(pos, val)
+	if !ok {
+		return
+	}
+	set := &rules.IPSet{Name: name, Pos: pos, Type: "hash:net", Family: b.fam}
+	for _, p := range prefixes {
+		set.Entries = append(set.Entries, rules.IPSetEntry{Pos: pos, Addr: p})
+	}
+	b.sets[name] = set
+	dir := rules.SetSrc
+	if dst {
+		dir = rules.SetDst
+	}
+	b.add(always1(func(r *rules.Rule) bool {
+		r.Matches = append(r.Matches, &rules.Set{Located: rules.Located{Pos: pos}, SetName: name, Dirs: []rules.SetDir{dir}, Neg: neg})
+		return true
+	}))
+}
+
+func addrRangeCond(pos rules.Pos, dst bool, from, to netip.Addr, neg bool) cond {
+	return func(r *rules.Rule) bool {
+		ar := &rules.AddrRange{From: from, To: to}
+		m := &rules.IPRange{Located: rules.Located{Pos: pos}}
+		if dst {
+			m.Dst, m.DstNeg = ar, neg
+		} else {
+			m.Src, m.SrcNeg = ar, neg
+		}
+		r.Matches = append(r.Matches, m)
+		return true
+	}
+}
+
+// prefixRange returns the first and last address of p.
+func prefixRange(p netip.Prefix) (netip.Addr, netip.Addr) {
+	from := p.Masked().Addr()
+	b := from.AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	to, _ := netip.AddrFromSlice(b)
+	return from, to
+}
+
+// addrSetPrefixes returns the prefixes of an address set and the name of
+// the ipset the model gives it.
+func (b *ruleBuilder) addrSetPrefixes(pos rules.Pos, val rhs) ([]netip.Prefix, string, bool) {
+	var elems []elem
+	name := fmt.Sprintf("nft:%s:%d:%d", pos.File, pos.Line, pos.Col)
+	if len(val.elems) == 1 && val.elems[0].ref != "" {
+		ref := val.elems[0].ref
+		s := b.tbl.sets[ref]
+		if s == nil {
+			b.errorf(pos, "set @%s does not exist in table %s %s", ref, b.tbl.family, b.tbl.name)
+			return nil, "", false
+		}
+		if s.isMap {
+			b.errorf(pos, "@%s is a map", ref)
+			return nil, "", false
+		}
+		for _, f := range s.flags {
+			if f == "timeout" || f == "dynamic" {
+				b.unsupported(pos, "set with flag "+f)
+				return nil, "", false
+			}
+		}
+		for i, el := range s.elems {
+			r, ok := b.rv.value(el.Key, s.elemEnvs[i], 0)
+			if !ok {
+				return nil, "", false
+			}
+			if len(el.Options) > 0 {
+				b.unsupported(toPos(el.Pos), "set element options")
+				return nil, "", false
+			}
+			elems = append(elems, r.elems...)
+		}
+		name = fmt.Sprintf("nft:%s:%s", b.tbl.name, ref)
+	} else {
+		elems = val.elems
+	}
+	var out []netip.Prefix
+	for _, el := range elems {
+		if el.ref != "" {
+			b.errorf(el.pos, "set reference inside a set")
+			return nil, "", false
+		}
+		if el.hasRange {
+			from, err1 := netip.ParseAddr(el.lo)
+			to, err2 := netip.ParseAddr(el.hi)
+			if err1 != nil || err2 != nil || from.BitLen() != b.fam.Bits() || to.BitLen() != b.fam.Bits() || from.Compare(to) > 0 {
+				b.errorf(el.pos, "bad %s address range %s-%s", b.fam, el.lo, el.hi)
+				return nil, "", false
+			}
+			out = append(out, rangePrefixes(from, to)...)
+			continue
+		}
+		p, err := prefixOf(el, b.fam)
+		if err != nil {
+			b.errorf(el.pos, "%v", err)
+			return nil, "", false
+		}
+		out = append(out, p)
+	}
+	return out, name, true
+}
+
+// rangePrefixes splits from..to into the prefixes that cover it exactly.
+func rangePrefixes(from, to netip.Addr) []netip.Prefix {
+	var out []netip.Prefix
+	for {
+		bits := from.BitLen()
+		// Grow the prefix while it starts at from and ends within to.
+		for bits > 0 {
+			p := netip.PrefixFrom(from, bits-1)
+			if p.Masked().Addr() != from {
+				break
+			}
+			if _, last := prefixRange(p); last.Compare(to) > 0 {
+				break
+			}
+			bits--
+		}
+		p := netip.PrefixFrom(from, bits)
+		out = append(out, p)
+		_, last := prefixRange(p)
+		if last.Compare(to) >= 0 {
+			return out
+		}
+		from = last.Next()
+	}
+}
+
+func (b *ruleBuilder) protoMatch(pos rules.Pos, op string, val rhs) {
+	if op != "" && op != "==" && op != "!=" {
+		b.unsupported(pos, "l4proto "+op)
+		return
+	}
+	var protos []uint8
+	for _, el := range val.elems {
+		if el.hasRange || el.hasMask || el.ref != "" {
+			b.unsupported(el.pos, "protocol range or set reference")
+			return
+		}
+		p, err := parseProto(el.lo)
+		if err != nil {
+			b.errorf(el.pos, "%v", err)
+			return
+		}
+		protos = append(protos, p)
+	}
+	if op == "!=" {
+		if len(protos) != 1 {
+			b.unsupported(pos, "negated protocol set")
+			return
+		}
+		p := protos[0]
+		b.add(always1(func(r *rules.Rule) bool {
+			switch {
+			case r.Proto == 0 && !r.ProtoNeg:
+				r.Proto, r.ProtoNeg, r.ProtoGiven = p, true, true
+				return true
+			case !r.ProtoNeg:
+				return r.Proto != p
+			}
+			return r.Proto == p // two negations need two matches
+		}))
+		return
+	}
+	var c choice
+	for _, p := range dedup(protos) {
+		c = append(c, alt{needProto(p)})
+	}
+	b.add(c)
+}
+
+func dedup[T comparable](xs []T) []T {
+	var out []T
+	for _, x := range xs {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// portMatch: the TCP or UDP match of the model for the first condition on
+// a port, multiport for the others and for sets and SCTP.
+func (b *ruleBuilder) portMatch(pos rules.Pos, key, op string, val rhs) {
+	proto, field, _ := strings.Cut(key, " ")
+	p, _ := parseProto(proto)
+	var ranges []rules.PortRange
+	neg := op == "!="
+	switch op {
+	case "", "==", "!=":
+		for _, el := range b.expandRef(pos, val) {
+			r, ok := b.portRange(el)
+			if !ok {
+				return
+			}
+			ranges = append(ranges, r)
+		}
+		if len(val.elems) == 0 {
+			return
+		}
+	case "<", ">", "<=", ">=":
+		if len(val.elems) != 1 {
+			b.errorf(pos, "%s needs one port", op)
+			return
+		}
+		v, err := parsePort(val.elems[0].lo)
+		if err != nil {
+			b.errorf(pos, "%v", err)
+			return
+		}
+		r, ok := cmpRange(op, uint64(v), 0xffff)
+		if !ok {
+			b.add(choice{})
+			return
+		}
+		ranges = []rules.PortRange{{Lo: uint16(r[0]), Hi: uint16(r[1])}}
+	default:
+		b.unsupported(pos, key+" "+op)
+		return
+	}
+	if len(ranges) == 0 {
+		if !neg {
+			b.add(choice{})
+		}
+		return
+	}
+	loc := rules.Located{Pos: pos}
+	dir := rules.MultiportDst
+	if field == "sport" {
+		dir = rules.MultiportSrc
+	}
+	b.add(always1(func(r *rules.Rule) bool {
+		if !needProto(p)(r) {
+			return false
+		}
+		if len(ranges) == 1 && (p == 6 || p == 17) {
+			if b.singlePort(r, p, field, ranges[0], neg, loc) {
+				return true
+			}
+		}
+		r.Matches = append(r.Matches, &rules.Multiport{Located: loc, Dir: dir, Ports: ranges, Neg: neg})
+		return true
+	}))
+}
+
+// singlePort sets the port of the rule's tcp or udp match when it has none
+// yet in that direction.
+func (b *ruleBuilder) singlePort(r *rules.Rule, p uint8, field string, pr rules.PortRange, neg bool, loc rules.Located) bool {
+	for _, m := range r.Matches {
+		switch m := m.(type) {
+		case *rules.TCP:
+			if p != 6 {
+				continue
+			}
+			if field == "sport" && m.SrcPorts == rules.AnyPort && !m.SrcNeg {
+				m.SrcPorts, m.SrcNeg = pr, neg
+				return true
+			}
+			if field == "dport" && m.DstPorts == rules.AnyPort && !m.DstNeg {
+				m.DstPorts, m.DstNeg = pr, neg
+				return true
+			}
+			return false
+		case *rules.UDP:
+			if p != 17 {
+				continue
+			}
+			if field == "sport" && m.SrcPorts == rules.AnyPort && !m.SrcNeg {
+				m.SrcPorts, m.SrcNeg = pr, neg
+				return true
+			}
+			if field == "dport" && m.DstPorts == rules.AnyPort && !m.DstNeg {
+				m.DstPorts, m.DstNeg = pr, neg
+				return true
+			}
+			return false
+		}
+	}
+	src, dst := rules.AnyPort, rules.AnyPort
+	sneg, dneg := false, false
+	if field == "sport" {
+		src, sneg = pr, neg
+	} else {
+		dst, dneg = pr, neg
+	}
+	if p == 6 {
+		r.Matches = append(r.Matches, &rules.TCP{Located: loc, SrcPorts: src, DstPorts: dst, SrcNeg: sneg, DstNeg: dneg})
+	} else {
+		r.Matches = append(r.Matches, &rules.UDP{Located: loc, SrcPorts: src, DstPorts: dst, SrcNeg: sneg, DstNeg: dneg})
+	}
+	return true
+}
+
+// expandRef replaces a reference to a named set by its elements.
+func (b *ruleBuilder) expandRef(pos rules.Pos, val rhs) []elem {
+	if len(val.elems) != 1 || val.elems[0].ref == "" {
+		return val.elems
+	}
+	ref := val.elems[0].ref
+	s := b.tbl.sets[ref]
+	if s == nil || s.isMap {
+		b.errorf(pos, "set @%s does not exist in table %s %s", ref, b.tbl.family, b.tbl.name)
+		return nil
+	}
+	for _, f := range s.flags {
+		if f == "timeout" || f == "dynamic" {
+			b.unsupported(pos, "set with flag "+f)
+			return nil
+		}
+	}
+	var out []elem
+	for i, el := range s.elems {
+		if len(el.Options) > 0 {
+			b.unsupported(toPos(el.Pos), "set element options")
+			return nil
+		}
+		r, ok := b.rv.value(el.Key, s.elemEnvs[i], 0)
+		if !ok {
+			return nil
+		}
+		out = append(out, r.elems...)
+	}
+	return out
+}
+
+func (b *ruleBuilder) portRange(el elem) (rules.PortRange, bool) {
+	if el.hasMask || el.ref != "" {
+		b.errorf(el.pos, "bad port %s", el.lo)
+		return rules.PortRange{}, false
+	}
+	lo, err := parsePort(el.lo)
+	if err != nil {
+		b.errorf(el.pos, "%v", err)
+		return rules.PortRange{}, false
+	}
+	hi := lo
+	if el.hasRange {
+		if hi, err = parsePort(el.hi); err != nil || hi < lo {
+			b.errorf(el.pos, "bad port range %s-%s", el.lo, el.hi)
+			return rules.PortRange{}, false
+		}
+	}
+	return rules.PortRange{Lo: lo, Hi: hi}, true
+}
+
+// cmpRange returns the values of 0..maxV that satisfy "x op v", or false
+// when there are none.
+func cmpRange(op string, v, maxV uint64) ([2]uint64, bool) {
+	switch op {
+	case "<":
+		if v == 0 {
+			return [2]uint64{}, false
+		}
+		return [2]uint64{0, v - 1}, true
+	case "<=":
+		return [2]uint64{0, min(v, maxV)}, true
+	case ">":
+		if v >= maxV {
+			return [2]uint64{}, false
+		}
+		return [2]uint64{v + 1, maxV}, true
+	case ">=":
+		if v > maxV {
+			return [2]uint64{}, false
+		}
+		return [2]uint64{v, maxV}, true
+	}
+	return [2]uint64{v, v}, true
+}
+
+func tcpFlagBits(names ...string) (uint8, error) {
+	var v uint8
+	for _, n := range names {
+		f, ok := tcpFlagNames[n]
+		if !ok {
+			x, err := parseNum(n, 8)
+			if err != nil {
+				return 0, fmt.Errorf("unknown tcp flag %q", n)
+			}
+			f = uint8(x)
+		}
+		v |= f
+	}
+	return v, nil
+}
+
+func flagValue(el elem) (uint8, error) {
+	if el.or != nil {
+		return tcpFlagBits(el.or...)
+	}
+	return tcpFlagBits(el.lo)
+}
+
+// tcpFlags: "tcp flags syn" and "tcp flags syn,ack" (any of the flags is
+// set), "== syn" and sets (exactly these flags), "syn / syn,ack" and
+// "& (syn|ack) == syn" (these flags under a mask).
+func (b *ruleBuilder) tcpFlags(pos rules.Pos, op string, mask *rhs, val rhs) {
+	loc := rules.Located{Pos: pos}
+	flags := func(m, c uint8, neg bool) cond {
+		return func(r *rules.Rule) bool {
+			if !needProto(6)(r) {
+				return false
+			}
+			r.Matches = append(r.Matches, &rules.TCP{Located: loc, SrcPorts: rules.AnyPort, DstPorts: rules.AnyPort, FlagMask: m, FlagComp: c, FlagsNeg: neg})
+			return true
+		}
+	}
+	// "a,b / c,d": the mask is the part after "/" and the rest of the list.
+	if i := slices.IndexFunc(val.elems, func(e elem) bool { return e.hasMask }); i >= 0 && mask == nil && !val.set {
+		var comp []string
+		for _, e := range val.elems[:i] {
+			comp = append(comp, e.lo)
+		}
+		comp = append(comp, val.elems[i].lo)
+		maskNames := []string{val.elems[i].mask}
+		for _, e := range val.elems[i+1:] {
+			maskNames = append(maskNames, e.lo)
+		}
+		c, err1 := tcpFlagBits(comp...)
+		m, err2 := tcpFlagBits(maskNames...)
+		if err1 != nil || err2 != nil || (op != "" && op != "==" && op != "!=") {
+			b.errorf(pos, "bad tcp flags")
+			return
+		}
+		b.add(always1(flags(m, c&m, op == "!=")))
+		return
+	}
+	if mask != nil {
+		if len(mask.elems) != 1 {
+			b.errorf(pos, "bad tcp flags mask")
+			return
+		}
+		m, err := flagValue(mask.elems[0])
+		if err != nil {
+			b.errorf(pos, "%v", err)
+			return
+		}
+		if op == "" && !val.set {
+			op = "=="
+		}
+		b.flagValues(pos, op, m, val, flags)
+		return
+	}
+	if op == "" && !val.set {
+		// Implicit: (flags & value) != 0, any of the flags.
+		var all uint8
+		for _, e := range val.elems {
+			v, err := flagValue(e)
+			if err != nil {
+				b.errorf(e.pos, "%v", err)
+				return
+			}
+			all |= v
+		}
+		var c choice
+		var seen uint8
+		for bit := uint8(1); bit != 0; bit <<= 1 {
+			if all&bit == 0 {
+				continue
+			}
+			// The lowest set flag is this one: disjoint alternatives.
+			c = append(c, alt{flags(seen|bit, bit, false)})
+			seen |= bit
+		}
+		b.add(c)
+		return
+	}
+	b.flagValues(pos, op, 0xff, val, flags)
+}
+
+func (b *ruleBuilder) flagValues(pos rules.Pos, op string, m uint8, val rhs, flags func(m, c uint8, neg bool) cond) {
+	var vals []uint8
+	for _, e := range val.elems {
+		v, err := flagValue(e)
+		if err != nil || e.hasRange || e.hasMask {
+			b.errorf(e.pos, "bad tcp flags value")
+			return
+		}
+		vals = append(vals, v)
+	}
+	switch op {
+	case "", "==":
+		var c choice
+		for _, v := range dedup(vals) {
+			if v&^m != 0 {
+				continue // never equal under the mask
+			}
+			c = append(c, alt{flags(m, v, false)})
+		}
+		b.add(c)
+	case "!=":
+		var a alt
+		for _, v := range dedup(vals) {
+			if v&^m != 0 {
+				continue
+			}
+			a = append(a, flags(m, v, true))
+		}
+		b.add(choice{a})
+	default:
+		b.unsupported(pos, "tcp flags "+op)
+	}
+}
+
+func (b *ruleBuilder) icmpMatch(pos rules.Pos, v6 bool, key, op string, val rhs) {
+	if b.icmp == nil {
+		b.icmp = &icmpTerm{v6: v6, pos: pos}
+	}
+	it := b.icmp
+	types, codes := icmpTypes, icmpCodes
+	if v6 {
+		types, codes = icmpv6Types, icmpv6Codes
+	}
+	isType := strings.HasSuffix(key, "type")
+	if op != "" && op != "==" && op != "!=" {
+		b.unsupported(pos, key+" "+op)
+		return
+	}
+	elems := b.expandRef(pos, val)
+	var vs []uint8
+	for _, e := range elems {
+		if e.hasRange || e.hasMask {
+			b.unsupported(e.pos, key+" range")
+			return
+		}
+		names := codes
+		if isType {
+			names = types
+		}
+		v, err := lookupByte(names, e.lo)
+		if err != nil {
+			b.errorf(e.pos, "%s: %v", key, err)
+			return
+		}
+		vs = append(vs, v)
+	}
+	switch {
+	case isType && it.typ == nil && it.typeNames == nil && op == "!=" && len(vs) == 1:
+		it.typ, it.typeNeg = &vs[0], true
+	case isType && it.typ == nil && it.typeNames == nil && op != "!=":
+		if len(vs) == 1 {
+			it.typ = &vs[0]
+		} else {
+			it.typeNames = dedup(vs)
+		}
+	case !isType && it.code == nil && op != "!=" && len(vs) == 1:
+		it.code = &vs[0]
+	default:
+		b.unsupported(pos, key+" combination")
+	}
+}
+
+// flushICMP turns the rule's icmp type and code into ICMP matches.
+func (b *ruleBuilder) flushICMP() {
+	it := b.icmp
+	if it == nil {
+		return
+	}
+	b.icmp = nil
+	proto := uint8(1)
+	if it.v6 {
+		proto = 58
+	}
+	loc := rules.Located{Pos: it.pos}
+	mk := func(t uint8, neg bool) cond {
+		return func(r *rules.Rule) bool {
+			if !needProto(proto)(r) {
+				return false
+			}
+			m := &rules.ICMP{Located: loc, V6: it.v6, Type: t, CodeMin: 0, CodeMax: 0xff, Neg: neg}
+			if it.code != nil {
+				m.CodeMin, m.CodeMax = *it.code, *it.code
+			}
+			r.Matches = append(r.Matches, m)
+			return true
+		}
+	}
+	switch {
+	case it.typ != nil:
+		if it.typeNeg && it.code != nil {
+			b.unsupported(it.pos, "negated icmp type with a code")
+			return
+		}
+		if !it.v6 && *it.typ == 0xff {
+			b.unsupported(it.pos, "icmp type 255")
+			return
+		}
+		b.add(always1(mk(*it.typ, it.typeNeg)))
+	case it.typeNames != nil:
+		var c choice
+		for _, t := range it.typeNames {
+			if !it.v6 && t == 0xff {
+				b.unsupported(it.pos, "icmp type 255")
+				return
+			}
+			c = append(c, alt{mk(t, false)})
+		}
+		b.add(c)
+	default:
+		b.unsupported(it.pos, "icmp code without a type")
+	}
+}
+
+func (b *ruleBuilder) ctState(pos rules.Pos, op string, val rhs) {
+	if op != "" && op != "==" && op != "!=" {
+		b.unsupported(pos, "ct state "+op)
+		return
+	}
+	var st uint16
+	for _, e := range b.expandRef(pos, val) {
+		names := e.or
+		if names == nil {
+			names = []string{e.lo}
+		}
+		for _, n := range names {
+			s, ok := ctStateNames[n]
+			if !ok || e.hasRange || e.hasMask {
+				b.errorf(e.pos, "unknown ct state %q", n)
+				return
+			}
+			st |= s
+		}
+	}
+	// A packet has exactly one state, so "any of" (implicit), set
+	// membership and equality agree; "!=" of one state is its negation.
+	if op == "!=" && len(val.elems) > 1 && !val.set {
+		b.unsupported(pos, "ct state != list")
+		return
+	}
+	m := &rules.Conntrack{Located: rules.Located{Pos: pos}, State: st, StateNeg: op == "!="}
+	b.add(always1(func(r *rules.Rule) bool { r.Matches = append(r.Matches, m); return true }))
+}
+
+// ifname: nft compares the name with a NUL-padded IFNAMSIZ buffer; "eth*"
+// compares the prefix.
+func (b *ruleBuilder) ifname(pos rules.Pos, key, op string, val rhs) {
+	if op != "" && op != "==" && op != "!=" {
+		b.unsupported(pos, key+" "+op)
+		return
+	}
+	out := strings.HasSuffix(key, "oifname")
+	var names []string
+	for _, e := range b.expandRef(pos, val) {
+		if e.hasRange || e.hasMask {
+			b.errorf(e.pos, "bad interface name")
+			return
+		}
+		n := e.lo
+		if strings.HasSuffix(n, "*") && !strings.HasSuffix(n, `\*`) {
+			n = strings.TrimSuffix(n, "*") + "+"
+		} else if strings.ContainsAny(n, "+") || len(n) >= 16 {
+			b.unsupported(e.pos, "interface name "+strconv.Quote(e.lo))
+			return
+		}
+		names = append(names, n)
+	}
+	set := func(n string, neg bool) cond {
+		return func(r *rules.Rule) bool {
+			p, pneg := &r.InIface, &r.InNeg
+			if out {
+				p, pneg = &r.OutIface, &r.OutNeg
+			}
+			if *p != "" {
+				if *p == n && *pneg == neg {
+					return true
+				}
+				r.Matches = append(r.Matches, &rules.Generic{Located: rules.Located{Pos: pos}, Ext: "second " + key})
+				return true
+			}
+			*p, *pneg = n, neg
+			return true
+		}
+	}
+	if op == "!=" {
+		if len(names) != 1 {
+			b.unsupported(pos, "negated "+key+" set")
+			return
+		}
+		b.add(always1(set(names[0], true)))
+		return
+	}
+	if !disjointNames(names) {
+		b.unsupported(pos, key+" set with overlapping wildcards")
+		return
+	}
+	var c choice
+	for _, n := range dedup(names) {
+		c = append(c, alt{set(n, false)})
+	}
+	b.add(c)
+}
+
+// disjointNames reports whether no interface name matches two patterns.
+func disjointNames(names []string) bool {
+	for i, a := range names {
+		for _, c := range names[i+1:] {
+			if a == c {
+				continue
+			}
+			pa, pc := strings.TrimSuffix(a, "+"), strings.TrimSuffix(c, "+")
+			wa, wc := pa != a, pc != c
+			if (wa && strings.HasPrefix(pc, pa)) || (wc && strings.HasPrefix(pa, pc)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (b *ruleBuilder) mark(pos rules.Pos, op string, mask *rhs, val rhs) {
+	m := uint32(0xffffffff)
+	if mask != nil {
+		if len(mask.elems) != 1 || mask.elems[0].hasRange || mask.elems[0].hasMask {
+			b.errorf(pos, "bad mark mask")
+			return
+		}
+		v, err := parseNum(mask.elems[0].lo, 32)
+		if err != nil {
+			b.errorf(pos, "bad mark mask %q", mask.elems[0].lo)
+			return
+		}
+		m = uint32(v)
+	}
+	if op != "" && op != "==" && op != "!=" {
+		b.unsupported(pos, "mark "+op)
+		return
+	}
+	var vals []uint32
+	for _, e := range b.expandRef(pos, val) {
+		if e.hasRange || e.hasMask {
+			b.unsupported(e.pos, "mark range")
+			return
+		}
+		v, err := parseNum(e.lo, 32)
+		if err != nil {
+			b.errorf(e.pos, "bad mark %q", e.lo)
+			return
+		}
+		vals = append(vals, uint32(v))
+	}
+	mk := func(v uint32, neg bool) cond {
+		return func(r *rules.Rule) bool {
+			r.Matches = append(r.Matches, &rules.Mark{Located: rules.Located{Pos: pos}, Value: v, Mask: m, Neg: neg})
+			return true
+		}
+	}
+	if op == "!=" {
+		var a alt
+		for _, v := range dedup(vals) {
+			a = append(a, mk(v, true))
+		}
+		b.add(choice{a})
+		return
+	}
+	var c choice
+	for _, v := range dedup(vals) {
+		if v&^m != 0 {
+			continue
+		}
+		c = append(c, alt{mk(v, false)})
+	}
+	b.add(c)
+}
+
+func (b *ruleBuilder) pktType(pos rules.Pos, op string, val rhs) {
+	if op != "" && op != "==" && op != "!=" {
+		b.unsupported(pos, "pkttype "+op)
+		return
+	}
+	var ts []uint8
+	for _, e := range b.expandRef(pos, val) {
+		t, ok := pktTypeNames[e.lo]
+		if !ok {
+			b.errorf(e.pos, "unknown packet type %q", e.lo)
+			return
+		}
+		ts = append(ts, t)
+	}
+	mk := func(t uint8, neg bool) cond {
+		return func(r *rules.Rule) bool {
+			r.Matches = append(r.Matches, &rules.PktType{Located: rules.Located{Pos: pos}, Type: t, Neg: neg})
+			return true
+		}
+	}
+	if op == "!=" {
+		var a alt
+		for _, t := range dedup(ts) {
+			a = append(a, mk(t, true))
+		}
+		b.add(choice{a})
+		return
+	}
+	var c choice
+	for _, t := range dedup(ts) {
+		c = append(c, alt{mk(t, false)})
+	}
+	b.add(c)
+}
+
+// ttl compares the IPv4 TTL or the IPv6 hop limit.
+func (b *ruleBuilder) ttl(pos rules.Pos, op string, val rhs) {
+	loc := rules.Located{Pos: pos}
+	mk := func(cop rules.CompareOp, v uint8) cond {
+		return func(r *rules.Rule) bool {
+			if b.fam == rules.IPv6 {
+				r.Matches = append(r.Matches, &rules.HL{Located: loc, Op: cop, Value: v})
+			} else {
+				r.Matches = append(r.Matches, &rules.TTL{Located: loc, Op: cop, Value: v})
+			}
+			return true
+		}
+	}
+	rangeAlt := func(lo, hi uint64) alt {
+		var a alt
+		if lo > 0 {
+			a = append(a, mk(rules.OpGt, uint8(lo-1)))
+		}
+		if hi < 255 {
+			a = append(a, mk(rules.OpLt, uint8(hi+1)))
+		}
+		return a
+	}
+	elems := b.expandRef(pos, val)
+	var c choice
+	for _, e := range elems {
+		lo, err := parseNum(e.lo, 8)
+		hi := lo
+		if err == nil && e.hasRange {
+			hi, err = parseNum(e.hi, 8)
+		}
+		if err != nil || e.hasMask || hi < lo {
+			b.errorf(e.pos, "bad ttl %q", e.lo)
+			return
+		}
+		switch {
+		case op == "!=" && !e.hasRange && len(elems) == 1:
+			c = append(c, alt{mk(rules.OpNe, uint8(lo))})
+		case op == "!=":
+			b.unsupported(pos, "negated ttl range or set")
+			return
+		case op == "" || op == "==":
+			if e.hasRange {
+				c = append(c, rangeAlt(lo, hi))
+			} else {
+				c = append(c, alt{mk(rules.OpEq, uint8(lo))})
+			}
+		default:
+			if len(elems) != 1 || e.hasRange {
+				b.errorf(pos, "%s needs one value", op)
+				return
+			}
+			r, ok := cmpRange(op, lo, 255)
+			if !ok {
+				b.add(choice{})
+				return
+			}
+			c = append(c, rangeAlt(r[0], r[1]))
+		}
+	}
+	if !disjointRanges(elems) {
+		b.unsupported(pos, "overlapping ttl set")
+		return
+	}
+	b.add(c)
+}
+
+// disjointRanges reports whether no value is in two elements.
+func disjointRanges(elems []elem) bool {
+	type rg struct{ lo, hi uint64 }
+	var rs []rg
+	for _, e := range elems {
+		lo, err := parseNum(e.lo, 64)
+		if err != nil {
+			return false
+		}
+		hi := lo
+		if e.hasRange {
+			if hi, err = parseNum(e.hi, 64); err != nil {
+				return false
+			}
+		}
+		for _, x := range rs {
+			if lo <= x.hi && x.lo <= hi {
+				return false
+			}
+		}
+		rs = append(rs, rg{lo, hi})
+	}
+	return true
+}
+
+// length compares the IP length; add is what the model's length adds to
+// the field (the IPv6 header).
+func (b *ruleBuilder) length(pos rules.Pos, op string, val rhs, add uint64) {
+	elems := b.expandRef(pos, val)
+	mk := func(lo, hi uint64, neg bool) cond {
+		return func(r *rules.Rule) bool {
+			r.Matches = append(r.Matches, &rules.Length{Located: rules.Located{Pos: pos}, Min: uint16(lo), Max: uint16(hi), Neg: neg})
+			return true
+		}
+	}
+	if add != 0 {
+		// 65535 + 40 does not fit the model's 16 bits.
+		b.unsupported(pos, "ip6 length")
+		return
+	}
+	var c choice
+	for _, e := range elems {
+		lo, err := parseNum(e.lo, 16)
+		hi := lo
+		if err == nil && e.hasRange {
+			hi, err = parseNum(e.hi, 16)
+		}
+		if err != nil || e.hasMask || hi < lo {
+			b.errorf(e.pos, "bad length %q", e.lo)
+			return
+		}
+		switch op {
+		case "", "==":
+			c = append(c, alt{mk(lo, hi, false)})
+		case "!=":
+			if len(elems) != 1 {
+				b.unsupported(pos, "negated length set")
+				return
+			}
+			c = append(c, alt{mk(lo, hi, true)})
+		default:
+			if len(elems) != 1 || e.hasRange {
+				b.errorf(pos, "%s needs one value", op)
+				return
+			}
+			r, ok := cmpRange(op, lo, 0xffff)
+			if !ok {
+				b.add(choice{})
+				return
+			}
+			c = append(c, alt{mk(r[0], r[1], false)})
+		}
+	}
+	if !disjointRanges(elems) {
+		b.unsupported(pos, "overlapping length set")
+		return
+	}
+	b.add(c)
+}
+
+func (b *ruleBuilder) etherSaddr(pos rules.Pos, op string, val rhs) {
+	if (op != "" && op != "==" && op != "!=") || len(val.elems) != 1 || val.set {
+		b.unsupported(pos, "ether saddr set or comparison")
+		return
+	}
+	hw, err := net.ParseMAC(val.elems[0].lo)
+	if err != nil || len(hw) != 6 {
+		b.errorf(pos, "bad mac address %q", val.elems[0].lo)
+		return
+	}
+	m := &rules.MAC{Located: rules.Located{Pos: pos}, Addr: hw, Neg: op == "!="}
+	b.add(always1(func(r *rules.Rule) bool { r.Matches = append(r.Matches, m); return true }))
+}

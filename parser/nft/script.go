@@ -1,0 +1,630 @@
+package nft
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/alecthomas/participle/v2"
+	"github.com/alecthomas/participle/v2/lexer"
+
+	"bpfwall/rules"
+)
+
+// ruleset is the nftables state a script builds: what "nft list ruleset"
+// would print after "nft -f". Rules stay unread ASTs until a family's
+// model is built from them.
+type ruleset struct {
+	tables []*table
+}
+
+type table struct {
+	family string // ip, ip6, inet, netdev, arp, bridge
+	name   string
+	pos    rules.Pos
+	chains []*chain
+	sets   map[string]*set
+}
+
+type chain struct {
+	name  string
+	pos   rules.Pos
+	table *table
+	hook  *baseHook // nil for regular chains
+	rules []*srcRule
+}
+
+// baseHook is what makes a chain a base chain.
+type baseHook struct {
+	pos      rules.Pos
+	typ      string // filter, nat, route
+	hook     string // input, forward, output, prerouting, postrouting, ingress, egress
+	prio     int
+	policy   rules.Policy
+	devices  []string
+	priority bool // a priority was given
+}
+
+type srcRule struct {
+	pos  rules.Pos
+	ast  *Rule
+	env  *env // the variables defined where the rule was read
+	file string
+}
+
+type set struct {
+	name     string
+	pos      rules.Pos
+	isMap    bool
+	keyType  []string // "type" words, or for typeof the selector text
+	typeof   *Selector
+	valType  string
+	flags    []string
+	elems    []*Elem
+	elemEnvs []*env
+	file     string
+}
+
+// env is a scope of "define"d variables; scopes are never modified once a
+// rule refers to them (a define makes a new one).
+type env struct {
+	vars map[string]*Value
+	envs map[string]*env // the scope each value was defined in
+}
+
+func (e *env) with(name string, v *Value, defEnv *env) *env {
+	n := &env{vars: make(map[string]*Value, len(e.vars)+1), envs: make(map[string]*env, len(e.vars)+1)}
+	for k, x := range e.vars {
+		n.vars[k] = x
+		n.envs[k] = e.envs[k]
+	}
+	if v == nil {
+		delete(n.vars, name)
+		delete(n.envs, name)
+	} else {
+		n.vars[name] = v
+		n.envs[name] = defEnv
+	}
+	return n
+}
+
+// reader reads a script and the files it includes into a ruleset.
+type reader struct {
+	rs       *ruleset
+	readFile func(string) ([]byte, error)
+	depth    int
+	errs     rules.ErrorList
+}
+
+func (rd *reader) errorf(pos rules.Pos, format string, args ...any) {
+	rd.errs = append(rd.errs, rules.Errorf(pos, format, args...))
+}
+
+func toPos(p lexer.Position) rules.Pos {
+	return rules.Pos{File: p.Filename, Line: p.Line, Col: p.Column}
+}
+
+// unquote strips the quotes of a string token; other tokens are returned
+// as they are.
+func unquote(s string) string {
+	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
+		if u, err := strconv.Unquote(s); err == nil {
+			return u
+		}
+		return s[1 : len(s)-1]
+	}
+	return s
+}
+
+// parseFile parses src, turning participle's errors into *rules.Error.
+func parseFile(name string, src []byte) (*File, error) {
+	f, err := fileParser.ParseBytes(name, src)
+	if err != nil {
+		var perr participle.Error
+		if errors.As(err, &perr) {
+			return nil, rules.ErrorList{rules.Errorf(toPos(perr.Position()), "%s", perr.Message())}
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
+// readScript reads one file's items in order. cur is the table whose
+// block the items are in, nil at top level.
+func (rd *reader) readScript(name string, src []byte, e *env) *env {
+	f, err := parseFile(name, src)
+	if err != nil {
+		var l rules.ErrorList
+		if errors.As(err, &l) {
+			rd.errs = append(rd.errs, l...)
+		} else {
+			rd.errorf(rules.Pos{File: name, Line: 1}, "%v", err)
+		}
+		return e
+	}
+	for _, it := range f.Items {
+		e = rd.topItem(it, e)
+	}
+	return e
+}
+
+func (rd *reader) topItem(it *TopItem, e *env) *env {
+	pos := toPos(it.Pos)
+	switch {
+	case it.Include != nil:
+		return rd.include(pos, unquote(*it.Include), e)
+	case it.Define != nil:
+		return rd.define(it.Define, e)
+	case it.Table != nil:
+		t := rd.addTable(it.Table.Spec, pos)
+		if it.Table.Body != nil {
+			e = rd.tableBody(t, it.Table.Body, e)
+		}
+	case it.Command != nil:
+		rd.command(it.Command, e)
+	}
+	return e
+}
+
+func (rd *reader) define(d *Define, e *env) *env {
+	if d.Verb == "undefine" {
+		return e.with(d.Name, nil, nil)
+	}
+	if d.Value == nil {
+		rd.errorf(toPos(d.Pos), "%s %s needs a value", d.Verb, d.Name)
+		return e
+	}
+	return e.with(d.Name, d.Value, e)
+}
+
+// include reads an included file. A relative name is relative to the
+// including file; a pattern with no matching file includes nothing, as in
+// nft.
+func (rd *reader) include(pos rules.Pos, name string, e *env) *env {
+	if rd.depth >= 16 {
+		rd.errorf(pos, "include %q: includes nested too deeply", name)
+		return e
+	}
+	if !filepath.IsAbs(name) && pos.File != "" && pos.File != "<stdin>" {
+		name = filepath.Join(filepath.Dir(pos.File), name)
+	}
+	files := []string{name}
+	if strings.ContainsAny(name, "*?[") {
+		var err error
+		if files, err = filepath.Glob(name); err != nil {
+			rd.errorf(pos, "include %q: %v", name, err)
+			return e
+		}
+		slices.Sort(files)
+	}
+	for _, f := range files {
+		src, err := rd.readFile(f)
+		if err != nil {
+			rd.errorf(pos, "include: %v", err)
+			continue
+		}
+		rd.depth++
+		e = rd.readScript(f, src, e)
+		rd.depth--
+	}
+	return e
+}
+
+func (rd *reader) lookupTable(spec TableSpec) *table {
+	fam := familyOf(spec)
+	name := unquote(spec.Name)
+	for _, t := range rd.rs.tables {
+		if t.family == fam && t.name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+func familyOf(spec TableSpec) string {
+	if spec.Family == "" {
+		return "ip" // nft's default family
+	}
+	return spec.Family
+}
+
+func (rd *reader) addTable(spec TableSpec, pos rules.Pos) *table {
+	if t := rd.lookupTable(spec); t != nil {
+		return t
+	}
+	t := &table{family: familyOf(spec), name: unquote(spec.Name), pos: pos, sets: make(map[string]*set)}
+	rd.rs.tables = append(rd.rs.tables, t)
+	return t
+}
+
+func (t *table) chain(name string) *chain {
+	for _, c := range t.chains {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func (rd *reader) tableBody(t *table, body *TableBody, e *env) *env {
+	for _, it := range body.Items {
+		pos := toPos(it.Pos)
+		switch {
+		case it.Include != nil:
+			// Included files inside a block hold top-level syntax in
+			// bpfwall's reading; fw4 uses them for whole tables.
+			e = rd.include(pos, unquote(*it.Include), e)
+		case it.Chain != nil:
+			c := rd.addChain(t, unquote(it.Chain.Name), pos)
+			rd.chainBody(c, it.Chain.Body, e)
+		case it.Set != nil:
+			rd.addSet(t, it.Set.Kind == "map", unquote(it.Set.Name), pos, it.Set.Items, e)
+		case it.Define != nil:
+			e = rd.define(it.Define, e)
+		}
+		// Flags, comments and objects (counters, quotas, helpers,
+		// flowtables) change no verdict unless a rule refers to them,
+		// and a rule that does is rejected where it does.
+	}
+	return e
+}
+
+func (rd *reader) addChain(t *table, name string, pos rules.Pos) *chain {
+	if c := t.chain(name); c != nil {
+		return c
+	}
+	c := &chain{name: name, pos: pos, table: t}
+	t.chains = append(t.chains, c)
+	return c
+}
+
+func (rd *reader) chainBody(c *chain, body *ChainBody, e *env) {
+	for _, it := range body.Items {
+		pos := toPos(it.Pos)
+		switch {
+		case it.Hook != nil:
+			rd.setHook(c, it.Hook, e)
+		case it.Policy != nil:
+			if c.hook == nil {
+				rd.errorf(pos, "chain %s: a policy needs a base chain", c.name)
+				continue
+			}
+			switch *it.Policy {
+			case "accept":
+				c.hook.policy = rules.PolicyAccept
+			case "drop":
+				c.hook.policy = rules.PolicyDrop
+			default:
+				rd.errorf(pos, "chain %s: unknown policy %q", c.name, *it.Policy)
+			}
+		case it.Devices != nil:
+			if c.hook != nil {
+				c.hook.devices = append(c.hook.devices, rd.words(it.Devices, e)...)
+			}
+		case it.Rule != nil:
+			c.rules = append(c.rules, &srcRule{pos: pos, ast: it.Rule, env: e, file: pos.File})
+		}
+	}
+}
+
+// words flattens a value of names ("eth0", { "eth0", "eth1" }, $var).
+func (rd *reader) words(v *Value, e *env) []string {
+	var out []string
+	var walk func(p *Prim, e *env)
+	walk = func(p *Prim, e *env) {
+		switch {
+		case p.Atom != nil:
+			out = append(out, unquote(*p.Atom))
+		case p.Var != nil:
+			name := (*p.Var)[1:]
+			if d, ok := e.vars[name]; ok {
+				for _, u := range d.Parts {
+					walk(u.Lo, e.envs[name])
+				}
+			}
+		case p.Set != nil:
+			for _, el := range p.Set.Elems {
+				for _, u := range el.Key.Parts {
+					walk(u.Lo, e)
+				}
+			}
+		}
+	}
+	for _, u := range v.Parts {
+		walk(u.Lo, e)
+	}
+	return out
+}
+
+// standardPriorities are nft's named priorities of the ip, ip6 and inet
+// families (and netdev's "filter").
+var standardPriorities = map[string]int{
+	"raw": -300, "mangle": -150, "dstnat": -100, "filter": 0, "security": 50, "srcnat": 100,
+}
+
+func (rd *reader) setHook(c *chain, h *HookSpec, e *env) {
+	pos := toPos(h.Pos)
+	if c.hook == nil {
+		c.hook = &baseHook{policy: rules.PolicyAccept}
+	}
+	c.hook.pos, c.hook.typ, c.hook.hook = pos, h.Type, h.Hook
+	if h.Device != nil {
+		c.hook.devices = append(c.hook.devices, rd.words(h.Device, e)...)
+	}
+	if h.Priority == nil {
+		return
+	}
+	c.hook.priority = true
+	p := h.Priority
+	var n int
+	switch {
+	case p.Num != nil:
+		v, err := strconv.ParseInt(*p.Num, 0, 32)
+		if err != nil {
+			rd.errorf(toPos(p.Pos), "bad priority %q", *p.Num)
+			return
+		}
+		n = int(v)
+	case p.Name != nil:
+		v, ok := standardPriorities[*p.Name]
+		if !ok {
+			rd.errorf(toPos(p.Pos), "unknown priority %q", *p.Name)
+			return
+		}
+		n = v
+	case p.Var != nil:
+		rd.errorf(toPos(p.Pos), "priority from a variable is not supported")
+		return
+	}
+	if p.Neg {
+		n = -n
+	}
+	if p.Offset != nil {
+		off, err := strconv.ParseInt(*p.Offset, 0, 32)
+		if err != nil {
+			rd.errorf(toPos(p.Pos), "bad priority offset %q", *p.Offset)
+			return
+		}
+		if p.Sign == "-" {
+			off = -off
+		}
+		n += int(off)
+	}
+	c.hook.prio = n
+}
+
+func (rd *reader) addSet(t *table, isMap bool, name string, pos rules.Pos, items []*SetItem, e *env) *set {
+	s := t.sets[name]
+	if s == nil {
+		s = &set{name: name, pos: pos, isMap: isMap, file: pos.File}
+		t.sets[name] = s
+	}
+	for _, it := range items {
+		switch {
+		case it.Type != nil:
+			s.keyType = it.Type.Key
+			s.valType = strings.Join(it.Type.Value, ".")
+		case it.Typeof != nil:
+			s.typeof = it.Typeof.Key
+			s.keyType = nil
+			for _, a := range it.Typeof.Key.Atoms {
+				s.keyType = append(s.keyType, a.text())
+			}
+			if it.Typeof.Word != "" {
+				s.valType = it.Typeof.Word
+			}
+		case it.Flags != nil:
+			s.flags = append(s.flags, it.Flags...)
+		case it.Elements != nil:
+			rd.addElements(s, it.Elements, e)
+		}
+	}
+	return s
+}
+
+func (rd *reader) addElements(s *set, l *SetLit, e *env) {
+	for _, el := range l.Elems {
+		s.elems = append(s.elems, el)
+		s.elemEnvs = append(s.elemEnvs, e)
+	}
+}
+
+func (a *SelAtom) text() string {
+	if a.Bare != "" {
+		return a.Bare
+	}
+	return strings.Join(slices.DeleteFunc([]string{a.Proto, a.Dir, a.Fam, a.Field}, func(s string) bool { return s == "" }), " ")
+}
+
+func (rd *reader) command(c *Command, e *env) {
+	pos := toPos(c.Pos)
+	switch {
+	case c.Ruleset != nil:
+		switch c.Verb {
+		case "flush":
+			if c.Ruleset.Family == "" {
+				rd.rs.tables = nil
+			} else {
+				rd.rs.tables = slices.DeleteFunc(rd.rs.tables, func(t *table) bool { return t.family == c.Ruleset.Family })
+			}
+		case "list", "reset":
+		default:
+			rd.errorf(pos, "%s ruleset is not supported", c.Verb)
+		}
+	case c.Table != nil:
+		switch c.Verb {
+		case "add", "create":
+			if c.Verb == "create" && rd.lookupTable(c.Table.Spec) != nil {
+				rd.errorf(pos, "table %s already exists", unquote(c.Table.Spec.Name))
+				return
+			}
+			t := rd.addTable(c.Table.Spec, pos)
+			if c.Table.Body != nil {
+				rd.tableBody(t, c.Table.Body, e)
+			}
+		case "delete", "destroy":
+			t := rd.lookupTable(c.Table.Spec)
+			if t == nil {
+				if c.Verb == "delete" {
+					rd.errorf(pos, "table %s does not exist", unquote(c.Table.Spec.Name))
+				}
+				return
+			}
+			rd.rs.tables = slices.DeleteFunc(rd.rs.tables, func(x *table) bool { return x == t })
+		case "flush":
+			if t := rd.needTable(c.Table.Spec, pos); t != nil {
+				for _, ch := range t.chains {
+					ch.rules = nil
+				}
+			}
+		case "list", "reset":
+		default:
+			rd.errorf(pos, "%s table is not supported", c.Verb)
+		}
+	case c.Chain != nil:
+		t := rd.needTable(c.Chain.Table, pos)
+		if t == nil {
+			return
+		}
+		name := unquote(c.Chain.Name)
+		switch c.Verb {
+		case "add", "create":
+			if c.Verb == "create" && t.chain(name) != nil {
+				rd.errorf(pos, "chain %s already exists", name)
+				return
+			}
+			ch := rd.addChain(t, name, pos)
+			if c.Chain.Body != nil {
+				rd.chainBody(ch, c.Chain.Body, e)
+			}
+		case "flush":
+			if ch := rd.needChain(t, name, pos); ch != nil {
+				ch.rules = nil
+			}
+		case "delete", "destroy":
+			if ch := t.chain(name); ch != nil {
+				t.chains = slices.DeleteFunc(t.chains, func(x *chain) bool { return x == ch })
+			} else if c.Verb == "delete" {
+				rd.errorf(pos, "chain %s does not exist", name)
+			}
+		case "list", "reset":
+		default:
+			rd.errorf(pos, "%s chain is not supported", c.Verb)
+		}
+	case c.Rule != nil:
+		rd.ruleCommand(c, pos, e)
+	case c.Set != nil:
+		t := rd.needTable(c.Set.Table, pos)
+		if t == nil {
+			return
+		}
+		switch c.Verb {
+		case "add", "create":
+			rd.addSet(t, c.Set.Kind == "map", unquote(c.Set.Name), pos, c.Set.Items, e)
+		case "flush":
+			if s := t.sets[unquote(c.Set.Name)]; s != nil {
+				s.elems, s.elemEnvs = nil, nil
+			}
+		case "delete", "destroy":
+			delete(t.sets, unquote(c.Set.Name))
+		case "list", "reset":
+		default:
+			rd.errorf(pos, "%s %s is not supported", c.Verb, c.Set.Kind)
+		}
+	case c.Element != nil:
+		t := rd.needTable(c.Element.Table, pos)
+		if t == nil {
+			return
+		}
+		s := t.sets[unquote(c.Element.Set)]
+		if s == nil {
+			rd.errorf(pos, "set %s does not exist", c.Element.Set)
+			return
+		}
+		switch c.Verb {
+		case "add", "create":
+			rd.addElements(s, c.Element.Elems, e)
+		default:
+			rd.errorf(pos, "%s element is not supported", c.Verb)
+		}
+	case c.Other != nil:
+		switch c.Verb {
+		case "list", "reset":
+			return
+		}
+		// Stateful objects and flowtables: no verdict depends on them
+		// unless a rule names them, and such a rule is an error there.
+		switch c.Other.Keyword {
+		case "counter", "quota", "limit", "ct", "flowtable", "secmark", "synproxy":
+			return
+		}
+		rd.errorf(pos, "%s %s is not supported", c.Verb, c.Other.Keyword)
+	}
+}
+
+func (rd *reader) needTable(spec TableSpec, pos rules.Pos) *table {
+	t := rd.lookupTable(spec)
+	if t == nil {
+		rd.errorf(pos, "table %s %s does not exist", familyOf(spec), unquote(spec.Name))
+	}
+	return t
+}
+
+func (rd *reader) needChain(t *table, name string, pos rules.Pos) *chain {
+	c := t.chain(name)
+	if c == nil {
+		rd.errorf(pos, "chain %s does not exist in table %s %s", name, t.family, t.name)
+	}
+	return c
+}
+
+func (rd *reader) ruleCommand(c *Command, pos rules.Pos, e *env) {
+	rc := c.Rule
+	t := rd.needTable(rc.Table, pos)
+	if t == nil {
+		return
+	}
+	ch := rd.needChain(t, unquote(rc.Chain), pos)
+	if ch == nil {
+		return
+	}
+	if rc.Where != "" {
+		// Handles are the kernel's numbering, unknown to a script reader.
+		rd.errorf(pos, "%s rule with %s %s is not supported", c.Verb, rc.Where, rc.WhereAt)
+		return
+	}
+	switch c.Verb {
+	case "add", "create", "insert":
+		if rc.Rule == nil {
+			rd.errorf(pos, "%s rule needs a rule", c.Verb)
+			return
+		}
+		r := &srcRule{pos: toPos(rc.Rule.Pos), ast: rc.Rule, env: e, file: pos.File}
+		if c.Verb == "insert" {
+			ch.rules = slices.Insert(ch.rules, 0, r)
+		} else {
+			ch.rules = append(ch.rules, r)
+		}
+	default:
+		rd.errorf(pos, "%s rule is not supported", c.Verb)
+	}
+}
+
+// readRuleset reads a script into the nftables state it describes.
+func readRuleset(name string, src []byte, readFile func(string) ([]byte, error)) (*ruleset, error) {
+	if readFile == nil {
+		readFile = os.ReadFile
+	}
+	rd := &reader{rs: &ruleset{}, readFile: readFile}
+	rd.readScript(name, src, &env{vars: map[string]*Value{}, envs: map[string]*env{}})
+	if err := rd.errs.Err(); err != nil {
+		return rd.rs, err
+	}
+	return rd.rs, nil
+}
+
+var _ = fmt.Sprint
