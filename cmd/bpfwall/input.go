@@ -7,13 +7,15 @@ import (
 	"os"
 
 	"bpfwall/parser/iptables"
+	"bpfwall/parser/nft"
 	"bpfwall/rules"
 )
 
 // inputFlags are the flags every command that reads a rule set takes.
 type inputFlags struct {
-	ipv6  bool
-	ipset string
+	ipv6   bool
+	ipset  string
+	format string // iptables, nft, or empty to detect
 	// fragment inputs apply on top of a rule set not known here (check -n);
 	// base is what the previous inputs built.
 	fragment bool
@@ -23,6 +25,7 @@ type inputFlags struct {
 func (f *inputFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.ipv6, "6", false, "read the input as ip6tables input")
 	fs.StringVar(&f.ipset, "ipset", "", "read ipset definitions from `FILE` (ipset save output)")
+	fs.StringVar(&f.format, "format", "", "input format: `iptables` or nft (detected from the content by default)")
 }
 
 // readFile reads a named file, or stdin for "-".
@@ -58,7 +61,25 @@ func (f *inputFlags) load(name string, stderr io.Writer) (*rules.Ruleset, error)
 	if name == "-" {
 		displayName = "<stdin>"
 	}
-	rs, err := iptables.Parse(displayName, src, opts)
+	format := f.format
+	if format == "" {
+		format = "iptables"
+		if nft.Detect(src) {
+			format = "nft"
+		}
+	}
+	var rs *rules.Ruleset
+	switch format {
+	case "nft":
+		if f.ipset != "" || f.fragment {
+			return nil, fmt.Errorf("%s: --ipset and fragments apply to iptables input only", displayName)
+		}
+		return nft.Parse(displayName, src, nft.Options{Family: opts.Family})
+	case "iptables":
+	default:
+		return nil, fmt.Errorf("unknown --format %q: want iptables or nft", format)
+	}
+	rs, err = iptables.Parse(displayName, src, opts)
 	if rs != nil {
 		for _, w := range rs.Warnings {
 			fmt.Fprintf(stderr, "%s: warning: %s\n", w.Pos, w.Msg)
