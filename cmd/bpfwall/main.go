@@ -30,6 +30,7 @@ func init() {
 		{"status", "status [--json]        the filters of this network namespace", runStatus},
 		{"unload", "unload [-i IFACE]... [--hook H] [-w SECS]  detach filters and remove their pins", runUnload},
 		{"compile", "compile [--hook H] [--chain C] [-O0|-O1] [--dump] [-v] FILE  compile; --dump prints it, otherwise the kernel verifies it", runCompile},
+		{"bench", "bench [--e2e] [--families F,...] [--sizes N,...] [--levels 0,1] [--json] [--svg FILE] [--repeat N] [--runs K]  measure per-packet cost, size and load time as rules grow", runBench},
 		{"trace", "trace [--hook H] [--chain C] (--packets F.jsonl | --pcap F.pcap) FILE  run packets through the program in the kernel", runTrace},
 	}
 }

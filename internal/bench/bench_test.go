@@ -1,0 +1,251 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/xml"
+	"io"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"bpfwall/internal/testenv"
+)
+
+func TestFamiliesGenerate(t *testing.T) {
+	for _, fam := range Families("") {
+		if fam.Fixed {
+			continue
+		}
+		for _, n := range []int{1, 32, 1000} {
+			t.Run(fam.Name+"/"+strconv.Itoa(n), func(t *testing.T) {
+				w, err := fam.Generate(n, 7)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if w.N != n {
+					t.Errorf("N = %d, want %d", w.N, n)
+				}
+				_, p, err := lower(w)
+				if err != nil {
+					t.Fatalf("generated rules do not parse or lower: %v", err)
+				}
+				if got := len(p.Chains[0].Rules); got != n {
+					t.Errorf("chain %s has %d rules, want %d", w.Chain, got, n)
+				}
+				// findProbes checks with ir.Eval that the no-match frame
+				// reaches the policy and the last-rule frame the last rule.
+				pr, err := findProbes(w, p, 7)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if pr.noMatch == nil || pr.last == nil || w.Flood == nil {
+					t.Errorf("missing frames: no-match %v, last %v, flood %v", pr.noMatch != nil, pr.last != nil, w.Flood != nil)
+				}
+				if len(pr.random) < randomProbes/2 {
+					t.Errorf("%d random frames, want about %d", len(pr.random), randomProbes)
+				}
+				again, err := fam.Generate(n, 7)
+				if err != nil || !bytes.Equal(again.Rules, w.Rules) {
+					t.Errorf("the same seed generated different rules (%v)", err)
+				}
+			})
+		}
+	}
+}
+
+func TestTUMFamily(t *testing.T) {
+	dir := testenv.Corpus(t, "real")
+	fams, err := LookupFamilies([]string{"tum"}, filepath.Join(dir, TUMDump))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := fams[0].Generate(0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.N != 5556 {
+		t.Errorf("N = %d, want 5556", w.N)
+	}
+	if bytes.Contains(w.Rules, []byte(anonymizedMAC)) {
+		t.Error("anonymized MACs left in the rules")
+	}
+	if _, _, err := lower(w); err == nil {
+		t.Log("the TUM dump compiles now: its rows will be measured")
+	} else if reason(err) == "" {
+		t.Errorf("no reason given for %v", err)
+	}
+}
+
+func TestLookupFamiliesUnknown(t *testing.T) {
+	if _, err := LookupFamilies([]string{"bpfilter", "nope"}, ""); err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("error = %v, want one naming the unknown family", err)
+	}
+}
+
+func sampleResults() []Result {
+	return []Result{
+		{Family: "bpfilter", N: 1, Level: 0, NoMatchNs: 50, FloorNs: 6},
+		{Family: "bpfilter", N: 1000, Level: 0, NoMatchNs: 1300, FloorNs: 6},
+		{Family: "bpfilter", N: 100000, Level: 0, Skipped: "does not load: too large"},
+		{Family: "bpfilter", N: 1, Level: 1, NoMatchNs: 40, FloorNs: 6},
+		{Family: "bpfilter", N: 1000, Level: 1, NoMatchNs: 45, FloorNs: 7},
+		{Family: "tum", N: 5556, Level: 0, NoMatchNs: 900, FloorNs: 6},
+		{Family: "tum", N: 5556, Level: 1, Skipped: "does not load: too large"},
+	}
+}
+
+func TestSVG(t *testing.T) {
+	var buf bytes.Buffer
+	if err := WriteSVG(&buf, sampleResults()); err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(&buf)
+	polylines, root := 0, ""
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not well-formed XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			if root == "" {
+				root = se.Name.Local
+			}
+			if se.Name.Local == "polyline" {
+				polylines++
+			}
+		}
+	}
+	if root != "svg" {
+		t.Errorf("root element %q, want svg", root)
+	}
+	// bpfilter -O0, bpfilter -O1, tum -O0, and the floor.
+	series := ChartSeries(sampleResults())
+	if len(series) != 4 || polylines != len(series) {
+		t.Errorf("%d series, %d polylines; want 4 of each", len(series), polylines)
+	}
+	for _, s := range series {
+		if s.Name == "bpfilter -O0" && len(s.Points) != 2 {
+			t.Errorf("bpfilter -O0 has %d points, want 2 (the skipped row left out)", len(s.Points))
+		}
+	}
+}
+
+func TestJSONRoundTrip(t *testing.T) {
+	r := NewReport()
+	r.Repeat, r.RunTime, r.Runs = 1000, 200*time.Millisecond, 3
+	r.Micro = sampleResults()
+	r.Micro[0].Compile, r.Micro[0].Load, r.Micro[0].PeakRSS, r.Micro[0].MapBytes = time.Millisecond, 2*time.Millisecond, 10<<20, 4096
+	r.E2E = []E2EResult{
+		{Family: "bpfilter", N: 1, Engine: "none", SentPPS: 1e6, ForwardedPPS: 1e6},
+		{Family: "bpfilter", N: 1, Engine: "nftables", Skipped: "nft is not installed"},
+	}
+	var buf bytes.Buffer
+	if err := r.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadJSON(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, r) {
+		t.Errorf("round trip changed the report:\n got %+v\nwant %+v", got, r)
+	}
+}
+
+func TestTableNotes(t *testing.T) {
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, sampleResults()); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if n := strings.Count(out, "does not load: too large"); n != 1 {
+		t.Errorf("the reason appears %d times, want once as a note:\n%s", n, out)
+	}
+	if n := strings.Count(out, "skipped [1]"); n != 2 {
+		t.Errorf("%d rows refer to note 1, want 2:\n%s", n, out)
+	}
+}
+
+func TestE2ETableRatios(t *testing.T) {
+	var buf bytes.Buffer
+	err := WriteE2ETable(&buf, []E2EResult{
+		{Family: "bpfilter", N: 1, Engine: "xdp-drop", SentPPS: 2e6, DroppedPPS: 2e6},
+		{Family: "bpfilter", N: 1, Engine: "iptables-legacy", SentPPS: 1e5, DroppedPPS: 1e5},
+		{Family: "bpfilter", N: 1, Engine: "bpfwall -O1", SentPPS: 1.5e6, DroppedPPS: 1.5e6},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := ""
+	for l := range strings.Lines(buf.String()) {
+		if strings.Contains(l, "bpfwall -O1") {
+			line = l
+		}
+	}
+	if f := strings.Fields(line); len(f) < 10 || f[7] != "0.75" || f[8] != "15.00" {
+		t.Errorf("bpfwall row %q: want 0.75 of the floor and 15.00 times iptables", line)
+	}
+}
+
+func TestSweepKernel(t *testing.T) {
+	testenv.RequireRoot(t)
+	fams, err := LookupFamilies([]string{"bpfilter"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Sweep(Config{Families: fams, Sizes: []int{1, 32}, Levels: []int{0, 1}, Repeat: 20000, RunTime: 20 * time.Millisecond, Runs: 1, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 4 {
+		t.Fatalf("%d results, want 4", len(res))
+	}
+	var o0 []Result
+	for _, r := range res {
+		if r.Level == 0 {
+			o0 = append(o0, r)
+		}
+		t.Logf("%s N=%d -O%d: %s", r.Family, r.N, r.Level, summary(r))
+	}
+	for _, r := range o0 {
+		if r.Skipped != "" || r.NoMatchNs <= 0 || r.LastNs <= 0 || r.RandomNs <= 0 || r.FloorNs <= 0 || r.Verified <= 0 || r.MapBytes == 0 || r.PeakRSS <= 0 {
+			t.Errorf("incomplete -O0 row: %+v", r)
+		}
+	}
+	if len(o0) == 2 && o0[1].Insns <= o0[0].Insns {
+		t.Errorf("-O0 programs of 1 and 32 rules have %d and %d instructions", o0[0].Insns, o0[1].Insns)
+	}
+}
+
+func TestEndToEndKernel(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "ip", "iptables-legacy-restore", "nft", "iptables-restore-translate")
+	fams, err := LookupFamilies([]string{"bpfilter"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := EndToEnd(E2EConfig{Families: fams, Sizes: []int{1}, Levels: []int{0}, Duration: 300 * time.Millisecond, Runs: 1, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engines := make(map[string]E2EResult)
+	for _, r := range res {
+		t.Logf("%-16s %s", r.Engine, e2eSummary(r))
+		engines[r.Engine] = r
+	}
+	if r := engines["none"]; r.ForwardedPPS <= 0 || r.DroppedPPS > r.ForwardedPPS/100 {
+		t.Errorf("without a firewall: %s, want everything forwarded", e2eSummary(r))
+	}
+	for _, e := range []string{"xdp-drop", "iptables-legacy", "nftables", "bpfwall -O0"} {
+		r, ok := engines[e]
+		if !ok || r.Skipped != "" || r.DroppedPPS <= 0 || r.ForwardedPPS > r.DroppedPPS/100 {
+			t.Errorf("%s: %s, want everything dropped", e, e2eSummary(r))
+		}
+	}
+}

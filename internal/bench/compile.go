@@ -1,0 +1,173 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+
+	"bpfwall/codegen"
+	"bpfwall/internal/packets"
+	"bpfwall/internal/topology"
+	"bpfwall/ir"
+	"bpfwall/parser/iptables"
+	"bpfwall/rules"
+)
+
+// inIface is the interface the frames arrive on: the firewall's ingress
+// veth of the end-to-end topology.
+const inIface = "fwin"
+
+// lower parses and lowers a workload's chain.
+func lower(w *Workload) (*rules.Ruleset, *ir.Program, error) {
+	rs, err := iptables.Parse(w.Family+".rules", w.Rules, iptables.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := ir.Lower(rs, ir.LowerOptions{Chain: w.Chain})
+	if err != nil {
+		return nil, nil, err
+	}
+	return rs, p, nil
+}
+
+// compile compiles a workload for XDP at an optimization level.
+func compile(w *Workload, level int) (*rules.Ruleset, *codegen.Program, error) {
+	rs, p, err := lower(w)
+	if err != nil {
+		return nil, nil, err
+	}
+	prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookXDP, Level: level})
+	return rs, prog, err
+}
+
+// probe is a frame and the verdict ir.Eval gives it.
+type probe struct {
+	frame []byte
+	want  ir.Verdict
+}
+
+// probes are the frames a workload is measured with.
+type probes struct {
+	noMatch, last *probe
+	random        []probe
+}
+
+// randomProbes is how many frames the random measurement cycles through.
+const randomProbes = 32
+
+// findProbes evaluates the workload's frames with ir.Eval, checking that
+// they do what the family says, and aims randomProbes frames at random
+// rules. Families without frames of their own (tum) get them here: a
+// frame the policy decides, one aimed at the last rule of the chain, and
+// as Flood the dropped frame that walks the most rules.
+func findProbes(w *Workload, p *ir.Program, seed uint64) (probes, error) {
+	var out probes
+	meta := ir.Meta{InIface: inIface}
+	eval := func(frame []byte) (ir.Result, error) {
+		pkt, err := ir.Decode(frame, meta)
+		if err != nil {
+			return ir.Result{}, err
+		}
+		return p.Eval(pkt), nil
+	}
+	entry := p.Chains[0].Rules
+	if len(entry) == 0 {
+		return out, fmt.Errorf("%s/%d: chain %s has no rules", w.Family, w.N, w.Chain)
+	}
+	lastRule := entry[len(entry)-1]
+	g := packets.NewGenerator(p, seed)
+	if w.NoMatch == nil && w.Last == nil {
+		w.Last = addressed(g.Aim(lastRule, packets.AimOptions{Meta: meta})[0].Frame)
+		var best *ir.Rule
+		for range 256 {
+			f, _ := g.Frame()
+			f = addressed(f)
+			res, err := eval(f)
+			if err != nil || res.Skipped != "" {
+				continue
+			}
+			if res.Rule == nil && w.NoMatch == nil {
+				w.NoMatch = f
+			}
+			if res.Verdict == ir.VerdictDrop && (best == nil || res.Rule != nil && res.Rule.ID > best.ID) {
+				w.Flood, best = f, res.Rule
+			}
+		}
+	}
+	if w.NoMatch != nil {
+		res, err := eval(w.NoMatch)
+		if err != nil || res.Rule != nil {
+			return out, fmt.Errorf("%s/%d: the no-match frame is decided by %v (%v)", w.Family, w.N, res, err)
+		}
+		out.noMatch = &probe{w.NoMatch, res.Verdict}
+	}
+	if w.Last != nil {
+		res, err := eval(w.Last)
+		switch {
+		case err != nil:
+			return out, fmt.Errorf("%s/%d: last-rule frame: %w", w.Family, w.N, err)
+		case res.Rule == lastRule:
+			out.last = &probe{w.Last, res.Verdict}
+		case w.Family != "tum":
+			return out, fmt.Errorf("%s/%d: the last-rule frame is decided by %v", w.Family, w.N, res)
+		}
+	}
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for range randomProbes {
+		r := p.Rules[rng.IntN(len(p.Rules))]
+		f := addressed(g.Aim(r, packets.AimOptions{Meta: meta})[0].Frame)
+		res, err := eval(f)
+		if err != nil {
+			continue
+		}
+		out.random = append(out.random, probe{f, res.Verdict})
+	}
+	return out, nil
+}
+
+// addressed returns frame sent from the topology's sender to the
+// firewall.
+func addressed(frame []byte) []byte {
+	f := append([]byte(nil), frame...)
+	copy(f[0:6], topology.FirewallInMAC)
+	copy(f[6:12], topology.SenderMAC)
+	return f
+}
+
+// reason says briefly why a rule set does not compile or load: its
+// distinct error messages without positions, most frequent first.
+func reason(err error) string {
+	var list rules.ErrorList
+	var e *rules.Error
+	switch {
+	case errors.As(err, &list):
+	case errors.As(err, &e):
+		list = rules.ErrorList{e}
+	default:
+		msg := err.Error()
+		if i := strings.Index(msg, "\n"); i >= 0 {
+			msg = msg[:i]
+		}
+		return msg
+	}
+	count := make(map[string]int)
+	for _, e := range list {
+		count[e.Msg]++
+	}
+	msgs := make([]string, 0, len(count))
+	for m := range count {
+		msgs = append(msgs, m)
+	}
+	sort.Slice(msgs, func(i, j int) bool {
+		if count[msgs[i]] != count[msgs[j]] {
+			return count[msgs[i]] > count[msgs[j]]
+		}
+		return msgs[i] < msgs[j]
+	})
+	for i, m := range msgs {
+		msgs[i] = fmt.Sprintf("%d× %s", count[m], m)
+	}
+	return strings.Join(msgs, "; ")
+}
