@@ -45,6 +45,13 @@ func (p *Program) Format(w io.Writer) error {
 			b = append(b, '\n')
 		}
 	}
+	for _, rm := range p.Removed {
+		b = append(b, "removed, covered by r"...)
+		b = strconv.AppendInt(b, int64(rm.CoveredBy.ID), 10)
+		b = append(b, ":\n"...)
+		b = p.appendRule(b, rm.Rule)
+		b = append(b, '\n')
+	}
 	_, err := w.Write(b)
 	return err
 }

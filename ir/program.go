@@ -14,8 +14,19 @@ type Program struct {
 	// Chains[0] is the entry chain; the user chains follow in the order in
 	// which lowering first reached them.
 	Chains []*Chain
-	// Rules holds every rule of every chain, indexed by Rule.ID.
+	// Rules holds every rule of every chain, indexed by Rule.ID, and the
+	// rules passes removed.
 	Rules []*Rule
+	// Removed are the rules an optimization pass took out of their chains
+	// because no packet can match them; they keep their IDs, and their
+	// counters stay zero.
+	Removed []Removal
+}
+
+// Removal is a rule that never matches: every packet that reaches it is
+// decided earlier, by CoveredBy.
+type Removal struct {
+	Rule, CoveredBy *Rule
 }
 
 // Chain is a list of rules evaluated in order.

@@ -57,6 +57,19 @@ func (v *verifier) program() {
 			v.rule(ci, r, seen)
 		}
 	}
+	for _, rm := range p.Removed {
+		switch r := rm.Rule; {
+		case r.ID < 0 || r.ID >= len(p.Rules) || p.Rules[r.ID] != r:
+			v.errorf("removed rule r%d is not Program.Rules[%d]", r.ID, r.ID)
+		case seen[r.ID]:
+			v.errorf("removed rule r%d is still in a chain", r.ID)
+		default:
+			seen[r.ID] = true
+		}
+		if c := rm.CoveredBy; c == nil || c.ID >= rm.Rule.ID || c.Chain != rm.Rule.Chain || !Terminal(c.Action) {
+			v.errorf("removed rule r%d is not covered by an earlier terminal rule of its chain", rm.Rule.ID)
+		}
+	}
 	for id, ok := range seen {
 		if !ok {
 			v.errorf("rule r%d is in no chain", id)

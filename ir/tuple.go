@@ -1,0 +1,353 @@
+package ir
+
+import (
+	"math/big"
+	"net/netip"
+	"slices"
+
+	"bpfwall/rules"
+)
+
+// Field is a packet field that a Tuple constrains.
+type Field uint8
+
+const (
+	FieldSrc Field = iota
+	FieldDst
+	FieldProto
+	FieldSport
+	FieldDport
+	NumFields
+)
+
+var fieldNames = []string{"src", "dst", "proto", "sport", "dport"}
+
+func (f Field) String() string { return fieldNames[f] }
+
+// Width is the field's size in bytes in a program of family fam.
+func (f Field) Width(fam rules.Family) int {
+	switch f {
+	case FieldSrc, FieldDst:
+		return fam.Bits() / 8
+	case FieldProto:
+		return 1
+	}
+	return 2
+}
+
+// Tuple is a conjunction of one prefix per field: the first Len[f] bits of
+// field f, big-endian, equal those of Value[f]. Value is masked to Len, so
+// equal tuples compare equal.
+type Tuple struct {
+	Value [NumFields][16]byte
+	Len   [NumFields]uint8
+}
+
+// Covers reports whether every packet t matches u matches too.
+func (t Tuple) Covers(u Tuple) bool {
+	for f := range NumFields {
+		if t.Len[f] > u.Len[f] || !prefixEqual(t.Value[f][:], u.Value[f][:], int(t.Len[f])) {
+			return false
+		}
+	}
+	return true
+}
+
+// Cut returns t with each field cut to at most lens[f] bits.
+func (t Tuple) Cut(lens [NumFields]uint8) Tuple {
+	for f := range NumFields {
+		if lens[f] < t.Len[f] {
+			t.Len[f] = lens[f]
+			maskBits(t.Value[f][:], int(lens[f]))
+		}
+	}
+	return t
+}
+
+// Form is a rule in the normal form of lookups: a disjunction of tuples,
+// and what its matches before a dropping one test, for the packets that
+// make it drop (hotdrop).
+type Form struct {
+	// Tuples match exactly the packets the rule's matches all hold for,
+	// among those no match of the rule drops.
+	Tuples []Tuple
+	// Proto is set when the rule has a Proto match; PreProto are the
+	// tuples of the matches before it. In IPv6, a packet whose extension
+	// headers cannot be walked is dropped by the rule when PreProto match.
+	Proto    bool
+	PreProto []Tuple
+	// L4Len is the Len of the rule's L4Header (0 without one), Tiny its
+	// TinyFragDrop; PreL4 are the tuples of the matches before it. A
+	// first fragment or unfragmented packet with fewer than L4Len bytes
+	// of transport header (and, with Tiny, an IPv4 fragment at offset 8)
+	// is dropped by the rule when PreL4 match; other fragments never
+	// match it.
+	L4Len int
+	Tiny  bool
+	PreL4 []Tuple
+}
+
+// Normalize returns the rule's normal form, and false when a match of the
+// rule has none (negations, non-contiguous masks, sets with nomatch
+// entries, matches on other fields, more than one L4Header) or when the
+// rule expands into more than limit tuples.
+func (p *Program) Normalize(r *Rule, limit int) (Form, bool) {
+	var f Form
+	cur := []Tuple{{}}
+	for _, m := range r.Matches {
+		switch m := m.(type) {
+		case Proto:
+			if m.Neg || m.Proto == 0 || f.Proto {
+				return Form{}, false
+			}
+			f.Proto, f.PreProto = true, slices.Clone(cur)
+			cur = restrict(cur, []alt{{FieldProto, prefixOf([]byte{m.Proto}, 8)}})
+		case L4Header:
+			if f.L4Len != 0 {
+				return Form{}, false
+			}
+			f.L4Len, f.Tiny, f.PreL4 = m.Len, m.TinyFragDrop, slices.Clone(cur)
+		default:
+			alts, ok := p.alternatives(m, limit)
+			if !ok {
+				return Form{}, false
+			}
+			cur = restrict(cur, alts)
+		}
+		if len(cur) > limit {
+			return Form{}, false
+		}
+	}
+	f.Tuples = dedupTuples(cur)
+	f.PreProto = dedupTuples(f.PreProto)
+	f.PreL4 = dedupTuples(f.PreL4)
+	return f, true
+}
+
+// alt is one alternative of a match: a prefix of one field.
+type alt struct {
+	field Field
+	p     fieldPrefix
+}
+
+type fieldPrefix struct {
+	value [16]byte
+	bits  int
+}
+
+func prefixOf(b []byte, bits int) fieldPrefix {
+	var fp fieldPrefix
+	copy(fp.value[:], b)
+	maskBits(fp.value[:], bits)
+	fp.bits = bits
+	return fp
+}
+
+// alternatives returns the prefixes one of which the packet's field must
+// be in for m to hold.
+func (p *Program) alternatives(m Match, limit int) ([]alt, bool) {
+	switch m := m.(type) {
+	case Addr:
+		pfx, ok := m.Prefix()
+		if !ok || m.Neg {
+			return nil, false
+		}
+		return []alt{{addrField(m.Dir), prefixOf(pfx.Addr().AsSlice(), pfx.Bits())}}, true
+	case AddrRange:
+		if m.Neg {
+			return nil, false
+		}
+		var out []alt
+		for _, fp := range rangePrefixes(m.From.AsSlice(), m.To.AsSlice()) {
+			out = append(out, alt{addrField(m.Dir), fp})
+		}
+		return out, true
+	case AddrSet:
+		if m.Neg || len(m.Entries) > limit {
+			return nil, false
+		}
+		var out []alt
+		for _, e := range m.Entries {
+			if e.NoMatch {
+				return nil, false
+			}
+			out = append(out, alt{addrField(m.Dir), prefixOf(e.Prefix.Addr().AsSlice(), e.Prefix.Bits())})
+		}
+		return out, true
+	case Ports:
+		if m.Neg {
+			return nil, false
+		}
+		var out []alt
+		for _, d := range []Dir{Src, Dst} {
+			if m.Dir != d && m.Dir != SrcOrDst {
+				continue
+			}
+			field := FieldSport
+			if d == Dst {
+				field = FieldDport
+			}
+			for _, pr := range m.Ranges {
+				lo := []byte{byte(pr.Lo >> 8), byte(pr.Lo)}
+				hi := []byte{byte(pr.Hi >> 8), byte(pr.Hi)}
+				for _, fp := range rangePrefixes(lo, hi) {
+					out = append(out, alt{field, fp})
+				}
+			}
+		}
+		return out, true
+	}
+	return nil, false
+}
+
+func addrField(d Dir) Field {
+	if d == Dst {
+		return FieldDst
+	}
+	return FieldSrc
+}
+
+// restrict returns the tuples of ts that also hold one of alts: the
+// intersection of prefixes of one field is the longer one, or empty.
+func restrict(ts []Tuple, alts []alt) []Tuple {
+	var out []Tuple
+	for _, t := range ts {
+		for _, a := range alts {
+			f := a.field
+			short, long := int(t.Len[f]), a.p.bits
+			if !prefixEqual(t.Value[f][:], a.p.value[:], min(short, long)) {
+				continue
+			}
+			u := t
+			if long > short {
+				u.Value[f], u.Len[f] = a.p.value, uint8(long)
+			}
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func dedupTuples(ts []Tuple) []Tuple {
+	seen := make(map[Tuple]bool, len(ts))
+	out := ts[:0:0]
+	for _, t := range ts {
+		if !seen[t] {
+			seen[t] = true
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// prefixEqual reports whether a and b agree in their first bits bits.
+func prefixEqual(a, b []byte, bits int) bool {
+	for i := 0; bits > 0; i, bits = i+1, bits-8 {
+		mask := byte(0xff)
+		if bits < 8 {
+			mask = 0xff << (8 - bits)
+		}
+		if (a[i]^b[i])&mask != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// maskBits clears the bits of b after the first bits.
+func maskBits(b []byte, bits int) {
+	for i := range b {
+		switch {
+		case bits >= 8:
+		case bits > 0:
+			b[i] &= 0xff << (8 - bits)
+		default:
+			b[i] = 0
+		}
+		bits -= 8
+	}
+}
+
+// rangePrefixes returns the fewest prefixes that make up the range lo..hi
+// of big-endian numbers of len(lo) bytes: at most 2*bits-2 of them.
+func rangePrefixes(lo, hi []byte) []fieldPrefix {
+	width := len(lo) * 8
+	if width <= 32 {
+		var l, h uint64
+		for i := range lo {
+			l, h = l<<8|uint64(lo[i]), h<<8|uint64(hi[i])
+		}
+		var out []fieldPrefix
+		for l <= h {
+			k := 0 // the largest aligned block at l within the range
+			for k < width && l&(1<<(k+1)-1) == 0 && l+(1<<(k+1))-1 <= h {
+				k++
+			}
+			var v [16]byte
+			for i := range lo {
+				v[i] = byte(l >> (8 * (len(lo) - 1 - i)))
+			}
+			out = append(out, fieldPrefix{value: v, bits: width - k})
+			l += 1 << k
+			if l == 0 {
+				break
+			}
+		}
+		return out
+	}
+	l, h := new(big.Int).SetBytes(lo), new(big.Int).SetBytes(hi)
+	one := big.NewInt(1)
+	var out []fieldPrefix
+	for l.Cmp(h) <= 0 {
+		k := 0
+		for k < width {
+			size := new(big.Int).Lsh(one, uint(k+1))
+			if new(big.Int).Mod(l, size).Sign() != 0 || new(big.Int).Sub(new(big.Int).Add(l, size), one).Cmp(h) > 0 {
+				break
+			}
+			k++
+		}
+		var v [16]byte
+		l.FillBytes(v[:len(lo)])
+		out = append(out, fieldPrefix{value: v, bits: width - k})
+		l.Add(l, new(big.Int).Lsh(one, uint(k)))
+	}
+	return out
+}
+
+// TupleString prints a tuple for dumps and messages.
+func TupleString(fam rules.Family, t Tuple) string {
+	var b []byte
+	for f := range NumFields {
+		if t.Len[f] == 0 {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, f.String()...)
+		b = append(b, ' ')
+		w := f.Width(fam)
+		switch f {
+		case FieldSrc, FieldDst:
+			a, _ := netip.AddrFromSlice(t.Value[f][:w])
+			b = append(b, netip.PrefixFrom(a, int(t.Len[f])).String()...)
+		default:
+			v := 0
+			for _, x := range t.Value[f][:w] {
+				v = v<<8 | int(x)
+			}
+			b = appendInt(b, v)
+			if int(t.Len[f]) != 8*w {
+				b = append(b, '/')
+				b = appendInt(b, int(t.Len[f]))
+			}
+		}
+	}
+	if len(b) == 0 {
+		return "any"
+	}
+	return string(b)
+}
+
+func appendInt(b []byte, v int) []byte { return big.NewInt(int64(v)).Append(b, 10) }
