@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"bpfwall/internal/testenv"
 )
@@ -160,7 +161,8 @@ func TestJSONRoundTrip(t *testing.T) {
 
 func TestTableNotes(t *testing.T) {
 	var buf bytes.Buffer
-	if err := WriteTable(&buf, sampleResults()); err != nil {
+	results := sampleResults()
+	if err := WriteTable(&buf, results); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
@@ -169,6 +171,13 @@ func TestTableNotes(t *testing.T) {
 	}
 	if n := strings.Count(out, "skipped [1]"); n != 2 {
 		t.Errorf("%d rows refer to note 1, want 2:\n%s", n, out)
+	}
+	// Aligned: every row as wide as the header.
+	lines := strings.Split(out, "\n")
+	for _, l := range lines[1 : len(results)+1] {
+		if utf8.RuneCountInString(l) != utf8.RuneCountInString(lines[0]) {
+			t.Errorf("row %q is not as wide as the header %q", l, lines[0])
+		}
 	}
 }
 

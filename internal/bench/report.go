@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -72,7 +73,8 @@ func WriteTable(w io.Writer, results []Result) error {
 	var notes notes
 	for _, r := range results {
 		if r.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t%d\t-O%d\t%s\t\n", r.Family, r.N, r.Level, notes.add(r.Skipped))
+			// Every row has every cell: tabwriter aligns runs of rows.
+			fmt.Fprintf(tw, "%s\t%d\t-O%d\t%s%s\n", r.Family, r.N, r.Level, notes.add(r.Skipped), strings.Repeat("\t-", 12)+"\t")
 			continue
 		}
 		ratio := "-"
@@ -169,7 +171,7 @@ func WriteE2ETable(w io.Writer, results []E2EResult) error {
 	var notes notes
 	for _, r := range results {
 		if r.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\n", r.Family, r.N, r.Engine, notes.add(r.Skipped))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s%s\n", r.Family, r.N, r.Engine, notes.add(r.Skipped), strings.Repeat("\t-", 5)+"\t")
 			continue
 		}
 		h := r.Handled()
