@@ -10,17 +10,24 @@ var (
 	btfInt  = &btf.Int{Name: "int", Size: 4, Encoding: btf.Signed}
 	btfLong = &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}
 	btfU64  = &btf.Int{Name: "__u64", Size: 8}
-	// btfPkt is the parsed packet; the verifier lets a global function
-	// read and write its pktSize bytes.
-	btfPkt = &btf.Struct{
-		Name: "bpfwall_pkt",
-		Size: pktSize,
-		Members: []btf.Member{{
-			Name: "bytes",
-			Type: &btf.Array{Index: btfInt, Type: &btf.Int{Name: "unsigned char", Size: 1}, Nelems: pktSize},
-		}},
-	}
 )
+
+// btfPkt is the parsed packet; the verifier lets a global function read
+// and write its bytes (at -O1 with the classifier's key area).
+func (c *compiler) btfPkt() *btf.Struct {
+	if c.pktType == nil {
+		size := uint32(c.pktSize())
+		c.pktType = &btf.Struct{
+			Name: "bpfwall_pkt",
+			Size: size,
+			Members: []btf.Member{{
+				Name: "bytes",
+				Type: &btf.Array{Index: btfInt, Type: &btf.Int{Name: "unsigned char", Size: 1}, Nelems: size},
+			}},
+		}
+	}
+	return c.pktType
+}
 
 // ctxType is the program's context, which the verifier recognizes by name.
 func (c *compiler) ctxType() *btf.Pointer {
@@ -49,7 +56,7 @@ func (c *compiler) funcParse() *btf.Func {
 			Return: btfInt,
 			Params: []btf.FuncParam{
 				{Name: "ctx", Type: c.ctxType()},
-				{Name: "pkt", Type: &btf.Pointer{Target: btfPkt}},
+				{Name: "pkt", Type: &btf.Pointer{Target: c.btfPkt()}},
 			},
 		},
 	}
@@ -61,7 +68,7 @@ func (c *compiler) funcChain(name string) *btf.Func {
 		Linkage: btf.GlobalFunc,
 		Type: &btf.FuncProto{
 			Return: btfInt,
-			Params: []btf.FuncParam{{Name: "pkt", Type: &btf.Pointer{Target: btfPkt}}},
+			Params: []btf.FuncParam{{Name: "pkt", Type: &btf.Pointer{Target: c.btfPkt()}}},
 		},
 	}
 }

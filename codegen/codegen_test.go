@@ -93,7 +93,7 @@ func TestCompileErrors(t *testing.T) {
 		opts codegen.Options
 		want string
 	}{
-		{codegen.Options{Hook: codegen.HookXDP, Level: 1}, "optimization level -O1 does not exist"},
+		{codegen.Options{Hook: codegen.HookXDP, Level: 2}, "optimization level -O2 does not exist"},
 		{codegen.Options{Hook: codegen.Hook(9)}, "unknown hook 9"},
 	} {
 		if _, err := codegen.Compile(p, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {

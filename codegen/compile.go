@@ -3,7 +3,9 @@ package codegen
 import (
 	"fmt"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 
 	"bpfwall/ir"
 	"bpfwall/rules"
@@ -24,6 +26,15 @@ type compiler struct {
 	optKinds []uint8
 	// segments are the symbols of each chain's functions, in order.
 	segments [][]string
+
+	level   int
+	pktType *btf.Struct // see btfPkt
+	// maps are the classifier's tables and the address sets' tries, in
+	// the order the code first uses them; sets are the sets' names, the
+	// trie setN holding sets[N].
+	maps    []*ebpf.MapSpec
+	sets    []string
+	ntables int
 }
 
 // Symbols of the functions.
@@ -183,13 +194,13 @@ func (c *compiler) main() {
 	b := c.b
 	b.function(c.funcMain(), "parse the packet, run chain %s, record the decision", c.p.Chains[0].Name)
 	b.emit(movr(asm.R6, asm.R1))
-	for off := int16(mainPkt); off < 0; off += 8 {
+	for off := c.mainPkt(); off < 0; off += 8 {
 		b.emit(stImm(asm.R10, off, 0, asm.DWord))
 	}
 	b.emit(
 		movr(asm.R1, asm.R6),
 		movr(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, mainPkt),
+		asm.Add.Imm(asm.R2, int32(c.mainPkt())),
 		call(symParse),
 		mov(asm.R8, 0),
 		asm.JEq.Imm(asm.R0, parseOK, symMainChain),
@@ -201,10 +212,10 @@ func (c *compiler) main() {
 		ja(symMainEnd),
 	)
 	b.mark(symMainChain)
-	c.callChain(0, asm.R10, mainPkt, "policy", "ruled")
+	c.callChain(0, asm.R10, int32(c.mainPkt()), "policy", "ruled")
 	b.mark("policy")
 	b.note("policy %s of chain %s", c.p.Chains[0].Policy, c.p.Chains[0].Name)
-	c.count(len(c.p.Rules), asm.R10, mainPkt+pktBytes, mainKey)
+	c.count(len(c.p.Rules), asm.R10, c.mainPkt()+pktBytes, c.mainKey())
 	policy := c.hook.pass()
 	if c.p.Chains[0].Policy == rules.PolicyDrop {
 		policy = c.hook.drop()
@@ -228,9 +239,9 @@ func (c *compiler) main() {
 	)
 	b.mark(symMainEnd)
 	b.emit(
-		stImm(asm.R10, mainKey, 0, asm.Word),
+		stImm(asm.R10, c.mainKey(), 0, asm.Word),
 		movr(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, mainKey),
+		asm.Add.Imm(asm.R2, int32(c.mainKey())),
 		mapRef(asm.R1, DecisionMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, "verdict"),
@@ -308,13 +319,19 @@ func (c *compiler) chain(ci int) {
 	c.segment(ci)
 	root := c.b
 	inSegment := 0
-	for _, r := range ch.Rules {
+	for _, u := range c.units(ch.Rules) {
 		// Where a failing match goes: the next rule, or the end of the
 		// segment when the next rule starts another.
-		next := ruleLabel(r) + "_next"
 		rb := root.sub()
 		c.b = rb
-		c.rule(r, next)
+		var next string
+		if u.seg != nil {
+			next = ruleLabel(u.seg.rules[len(u.seg.rules)-1]) + "_next"
+			c.classified(u.seg, next)
+		} else {
+			next = ruleLabel(u.rule) + "_next"
+			c.rule(u.rule, next)
+		}
 		c.b = root
 		n := branches(rb.insns)
 		if inSegment > 0 && inSegment+n > maxSegmentBranches {

@@ -3,6 +3,8 @@ package codegen
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf/asm"
@@ -19,11 +21,19 @@ func (p *Program) Dump(w io.Writer) error {
 	var b strings.Builder
 	spec := p.Spec.Programs[ProgramName]
 	entry := p.IR.Chains[0]
-	fmt.Fprintf(&b, "; bpfwall -O0 %s program: %s table %s, chain %s (policy %s), %d rules in %d chains\n",
-		p.Hook, p.IR.Family, p.IR.Table, entry.Name, entry.Policy, len(p.IR.Rules), len(p.IR.Chains))
+	fmt.Fprintf(&b, "; bpfwall -O%d %s program: %s table %s, chain %s (policy %s), %d rules in %d chains\n",
+		p.Level, p.Hook, p.IR.Family, p.IR.Table, entry.Name, entry.Policy, len(p.IR.Rules), len(p.IR.Chains))
 	fmt.Fprintf(&b, "; %s, license %s, %d instructions\n", spec.Type, spec.License, rawLen(spec.Instructions))
 	b.WriteString("; maps:\n")
 	for _, name := range []string{CountersMap, DecisionMap, IfacesMap, ScratchMap} {
+		m := p.Spec.Maps[name]
+		fmt.Fprintf(&b, ";   %-8s %-12s key %d, value %d, max_entries %d\n", name, m.Type, m.KeySize, m.ValueSize, m.MaxEntries)
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.Spec.Maps)) {
+		switch name {
+		case CountersMap, DecisionMap, IfacesMap, ScratchMap:
+			continue
+		}
 		m := p.Spec.Maps[name]
 		fmt.Fprintf(&b, ";   %-8s %-12s key %d, value %d, max_entries %d\n", name, m.Type, m.KeySize, m.ValueSize, m.MaxEntries)
 	}
@@ -37,6 +47,10 @@ func (p *Program) Dump(w io.Writer) error {
 			fmt.Fprintf(&b, " %d=%q", i, name)
 		}
 		b.WriteByte('\n')
+	}
+	for _, rm := range p.removed {
+		r, by := rm.Rule, rm.CoveredBy
+		fmt.Fprintf(&b, "; removed, never matches: r%d %s -A %s %s (covered by r%d %s)\n", r.ID, linePos(r.Pos), p.IR.Chains[r.Chain].Name, r.Text, by.ID, linePos(by.Pos))
 	}
 	for _, r := range p.unreachable {
 		fmt.Fprintf(&b, "; unreachable, no code: r%d %s -A %s %s\n", r.ID, linePos(r.Pos), p.IR.Chains[r.Chain].Name, r.Text)

@@ -37,18 +37,29 @@ func FuzzKernelMatchesEval(f *testing.F) {
 		if err != nil {
 			t.Fatalf("the generator wrote a rule set Lower refuses: %v\n%s", err, src)
 		}
-		prog, err := codegen.Compile(p, codegen.Options{Hook: hook})
-		if err != nil {
-			t.Fatalf("compile for %s: %v\n%s", hook, err, src)
-		}
 		// One namespace for the whole fuzzing process.
 		fuzzNetnsOnce.Do(func() { fuzzNetns, fuzzNetnsErr = startNetns() })
 		if fuzzNetnsErr != nil {
 			t.Fatal(fuzzNetnsErr)
 		}
-		checkProgram(t, prog, fuzzNetns, seed, 300)
-		if t.Failed() {
-			t.Logf("rule set:\n%s", src)
+		// -O0, -O1, and -O1 with every run of terminal rules classified.
+		for _, v := range []struct {
+			level    int
+			classify bool
+		}{{0, false}, {1, false}, {1, true}} {
+			restore := func() {}
+			if v.classify {
+				restore = codegen.SetClassifyAlways()
+			}
+			prog, err := codegen.Compile(p, codegen.Options{Hook: hook, Level: v.level})
+			restore()
+			if err != nil {
+				t.Fatalf("compile for %s at -O%d: %v\n%s", hook, v.level, err, src)
+			}
+			checkProgram(t, prog, fuzzNetns, seed, 300)
+			if t.Failed() {
+				t.Fatalf("-O%d (classify always: %v), rule set:\n%s", v.level, v.classify, src)
+			}
 		}
 	})
 }

@@ -19,8 +19,9 @@ import (
 // TestGolden compiles each testdata/*.txtar file's "input" section
 // (iptables-save text) and compares the dump with its "dump" section, or
 // the compile errors with its "errors" section. An optional "options"
-// section holds "hook H", "chain NAME", "table NAME", "family ipv6" and
-// "segment-branches N" lines. BPFWALL_UPDATE=1 rewrites the expected sections.
+// section holds "hook H", "chain NAME", "table NAME", "family ipv6",
+// "segment-branches N", "level N" and "classify-always" lines; an "ipset"
+// section holds ipset save text. BPFWALL_UPDATE=1 rewrites the expected sections.
 func TestGolden(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txtar")
 	if err != nil {
@@ -63,6 +64,9 @@ type golden struct {
 	// segmentBranches, when not 0, splits chains into segments after so
 	// many conditional jumps.
 	segmentBranches int
+	level           int
+	// classifyAlways classifies every run of eligible rules (-O1).
+	classifyAlways bool
 }
 
 // loadGolden parses and lowers the archive's input with its options.
@@ -95,6 +99,14 @@ func loadGolden(t *testing.T, ar *txtar.Archive) golden {
 					t.Fatalf("option %q: %v", line, err)
 				}
 				g.segmentBranches = n
+			case "level":
+				n, err := strconv.Atoi(value)
+				if err != nil {
+					t.Fatalf("option %q: %v", line, err)
+				}
+				g.level = n
+			case "classify-always":
+				g.classifyAlways = true
 			case "family":
 				popts.ForceFamily = true
 				if value == "ipv6" {
@@ -108,6 +120,12 @@ func loadGolden(t *testing.T, ar *txtar.Archive) golden {
 	name := "rules.v4"
 	if popts.ForceFamily && popts.Family == rules.IPv6 {
 		name = "rules.v6"
+	}
+	if sets, ok := sectionData(ar, "ipset"); ok {
+		var err error
+		if popts.Sets, err = iptables.ParseIPSets("ipset", []byte(sets)); err != nil {
+			t.Fatalf("ipset section: %v", err)
+		}
 	}
 	rs, err := iptables.Parse(name, []byte(input), popts)
 	if err != nil {
@@ -126,7 +144,11 @@ func compileGolden(t *testing.T, g golden) (string, string) {
 	if g.segmentBranches != 0 {
 		defer codegen.SetMaxSegmentBranches(g.segmentBranches)()
 	}
-	p, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook})
+	if g.classifyAlways {
+		defer codegen.SetClassifyAlways()()
+	}
+	opts := codegen.Options{Hook: g.hook, Level: g.level}
+	p, err := codegen.Compile(g.prog, opts)
 	if err != nil {
 		return err.Error() + "\n", "errors"
 	}
@@ -135,7 +157,7 @@ func compileGolden(t *testing.T, g golden) (string, string) {
 		t.Fatal(err)
 	}
 	// The same input gives the same program.
-	again, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook})
+	again, err := codegen.Compile(g.prog, opts)
 	if err != nil {
 		t.Fatalf("second compile: %v", err)
 	}

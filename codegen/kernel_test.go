@@ -56,19 +56,28 @@ func TestKernelMatchesEval(t *testing.T) {
 		}
 		g := loadGolden(t, ar)
 		name := strings.TrimSuffix(filepath.Base(file), ".txtar")
-		for _, h := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress, codegen.HookTCEgress} {
-			p, err := codegen.Compile(g.prog, codegen.Options{Hook: h})
-			if err != nil {
-				continue // the golden test checks the errors
+		for _, level := range []int{0, 1} {
+			for _, h := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress, codegen.HookTCEgress} {
+				p, err := codegen.Compile(g.prog, codegen.Options{Hook: h, Level: level})
+				if err != nil {
+					continue // the golden test checks the errors
+				}
+				progs = append(progs, program{fmt.Sprintf("%s/O%d/%s", name, level, h), p})
 			}
-			progs = append(progs, program{fmt.Sprintf("%s/%s", name, h), p})
+			// Every chain split into segments of about one rule each.
+			restore := codegen.SetMaxSegmentBranches(1)
+			p, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook, Level: level})
+			restore()
+			if err == nil {
+				progs = append(progs, program{fmt.Sprintf("%s/O%d/%s-segments", name, level, g.hook), p})
+			}
 		}
-		// Every chain split into segments of about one rule each.
-		restore := codegen.SetMaxSegmentBranches(1)
-		p, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook})
+		// Every run of terminal rules classified, every table a map.
+		restore := codegen.SetClassifyAlways()
+		p, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook, Level: 1})
 		restore()
 		if err == nil {
-			progs = append(progs, program{fmt.Sprintf("%s/%s-segments", name, g.hook), p})
+			progs = append(progs, program{fmt.Sprintf("%s/O1/%s-classified", name, g.hook), p})
 		}
 	}
 	if len(progs) < 20 {

@@ -33,14 +33,33 @@ const (
 	flagTCPOptsTruncated = 1 << 1
 )
 
-// The main function's stack frame.
+// At -O1 the parsed packet has room for the classifier's lookup keys after
+// its fields: global functions may only touch the memory of their pointer
+// arguments, and the stack of a call chain is too small for a key per
+// frame.
 const (
-	mainPkt = -pktSize    // the parsed packet
-	mainKey = mainPkt - 8 // u32 map key
+	pktLookupKey  = pktSize
+	lookupKeySize = 48
 )
 
-// A chain function's stack frame: only the counters key.
-const chainKey = -8
+// pktSize is the size of the parsed packet at the compiler's level.
+func (c *compiler) pktSize() int16 {
+	if c.level > 0 {
+		return pktSize + lookupKeySize
+	}
+	return pktSize
+}
+
+// The main function's stack frame: the parsed packet, then a u32 map key.
+func (c *compiler) mainPkt() int16 { return -c.pktSize() }
+func (c *compiler) mainKey() int16 { return c.mainPkt() - 8 }
+
+// A chain function's stack frame: the counters key, and the key of an
+// address set lookup (a u32 prefix length and the address).
+const (
+	chainKey    = -8
+	chainSetKey = -32
+)
 
 // parse's stack frame.
 const (

@@ -24,6 +24,9 @@ func (c *compiler) match(r *ir.Rule, m ir.Match, next, hotdrop string) bool {
 	case ir.AddrRange:
 		c.addrRange(m, next)
 
+	case ir.AddrSet:
+		c.addrSet(m, next)
+
 	case ir.Proto:
 		// ip6_packet_match drops the packet when ipv6_find_hdr fails,
 		// whatever the protocol tested.

@@ -13,8 +13,9 @@ import (
 // Options control compilation.
 type Options struct {
 	Hook Hook
-	// Level is the optimization level; only 0 (-O0, the plain rule-by-rule
-	// program) exists now.
+	// Level is the optimization level: 0 (-O0) is the plain rule-by-rule
+	// program; 1 (-O1) runs the ir passes and classifies runs of terminal
+	// rules with map lookups.
 	Level int
 }
 
@@ -22,7 +23,9 @@ type Options struct {
 // nothing is loaded.
 type Program struct {
 	// Spec holds the program ProgramName and the maps CountersMap,
-	// DecisionMap, IfacesMap and ScratchMap.
+	// DecisionMap, IfacesMap and ScratchMap, and at -O1 the classifier's
+	// tables; address sets are LPM tries. Those maps come with their
+	// contents.
 	Spec *ebpf.CollectionSpec
 	IR   *ir.Program
 	Hook Hook
@@ -32,8 +35,12 @@ type Program struct {
 	// Ifaces[i]".
 	Ifaces []ir.Iface
 
+	Level int
+
 	// unreachable lists the rules that have no code: no packet reaches them.
 	unreachable []*ir.Rule
+	// removed lists the rules the ir passes removed.
+	removed []ir.Removal
 }
 
 // Names of the program and its maps in Spec.
@@ -96,13 +103,20 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 	if !opts.Hook.valid() {
 		return nil, fmt.Errorf("compile: unknown hook %d", opts.Hook)
 	}
-	if opts.Level != 0 {
-		return nil, fmt.Errorf("compile for %s: optimization level -O%d does not exist (only -O0)", opts.Hook, opts.Level)
+	if opts.Level != 0 && opts.Level != 1 {
+		return nil, fmt.Errorf("compile for %s: optimization level -O%d does not exist (only -O0 and -O1)", opts.Hook, opts.Level)
 	}
 	if err := ir.Verify(p); err != nil {
 		return nil, fmt.Errorf("compile for %s: invalid program: %w", opts.Hook, err)
 	}
-	c := &compiler{p: p, hook: opts.Hook, b: newBuilder()}
+	orig := p
+	if opts.Level > 0 {
+		var err error
+		if p, err = ir.Optimize(p, ir.OptimizeOptions{}); err != nil {
+			return nil, fmt.Errorf("compile for %s: %w", opts.Hook, err)
+		}
+	}
+	c := &compiler{p: p, hook: opts.Hook, b: newBuilder(), level: opts.Level}
 	c.check()
 	if err := c.errs.Err(); err != nil {
 		return nil, err
@@ -119,10 +133,12 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 		return nil, fmt.Errorf("compile for %s: %d rules make %d instructions, more than the %d a BPF program may have", opts.Hook, len(p.Rules), n, maxInstructions)
 	}
 	out := &Program{
-		IR:     p,
-		Hook:   opts.Hook,
-		Ifaces: c.ifaces,
-		Spec:   c.spec(insns),
+		IR:      orig,
+		Hook:    opts.Hook,
+		Level:   opts.Level,
+		Ifaces:  c.ifaces,
+		Spec:    c.spec(insns),
+		removed: p.Removed,
 	}
 	for _, r := range p.Rules {
 		if removed[c.b.canonical(ruleLabel(r))] {
@@ -147,7 +163,7 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 		// attached where frames are larger than a page.
 		flags = xdpHasFrags
 	}
-	return &ebpf.CollectionSpec{
+	spec := &ebpf.CollectionSpec{
 		Programs: map[string]*ebpf.ProgramSpec{
 			ProgramName: {
 				Name:         ProgramName,
@@ -189,6 +205,10 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 			},
 		},
 	}
+	for _, m := range c.maps {
+		spec.Maps[m.Name] = m
+	}
+	return spec
 }
 
 // IfaceMask returns the IfacesMap value of an interface called name: the
@@ -243,8 +263,6 @@ func (c *compiler) check() {
 
 func (c *compiler) unsupportedMatch(m ir.Match) string {
 	switch m := m.(type) {
-	case ir.AddrSet:
-		return fmt.Sprintf("set match (ipset %s)", m.Set)
 	case ir.CTState:
 		return "conntrack state match"
 	case ir.Mark:
@@ -255,7 +273,7 @@ func (c *compiler) unsupportedMatch(m ir.Match) string {
 		if !c.hook.tc() {
 			return "pkttype match"
 		}
-	case ir.Addr, ir.AddrRange, ir.Proto, ir.Fragment, ir.Iface, ir.L4Header, ir.Ports,
+	case ir.Addr, ir.AddrRange, ir.AddrSet, ir.Proto, ir.Fragment, ir.Iface, ir.L4Header, ir.Ports,
 		ir.TCPFlags, ir.TCPOption, ir.ICMP, ir.Length, ir.TTL, ir.SrcMAC:
 	default:
 		return fmt.Sprintf("match %T", m)

@@ -1,0 +1,461 @@
+package codegen
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/cilium/ebpf"
+
+	"bpfwall/ir"
+	"bpfwall/rules"
+)
+
+// The classifier (-O1) answers, for a run of terminal rules, "which is the
+// earliest rule that decides this packet?" with a few map lookups instead
+// of a test per rule; see CLASSIFIER.md. Each rule is normalized into
+// tuples (ir.Normalize); tuples of one shape go into one table, a hash
+// keyed by the packet's fields cut to the shape, or an LPM trie when
+// shapes differ in one field's prefix length only. A table's value is the
+// earliest rule with that key and what it does; the tables are looked up
+// in the order of their earliest rule, and the lookups stop as soon as no
+// later table can hold an earlier rule.
+//
+// A rule can also drop a packet whose headers it finds cut short
+// (hotdrop) when only its matches before that point hold. Those matches
+// are tuples too, in tables of their own that apply only to such packets:
+// for every packet, exactly one of a rule's tables applies, and the
+// earliest rule it finds decides as ipt_do_table would.
+
+// Kinds of a table value: what the rule does. The first three are the
+// chain function's codes.
+const (
+	kindAccept  = codeAccept
+	kindDrop    = codeDrop
+	kindHotdrop = codeHotdrop
+	kindReturn  = 4
+)
+
+// maxTuplesPerRule bounds a rule's expansion into tuples; a rule with more
+// stays plain code.
+const maxTuplesPerRule = 1 << 16
+
+// Tunables of the cost estimate, in about nanoseconds; tests change them.
+var (
+	// classifyAlways classifies every run of eligible rules, however
+	// short, and never inlines a table.
+	classifyAlways = false
+	// costPlainRule is what testing one plain rule costs, costHash and
+	// costLPM what a lookup costs, costInline one inlined tuple.
+	costPlainRule = 2
+	costHash      = 20
+	costLPM       = 40
+	costInline    = 2
+	// maxInlineTuples is how many tuples a table may have to be tested in
+	// code rather than looked up.
+	maxInlineTuples = 4
+)
+
+// mode says which of a rule's tuples a table holds.
+type mode uint8
+
+const (
+	modeFull     mode = iota // all matches: the rule matches
+	modePreL4                // matches before the L4Header: it drops a short packet
+	modePreProto             // matches before Proto: it drops an IPv6 packet whose extension headers cannot be walked
+)
+
+// guard is the condition under which a table applies to a packet.
+type guard struct {
+	mode mode
+	// v6proto: the rules test the protocol in IPv6, where a failed walk
+	// of the extension headers drops the packet.
+	v6proto bool
+	// l4Len and tiny are the rules' L4Header (0 without one).
+	l4Len int
+	tiny  bool
+}
+
+// entry is one tuple of a rule in a table.
+type entry struct {
+	t    ir.Tuple
+	id   uint32
+	kind uint32
+}
+
+// table is one lookup of a segment.
+type table struct {
+	name  string // the map's, when looked up
+	guard guard
+	lens  [ir.NumFields]uint8 // the shape; for an LPM trie, lens[lpm] is the field's width
+	lpm   int                 // the field of varying length, or -1 for a hash
+	// entries are sorted by rule, one per tuple.
+	entries []entry
+	first   uint32 // the earliest rule
+	inline  bool
+}
+
+// segmentPlan is a run of terminal rules classified by tables.
+type segmentPlan struct {
+	rules  []*ir.Rule
+	tables []*table
+}
+
+// eligible reports whether r can be classified, with its normal form.
+func (c *compiler) eligible(r *ir.Rule) (ir.Form, bool) {
+	switch r.Action.(type) {
+	case ir.Accept, ir.Drop, ir.Return:
+	default:
+		return ir.Form{}, false
+	}
+	if c.p.Family == rules.IPv6 {
+		// ip6tables' "-p all" only walks the extension headers.
+		for _, m := range r.Matches {
+			if m, ok := m.(ir.Proto); ok && m.Proto == 0 {
+				return ir.Form{}, false
+			}
+		}
+	}
+	return c.p.Normalize(r, maxTuplesPerRule)
+}
+
+func kindOf(a ir.Action) uint32 {
+	switch a.(type) {
+	case ir.Accept:
+		return kindAccept
+	case ir.Drop:
+		return kindDrop
+	}
+	return kindReturn
+}
+
+// units splits a chain into plain rules and classified segments.
+func (c *compiler) units(rs []*ir.Rule) []unit {
+	if c.level == 0 {
+		out := make([]unit, len(rs))
+		for i, r := range rs {
+			out[i] = unit{rule: r}
+		}
+		return out
+	}
+	var out []unit
+	var run []*ir.Rule
+	var forms []ir.Form
+	flush := func() {
+		if plan := c.plan(run, forms); plan != nil {
+			out = append(out, unit{seg: plan})
+		} else {
+			for _, r := range run {
+				out = append(out, unit{rule: r})
+			}
+		}
+		run, forms = nil, nil
+	}
+	for _, r := range rs {
+		f, ok := c.eligible(r)
+		if !ok {
+			flush()
+			out = append(out, unit{rule: r})
+			continue
+		}
+		run = append(run, r)
+		forms = append(forms, f)
+	}
+	flush()
+	return out
+}
+
+// unit is a plain rule or a classified segment.
+type unit struct {
+	rule *ir.Rule
+	seg  *segmentPlan
+}
+
+// plan builds the tables of a run of eligible rules, or returns nil when
+// plain code is expected to be cheaper.
+func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
+	if len(run) == 0 {
+		return nil
+	}
+	v6 := c.p.Family == rules.IPv6
+	type shapeKey struct {
+		g    guard
+		lens [ir.NumFields]uint8
+	}
+	shapes := make(map[shapeKey]map[ir.Tuple]entry)
+	var order []shapeKey
+	add := func(g guard, ts []ir.Tuple, id, kind uint32) {
+		for _, t := range ts {
+			k := shapeKey{g, t.Len}
+			m := shapes[k]
+			if m == nil {
+				m = make(map[ir.Tuple]entry)
+				shapes[k] = m
+				order = append(order, k)
+			}
+			// The earliest rule with a tuple wins; rules come in order.
+			if _, ok := m[t]; !ok {
+				m[t] = entry{t: t, id: id, kind: kind}
+			}
+		}
+	}
+	for i, r := range run {
+		f := forms[i]
+		id := uint32(r.ID)
+		v6proto := v6 && f.Proto
+		add(guard{mode: modeFull, v6proto: v6proto, l4Len: f.L4Len, tiny: f.Tiny}, f.Tuples, id, kindOf(r.Action))
+		if f.L4Len > 0 {
+			add(guard{mode: modePreL4, v6proto: v6proto, l4Len: f.L4Len, tiny: f.Tiny}, f.PreL4, id, kindHotdrop)
+		}
+		if v6proto {
+			add(guard{mode: modePreProto, v6proto: true}, f.PreProto, id, kindHotdrop)
+		}
+	}
+	// Merge shapes that differ in one field's length into LPM tries, one
+	// field after the other.
+	var tables []*table
+	taken := make(map[shapeKey]bool)
+	for _, f := range []ir.Field{ir.FieldSrc, ir.FieldDst, ir.FieldDport, ir.FieldSport} {
+		groups := make(map[shapeKey][]shapeKey)
+		var gorder []shapeKey
+		for _, k := range order {
+			if taken[k] {
+				continue
+			}
+			g := k
+			g.lens[f] = 0
+			if groups[g] == nil {
+				gorder = append(gorder, g)
+			}
+			groups[g] = append(groups[g], k)
+		}
+		for _, g := range gorder {
+			ks := groups[g]
+			if len(ks) < 2 {
+				continue
+			}
+			// A trie is slower than a hash: merge when it saves lookups.
+			apart := 0
+			for _, k := range ks {
+				apart += lookupCost(len(shapes[k]), false)
+			}
+			if !classifyAlways && apart <= costLPM {
+				continue
+			}
+			t := &table{guard: g.g, lens: g.lens, lpm: int(f)}
+			t.lens[f] = uint8(8 * f.Width(c.p.Family))
+			for _, k := range ks {
+				taken[k] = true
+				for _, e := range shapes[k] {
+					t.entries = append(t.entries, e)
+				}
+			}
+			tables = append(tables, t)
+		}
+	}
+	for _, k := range order {
+		if taken[k] {
+			continue
+		}
+		t := &table{guard: k.g, lens: k.lens, lpm: -1}
+		for _, e := range shapes[k] {
+			t.entries = append(t.entries, e)
+		}
+		tables = append(tables, t)
+	}
+	for _, t := range tables {
+		slices.SortFunc(t.entries, func(a, b entry) int {
+			return cmp.Or(cmp.Compare(a.id, b.id), compareTuples(a.t, b.t))
+		})
+		t.first = t.entries[0].id
+		t.inline = !classifyAlways && len(t.entries) <= maxInlineTuples || emptyShape(t)
+	}
+	slices.SortStableFunc(tables, func(a, b *table) int { return cmp.Compare(a.first, b.first) })
+
+	if !classifyAlways {
+		// Packets take one table per guard class; count them all, as the
+		// worst case.
+		cost, plain := 0, costPlainRule*len(run)
+		for _, t := range tables {
+			if t.guard.mode != modeFull {
+				continue
+			}
+			cost += lookupCost(len(t.entries), t.lpm >= 0 && !t.inline)
+		}
+		if cost >= plain {
+			return nil
+		}
+	}
+	for _, t := range tables {
+		if !t.inline {
+			t.name = fmt.Sprintf("cls%d", c.ntables)
+			c.ntables++
+		}
+	}
+	return &segmentPlan{rules: run, tables: tables}
+}
+
+// lookupCost estimates what a table of n tuples costs a packet.
+func lookupCost(n int, lpm bool) int {
+	switch {
+	case n <= maxInlineTuples:
+		return costInline * n
+	case lpm:
+		return costLPM
+	}
+	return costHash
+}
+
+func emptyShape(t *table) bool {
+	return t.lens == [ir.NumFields]uint8{}
+}
+
+func compareTuples(a, b ir.Tuple) int {
+	for f := range ir.NumFields {
+		if d := cmp.Compare(a.Len[f], b.Len[f]); d != 0 {
+			return d
+		}
+		if d := bytes.Compare(a.Value[f][:], b.Value[f][:]); d != 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// slot is where a field goes in a lookup key.
+type slot struct {
+	field ir.Field
+	off   int // from the start of the key
+	size  int
+}
+
+// keyLayout is a table's key: for an LPM trie a u32 prefix length, then
+// the fields at their natural alignment, the varying one last; gaps are
+// zero.
+type keyLayout struct {
+	slots []slot
+	size  int
+	// fixedBits is the prefix length of everything before the varying
+	// field of an LPM trie.
+	fixedBits int
+}
+
+func (c *compiler) layout(t *table) keyLayout {
+	var l keyLayout
+	off := 0
+	if t.lpm >= 0 {
+		off = 4
+	}
+	place := func(f ir.Field) {
+		w := f.Width(c.p.Family)
+		align := min(w, 4)
+		off = (off + align - 1) / align * align
+		l.slots = append(l.slots, slot{field: f, off: off, size: w})
+		off += w
+	}
+	for _, f := range []ir.Field{ir.FieldSrc, ir.FieldDst, ir.FieldSport, ir.FieldDport, ir.FieldProto} {
+		if int(f) != t.lpm && t.lens[f] > 0 {
+			place(f)
+		}
+	}
+	if t.lpm >= 0 {
+		w := ir.Field(t.lpm).Width(c.p.Family)
+		align := min(w, 4)
+		off = (off + align - 1) / align * align
+		l.fixedBits = 8 * (off - 4)
+		place(ir.Field(t.lpm))
+	}
+	l.size = off
+	return l
+}
+
+// mapSpec returns the table's map and its contents, sorted by key.
+func (c *compiler) mapSpec(t *table) *ebpf.MapSpec {
+	l := c.layout(t)
+	key := func(tp ir.Tuple, plen int) []byte {
+		k := make([]byte, l.size)
+		if t.lpm >= 0 {
+			binary.NativeEndian.PutUint32(k, uint32(plen))
+		}
+		for _, s := range l.slots {
+			copy(k[s.off:s.off+s.size], tp.Value[s.field][:s.size])
+		}
+		return k
+	}
+	value := func(e entry) []byte {
+		v := make([]byte, 8)
+		binary.NativeEndian.PutUint32(v, e.id)
+		binary.NativeEndian.PutUint32(v[4:], e.kind)
+		return v
+	}
+	var kvs []ebpf.MapKV
+	if t.lpm < 0 {
+		seen := make(map[string]bool, len(t.entries))
+		for _, e := range t.entries { // the earliest rule first
+			k := key(e.t, 0)
+			if !seen[string(k)] {
+				seen[string(k)] = true
+				kvs = append(kvs, ebpf.MapKV{Key: k, Value: value(e)})
+			}
+		}
+	} else {
+		kvs = c.lpmContents(t, l, key, value)
+	}
+	slices.SortFunc(kvs, func(a, b ebpf.MapKV) int { return bytes.Compare(a.Key.([]byte), b.Key.([]byte)) })
+	spec := &ebpf.MapSpec{
+		Name:       t.name,
+		Type:       ebpf.Hash,
+		KeySize:    uint32(l.size),
+		ValueSize:  8,
+		MaxEntries: uint32(len(kvs)),
+		Contents:   kvs,
+	}
+	if t.lpm >= 0 {
+		spec.Type, spec.Flags = ebpf.LPMTrie, bpfFNoPrealloc
+	}
+	return spec
+}
+
+// bpfFNoPrealloc is BPF_F_NO_PREALLOC, which LPM tries require.
+const bpfFNoPrealloc = 1
+
+// lpmContents stores at every prefix the earliest rule among the entries
+// whose prefix covers it, with the same other fields: the trie returns
+// the longest stored prefix that contains the packet's field, and every
+// entry the packet matches covers that one.
+func (c *compiler) lpmContents(t *table, l keyLayout, key func(ir.Tuple, int) []byte, value func(entry) []byte) []ebpf.MapKV {
+	f := ir.Field(t.lpm)
+	best := make(map[ir.Tuple]entry, len(t.entries))
+	var order []ir.Tuple
+	lens := make(map[uint8]bool)
+	for _, e := range t.entries {
+		if _, ok := best[e.t]; !ok {
+			best[e.t] = e
+			order = append(order, e.t)
+			lens[e.t.Len[f]] = true
+		}
+	}
+	sorted := make([]uint8, 0, len(lens))
+	for n := range lens {
+		sorted = append(sorted, n)
+	}
+	slices.Sort(sorted)
+	var kvs []ebpf.MapKV
+	for _, tp := range order {
+		e := best[tp]
+		for _, n := range sorted {
+			if n >= tp.Len[f] {
+				break
+			}
+			cut := tp.Len
+			cut[f] = n
+			if o, ok := best[tp.Cut(cut)]; ok && o.id < e.id {
+				e = o
+			}
+		}
+		kvs = append(kvs, ebpf.MapKV{Key: key(tp, l.fixedBits+int(tp.Len[f])), Value: value(e)})
+	}
+	return kvs
+}

@@ -1,0 +1,420 @@
+package codegen
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"bpfwall/ir"
+	"bpfwall/rules"
+)
+
+// classified emits a classified segment: its tables in order, then the
+// decision of the earliest rule found, or a jump to next when none.
+//
+//	r6 pkt, r7 earliest rule found (all ones: none), r8 its kind
+func (c *compiler) classified(s *segmentPlan, next string) {
+	b := c.b
+	first, last := s.rules[0], s.rules[len(s.rules)-1]
+	b.note("%s-%d -A %s: rules r%d-r%d (%d) classified by %d tables", linePos(first.Pos), last.Pos.Line,
+		c.p.Chains[first.Chain].Name, first.ID, last.ID, len(s.rules), len(s.tables))
+	for _, t := range s.tables {
+		b.note("  %s", c.describeTable(t))
+	}
+	done := b.fresh("classified")
+	b.emit(mov(asm.R7, -1), mov(asm.R8, 0))
+	for k, t := range s.tables {
+		skip := b.fresh("table_end")
+		if k > 0 {
+			// No later table holds an earlier rule than the one found.
+			b.emit(asm.JLT.Imm(asm.R7, int32(t.first), done))
+		}
+		c.tableGuard(t.guard, skip)
+		if proto, ok := t.proto(); ok && !t.inline {
+			// Cheaper than a lookup that cannot hit.
+			b.emit(
+				ld(asm.R1, asm.R6, pktProto, asm.Byte),
+				asm.JNE.Imm(asm.R1, int32(proto), skip),
+			)
+		}
+		if t.inline {
+			c.inlineTable(t, skip)
+		} else {
+			c.lookupTable(t, skip)
+		}
+		b.mark(skip)
+	}
+	b.mark(done)
+	hot, ret := b.fresh("classified_hotdrop"), b.fresh("classified_return")
+	b.emit(
+		asm.JEq.Imm(asm.R7, -1, next),
+		asm.JEq.Imm(asm.R8, kindHotdrop, hot),
+	)
+	c.countReg(asm.R7)
+	b.emit(
+		asm.JEq.Imm(asm.R8, kindReturn, ret),
+		movr(asm.R0, asm.R7),
+		asm.LSh.Imm(asm.R0, codeShift),
+		asm.Or.Reg(asm.R0, asm.R8),
+		asm.Return(),
+	)
+	b.mark(ret)
+	b.emit(mov(asm.R0, codeReturn), asm.Return())
+	b.mark(hot)
+	b.emit(
+		movr(asm.R0, asm.R7),
+		asm.LSh.Imm(asm.R0, codeShift),
+		asm.Or.Imm(asm.R0, codeHotdrop),
+		asm.Return(),
+	)
+}
+
+// describeTable is a table's line in a dump.
+func (c *compiler) describeTable(t *table) string {
+	var fields []string
+	for f := range ir.NumFields {
+		switch {
+		case int(f) == t.lpm:
+			fields = append(fields, f.String()+"/*")
+		case t.lens[f] == 0:
+		case int(t.lens[f]) == 8*f.Width(c.p.Family):
+			fields = append(fields, f.String())
+		default:
+			fields = append(fields, fmt.Sprintf("%s/%d", f, t.lens[f]))
+		}
+	}
+	if len(fields) == 0 {
+		fields = append(fields, "any")
+	}
+	var when []string
+	switch t.guard.mode {
+	case modePreL4:
+		when = append(when, fmt.Sprintf("drops: transport header under %d bytes", t.guard.l4Len))
+		if t.guard.tiny && c.p.Family == rules.IPv4 {
+			when = append(when, "or fragment at offset 8")
+		}
+	case modePreProto:
+		when = append(when, "drops: extension headers cannot be walked")
+	default:
+		if t.guard.l4Len > 0 {
+			when = append(when, fmt.Sprintf("transport header of %d bytes", t.guard.l4Len))
+		}
+	}
+	how := "inline"
+	switch {
+	case t.inline:
+	case t.lpm >= 0:
+		how = "lpm " + t.name
+	default:
+		how = "hash " + t.name
+	}
+	s := fmt.Sprintf("from r%d: %s, %d tuples, %s", t.first, strings.Join(fields, " "), len(t.entries), how)
+	if len(when) > 0 {
+		s += " (" + strings.Join(when, " ") + ")"
+	}
+	return s
+}
+
+// proto returns the protocol all of the table's tuples test, if they do.
+func (t *table) proto() (uint8, bool) {
+	if t.lens[ir.FieldProto] == 0 {
+		return 0, false
+	}
+	p := t.entries[0].t.Value[ir.FieldProto][0]
+	for _, e := range t.entries {
+		if e.t.Value[ir.FieldProto][0] != p {
+			return 0, false
+		}
+	}
+	return p, true
+}
+
+// tableGuard jumps to skip unless the table applies to the packet.
+func (c *compiler) tableGuard(g guard, skip string) {
+	b := c.b
+	if g.v6proto {
+		b.emit(
+			ld(asm.R1, asm.R6, pktFlags, asm.Byte),
+			asm.And.Imm(asm.R1, flagBadExtHeaders),
+		)
+		if g.mode == modePreProto {
+			b.emit(asm.JEq.Imm(asm.R1, 0, skip))
+			return
+		}
+		b.emit(asm.JNE.Imm(asm.R1, 0, skip))
+	}
+	if g.l4Len == 0 {
+		return
+	}
+	b.emit(ld(asm.R1, asm.R6, pktFragOff, asm.Word))
+	switch g.mode {
+	case modeFull:
+		b.emit(
+			asm.JNE.Imm(asm.R1, 0, skip),
+			ld(asm.R1, asm.R6, pktL4Len, asm.Word),
+			asm.JLT.Imm(asm.R1, int32(g.l4Len), skip),
+		)
+	case modePreL4:
+		short := b.fresh("short")
+		if g.tiny && c.p.Family == rules.IPv4 {
+			b.emit(asm.JEq.Imm(asm.R1, 8, short))
+		}
+		b.emit(
+			asm.JNE.Imm(asm.R1, 0, skip),
+			ld(asm.R1, asm.R6, pktL4Len, asm.Word),
+			asm.JGE.Imm(asm.R1, int32(g.l4Len), skip),
+		)
+		b.mark(short)
+	}
+}
+
+// found records rule id of kind as the earliest found unless an earlier
+// one was, then goes to skip.
+func (c *compiler) found(id, kind uint32, skip string) {
+	c.b.emit(
+		asm.JLE.Imm(asm.R7, int32(id), skip),
+		mov(asm.R7, int32(id)),
+		mov(asm.R8, int32(kind)),
+		ja(skip),
+	)
+}
+
+// inlineTable tests a few tuples in code, earliest rule first.
+func (c *compiler) inlineTable(t *table, skip string) {
+	b := c.b
+	for _, e := range t.entries {
+		miss := b.fresh("miss")
+		for f := range ir.NumFields {
+			if e.t.Len[f] > 0 {
+				c.compareField(f, e.t.Value[f][:f.Width(c.p.Family)], int(e.t.Len[f]), miss)
+			}
+		}
+		c.found(e.id, e.kind, skip)
+		b.mark(miss)
+	}
+}
+
+// fieldOff is where parse stores a field in the packet.
+func fieldOff(f ir.Field) int16 {
+	switch f {
+	case ir.FieldSrc:
+		return pktSrc
+	case ir.FieldDst:
+		return pktDst
+	case ir.FieldSport:
+		return pktSport
+	case ir.FieldDport:
+		return pktDport
+	}
+	return pktProto
+}
+
+// wordMask is the host-order mask of the first bits of a 32-bit word.
+func wordMask(bits int) uint32 {
+	if bits >= 32 {
+		return 0xffffffff
+	}
+	return ^uint32(0) << (32 - bits)
+}
+
+// compareField jumps to miss unless the first bits of field f equal
+// those of the big-endian value.
+func (c *compiler) compareField(f ir.Field, value []byte, bits int, miss string) {
+	b := c.b
+	switch f {
+	case ir.FieldSrc, ir.FieldDst:
+		for i := 0; i < len(value)/4 && bits > 32*i; i++ {
+			wb := bits - 32*i
+			b.emit(ld(asm.R1, asm.R6, fieldOff(f)+int16(4*i), asm.Word))
+			if wb < 32 {
+				b.emit(asm.And.Imm32(asm.R1, u32(wordMask(wb))))
+			}
+			b.emit(asm.JNE.Imm32(asm.R1, u32(binary.BigEndian.Uint32(value[4*i:])&wordMask(wb)), miss))
+		}
+	case ir.FieldSport, ir.FieldDport:
+		b.emit(ld(asm.R1, asm.R6, fieldOff(f), asm.Word))
+		mask := wordMask(16+bits) & 0xffff
+		if bits < 16 {
+			b.emit(asm.And.Imm(asm.R1, int32(mask)))
+		}
+		b.emit(asm.JNE.Imm(asm.R1, int32(uint32(binary.BigEndian.Uint16(value))&mask), miss))
+	case ir.FieldProto:
+		b.emit(
+			ld(asm.R1, asm.R6, pktProto, asm.Byte),
+			asm.JNE.Imm(asm.R1, int32(value[0]), miss),
+		)
+	}
+}
+
+// lookupTable builds the table's key from the packet in the key area and
+// looks it up.
+func (c *compiler) lookupTable(t *table, skip string) {
+	b := c.b
+	l := c.layout(t)
+	base := int16(pktLookupKey)
+	covered := make([]bool, l.size)
+	if t.lpm >= 0 {
+		b.emit(stImm(asm.R6, base, int32(8*(l.size-4)), asm.Word))
+		for i := range 4 {
+			covered[i] = true
+		}
+	}
+	for _, s := range l.slots {
+		c.keyField(s, int(t.lens[s.field]), base)
+		for i := s.off; i < s.off+s.size; i++ {
+			covered[i] = true
+		}
+	}
+	for i, ok := range covered {
+		if !ok {
+			b.emit(stImm(asm.R6, base+int16(i), 0, asm.Byte))
+		}
+	}
+	b.emit(
+		mapRef(asm.R1, t.name),
+		movr(asm.R2, asm.R6),
+		asm.Add.Imm(asm.R2, int32(base)),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, skip),
+		ld(asm.R1, asm.R0, 0, asm.Word),
+		asm.JGE.Reg(asm.R1, asm.R7, skip),
+		movr(asm.R7, asm.R1),
+		ld(asm.R8, asm.R0, 4, asm.Word),
+	)
+	c.maps = append(c.maps, c.mapSpec(t))
+}
+
+// keyField stores the packet's field, cut to bits, big-endian at its slot.
+func (c *compiler) keyField(s slot, bits int, base int16) {
+	b := c.b
+	at := base + int16(s.off)
+	switch s.field {
+	case ir.FieldSrc, ir.FieldDst:
+		for i := range s.size / 4 {
+			wb := bits - 32*i
+			if wb <= 0 {
+				b.emit(stImm(asm.R6, at+int16(4*i), 0, asm.Word))
+				continue
+			}
+			b.emit(ld(asm.R1, asm.R6, fieldOff(s.field)+int16(4*i), asm.Word))
+			if wb < 32 {
+				b.emit(asm.And.Imm32(asm.R1, u32(wordMask(wb))))
+			}
+			b.emit(ntoh(asm.R1, asm.Word), st(asm.R6, at+int16(4*i), asm.R1, asm.Word))
+		}
+	case ir.FieldSport, ir.FieldDport:
+		b.emit(ld(asm.R1, asm.R6, fieldOff(s.field), asm.Word))
+		if bits < 16 {
+			b.emit(asm.And.Imm(asm.R1, int32(wordMask(16+bits)&0xffff)))
+		}
+		b.emit(ntoh(asm.R1, asm.Half), st(asm.R6, at, asm.R1, asm.Half))
+	case ir.FieldProto:
+		b.emit(ld(asm.R1, asm.R6, pktProto, asm.Byte), st(asm.R6, at, asm.R1, asm.Byte))
+	}
+}
+
+// countReg adds the packet to the counters of the rule whose ID is in
+// reg.
+func (c *compiler) countReg(reg asm.Register) {
+	done := c.b.fresh("counted")
+	c.b.emit(
+		st(asm.R10, chainKey, reg, asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, chainKey),
+		mapRef(asm.R1, CountersMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, done),
+		ld(asm.R1, asm.R0, 0, asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		st(asm.R0, 0, asm.R1, asm.DWord),
+		ld(asm.R1, asm.R6, pktBytes, asm.Word),
+		ld(asm.R2, asm.R0, 8, asm.DWord),
+		asm.Add.Reg(asm.R2, asm.R1),
+		st(asm.R0, 8, asm.R2, asm.DWord),
+	)
+	c.b.mark(done)
+}
+
+// addrSet emits -m set over an address set: an LPM trie of its entries
+// whose value says whether the entry is a nomatch one, so that the
+// longest entry containing the address decides, as in the kernel's hash
+// types.
+func (c *compiler) addrSet(m ir.AddrSet, next string) {
+	b := c.b
+	if len(m.Entries) == 0 {
+		c.constant(m.Neg, next)
+		return
+	}
+	name := c.setMap(m)
+	words := c.p.Family.Bits() / 32
+	b.emit(stImm(asm.R10, chainSetKey, int32(c.p.Family.Bits()), asm.Word))
+	for i := range words {
+		b.emit(
+			ld(asm.R1, asm.R6, addrOff(m.Dir)+int16(4*i), asm.Word),
+			ntoh(asm.R1, asm.Word),
+			st(asm.R10, chainSetKey+4+int16(4*i), asm.R1, asm.Word),
+		)
+	}
+	b.emit(
+		mapRef(asm.R1, name),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, chainSetKey),
+		asm.FnMapLookupElem.Call(),
+	)
+	if !m.Neg {
+		b.emit(
+			asm.JEq.Imm(asm.R0, 0, next),
+			ld(asm.R1, asm.R0, 0, asm.Word),
+			asm.JEq.Imm(asm.R1, 0, next),
+		)
+		return
+	}
+	holds := b.fresh("not_in_set")
+	b.emit(
+		asm.JEq.Imm(asm.R0, 0, holds),
+		ld(asm.R1, asm.R0, 0, asm.Word),
+		asm.JNE.Imm(asm.R1, 0, next),
+	)
+	b.mark(holds)
+}
+
+// setMap returns the name of the LPM trie of m's set, made on first use:
+// a u32 prefix length and the address, to a u32 that is 0 for nomatch
+// entries.
+func (c *compiler) setMap(m ir.AddrSet) string {
+	for i, s := range c.sets {
+		if s == m.Set {
+			return fmt.Sprintf("set%d", i)
+		}
+	}
+	name := fmt.Sprintf("set%d", len(c.sets))
+	c.sets = append(c.sets, m.Set)
+	width := c.p.Family.Bits() / 8
+	var kvs []ebpf.MapKV
+	for _, e := range m.Entries {
+		k := make([]byte, 4+width)
+		binary.NativeEndian.PutUint32(k, uint32(e.Prefix.Bits()))
+		copy(k[4:], e.Prefix.Addr().AsSlice())
+		v := make([]byte, 4)
+		if !e.NoMatch {
+			binary.NativeEndian.PutUint32(v, 1)
+		}
+		kvs = append(kvs, ebpf.MapKV{Key: k, Value: v})
+	}
+	slices.SortFunc(kvs, func(a, b ebpf.MapKV) int { return bytes.Compare(a.Key.([]byte), b.Key.([]byte)) })
+	c.maps = append(c.maps, &ebpf.MapSpec{
+		Name:       name,
+		Type:       ebpf.LPMTrie,
+		Flags:      bpfFNoPrealloc,
+		KeySize:    uint32(4 + width),
+		ValueSize:  4,
+		MaxEntries: uint32(len(kvs)),
+		Contents:   kvs,
+	})
+	return name
+}
