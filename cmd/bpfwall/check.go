@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+	"bpfwall/ir"
 	"bpfwall/parser/iptables"
 	"bpfwall/rules"
 )
@@ -39,11 +40,35 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 		base = rs
 		tables, chains, nrules := count(rs)
 		fmt.Fprintf(stdout, "%s: %s, %d tables, %d chains, %d rules\n", name, rs.Family, tables, chains, nrules)
+		for _, w := range shadowWarnings(rs) {
+			fmt.Fprintln(stdout, w)
+		}
 	}
 	if failed > 0 {
 		return exitError{1}
 	}
 	return nil
+}
+
+// shadowWarnings lists the rules of filter's builtin chains, and of the
+// user chains they reach, that never match, for every chain that lowers.
+// A user chain reached from several builtin chains is reported once.
+func shadowWarnings(rs *rules.Ruleset) []ir.Warning {
+	var out []ir.Warning
+	seen := make(map[ir.Warning]bool)
+	for _, chain := range []string{"INPUT", "FORWARD", "OUTPUT"} {
+		p, err := ir.Lower(rs, ir.LowerOptions{Table: "filter", Chain: chain})
+		if err != nil {
+			continue
+		}
+		for _, w := range ir.Shadowed(p) {
+			if !seen[w] {
+				seen[w] = true
+				out = append(out, w)
+			}
+		}
+	}
+	return out
 }
 
 func count(rs *rules.Ruleset) (tables, chains, nrules int) {

@@ -57,7 +57,15 @@ func (f *compileFlags) compile(file string, stderr io.Writer) (*codegen.Program,
 	if err != nil {
 		return nil, err
 	}
-	return codegen.Compile(prog, codegen.Options{Hook: hook})
+	return codegen.Compile(prog, codegen.Options{Hook: hook, Level: f.level()})
+}
+
+// level is the optimization level the flags select: -O1 unless -O0.
+func (f *compileFlags) level() int {
+	if f.o0 {
+		return 0
+	}
+	return 1
 }
 
 func runCompile(args []string, stdout, stderr io.Writer) error {

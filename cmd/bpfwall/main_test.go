@@ -101,13 +101,25 @@ func TestCheckWithIPSets(t *testing.T) {
 	}
 }
 
+func TestCheckShadowed(t *testing.T) {
+	f := writeFile(t, "rules.v4", "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"+
+		"-A INPUT -s 10.0.0.0/8 -j DROP\n-A INPUT -s 10.1.0.0/16 -p tcp -m tcp --dport 22 -j ACCEPT\nCOMMIT\n")
+	out, errOut, code := runCmd(t, "check", f)
+	if want := f + ":6: never matches: covered by " + f + ":5\n"; code != 0 || !strings.HasSuffix(out, want) {
+		t.Errorf("exit %d, stdout %q, stderr %q; want the warning %q", code, out, errOut, want)
+	}
+}
+
 func TestCompileDump(t *testing.T) {
 	out, errOut, code := runCmd(t, "compile", "--dump", example)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	if !strings.HasPrefix(out, "; bpfwall -O0 xdp program") {
-		t.Errorf("dump does not start with its header:\n%.200s", out)
+	if !strings.HasPrefix(out, "; bpfwall -O1 xdp program") {
+		t.Errorf("dump does not start with its header (-O1 is the default):\n%.200s", out)
+	}
+	if o0, _, _ := runCmd(t, "compile", "-O0", "--dump", example); !strings.HasPrefix(o0, "; bpfwall -O0 xdp program") {
+		t.Errorf("-O0 dump does not start with its header:\n%.200s", o0)
 	}
 	// Every rule's instructions are introduced by its position and text.
 	for _, want := range []string{
