@@ -42,11 +42,8 @@ const (
 // stays plain code.
 const maxTuplesPerRule = 1 << 16
 
-// Tunables of the cost estimate, in about nanoseconds; tests change them.
+// The cost estimate, in about nanoseconds.
 var (
-	// classifyAlways classifies every run of eligible rules, however
-	// short, and never inlines a table.
-	classifyAlways = false
 	// costPlainRule is what testing one plain rule costs, costHash and
 	// costLPM what a lookup costs, costInline one inlined tuple.
 	costPlainRule = 2
@@ -241,7 +238,7 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
 			for _, k := range ks {
 				apart += lookupCost(len(shapes[k]), false)
 			}
-			if !classifyAlways && apart <= costLPM {
+			if !c.forceLookups && apart <= costLPM {
 				continue
 			}
 			t := &table{guard: g.g, lens: g.lens, lpm: int(f)}
@@ -270,11 +267,11 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
 			return cmp.Or(cmp.Compare(a.id, b.id), compareTuples(a.t, b.t))
 		})
 		t.first = t.entries[0].id
-		t.inline = !classifyAlways && len(t.entries) <= maxInlineTuples || emptyShape(t)
+		t.inline = !c.forceLookups && len(t.entries) <= maxInlineTuples || emptyShape(t)
 	}
 	slices.SortStableFunc(tables, func(a, b *table) int { return cmp.Compare(a.first, b.first) })
 
-	if !classifyAlways {
+	if !c.forceLookups {
 		// Packets take one table per guard class; count them all, as the
 		// worst case.
 		cost, plain := 0, costPlainRule*len(run)

@@ -27,8 +27,9 @@ type compiler struct {
 	// segments are the symbols of each chain's functions, in order.
 	segments [][]string
 
-	level   int
-	pktType *btf.Struct // see btfPkt
+	level        int
+	forceLookups bool        // Options.ForceLookups
+	pktType      *btf.Struct // see btfPkt
 	// maps are the classifier's tables and the address sets' tries, in
 	// the order the code first uses them; sets are the sets' names, the
 	// trie setN holding sets[N].

@@ -47,12 +47,7 @@ func FuzzKernelMatchesEval(f *testing.F) {
 			level    int
 			classify bool
 		}{{0, false}, {1, false}, {1, true}} {
-			restore := func() {}
-			if v.classify {
-				restore = codegen.SetClassifyAlways()
-			}
-			prog, err := codegen.Compile(p, codegen.Options{Hook: hook, Level: v.level})
-			restore()
+			prog, err := codegen.Compile(p, codegen.Options{Hook: hook, Level: v.level, ForceLookups: v.classify})
 			if err != nil {
 				t.Fatalf("compile for %s at -O%d: %v\n%s", hook, v.level, err, src)
 			}

@@ -20,7 +20,7 @@ import (
 // (iptables-save text) and compares the dump with its "dump" section, or
 // the compile errors with its "errors" section. An optional "options"
 // section holds "hook H", "chain NAME", "table NAME", "family ipv6",
-// "segment-branches N", "level N" and "classify-always" lines; an "ipset"
+// "segment-branches N", "level N" and "force-lookups" lines; an "ipset"
 // section holds ipset save text. BPFWALL_UPDATE=1 rewrites the expected sections.
 func TestGolden(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txtar")
@@ -65,8 +65,8 @@ type golden struct {
 	// many conditional jumps.
 	segmentBranches int
 	level           int
-	// classifyAlways classifies every run of eligible rules (-O1).
-	classifyAlways bool
+	// forceLookups is Options.ForceLookups.
+	forceLookups bool
 }
 
 // loadGolden parses and lowers the archive's input with its options.
@@ -105,8 +105,8 @@ func loadGolden(t *testing.T, ar *txtar.Archive) golden {
 					t.Fatalf("option %q: %v", line, err)
 				}
 				g.level = n
-			case "classify-always":
-				g.classifyAlways = true
+			case "force-lookups":
+				g.forceLookups = true
 			case "family":
 				popts.ForceFamily = true
 				if value == "ipv6" {
@@ -144,10 +144,7 @@ func compileGolden(t *testing.T, g golden) (string, string) {
 	if g.segmentBranches != 0 {
 		defer codegen.SetMaxSegmentBranches(g.segmentBranches)()
 	}
-	if g.classifyAlways {
-		defer codegen.SetClassifyAlways()()
-	}
-	opts := codegen.Options{Hook: g.hook, Level: g.level}
+	opts := codegen.Options{Hook: g.hook, Level: g.level, ForceLookups: g.forceLookups}
 	p, err := codegen.Compile(g.prog, opts)
 	if err != nil {
 		return err.Error() + "\n", "errors"

@@ -73,9 +73,7 @@ func TestKernelMatchesEval(t *testing.T) {
 			}
 		}
 		// Every run of terminal rules classified, every table a map.
-		restore := codegen.SetClassifyAlways()
-		p, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook, Level: 1})
-		restore()
+		p, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook, Level: 1, ForceLookups: true})
 		if err == nil {
 			progs = append(progs, program{fmt.Sprintf("%s/O1/%s-classified", name, g.hook), p})
 		}

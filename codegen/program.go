@@ -17,6 +17,10 @@ type Options struct {
 	// program; 1 (-O1) runs the ir passes and classifies runs of terminal
 	// rules with map lookups.
 	Level int
+	// ForceLookups makes -O1 classify every run of rules it can, however
+	// short, and look every table up in a map, whatever the cost: for
+	// tests of the classifier on small rule sets.
+	ForceLookups bool
 }
 
 // Program is a compiled rule set: a pure, deterministic description;
@@ -116,7 +120,7 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 			return nil, fmt.Errorf("compile for %s: %w", opts.Hook, err)
 		}
 	}
-	c := &compiler{p: p, hook: opts.Hook, b: newBuilder(), level: opts.Level}
+	c := &compiler{p: p, hook: opts.Hook, b: newBuilder(), level: opts.Level, forceLookups: opts.ForceLookups}
 	c.check()
 	if err := c.errs.Err(); err != nil {
 		return nil, err
