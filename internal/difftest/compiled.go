@@ -16,8 +16,9 @@ import (
 // INPUT unless told otherwise: the harness's probes cross FORWARD). The
 // program sees the TTL before forwarding decrements it, as c.Program's
 // TTL matches expect. Rules the hook cannot express are Unsupported.
-func compile(c *Case) (*codegen.Program, error) {
-	p, err := codegen.Compile(c.Program, codegen.Options{Hook: codegen.HookXDP})
+func compile(c *Case, opts codegen.Options) (*codegen.Program, error) {
+	opts.Hook = codegen.HookXDP
+	p, err := codegen.Compile(c.Program, opts)
 	var list rules.ErrorList
 	var one *rules.Error
 	switch {
@@ -36,12 +37,26 @@ func compile(c *Case) (*codegen.Program, error) {
 // ingress interface: loader.Loaded.Run, which `bpfwall trace` uses. It
 // judges the probes that reach the FORWARD chain (see Forwarded); XDP
 // runs before the routing that decides the fate of the others.
-type TestRun struct{}
+type TestRun struct {
+	Opts codegen.Options // the level; the hook is xdp
+}
 
-func (TestRun) Name() string { return "test-run" }
+func (s TestRun) Name() string { return "test-run" + optsSuffix(s.Opts) }
 
-func (TestRun) Outcomes(c *Case) ([]Outcome, error) {
-	p, err := compile(c)
+// optsSuffix tells the sources of the optimized programs apart.
+func optsSuffix(o codegen.Options) string {
+	s := ""
+	if o.Level != 0 {
+		s = fmt.Sprintf(" -O%d", o.Level)
+	}
+	if o.ForceLookups {
+		s += " lookups"
+	}
+	return s
+}
+
+func (s TestRun) Outcomes(c *Case) ([]Outcome, error) {
+	p, err := compile(c, s.Opts)
 	if err != nil {
 		return nil, err
 	}
@@ -101,16 +116,17 @@ func decision(c *Case, o loader.Outcome) string {
 // probe is delivered when it reaches the receiver.
 type Attached struct {
 	Topo *Topology
-	Root string // a bpffs directory of the harness's own
+	Root string          // a bpffs directory of the harness's own
+	Opts codegen.Options // the level; the hook is xdp
 }
 
-func (Attached) Name() string { return "attached" }
+func (a Attached) Name() string { return "attached" + optsSuffix(a.Opts) }
 
 func (a Attached) Outcomes(c *Case) ([]Outcome, error) {
 	if err := a.Topo.fits(c); err != nil {
 		return nil, err
 	}
-	p, err := compile(c)
+	p, err := compile(c, a.Opts)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"testing"
 
+	"bpfwall/codegen"
 	"bpfwall/loader"
 
 	"bpfwall/internal/testenv"
@@ -22,7 +23,8 @@ func requireKernel(t *testing.T) {
 
 // bench is the reference and the sources compared with it: ir.Eval, the
 // compiled program's test runs, and the compiled program attached to the
-// ingress interface of a second topology with the same interfaces.
+// ingress interface of another topology with the same interfaces; the
+// compiled program at -O0 and at -O1.
 type bench struct {
 	topo   *Topology // the reference's
 	ref    Source
@@ -32,19 +34,25 @@ type bench struct {
 func newBench(t *testing.T, opts TopologyOptions) *bench {
 	t.Helper()
 	topo := NewTopology(t, opts)
-	return &bench{topo: topo, ref: Netfilter{topo}, others: []Source{Eval{}, TestRun{}, NewAttached(t, opts)}}
+	return &bench{topo: topo, ref: Netfilter{topo}, others: []Source{
+		Eval{}, TestRun{}, TestRun{Opts: codegen.Options{Level: 1}},
+		// Every run of rules the classifier can take, whatever its cost.
+		TestRun{Opts: codegen.Options{Level: 1, ForceLookups: true}},
+		NewAttached(t, opts, codegen.Options{}), NewAttached(t, opts, codegen.Options{Level: 1}),
+	}}
 }
 
-// NewAttached returns the Attached source on a topology of its own, which
-// t.Cleanup removes with the program's pins.
-func NewAttached(t *testing.T, opts TopologyOptions) Attached {
+// NewAttached returns the Attached source for programs compiled with
+// copts on a topology of its own, which t.Cleanup removes with the
+// program's pins.
+func NewAttached(t *testing.T, opts TopologyOptions, copts codegen.Options) Attached {
 	t.Helper()
 	root, err := os.MkdirTemp(bpffs, "bwdt-")
 	if err != nil {
 		t.Fatalf("pin directory: %v", err)
 	}
 	// The cleanups run last first: the pins go before the namespaces.
-	a := Attached{Topo: NewTopology(t, opts), Root: root}
+	a := Attached{Topo: NewTopology(t, opts), Root: root, Opts: copts}
 	t.Cleanup(func() {
 		if err := a.Detach(); err != nil {
 			t.Error(err)
