@@ -364,12 +364,14 @@ type Value struct {
 	Parts []*Unit `parser:"@@ ( '.' @@ )*"`
 }
 
-// Unit is a primary, a range "lo-hi" or a prefix or mask "a/b".
+// Unit is a primary, a range "lo-hi", a prefix or mask "a/b", or flags
+// "a|b|c", which nft reads without parentheses on the right-hand side.
 type Unit struct {
 	Pos  lexer.Position
-	Lo   *Prim `parser:"@@"`
-	Hi   *Prim `parser:"( '-' @@"`
-	Mask *Prim `parser:" | '/' @@ )?"`
+	Lo   *Prim   `parser:"@@"`
+	Hi   *Prim   `parser:"( '-' @@"`
+	Mask *Prim   `parser:" | '/' @@"`
+	Or   []*Prim `parser:" | ( '|' @@ )+ )?"`
 }
 
 // Prim is a literal, a variable, a set reference, a set literal or a

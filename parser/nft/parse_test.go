@@ -98,6 +98,17 @@ table ip b { chain in { type filter hook input priority 5; policy drop; ip saddr
 			pkt: tcp4(22, 20), want: ir.VerdictDrop,
 		},
 		{
+			// nft reads "a|b" without parentheses on the right.
+			name: "flags or-ed without parentheses",
+			src:  "table inet f { chain in { type filter hook input priority 0; policy accept; tcp flags == syn|ack drop; } }",
+			pkt:  tcp4(22, 20), want: ir.VerdictAccept,
+		},
+		{
+			name: "set of flags or-ed without parentheses",
+			src:  "table inet f { chain in { type filter hook input priority 0; policy accept; tcp flags { fin|ack, syn } drop; } }",
+			pkt:  tcp4(22, 20), want: ir.VerdictDrop,
+		},
+		{
 			name: "any of the flags",
 			src:  "table inet f { chain in { type filter hook input priority 0; policy accept; tcp flags fin,syn drop; } }",
 			pkt:  tcp4(22, 20), want: ir.VerdictDrop,

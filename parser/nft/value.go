@@ -70,7 +70,7 @@ func (rv *resolver) value(v *Value, e *env, depth int) (rhs, bool) {
 	pos := toPos(u.Pos)
 	lo := u.Lo
 	// A variable or a set as the whole value expands to its elements.
-	if u.Hi == nil && u.Mask == nil {
+	if u.Hi == nil && u.Mask == nil && u.Or == nil {
 		switch {
 		case lo.Var != nil:
 			name := (*lo.Var)[1:]
@@ -104,27 +104,20 @@ func (rv *resolver) value(v *Value, e *env, depth int) (rhs, bool) {
 		}
 	}
 	el := elem{pos: pos}
+	if u.Or != nil {
+		var vals []*Value
+		for _, p := range append([]*Prim{lo}, u.Or...) {
+			vals = append(vals, &Value{Pos: p.Pos, Parts: []*Unit{{Pos: p.Pos, Lo: p}}})
+		}
+		return rv.flags(el, vals, e, depth)
+	}
 	var ok bool
 	if el.lo, el.quoted, ok = rv.atom(lo, e, depth); !ok {
 		if lo.Ref != nil && u.Hi == nil && u.Mask == nil {
 			return rhs{elems: []elem{{pos: pos, ref: (*lo.Ref)[1:]}}}, true
 		}
-		if lo.Paren != nil && u.Hi == nil && u.Mask == nil {
-			for _, x := range lo.Paren.Items {
-				r, ok := rv.value(x, e, depth+1)
-				if !ok {
-					return rhs{}, false
-				}
-				for _, y := range r.elems {
-					if y.hasRange || y.hasMask || y.ref != "" {
-						rv.errorf(y.pos, "bad flag in | expression")
-						return rhs{}, false
-					}
-					el.or = append(el.or, y.lo)
-					el.or = append(el.or, y.or...)
-				}
-			}
-			return rhs{elems: []elem{el}}, true
+		if lo.Paren != nil && u.Hi == nil && u.Mask == nil && u.Or == nil {
+			return rv.flags(el, lo.Paren.Items, e, depth)
 		}
 		rv.errorf(pos, "unsupported value")
 		return rhs{}, false
@@ -142,6 +135,25 @@ func (rv *resolver) value(v *Value, e *env, depth int) (rhs, bool) {
 			// "syn / fin,syn" masks are lists; the caller joins them.
 			rv.errorf(pos, "bad mask")
 			return rhs{}, false
+		}
+	}
+	return rhs{elems: []elem{el}}, true
+}
+
+// flags resolves the operands of "a | b | c" into el.or.
+func (rv *resolver) flags(el elem, vals []*Value, e *env, depth int) (rhs, bool) {
+	for _, x := range vals {
+		r, ok := rv.value(x, e, depth+1)
+		if !ok {
+			return rhs{}, false
+		}
+		for _, y := range r.elems {
+			if y.hasRange || y.hasMask || y.ref != "" {
+				rv.errorf(y.pos, "bad flag in | expression")
+				return rhs{}, false
+			}
+			el.or = append(el.or, y.lo)
+			el.or = append(el.or, y.or...)
 		}
 	}
 	return rhs{elems: []elem{el}}, true
