@@ -104,6 +104,11 @@ table ip b { chain in { type filter hook input priority 5; policy drop; ip saddr
 			pkt:  tcp4(22, 20), want: ir.VerdictAccept,
 		},
 		{
+			name: "masked flags or-ed without parentheses",
+			src:  "table inet f { chain in { type filter hook input priority 0; policy accept; tcp flags & (syn|ack|fin) == fin|syn drop; tcp flags & (syn|ack) == syn drop; } }",
+			pkt:  tcp4(22, 20), want: ir.VerdictDrop,
+		},
+		{
 			name: "set of flags or-ed without parentheses",
 			src:  "table inet f { chain in { type filter hook input priority 0; policy accept; tcp flags { fin|ack, syn } drop; } }",
 			pkt:  tcp4(22, 20), want: ir.VerdictDrop,

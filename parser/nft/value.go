@@ -152,8 +152,11 @@ func (rv *resolver) flags(el elem, vals []*Value, e *env, depth int) (rhs, bool)
 				rv.errorf(y.pos, "bad flag in | expression")
 				return rhs{}, false
 			}
-			el.or = append(el.or, y.lo)
-			el.or = append(el.or, y.or...)
+			if y.or != nil {
+				el.or = append(el.or, y.or...) // a nested "a | b"
+			} else {
+				el.or = append(el.or, y.lo)
+			}
 		}
 	}
 	return rhs{elems: []elem{el}}, true
