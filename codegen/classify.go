@@ -55,6 +55,10 @@ var (
 	maxInlineTuples = 4
 )
 
+// maxLookupTables bounds the classifier's maps: a program may use 64
+// maps, and the fixed ones and the address sets need some.
+const maxLookupTables = 48
+
 // mode says which of a rule's tuples a table holds.
 type mode uint8
 
@@ -285,6 +289,15 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
 			return nil
 		}
 	}
+	lookups := 0
+	for _, t := range tables {
+		if !t.inline {
+			lookups++
+		}
+	}
+	if c.ntables+lookups > maxLookupTables {
+		return nil
+	}
 	for _, t := range tables {
 		if !t.inline {
 			t.name = fmt.Sprintf("cls%d", c.ntables)
@@ -424,35 +437,64 @@ const bpfFNoPrealloc = 1
 // entry the packet matches covers that one.
 func (c *compiler) lpmContents(t *table, l keyLayout, key func(ir.Tuple, int) []byte, value func(entry) []byte) []ebpf.MapKV {
 	f := ir.Field(t.lpm)
-	best := make(map[ir.Tuple]entry, len(t.entries))
-	var order []ir.Tuple
-	lens := make(map[uint8]bool)
-	for _, e := range t.entries {
-		if _, ok := best[e.t]; !ok {
-			best[e.t] = e
-			order = append(order, e.t)
-			lens[e.t.Len[f]] = true
+	// The earliest rule per tuple, grouped by the fields other than f.
+	type fieldPrefix struct {
+		value [16]byte
+		bits  uint8
+	}
+	groups := make(map[string][]entry)
+	var order []string
+	seen := make(map[ir.Tuple]bool, len(t.entries))
+	for _, e := range t.entries { // the earliest rule first
+		if seen[e.t] {
+			continue
 		}
+		seen[e.t] = true
+		k := string(key(e.t, 0)[4 : 4+l.fixedBits/8])
+		if groups[k] == nil {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], e)
 	}
-	sorted := make([]uint8, 0, len(lens))
-	for n := range lens {
-		sorted = append(sorted, n)
-	}
-	slices.Sort(sorted)
 	var kvs []ebpf.MapKV
-	for _, tp := range order {
-		e := best[tp]
-		for _, n := range sorted {
-			if n >= tp.Len[f] {
-				break
+	for _, k := range order {
+		es := groups[k]
+		var byPrefix map[fieldPrefix]entry
+		var lens []uint8
+		if len(es) > 32 {
+			byPrefix = make(map[fieldPrefix]entry, len(es))
+			for _, e := range es {
+				fp := fieldPrefix{e.t.Value[f], e.t.Len[f]}
+				if _, ok := byPrefix[fp]; !ok {
+					byPrefix[fp] = e
+					lens = append(lens, e.t.Len[f])
+				}
 			}
-			cut := tp.Len
-			cut[f] = n
-			if o, ok := best[tp.Cut(cut)]; ok && o.id < e.id {
-				e = o
-			}
+			slices.Sort(lens)
+			lens = slices.Compact(lens)
 		}
-		kvs = append(kvs, ebpf.MapKV{Key: key(tp, l.fixedBits+int(tp.Len[f])), Value: value(e)})
+		for _, e := range es {
+			best := e
+			if byPrefix == nil {
+				for _, o := range es {
+					if o.id < best.id && o.t.Len[f] < e.t.Len[f] && o.t.Covers(e.t) {
+						best = o
+					}
+				}
+			} else {
+				for _, n := range lens {
+					if n >= e.t.Len[f] {
+						break
+					}
+					cut := e.t.Len
+					cut[f] = n
+					if o, ok := byPrefix[fieldPrefix{e.t.Cut(cut).Value[f], n}]; ok && o.id < best.id {
+						best = o
+					}
+				}
+			}
+			kvs = append(kvs, ebpf.MapKV{Key: key(e.t, l.fixedBits+int(e.t.Len[f])), Value: value(best)})
+		}
 	}
 	return kvs
 }
