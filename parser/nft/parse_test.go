@@ -163,6 +163,8 @@ func TestErrors(t *testing.T) {
 		{"undefined variable", "table ip f { chain c { tcp dport $x accept; } }\ntable ip g { chain in { type filter hook input priority 0; } }", "t.nft:1:34: undefined variable $x"},
 		{"missing chain", "add rule ip f c accept", "t.nft:1:1: table ip f does not exist"},
 		{"bad address", "table ip f { chain in { type filter hook input priority 0; ip saddr 300.1.1.1 drop; } }", `t.nft:1:69: bad address "300.1.1.1"`},
+		{"icmpx in an ip table", "table ip f { chain in { type filter hook input priority 0; reject with icmpx type no-route; } }", "t.nft:1:60: reject with icmpx is not supported in an ip table"},
+		{"icmpv6 in an ip table", "table ip f { chain in { type filter hook input priority 0; reject with icmpv6 type no-route; } }", "t.nft:1:60: reject with icmpv6 in an ip table"},
 		{"jump to missing chain", "table ip f { chain in { type filter hook input priority 0; jump nowhere; } }", "t.nft:1:60: chain nowhere does not exist in table ip f"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

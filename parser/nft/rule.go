@@ -326,6 +326,16 @@ func (b *ruleBuilder) reject(rj *Reject) {
 		// nft adds the dependency "meta l4proto tcp".
 		b.add(always1(needProto(6)))
 	case "icmp", "icmpv6", "icmpx":
+		// nft refuses these in a table of one family, whatever the
+		// packets.
+		switch tf := b.tbl.family; {
+		case rj.With == "icmpx" && (tf == "ip" || tf == "ip6"):
+			b.errorf(pos, "reject with icmpx is not supported in an %s table (abstracted ICMP unreachable)", tf)
+			return
+		case rj.With == "icmp" && tf == "ip6", rj.With == "icmpv6" && tf == "ip":
+			b.errorf(pos, "reject with %s in an %s table: conflicting protocols", rj.With, tf)
+			return
+		}
 		if (rj.With == "icmp" && v6) || (rj.With == "icmpv6" && !v6) {
 			b.emit(action{})
 			b.conds = append(b.conds, choice{}) // this family never gets here
