@@ -74,7 +74,13 @@ func (g *Generator) collect(m ir.Match) {
 	case ir.TTL:
 		g.ttls = append(g.ttls, m.Value-1, m.Value, m.Value+1)
 	case ir.Length:
-		g.lens = append(g.lens, int(m.Min)-1, int(m.Min), int(m.Max), int(m.Max)+1)
+		// Edges past the MTU cannot be sent: "ip length > 88" would
+		// otherwise make frames of 64 KiB.
+		for _, n := range []int{int(m.Min) - 1, int(m.Min), int(m.Max), int(m.Max) + 1} {
+			if n <= maxLength {
+				g.lens = append(g.lens, n)
+			}
+		}
 	case ir.TCPFlags:
 		g.flags = append(g.flags, m.Comp, m.Comp^m.Mask, m.Comp|^m.Mask)
 	case ir.TCPOption:

@@ -128,3 +128,23 @@ func TestAimRespectsFixedMeta(t *testing.T) {
 		t.Errorf("free interfaces: got in %q out %q, want in0 and out1", a.Meta.InIface, a.Meta.OutIface)
 	}
 }
+
+// TestFramesFitTheMTU: a length match open to 65535 gives no frame longer
+// than an Ethernet frame, which a packet socket could not send.
+func TestFramesFitTheMTU(t *testing.T) {
+	src := "*filter\n:INPUT DROP [0:0]\n-A INPUT -m length --length 89:65535 -j ACCEPT\nCOMMIT\n"
+	rs, err := iptables.Parse("t", []byte(src), iptables.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := ir.Lower(rs, ir.LowerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := NewGenerator(prog, 1)
+	for range 2000 {
+		if f, _ := g.Frame(); len(f) > 14+8+maxLength+64 {
+			t.Fatalf("a %d-byte frame", len(f))
+		}
+	}
+}
