@@ -193,7 +193,12 @@ func decodeIPv6(p *Packet, b []byte) string {
 	}
 	p.Proto = proto
 	p.FragOffset = fragOff
-	if fragOff == 0 && thoff <= len(b) {
+	// For a non-first fragment ipv6_find_hdr leaves the offset nft takes
+	// as its transport header at 0: nft's loads read the IPv6 header.
+	if fragOff != 0 {
+		thoff = 0
+	}
+	if thoff <= len(b) {
 		decodeL4(p, b[thoff:])
 	}
 	return ""
@@ -381,13 +386,12 @@ func jumbo(b []byte, off int) ([]byte, string) {
 }
 
 // decodeL4 fills the transport fields from l4, which runs from the
-// transport header to the end of the packet. Non-first fragments carry no
-// transport header.
+// transport header to the end of the packet. A non-first fragment has no
+// transport header, but nft's payload fast path (nft_payload_fast_eval)
+// loads from its offset all the same: the fields are what it reads. The
+// xtables matches never read them there (L4Header fails first).
 func decodeL4(p *Packet, l4 []byte) {
 	p.L4Len = len(l4)
-	if p.FragOffset != 0 {
-		return
-	}
 	switch p.Proto {
 	case protoTCP, protoUDP, protoUDPLite, protoSCTP, protoDCCP:
 		if len(l4) >= 4 {
@@ -400,7 +404,7 @@ func decodeL4(p *Packet, l4 []byte) {
 		if len(l4) >= 14 {
 			p.TCPFlags = l4[13]
 		}
-		if len(l4) >= 20 {
+		if len(l4) >= 20 && p.FragOffset == 0 {
 			hdrLen := int(l4[12]>>4) * 4
 			switch {
 			case hdrLen < 20 || hdrLen > len(l4):

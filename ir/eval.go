@@ -226,7 +226,9 @@ func (p *Program) match(m Match, pkt *Packet) outcome {
 		return is((proto == m.Proto) != m.Neg)
 
 	case Transport:
-		if pkt.FragOffset != 0 || pkt.L4Len < m.Len {
+		// Loads of 1, 2 and 4 aligned bytes take nft_payload_fast_eval,
+		// which checks the length but not the fragment offset.
+		if pkt.L4Len < m.Len {
 			return noMatch
 		}
 		return matched

@@ -141,10 +141,13 @@ type L4Proto struct {
 	Neg   bool
 }
 
-// Transport guards the transport-header payload loads of an nft rule
-// (nft_payload_eval): on a non-first fragment, or with fewer than Len bytes
-// of transport header, the load fails and the rule does not match. Unlike
-// L4Header it never drops the packet.
+// Transport guards the transport-header payload loads of an nft rule:
+// with fewer than Len bytes of transport header the load fails and the
+// rule does not match. Unlike L4Header it never drops the packet, and it
+// holds for non-first fragments: the loads nft rules make (ports, flags,
+// icmp type and code; 1, 2 or 4 aligned bytes) take
+// nft_payload_fast_eval, which reads the fragment from nft's transport
+// offset (see Decode) without testing the fragment offset.
 type Transport struct{ Len int }
 
 // Ports tests the transport ports (the first four bytes of the transport

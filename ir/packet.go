@@ -63,7 +63,10 @@ type Packet struct {
 	// the packet; matches that need more drop the packet (hotdrop).
 	L4Len int
 	// SrcPort and DstPort are the first four bytes of the transport header
-	// of TCP, UDP, UDP-Lite, SCTP and DCCP packets.
+	// of TCP, UDP, UDP-Lite, SCTP and DCCP packets. In a non-first
+	// fragment, these fields, TCPFlags and the ICMP ones are what nft reads
+	// at its transport offset: the fragment's data in IPv4, the IPv6
+	// header itself in IPv6 (ipv6_find_hdr leaves the offset at 0).
 	SrcPort, DstPort uint16
 	TCPFlags         uint8
 	// TCPOptions are the bytes between the fixed TCP header and the data

@@ -55,10 +55,22 @@ func TestEval(t *testing.T) {
 			pkt:  tcp4(22, 10), want: ir.VerdictAccept,
 		},
 		{
-			name: "non-first fragment does not match ports",
+			// nft_payload_fast_eval reads the fragment's data as ports
+			// (the kernel does; see internal/difftest's TestFragmentsNFT).
+			name: "non-first fragment matches ports by its data",
 			src:  "table ip f { chain in { type filter hook input priority 0; policy accept; tcp dport != 80 drop; } }",
 			pkt: func() *ir.Packet {
 				p := tcp4(22, 20)
+				p.FragOffset = 8
+				return p
+			}(),
+			want: ir.VerdictDrop,
+		},
+		{
+			name: "non-first fragment too short for the load",
+			src:  "table ip f { chain in { type filter hook input priority 0; policy accept; tcp dport != 80 drop; } }",
+			pkt: func() *ir.Packet {
+				p := tcp4(22, 3)
 				p.FragOffset = 8
 				return p
 			}(),
