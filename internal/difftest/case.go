@@ -6,6 +6,7 @@ import (
 
 	"bpfwall/ir"
 	iptparse "bpfwall/parser/iptables"
+	"bpfwall/parser/nft"
 	"bpfwall/rules"
 )
 
@@ -14,8 +15,10 @@ type CaseOptions struct {
 	Name   string
 	Family rules.Family
 	// Rules is iptables-save text with a filter table; its FORWARD chain
-	// is under test.
+	// is under test. With NFT it is an nft -f script, and its base chains
+	// on the forward hook are under test.
 	Rules             []byte
+	NFT               bool
 	InIface, OutIface string
 	CTState           ir.ConnState
 	Probes            [][]byte
@@ -23,7 +26,13 @@ type CaseOptions struct {
 
 // NewCase parses and lowers the rules of a case.
 func NewCase(opts CaseOptions) (*Case, error) {
-	rs, err := iptparse.Parse(opts.Name, opts.Rules, iptparse.Options{Family: opts.Family, ForceFamily: true})
+	var rs *rules.Ruleset
+	var err error
+	if opts.NFT {
+		rs, err = nft.Parse(opts.Name, opts.Rules, nft.Options{Family: opts.Family})
+	} else {
+		rs, err = iptparse.Parse(opts.Name, opts.Rules, iptparse.Options{Family: opts.Family, ForceFamily: true})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("parse %s: %w", opts.Name, err)
 	}
@@ -35,6 +44,7 @@ func NewCase(opts CaseOptions) (*Case, error) {
 		Name:     opts.Name,
 		Family:   opts.Family,
 		Rules:    opts.Rules,
+		NFT:      opts.NFT,
 		Ruleset:  rs,
 		Program:  prog,
 		InIface:  opts.InIface,
@@ -46,7 +56,7 @@ func NewCase(opts CaseOptions) (*Case, error) {
 
 // options returns the options c was built from.
 func (c *Case) options() CaseOptions {
-	return CaseOptions{Name: c.Name, Family: c.Family, Rules: c.Rules, InIface: c.InIface, OutIface: c.OutIface, CTState: c.CTState, Probes: c.Probes}
+	return CaseOptions{Name: c.Name, Family: c.Family, Rules: c.Rules, NFT: c.NFT, InIface: c.InIface, OutIface: c.OutIface, CTState: c.CTState, Probes: c.Probes}
 }
 
 // ruleLines splits iptables-save text into lines and returns the indexes
@@ -57,6 +67,29 @@ func ruleLines(text []byte) (lines [][]byte, rules []int) {
 		if bytes.HasPrefix(l, []byte("-A ")) {
 			rules = append(rules, i)
 		}
+	}
+	return lines, rules
+}
+
+// ruleLines splits the case's rules into lines and returns the indexes of
+// those that Minimize may remove: the "-A" lines of iptables-save text;
+// in nft text every line that holds no brace and declares no table,
+// chain or set (rules, but also hooks and policies, whose removal leaves
+// a mismatch or not like any other).
+func (opts CaseOptions) ruleLines() (lines [][]byte, rules []int) {
+	if !opts.NFT {
+		return ruleLines(opts.Rules)
+	}
+	lines = bytes.SplitAfter(opts.Rules, []byte("\n"))
+	for i, l := range lines {
+		l = bytes.TrimSpace(l)
+		switch {
+		case len(l) == 0, l[0] == '#', bytes.ContainsAny(l, "{}"),
+			bytes.HasPrefix(l, []byte("add table")), bytes.HasPrefix(l, []byte("add chain")),
+			bytes.HasPrefix(l, []byte("flush ")):
+			continue
+		}
+		rules = append(rules, i)
 	}
 	return lines, rules
 }

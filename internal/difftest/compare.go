@@ -127,7 +127,7 @@ func Minimize(m Mismatch, ref, src Source) Mismatch {
 	opts.Probes = [][]byte{m.Case.Probes[m.Probe]}
 	cur := m
 	for {
-		lines, rls := ruleLines(opts.Rules)
+		lines, rls := opts.ruleLines()
 		shrunk := false
 		for j := len(rls) - 1; j >= 0; j-- {
 			try := opts

@@ -14,8 +14,11 @@ type Case struct {
 	Name   string
 	Family rules.Family
 	// Rules is the iptables-save text loaded into the firewall: a filter
-	// table whose FORWARD chain holds the rules under test.
+	// table whose FORWARD chain holds the rules under test. With NFT it
+	// is the nft -f script loaded instead, whose forward hook's base
+	// chains are under test.
 	Rules   []byte
+	NFT     bool
 	Ruleset *rules.Ruleset // Rules, parsed
 	Program *ir.Program    // FORWARD of Rules, lowered
 	// InIface and OutIface are the firewall's interfaces the probes cross.
@@ -63,7 +66,9 @@ type Source interface {
 }
 
 // Netfilter is the reference: the rules loaded into the firewall of a
-// topology with iptables-legacy-restore, the probes sent across it.
+// topology with iptables-legacy-restore (nft -f for nft cases), the probes
+// sent across it. A topology takes cases of one format only: neither
+// loader removes the other's rules.
 type Netfilter struct{ Topo *Topology }
 
 func (Netfilter) Name() string { return "netfilter" }
@@ -75,7 +80,11 @@ func (n Netfilter) Outcomes(c *Case) ([]Outcome, error) {
 	if err := n.Topo.fits(c); err != nil {
 		return nil, err
 	}
-	if err := n.Topo.Load(c.Family, c.Rules); err != nil {
+	load := n.Topo.Load
+	if c.NFT {
+		load = n.Topo.LoadNFT
+	}
+	if err := load(c.Family, c.Rules); err != nil {
 		return nil, err
 	}
 	return n.Topo.deliveries(c)
@@ -139,6 +148,16 @@ func (topo *Topology) Load(fam rules.Family, text []byte) error {
 // tcp-reset without -p tcp, which the iptables command accepts).
 func (topo *Topology) Check(fam rules.Family, text []byte) error {
 	return topo.Load(fam, text)
+}
+
+// LoadNFT replaces the firewall's nftables rule set with the nft -f
+// script text. fam is not used: an nft script says its families.
+func (topo *Topology) LoadNFT(fam rules.Family, text []byte) error {
+	script := append([]byte("flush ruleset\n"), text...)
+	if err := topology.RunInput(script, "ip", "netns", "exec", topo.Firewall, "nft", "-f", "-"); err != nil {
+		return fmt.Errorf("load nft rules into the firewall: %w", err)
+	}
+	return nil
 }
 
 func restoreCommand(fam rules.Family) string {

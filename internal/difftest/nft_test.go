@@ -1,0 +1,191 @@
+package difftest
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"regexp"
+	"testing"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
+	"bpfwall/internal/testenv"
+	"bpfwall/ir"
+	"bpfwall/rules"
+)
+
+func requireNFT(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "ip", "nft")
+}
+
+// newNFTBench is a bench for nft cases: netfilter on a topology of its
+// own, compared with ir.Eval alone (codegen does not compile nft's
+// protocol and transport guards yet).
+func newNFTBench(t *testing.T, opts TopologyOptions) *bench {
+	t.Helper()
+	topo := NewTopology(t, opts)
+	return &bench{topo: topo, ref: Netfilter{topo}, others: []Source{Eval{}}}
+}
+
+// nftConntrack finds what makes the kernel run conntrack for a table
+// (nf_ct_netns_get), reached or not: any ct expression, a nat chain.
+// With conntrack running, nf_defrag holds fragments and only the first
+// packet of a connection is NEW.
+var nftConntrack = regexp.MustCompile(`(?m)^[^#\n]*(\bct\b|\btype nat\b)`)
+
+// nftCase builds a case of nft text, with conntrack NEW probes when the
+// rules test the state, as the iptables cases do.
+func nftCase(name string, fam rules.Family, text []byte, topo *Topology, seed uint64, n int) (*Case, error) {
+	c, err := NewCase(CaseOptions{Name: name, Family: fam, Rules: text, NFT: true, InIface: topo.InIface, OutIface: topo.OutIface})
+	if err != nil {
+		return nil, err
+	}
+	if UsesConntrack(c.Program) || nftConntrack.Match(text) {
+		c.CTState = ir.ConnNew
+		c.Probes = ProbesWhere(c, seed, n, func(f []byte) bool { return ConntrackNew(c, f) })
+	} else {
+		c.Probes = Probes(c, seed, n)
+	}
+	return c, nil
+}
+
+// TestRandomNFT loads random nft rule sets (GenerateNFT) into the
+// firewall with nft -f and compares what it delivers with ir.Eval of the
+// same text through parser/nft. DIFFTEST_SEEDS rule sets per family
+// (default 4, make difftest runs more), DIFFTEST_PROBES probes each
+// (default 300), from DIFFTEST_SEED0.
+func TestRandomNFT(t *testing.T) {
+	requireNFT(t)
+	seeds := envInt(t, "DIFFTEST_SEEDS", 4)
+	probes := envInt(t, "DIFFTEST_PROBES", 300)
+	seed0 := uint64(envInt(t, "DIFFTEST_SEED0", 1))
+	b := newNFTBench(t, TopologyOptions{})
+	var totals []Totals
+	var cover Coverage
+	refused := 0
+	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+		for seed := seed0; seed < seed0+uint64(seeds); seed++ {
+			text := GenerateNFT(seed, GenOptions{Family: fam, InIface: b.topo.InIface, OutIface: b.topo.OutIface})
+			name := fmt.Sprintf("nft-%s-seed-%d", fam, seed)
+			c, err := nftCase(name, fam, text, b.topo, seed, probes)
+			if err != nil {
+				// What nft refuses too is the generator's fault; what
+				// only bpfwall refuses is a bug.
+				if kerr := b.topo.LoadNFT(fam, text); kerr == nil {
+					t.Errorf("%s: nft accepts what bpfwall refuses: %v\n%s", name, err, text)
+				}
+				refused++
+				continue
+			}
+			if tot := check(t, c, b.ref, b.others...); tot != nil {
+				totals = addTotals(totals, tot)
+			}
+			cover.Add(MeasureCoverage(c, c.Probes))
+		}
+	}
+	logTotals(t, "random nft", totals)
+	t.Logf("difftest random nft: %d rule sets refused by nft and bpfwall alike", refused)
+	t.Logf("coverage: %s", cover)
+	if len(totals) == 0 || totals[0].Cases == 0 {
+		t.Fatal("no random nft rule set was run")
+	}
+	for _, tot := range totals {
+		if tot.Chain < tot.Probes/4 {
+			t.Errorf("%s: only %d of %d probes reached the forward hook", tot.Source, tot.Chain, tot.Probes)
+		}
+	}
+}
+
+// TestGenerateNFT: a seed always gives the same script, different seeds
+// differ, and bpfwall reads nearly all of them for both families (nft
+// itself is asked in TestRandomNFT).
+func TestGenerateNFT(t *testing.T) {
+	opts := GenOptions{Family: rules.IPv4, InIface: "fwin", OutIface: "fwout"}
+	a, b, c := GenerateNFT(7, opts), GenerateNFT(7, opts), GenerateNFT(8, opts)
+	if !bytes.Equal(a, b) {
+		t.Errorf("seed 7 gave two scripts:\n%s\n%s", a, b)
+	}
+	if bytes.Equal(a, c) {
+		t.Errorf("seeds 7 and 8 gave the same script:\n%s", a)
+	}
+	const n = 200
+	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+		bad := 0
+		for seed := uint64(1); seed <= n; seed++ {
+			opts.Family = fam
+			text := GenerateNFT(seed, opts)
+			if _, err := NewCase(CaseOptions{Name: "gen", Family: fam, Rules: text, NFT: true}); err != nil {
+				if bad++; bad <= 3 {
+					t.Logf("%s seed %d: %v\n%s", fam, seed, err, text)
+				}
+			}
+		}
+		if bad > n/20 {
+			t.Errorf("%s: bpfwall refuses %d of %d generated scripts", fam, bad, n)
+		}
+	}
+}
+
+// fragment returns a non-first fragment (offset 16 bytes) from the sender
+// to beyond the firewall, of UDP data that starts with ports 22 and dport.
+// In IPv6 the flow label is dport: the IPv6 header's bytes 2 and 3.
+func fragment(t *testing.T, fam rules.Family, dport uint16, flowLabel uint32) []byte {
+	t.Helper()
+	data := gopacket.Payload(append([]byte{0, 22, byte(dport >> 8), byte(dport)}, make([]byte, 20)...))
+	eth := &layers.Ethernet{SrcMAC: senderMAC, DstMAC: fwInMAC}
+	var ls []gopacket.SerializableLayer
+	if fam == rules.IPv4 {
+		eth.EthernetType = layers.EthernetTypeIPv4
+		ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolUDP, FragOffset: 2,
+			SrcIP: net.IP{203, 0, 113, 5}, DstIP: net.IP{198, 51, 100, 7}}
+		ls = []gopacket.SerializableLayer{eth, ip, data}
+	} else {
+		eth.EthernetType = layers.EthernetTypeIPv6
+		ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolIPv6Fragment, FlowLabel: flowLabel,
+			SrcIP: net.ParseIP("2001:db8:1::5"), DstIP: net.ParseIP("2001:db8:2::7")}
+		frag := &layers.IPv6Fragment{NextHeader: layers.IPProtocolUDP, FragmentOffset: 2, Identification: 7}
+		ls = []gopacket.SerializableLayer{eth, ip, frag, data}
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestFragmentsNFT: nft's transport loads match non-first fragments, as
+// xtables' matches never do. nft_payload_fast_eval reads the fragment's
+// data as the transport header in IPv4, and in IPv6 the IPv6 header
+// itself (ipv6_find_hdr leaves nft's transport offset at 0).
+func TestFragmentsNFT(t *testing.T) {
+	requireNFT(t)
+	b := newNFTBench(t, TopologyOptions{})
+	for _, tc := range []struct {
+		fam   rules.Family
+		probe []byte
+		want  bool // delivered
+	}{
+		{rules.IPv4, fragment(t, rules.IPv4, 53, 0), false},
+		{rules.IPv4, fragment(t, rules.IPv4, 54, 0), true},
+		{rules.IPv6, fragment(t, rules.IPv6, 54, 53), false},
+		{rules.IPv6, fragment(t, rules.IPv6, 53, 54), true},
+	} {
+		text := []byte("add table inet bw\nadd chain inet bw fwchain { type filter hook forward priority 0; policy accept; }\nadd rule inet bw fwchain udp dport 53 drop\n")
+		c, err := NewCase(CaseOptions{Name: "fragments", Family: tc.fam, Rules: text, NFT: true, InIface: b.topo.InIface, OutIface: b.topo.OutIface})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Probes = [][]byte{tc.probe}
+		got, err := b.ref.Outcomes(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[0].Delivered != tc.want {
+			t.Errorf("%s fragment %s: netfilter delivered %v, want %v", tc.fam, Summary(c, tc.probe), got[0].Delivered, tc.want)
+		}
+		check(t, c, b.ref, b.others...)
+	}
+}

@@ -1,0 +1,444 @@
+package difftest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"bpfwall/rules"
+)
+
+// GenerateNFT returns a random nft -f script, the same for the same seed:
+// an inet table (or the family's own ip or ip6 table) with a base chain on
+// the forward hook, with either policy, sometimes a second one at a later
+// priority, and up to three regular chains reached by jumps and gotos. The
+// rules combine the constructs parser/nft supports: addresses, prefixes,
+// ranges, anonymous and named sets; ports, port ranges, sets and
+// comparisons; protocols; ICMP types and codes; TCP flags in every form;
+// interface names and wildcards; TTL or hop limit, length, mark, packet
+// type, MAC address and conntrack state; verdict maps and every verdict.
+// In an inet table some rules test the other family, which its packets
+// never match. opts.XDP is ignored.
+func GenerateNFT(seed uint64, opts GenOptions) []byte {
+	g := &nftGen{ruleGen: ruleGen{rng: rand.New(rand.NewPCG(seed, 0x6e66746e6674)), GenOptions: opts}}
+	for range 1 + g.rng.IntN(3) {
+		g.bases = append(g.bases, g.randomAddr())
+	}
+	g.ports = []uint16{0, 1, 22, 53, 80, 443, 1023, 1024, 65534, 65535}
+	for range 4 {
+		g.ports = append(g.ports, uint16(g.rng.IntN(65536)))
+	}
+	g.tfam = "inet"
+	if g.chance(3) {
+		g.tfam = "ip"
+		if opts.Family == rules.IPv6 {
+			g.tfam = "ip6"
+		}
+	}
+	g.table = g.tfam + " bw"
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	w("add table %s", g.table)
+	bases := []string{"fwchain"}
+	w("add chain %s fwchain { type filter hook forward priority 0; policy %s; }", g.table, g.oneOf("accept", "drop"))
+	if g.chance(4) {
+		bases = append(bases, "fwchain2")
+		w("add chain %s fwchain2 { type filter hook forward priority %d; policy %s; }", g.table, 1+g.rng.IntN(20), g.oneOf("accept", "drop"))
+	}
+	g.users = g.rng.IntN(4)
+	for i := range g.users {
+		w("add chain %s uc%d", g.table, i)
+	}
+	for i := range 1 + g.rng.IntN(2) {
+		g.sets = append(g.sets, fmt.Sprintf("s%d", i))
+		typ := "ipv4_addr"
+		if opts.Family == rules.IPv6 {
+			typ = "ipv6_addr"
+		}
+		w("add set %s s%d { type %s; flags interval; elements = { %s }; }", g.table, i, typ, g.addrElems(1+g.rng.IntN(4)))
+	}
+	for _, c := range bases {
+		for range 2 + g.rng.IntN(9) {
+			w("add rule %s %s %s", g.table, c, g.rule(-1))
+		}
+	}
+	for i := range g.users {
+		for range 1 + g.rng.IntN(6) {
+			w("add rule %s uc%d %s", g.table, i, g.rule(i))
+		}
+	}
+	return []byte(b.String())
+}
+
+type nftGen struct {
+	ruleGen
+	tfam, table string
+	users       int
+	sets        []string
+}
+
+// fam picks the family a rule's network-header matches are for: mostly
+// the case's, in an inet table sometimes the other. One rule sticks to one
+// family, since nft refuses "ip6 saddr ... ip daddr ..." (conflicting
+// protocols).
+func (g *nftGen) fam() rules.Family {
+	if g.tfam == "inet" && g.chance(8) {
+		if g.Family == rules.IPv4 {
+			return rules.IPv6
+		}
+		return rules.IPv4
+	}
+	return g.Family
+}
+
+func (g *nftGen) neq() string {
+	if g.chance(4) {
+		return "!= "
+	}
+	return ""
+}
+
+// addrIn returns an address of family f: near the bases for the case's
+// family, anywhere for the other.
+func (g *nftGen) addrIn(f rules.Family) netip.Addr {
+	if f == g.Family {
+		return g.addr()
+	}
+	o := ruleGen{rng: g.rng, GenOptions: GenOptions{Family: f}}
+	return o.randomAddr()
+}
+
+func (g *nftGen) addrElem(f rules.Family) string {
+	a, c := g.addrIn(f), g.addrIn(f)
+	switch g.rng.IntN(3) {
+	case 0:
+		return a.String()
+	case 1:
+		return netip.PrefixFrom(a, g.rng.IntN(f.Bits()+1)).Masked().String()
+	}
+	if c.Less(a) {
+		a, c = c, a
+	}
+	return fmt.Sprintf("%s-%s", a, c)
+}
+
+// addrElems is a set of n disjoint addresses, prefixes and ranges of the
+// case's family: nft refuses overlapping intervals in a set.
+func (g *nftGen) addrElems(n int) string {
+	var elems []string
+	var taken [][2]netip.Addr
+	for range 4 * n {
+		if len(elems) == n {
+			break
+		}
+		e := g.addrElem(g.Family)
+		lo, hi := elemRange(e)
+		overlaps := false
+		for _, t := range taken {
+			if !hi.Less(t[0]) && !t[1].Less(lo) {
+				overlaps = true
+			}
+		}
+		if !overlaps {
+			elems = append(elems, e)
+			taken = append(taken, [2]netip.Addr{lo, hi})
+		}
+	}
+	return strings.Join(elems, ", ")
+}
+
+// elemRange returns the first and last address of an address set element.
+func elemRange(e string) (netip.Addr, netip.Addr) {
+	if lo, hi, ok := strings.Cut(e, "-"); ok {
+		return netip.MustParseAddr(lo), netip.MustParseAddr(hi)
+	}
+	if p, err := netip.ParsePrefix(e); err == nil {
+		return prefixBounds(p)
+	}
+	a := netip.MustParseAddr(e)
+	return a, a
+}
+
+func prefixBounds(p netip.Prefix) (netip.Addr, netip.Addr) {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	hi, _ := netip.AddrFromSlice(b)
+	return p.Masked().Addr(), hi
+}
+
+func (g *nftGen) addrMatch(f rules.Family, dir string) string {
+	key := "ip " + dir
+	if f == rules.IPv6 {
+		key = "ip6 " + dir
+	}
+	switch {
+	case f == g.Family && len(g.sets) > 0 && g.chance(5):
+		return fmt.Sprintf(" %s %s@%s", key, g.neq(), g.sets[g.rng.IntN(len(g.sets))])
+	case f == g.Family && g.chance(4):
+		return fmt.Sprintf(" %s %s{ %s }", key, g.neq(), g.addrElems(1+g.rng.IntN(4)))
+	}
+	return fmt.Sprintf(" %s %s%s", key, g.neq(), g.addrElem(f))
+}
+
+func (g *nftGen) ifaceMatch(key, name string) string {
+	quote := func() string {
+		n := g.iface(name)
+		if strings.HasSuffix(n, "+") {
+			n = strings.TrimSuffix(n, "+") + "*"
+		}
+		if n == "*" {
+			n = name[:1] + "*"
+		}
+		return `"` + n + `"`
+	}
+	if g.chance(4) {
+		a, b := quote(), quote()
+		if a == b || strings.HasSuffix(a, `*"`) || strings.HasSuffix(b, `*"`) {
+			return fmt.Sprintf(" %s %s", key, a)
+		}
+		return fmt.Sprintf(" %s { %s, %s }", key, a, b)
+	}
+	return fmt.Sprintf(" %s %s%s", key, g.neq(), quote())
+}
+
+func (g *nftGen) portExpr() string {
+	p := func() string {
+		a, b := g.port(), g.port()
+		if g.chance(2) {
+			return fmt.Sprint(a)
+		}
+		return fmt.Sprintf("%d-%d", min(a, b), max(a, b))
+	}
+	switch g.rng.IntN(6) {
+	case 0:
+		return fmt.Sprintf("%s %d", g.oneOf("<", ">", "<=", ">="), g.port())
+	case 1:
+		// Elements of an interval set may not overlap.
+		seen := map[uint16]bool{}
+		var elems []string
+		for range 1 + g.rng.IntN(4) {
+			if q := g.port(); !seen[q] {
+				seen[q] = true
+				elems = append(elems, fmt.Sprint(q))
+			}
+		}
+		return fmt.Sprintf("%s{ %s }", g.neq(), strings.Join(elems, ", "))
+	}
+	return g.neq() + p()
+}
+
+var nftTCPFlags = []string{"fin", "syn", "rst", "psh", "ack", "urg", "ecn", "cwr"}
+
+func (g *nftGen) flagSet() []string {
+	var s []string
+	for _, f := range nftTCPFlags {
+		if g.chance(3) {
+			s = append(s, f)
+		}
+	}
+	if len(s) == 0 {
+		s = []string{g.oneOf(nftTCPFlags...)}
+	}
+	return s
+}
+
+func (g *nftGen) tcpFlags() string {
+	switch g.rng.IntN(6) {
+	case 0:
+		return " tcp flags " + strings.Join(g.flagSet(), ",")
+	case 1:
+		return fmt.Sprintf(" tcp flags & (%s) %s%s", strings.Join(g.flagSet(), "|"), g.oneOf("== ", "!= "), strings.Join(g.flagSet(), "|"))
+	case 2:
+		// nft 1.0 wants a list of two flags or more after the slash.
+		mask := g.flagSet()
+		if len(mask) < 2 {
+			mask = append(mask, g.oneOf(slices.DeleteFunc(slices.Clone(nftTCPFlags), func(f string) bool { return f == mask[0] })...))
+		}
+		return fmt.Sprintf(" tcp flags %s%s / %s", g.neq(), strings.Join(g.flagSet(), ","), strings.Join(mask, ","))
+	case 3:
+		return fmt.Sprintf(" tcp flags { %s, %s }", strings.Join(g.flagSet(), "|"), strings.Join(g.flagSet(), "|"))
+	case 4:
+		return " tcp flags == " + strings.Join(g.flagSet(), "|")
+	}
+	return " tcp flags != " + g.oneOf(nftTCPFlags...)
+}
+
+func (g *nftGen) icmpMatch(v6 bool) string {
+	key, types := "icmp", []string{"echo-request", "echo-reply", "destination-unreachable", "time-exceeded", "3", "11", fmt.Sprint(g.rng.IntN(255))}
+	if v6 {
+		key, types = "icmpv6", []string{"echo-request", "echo-reply", "destination-unreachable", "packet-too-big", "nd-neighbor-solicit", "1", fmt.Sprint(g.rng.IntN(256))}
+	}
+	switch g.rng.IntN(5) {
+	case 0:
+		a, b := g.oneOf(types...), g.oneOf(types...)
+		if a == b {
+			return fmt.Sprintf(" %s type %s", key, a)
+		}
+		return fmt.Sprintf(" %s type { %s, %s }", key, a, b)
+	case 1:
+		return fmt.Sprintf(" %s type != %s", key, g.oneOf(types...))
+	case 2:
+		return fmt.Sprintf(" %s type %s %s code %d", key, g.oneOf(types...), key, g.rng.IntN(5))
+	}
+	return fmt.Sprintf(" %s type %s", key, g.oneOf(types...))
+}
+
+// rule returns the text of a rule of chain self (-1 for a base chain);
+// jumps go only to later regular chains, so there are no loops.
+func (g *nftGen) rule(self int) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	fam := g.fam()
+	if g.chance(2) {
+		w("%s", g.addrMatch(fam, "saddr"))
+	}
+	if g.chance(3) {
+		w("%s", g.addrMatch(fam, "daddr"))
+	}
+	if g.chance(5) {
+		w("%s", g.ifaceMatch("iifname", g.InIface))
+	}
+	if g.chance(6) {
+		w("%s", g.ifaceMatch("oifname", g.OutIface))
+	}
+	proto := g.oneOf("", "", "tcp", "tcp", "udp", "udp", "icmp", "sctp", "gre")
+	if proto == "icmp" && fam == rules.IPv6 {
+		proto = "icmpv6"
+	}
+	l4 := (proto == "tcp" || proto == "udp" || proto == "sctp" || strings.HasPrefix(proto, "icmp")) && !g.chance(4)
+	// nft refuses "reject with tcp reset" unless the protocol is tcp alone.
+	rejectProto := proto
+	if proto != "" && (!l4 || g.chance(3)) {
+		switch {
+		case !l4 && g.chance(4):
+			w(" meta l4proto != %s", proto)
+			rejectProto = ""
+		case !l4 && g.chance(4):
+			w(" meta l4proto { %s, %s }", proto, g.oneOf("tcp", "udp", "47", "132"))
+			rejectProto = ""
+		case g.Family == rules.IPv4 && g.tfam != "inet" && g.chance(2):
+			w(" ip protocol %s", proto)
+		default:
+			w(" meta l4proto %s", proto)
+		}
+	}
+	var vmapKey string
+	if l4 {
+		switch proto {
+		case "tcp", "udp", "sctp":
+			if g.chance(2) {
+				w(" %s sport %s", proto, g.portExpr())
+			}
+			if g.chance(2) {
+				w(" %s dport %s", proto, g.portExpr())
+			}
+			if proto == "tcp" && g.chance(3) {
+				w("%s", g.tcpFlags())
+			}
+			vmapKey = proto + " dport"
+		default:
+			// The rule's family: "icmp type 8 ip6 hoplimit 1" conflicts.
+			w("%s", g.icmpMatch(fam == rules.IPv6))
+		}
+	}
+	if g.chance(8) {
+		v := g.oneOf("0", "1", "2", "63", "64", "65", "254", "255", fmt.Sprint(g.rng.IntN(256)))
+		key := "ip ttl"
+		if fam == rules.IPv6 {
+			key = "ip6 hoplimit"
+		}
+		switch g.rng.IntN(3) {
+		case 0:
+			w(" %s %s%s", key, g.oneOf("", "!= ", "< ", "> ", "<= ", ">= "), v)
+		case 1:
+			lo := g.rng.IntN(200)
+			w(" %s %d-%d", key, lo, lo+g.rng.IntN(56))
+		default:
+			w(" %s %s", key, v)
+		}
+	}
+	if fam == rules.IPv4 && g.chance(10) {
+		lo := 20 + g.rng.IntN(100)
+		w(" ip length %s", g.oneOf(fmt.Sprintf("%d-%d", lo, lo+g.rng.IntN(60)), fmt.Sprintf("> %d", lo), fmt.Sprintf("!= %d", lo)))
+	}
+	if g.chance(20) {
+		w(" ether saddr %s%s", g.neq(), g.oneOf(senderMAC.String(), "02:00:00:00:00:09"))
+	}
+	if g.chance(25) {
+		w(" meta pkttype %s%s", g.neq(), g.oneOf("host", "broadcast", "multicast"))
+	}
+	if g.chance(20) {
+		w(" meta mark %s", g.oneOf("0", "!= 0x1", "& 0xff == 0", "0x1"))
+	}
+	if g.chance(15) {
+		w(" ct state %s", g.oneOf("new", "established", "{ new, untracked }", "!= established", "new,related"))
+	}
+	// Last of the matches: nft refuses "meta nfproto ipv6 ip saddr".
+	if g.tfam == "inet" && g.chance(15) {
+		w(" meta nfproto %s", g.oneOf("ipv4", "ipv6"))
+	}
+	if g.chance(3) {
+		w(" counter")
+	}
+	if vmapKey != "" && g.chance(5) {
+		var elems []string
+		seen := map[uint16]bool{}
+		for range 1 + g.rng.IntN(3) {
+			if p := g.port(); !seen[p] {
+				seen[p] = true
+				elems = append(elems, fmt.Sprintf("%d : %s", p, g.verdict(self, proto, true)))
+			}
+		}
+		w(" %s vmap { %s }", vmapKey, strings.Join(elems, ", "))
+		return b.String()
+	}
+	w("%s", g.verdict(self, rejectProto, false))
+	if b.Len() == 0 {
+		return " counter" // a rule needs a statement
+	}
+	return b.String()
+}
+
+// verdict returns a rule's verdict, or nothing (the rule only counts);
+// inMap asks for one that a verdict map may hold.
+func (g *nftGen) verdict(self int, proto string, inMap bool) string {
+	space := " "
+	if inMap {
+		space = ""
+	}
+	switch n := g.rng.IntN(13); {
+	case n < 3:
+		return space + "accept"
+	case n < 5:
+		return space + "drop"
+	case n < 6 && !inMap:
+		switch {
+		case proto == "tcp" && g.chance(2):
+			return " reject with tcp reset"
+		case g.chance(2) && g.tfam == "inet":
+			return " reject with icmpx type " + g.oneOf("admin-prohibited", "port-unreachable", "no-route", "host-unreachable")
+		case g.chance(2) && g.tfam == "ip":
+			return " reject with icmp type " + g.oneOf("admin-prohibited", "port-unreachable", "host-unreachable", "net-prohibited")
+		case g.chance(2) && g.tfam == "ip6":
+			return " reject with icmpv6 type " + g.oneOf("admin-prohibited", "port-unreachable", "no-route", "addr-unreachable")
+		}
+		return " reject"
+	case n < 7:
+		return space + "return"
+	case n < 10 && self+1 < g.users:
+		c := self + 1 + g.rng.IntN(g.users-self-1)
+		if g.chance(3) {
+			return fmt.Sprintf("%sgoto uc%d", space, c)
+		}
+		return fmt.Sprintf("%sjump uc%d", space, c)
+	case n < 11 && !inMap:
+		return "" // counts and goes on
+	case n < 12:
+		return space + "continue"
+	}
+	return space + "accept"
+}
