@@ -273,21 +273,6 @@ func (l *loaded) counters(t *testing.T) []codegen.Counter {
 	return out
 }
 
-// decisionOf is the decision the program must record for an Eval result.
-func decisionOf(r ir.Result) codegen.Decision {
-	switch {
-	case r.Skipped != "" && r.Verdict == ir.VerdictDrop:
-		return codegen.Decision{Kind: codegen.SkippedInvalid}
-	case r.Skipped != "":
-		return codegen.Decision{Kind: codegen.SkippedNotIP}
-	case r.Rule == nil:
-		return codegen.Decision{Kind: codegen.DecidedByPolicy}
-	case r.Hotdrop:
-		return codegen.Decision{Kind: codegen.Hotdrop, Rule: uint32(r.Rule.ID)}
-	}
-	return codegen.Decision{Kind: codegen.DecidedByRule, Rule: uint32(r.Rule.ID)}
-}
-
 // meta is what ir.Decode needs to know about a frame on dev.
 func meta(p *codegen.Program, dev device, data []byte, mark uint32) ir.Meta {
 	m := ir.Meta{InIface: dev.name, Mark: mark}
@@ -376,11 +361,11 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 		if d.Kind == codegen.DecidedByRule || d.Kind == codegen.Hotdrop {
 			decided[d.Rule] = true
 		}
-		if v != res.Verdict || d != decisionOf(res) {
+		if v != res.Verdict || d != codegen.DecisionFor(res) {
 			mismatches++
 			if mismatches <= 5 {
 				t.Errorf("%s on %s, mark %#x:\n% x\nkernel: %s %+v\nir:     %s %+v",
-					f.desc, dev.name, f.mark, f.data[:min(len(f.data), 256)], v, d, res, decisionOf(res))
+					f.desc, dev.name, f.mark, f.data[:min(len(f.data), 256)], v, d, res, codegen.DecisionFor(res))
 			}
 		}
 	}

@@ -58,7 +58,7 @@ func checkAgainstEval(t *testing.T, prog *codegen.Program, seed uint64, n int) {
 			t.Fatalf("packet %d: %v", i, err)
 		}
 		want := prog.IR.Eval(pkt)
-		if got.Verdict != want.Verdict || got.Decision != decisionOf(want) {
+		if got.Verdict != want.Verdict || got.Decision != codegen.DecisionFor(want) {
 			mismatches++
 			if mismatches <= 3 {
 				t.Errorf("packet %d on %s (% x):\nkernel: %v %+v\nir.Eval: %v", i, iface, frame, got.Verdict, got.Decision, want)
@@ -71,21 +71,6 @@ func checkAgainstEval(t *testing.T, prog *codegen.Program, seed uint64, n int) {
 	if untestable > n/10 {
 		t.Errorf("%d of %d packets could not be test-run", untestable, n)
 	}
-}
-
-// decisionOf is the decision the program must record for an Eval result.
-func decisionOf(r ir.Result) codegen.Decision {
-	switch {
-	case r.Skipped != "" && r.Verdict == ir.VerdictDrop:
-		return codegen.Decision{Kind: codegen.SkippedInvalid}
-	case r.Skipped != "":
-		return codegen.Decision{Kind: codegen.SkippedNotIP}
-	case r.Rule == nil:
-		return codegen.Decision{Kind: codegen.DecidedByPolicy}
-	case r.Hotdrop:
-		return codegen.Decision{Kind: codegen.Hotdrop, Rule: uint32(r.Rule.ID)}
-	}
-	return codegen.Decision{Kind: codegen.DecidedByRule, Rule: uint32(r.Rule.ID)}
 }
 
 // compileFile parses, lowers and compiles one chain of a rule set file.
