@@ -33,4 +33,4 @@ SEEDS ?= 200
 PROBES ?= 500
 difftest:
 	DIFFTEST_SEEDS=$(SEEDS) DIFFTEST_PROBES=$(PROBES) $(GO) test -count=1 -timeout 60m -v \
-		-run '^(TestRandom|TestRealDumps|TestHandWritten|TestRandomNFT|TestFragmentsNFT)$$' ./internal/difftest
+		-run '^(TestRandom|TestRealDumps|TestHandWritten|TestRandomNFT|TestRealNFT|TestFragmentsNFT)$$' ./internal/difftest

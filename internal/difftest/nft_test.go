@@ -3,8 +3,13 @@ package difftest
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"net"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gopacket/gopacket"
@@ -187,5 +192,102 @@ func TestFragmentsNFT(t *testing.T) {
 			t.Errorf("%s fragment %s: netfilter delivered %v, want %v", tc.fam, Summary(c, tc.probe), got[0].Delivered, tc.want)
 		}
 		check(t, c, b.ref, b.others...)
+	}
+}
+
+// hookSwap exchanges the input and forward hooks of nft text, so that the
+// probes, which cross the forward hook, meet the input chains.
+var hookSwap = regexp.MustCompile(`\bhook(\s+)(input|forward)\b`)
+
+func asForwardNFT(text []byte, hook string) []byte {
+	if hook == "forward" {
+		return text
+	}
+	return hookSwap.ReplaceAllFunc(text, func(m []byte) []byte {
+		if bytes.HasSuffix(m, []byte("input")) {
+			return []byte("hook forward")
+		}
+		return []byte("hook input")
+	})
+}
+
+// TestRealNFT loads the forward and input base chains (the latter moved
+// to the forward hook) of every nft-real and nft-dumps file that lowers into the
+// firewall with nft -f, for each family, with the firewall's interfaces
+// named as the rules expect, and compares netfilter with ir.Eval.
+// Files with chains on other hooks the probes cross (prerouting,
+// postrouting, ingress: nat, mangle) are left out; the model lowers one
+// hook. DIFFTEST_PROBES sets the probes per case (default 300).
+func TestRealNFT(t *testing.T) {
+	requireNFT(t)
+	dir := filepath.Dir(testenv.Corpus(t, "nft-real"))
+	var files []string
+	for _, sub := range []string{"nft-real", "nft-dumps"} {
+		err := filepath.WalkDir(filepath.Join(dir, sub), func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasSuffix(p, ".nft") {
+				files = append(files, p)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	probes := envInt(t, "DIFFTEST_PROBES", 300)
+	benches := map[dumpCase]*bench{}
+	parent := t
+	var totals []Totals
+	skipped := map[string]int{}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := strings.TrimPrefix(f, dir+"/")
+		for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+			for _, hook := range []string{"forward", "input"} {
+				text := asForwardNFT(src, hook)
+				probe, err := NewCase(CaseOptions{Name: f, Family: fam, Rules: text, NFT: true})
+				switch {
+				case err != nil:
+					skipped["does not lower: "+firstLine(err)]++
+					continue
+				case probe.Ruleset.Table("mangle") != nil || probe.Ruleset.Table("netdev") != nil:
+					skipped["chains on other hooks"]++
+					continue
+				case len(probe.Program.Rules) == 0:
+					continue // nothing on the hook for this family
+				}
+				for _, dc := range dumpCases(probe.Program, "FORWARD") {
+					name := fmt.Sprintf("%s/%s/%s/%s-%s", base, fam, hook, dc.inIface, dc.outIface)
+					t.Run(name, func(t *testing.T) {
+						key := dumpCase{inIface: dc.inIface, outIface: dc.outIface}
+						if benches[key] == nil {
+							benches[key] = newNFTBench(parent, TopologyOptions{InIface: dc.inIface, OutIface: dc.outIface})
+						}
+						b := benches[key]
+						if err := b.topo.LoadNFT(fam, text); err != nil {
+							t.Skipf("nft -f refuses the file here: %v", firstLine(err))
+						}
+						c, err := nftCase(name, fam, text, b.topo, 1, probes)
+						if err != nil {
+							t.Fatal(err)
+						}
+						tot := check(t, c, b.ref, b.others...)
+						if tot != nil {
+							totals = addTotals(totals, tot)
+						}
+						logTotals(t, name, tot)
+					})
+				}
+			}
+		}
+	}
+	logTotals(t, "nft-real and nft-dumps", totals)
+	for _, k := range slices.Sorted(maps.Keys(skipped)) {
+		t.Logf("skipped %d cases: %s", skipped[k], k)
+	}
+	if len(totals) == 0 || totals[0].Cases == 0 {
+		t.Fatal("no nft-real or nft-dumps file was run")
 	}
 }
