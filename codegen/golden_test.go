@@ -13,14 +13,15 @@ import (
 	"bpfwall/codegen"
 	"bpfwall/ir"
 	"bpfwall/parser/iptables"
+	"bpfwall/parser/nft"
 	"bpfwall/rules"
 )
 
 // TestGolden compiles each testdata/*.txtar file's "input" section
-// (iptables-save text) and compares the dump with its "dump" section, or
+// (iptables-save text, or nft text with "format nft") and compares the dump with its "dump" section, or
 // the compile errors with its "errors" section. An optional "options"
 // section holds "hook H", "chain NAME", "table NAME", "family ipv6",
-// "segment-branches N", "level N" and "force-lookups" lines; an "ipset"
+// "segment-branches N", "level N", "force-lookups" and "format nft" lines; an "ipset"
 // section holds ipset save text. BPFWALL_UPDATE=1 rewrites the expected sections.
 func TestGolden(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txtar")
@@ -79,6 +80,7 @@ func loadGolden(t *testing.T, ar *txtar.Archive) golden {
 	var popts iptables.Options
 	var lopts ir.LowerOptions
 	var g golden
+	nftInput := false
 	if opts, ok := sectionData(ar, "options"); ok {
 		for _, line := range strings.Split(strings.TrimSpace(opts), "\n") {
 			key, value, _ := strings.Cut(line, " ")
@@ -107,6 +109,11 @@ func loadGolden(t *testing.T, ar *txtar.Archive) golden {
 				g.level = n
 			case "force-lookups":
 				g.forceLookups = true
+			case "format":
+				if value != "nft" {
+					t.Fatalf("option %q: only nft", line)
+				}
+				nftInput = true
 			case "family":
 				popts.ForceFamily = true
 				if value == "ipv6" {
@@ -127,7 +134,13 @@ func loadGolden(t *testing.T, ar *txtar.Archive) golden {
 			t.Fatalf("ipset section: %v", err)
 		}
 	}
-	rs, err := iptables.Parse(name, []byte(input), popts)
+	var rs *rules.Ruleset
+	var err error
+	if nftInput {
+		rs, err = nft.Parse("rules.nft", []byte(input), nft.Options{Family: popts.Family})
+	} else {
+		rs, err = iptables.Parse(name, []byte(input), popts)
+	}
 	if err != nil {
 		t.Fatalf("parse input: %v", err)
 	}

@@ -24,13 +24,16 @@ const (
 	pktICMPType = 91 // u8
 	pktICMPCode = 92 // u8
 	pktPktType  = 93 // u8: the packet type pkttype_mt compares (tc)
-	pktFlags    = 94 // u8: flagBadExtHeaders, flagTCPOptsTruncated
+	pktFlags    = 94 // u8: flagBadExtHeaders, flagTCPOptsTruncated, flagAuthHeader
 	pktSize     = 96
 )
 
 const (
 	flagBadExtHeaders    = 1 << 0
 	flagTCPOptsTruncated = 1 << 1
+	// flagAuthHeader: the extension header walk meets an authentication
+	// header, where nft's (IP6_FH_F_AUTH) stops; ir.Packet.AuthHeader.
+	flagAuthHeader = 1 << 2
 )
 
 // At -O1 the parsed packet has room for the classifier's lookup keys after

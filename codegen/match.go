@@ -65,6 +65,16 @@ func (c *compiler) match(r *ir.Rule, m ir.Match, next, hotdrop string) bool {
 		)
 		return true
 
+	case ir.L4Proto:
+		c.l4Proto(m, next)
+
+	case ir.Transport:
+		// Never a drop: a load past the packet fails to no match.
+		b.emit(
+			ld(asm.R1, asm.R6, pktL4Len, asm.Word),
+			asm.JLT.Imm(asm.R1, int32(m.Len), next),
+		)
+
 	case ir.Ports:
 		var offs []int16
 		switch m.Dir {
@@ -293,6 +303,28 @@ func (c *compiler) iface(m ir.Iface, next string) {
 		return
 	}
 	c.bit(pktIfaces, c.ifaceBit(m), m.Neg, next)
+}
+
+// l4Proto emits nft's IPv6 protocol test: the protocol is 51 where the
+// walk meets an authentication header, and no rule matches, whatever Neg,
+// where the walk fails.
+func (c *compiler) l4Proto(m ir.L4Proto, next string) {
+	b := c.b
+	auth, cmp := b.fresh("l4proto_auth"), b.fresh("l4proto_cmp")
+	b.emit(
+		ld(asm.R2, asm.R6, pktFlags, asm.Byte),
+		movr(asm.R1, asm.R2),
+		asm.And.Imm(asm.R1, flagAuthHeader),
+		asm.JNE.Imm(asm.R1, 0, auth),
+		asm.And.Imm(asm.R2, flagBadExtHeaders),
+		asm.JNE.Imm(asm.R2, 0, next),
+		ld(asm.R1, asm.R6, pktProto, asm.Byte),
+		ja(cmp),
+	)
+	b.mark(auth)
+	b.emit(mov(asm.R1, nextAuth))
+	b.mark(cmp)
+	c.equal(asm.R1, uint32(m.Proto), m.Neg, next)
 }
 
 // icmp emits -m icmp / icmp6: the type is Type and the code in

@@ -110,6 +110,8 @@ func (g *generator) collect(v *values, m ir.Match) {
 		addrs(m.Dir, m.From, m.To, m.From.Prev(), m.To.Next())
 	case ir.Proto:
 		v.protos = append(v.protos, m.Proto)
+	case ir.L4Proto:
+		v.protos = append(v.protos, m.Proto)
 	case ir.Ports:
 		var ps []uint16
 		for _, r := range m.Ranges {

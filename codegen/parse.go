@@ -502,15 +502,20 @@ func (c *compiler) parseIPv6() {
 		st(asm.R0, extNext, asm.R1, asm.DWord),
 		stImm(asm.R0, extResult, loopRunning, asm.DWord),
 		stImm(asm.R0, extFragOff, 0, asm.DWord),
+		stImm(asm.R0, extAuth, 0, asm.DWord),
 	)
 	c.bpfLoop(maxExtHeaders, symExtHdrs)
 	c.loopResult()
 	b.emit(
+		ld(asm.R1, asm.R3, extAuth, asm.DWord),
+		st(asm.R7, pktFlags, asm.R1, asm.Byte),
 		ld(asm.R1, asm.R3, extResult, asm.DWord),
 		asm.JEq.Imm(asm.R1, loopDone, "ipv6_upper"),
 		// ipv6_find_hdr failed: a rule testing the protocol drops the
 		// packet.
-		stImm(asm.R7, pktFlags, flagBadExtHeaders, asm.Byte),
+		ld(asm.R1, asm.R7, pktFlags, asm.Byte),
+		asm.Or.Imm(asm.R1, flagBadExtHeaders),
+		st(asm.R7, pktFlags, asm.R1, asm.Byte),
 		ja("parse_ok"),
 	)
 	b.mark("ipv6_upper")
@@ -519,7 +524,9 @@ func (c *compiler) parseIPv6() {
 		st(asm.R7, pktProto, asm.R1, asm.Byte),
 		ld(asm.R1, asm.R3, extFragOff, asm.DWord),
 		st(asm.R7, pktFragOff, asm.R1, asm.Word),
-		asm.JNE.Imm(asm.R1, 0, "parse_ok"),
+		// A non-first fragment: nft's transport offset stays 0, its loads
+		// read the IPv6 header (r8, r9 still describe it).
+		asm.JNE.Imm(asm.R1, 0, "parse_l4"),
 		ld(asm.R1, asm.R3, extStart, asm.DWord),
 		ld(asm.R2, asm.R3, extEnd, asm.DWord),
 		asm.JGT.Reg(asm.R1, asm.R2, "parse_ok"),
@@ -557,15 +564,15 @@ func (c *compiler) ipv6Multicast(off int16, yes string) {
 }
 
 // parseL4 is ir's decodeL4, with the transport header at r8 and r9 bytes
-// from there to the end of the packet.
+// from there to the end of the packet. A non-first fragment's fields are
+// what nft's loads read there; xtables' matches never read them (their
+// L4Header guard fails first).
 func (c *compiler) parseL4() {
 	b := c.b
 	b.mark("parse_l4")
 	b.note("transport header: ports, tcp flags and options, icmp type and code")
 	b.emit(
 		st(asm.R7, pktL4Len, asm.R9, asm.Word),
-		ld(asm.R1, asm.R7, pktFragOff, asm.Word),
-		asm.JNE.Imm(asm.R1, 0, "parse_ok"),
 		asm.JEq.Imm(asm.R9, 0, "parse_ok"),
 		movr(asm.R4, asm.R9),
 		asm.JLE.Imm(asm.R4, 20, "l4_load"),
@@ -596,6 +603,9 @@ func (c *compiler) parseL4() {
 		ld(asm.R2, asm.R10, parseBuf+13, asm.Byte),
 		st(asm.R7, pktTCPFlags, asm.R2, asm.Byte),
 		asm.JLT.Imm(asm.R9, 20, "parse_ok"),
+		// A fragment's data has no options.
+		ld(asm.R2, asm.R7, pktFragOff, asm.Word),
+		asm.JNE.Imm(asm.R2, 0, "parse_ok"),
 		ld(asm.R2, asm.R10, parseBuf+12, asm.Byte),
 		asm.RSh.Imm(asm.R2, 4),
 		asm.LSh.Imm(asm.R2, 2),
@@ -633,7 +643,9 @@ func (c *compiler) parseL4() {
 	b.emit(ja("parse_ok"))
 	b.mark("tcp_options_truncated")
 	b.emit(
-		stImm(asm.R7, pktFlags, flagTCPOptsTruncated, asm.Byte),
+		ld(asm.R1, asm.R7, pktFlags, asm.Byte),
+		asm.Or.Imm(asm.R1, flagTCPOptsTruncated),
+		st(asm.R7, pktFlags, asm.R1, asm.Byte),
 		ja("parse_ok"),
 	)
 	icmp := int32(protoICMP)
@@ -643,9 +655,10 @@ func (c *compiler) parseL4() {
 	b.mark("l4_icmp")
 	b.emit(
 		asm.JNE.Imm(asm.R1, icmp, "parse_ok"),
-		asm.JLT.Imm(asm.R9, 2, "parse_ok"),
+		// nft's "icmp type" loads the type byte alone.
 		ld(asm.R2, asm.R10, parseBuf, asm.Byte),
 		st(asm.R7, pktICMPType, asm.R2, asm.Byte),
+		asm.JLT.Imm(asm.R9, 2, "parse_ok"),
 		ld(asm.R2, asm.R10, parseBuf+1, asm.Byte),
 		st(asm.R7, pktICMPCode, asm.R2, asm.Byte),
 	)
@@ -677,6 +690,7 @@ const (
 	extNext    = st2 // the current header's type; the result's protocol
 	extResult  = st3
 	extFragOff = st4 // fragment offset of a non-first fragment
+	extAuth    = st5 // flagAuthHeader once the walk meets an authentication header
 )
 
 // The loop state of the TCP option walk; the options are at stOptions.
@@ -860,6 +874,14 @@ func (c *compiler) extHeadersCallback() {
 		asm.Return(),
 	)
 	b.mark("ext_header")
+	// reachesAuth: nft's walk stops at an authentication header, even
+	// one cut short.
+	noAuth := b.fresh("ext_no_auth")
+	b.emit(
+		asm.JNE.Imm(asm.R7, nextAuth, noAuth),
+		stImm(asm.R6, extAuth, flagAuthHeader, asm.DWord),
+	)
+	b.mark(noAuth)
 	b.emit(
 		ld(asm.R8, asm.R6, extStart, asm.DWord),
 		ld(asm.R9, asm.R6, extEnd, asm.DWord),

@@ -277,8 +277,8 @@ func (c *compiler) unsupportedMatch(m ir.Match) string {
 		if !c.hook.tc() {
 			return "pkttype match"
 		}
-	case ir.Addr, ir.AddrRange, ir.AddrSet, ir.Proto, ir.Fragment, ir.Iface, ir.L4Header, ir.Ports,
-		ir.TCPFlags, ir.TCPOption, ir.ICMP, ir.Length, ir.TTL, ir.SrcMAC:
+	case ir.Addr, ir.AddrRange, ir.AddrSet, ir.Proto, ir.Fragment, ir.Iface, ir.L4Header, ir.L4Proto, ir.Transport,
+		ir.Ports, ir.TCPFlags, ir.TCPOption, ir.ICMP, ir.Length, ir.TTL, ir.SrcMAC:
 	default:
 		return fmt.Sprintf("match %T", m)
 	}
