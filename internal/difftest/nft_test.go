@@ -15,6 +15,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
+	"bpfwall/codegen"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 	"bpfwall/rules"
@@ -27,12 +28,15 @@ func requireNFT(t *testing.T) {
 }
 
 // newNFTBench is a bench for nft cases: netfilter on a topology of its
-// own, compared with ir.Eval alone (codegen does not compile nft's
-// protocol and transport guards yet).
+// own, compared with ir.Eval and the compiled programs' test runs. Not
+// attached: loader.NewMeta describes iptables rule sets only.
 func newNFTBench(t *testing.T, opts TopologyOptions) *bench {
 	t.Helper()
 	topo := NewTopology(t, opts)
-	return &bench{topo: topo, ref: Netfilter{topo}, others: []Source{Eval{}}}
+	return &bench{topo: topo, ref: Netfilter{topo}, others: []Source{
+		Eval{}, TestRun{}, TestRun{Opts: codegen.Options{Level: 1}},
+		TestRun{Opts: codegen.Options{Level: 1, ForceLookups: true}},
+	}}
 }
 
 // nftConntrack finds what makes the kernel run conntrack for a table
@@ -59,7 +63,9 @@ func nftCase(name string, fam rules.Family, text []byte, topo *Topology, seed ui
 
 // TestRandomNFT loads random nft rule sets (GenerateNFT) into the
 // firewall with nft -f and compares what it delivers with ir.Eval of the
-// same text through parser/nft. DIFFTEST_SEEDS rule sets per family
+// same text through parser/nft, and with the compiled programs where the
+// xdp hook can compile them (even seeds leave out what it cannot).
+// DIFFTEST_SEEDS rule sets per family
 // (default 4, make difftest runs more), DIFFTEST_PROBES probes each
 // (default 300), from DIFFTEST_SEED0.
 func TestRandomNFT(t *testing.T) {
@@ -73,7 +79,7 @@ func TestRandomNFT(t *testing.T) {
 	refused := 0
 	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 		for seed := seed0; seed < seed0+uint64(seeds); seed++ {
-			text := GenerateNFT(seed, GenOptions{Family: fam, InIface: b.topo.InIface, OutIface: b.topo.OutIface})
+			text := GenerateNFT(seed, GenOptions{Family: fam, InIface: b.topo.InIface, OutIface: b.topo.OutIface, XDP: seed%2 == 0})
 			name := fmt.Sprintf("nft-%s-seed-%d", fam, seed)
 			c, err := nftCase(name, fam, text, b.topo, seed, probes)
 			if err != nil {

@@ -20,7 +20,9 @@ import (
 // interface names and wildcards; TTL or hop limit, length, mark, packet
 // type, MAC address and conntrack state; verdict maps and every verdict.
 // In an inet table some rules test the other family, which its packets
-// never match. opts.XDP is ignored.
+// never match. opts.XDP leaves out what the xdp hook cannot compile, as
+// GenerateRules does: oifname, meta mark and pkttype, ct state, and reject
+// (drop instead).
 func GenerateNFT(seed uint64, opts GenOptions) []byte {
 	g := &nftGen{ruleGen: ruleGen{rng: rand.New(rand.NewPCG(seed, 0x6e66746e6674)), GenOptions: opts}}
 	for range 1 + g.rng.IntN(3) {
@@ -302,7 +304,7 @@ func (g *nftGen) rule(self int) string {
 	if g.chance(5) {
 		w("%s", g.ifaceMatch("iifname", g.InIface))
 	}
-	if g.chance(6) {
+	if g.chance(6) && !g.XDP {
 		w("%s", g.ifaceMatch("oifname", g.OutIface))
 	}
 	proto := g.oneOf("", "", "tcp", "tcp", "udp", "udp", "icmp", "sctp", "gre")
@@ -368,13 +370,13 @@ func (g *nftGen) rule(self int) string {
 	if g.chance(20) {
 		w(" ether saddr %s%s", g.neq(), g.oneOf(senderMAC.String(), "02:00:00:00:00:09"))
 	}
-	if g.chance(25) {
+	if g.chance(25) && !g.XDP {
 		w(" meta pkttype %s%s", g.neq(), g.oneOf("host", "broadcast", "multicast"))
 	}
-	if g.chance(20) {
+	if g.chance(20) && !g.XDP {
 		w(" meta mark %s", g.oneOf("0", "!= 0x1", "& 0xff == 0", "0x1"))
 	}
-	if g.chance(15) {
+	if g.chance(15) && !g.XDP {
 		w(" ct state %s", g.oneOf("new", "established", "{ new, untracked }", "!= established", "new,related"))
 	}
 	// Last of the matches: nft refuses "meta nfproto ipv6 ip saddr".
@@ -417,6 +419,8 @@ func (g *nftGen) verdict(self int, proto string, inMap bool) string {
 		return space + "drop"
 	case n < 6 && !inMap:
 		switch {
+		case g.XDP:
+			return " drop"
 		case proto == "tcp" && g.chance(2):
 			return " reject with tcp reset"
 		case g.chance(2) && g.tfam == "inet":
