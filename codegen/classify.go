@@ -49,6 +49,7 @@ var (
 	costPlainRule = 2
 	costHash      = 20
 	costLPM       = 40
+	costArray     = 8
 	costInline    = 2
 	// maxInlineTuples is how many tuples a table may have to be tested in
 	// code rather than looked up.
@@ -90,12 +91,24 @@ type entry struct {
 type table struct {
 	name  string // the map's, when looked up
 	guard guard
-	lens  [ir.NumFields]uint8 // the shape; for an LPM trie, lens[lpm] is the field's width
+	lens  [ir.NumFields]uint8 // the shape; for an LPM trie or a port array, lens[lpm] is the field's width
 	lpm   int                 // the field of varying length, or -1 for a hash
+	// array: an array indexed by the port field, whose entries all test
+	// the same protocol or none.
+	array bool
+	// ranges, for a hash keyed by the fields other than the port field
+	// lpm: the runs of ports of each key.
+	ranges *portRanges
 	// entries are sorted by rule, one per tuple.
 	entries []entry
 	first   uint32 // the earliest rule
 	inline  bool
+}
+
+// shapeKey is the guard and shape that tuples share in a table.
+type shapeKey struct {
+	g    guard
+	lens [ir.NumFields]uint8
 }
 
 // segmentPlan is a run of terminal rules classified by tables.
@@ -181,10 +194,6 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
 		return nil
 	}
 	v6 := c.p.Family == rules.IPv6
-	type shapeKey struct {
-		g    guard
-		lens [ir.NumFields]uint8
-	}
 	shapes := make(map[shapeKey]map[ir.Tuple]entry)
 	var order []shapeKey
 	add := func(g guard, ts []ir.Tuple, id, kind uint32) {
@@ -214,10 +223,10 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
 			add(guard{mode: modePreProto, v6proto: true}, f.PreProto, id, kindHotdrop)
 		}
 	}
+	taken := make(map[shapeKey]bool)
+	tables := portTables(shapes, order, taken)
 	// Merge shapes that differ in one field's length into LPM tries, one
 	// field after the other.
-	var tables []*table
-	taken := make(map[shapeKey]bool)
 	for _, f := range []ir.Field{ir.FieldSrc, ir.FieldDst, ir.FieldDport, ir.FieldSport} {
 		groups := make(map[shapeKey][]shapeKey)
 		var gorder []shapeKey
@@ -240,7 +249,7 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
 			// A trie is slower than a hash: merge when it saves lookups.
 			apart := 0
 			for _, k := range ks {
-				apart += lookupCost(len(shapes[k]), false)
+				apart += lookupCost(len(shapes[k]), costHash)
 			}
 			if !c.forceLookups && apart <= costLPM {
 				continue
@@ -270,6 +279,9 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
 		slices.SortFunc(t.entries, func(a, b entry) int {
 			return cmp.Or(cmp.Compare(a.id, b.id), compareTuples(a.t, b.t))
 		})
+	}
+	tables = splitRanges(tables)
+	for _, t := range tables {
 		t.first = t.entries[0].id
 		t.inline = !c.forceLookups && len(t.entries) <= maxInlineTuples || emptyShape(t)
 	}
@@ -283,7 +295,7 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
 			if t.guard.mode != modeFull {
 				continue
 			}
-			cost += lookupCost(len(t.entries), t.lpm >= 0 && !t.inline)
+			cost += t.cost()
 		}
 		if cost >= plain {
 			return nil
@@ -307,15 +319,109 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
 	return &segmentPlan{rules: run, tables: tables}
 }
 
-// lookupCost estimates what a table of n tuples costs a packet.
-func lookupCost(n int, lpm bool) int {
-	switch {
-	case n <= maxInlineTuples:
+// lookupCost estimates what a table of n tuples costs a packet, when a
+// lookup in it costs lookup.
+func lookupCost(n, lookup int) int {
+	if n <= maxInlineTuples {
 		return costInline * n
-	case lpm:
+	}
+	return lookup
+}
+
+// cost estimates what the table costs a packet.
+func (t *table) cost() int {
+	switch {
+	case t.inline:
+		return costInline * len(t.entries)
+	case t.array:
+		return costArray
+	case t.ranges != nil:
+		return costHash + costInline*t.ranges.width
+	case t.lpm >= 0:
 		return costLPM
 	}
 	return costHash
+}
+
+// maxPortProtos bounds the port arrays of one guard and port field: one
+// per protocol. Shapes with more protocols stay in hashes and tries.
+const maxPortProtos = 4
+
+// portArraySize is a port array's: a slot per port.
+const portArraySize = 1 << 16
+
+// portField returns the port field of a shape that constrains it, and
+// else at most the protocol, exactly.
+func portField(lens [ir.NumFields]uint8) (ir.Field, bool) {
+	if lens[ir.FieldSrc] != 0 || lens[ir.FieldDst] != 0 || (lens[ir.FieldProto] != 0 && lens[ir.FieldProto] != 8) {
+		return 0, false
+	}
+	switch {
+	case lens[ir.FieldDport] > 0 && lens[ir.FieldSport] == 0:
+		return ir.FieldDport, true
+	case lens[ir.FieldSport] > 0 && lens[ir.FieldDport] == 0:
+		return ir.FieldSport, true
+	}
+	return 0, false
+}
+
+// portTables takes the shapes that constrain one port, and the protocol
+// exactly or not at all, into tables indexed by the port: one per guard,
+// port field and protocol. An array lookup costs the same for any number
+// of rules and any mix of prefix lengths, where an LPM trie's cost grows
+// with its depth (a port allowlist of 100,000 rules made one 3× slower
+// than a single rule).
+func portTables(shapes map[shapeKey]map[ir.Tuple]entry, order []shapeKey, taken map[shapeKey]bool) []*table {
+	type class struct {
+		g        guard
+		field    ir.Field
+		anyProto bool
+	}
+	members := make(map[class][]shapeKey)
+	var classes []class
+	for _, k := range order {
+		f, ok := portField(k.lens)
+		if !ok {
+			continue
+		}
+		cl := class{k.g, f, k.lens[ir.FieldProto] == 0}
+		if members[cl] == nil {
+			classes = append(classes, cl)
+		}
+		members[cl] = append(members[cl], k)
+	}
+	var out []*table
+	for _, cl := range classes {
+		byProto := make(map[uint8]*table)
+		var protos []uint8
+		for _, k := range members[cl] {
+			for _, e := range shapes[k] {
+				p := e.t.Value[ir.FieldProto][0]
+				t := byProto[p]
+				if t == nil {
+					t = &table{guard: cl.g, lpm: int(cl.field), array: true}
+					t.lens[cl.field] = 16
+					if !cl.anyProto {
+						t.lens[ir.FieldProto] = 8
+					}
+					byProto[p] = t
+					protos = append(protos, p)
+				}
+				t.entries = append(t.entries, e)
+			}
+		}
+		if len(protos) > maxPortProtos {
+			continue
+		}
+		for _, k := range members[cl] {
+			taken[k] = true
+		}
+		slices.Sort(protos)
+		for _, p := range protos {
+			out = append(out, byProto[p])
+		}
+	}
+	return out
 }
 
 func emptyShape(t *table) bool {
@@ -383,6 +489,12 @@ func (c *compiler) layout(t *table) keyLayout {
 
 // mapSpec returns the table's map and its contents, sorted by key.
 func (c *compiler) mapSpec(t *table) *ebpf.MapSpec {
+	switch {
+	case t.array:
+		return portArray(t)
+	case t.ranges != nil:
+		return c.rangesSpec(t)
+	}
 	l := c.layout(t)
 	key := func(tp ir.Tuple, plen int) []byte {
 		k := make([]byte, l.size)
@@ -497,4 +609,231 @@ func (c *compiler) lpmContents(t *table, l keyLayout, key func(ir.Tuple, int) []
 		}
 	}
 	return kvs
+}
+
+// portArray returns the map of a port array: at every port, the earliest
+// rule with a tuple that holds it and what it does; zero (kind 0) where
+// none does.
+func portArray(t *table) *ebpf.MapSpec {
+	f := ir.Field(t.lpm)
+	// next[p] leads to the first port from p on that no earlier rule
+	// holds (a union-find), so that every port is set once.
+	next := make([]int32, portArraySize+1)
+	for i := range next {
+		next[i] = int32(i)
+	}
+	find := func(p int32) int32 {
+		for next[p] != p {
+			next[p] = next[next[p]]
+			p = next[p]
+		}
+		return p
+	}
+	var kvs []ebpf.MapKV
+	for _, e := range t.entries { // the earliest rule first
+		lo := int32(binary.BigEndian.Uint16(e.t.Value[f][:2]))
+		hi := lo | (1<<(16-e.t.Len[f]) - 1)
+		for p := find(lo); p <= hi; p = find(p + 1) {
+			k := make([]byte, 4)
+			binary.NativeEndian.PutUint32(k, uint32(p))
+			v := make([]byte, 8)
+			binary.NativeEndian.PutUint32(v, e.id)
+			binary.NativeEndian.PutUint32(v[4:], e.kind)
+			kvs = append(kvs, ebpf.MapKV{Key: k, Value: v})
+			next[p] = p + 1
+		}
+	}
+	slices.SortFunc(kvs, func(a, b ebpf.MapKV) int { return bytes.Compare(a.Key.([]byte), b.Key.([]byte)) })
+	return &ebpf.MapSpec{
+		Name:       t.name,
+		Type:       ebpf.Array,
+		KeySize:    4,
+		ValueSize:  8,
+		MaxEntries: portArraySize,
+		Contents:   kvs,
+	}
+}
+
+// maxRuns bounds the runs of ports a key of a ranges table may have.
+const maxRuns = 8
+
+// runSize is a run's size in a ranges table's value: u16 hi, u16 kind,
+// u32 rule.
+const runSize = 8
+
+// portRun is a run of ports, up to hi, that rule id of kind decides, or
+// none (kind 0).
+type portRun struct {
+	hi   uint16
+	kind uint16
+	id   uint32
+}
+
+// portRanges is what a ranges table holds.
+type portRanges struct {
+	keys []ir.Tuple // the entries' tuples cut to the other fields
+	runs [][]portRun
+	// width is how many runs a value has: the most a key has.
+	width int
+}
+
+// rangesKey is the table whose key is a ranges table's: its fields but
+// the port.
+func (t *table) rangesKey() *table {
+	u := *t
+	u.lens[t.lpm], u.lpm, u.ranges = 0, -1, nil
+	return &u
+}
+
+// splitRanges turns every LPM trie on a port field that has other fields
+// into a hash keyed by those, whose value lists the runs of ports in
+// order and the earliest rule of each, for the keys with at most maxRuns
+// runs; the other keys stay in a trie. A hash lookup and a few compares
+// cost the same for any number of keys, where a trie grows deeper with
+// its entries: an allowlist of port ranges per server, 100,000 rules, made
+// one 3× slower than a single rule. Every key is in one of the two
+// tables, so a packet finds its earliest rule in one of them.
+func splitRanges(tables []*table) []*table {
+	var out []*table
+	for _, t := range tables {
+		if t.array || (t.lpm != int(ir.FieldDport) && t.lpm != int(ir.FieldSport)) || t.rangesKey().lens == [ir.NumFields]uint8{} {
+			out = append(out, t)
+			continue
+		}
+		f := ir.Field(t.lpm)
+		cut := t.lens
+		cut[f] = 0
+		groups := make(map[ir.Tuple][]entry)
+		var keys []ir.Tuple
+		for _, e := range t.entries {
+			k := e.t.Cut(cut)
+			if groups[k] == nil {
+				keys = append(keys, k)
+			}
+			groups[k] = append(groups[k], e)
+		}
+		rs := &portRanges{}
+		ranges := &table{guard: t.guard, lens: t.lens, lpm: t.lpm, ranges: rs}
+		trie := &table{guard: t.guard, lens: t.lens, lpm: t.lpm}
+		for _, k := range keys {
+			es := groups[k]
+			runs, ok := portRuns(es, f)
+			if !ok {
+				trie.entries = append(trie.entries, es...)
+				continue
+			}
+			ranges.entries = append(ranges.entries, es...)
+			rs.keys = append(rs.keys, k)
+			rs.runs = append(rs.runs, runs)
+			rs.width = max(rs.width, len(runs))
+		}
+		for _, u := range []*table{ranges, trie} {
+			if len(u.entries) > 0 {
+				slices.SortFunc(u.entries, func(a, b entry) int {
+					return cmp.Or(cmp.Compare(a.id, b.id), compareTuples(a.t, b.t))
+				})
+				out = append(out, u)
+			}
+		}
+	}
+	return out
+}
+
+// portSpan is the range of ports of field f that t holds.
+func portSpan(t ir.Tuple, f ir.Field) (lo, hi int) {
+	lo = int(binary.BigEndian.Uint16(t.Value[f][:2]))
+	return lo, lo | (1<<(16-t.Len[f]) - 1)
+}
+
+// portRuns returns, for entries es that differ only in port field f and
+// come earliest rule first, the runs of ports that one rule, or none,
+// decides; false when there are more than maxRuns.
+func portRuns(es []entry, f ir.Field) ([]portRun, bool) {
+	// The entries' ends cut the ports into pieces that the same entries
+	// hold.
+	starts := []int{0}
+	for _, e := range es {
+		lo, hi := portSpan(e.t, f)
+		starts = append(starts, lo)
+		if hi < portArraySize-1 {
+			starts = append(starts, hi+1)
+		}
+	}
+	slices.Sort(starts)
+	starts = slices.Compact(starts)
+	// The earliest entry that holds each piece; next leads to the first
+	// piece from there on that none holds yet (a union-find).
+	owner := make([]int, len(starts))
+	next := make([]int, len(starts)+1)
+	for i := range starts {
+		owner[i] = -1
+		next[i] = i
+	}
+	next[len(starts)] = len(starts)
+	find := func(i int) int {
+		for next[i] != i {
+			next[i] = next[next[i]]
+			i = next[i]
+		}
+		return i
+	}
+	for i, e := range es {
+		lo, hi := portSpan(e.t, f)
+		j, _ := slices.BinarySearch(starts, lo)
+		for j = find(j); j < len(starts) && starts[j] <= hi; j = find(j + 1) {
+			owner[j] = i
+			next[j] = j + 1
+		}
+	}
+	var runs []portRun
+	for i, o := range owner {
+		r := portRun{hi: portArraySize - 1}
+		if i+1 < len(starts) {
+			r.hi = uint16(starts[i+1] - 1)
+		}
+		if o >= 0 {
+			r.id, r.kind = es[o].id, uint16(es[o].kind)
+		}
+		if n := len(runs); n > 0 && runs[n-1].id == r.id && runs[n-1].kind == r.kind {
+			runs[n-1].hi = r.hi
+			continue
+		}
+		if len(runs) == maxRuns {
+			return nil, false
+		}
+		runs = append(runs, r)
+	}
+	return runs, true
+}
+
+// rangesSpec returns a ranges table's hash: the key of the other fields,
+// and width runs; a key with fewer repeats its last run, which ends at
+// 65535.
+func (c *compiler) rangesSpec(t *table) *ebpf.MapSpec {
+	l := c.layout(t.rangesKey())
+	var kvs []ebpf.MapKV
+	for i, k := range t.ranges.keys {
+		key := make([]byte, l.size)
+		for _, s := range l.slots {
+			copy(key[s.off:s.off+s.size], k.Value[s.field][:s.size])
+		}
+		v := make([]byte, runSize*t.ranges.width)
+		runs := t.ranges.runs[i]
+		for j := range t.ranges.width {
+			r := runs[min(j, len(runs)-1)]
+			binary.NativeEndian.PutUint16(v[runSize*j:], r.hi)
+			binary.NativeEndian.PutUint16(v[runSize*j+2:], r.kind)
+			binary.NativeEndian.PutUint32(v[runSize*j+4:], r.id)
+		}
+		kvs = append(kvs, ebpf.MapKV{Key: key, Value: v})
+	}
+	slices.SortFunc(kvs, func(a, b ebpf.MapKV) int { return bytes.Compare(a.Key.([]byte), b.Key.([]byte)) })
+	return &ebpf.MapSpec{
+		Name:       t.name,
+		Type:       ebpf.Hash,
+		KeySize:    uint32(l.size),
+		ValueSize:  uint32(runSize * t.ranges.width),
+		MaxEntries: uint32(len(kvs)),
+		Contents:   kvs,
+	}
 }

@@ -79,7 +79,7 @@ func (c *compiler) describeTable(t *table) string {
 	var fields []string
 	for f := range ir.NumFields {
 		switch {
-		case int(f) == t.lpm:
+		case int(f) == t.lpm && t.varies():
 			fields = append(fields, f.String()+"/*")
 		case t.lens[f] == 0:
 		case int(t.lens[f]) == 8*f.Width(c.p.Family):
@@ -108,6 +108,10 @@ func (c *compiler) describeTable(t *table) string {
 	how := "inline"
 	switch {
 	case t.inline:
+	case t.array:
+		how = "array " + t.name
+	case t.ranges != nil:
+		how = fmt.Sprintf("ranges %s (%d runs)", t.name, t.ranges.width)
 	case t.lpm >= 0:
 		how = "lpm " + t.name
 	default:
@@ -118,6 +122,12 @@ func (c *compiler) describeTable(t *table) string {
 		s += " (" + strings.Join(when, " ") + ")"
 	}
 	return s
+}
+
+// varies reports whether the table's tuples differ in the length of the
+// field lpm.
+func (t *table) varies() bool {
+	return slices.ContainsFunc(t.entries, func(e entry) bool { return e.t.Len[t.lpm] != t.entries[0].t.Len[t.lpm] })
 }
 
 // proto returns the protocol all of the table's tuples test, if they do.
@@ -255,6 +265,33 @@ func (c *compiler) compareField(f ir.Field, value []byte, bits int, miss string)
 // looks it up.
 func (c *compiler) lookupTable(t *table, skip string) {
 	b := c.b
+	switch {
+	case t.array:
+		c.arrayLookup(t, skip)
+		return
+	case t.ranges != nil:
+		c.rangesLookup(t, skip)
+		return
+	}
+	c.storeKey(t)
+	b.emit(
+		mapRef(asm.R1, t.name),
+		movr(asm.R2, asm.R6),
+		asm.Add.Imm(asm.R2, pktLookupKey),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, skip),
+		ld(asm.R1, asm.R0, 0, asm.Word),
+		asm.JGE.Reg(asm.R1, asm.R7, skip),
+		movr(asm.R7, asm.R1),
+		ld(asm.R8, asm.R0, 4, asm.Word),
+	)
+	c.maps = append(c.maps, c.mapSpec(t))
+}
+
+// storeKey builds the key of a hash or LPM table from the packet in the
+// key area.
+func (c *compiler) storeKey(t *table) {
+	b := c.b
 	l := c.layout(t)
 	base := int16(pktLookupKey)
 	covered := make([]bool, l.size)
@@ -275,16 +312,70 @@ func (c *compiler) lookupTable(t *table, skip string) {
 			b.emit(stImm(asm.R6, base+int16(i), 0, asm.Byte))
 		}
 	}
+}
+
+// rangesLookup looks the packet's other fields up in a ranges table and
+// finds the run that holds its port: runs are in order and the last ends
+// at 65535.
+func (c *compiler) rangesLookup(t *table, skip string) {
+	b := c.b
+	c.storeKey(t.rangesKey())
+	got := b.fresh("run_found")
 	b.emit(
 		mapRef(asm.R1, t.name),
 		movr(asm.R2, asm.R6),
-		asm.Add.Imm(asm.R2, int32(base)),
+		asm.Add.Imm(asm.R2, pktLookupKey),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, skip),
+		ld(asm.R1, asm.R6, fieldOff(ir.Field(t.lpm)), asm.Word),
+	)
+	var found []string
+	for i := range t.ranges.width {
+		found = append(found, b.fresh("run"))
+		b.emit(
+			ld(asm.R2, asm.R0, int16(runSize*i), asm.Half),
+			asm.JLE.Reg(asm.R1, asm.R2, found[i]),
+		)
+	}
+	b.emit(ja(skip))
+	for i, l := range found {
+		b.mark(l)
+		b.emit(
+			ld(asm.R2, asm.R0, int16(runSize*i+2), asm.Half),
+			ld(asm.R1, asm.R0, int16(runSize*i+4), asm.Word),
+		)
+		if i+1 < len(found) {
+			b.emit(ja(got))
+		}
+	}
+	b.mark(got)
+	b.emit(
+		asm.JEq.Imm(asm.R2, 0, skip),
+		asm.JGE.Reg(asm.R1, asm.R7, skip),
+		movr(asm.R7, asm.R1),
+		movr(asm.R8, asm.R2),
+	)
+	c.maps = append(c.maps, c.mapSpec(t))
+}
+
+// arrayLookup looks the packet's port up in a port array, whose empty
+// slots have kind 0.
+func (c *compiler) arrayLookup(t *table, skip string) {
+	b := c.b
+	b.emit(
+		ld(asm.R1, asm.R6, fieldOff(ir.Field(t.lpm)), asm.Word),
+		st(asm.R6, pktLookupKey, asm.R1, asm.Word),
+		mapRef(asm.R1, t.name),
+		movr(asm.R2, asm.R6),
+		asm.Add.Imm(asm.R2, pktLookupKey),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, skip),
+		ld(asm.R2, asm.R0, 4, asm.Word),
+		asm.JEq.Imm(asm.R2, 0, skip),
 		ld(asm.R1, asm.R0, 0, asm.Word),
 		asm.JGE.Reg(asm.R1, asm.R7, skip),
 		movr(asm.R7, asm.R1),
-		ld(asm.R8, asm.R0, 4, asm.Word),
+		movr(asm.R8, asm.R2),
 	)
 	c.maps = append(c.maps, c.mapSpec(t))
 }
