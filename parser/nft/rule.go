@@ -1089,7 +1089,10 @@ func (b *ruleBuilder) tcpFlags(pos rules.Pos, op string, mask *rhs, val rhs) {
 			b.errorf(pos, "bad tcp flags")
 			return
 		}
-		b.add(always1(flags(m, c&m, op == "!=")))
+		// nft compares (flags & mask) with the value as written
+		// (nft_bitwise, then nft_cmp): a value bit outside the mask makes
+		// the test fail for every packet, so the value is not masked here.
+		b.add(always1(flags(m, c, op == "!=")))
 		return
 	}
 	if mask != nil {
