@@ -29,6 +29,11 @@ func lower(t *testing.T, src string, fam rules.Family, chain string) *ir.Program
 	return p
 }
 
+func udp6(sport, dport uint16) *ir.Packet {
+	return &ir.Packet{Family: rules.IPv6, Src: netip.MustParseAddr("::1"), Dst: netip.MustParseAddr("::2"),
+		Proto: 17, SrcPort: sport, DstPort: dport, L4Len: 8, TTL: 64, Length: 48}
+}
+
 func tcp4(dport uint16, l4len int) *ir.Packet {
 	return &ir.Packet{Family: rules.IPv4, Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"),
 		Proto: 6, SrcPort: 1234, DstPort: dport, TCPFlags: rules.TCPSyn, L4Len: l4len, TTL: 64, Length: 60}
@@ -158,6 +163,63 @@ insert rule ip f in ip saddr 10.0.0.1 drop`,
 			pkt: tcp4(22, 20), want: ir.VerdictDrop,
 		},
 		{
+			// nft merges the two "!=" into one 4-byte cmp neq: the kernel
+			// tests NOT(sport == 47721 AND dport == 0) (internal/difftest,
+			// nft-ipv6-seed-102).
+			name: "merged udp sport != dport != matches when one port differs",
+			src:  "table inet f { chain in { type filter hook input priority 0; policy drop; udp sport != 47721 udp dport != 0 accept; } }",
+			fam:  rules.IPv6,
+			pkt:  udp6(47721, 65534), want: ir.VerdictAccept,
+		},
+		{
+			name: "merged udp sport != dport != in either order",
+			src:  "table inet f { chain in { type filter hook input priority 0; policy drop; udp dport != 0 udp sport != 47721 accept; } }",
+			fam:  rules.IPv6,
+			pkt:  udp6(1, 0), want: ir.VerdictAccept,
+		},
+		{
+			name: "merged udp sport != dport != rejects the pair itself",
+			src:  "table inet f { chain in { type filter hook input priority 0; policy drop; udp sport != 47721 counter udp dport != 0 accept; } }",
+			fam:  rules.IPv6,
+			pkt:  udp6(47721, 0), want: ir.VerdictDrop,
+		},
+		{
+			name: "merged ip ttl != protocol !=",
+			src:  "table ip f { chain in { type filter hook input priority 0; policy drop; ip ttl != 64 ip protocol != tcp accept; } }",
+			pkt:  tcp4(22, 20), want: ir.VerdictDrop,
+		},
+		{
+			name: "merged ip ttl != protocol != matches another ttl",
+			src:  "table ip f { chain in { type filter hook input priority 0; policy drop; ip ttl != 63 ip protocol != tcp accept; } }",
+			pkt:  tcp4(22, 20), want: ir.VerdictAccept,
+		},
+		{
+			// "!=" and "==" are not merged: both hold separately.
+			name: "udp sport != dport == not merged",
+			src:  "table inet f { chain in { type filter hook input priority 0; policy drop; udp sport != 47721 udp dport 0 accept; } }",
+			fam:  rules.IPv6,
+			pkt:  udp6(1, 65534), want: ir.VerdictDrop,
+		},
+		{
+			// The ports are never adjacent to a single ip saddr: unchanged.
+			name: "tcp dport != with a set is not merged",
+			src:  "table ip f { chain in { type filter hook input priority 0; policy drop; tcp sport != 1234 tcp dport != { 22, 23 } accept; } }",
+			pkt:  tcp4(80, 20), want: ir.VerdictDrop,
+		},
+		{
+			// The second sport is merged with dport (nft sorts stably).
+			name: "three port != keep the lone one separate",
+			src:  "table ip f { chain in { type filter hook input priority 0; policy drop; tcp sport != 1 tcp sport != 1234 tcp dport != 22 accept; } }",
+			pkt:  tcp4(23, 20), want: ir.VerdictAccept,
+		},
+		{
+			// A batch of two is merged before the log; the lone sport
+			// merges with nothing.
+			name: "batch ends at a statement once it holds two",
+			src:  "table ip f { chain in { type filter hook input priority 0; policy drop; ip ttl 64 tcp sport != 1234 log tcp dport != 23 accept; } }",
+			pkt:  tcp4(22, 20), want: ir.VerdictDrop,
+		},
+		{
 			name: "ipv6 bad extension headers do not match l4proto",
 			src:  "table inet f { chain in { type filter hook input priority 0; policy accept; meta l4proto != udp drop; } }",
 			fam:  rules.IPv6,
@@ -189,6 +251,7 @@ func TestErrors(t *testing.T) {
 		{"bad address", "table ip f { chain in { type filter hook input priority 0; ip saddr 300.1.1.1 drop; } }", `t.nft:1:69: bad address "300.1.1.1"`},
 		{"icmpx in an ip table", "table ip f { chain in { type filter hook input priority 0; reject with icmpx type no-route; } }", "t.nft:1:60: reject with icmpx is not supported in an ip table"},
 		{"icmpv6 in an ip table", "table ip f { chain in { type filter hook input priority 0; reject with icmpv6 type no-route; } }", "t.nft:1:60: reject with icmpv6 in an ip table"},
+		{"merge across log", "table ip f { chain in { type filter hook input priority 0; udp sport != 1 log udp dport != 2 accept; } }", "t.nft:1:79: nft merges this match with the one at 1:60"},
 		{"jump to missing chain", "table ip f { chain in { type filter hook input priority 0; jump nowhere; } }", "t.nft:1:60: chain nowhere does not exist in table ip f"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

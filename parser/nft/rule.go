@@ -154,7 +154,11 @@ func (b *ruleBuilder) emit(a action) {
 func (b *ruleBuilder) translate() []outRule {
 	b.rv = resolver{errs: b.errs}
 	nerr := len(*b.errs)
-	for _, t := range b.src.ast.Terms {
+	groups, skip, ok := b.mergeGroups()
+	if !ok {
+		return nil
+	}
+	for i, t := range b.src.ast.Terms {
 		if b.rest {
 			break
 		}
@@ -165,7 +169,14 @@ func (b *ruleBuilder) translate() []outRule {
 			b.errorf(toPos(t.Pos), "statement after the verdict")
 			break
 		}
-		b.term(t)
+		switch {
+		case skip[i]:
+			// merged by nft into the "!=" chain of an earlier term
+		case groups[i] != nil:
+			b.negGroup(groups[i])
+		default:
+			b.term(t)
+		}
 	}
 	b.flushICMP()
 	if len(*b.errs) > nerr {
