@@ -50,6 +50,7 @@ var (
 	costHash      = 20
 	costLPM       = 40
 	costArray     = 8
+	costRanges    = 30 // a hash lookup and a scan of the runs
 	costInline    = 2
 	// maxInlineTuples is how many tuples a table may have to be tested in
 	// code rather than looked up.
@@ -280,7 +281,7 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
 			return cmp.Or(cmp.Compare(a.id, b.id), compareTuples(a.t, b.t))
 		})
 	}
-	tables = splitRanges(tables)
+	tables = c.splitRanges(tables)
 	for _, t := range tables {
 		t.first = t.entries[0].id
 		t.inline = !c.forceLookups && len(t.entries) <= maxInlineTuples || emptyShape(t)
@@ -336,7 +337,7 @@ func (t *table) cost() int {
 	case t.array:
 		return costArray
 	case t.ranges != nil:
-		return costHash + costInline*t.ranges.width
+		return costRanges
 	case t.lpm >= 0:
 		return costLPM
 	}
@@ -654,114 +655,199 @@ func portArray(t *table) *ebpf.MapSpec {
 	}
 }
 
-// maxRuns bounds the runs of ports a key of a ranges table may have.
-const maxRuns = 8
+// maxRuns bounds the runs a key of a ranges table may have; every value
+// has this many, so that the code, and the verifier's work, do not
+// depend on the rules.
+const maxRuns = 32
 
 // runSize is a run's size in a ranges table's value: u16 hi, u16 kind,
 // u32 rule.
 const runSize = 8
 
-// portRun is a run of ports, up to hi, that rule id of kind decides, or
-// none (kind 0).
+// runBits is how many low bits of its field a ranges table's runs cover;
+// the key holds the others.
+const runBits = 16
+
+// maxBucketsPerEntry bounds how many keys one entry may span, a prefix
+// shorter than the key's part of its field.
+const maxBucketsPerEntry = 256
+
+// portRun is a run of values of the low runBits of a field, up to hi,
+// that rule id of kind decides, or none (kind 0).
 type portRun struct {
 	hi   uint16
 	kind uint16
 	id   uint32
 }
 
-// portRanges is what a ranges table holds.
-type portRanges struct {
-	keys []ir.Tuple // the entries' tuples cut to the other fields
-	runs [][]portRun
-	// width is how many runs a value has: the most a key has.
-	width int
+// span is the part of a tuple of rule id in one key: the values lo..hi of
+// the low runBits.
+type span struct {
+	lo, hi   int
+	id, kind uint32
 }
 
-// rangesKey is the table whose key is a ranges table's: its fields but
-// the port.
+// portRanges is what a ranges table holds.
+type portRanges struct {
+	// keyBits is how many high bits of the field lpm the key holds.
+	keyBits int
+	keys    []ir.Tuple // the tuples cut to the other fields and keyBits
+	runs    [][]portRun
+}
+
+// rangesKey is the table whose key is a ranges table's: its other fields
+// and the high bits of its field.
 func (t *table) rangesKey() *table {
 	u := *t
-	u.lens[t.lpm], u.lpm, u.ranges = 0, -1, nil
+	u.lens[t.lpm], u.lpm, u.ranges = uint8(t.ranges.keyBits), -1, nil
 	return &u
 }
 
-// splitRanges turns every LPM trie on a port field that has other fields
-// into a hash keyed by those, whose value lists the runs of ports in
-// order and the earliest rule of each, for the keys with at most maxRuns
-// runs; the other keys stay in a trie. A hash lookup and a few compares
-// cost the same for any number of keys, where a trie grows deeper with
-// its entries: an allowlist of port ranges per server, 100,000 rules, made
-// one 3× slower than a single rule. Every key is in one of the two
-// tables, so a packet finds its earliest rule in one of them.
-func splitRanges(tables []*table) []*table {
+// splitRanges turns every LPM trie on a port, or an IPv4 address, into a
+// hash keyed by the other fields and the field's high bits, whose value
+// lists the runs of the low 16 bits and the earliest rule of each, for
+// the keys with at most maxRuns runs; the tuples that reach the other
+// keys stay in a trie. A hash lookup and a few compares cost the same for
+// any number of rules, where a trie grows deeper with its entries: a
+// 100,000-rule blocklist or allowlist of port ranges per server made a
+// matching packet 3× slower than one rule. A packet's key is in the hash
+// with every tuple that reaches it, or every such tuple is in the trie,
+// and both return only rules the packet matches: the earliest wins.
+func (c *compiler) splitRanges(tables []*table) []*table {
 	var out []*table
 	for _, t := range tables {
-		if t.array || (t.lpm != int(ir.FieldDport) && t.lpm != int(ir.FieldSport)) || t.rangesKey().lens == [ir.NumFields]uint8{} {
-			out = append(out, t)
-			continue
+		keyBits := -1
+		switch {
+		case t.array || t.lpm < 0:
+		case t.lpm == int(ir.FieldDport) || t.lpm == int(ir.FieldSport):
+			keyBits = 0
+		case c.p.Family == rules.IPv4:
+			keyBits = 32 - runBits
 		}
-		f := ir.Field(t.lpm)
-		cut := t.lens
-		cut[f] = 0
-		groups := make(map[ir.Tuple][]entry)
-		var keys []ir.Tuple
-		for _, e := range t.entries {
-			k := e.t.Cut(cut)
-			if groups[k] == nil {
-				keys = append(keys, k)
-			}
-			groups[k] = append(groups[k], e)
-		}
-		rs := &portRanges{}
-		ranges := &table{guard: t.guard, lens: t.lens, lpm: t.lpm, ranges: rs}
-		trie := &table{guard: t.guard, lens: t.lens, lpm: t.lpm}
-		for _, k := range keys {
-			es := groups[k]
-			runs, ok := portRuns(es, f)
-			if !ok {
-				trie.entries = append(trie.entries, es...)
+		if keyBits >= 0 {
+			if u, ok := c.ranges(t, keyBits); ok {
+				out = append(out, u...)
 				continue
 			}
-			ranges.entries = append(ranges.entries, es...)
-			rs.keys = append(rs.keys, k)
-			rs.runs = append(rs.runs, runs)
-			rs.width = max(rs.width, len(runs))
 		}
-		for _, u := range []*table{ranges, trie} {
-			if len(u.entries) > 0 {
-				slices.SortFunc(u.entries, func(a, b entry) int {
-					return cmp.Or(cmp.Compare(a.id, b.id), compareTuples(a.t, b.t))
-				})
-				out = append(out, u)
-			}
-		}
+		out = append(out, t)
 	}
 	return out
 }
 
-// portSpan is the range of ports of field f that t holds.
-func portSpan(t ir.Tuple, f ir.Field) (lo, hi int) {
-	lo = int(binary.BigEndian.Uint16(t.Value[f][:2]))
-	return lo, lo | (1<<(16-t.Len[f]) - 1)
+// ranges splits an LPM table into a ranges table and a trie of the rest,
+// or reports false when its keys would be empty or too many.
+func (c *compiler) ranges(t *table, keyBits int) ([]*table, bool) {
+	f := ir.Field(t.lpm)
+	cut := t.lens
+	cut[f] = uint8(keyBits)
+	if cut == [ir.NumFields]uint8{} {
+		return nil, false
+	}
+	width := 8 * f.Width(c.p.Family)
+	// The entries that reach each key, earliest first.
+	byKey := make(map[ir.Tuple][]int)
+	var keys []ir.Tuple
+	buckets := 0
+	for i, e := range t.entries {
+		k := e.t.Cut(cut)
+		n := 1
+		if int(e.t.Len[f]) < keyBits {
+			n = 1 << (keyBits - int(e.t.Len[f]))
+		}
+		if buckets += n; n > maxBucketsPerEntry || buckets > 4*len(t.entries)+maxBucketsPerEntry {
+			return nil, false
+		}
+		for j := range n {
+			kj := k
+			if n > 1 {
+				setLow(kj.Value[f][:width/8], keyBits, int(e.t.Len[f]), j)
+				kj.Len[f] = uint8(keyBits)
+			}
+			if byKey[kj] == nil {
+				keys = append(keys, kj)
+			}
+			byKey[kj] = append(byKey[kj], i)
+		}
+	}
+	rs := &portRanges{keyBits: keyBits}
+	ranges := &table{guard: t.guard, lens: t.lens, lpm: t.lpm, ranges: rs}
+	trie := &table{guard: t.guard, lens: t.lens, lpm: t.lpm}
+	inTrie := make([]bool, len(t.entries))
+	for _, k := range keys {
+		is := byKey[k]
+		spans := make([]span, len(is))
+		for j, i := range is {
+			e := t.entries[i]
+			lo, hi := lowSpan(e.t, f, width)
+			if int(e.t.Len[f]) <= keyBits {
+				lo, hi = 0, 1<<runBits-1
+			}
+			spans[j] = span{lo: lo, hi: hi, id: e.id, kind: e.kind}
+		}
+		runs, ok := runsOf(spans)
+		if !ok {
+			for _, i := range is {
+				inTrie[i] = true
+			}
+			continue
+		}
+		rs.keys = append(rs.keys, k)
+		rs.runs = append(rs.runs, runs)
+	}
+	for i, e := range t.entries {
+		if inTrie[i] {
+			trie.entries = append(trie.entries, e)
+		}
+	}
+	if len(rs.keys) > 0 {
+		ranges.entries = t.entries
+	}
+	var out []*table
+	for _, u := range []*table{ranges, trie} {
+		if len(u.entries) > 0 {
+			out = append(out, u)
+		}
+	}
+	return out, true
 }
 
-// portRuns returns, for entries es that differ only in port field f and
-// come earliest rule first, the runs of ports that one rule, or none,
-// decides; false when there are more than maxRuns.
-func portRuns(es []entry, f ir.Field) ([]portRun, bool) {
-	// The entries' ends cut the ports into pieces that the same entries
-	// hold.
+// setLow sets bits from..to-1 of the big-endian field b to the number j.
+func setLow(b []byte, to, from, j int) {
+	for bit := to - 1; bit >= from; bit, j = bit-1, j>>1 {
+		mask := byte(0x80) >> (bit % 8)
+		if j&1 != 0 {
+			b[bit/8] |= mask
+		} else {
+			b[bit/8] &^= mask
+		}
+	}
+}
+
+// lowSpan is the range of the low runBits of field f, of width bits, that
+// t holds, when its prefix is at least width-runBits long.
+func lowSpan(t ir.Tuple, f ir.Field, width int) (lo, hi int) {
+	b := t.Value[f][width/8-2 : width/8]
+	lo = int(b[0])<<8 | int(b[1])
+	free := width - int(t.Len[f])
+	return lo, lo | (1<<free - 1)
+}
+
+// runsOf returns the runs of values that the earliest of spans, which
+// come earliest rule first, decide; false when there are more than
+// maxRuns.
+func runsOf(spans []span) ([]portRun, bool) {
+	// The spans' ends cut the values into pieces the same spans hold.
 	starts := []int{0}
-	for _, e := range es {
-		lo, hi := portSpan(e.t, f)
-		starts = append(starts, lo)
-		if hi < portArraySize-1 {
-			starts = append(starts, hi+1)
+	for _, s := range spans {
+		starts = append(starts, s.lo)
+		if s.hi < 1<<runBits-1 {
+			starts = append(starts, s.hi+1)
 		}
 	}
 	slices.Sort(starts)
 	starts = slices.Compact(starts)
-	// The earliest entry that holds each piece; next leads to the first
+	// The earliest span that holds each piece; next leads to the first
 	// piece from there on that none holds yet (a union-find).
 	owner := make([]int, len(starts))
 	next := make([]int, len(starts)+1)
@@ -777,22 +863,21 @@ func portRuns(es []entry, f ir.Field) ([]portRun, bool) {
 		}
 		return i
 	}
-	for i, e := range es {
-		lo, hi := portSpan(e.t, f)
-		j, _ := slices.BinarySearch(starts, lo)
-		for j = find(j); j < len(starts) && starts[j] <= hi; j = find(j + 1) {
+	for i, s := range spans {
+		j, _ := slices.BinarySearch(starts, s.lo)
+		for j = find(j); j < len(starts) && starts[j] <= s.hi; j = find(j + 1) {
 			owner[j] = i
 			next[j] = j + 1
 		}
 	}
 	var runs []portRun
 	for i, o := range owner {
-		r := portRun{hi: portArraySize - 1}
+		r := portRun{hi: 1<<runBits - 1}
 		if i+1 < len(starts) {
 			r.hi = uint16(starts[i+1] - 1)
 		}
 		if o >= 0 {
-			r.id, r.kind = es[o].id, uint16(es[o].kind)
+			r.id, r.kind = spans[o].id, uint16(spans[o].kind)
 		}
 		if n := len(runs); n > 0 && runs[n-1].id == r.id && runs[n-1].kind == r.kind {
 			runs[n-1].hi = r.hi
@@ -806,9 +891,8 @@ func portRuns(es []entry, f ir.Field) ([]portRun, bool) {
 	return runs, true
 }
 
-// rangesSpec returns a ranges table's hash: the key of the other fields,
-// and width runs; a key with fewer repeats its last run, which ends at
-// 65535.
+// rangesSpec returns a ranges table's hash: the key, and maxRuns runs; a
+// key with fewer repeats its last run, which ends at the last value.
 func (c *compiler) rangesSpec(t *table) *ebpf.MapSpec {
 	l := c.layout(t.rangesKey())
 	var kvs []ebpf.MapKV
@@ -817,9 +901,9 @@ func (c *compiler) rangesSpec(t *table) *ebpf.MapSpec {
 		for _, s := range l.slots {
 			copy(key[s.off:s.off+s.size], k.Value[s.field][:s.size])
 		}
-		v := make([]byte, runSize*t.ranges.width)
+		v := make([]byte, runSize*maxRuns)
 		runs := t.ranges.runs[i]
-		for j := range t.ranges.width {
+		for j := range maxRuns {
 			r := runs[min(j, len(runs)-1)]
 			binary.NativeEndian.PutUint16(v[runSize*j:], r.hi)
 			binary.NativeEndian.PutUint16(v[runSize*j+2:], r.kind)
@@ -832,7 +916,7 @@ func (c *compiler) rangesSpec(t *table) *ebpf.MapSpec {
 		Name:       t.name,
 		Type:       ebpf.Hash,
 		KeySize:    uint32(l.size),
-		ValueSize:  uint32(runSize * t.ranges.width),
+		ValueSize:  runSize * maxRuns,
 		MaxEntries: uint32(len(kvs)),
 		Contents:   kvs,
 	}

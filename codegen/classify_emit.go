@@ -111,7 +111,10 @@ func (c *compiler) describeTable(t *table) string {
 	case t.array:
 		how = "array " + t.name
 	case t.ranges != nil:
-		how = fmt.Sprintf("ranges %s (%d runs)", t.name, t.ranges.width)
+		how = fmt.Sprintf("ranges %s", t.name)
+		if t.ranges.keyBits > 0 {
+			how += fmt.Sprintf(" by %s/%d", ir.Field(t.lpm), t.ranges.keyBits)
+		}
 	case t.lpm >= 0:
 		how = "lpm " + t.name
 	default:
@@ -314,9 +317,9 @@ func (c *compiler) storeKey(t *table) {
 	}
 }
 
-// rangesLookup looks the packet's other fields up in a ranges table and
-// finds the run that holds its port: runs are in order and the last ends
-// at 65535.
+// rangesLookup looks the packet's key up in a ranges table and finds the
+// run that holds the low 16 bits of its field: runs are in order and the
+// last ends at 65535.
 func (c *compiler) rangesLookup(t *table, skip string) {
 	b := c.b
 	c.storeKey(t.rangesKey())
@@ -329,8 +332,11 @@ func (c *compiler) rangesLookup(t *table, skip string) {
 		asm.JEq.Imm(asm.R0, 0, skip),
 		ld(asm.R1, asm.R6, fieldOff(ir.Field(t.lpm)), asm.Word),
 	)
+	if t.ranges.keyBits > 0 {
+		b.emit(asm.And.Imm(asm.R1, 1<<runBits-1))
+	}
 	var found []string
-	for i := range t.ranges.width {
+	for i := range maxRuns {
 		found = append(found, b.fresh("run"))
 		b.emit(
 			ld(asm.R2, asm.R0, int16(runSize*i), asm.Half),

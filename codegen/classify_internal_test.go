@@ -2,39 +2,31 @@ package codegen
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
-
-	"bpfwall/ir"
 )
 
-// TestPortRuns checks the runs of ports of random port prefixes against
-// the earliest entry that holds each port, and that a key with more runs
-// than a value holds is refused.
-func TestPortRuns(t *testing.T) {
+// TestRunsOf checks the runs of random spans against the earliest span
+// that holds each value, and that more runs than a value holds are
+// refused.
+func TestRunsOf(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	f := ir.FieldDport
 	for trial := range 500 {
-		es := make([]entry, 1+rng.IntN(6))
-		for i := range es {
-			bits := uint8(16 - rng.IntN(8))
+		spans := make([]span, 1+rng.IntN(24))
+		for i := range spans {
+			// Prefixes, mostly long, as tuples make.
+			bits := 16 - rng.IntN(9)
 			if rng.IntN(10) == 0 {
-				bits = uint8(rng.IntN(16))
+				bits = rng.IntN(17)
 			}
-			p := uint16(rng.IntN(1<<16)) &^ (1<<(16-bits) - 1)
-			es[i].t.Len[f] = bits
-			es[i].t.Value[f][0], es[i].t.Value[f][1] = byte(p>>8), byte(p)
-			es[i].id = uint32(i) // earliest first
-			es[i].kind = uint32(1 + rng.IntN(4))
+			lo := rng.IntN(1<<16) &^ (1<<(16-bits) - 1)
+			spans[i] = span{lo: lo, hi: lo | (1<<(16-bits) - 1), id: uint32(i), kind: uint32(1 + rng.IntN(4))}
 		}
-		// The earliest entry at every port, as runs.
 		var want []portRun
-		for port := range 1 << 16 {
-			r := portRun{hi: uint16(port)}
-			for _, e := range es {
-				if lo, hi := portSpan(e.t, f); lo <= port && port <= hi {
-					r.id, r.kind = e.id, uint16(e.kind)
-					break
-				}
+		for v := range 1 << 16 {
+			r := portRun{hi: uint16(v)}
+			if i := slices.IndexFunc(spans, func(s span) bool { return s.lo <= v && v <= s.hi }); i >= 0 {
+				r.id, r.kind = spans[i].id, uint16(spans[i].kind)
 			}
 			if n := len(want); n > 0 && want[n-1].id == r.id && want[n-1].kind == r.kind {
 				want[n-1].hi = r.hi
@@ -42,20 +34,25 @@ func TestPortRuns(t *testing.T) {
 			}
 			want = append(want, r)
 		}
-		got, ok := portRuns(es, f)
+		got, ok := runsOf(spans)
 		if ok != (len(want) <= maxRuns) {
 			t.Fatalf("trial %d: %d runs, ok = %v", trial, len(want), ok)
 		}
-		if !ok {
-			continue
-		}
-		if len(got) != len(want) {
+		if ok && !slices.Equal(got, want) {
 			t.Fatalf("trial %d: got runs %v, want %v", trial, got, want)
 		}
-		for i := range got {
-			if got[i] != want[i] {
-				t.Fatalf("trial %d: got runs %v, want %v", trial, got, want)
-			}
-		}
+	}
+}
+
+// TestSetLow checks that setLow numbers the keys an entry spans.
+func TestSetLow(t *testing.T) {
+	b := []byte{0xab, 0xcd, 0xef, 0x12}
+	setLow(b, 16, 12, 0x5)
+	if want := []byte{0xab, 0xc5, 0xef, 0x12}; !slices.Equal(b, want) {
+		t.Errorf("got % x, want % x", b, want)
+	}
+	setLow(b, 9, 6, 0x6)
+	if want := []byte{0xab, 0x45, 0xef, 0x12}; !slices.Equal(b, want) {
+		t.Errorf("got % x, want % x", b, want)
 	}
 }
