@@ -874,14 +874,6 @@ func (c *compiler) extHeadersCallback() {
 		asm.Return(),
 	)
 	b.mark("ext_header")
-	// reachesAuth: nft's walk stops at an authentication header, even
-	// one cut short.
-	noAuth := b.fresh("ext_no_auth")
-	b.emit(
-		asm.JNE.Imm(asm.R7, nextAuth, noAuth),
-		stImm(asm.R6, extAuth, flagAuthHeader, asm.DWord),
-	)
-	b.mark(noAuth)
 	b.emit(
 		ld(asm.R8, asm.R6, extStart, asm.DWord),
 		ld(asm.R9, asm.R6, extEnd, asm.DWord),
@@ -893,6 +885,14 @@ func (c *compiler) extHeadersCallback() {
 		movr(asm.R2, asm.R8),
 	)
 	c.load(asm.R10, cbBuf, 2, "ext_fail")
+	// reachesAuth: nft's walk stops at an authentication header whose
+	// first two bytes it could read (ipv6_find_hdr reads them first).
+	noAuth := b.fresh("ext_no_auth")
+	b.emit(
+		asm.JNE.Imm(asm.R7, nextAuth, noAuth),
+		stImm(asm.R6, extAuth, flagAuthHeader, asm.DWord),
+	)
+	b.mark(noAuth)
 	b.emit(
 		asm.JEq.Imm(asm.R7, nextRouting, "ext_need4"),
 		asm.JNE.Imm(asm.R7, nextFragment, "ext_length"),

@@ -254,7 +254,9 @@ func reachesAuth(b []byte) bool {
 	for {
 		switch {
 		case next == nextAuth:
-			return true
+			// ipv6_find_hdr reads the header's first two bytes before it
+			// stops at an authentication header (IP6_FH_F_AUTH).
+			return start+2 <= len(b)
 		case !isExtHeader(next) || next == nextNone || start+2 > len(b):
 			return false
 		}
