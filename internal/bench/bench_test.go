@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/xml"
 	"io"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -134,6 +135,38 @@ func TestSVG(t *testing.T) {
 		if s.Name == "bpfilter -O0" && len(s.Points) != 2 {
 			t.Errorf("bpfilter -O0 has %d points, want 2 (the skipped row left out)", len(s.Points))
 		}
+	}
+}
+
+// TestE2ESVG checks that an end-to-end report's chart has a line per
+// engine that ran, through the point of every size.
+func TestE2ESVG(t *testing.T) {
+	r := NewReport()
+	for _, n := range []int{1, 1000} {
+		r.E2E = append(r.E2E,
+			E2EResult{Family: "bpfilter", N: n, Engine: "xdp-drop", SentPPS: 2e6, DroppedPPS: 2e6},
+			E2EResult{Family: "bpfilter", N: n, Engine: "iptables-legacy", SentPPS: 1e6 / float64(n), DroppedPPS: 1e6 / float64(n)},
+			E2EResult{Family: "bpfilter", N: n, Engine: "nftables", Skipped: "nft is not installed"},
+		)
+	}
+	name := filepath.Join(t.TempDir(), "e2e.svg")
+	if err := r.WriteSVGFile(name); err != nil {
+		t.Fatal(err)
+	}
+	svg, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(svg), "<polyline"); n != 2 {
+		t.Errorf("%d polylines, want 2 (xdp-drop, iptables-legacy):\n%s", n, svg)
+	}
+	for _, s := range E2EChartSeries(r.E2E) {
+		if len(s.Points) != 2 {
+			t.Errorf("%s has %d points, want 2", s.Name, len(s.Points))
+		}
+	}
+	if !strings.Contains(string(svg), "packets per second") {
+		t.Errorf("the chart does not say it shows packets per second:\n%s", svg)
 	}
 }
 

@@ -52,13 +52,18 @@ func ReadJSON(rd io.Reader) (*Report, error) {
 	return &r, nil
 }
 
-// WriteSVGFile writes the chart of the test runs to a file.
+// WriteSVGFile writes the chart of the test runs, or of the end-to-end
+// runs when there are only those, to a file.
 func (r *Report) WriteSVGFile(name string) error {
 	f, err := os.Create(name)
 	if err != nil {
 		return err
 	}
-	if err := WriteSVG(f, r.Micro); err != nil {
+	write := func(w io.Writer) error { return WriteSVG(w, r.Micro) }
+	if len(r.Micro) == 0 && len(r.E2E) > 0 {
+		write = func(w io.Writer) error { return WriteE2ESVG(w, r.E2E) }
+	}
+	if err := write(f); err != nil {
 		f.Close()
 		return err
 	}

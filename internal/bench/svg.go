@@ -79,10 +79,72 @@ const (
 	plotT, plotB   = 40, 460 // plot area, y
 )
 
+// E2EChartSeries returns the series of the end-to-end chart: the rate
+// each engine handled (dropped or forwarded) at every N, one line per
+// family and engine; bpfwall's -O0 is dashed.
+func E2EChartSeries(results []E2EResult) []Series {
+	var families, engines []string
+	for _, r := range results {
+		index(&families, r.Family)
+	}
+	byKey := make(map[string]*Series)
+	var order []string
+	for _, r := range results {
+		if r.Skipped != "" || r.Handled() == 0 {
+			continue
+		}
+		ei := index(&engines, r.Engine)
+		key := r.Engine
+		if len(families) > 1 {
+			key = r.Family + " " + r.Engine
+		}
+		s, ok := byKey[key]
+		if !ok {
+			s = &Series{Name: key, color: palette[ei%len(palette)], dashed: strings.HasSuffix(r.Engine, "-O0")}
+			byKey[key] = s
+			order = append(order, key)
+		}
+		s.Points = append(s.Points, [2]float64{float64(r.N), r.Handled()})
+	}
+	out := make([]Series, 0, len(order))
+	for _, k := range order {
+		s := byKey[k]
+		sort.Slice(s.Points, func(i, j int) bool { return s.Points[i][0] < s.Points[j][0] })
+		out = append(out, *s)
+	}
+	return out
+}
+
+// chart is what writeChart draws.
+type chart struct {
+	title, yLabel, note string
+	series              []Series
+}
+
 // WriteSVG draws ns per packet (no-match frame) against the number of
 // rules, both on log scales, one polyline per family and level.
 func WriteSVG(w io.Writer, results []Result) error {
-	series := ChartSeries(results)
+	return writeChart(w, chart{
+		title:  "ns per packet that matches no rule (BPF_PROG_TEST_RUN, XDP)",
+		yLabel: "ns per packet (log scale)",
+		note:   "dashed: -O0, solid: -O1",
+		series: ChartSeries(results),
+	})
+}
+
+// WriteE2ESVG draws the packets per second each engine handled end to
+// end against the number of rules, both on log scales.
+func WriteE2ESVG(w io.Writer, results []E2EResult) error {
+	return writeChart(w, chart{
+		title:  "packets per second dropped or forwarded, end to end (veth)",
+		yLabel: "packets per second (log scale)",
+		series: E2EChartSeries(results),
+	})
+}
+
+// writeChart draws series of points against N, both on log scales.
+func writeChart(w io.Writer, c chart) error {
+	series := c.series
 	xlo, xhi, ylo, yhi := 1.0, 10.0, 1.0, 10.0
 	first := true
 	for _, s := range series {
@@ -110,7 +172,7 @@ func WriteSVG(w io.Writer, results []Result) error {
 	b := bufio.NewWriter(w)
 	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", chartW, chartH, chartW, chartH)
 	fmt.Fprintf(b, `<rect width="%d" height="%d" fill="white"/>`+"\n", chartW, chartH)
-	fmt.Fprintf(b, `<text x="%d" y="22" font-size="15">ns per packet that matches no rule (BPF_PROG_TEST_RUN, XDP)</text>`+"\n", plotL)
+	fmt.Fprintf(b, `<text x="%d" y="22" font-size="15">%s</text>`+"\n", plotL, html.EscapeString(c.title))
 	// Grid and ticks.
 	for d := x0; d <= x1; d++ {
 		x := px(math.Pow(10, d))
@@ -124,7 +186,7 @@ func WriteSVG(w io.Writer, results []Result) error {
 	}
 	fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#333"/>`+"\n", plotL, plotT, plotR-plotL, plotB-plotT)
 	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="middle">rules (N, log scale)</text>`+"\n", (plotL+plotR)/2, plotB+40)
-	fmt.Fprintf(b, `<text transform="translate(24 %d) rotate(-90)" text-anchor="middle">ns per packet (log scale)</text>`+"\n", (plotT+plotB)/2)
+	fmt.Fprintf(b, `<text transform="translate(24 %d) rotate(-90)" text-anchor="middle">%s</text>`+"\n", (plotT+plotB)/2, html.EscapeString(c.yLabel))
 	// Series and legend.
 	for i, s := range series {
 		pts := make([]string, len(s.Points))
@@ -144,7 +206,9 @@ func WriteSVG(w io.Writer, results []Result) error {
 		fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>`+"\n", plotR+20, ly, plotR+50, ly, s.color, dash)
 		fmt.Fprintf(b, `<text x="%d" y="%d">%s</text>`+"\n", plotR+56, ly+4, html.EscapeString(s.Name))
 	}
-	fmt.Fprintf(b, `<text x="%d" y="%d" fill="#555">dashed: -O0, solid: -O1</text>`+"\n", plotR+20, plotT+10+len(series)*20+8)
+	if c.note != "" {
+		fmt.Fprintf(b, `<text x="%d" y="%d" fill="#555">%s</text>`+"\n", plotR+20, plotT+10+len(series)*20+8, html.EscapeString(c.note))
+	}
 	fmt.Fprintln(b, "</svg>")
 	return b.Flush()
 }
