@@ -2,8 +2,6 @@ package codegen_test
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +9,7 @@ import (
 	"golang.org/x/tools/txtar"
 
 	"bpfwall/codegen"
+	"bpfwall/internal/golden"
 	"bpfwall/ir"
 	"bpfwall/parser/iptables"
 	"bpfwall/parser/nft"
@@ -24,42 +23,11 @@ import (
 // "segment-branches N", "level N", "force-lookups" and "format nft" lines; an "ipset"
 // section holds ipset save text. BPFWALL_UPDATE=1 rewrites the expected sections.
 func TestGolden(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txtar")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatal("no golden files in testdata")
-	}
-	update := os.Getenv("BPFWALL_UPDATE") != ""
-	for _, file := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(file), ".txtar"), func(t *testing.T) {
-			ar, err := txtar.ParseFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			g := loadGolden(t, ar)
-			got, section := compileGolden(t, g)
-			want, ok := sectionData(ar, section)
-			if update {
-				setSection(ar, section, got)
-				if err := os.WriteFile(file, txtar.Format(ar), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if !ok {
-				t.Fatalf("no %q section; the result was:\n%s", section, got)
-			}
-			if got != want {
-				t.Errorf("%s section differs (BPFWALL_UPDATE=1 rewrites it)\ngot:\n%s\nwant:\n%s", section, got, want)
-			}
-		})
-	}
+	golden.Run(t, []string{"dump", "errors"}, func(t *testing.T, ar *txtar.Archive) (string, string) { return compileGolden(t, loadGolden(t, ar)) })
 }
 
-// golden is a golden file's rule set and options.
-type golden struct {
+// goldenCase is a golden file's rule set and options.
+type goldenCase struct {
 	prog *ir.Program
 	hook codegen.Hook
 	// segmentBranches, when not 0, splits chains into segments after so
@@ -71,17 +39,17 @@ type golden struct {
 }
 
 // loadGolden parses and lowers the archive's input with its options.
-func loadGolden(t *testing.T, ar *txtar.Archive) golden {
+func loadGolden(t *testing.T, ar *txtar.Archive) goldenCase {
 	t.Helper()
-	input, ok := sectionData(ar, "input")
+	input, ok := golden.Section(ar, "input")
 	if !ok {
 		t.Fatal("no input section")
 	}
 	var popts iptables.Options
 	var lopts ir.LowerOptions
-	var g golden
+	var g goldenCase
 	nftInput := false
-	if opts, ok := sectionData(ar, "options"); ok {
+	if opts, ok := golden.Section(ar, "options"); ok {
 		for _, line := range strings.Split(strings.TrimSpace(opts), "\n") {
 			key, value, _ := strings.Cut(line, " ")
 			switch key {
@@ -128,7 +96,7 @@ func loadGolden(t *testing.T, ar *txtar.Archive) golden {
 	if popts.ForceFamily && popts.Family == rules.IPv6 {
 		name = "rules.v6"
 	}
-	if sets, ok := sectionData(ar, "ipset"); ok {
+	if sets, ok := golden.Section(ar, "ipset"); ok {
 		var err error
 		if popts.Sets, err = iptables.ParseIPSets("ipset", []byte(sets)); err != nil {
 			t.Fatalf("ipset section: %v", err)
@@ -152,7 +120,7 @@ func loadGolden(t *testing.T, ar *txtar.Archive) golden {
 }
 
 // compileGolden returns the dump and "dump", or the errors and "errors".
-func compileGolden(t *testing.T, g golden) (string, string) {
+func compileGolden(t *testing.T, g goldenCase) (string, string) {
 	t.Helper()
 	if g.segmentBranches != 0 {
 		defer codegen.SetMaxSegmentBranches(g.segmentBranches)()
@@ -179,24 +147,4 @@ func compileGolden(t *testing.T, g golden) (string, string) {
 		t.Errorf("two compilations differ")
 	}
 	return b.String(), "dump"
-}
-
-func sectionData(ar *txtar.Archive, name string) (string, bool) {
-	for _, f := range ar.Files {
-		if f.Name == name {
-			return string(f.Data), true
-		}
-	}
-	return "", false
-}
-
-// setSection replaces the expected sections with name's.
-func setSection(ar *txtar.Archive, name, data string) {
-	files := ar.Files[:0]
-	for _, f := range ar.Files {
-		if f.Name != "dump" && f.Name != "errors" {
-			files = append(files, f)
-		}
-	}
-	ar.Files = append(files, txtar.File{Name: name, Data: []byte(data)})
 }
