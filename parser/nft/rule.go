@@ -24,9 +24,6 @@ type (
 	choice []alt
 )
 
-// always is the choice that every packet satisfies.
-var always = choice{alt{}}
-
 // action is what an nft rule does, before chains are given model names.
 type action struct {
 	kind   actionKind

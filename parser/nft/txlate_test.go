@@ -23,11 +23,10 @@ import (
 // txlatePair is one example of iptables-translate's test files: an
 // iptables rule and the nft commands it translates to.
 type txlatePair struct {
-	pos      string // file:line of the iptables line
-	tool     string // iptables, ip6tables, ebtables, ...
-	args     string // the iptables command line after the tool's name
-	nft      []string
-	expected string // why the pair is not compared, when known in advance
+	pos  string // file:line of the iptables line
+	tool string // iptables, ip6tables, ebtables, ...
+	args string // the iptables command line after the tool's name
+	nft  []string
 }
 
 // readTxlate reads the pairs of one .txlate file: a command line, then
