@@ -18,8 +18,12 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if files, err = in.inputs(files); err != nil {
+		fmt.Fprintln(stderr, err)
+		return err
+	}
 	if len(files) == 0 {
-		fmt.Fprintln(stderr, "usage: bpfwall check [-6] [-n] [--ipset FILE] FILE...")
+		fmt.Fprintln(stderr, "usage: bpfwall check [-6] [-n] [--ipset FILE] (FILE... | --from-kernel)")
 		return errUsage
 	}
 	failed := 0

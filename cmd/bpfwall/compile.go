@@ -78,8 +78,12 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if files, err = cf.inputs(files); err != nil {
+		fmt.Fprintln(stderr, err)
+		return err
+	}
 	if len(files) != 1 {
-		fmt.Fprintln(stderr, "usage: bpfwall compile [--hook H] [--chain C] [-O0|-O1] [--dump] [-v] FILE")
+		fmt.Fprintln(stderr, "usage: bpfwall compile [--hook H] [--chain C] [-O0|-O1] [--dump] [-v] (FILE | --from-kernel)")
 		return errUsage
 	}
 	prog, err := cf.compile(files[0], stderr)

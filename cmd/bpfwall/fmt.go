@@ -16,8 +16,12 @@ func runFmt(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if files, err = in.inputs(files); err != nil {
+		fmt.Fprintln(stderr, err)
+		return err
+	}
 	if len(files) != 1 {
-		fmt.Fprintln(stderr, "usage: bpfwall fmt [-6] [-c] [--ipset FILE] FILE")
+		fmt.Fprintln(stderr, "usage: bpfwall fmt [-6] [-c] [--ipset FILE] (FILE | --from-kernel)")
 		return errUsage
 	}
 	rs, err := in.load(files[0], stderr)

@@ -20,12 +20,46 @@ type inputFlags struct {
 	// base is what the previous inputs built.
 	fragment bool
 	base     *rules.Ruleset
+	// fromKernel reads the nftables rule set of the network namespace
+	// instead of a file.
+	fromKernel bool
 }
+
+// kernelInput names the kernel's rule set where a file name would be.
+const kernelInput = "kernel"
 
 func (f *inputFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.ipv6, "6", false, "read the input as ip6tables input")
 	fs.StringVar(&f.ipset, "ipset", "", "read ipset definitions from `FILE` (ipset save output)")
 	fs.StringVar(&f.format, "format", "", "input format: `iptables` or nft (detected from the content by default)")
+	fs.BoolVar(&f.fromKernel, "from-kernel", false, "compile the nftables rule set of this network namespace, read from the kernel over netlink, instead of FILE")
+}
+
+// inputs returns the rule sets the command reads: the files named, or,
+// with --from-kernel, which excludes them, the kernel's.
+func (f *inputFlags) inputs(files []string) ([]string, error) {
+	if !f.fromKernel {
+		return files, nil
+	}
+	if len(files) > 0 {
+		return nil, fmt.Errorf("%w: --from-kernel reads no FILE", errUsage)
+	}
+	return []string{kernelInput}, nil
+}
+
+// loadKernel reads the nftables rule set of the network namespace.
+func (f *inputFlags) loadKernel() (*rules.Ruleset, error) {
+	if f.ipset != "" || f.fragment {
+		return nil, fmt.Errorf("%s: --ipset and fragments apply to iptables input only", kernelInput)
+	}
+	if f.format != "" && f.format != "nft" {
+		return nil, fmt.Errorf("%w: --from-kernel reads nft rule sets, not --format %s", errUsage, f.format)
+	}
+	fam := rules.IPv4
+	if f.ipv6 {
+		fam = rules.IPv6
+	}
+	return nft.ReadKernel(nft.Options{Family: fam})
 }
 
 // readFile reads a named file, or stdin for "-".
@@ -38,6 +72,9 @@ func readFile(name string) ([]byte, error) {
 
 // load reads and parses one rule set file.
 func (f *inputFlags) load(name string, stderr io.Writer) (*rules.Ruleset, error) {
+	if f.fromKernel {
+		return f.loadKernel()
+	}
 	opts := iptables.Options{ForceFamily: f.ipv6, Noflush: f.fragment, Fragment: f.fragment, Base: f.base}
 	if f.ipv6 {
 		opts.Family = rules.IPv6

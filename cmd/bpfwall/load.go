@@ -16,8 +16,12 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if files, err = in.inputs(files); err != nil {
+		fmt.Fprintln(stderr, err)
+		return err
+	}
 	if len(files) != 1 || len(f.ifaces) == 0 {
-		fmt.Fprintln(stderr, "usage: bpfwall load -i IFACE... [--hook H] [--chain C] [--xdp-mode M] [-w SECS] FILE")
+		fmt.Fprintln(stderr, "usage: bpfwall load -i IFACE... [--hook H] [--chain C] [--xdp-mode M] [-w SECS] (FILE | --from-kernel)")
 		return errUsage
 	}
 	rs, err := in.load(files[0], stderr)

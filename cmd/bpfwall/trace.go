@@ -34,8 +34,12 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if files, err = cf.inputs(files); err != nil {
+		fmt.Fprintln(stderr, err)
+		return err
+	}
 	if len(files) != 1 || (*jsonl == "") == (*pcap == "") {
-		fmt.Fprintln(stderr, "usage: bpfwall trace [--hook H] [--chain C] (--packets F.jsonl | --pcap F.pcap) FILE")
+		fmt.Fprintln(stderr, "usage: bpfwall trace [--hook H] [--chain C] (--packets F.jsonl | --pcap F.pcap) (FILE | --from-kernel)")
 		return errUsage
 	}
 	type input struct {
