@@ -45,10 +45,17 @@ func peerNetns(t *testing.T) (inPeer func(f func())) {
 	}
 	ip(t, "link", "set", "veth0", "netns", pid)
 	ip(t, "addr", "add", "10.9.0.2/24", "dev", "veth1")
+	veth1, err := net.InterfaceByName("veth1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, args := range [][]string{
 		{"link", "set", "lo", "up"},
 		{"addr", "add", "10.9.0.1/24", "dev", "veth0"},
 		{"link", "set", "veth0", "up"},
+		// A permanent neighbour: under load an ARP probe can time out and
+		// the peer would drop datagrams before they reach the filter.
+		{"neigh", "replace", "10.9.0.2", "lladdr", veth1.HardwareAddr.String(), "dev", "veth0", "nud", "permanent"},
 	} {
 		cmd := exec.Command("nsenter", append([]string{"-t", pid, "-n", "ip"}, args...)...)
 		if out, err := cmd.CombinedOutput(); err != nil {
