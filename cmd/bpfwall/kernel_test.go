@@ -85,6 +85,15 @@ func freshNetns(t *testing.T) string {
 			t.Fatalf("%s: %v\n%s", c, err, out)
 		}
 	}
+	// A permanent neighbour: under load an ARP probe can time out and the
+	// peer would drop datagrams before they reach the filter.
+	veth1, err := net.InterfaceByName("veth1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("nsenter", "-t", pid, "-n", "ip", "neigh", "replace", "10.9.0.2", "lladdr", veth1.HardwareAddr.String(), "dev", "veth0", "nud", "permanent").CombinedOutput(); err != nil {
+		t.Fatalf("static neighbour: %v\n%s", err, out)
+	}
 	ns, err := loader.NetNS()
 	if err != nil {
 		t.Fatal(err)
