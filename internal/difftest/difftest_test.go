@@ -57,6 +57,10 @@ func NewAttached(t *testing.T, opts TopologyOptions, copts codegen.Options) Atta
 		if err := a.Detach(); err != nil {
 			t.Error(err)
 		}
+		// Unload leaves the emptied directories; bpffs keeps them otherwise.
+		if err := os.RemoveAll(root); err != nil {
+			t.Error(err)
+		}
 	})
 	return a
 }
