@@ -918,6 +918,22 @@ func (b *ruleBuilder) portMatch(pos rules.Pos, key, op string, val rhs) {
 	}))
 }
 
+// fillFreePort sets the field's ("sport" or "dport") range of a tcp or udp
+// match if it does not test that port yet.
+func fillFreePort(field string, src *rules.PortRange, srcNeg *bool, dst *rules.PortRange, dstNeg *bool, pr rules.PortRange, neg bool) bool {
+	ports, portsNeg := src, srcNeg
+	if field == "dport" {
+		ports, portsNeg = dst, dstNeg
+	} else if field != "sport" {
+		return false
+	}
+	if *ports != rules.AnyPort || *portsNeg {
+		return false
+	}
+	*ports, *portsNeg = pr, neg
+	return true
+}
+
 // singlePort sets the port of the rule's tcp or udp match when it has none
 // yet in that direction.
 func (b *ruleBuilder) singlePort(r *rules.Rule, p uint8, field string, pr rules.PortRange, neg bool, loc rules.Located) bool {
@@ -927,28 +943,12 @@ func (b *ruleBuilder) singlePort(r *rules.Rule, p uint8, field string, pr rules.
 			if p != 6 {
 				continue
 			}
-			if field == "sport" && m.SrcPorts == rules.AnyPort && !m.SrcNeg {
-				m.SrcPorts, m.SrcNeg = pr, neg
-				return true
-			}
-			if field == "dport" && m.DstPorts == rules.AnyPort && !m.DstNeg {
-				m.DstPorts, m.DstNeg = pr, neg
-				return true
-			}
-			return false
+			return fillFreePort(field, &m.SrcPorts, &m.SrcNeg, &m.DstPorts, &m.DstNeg, pr, neg)
 		case *rules.UDP:
 			if p != 17 {
 				continue
 			}
-			if field == "sport" && m.SrcPorts == rules.AnyPort && !m.SrcNeg {
-				m.SrcPorts, m.SrcNeg = pr, neg
-				return true
-			}
-			if field == "dport" && m.DstPorts == rules.AnyPort && !m.DstNeg {
-				m.DstPorts, m.DstNeg = pr, neg
-				return true
-			}
-			return false
+			return fillFreePort(field, &m.SrcPorts, &m.SrcNeg, &m.DstPorts, &m.DstNeg, pr, neg)
 		}
 	}
 	src, dst := rules.AnyPort, rules.AnyPort
