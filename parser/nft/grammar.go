@@ -292,8 +292,17 @@ type Log struct {
 // LogOpt is one option of a log statement.
 type LogOpt struct {
 	Pos   lexer.Position
-	Key   string   `parser:"@('prefix' | 'level' | 'group' | 'snaplen' | 'queue-threshold' | 'flags')"`
-	Value []string `parser:"@(String | Word | Number | Var) ( ',' @Word )*"`
+	Flags *LogFlags `parser:"(  'flags' @@"`
+	Key   string    `parser:" | @('prefix' | 'level' | 'group' | 'snaplen' | 'queue-threshold')"`
+	Value []string  `parser:"   @(String | Word | Number | Var) ( ',' @Word )* )"`
+}
+
+// LogFlags is what follows "flags" in a log statement: "tcp sequence,options",
+// "ip options", "skuid", "ether" or "all".
+type LogFlags struct {
+	TCP  []string `parser:"(  'tcp' @Word ( ',' @Word )*"`
+	IP   bool     `parser:" | @'ip' 'options'?"`
+	Word string   `parser:" | @Word )"`
 }
 
 // Limit is "limit rate [over] N/unit [burst M packets|bytes]".

@@ -160,7 +160,12 @@ func (b *ruleBuilder) translate() []outRule {
 			break
 		}
 		if b.verdict && t.Comment != nil {
-			continue // "accept comment ..." as nft lists it
+			// "accept comment ..." as nft lists it: the rule's comment.
+			c := &rules.Comment{Located: rules.Located{Pos: toPos(t.Pos)}, Text: unquote(*t.Comment)}
+			for _, o := range b.out {
+				o.rule.Matches = append(o.rule.Matches, c)
+			}
+			continue
 		}
 		if b.verdict {
 			b.errorf(toPos(t.Pos), "statement after the verdict")
@@ -266,21 +271,32 @@ func (b *ruleBuilder) log(l *Log) (*rules.Log, bool) {
 				return nil, false
 			}
 			out.Level = lv
-		case "flags":
-			for _, f := range o.Value {
-				switch f {
-				case "all":
-					out.Flags |= rules.LogTCPSeq | rules.LogTCPOpt | rules.LogIPOpt | rules.LogUID | rules.LogMACDecode
-				case "ip":
-					out.Flags |= rules.LogIPOpt
-				case "skuid":
-					out.Flags |= rules.LogUID
-				case "ether":
-					out.Flags |= rules.LogMACDecode
-				default:
-					b.errorf(pos, "log flags %s is not supported", f)
-					return nil, false
+		case "":
+			f := o.Flags
+			switch {
+			case f.IP:
+				out.Flags |= rules.LogIPOpt
+			case f.TCP != nil:
+				for _, w := range f.TCP {
+					switch w {
+					case "sequence":
+						out.Flags |= rules.LogTCPSeq
+					case "options":
+						out.Flags |= rules.LogTCPOpt
+					default:
+						b.errorf(pos, "unknown log flags tcp %s", w)
+						return nil, false
+					}
 				}
+			case f.Word == "all":
+				out.Flags |= rules.LogTCPSeq | rules.LogTCPOpt | rules.LogIPOpt | rules.LogUID | rules.LogMACDecode
+			case f.Word == "skuid":
+				out.Flags |= rules.LogUID
+			case f.Word == "ether":
+				out.Flags |= rules.LogMACDecode
+			default:
+				b.errorf(pos, "unknown log flags %s", f.Word)
+				return nil, false
 			}
 		default:
 			// nflog groups are another target altogether.
@@ -291,30 +307,47 @@ func (b *ruleBuilder) log(l *Log) (*rules.Log, bool) {
 	return out, true
 }
 
-var limitUnits = map[string]uint64{"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+var limitUnits = map[string]bool{"second": true, "minute": true, "hour": true, "day": true, "week": true}
 
-// limit becomes a limit match, which lowering rejects: a token bucket is
-// state the compiled program does not keep.
+// limit keeps the statement as a generic match named "limit", with its
+// canonical text as the one option "nft", and lowering rejects it: nft_limit's
+// token bucket (nanosecond tokens, burst on top of the rate) is not
+// xt_limit's, and the compiled program keeps no such state.
 func (b *ruleBuilder) limit(l *Limit) {
 	pos := toPos(l.Pos)
-	if l.Over || l.RateUnit != "" || (l.BurstUnit != "" && l.BurstUnit != "packets") {
-		b.unsupported(pos, "limit")
-		return
-	}
-	rate, err := parseNum(l.Rate, 32)
-	per, ok := limitUnits[l.Per]
-	if err != nil || !ok || rate == 0 {
+	rate, err := parseNum(l.Rate, 64)
+	if err != nil || !limitUnits[l.Per] || rate == 0 {
 		b.errorf(pos, "bad limit rate %s/%s", l.Rate, l.Per)
 		return
 	}
-	burst := uint64(5)
+	text := "rate "
+	if l.Over {
+		text += "over "
+	}
+	text += fmt.Sprint(rate)
+	if l.RateUnit != "" {
+		text += " " + l.RateUnit
+	}
+	text += "/" + l.Per
 	if l.Burst != "" {
-		if burst, err = parseNum(l.Burst, 32); err != nil {
+		burst, err := parseNum(l.Burst, 32)
+		if err != nil {
 			b.errorf(pos, "bad limit burst %s", l.Burst)
 			return
 		}
+		unit := l.BurstUnit
+		if unit == "" {
+			unit = "packets"
+		}
+		text += fmt.Sprintf(" burst %d %s", burst, unit)
 	}
-	m := &rules.Limit{Located: rules.Located{Pos: pos}, Avg: uint32(per * 10000 / rate), Burst: uint32(burst)}
+	b.generic(pos, "limit", text)
+}
+
+// generic adds a construct the model keeps as written, for printing, and
+// lowering rejects at pos.
+func (b *ruleBuilder) generic(pos rules.Pos, what, text string) {
+	m := &rules.Generic{Located: rules.Located{Pos: pos}, Ext: what, Options: []rules.Option{{Name: "nft", Args: []string{text}}}}
 	b.add(always1(func(r *rules.Rule) bool { r.Matches = append(r.Matches, m); return true }))
 }
 
@@ -384,18 +417,19 @@ func rejectWith(reason string, v6 bool) (string, bool) {
 	return w, ok
 }
 
-// tproxy becomes a TPROXY target as iptables writes it, for the
-// sk_lookup hook.
+// tproxy is kept as a generic match named "tproxy" with its text: nft's
+// statement is not a verdict (nft_tproxy_eval assigns the socket and the
+// rule goes on, or breaks the rule when there is none), unlike xt_TPROXY,
+// which drops the packet then. Lowering rejects it.
 func (b *ruleBuilder) tproxy(t *Tproxy) {
 	pos := toPos(t.Pos)
-	tg := &rules.GenericTarget{Located: rules.Located{Pos: pos}, Target: "TPROXY"}
 	if t.Family == "ip" && b.fam == rules.IPv6 || t.Family == "ip6" && b.fam == rules.IPv4 {
-		b.conds = append(b.conds, choice{})
-		b.verdict = true
+		b.add(choice{}) // the other family's packets: the rule breaks
 		return
 	}
-	if t.Port != nil && t.Port.Atom != nil {
-		tg.Options = append(tg.Options, rules.Option{Name: "on-port", Args: []string{*t.Port.Atom}})
+	text := "to "
+	if t.Family != "" {
+		text = t.Family + " to "
 	}
 	if t.Addr != nil {
 		a, _, ok := b.rv.atom(t.Addr, b.src.env, 0)
@@ -403,10 +437,21 @@ func (b *ruleBuilder) tproxy(t *Tproxy) {
 			b.errorf(pos, "bad tproxy address")
 			return
 		}
-		tg.Options = append(tg.Options, rules.Option{Name: "on-ip", Args: []string{a}})
+		if ad, err := netip.ParseAddr(a); err == nil && ad.Is6() {
+			a = "[" + a + "]"
+		}
+		text += a
 	}
-	b.verdict = true
-	b.emit(action{kind: actTarget, pos: pos, target: tg})
+	if t.Port != nil {
+		p, _, ok := b.rv.atom(t.Port, b.src.env, 0)
+		port, err := parsePort(p)
+		if !ok || err != nil {
+			b.errorf(pos, "bad tproxy port")
+			return
+		}
+		text += fmt.Sprintf(":%d", port)
+	}
+	b.generic(pos, "tproxy", text)
 }
 
 // needProto is the dependency of a transport-header expression: the rule
