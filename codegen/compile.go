@@ -157,6 +157,9 @@ func (c *compiler) collect() error {
 	if len(c.optKinds) > 64 {
 		return fmt.Errorf("the rules test %d TCP option kinds, more than the 64 bpfwall supports", len(c.optKinds))
 	}
+	if m := c.limitsMap(); m != nil {
+		c.maps = append(c.maps, m)
+	}
 	return nil
 }
 

@@ -143,6 +143,12 @@ func (c *compiler) match(r *ir.Rule, m ir.Match, next, hotdrop string) bool {
 		b.emit(ld(asm.R1, asm.R6, pktPktType, asm.Byte))
 		c.equal(asm.R1, uint32(m.Type), m.Neg, next)
 
+	case ir.Limit:
+		c.limit(m, next)
+
+	case ir.RateLimit:
+		c.rateLimit(m, next)
+
 	default:
 		panic(fmt.Sprintf("codegen: match %T survived check", m))
 	}

@@ -55,6 +55,19 @@ func (p *Program) Eval(pkt *Packet) Result { return p.Trace(pkt, nil) }
 // LOG and rules without a target continue with the next rule; a match that
 // sets hotdrop ends the walk with DROP.
 func (p *Program) Trace(pkt *Packet, counted func(*Rule)) Result {
+	return p.TraceState(nil, pkt, counted)
+}
+
+// EvalState is Eval with the program's stateful matches (limit, nft limit)
+// remembering what earlier packets did in st, at st's clock. Eval and
+// Trace give each packet a fresh State: every bucket is full.
+func (p *Program) EvalState(st *State, pkt *Packet) Result { return p.TraceState(st, pkt, nil) }
+
+// TraceState is Trace with st, as EvalState.
+func (p *Program) TraceState(st *State, pkt *Packet, counted func(*Rule)) Result {
+	if st == nil {
+		st = &State{}
+	}
 	switch {
 	case pkt.NotIP:
 		return Result{Verdict: VerdictAccept, Skipped: "not an IP packet"}
@@ -82,7 +95,7 @@ func (p *Program) Trace(pkt *Packet, counted func(*Rule)) Result {
 			continue
 		}
 		r := c.Rules[ri]
-		switch p.matchRule(r, pkt) {
+		switch p.matchRule(st, r, pkt) {
 		case noMatch:
 			ri++
 			continue
@@ -125,9 +138,9 @@ const (
 	hotdrop
 )
 
-func (p *Program) matchRule(r *Rule, pkt *Packet) outcome {
+func (p *Program) matchRule(st *State, r *Rule, pkt *Packet) outcome {
 	for _, m := range r.Matches {
-		if o := p.match(m, pkt); o != matched {
+		if o := p.match(st, m, pkt); o != matched {
 			return o
 		}
 	}
@@ -141,7 +154,7 @@ func is(ok bool) outcome {
 	return noMatch
 }
 
-func (p *Program) match(m Match, pkt *Packet) outcome {
+func (p *Program) match(st *State, m Match, pkt *Packet) outcome {
 	switch m := m.(type) {
 	case Addr:
 		a := pkt.Src
@@ -300,6 +313,12 @@ func (p *Program) match(m Match, pkt *Packet) outcome {
 
 	case PktType:
 		return is((p.pktType(pkt) == m.Type) != m.Neg)
+
+	case Limit:
+		return is(st.limit(m))
+
+	case RateLimit:
+		return is(st.rateLimit(m, uint64(pkt.Length))) // skb->len: the IP datagram
 	}
 	panic(fmt.Sprintf("ir: unknown match %T", m))
 }

@@ -251,6 +251,10 @@ func appendMatch(b []byte, fam rules.Family, m Match) []byte {
 		b = append(b, "pkttype "...)
 		b = neg(b, m.Neg)
 		return append(b, m.Type.String()...)
+	case Limit:
+		return append(b, m.String()...)
+	case RateLimit:
+		return append(b, m.String()...)
 	}
 	return fmt.Appendf(b, "%T", m)
 }

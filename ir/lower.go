@@ -75,6 +75,11 @@ type lowerer struct {
 	edges  [][]chainEdge  // jumps and gotos out of each chain
 	prog   *Program
 	errs   rules.ErrorList
+	// buckets counts the token buckets of Limit and RateLimit matches.
+	buckets int
+	// shared maps the user chains other builtin chains reach to one of
+	// those; see ownBucket.
+	shared map[string]string
 }
 
 // chainEdge is a jump or goto to another chain.
@@ -416,8 +421,29 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 		ms = append(ms, Mark{Value: m.Value, Mask: m.Mask, Neg: m.Neg})
 	case *rules.PktType:
 		ms = append(ms, PktType{Type: PacketType(m.Type), Neg: m.Neg})
+	case *rules.Limit:
+		if !l.ownBucket(r, m) {
+			return ms
+		}
+		if !ValidLimit(m.Avg, m.Burst, DefaultHZ) {
+			l.errorf(m.Pos, "limit: burst %d too large for the rate (the kernel refuses it)", m.Burst)
+			return ms
+		}
+		ms = append(ms, Limit{Bucket: l.buckets, Avg: m.Avg, Burst: m.Burst})
+		l.buckets++
+	case *rules.RateLimit:
+		if !l.ownBucket(r, m) {
+			return ms
+		}
+		rl := RateLimit{Bucket: l.buckets, Nsecs: m.Unit * 1e9, Rate: m.Rate, Burst: m.Burst, Bytes: m.Bytes, Over: m.Over}
+		if _, ok := rl.TokensMax(); !ok || m.Unit > ^uint64(0)/1e9 {
+			l.errorf(m.Pos, "limit: rate %d per %d s with burst %d overflows the kernel's token bucket (it refuses it)", m.Rate, m.Unit, m.Burst)
+			return ms
+		}
+		ms = append(ms, rl)
+		l.buckets++
 	default:
-		// limit, addrtype and every generic extension.
+		// addrtype and every generic extension.
 		l.errorf(m.Position(), "%s match is not supported", m.Name())
 	}
 	return ms
@@ -607,4 +633,42 @@ func (l *lowerer) action(r *rules.Rule) Action {
 	}
 	l.errorf(r.Target.Position(), "%s target is not supported", r.Target.Name())
 	return None{}
+}
+
+// ownBucket reports whether the token bucket of limit match m of rule r
+// is the program's alone. A user chain that another builtin chain of the
+// table also reaches shares its rules, and their buckets, with that
+// chain's hook in netfilter, while bpfwall compiles each hook's chain into
+// a program with maps of its own.
+func (l *lowerer) ownBucket(r *rules.Rule, m rules.Match) bool {
+	if l.shared == nil {
+		l.shared = make(map[string]string)
+		var walk func(c *rules.Chain, root string)
+		walk = func(c *rules.Chain, root string) {
+			for _, r := range c.Rules {
+				name, _, ok := targetChain(r.Target)
+				if to := l.byName[name]; ok && to != nil && !to.Builtin {
+					if _, seen := l.shared[name]; !seen {
+						l.shared[name] = root
+						walk(to, root)
+					}
+				}
+			}
+		}
+		for _, c := range l.table.Chains {
+			if c.Builtin && c.Name != l.hook {
+				walk(c, c.Name)
+			}
+		}
+	}
+	for _, c := range l.table.Chains {
+		if !slices.Contains(c.Rules, r) {
+			continue
+		}
+		if other, ok := l.shared[c.Name]; ok {
+			l.errorf(m.Position(), "%s match in chain %s, which chain %s also reaches: netfilter shares one bucket between the two hooks, and bpfwall compiles each hook on its own", m.Name(), c.Name, other)
+			return false
+		}
+	}
+	return true
 }

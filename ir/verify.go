@@ -75,7 +75,30 @@ func (v *verifier) program() {
 			v.errorf("rule r%d is in no chain", id)
 		}
 	}
+	v.buckets()
 	v.acyclic()
+}
+
+// buckets checks that no two limit matches share a token bucket.
+func (v *verifier) buckets() {
+	owner := make(map[int]int)
+	for _, r := range v.p.Rules {
+		for _, m := range r.Matches {
+			id := -1
+			switch m := m.(type) {
+			case Limit:
+				id = m.Bucket
+			case RateLimit:
+				id = m.Bucket
+			default:
+				continue
+			}
+			if o, dup := owner[id]; dup || id < 0 {
+				v.errorf("rule r%d: token bucket %d is also rule r%d's, or negative", r.ID, id, o)
+			}
+			owner[id] = r.ID
+		}
+	}
 }
 
 func (v *verifier) rule(ci int, r *Rule, seen []bool) {
@@ -292,6 +315,14 @@ func (v *verifier) match(m Match, st *ruleState) error {
 	case PktType:
 		if m.Type > PacketOutgoing {
 			return fmt.Errorf("bad packet type %s", m.Type)
+		}
+	case Limit:
+		if !ValidLimit(m.Avg, m.Burst, DefaultHZ) {
+			return fmt.Errorf("limit avg %d burst %d overflows", m.Avg, m.Burst)
+		}
+	case RateLimit:
+		if _, ok := m.TokensMax(); !ok {
+			return fmt.Errorf("nft limit rate %d burst %d overflows", m.Rate, m.Burst)
 		}
 	default:
 		return fmt.Errorf("unknown match %T", m)

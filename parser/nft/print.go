@@ -474,6 +474,8 @@ func (p *printer) match(rt *ruleText, r *rules.Rule, m rules.Match) {
 			return
 		}
 		rt.add("meta pkttype %s%s", negOp(m.Neg), name)
+	case *rules.RateLimit:
+		rt.add("limit %s", rateLimitText(m))
 	case *rules.Generic:
 		if (m.Ext == "limit" || m.Ext == "tproxy") && len(m.Options) == 1 && m.Options[0].Name == "nft" && len(m.Options[0].Args) == 1 {
 			rt.add("%s %s", m.Ext, m.Options[0].Args[0])
@@ -635,4 +637,23 @@ func (p *printer) chainName(name string) string {
 		return p.names[c]
 	}
 	return name
+}
+
+// rateLimitText is a limit statement's text after "limit", in bytes and
+// packets as the model keeps them.
+func rateLimitText(m *rules.RateLimit) string {
+	text := "rate "
+	if m.Over {
+		text += "over "
+	}
+	text += strconv.FormatUint(m.Rate, 10)
+	if m.Bytes {
+		text += " bytes"
+	}
+	unit := map[uint64]string{1: "second", 60: "minute", 3600: "hour", 86400: "day", 604800: "week"}[m.Unit]
+	text += "/" + unit
+	if m.Bytes {
+		return text + fmt.Sprintf(" burst %d bytes", m.Burst)
+	}
+	return text + fmt.Sprintf(" burst %d packets", m.Burst)
 }

@@ -307,41 +307,60 @@ func (b *ruleBuilder) log(l *Log) (*rules.Log, bool) {
 	return out, true
 }
 
-var limitUnits = map[string]bool{"second": true, "minute": true, "hour": true, "day": true, "week": true}
+var limitUnits = map[string]uint64{"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
 
-// limit keeps the statement as a generic match named "limit", with its
-// canonical text as the one option "nft", and lowering rejects it: nft_limit's
-// token bucket (nanosecond tokens, burst on top of the rate) is not
-// xt_limit's, and the compiled program keeps no such state.
+// limitBytes are the multipliers of nft's byte units.
+var limitBytes = map[string]uint64{"bytes": 1, "kbytes": 1024, "mbytes": 1024 * 1024}
+
+// limit becomes a rate limit match: nft_limit's token bucket, with the
+// rate, unit and burst nft sends to the kernel (a packet limit's burst
+// defaults to 5 there, a byte limit's to 0).
 func (b *ruleBuilder) limit(l *Limit) {
 	pos := toPos(l.Pos)
 	rate, err := parseNum(l.Rate, 64)
-	if err != nil || !limitUnits[l.Per] || rate == 0 {
+	per, ok := limitUnits[l.Per]
+	if err != nil || !ok || rate == 0 {
 		b.errorf(pos, "bad limit rate %s/%s", l.Rate, l.Per)
 		return
 	}
-	text := "rate "
-	if l.Over {
-		text += "over "
-	}
-	text += fmt.Sprint(rate)
+	m := &rules.RateLimit{Located: rules.Located{Pos: pos}, Unit: per, Over: l.Over}
 	if l.RateUnit != "" {
-		text += " " + l.RateUnit
+		mult := limitBytes[l.RateUnit]
+		if rate > ^uint64(0)/mult {
+			b.errorf(pos, "limit rate %s %s is too large", l.Rate, l.RateUnit)
+			return
+		}
+		rate *= mult
+		m.Bytes = true
 	}
-	text += "/" + l.Per
+	m.Rate = rate
 	if l.Burst != "" {
 		burst, err := parseNum(l.Burst, 32)
 		if err != nil {
 			b.errorf(pos, "bad limit burst %s", l.Burst)
 			return
 		}
-		unit := l.BurstUnit
-		if unit == "" {
-			unit = "packets"
+		switch {
+		case m.Bytes && (l.BurstUnit == "" || l.BurstUnit == "packets"):
+			b.errorf(pos, "limit burst of a byte rate must be in bytes, kbytes or mbytes")
+			return
+		case !m.Bytes && l.BurstUnit != "" && l.BurstUnit != "packets":
+			b.errorf(pos, "limit burst of a packet rate must be in packets")
+			return
+		case m.Bytes:
+			mult := limitBytes[l.BurstUnit]
+			if burst > 0xFFFFFFFF/mult {
+				b.errorf(pos, "limit burst %s %s is too large", l.Burst, l.BurstUnit)
+				return
+			}
+			burst *= mult
 		}
-		text += fmt.Sprintf(" burst %d %s", burst, unit)
+		m.Burst = uint32(burst)
 	}
-	b.generic(pos, "limit", text)
+	if !m.Bytes && m.Burst == 0 {
+		m.Burst = 5 // NFT_LIMIT_PKT_BURST_DEFAULT
+	}
+	b.add(always1(func(r *rules.Rule) bool { r.Matches = append(r.Matches, m); return true }))
 }
 
 // generic adds a construct the model keeps as written, for printing, and
