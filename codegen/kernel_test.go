@@ -255,6 +255,32 @@ func (l *loaded) run(data []byte, dev device, mark uint32) (_ ir.Verdict, _ code
 	return v, d, nil
 }
 
+// clock sets st's clocks to the time the program last read them: the
+// latest update of its token buckets of each kind (a packet that reached
+// no bucket reads no clock).
+func (l *loaded) clock(t *testing.T, st *ir.State) {
+	t.Helper()
+	m := l.coll.Maps[codegen.LimitsMap]
+	if m == nil {
+		return
+	}
+	kinds := codegen.BucketKinds(l.p)
+	for i, nft := range kinds {
+		var b codegen.Bucket
+		if err := m.Lookup(uint32(i), &b); err != nil {
+			t.Fatal(err)
+		}
+		if b.Started == 0 {
+			continue
+		}
+		if nft {
+			st.Nanos = max(st.Nanos, b.Prev)
+		} else {
+			st.Jiffies = max(st.Jiffies, b.Prev)
+		}
+	}
+}
+
 // counters returns the counters summed over CPUs.
 func (l *loaded) counters(t *testing.T) []codegen.Counter {
 	t.Helper()
@@ -325,6 +351,7 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 	}
 	g := newGenerator(p.IR, seed, macs)
 	want := make([]codegen.Counter, len(p.IR.Rules)+1)
+	st := &ir.State{}
 	mismatches, refused := 0, 0
 	kinds := make(map[uint32]int)
 	decided := make(map[uint32]bool)
@@ -337,16 +364,6 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 		if err != nil {
 			t.Fatalf("decode %s: %v", f.desc, err)
 		}
-		bytes := uint64(0)
-		res := p.IR.Trace(pkt, func(r *ir.Rule) {
-			bytes = ipBytes(f.data)
-			want[r.ID].Packets++
-			want[r.ID].Bytes += bytes
-		})
-		if res.Skipped == "" && res.Rule == nil {
-			want[len(p.IR.Rules)].Packets++
-			want[len(p.IR.Rules)].Bytes += ipBytes(f.data)
-		}
 		v, d, err := l.run(f.data, dev, f.mark)
 		if err != nil && p.Hook != codegen.HookXDP && errors.Is(err, unix.EINVAL) && shortIPHeader(f.data) {
 			// BPF_PROG_TEST_RUN refuses skbs whose ethertype promises an
@@ -356,6 +373,18 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 		}
 		if err != nil {
 			t.Fatalf("%s (%d bytes: % x): %v", f.desc, len(f.data), f.data[:min(len(f.data), 256)], err)
+		}
+		// The token buckets the program touched say when it ran.
+		l.clock(t, st)
+		bytes := uint64(0)
+		res := p.IR.TraceState(st, pkt, func(r *ir.Rule) {
+			bytes = ipBytes(f.data)
+			want[r.ID].Packets++
+			want[r.ID].Bytes += bytes
+		})
+		if res.Skipped == "" && res.Rule == nil {
+			want[len(p.IR.Rules)].Packets++
+			want[len(p.IR.Rules)].Bytes += ipBytes(f.data)
 		}
 		kinds[d.Kind]++
 		if d.Kind == codegen.DecidedByRule || d.Kind == codegen.Hotdrop {
