@@ -62,14 +62,17 @@ func (c *compiler) funcParse() *btf.Func {
 	}
 }
 
+// funcChain describes a chain function: int chain(pkt), or int chain(pkt,
+// ctx) when LOG rules need the context to copy the packet.
 func (c *compiler) funcChain(name string) *btf.Func {
+	params := []btf.FuncParam{{Name: "pkt", Type: &btf.Pointer{Target: c.btfPkt()}}}
+	if c.log {
+		params = append(params, btf.FuncParam{Name: "ctx", Type: c.ctxType()})
+	}
 	return &btf.Func{
 		Name:    name,
 		Linkage: btf.GlobalFunc,
-		Type: &btf.FuncProto{
-			Return: btfInt,
-			Params: []btf.FuncParam{{Name: "pkt", Type: &btf.Pointer{Target: c.btfPkt()}}},
-		},
+		Type:    &btf.FuncProto{Return: btfInt, Params: params},
 	}
 }
 

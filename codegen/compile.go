@@ -29,6 +29,7 @@ type compiler struct {
 
 	level        int
 	forceLookups bool        // Options.ForceLookups
+	log          bool        // the program has LOG rules: chain functions take the context
 	pktType      *btf.Struct // see btfPkt
 	// maps are the classifier's tables and the address sets' tries, in
 	// the order the code first uses them; sets are the sets' names, the
@@ -296,6 +297,15 @@ func (c *compiler) callChain(ci int, pkt asm.Register, off int32, done, decided 
 		if off != 0 {
 			b.emit(asm.Add.Imm(asm.R1, off))
 		}
+		if c.log {
+			// The context: in r6 in main, whose packet is on its stack;
+			// at chainCtx in a chain function.
+			if pkt == asm.R10 {
+				b.emit(movr(asm.R2, asm.R6))
+			} else {
+				b.emit(ld(asm.R2, asm.R10, chainCtx, asm.DWord))
+			}
+		}
 		next := done
 		if k+1 < len(segs) {
 			next = b.fresh("after_" + seg)
@@ -370,6 +380,9 @@ func (c *compiler) segment(ci int) {
 	// A global function's pointer argument may be NULL as far as the
 	// verifier knows.
 	body := sym + "_rules"
+	if c.log {
+		b.emit(st(asm.R10, chainCtx, asm.R2, asm.DWord))
+	}
 	b.emit(
 		movr(asm.R6, asm.R1),
 		asm.JNE.Imm(asm.R6, 0, body),
@@ -412,6 +425,9 @@ func (c *compiler) rule(r *ir.Rule, next string) {
 		c.callChain(a.Chain, asm.R6, 0, done, "")
 		b.mark(done)
 		b.emit(mov(asm.R0, codeReturn), asm.Return())
+	case ir.Log:
+		c.logEvent(r)
+		fallsThrough = true
 	case ir.None:
 		fallsThrough = true
 	default:

@@ -27,9 +27,9 @@ type Options struct {
 // nothing is loaded.
 type Program struct {
 	// Spec holds the program ProgramName and the maps CountersMap,
-	// DecisionMap, IfacesMap and ScratchMap, and at -O1 the classifier's
-	// tables; address sets are LPM tries. Those maps come with their
-	// contents.
+	// DecisionMap, IfacesMap and ScratchMap, LogMap and LogLostMap when
+	// there are LOG rules, and at -O1 the classifier's tables; address
+	// sets are LPM tries. Those maps come with their contents.
 	Spec *ebpf.CollectionSpec
 	IR   *ir.Program
 	Hook Hook
@@ -121,6 +121,7 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 		}
 	}
 	c := &compiler{p: p, hook: opts.Hook, b: newBuilder(), level: opts.Level, forceLookups: opts.ForceLookups}
+	c.log = c.hasLog()
 	c.check()
 	if err := c.errs.Err(); err != nil {
 		return nil, err
@@ -212,6 +213,11 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 	for _, m := range c.maps {
 		spec.Maps[m.Name] = m
 	}
+	if c.log {
+		for _, m := range logMaps() {
+			spec.Maps[m.Name] = m
+		}
+	}
 	return spec
 }
 
@@ -257,7 +263,9 @@ func (c *compiler) check() {
 		case ir.Reject:
 			c.errs = append(c.errs, rules.Errorf(r.Pos, "REJECT target is not supported on %s", c.hook))
 		case ir.Log:
-			c.errs = append(c.errs, rules.Errorf(r.Pos, "LOG target is not supported on %s", c.hook))
+			if what := c.checkLog(r, a); what != "" {
+				c.errs = append(c.errs, rules.Errorf(r.Pos, "%s", what))
+			}
 		default:
 			c.errs = append(c.errs, rules.Errorf(r.Pos, "action %T is not supported on %s", a, c.hook))
 		}

@@ -1,0 +1,193 @@
+package codegen
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"bpfwall/ir"
+)
+
+// LOG rules: a matching packet is copied, with what the kernel's LOG line
+// needs besides its bytes, into a ring buffer that `bpfwall log` reads and
+// formats as nf_log_syslog would; the chain goes on.
+const (
+	// LogMap is the RINGBUF of LogRecords; present only when the program
+	// has LOG rules.
+	LogMap = "log"
+	// LogLostMap is a PERCPU_ARRAY with one u64: the events the ring
+	// buffer had no room for.
+	LogLostMap = "log_lost"
+	// LogCapture is how many bytes of each frame, from its first (the
+	// Ethernet header), a LogRecord holds at most.
+	LogCapture = 512
+	// logRingSize is the ring buffer's size: some 1900 events.
+	logRingSize = 1 << 20
+)
+
+// Layout of a LogRecord in the ring buffer, host byte order.
+const (
+	logRule    = 0  // u32 rule ID
+	logIfindex = 4  // u32 the device the program runs on
+	logMark    = 8  // u32 skb->mark (tc), 0 (xdp)
+	logLen     = 12 // u32 the frame's length
+	logCapLen  = 16 // u32 bytes of frame in the record
+	logTime    = 24 // u64 bpf_ktime_get_ns
+	logData    = 32 // the first CapLen bytes of the frame
+	logSize    = logData + LogCapture
+)
+
+// LogRecord is one event of a LOG rule.
+type LogRecord struct {
+	Rule    uint32 // rule ID
+	Ifindex uint32
+	Mark    uint32
+	Len     uint32 // the frame's length
+	Time    uint64 // CLOCK_MONOTONIC, ns
+	Frame   []byte // the frame's first bytes, from the Ethernet header
+}
+
+// ParseLogRecord decodes a record read from LogMap.
+func ParseLogRecord(b []byte) (LogRecord, error) {
+	if len(b) < logData {
+		return LogRecord{}, fmt.Errorf("log record of %d bytes, want at least %d", len(b), logData)
+	}
+	he := binary.NativeEndian
+	r := LogRecord{
+		Rule:    he.Uint32(b[logRule:]),
+		Ifindex: he.Uint32(b[logIfindex:]),
+		Mark:    he.Uint32(b[logMark:]),
+		Len:     he.Uint32(b[logLen:]),
+		Time:    he.Uint64(b[logTime:]),
+	}
+	n := he.Uint32(b[logCapLen:])
+	if n > LogCapture || int(n) > len(b)-logData || n > r.Len {
+		return LogRecord{}, fmt.Errorf("log record claims %d captured bytes of %d", n, r.Len)
+	}
+	r.Frame = b[logData : logData+n]
+	return r, nil
+}
+
+// hasLog reports whether the program has LOG rules: only then do the chain
+// functions take the context, which they need to copy the packet.
+func (c *compiler) hasLog() bool {
+	for _, r := range c.p.Rules {
+		if _, ok := r.Action.(ir.Log); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// logMaps are the maps of LOG rules.
+func logMaps() []*ebpf.MapSpec {
+	return []*ebpf.MapSpec{
+		{Name: LogMap, Type: ebpf.RingBuf, MaxEntries: logRingSize},
+		{Name: LogLostMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
+	}
+}
+
+// checkLog reports the LOG options and chains whose line the hook cannot
+// reproduce exactly.
+func (c *compiler) checkLog(r *ir.Rule, a ir.Log) string {
+	chain := c.p.Chains[0].Name
+	switch {
+	case a.Flags&logUID != 0:
+		// nf_log_dump_sk_uid_gid prints the fsuid and fsgid of the
+		// socket's file: no packet hook can read them (and at INPUT the
+		// socket is the one early demux found, if any).
+		return "--log-uid (the socket's owner) is not supported: the hook cannot read the uid and gid of the socket's file"
+	case c.hook == HookTCEgress && chain != "OUTPUT" && chain != "POSTROUTING":
+		return fmt.Sprintf("LOG in chain %s is not supported on %s: the line names the input interface, which the hook does not know", chain, c.hook)
+	case c.hook != HookTCEgress && chain != "INPUT" && chain != "PREROUTING":
+		return fmt.Sprintf("LOG in chain %s is not supported on %s: the line names the output interface, which the hook does not know", chain, c.hook)
+	}
+	return ""
+}
+
+// logUID is XT_LOG_UID.
+const logUID = 0x08
+
+// Stack slot of a chain function holding the program's context, when the
+// program has LOG rules.
+const chainCtx = -40
+
+// logEvent emits the LOG action of rule r: reserve a record, fill it in,
+// copy the frame's first bytes and submit; a full ring buffer counts the
+// event as lost. r6 is the parsed packet, the context is at chainCtx.
+func (c *compiler) logEvent(r *ir.Rule) {
+	b := c.b
+	lost := ruleLabel(r) + "_log_lost"
+	done := ruleLabel(r) + "_logged"
+	copied := ruleLabel(r) + "_log_copied"
+	b.emit(
+		mapRef(asm.R1, LogMap),
+		mov(asm.R2, logSize),
+		mov(asm.R3, 0),
+		asm.FnRingbufReserve.Call(),
+		asm.JEq.Imm(asm.R0, 0, lost),
+		movr(asm.R7, asm.R0),
+		stImm(asm.R7, logRule, int32(r.ID), asm.Word),
+		stImm(asm.R7, logCapLen, 0, asm.Word),
+		asm.FnKtimeGetNs.Call(),
+		st(asm.R7, logTime, asm.R0, asm.DWord),
+		ld(asm.R1, asm.R10, chainCtx, asm.DWord),
+	)
+	if c.hook.tc() {
+		b.emit(
+			ld(asm.R2, asm.R1, skbIfindex, asm.Word),
+			st(asm.R7, logIfindex, asm.R2, asm.Word),
+			ld(asm.R2, asm.R1, skbMark, asm.Word),
+			st(asm.R7, logMark, asm.R2, asm.Word),
+			ld(asm.R8, asm.R1, skbLen, asm.Word),
+		)
+	} else {
+		b.emit(
+			ld(asm.R2, asm.R1, xdpIngressIfindex, asm.Word),
+			st(asm.R7, logIfindex, asm.R2, asm.Word),
+			stImm(asm.R7, logMark, 0, asm.Word),
+			asm.FnXdpGetBuffLen.Call(),
+			movr(asm.R8, asm.R0),
+		)
+	}
+	capped := ruleLabel(r) + "_log_capped"
+	b.emit(
+		st(asm.R7, logLen, asm.R8, asm.Word),
+		asm.JLE.Imm(asm.R8, LogCapture, capped),
+		mov(asm.R8, LogCapture),
+	)
+	b.mark(capped)
+	b.emit(
+		asm.JEq.Imm(asm.R8, 0, copied),
+		ld(asm.R1, asm.R10, chainCtx, asm.DWord),
+		mov(asm.R2, 0),
+		movr(asm.R3, asm.R7),
+		asm.Add.Imm(asm.R3, logData),
+		movr(asm.R4, asm.R8),
+		c.loadHelper().Call(),
+		asm.JNE.Imm(asm.R0, 0, copied),
+		st(asm.R7, logCapLen, asm.R8, asm.Word),
+	)
+	b.mark(copied)
+	b.emit(
+		movr(asm.R1, asm.R7),
+		mov(asm.R2, 0),
+		asm.FnRingbufSubmit.Call(),
+		ja(done),
+	)
+	b.mark(lost)
+	b.emit(
+		stImm(asm.R10, chainKey, 0, asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, chainKey),
+		mapRef(asm.R1, LogLostMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, done),
+		ld(asm.R1, asm.R0, 0, asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		st(asm.R0, 0, asm.R1, asm.DWord),
+	)
+	b.mark(done)
+}
