@@ -33,6 +33,8 @@ type Meta struct {
 	LoadedAt      time.Time `json:"loaded_at"`
 	VerifiedInsns int       `json:"verified_insns"`
 	Ifaces        []Iface   `json:"ifaces"`
+	// Logs are the program's LOG rules, for `bpfwall log`.
+	Logs []LogRule `json:"logs,omitempty"`
 }
 
 // Iface is an interface a filter is attached to.
@@ -75,6 +77,7 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 		File:   file,
 		Source: string(rs.Save(rules.SaveOptions{Counters: true})),
 		Lines:  make([]int, len(p.IR.Rules)),
+		Logs:   logRules(p),
 	}
 	counters := make([]codegen.Counter, len(p.IR.Rules)+1)
 	for _, r := range p.IR.Rules {
@@ -195,6 +198,9 @@ func (a *Active) open(dir string) error {
 			return err
 		}
 		a.maps[name] = m
+	}
+	if err := a.openLogPins(dir); err != nil {
+		return err
 	}
 	a.counters, a.base = a.maps[pinCounters], a.maps[pinBase]
 	var err error

@@ -173,6 +173,7 @@ type build struct {
 	keep, gone []int
 	links      map[int]link.Link // new links, on interfaces not yet filtered
 	attached   []Iface
+	logPins    []string // the pins of the LOG rules' maps, if it has any
 }
 
 // build loads, fills and pins the new filter, and attaches it to the
@@ -242,6 +243,10 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		pinIfaces:   b.loaded.coll.Maps[codegen.IfacesMap],
 		pinBase:     b.base,
 	}
+	for name, obj := range b.loaded.logPinners() {
+		pins[name] = obj
+		b.logPins = append(b.logPins, name)
+	}
 	for name, obj := range pins {
 		if err := pinNew(obj, filepath.Join(b.dir, name)); err != nil {
 			return b, err
@@ -277,6 +282,7 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 // map last. If a pin cannot be moved, the old objects are pinned back.
 func (b *build) commit(old *Active) error {
 	names := []string{pinProgram}
+	names = append(names, b.logPins...)
 	names = append(names, mapPins...)
 	for i := range b.links {
 		names = append([]string{filepath.Base(linkPin(b.dir, i))}, names...)
@@ -291,6 +297,12 @@ func (b *build) commit(old *Active) error {
 	}
 	for _, i := range b.gone {
 		os.Remove(linkPin(b.dir, i))
+	}
+	if len(b.logPins) == 0 {
+		// The old program's LOG maps go with it.
+		for _, name := range logPins {
+			os.Remove(filepath.Join(b.dir, name))
+		}
 	}
 	return nil
 }

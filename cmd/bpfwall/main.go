@@ -28,6 +28,7 @@ func init() {
 		{"restore", "restore [-t] [-n] [-c] [-v] [-w SECS] [-T TABLE] [-i IFACE]... [--hook H] [FILE]  iptables-restore; stdin by default", runRestore},
 		{"save", "save [-c] [--hook H]   the active rule set as iptables-save text", runSave},
 		{"status", "status [--json]        the filters of this network namespace", runStatus},
+		{"log", "log [--hook H] [--json] [--count N] [--timeout D]  print the LOG rules' events as the kernel's LOG lines, until interrupted", runLog},
 		{"unload", "unload [-i IFACE]... [--hook H] [-w SECS]  detach filters and remove their pins", runUnload},
 		{"compile", "compile [--hook H] [--chain C] [-O0|-O1] [--dump] [-v] (FILE | --from-kernel)  compile; --dump prints it, otherwise the kernel verifies it", runCompile},
 		{"bench", "bench [--e2e] [--families F,...] [--sizes N,...] [--levels 0,1] [--json] [--svg FILE] [--repeat N] [--runs K]  measure per-packet cost, size and load time as rules grow", runBench},

@@ -1,0 +1,298 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"bpfwall/codegen"
+	"bpfwall/loader"
+	"bpfwall/nflog"
+)
+
+// logEvent is one event as `bpfwall log --json` prints it.
+type logEvent struct {
+	Time   time.Time `json:"time"`
+	Hook   string    `json:"hook"`
+	Rule   string    `json:"rule"` // file:line
+	Chain  string    `json:"chain"`
+	Level  uint8     `json:"level"`
+	Prefix string    `json:"prefix"`
+	In     string    `json:"in"`
+	Out    string    `json:"out"`
+	Len    uint32    `json:"frame_len"`
+	Line   string    `json:"line"`
+	// Error says why Line is incomplete (headers beyond the captured
+	// bytes) or missing.
+	Error string `json:"error,omitempty"`
+}
+
+// logPoll is how often a reader waiting for events checks whether its
+// filter was swapped and whether events were lost.
+const logPoll = 250 * time.Millisecond
+
+// runLog prints the events of the LOG rules of this namespace's filters
+// as the kernel's LOG target prints them, until interrupted, --count
+// events or --timeout.
+func runLog(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("log", stderr)
+	hook := fs.String("hook", "", "read only this hook's filter")
+	asJSON := fs.Bool("json", false, "print one JSON object per event")
+	count := fs.Int("count", 0, "exit after this many events (0: no limit)")
+	timeout := fs.Duration("timeout", 0, "exit after this long (0: no limit)")
+	files, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(files) != 0 || *count < 0 || *timeout < 0 {
+		fmt.Fprintln(stderr, "usage: bpfwall log [--hook H] [--json] [--count N] [--timeout D]")
+		return errUsage
+	}
+	ns, err := loader.NetNS()
+	if err != nil {
+		return err
+	}
+	places, err := loader.Places("", ns)
+	if err != nil {
+		return privileged(err)
+	}
+	var readers []*logFollower
+	for _, p := range places {
+		if *hook != "" && p.Hook.String() != *hook {
+			continue
+		}
+		f, err := openFollower(p)
+		if errors.Is(err, loader.ErrNoLog) {
+			continue
+		}
+		if err != nil {
+			return privileged(err)
+		}
+		readers = append(readers, f)
+	}
+	if len(readers) == 0 {
+		return fmt.Errorf("no filter with LOG rules loaded in network namespace %d", ns)
+	}
+
+	stop := make(chan struct{})
+	var stopOnce sync.Once
+	halt := func() { stopOnce.Do(func() { close(stop) }) }
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, unix.SIGTERM)
+	defer signal.Stop(sig)
+	go func() {
+		select {
+		case <-sig:
+			halt()
+		case <-stop:
+		}
+	}()
+	if *timeout > 0 {
+		t := time.AfterFunc(*timeout, halt)
+		defer t.Stop()
+	}
+
+	events := make(chan logEvent)
+	errs := make(chan error, len(readers))
+	var wg sync.WaitGroup
+	for _, f := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer f.close()
+			errs <- f.follow(events, stop, stderr)
+		}()
+	}
+	go func() { wg.Wait(); close(events) }()
+
+	enc := json.NewEncoder(stdout)
+	enc.SetEscapeHTML(false)
+	n := 0
+	for ev := range events {
+		if *asJSON {
+			if err := enc.Encode(ev); err != nil {
+				halt()
+				return err
+			}
+		} else {
+			line := ev.Line
+			if ev.Error != "" {
+				line += "[bpfwall: " + ev.Error + "]"
+			}
+			fmt.Fprintf(stdout, "%s: %s\n", ev.Rule, line)
+		}
+		n++
+		if *count > 0 && n >= *count {
+			halt()
+			break
+		}
+	}
+	halt()
+	for range readers {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// logFollower reads one filter's events, and follows the filter across
+// swaps: when the pinned program changes, it drains the old ring buffer
+// and opens the new one.
+type logFollower struct {
+	place  loader.Place
+	rd     *loader.LogReader
+	lost   uint64
+	ifaces map[uint32]ifaceInfo
+}
+
+type ifaceInfo struct {
+	name  string
+	ether bool
+}
+
+func openFollower(p loader.Place) (*logFollower, error) {
+	a, err := loader.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Close()
+	rd, err := a.OpenLog()
+	if err != nil {
+		return nil, err
+	}
+	f := &logFollower{place: p, rd: rd, ifaces: make(map[uint32]ifaceInfo)}
+	f.lost, _ = rd.Lost()
+	return f, nil
+}
+
+func (f *logFollower) close() {
+	if f.rd != nil {
+		f.rd.Close()
+	}
+}
+
+func (f *logFollower) follow(out chan<- logEvent, stop <-chan struct{}, stderr io.Writer) error {
+	for {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		rec, err := f.rd.Read(time.Now().Add(logPoll))
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			f.reportLost(stderr)
+			if err := f.reopenIfSwapped(); err != nil {
+				return err
+			}
+			continue
+		case err != nil:
+			return err
+		}
+		select {
+		case out <- f.event(rec):
+		case <-stop:
+			return nil
+		}
+	}
+}
+
+func (f *logFollower) reportLost(stderr io.Writer) {
+	n, err := f.rd.Lost()
+	if err == nil && n > f.lost {
+		fmt.Fprintf(stderr, "bpfwall: log: %d events of the %s filter lost: the ring buffer was full\n", n-f.lost, f.place.Hook)
+		f.lost = n
+	}
+}
+
+// reopenIfSwapped switches to the ring buffer of a new program, once the
+// old one has no events left.
+func (f *logFollower) reopenIfSwapped() error {
+	id, err := loader.ProgramAt(f.place)
+	if err != nil {
+		return err
+	}
+	if id == f.rd.Program || f.rd.Pending() > 0 {
+		return nil
+	}
+	a, err := loader.Open(f.place)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	rd, err := a.OpenLog()
+	if err != nil {
+		return err
+	}
+	f.rd.Close()
+	f.rd = rd
+	f.lost, _ = rd.Lost()
+	return nil
+}
+
+func (f *logFollower) iface(index uint32) ifaceInfo {
+	if ifc, ok := f.ifaces[index]; ok {
+		return ifc
+	}
+	ifc := ifaceInfo{name: fmt.Sprintf("if%d", index), ether: true}
+	if ni, err := net.InterfaceByIndex(int(index)); err == nil {
+		ifc.name = ni.Name
+		// ARPHRD_ETHER is 1.
+		if b, err := os.ReadFile("/sys/class/net/" + ni.Name + "/type"); err == nil {
+			ifc.ether = strings.TrimSpace(string(b)) == "1"
+		}
+	}
+	f.ifaces[index] = ifc
+	return ifc
+}
+
+// event formats a record with its rule.
+func (f *logFollower) event(rec codegen.LogRecord) logEvent {
+	m := &f.rd.Meta
+	ev := logEvent{Time: monotonicToWall(rec.Time), Hook: f.place.Hook.String(), Len: rec.Len, Chain: m.Chain}
+	var rule *loader.LogRule
+	for i := range m.Logs {
+		if m.Logs[i].ID == int(rec.Rule) {
+			rule = &m.Logs[i]
+		}
+	}
+	if rule == nil {
+		ev.Rule = fmt.Sprintf("rule %d", rec.Rule)
+		ev.Error = fmt.Sprintf("rule %d is not a LOG rule of the program", rec.Rule)
+		return ev
+	}
+	ev.Rule, ev.Chain, ev.Level, ev.Prefix = rule.Pos, rule.Chain, rule.Level, rule.Prefix
+	ifc := f.iface(rec.Ifindex)
+	p := nflog.Packet{Frame: rec.Frame, Len: int(rec.Len), Mark: rec.Mark, NotEther: !ifc.ether}
+	if f.place.Hook == codegen.HookTCEgress {
+		p.Out = ifc.name
+	} else {
+		p.In = ifc.name
+	}
+	ev.In, ev.Out = p.In, p.Out
+	line, err := nflog.Line(p, nflog.Rule{Prefix: rule.Prefix, Level: rule.Level, Flags: rule.Flags})
+	ev.Line = line
+	if err != nil {
+		ev.Error = err.Error()
+	}
+	return ev
+}
+
+// monotonicToWall converts a CLOCK_MONOTONIC time in ns to wall time.
+func monotonicToWall(ns uint64) time.Time {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return time.Now().UTC()
+	}
+	return time.Now().UTC().Add(-time.Duration(uint64(ts.Nano()) - ns))
+}
