@@ -1,0 +1,154 @@
+package nflog_test
+
+import (
+	"bufio"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"bpfwall/nflog"
+)
+
+// kernelCase is a frame, its LOG rule and the line the kernel printed.
+type kernelCase struct {
+	frame []byte
+	rule  nflog.Rule
+	in    string
+	line  string
+	at    string
+}
+
+// readKernelCases reads testdata/kernel_*.txt, written by
+// TestLogMatchesKernel from the kernel's own lines.
+func readKernelCases(t *testing.T) []kernelCase {
+	t.Helper()
+	files, err := filepath.Glob("testdata/kernel_*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no kernel lines in testdata: %v", err)
+	}
+	var out []kernelCase
+	for _, file := range files {
+		f, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		var c kernelCase
+		n := 0
+		for sc.Scan() {
+			n++
+			key, val, _ := strings.Cut(sc.Text(), " ")
+			switch key {
+			case "frame":
+				c = kernelCase{at: file + ":" + strconv.Itoa(n)}
+				if c.frame, err = hex.DecodeString(val); err != nil {
+					t.Fatalf("%s: %v", c.at, err)
+				}
+			case "rule":
+				i := strings.LastIndex(val, `" `)
+				prefix, err := strconv.Unquote(val[:i+1])
+				if err != nil {
+					t.Fatalf("%s: %v", c.at, err)
+				}
+				var level, flags int
+				f := strings.Fields(val[i+2:])
+				level, _ = strconv.Atoi(f[0])
+				flags, _ = strconv.Atoi(f[1])
+				c.rule = nflog.Rule{Prefix: prefix, Level: uint8(level), Flags: uint8(flags)}
+			case "in":
+				c.in = val
+			case "line":
+				c.line = val
+				out = append(out, c)
+			}
+		}
+		f.Close()
+	}
+	return out
+}
+
+// TestKernelLines formats every frame the kernel logged and compares with
+// the kernel's line.
+func TestKernelLines(t *testing.T) {
+	cases := readKernelCases(t)
+	if len(cases) < 40 {
+		t.Fatalf("only %d kernel lines", len(cases))
+	}
+	for _, c := range cases {
+		got, err := nflog.Line(nflog.Packet{In: c.in, Frame: c.frame, Len: len(c.frame)}, c.rule)
+		if err != nil {
+			t.Errorf("%s: %v", c.at, err)
+		}
+		if got != c.line {
+			t.Errorf("%s:\n got %q\nwant %q", c.at, got, c.line)
+		}
+	}
+}
+
+// TestCapture checks what a frame cut short by the capture gives: an error
+// for headers the kernel would have read, none for those beyond the
+// datagram.
+func TestCapture(t *testing.T) {
+	var c kernelCase
+	for _, k := range readKernelCases(t) {
+		if strings.Contains(k.line, "OPT (020405B4") && strings.Contains(k.line, "SRC=192.") {
+			c = k
+			break
+		}
+	}
+	if c.frame == nil {
+		t.Fatal("no TCP SYN with options among the kernel's lines")
+	}
+	// The options are cut: the line stops there, with an error.
+	cut := c.frame[:len(c.frame)-4]
+	got, err := nflog.Line(nflog.Packet{In: c.in, Frame: cut, Len: len(c.frame)}, c.rule)
+	if !errors.Is(err, nflog.ErrShortCapture) {
+		t.Errorf("cut options: error %v, want ErrShortCapture", err)
+	}
+	if want, _, _ := strings.Cut(c.line, "OPT ("); !strings.HasPrefix(got, want) {
+		t.Errorf("cut options: got %q, want it to start with %q", got, want)
+	}
+	// Link-layer padding past the datagram is not part of it.
+	padded := append(append([]byte{}, c.frame...), make([]byte, 20)...)
+	got, err = nflog.Line(nflog.Packet{In: c.in, Frame: padded, Len: len(padded)}, c.rule)
+	if err != nil || got != c.line {
+		t.Errorf("padded frame: %q, %v; want %q", got, err, c.line)
+	}
+}
+
+// TestOutput checks the output path's line: no MAC header, OUT named,
+// and the mark.
+func TestOutput(t *testing.T) {
+	for _, c := range readKernelCases(t) {
+		if !strings.Contains(c.line, "MAC=") {
+			continue
+		}
+		got, err := nflog.Line(nflog.Packet{Out: "eth0", Frame: c.frame, Len: len(c.frame), Mark: 0x2a}, c.rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := strings.Index(c.line, "IN=")
+		j := strings.Index(c.line, "SRC=")
+		want := c.line[:i] + "IN= OUT=eth0 " + c.line[j:]
+		want += "MARK=0x2a " // after the outer packet's fields
+		if got != want {
+			t.Errorf("%s:\n got %q\nwant %q", c.at, got, want)
+		}
+		return
+	}
+	t.Fatal("no line with a MAC header")
+}
+
+// TestLongLine checks that a line is cut where nf_log_buf_add cuts it.
+func TestLongLine(t *testing.T) {
+	c := readKernelCases(t)[0]
+	c.rule.Prefix = strings.Repeat("p", 2000)
+	got, _ := nflog.Line(nflog.Packet{In: c.in, Frame: c.frame, Len: len(c.frame)}, c.rule)
+	if len(got) != 1016 {
+		t.Errorf("line of %d bytes, want 1016 (S_SIZE - 1, less the level)", len(got))
+	}
+}
