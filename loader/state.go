@@ -53,8 +53,10 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 		line int
 		c    rules.Counters
 	}
-	at := make(map[rules.Pos]placed)
-	dup := make(map[rules.Pos]bool)
+	// An nft statement that does not end its rule (log) splits it into
+	// model rules at one position: they keep their order in the saved
+	// rule set and in the program, and pair in that order.
+	at := make(map[rules.Pos][]placed)
 	line := 0
 	// Count lines as rules.Ruleset.Save prints them.
 	for _, t := range rs.Tables {
@@ -63,10 +65,7 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 		for _, c := range chains {
 			for _, r := range c.Rules {
 				line++
-				if _, ok := at[r.Pos]; ok {
-					dup[r.Pos] = true
-				}
-				at[r.Pos] = placed{line, r.Counters}
+				at[r.Pos] = append(at[r.Pos], placed{line, r.Counters})
 			}
 		}
 		line++
@@ -81,10 +80,12 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 	}
 	counters := make([]codegen.Counter, len(p.IR.Rules)+1)
 	for _, r := range p.IR.Rules {
-		pl, ok := at[r.Pos]
-		if !ok || dup[r.Pos] {
+		pls := at[r.Pos]
+		if len(pls) == 0 {
 			return Meta{}, nil, fmt.Errorf("describe rule set: cannot place rule %d (%s) in the saved rule set", r.ID, r.Pos)
 		}
+		pl := pls[0]
+		at[r.Pos] = pls[1:]
 		m.Lines[r.ID] = pl.line
 		counters[r.ID] = codegen.Counter{Packets: pl.c.Packets, Bytes: pl.c.Bytes}
 	}

@@ -18,6 +18,7 @@ type kernelCase struct {
 	frame []byte
 	rule  nflog.Rule
 	in    string
+	out   string
 	line  string
 	at    string
 }
@@ -61,6 +62,8 @@ func readKernelCases(t *testing.T) []kernelCase {
 				c.rule = nflog.Rule{Prefix: prefix, Level: uint8(level), Flags: uint8(flags)}
 			case "in":
 				c.in = val
+			case "out":
+				c.out = val
 			case "line":
 				c.line = val
 				out = append(out, c)
@@ -79,7 +82,7 @@ func TestKernelLines(t *testing.T) {
 		t.Fatalf("only %d kernel lines", len(cases))
 	}
 	for _, c := range cases {
-		got, err := nflog.Line(nflog.Packet{In: c.in, Frame: c.frame, Len: len(c.frame)}, c.rule)
+		got, err := nflog.Line(nflog.Packet{In: c.in, Out: c.out, Frame: c.frame, Len: len(c.frame)}, c.rule)
 		if err != nil {
 			t.Errorf("%s: %v", c.at, err)
 		}
@@ -105,7 +108,7 @@ func TestCapture(t *testing.T) {
 	}
 	// The options are cut: the line stops there, with an error.
 	cut := c.frame[:len(c.frame)-4]
-	got, err := nflog.Line(nflog.Packet{In: c.in, Frame: cut, Len: len(c.frame)}, c.rule)
+	got, err := nflog.Line(nflog.Packet{In: c.in, Out: c.out, Frame: cut, Len: len(c.frame)}, c.rule)
 	if !errors.Is(err, nflog.ErrShortCapture) {
 		t.Errorf("cut options: error %v, want ErrShortCapture", err)
 	}
@@ -114,7 +117,7 @@ func TestCapture(t *testing.T) {
 	}
 	// Link-layer padding past the datagram is not part of it.
 	padded := append(append([]byte{}, c.frame...), make([]byte, 20)...)
-	got, err = nflog.Line(nflog.Packet{In: c.in, Frame: padded, Len: len(padded)}, c.rule)
+	got, err = nflog.Line(nflog.Packet{In: c.in, Out: c.out, Frame: padded, Len: len(padded)}, c.rule)
 	if err != nil || got != c.line {
 		t.Errorf("padded frame: %q, %v; want %q", got, err, c.line)
 	}

@@ -28,37 +28,51 @@ import (
 	"bpfwall/ir"
 	"bpfwall/loader"
 	"bpfwall/parser/iptables"
+	"bpfwall/parser/nft"
 	"bpfwall/rules"
 )
 
+// logCase is a rule set of the differential test of LOG.
+type logCase struct {
+	name   string
+	family rules.Family
+	nft    bool   // nft text, or iptables-restore input
+	table  string // the table bpfwall compiles
+	chain  string // PREROUTING or OUTPUT
+	src    string
+	probes func() [][]byte
+}
+
 // TestLogMatchesKernel sends the same frames through the kernel's LOG
-// target and through bpfwall's compiled LOG rules, and compares the
-// kernel's lines (read from /dev/kmsg) with `bpfwall log --json` line by
-// line, level included. The rules are in raw PREROUTING, where netfilter
-// sees every frame as it arrived (no reassembly, no option processing),
-// as the ingress hooks do; on tc-egress, in OUTPUT, the frames leave the
-// firewall through a raw socket.
+// target (or nft's log statement) and through bpfwall's compiled LOG
+// rules, and compares the kernel's lines (read from /dev/kmsg) with
+// `bpfwall log --json` line by line, level included. Ingress rules are in
+// PREROUTING, where netfilter sees every frame as it arrived (no
+// reassembly, no option processing), as the ingress hooks do; egress
+// rules are in OUTPUT, and the packets leave the firewall from a raw
+// socket.
 func TestLogMatchesKernel(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireTool(t, "iptables-legacy-restore")
 	testenv.RequireTool(t, "ip6tables-legacy-restore")
+	testenv.RequireTool(t, "nft")
 	bin := buildBpfwall(t)
 	allowNetnsLogging(t)
 
 	var id [3]byte
 	rand.Read(id[:])
 	tag := "bwl" + hex.EncodeToString(id[:])
-
-	for _, fam := range []struct {
-		name   string
-		family rules.Family
-		probes func() [][]byte
-	}{
-		{"ipv4", rules.IPv4, logProbes4},
-		{"ipv6", rules.IPv6, logProbes6},
-	} {
-		t.Run(fam.name, func(t *testing.T) {
-			topo, err := topology.New(topology.Options{Prefix: "bwlog"})
+	cases := []logCase{
+		{"ipv4", rules.IPv4, false, "raw", "PREROUTING", logRules(tag, rules.IPv4, "PREROUTING"), logProbes4},
+		{"ipv6", rules.IPv6, false, "raw", "PREROUTING", logRules(tag, rules.IPv6, "PREROUTING"), logProbes6},
+		{"nft-ipv4", rules.IPv4, true, "mangle", "PREROUTING", nftLogRules(tag, "ip", "prerouting"), logProbes4},
+		{"nft-ipv6", rules.IPv6, true, "mangle", "PREROUTING", nftLogRules(tag, "ip6", "prerouting"), logProbes6},
+		{"egress-ipv4", rules.IPv4, false, "raw", "OUTPUT", logRules(tag, rules.IPv4, "OUTPUT"), logProbes4},
+		{"egress-ipv6", rules.IPv6, false, "raw", "OUTPUT", logRules(tag, rules.IPv6, "OUTPUT"), logProbes6},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			topo, err := topology.New(topology.Options{Prefix: "bwlog", InIface: tag})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,17 +80,20 @@ func TestLogMatchesKernel(t *testing.T) {
 			if err := topology.Run("ip", "-n", topo.Firewall, "addr", "add", "2001:db8::1/64", "dev", topo.InIface, "nodad"); err != nil {
 				t.Fatal(err)
 			}
-			src := logRules(tag, fam.family)
-			frames := fam.probes()
-			kernel := kernelLogLines(t, topo, tag, fam.family, src, frames)
+			frames := c.probes()
+			kernel := kernelLogLines(t, topo, tag, c, frames)
 			if len(kernel) < len(frames) {
 				t.Fatalf("the kernel logged %d lines for %d frames", len(kernel), len(frames))
 			}
-			checkTrace(t, tag, src, fam.family, append(frames, endMarker(fam.family)), kernel, topo.InIface)
-			for _, hook := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress} {
+			checkTrace(t, tag, c, append(frames, endMarker(c.family)), kernel, topo)
+			hooks := []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress}
+			if c.chain == "OUTPUT" {
+				hooks = []codegen.Hook{codegen.HookTCEgress}
+			}
+			for _, hook := range hooks {
 				for _, level := range []int{0, 1} {
 					t.Run(fmt.Sprintf("%s/O%d", hook, level), func(t *testing.T) {
-						got := bpfwallLogLines(t, bin, topo, src, fam.family, hook, level, frames, len(kernel))
+						got := bpfwallLogLines(t, bin, topo, c, hook, level, frames, len(kernel))
 						compareLogLines(t, kernel, got)
 					})
 				}
@@ -85,16 +102,40 @@ func TestLogMatchesKernel(t *testing.T) {
 	}
 }
 
+// parseLogCase parses and lowers the case's rule set.
+func parseLogCase(t *testing.T, c logCase) (*rules.Ruleset, *ir.Program) {
+	t.Helper()
+	var rs *rules.Ruleset
+	var err error
+	if c.nft {
+		rs, err = nft.Parse("log.rules", []byte(c.src), nft.Options{Family: c.family})
+	} else {
+		rs, err = iptables.Parse("log.rules", []byte(c.src), iptables.Options{Family: c.family, ForceFamily: true})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ir.Lower(rs, ir.LowerOptions{Table: c.table, Chain: c.chain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs, p
+}
+
 // checkTrace checks that ir.Trace counts the LOG rules whose lines the
 // kernel printed, in its order, and with BPFWALL_UPDATE=1 writes each
 // frame with its rule and line for the formatter's unit test.
-func checkTrace(t *testing.T, tag, src string, fam rules.Family, frames [][]byte, kernel []kmsgLine, iface string) {
+func checkTrace(t *testing.T, tag string, c logCase, frames [][]byte, kernel []kmsgLine, topo *topology.Topology) {
 	t.Helper()
-	p := lowerLogRules(t, src, fam)
+	_, p := parseLogCase(t, c)
+	meta, dir := ir.Meta{InIface: topo.InIface}, "in "+topo.InIface
+	if c.chain == "OUTPUT" {
+		meta, dir = ir.Meta{OutIface: topo.OutIface}, "out "+topo.OutIface
+	}
 	var fixture strings.Builder
 	i := 0
 	for _, f := range frames {
-		pkt, err := ir.Decode(f, ir.Meta{InIface: iface})
+		pkt, err := ir.Decode(f, meta)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,13 +145,14 @@ func checkTrace(t *testing.T, tag, src string, fam rules.Family, frames [][]byte
 				return
 			}
 			if i >= len(kernel) || !strings.HasPrefix(kernel[i].text, a.Prefix+"IN=") || kernel[i].level != int(a.Level) {
+				t.Logf("%+v", kernel)
 				t.Errorf("ir.Trace logs %q at level %d as line %d; the kernel printed %d lines", a.Prefix, a.Level, i, len(kernel))
 				return
 			}
 			// The fixture does not depend on the run's tag.
 			prefix := strings.Replace(a.Prefix, tag, "test", 1)
-			line := strings.Replace(kernel[i].text, tag, "test", 1)
-			fmt.Fprintf(&fixture, "frame %x\nrule %q %d %d\nin %s\nline %s\n\n", f, prefix, a.Level, a.Flags, iface, line)
+			line := strings.ReplaceAll(kernel[i].text, tag, "test")
+			fmt.Fprintf(&fixture, "frame %x\nrule %q %d %d\n%s\nline %s\n\n", f, prefix, a.Level, a.Flags, strings.ReplaceAll(dir, tag, "test"), line)
 			i++
 		})
 	}
@@ -118,25 +160,12 @@ func checkTrace(t *testing.T, tag, src string, fam rules.Family, frames [][]byte
 		t.Errorf("ir.Trace logs %d lines, the kernel %d", i, len(kernel))
 	}
 	if os.Getenv("BPFWALL_UPDATE") != "" && !t.Failed() {
-		name := fmt.Sprintf("../../nflog/testdata/kernel_%s.txt", fam)
-		head := "# Frames, the LOG rule (prefix, level, flags), the input interface and the\n# line the kernel printed, written by TestLogMatchesKernel (cmd/bpfwall).\n\n"
+		name := fmt.Sprintf("../../nflog/testdata/kernel_%s.txt", c.name)
+		head := "# Frames, the LOG rule (prefix, level, flags), the interface and the\n# line the kernel printed, written by TestLogMatchesKernel (cmd/bpfwall).\n\n"
 		if err := os.WriteFile(name, []byte(head+fixture.String()), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-}
-
-func lowerLogRules(t *testing.T, src string, fam rules.Family) *ir.Program {
-	t.Helper()
-	rs, err := iptables.Parse("log.rules", []byte(src), iptables.Options{Family: fam, ForceFamily: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := ir.Lower(rs, ir.LowerOptions{Table: "raw", Chain: "PREROUTING"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // allowNetnsLogging lets netfilter log from the test's namespaces
@@ -154,10 +183,11 @@ func allowNetnsLogging(t *testing.T) {
 	t.Cleanup(func() { os.WriteFile(path, old, 0o644) })
 }
 
-// logRules are the LOG rules of the test: every option bpfwall supports,
-// two LOG rules for one packet, and the end marker, a UDP datagram to
-// port 65000, logged last.
-func logRules(tag string, fam rules.Family) string {
+// logRules are the LOG rules of the test, in chain (PREROUTING or
+// OUTPUT) of the raw table: every option bpfwall supports, two LOG rules
+// for one packet, one in a user chain, and the end marker, a UDP datagram
+// to port 65000, logged last.
+func logRules(tag string, fam rules.Family, chain string) string {
 	src := "192.0.2.2"
 	if fam == rules.IPv6 {
 		src = "2001:db8::2"
@@ -166,15 +196,38 @@ func logRules(tag string, fam rules.Family) string {
 :PREROUTING ACCEPT [0:0]
 :OUTPUT ACCEPT [0:0]
 :LOGGED - [0:0]
--A PREROUTING -s %[2]s -p tcp -j LOG --log-prefix "%[1]s tcp " --log-level 6 --log-tcp-sequence --log-tcp-options
--A PREROUTING -s %[2]s -p udp -m udp --dport 65000 -j LOG --log-prefix "%[1]s end "
--A PREROUTING -s %[2]s -p udp -m udp --dport 65000 -j ACCEPT
--A PREROUTING -s %[2]s ! -p tcp -j LOG --log-prefix "%[1]s ip " --log-ip-options --log-level 3
--A PREROUTING -s %[2]s -p udp -m udp --dport 53 -j LOGGED
--A PREROUTING -s %[2]s -j LOG --log-prefix "%[1]s all: "
+-A %[3]s -s %[2]s -p tcp -j LOG --log-prefix "%[1]s tcp " --log-level 6 --log-tcp-sequence --log-tcp-options
+-A %[3]s -s %[2]s -p udp -m udp --dport 65000 -j LOG --log-prefix "%[1]s end "
+-A %[3]s -s %[2]s -p udp -m udp --dport 65000 -j ACCEPT
+-A %[3]s -s %[2]s ! -p tcp -j LOG --log-prefix "%[1]s ip " --log-ip-options --log-level 3
+-A %[3]s -s %[2]s -p udp -m udp --dport 53 -j LOGGED
+-A %[3]s -s %[2]s -j LOG --log-prefix "%[1]s all: "
 -A LOGGED -j LOG --log-prefix "%[1]s mac " --log-macdecode --log-level 7
 COMMIT
-`, tag, src)
+`, tag, src, chain)
+}
+
+// nftLogRules are logRules for nft, in a table of family ip or ip6, with
+// a log statement without a prefix.
+func nftLogRules(tag, family, hook string) string {
+	saddr := "ip saddr 192.0.2.2"
+	if family == "ip6" {
+		saddr = "ip6 saddr 2001:db8::2"
+	}
+	return fmt.Sprintf(`table %[3]s bwlog {
+	chain logged {
+		log prefix "%[1]s mac " level debug flags ether
+	}
+	chain pre {
+		type filter hook %[4]s priority raw; policy accept;
+		%[2]s meta l4proto tcp log prefix "%[1]s tcp " level info flags tcp sequence,options
+		%[2]s udp dport 65000 log prefix "%[1]s end " accept
+		%[2]s meta l4proto != tcp log prefix "%[1]s ip " level err flags ip options
+		%[2]s udp dport 53 jump logged
+		%[2]s log
+	}
+}
+`, tag, saddr, family, hook)
 }
 
 // kmsgLine is a line the kernel printed.
@@ -183,19 +236,22 @@ type kmsgLine struct {
 	text  string
 }
 
-// kernelLogLines loads src with iptables-legacy-restore in the firewall,
-// sends frames and the end marker from the sender, and returns the lines
-// the kernel logged with the tag, up to the end marker's.
-func kernelLogLines(t *testing.T, topo *topology.Topology, tag string, fam rules.Family, src string, frames [][]byte) []kmsgLine {
+// kernelLogLines loads the case's rules in the firewall, sends frames
+// and the end marker, and returns the lines the kernel logged for the
+// test, up to the end marker's.
+func kernelLogLines(t *testing.T, topo *topology.Topology, tag string, c logCase, frames [][]byte) []kmsgLine {
 	t.Helper()
-	restore := "iptables-legacy-restore"
-	if fam == rules.IPv6 {
-		restore = "ip6tables-legacy-restore"
+	load, unload := []string{"iptables-legacy-restore"}, "*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
+	switch {
+	case c.nft:
+		load, unload = []string{"nft", "-f", "-"}, "flush ruleset\n"
+	case c.family == rules.IPv6:
+		load[0] = "ip6tables-legacy-restore"
 	}
-	if err := topology.RunInput([]byte(src), "ip", "netns", "exec", topo.Firewall, restore); err != nil {
+	if err := topology.RunInput([]byte(c.src), "ip", append([]string{"netns", "exec", topo.Firewall}, load...)...); err != nil {
 		t.Fatal(err)
 	}
-	defer topology.RunInput([]byte("*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"), "ip", "netns", "exec", topo.Firewall, restore)
+	defer topology.RunInput([]byte(unload), "ip", append([]string{"netns", "exec", topo.Firewall}, load...)...)
 	kmsg, err := os.OpenFile("/dev/kmsg", os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -204,7 +260,13 @@ func kernelLogLines(t *testing.T, topo *topology.Topology, tag string, fam rules
 	if _, err := unix.Seek(int(kmsg.Fd()), 0, unix.SEEK_END); err != nil {
 		t.Fatal(err)
 	}
-	sendFrames(t, topo, append(frames, endMarker(fam)))
+	sendLogFrames(t, topo, c, frames)
+	// Lines of this test: those with its prefix, and those of the nft
+	// log statement without one, which name its interface.
+	iface := "IN=" + topo.InIface + " "
+	if c.chain == "OUTPUT" {
+		iface = "IN= OUT=" + topo.OutIface + " "
+	}
 	var out []kmsgLine
 	buf := make([]byte, 8192)
 	deadline := time.Now().Add(10 * time.Second)
@@ -226,7 +288,7 @@ func kernelLogLines(t *testing.T, topo *topology.Topology, tag string, fam rules
 			continue
 		}
 		text, _, _ = strings.Cut(text, "\n")
-		if !strings.HasPrefix(text, tag+" ") {
+		if !strings.HasPrefix(text, tag+" ") && !strings.HasPrefix(text, iface) {
 			continue
 		}
 		pri, _, _ := strings.Cut(head, ",")
@@ -259,22 +321,19 @@ func unescapeKmsg(s string) string {
 	return b.String()
 }
 
-// bpfwallLogLines compiles src for hook, attaches it to the firewall's
-// input interface, sends the frames and the end marker, and returns what
-// `bpfwall log --json` prints for n events.
-func bpfwallLogLines(t *testing.T, bin string, topo *topology.Topology, src string, fam rules.Family, hook codegen.Hook, level int, frames [][]byte, n int) []kmsgLine {
+// bpfwallLogLines compiles the case's rules for hook, attaches them to
+// the firewall's interface the frames cross, sends the frames and the end
+// marker, and returns what `bpfwall log --json` prints for n events.
+func bpfwallLogLines(t *testing.T, bin string, topo *topology.Topology, c logCase, hook codegen.Hook, level int, frames [][]byte, n int) []kmsgLine {
 	t.Helper()
-	rs, err := iptables.Parse("log.rules", []byte(src), iptables.Options{Family: fam, ForceFamily: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := ir.Lower(rs, ir.LowerOptions{Table: "raw", Chain: "PREROUTING"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs, p := parseLogCase(t, c)
 	prog, err := codegen.Compile(p, codegen.Options{Hook: hook, Level: level})
 	if err != nil {
 		t.Fatal(err)
+	}
+	iface := topo.InIface
+	if hook == codegen.HookTCEgress {
+		iface = topo.OutIface
 	}
 	var place loader.Place
 	err = topology.Do(topo.Firewall, func() error {
@@ -285,7 +344,7 @@ func bpfwallLogLines(t *testing.T, bin string, topo *topology.Topology, src stri
 		if err != nil {
 			return err
 		}
-		s := &loader.Swap{Place: place, Program: prog, Meta: meta, Counters: counters, Ifaces: []string{topo.InIface}}
+		s := &loader.Swap{Place: place, Program: prog, Meta: meta, Counters: counters, Ifaces: []string{iface}}
 		_, err = s.Run()
 		return err
 	})
@@ -298,7 +357,7 @@ func bpfwallLogLines(t *testing.T, bin string, topo *topology.Topology, src stri
 	})
 	// The ring buffer keeps the events until a reader takes them: the
 	// reader can start after the frames are sent.
-	sendFrames(t, topo, append(frames, endMarker(fam)))
+	sendLogFrames(t, topo, c, frames)
 	cmd := exec.Command("nsenter", "--net=/run/netns/"+topo.Firewall, bin, "log", "--json", "--hook", hook.String(), "--count", strconv.Itoa(n), "--timeout", "20s")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -337,6 +396,52 @@ func compareLogLines(t *testing.T, kernel, got []kmsgLine) {
 		if k != g {
 			t.Errorf("line %d:\nkernel  <%d>%q\nbpfwall <%d>%q", i, k.level, k.text, g.level, g.text)
 		}
+	}
+}
+
+// sendLogFrames sends the frames and the end marker where the case's
+// chain sees them: from the sender, or out of the firewall.
+func sendLogFrames(t *testing.T, topo *topology.Topology, c logCase, frames [][]byte) {
+	t.Helper()
+	all := append(append([][]byte{}, frames...), endMarker(c.family))
+	if c.chain == "OUTPUT" {
+		sendRaw(t, topo, all)
+		return
+	}
+	sendFrames(t, topo, all)
+}
+
+// sendRaw sends the IP packets of frames from a raw socket of the
+// firewall, headers included, to the receiver's side.
+func sendRaw(t *testing.T, topo *topology.Topology, frames [][]byte) {
+	t.Helper()
+	err := topology.Do(topo.Firewall, func() error {
+		fd4, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd4)
+		fd6, err := unix.Socket(unix.AF_INET6, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd6)
+		for _, f := range frames {
+			pkt := f[14:]
+			var err error
+			if pkt[0]>>4 == 4 {
+				err = unix.Sendto(fd4, pkt, 0, &unix.SockaddrInet4{Addr: [4]byte(pkt[16:20])})
+			} else {
+				err = unix.Sendto(fd6, pkt, 0, &unix.SockaddrInet6{Addr: [16]byte(pkt[24:40])})
+			}
+			if err != nil {
+				return fmt.Errorf("send: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -386,7 +491,7 @@ var (
 	logSrc4 = netip.MustParseAddr("192.0.2.2")
 	logDst4 = netip.MustParseAddr("198.51.100.7")
 	logSrc6 = netip.MustParseAddr("2001:db8::2")
-	logDst6 = netip.MustParseAddr("2001:db8::1")
+	logDst6 = netip.MustParseAddr("2001:db8:1::7") // routed out of the firewall
 )
 
 // frame serializes layers after an Ethernet header from the sender to
@@ -398,7 +503,15 @@ func frame(et layers.EthernetType, ls ...gopacket.SerializableLayer) []byte {
 	if err := gopacket.SerializeLayers(buf, opts, append([]gopacket.SerializableLayer{eth}, ls...)...); err != nil {
 		panic(err)
 	}
-	return bytes.Clone(buf.Bytes())
+	// Without gopacket's padding to Ethernet's minimum: the packet is
+	// the same whether it enters the firewall or leaves it from a raw
+	// socket, which sends all it is given.
+	b := buf.Bytes()
+	n := 14 + (int(b[16])<<8 | int(b[17]))
+	if et == layers.EthernetTypeIPv6 {
+		n = 14 + 40 + (int(b[18])<<8 | int(b[19]))
+	}
+	return bytes.Clone(b[:min(n, len(b))])
 }
 
 func ip4(proto layers.IPProtocol, id uint16) *layers.IPv4 {
