@@ -105,6 +105,19 @@ func UsesConntrack(prog *ir.Program) bool {
 	return false
 }
 
+// UsesLimit reports whether prog has token buckets (limit, nft limit).
+func UsesLimit(prog *ir.Program) bool {
+	for _, r := range prog.Rules {
+		for _, m := range r.Matches {
+			switch m.(type) {
+			case ir.Limit, ir.RateLimit:
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // ConntrackNew reports whether conntrack sees frame as the first packet
 // of a new connection (ctstate NEW): an unfragmented TCP SYN, UDP
 // datagram or ICMP echo request, without IPv6 extension headers, whose
