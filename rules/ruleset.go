@@ -160,6 +160,11 @@ type Rule struct {
 	// matches every name with that prefix. Empty means any.
 	InIface, OutIface string
 	InNeg, OutNeg     bool
+	// InByIndex and OutByIndex mark nft's "iif" and "oif", which nft
+	// resolves to an interface index when it loads the rule; bpfwall
+	// resolves the name when it attaches (the ifaces map is keyed by index
+	// and filled then), so the name match is the same test.
+	InByIndex, OutByIndex bool
 	// Fragment is -f (non-first IPv4 fragments); FragmentNeg is ! -f.
 	Fragment, FragmentNeg bool
 

@@ -252,6 +252,8 @@ func TestErrors(t *testing.T) {
 		{"icmpx in an ip table", "table ip f { chain in { type filter hook input priority 0; reject with icmpx type no-route; } }", "t.nft:1:60: reject with icmpx is not supported in an ip table"},
 		{"icmpv6 in an ip table", "table ip f { chain in { type filter hook input priority 0; reject with icmpv6 type no-route; } }", "t.nft:1:60: reject with icmpv6 in an ip table"},
 		{"merge across log", "table ip f { chain in { type filter hook input priority 0; udp sport != 1 log udp dport != 2 accept; } }", "t.nft:1:79: nft merges this match with the one at 1:60"},
+		{"concatenation of the wrong length", "table ip f { chain in { type filter hook input priority 0; ip saddr . tcp dport { 10.0.0.1 } drop; } }", "t.nft:1:83: 1 values for a concatenation of 2 keys"},
+		{"iif of a wildcard", `table ip f { chain in { type filter hook input priority 0; iif "eth*" drop; } }`, `t.nft:1:64: iif "eth*": not an interface name`},
 		{"jump to missing chain", "table ip f { chain in { type filter hook input priority 0; jump nowhere; } }", "t.nft:1:60: chain nowhere does not exist in table ip f"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -266,13 +268,19 @@ func TestErrors(t *testing.T) {
 // Constructs the model cannot express parse, and lowering names them with
 // their position.
 func TestUnsupportedLowersToError(t *testing.T) {
-	src := "table inet f { chain in { type filter hook input priority 0;\n fib daddr type local accept\n meta mark set 1\n } }"
+	src := "table inet f { chain in { type filter hook input priority 0;\n fib daddr type local accept\n" +
+		" ip saddr . tcp dport { 10.0.0.0/8 . 22, 10.1.2.3 . 20-30 } accept\n iif 3 accept\n limit rate 1/second accept\n" +
+		" meta l4proto tcp tproxy to :8080 accept\n ip saddr . tcp dport != { 10.0.0.1 . 22 } drop\n meta mark set 1\n } }"
 	rs, err := Parse("t.nft", []byte(src), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = ir.Lower(rs, ir.LowerOptions{})
-	for _, want := range []string{"t.nft:2:2: fib daddr match is not supported", "t.nft:3:2: meta mark set target is not supported"} {
+	for _, want := range []string{"t.nft:2:2: fib daddr match is not supported",
+		"t.nft:3:2: concatenation with overlapping elements match is not supported",
+		"t.nft:4:6: iif by number (bpfwall matches the interface by the name it has when loaded) match is not supported",
+		"t.nft:5:2: limit match is not supported", "t.nft:6:19: tproxy match is not supported",
+		"t.nft:7:2: concatenation != match is not supported", "t.nft:8:2: meta mark set target is not supported"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v, want %q", err, want)
 		}

@@ -236,8 +236,15 @@ func (p *printer) rule(r *rules.Rule) (*ruleText, bool) {
 	}
 	p.net(rt, r, "saddr", r.Src, r.SrcNeg)
 	p.net(rt, r, "daddr", r.Dst, r.DstNeg)
-	ifname(rt, "iifname", r.InIface, r.InNeg)
-	ifname(rt, "oifname", r.OutIface, r.OutNeg)
+	iifKey, oifKey := "iifname", "oifname"
+	if r.InByIndex {
+		iifKey = "iif"
+	}
+	if r.OutByIndex {
+		oifKey = "oif"
+	}
+	ifname(rt, iifKey, r.InIface, r.InNeg)
+	ifname(rt, oifKey, r.OutIface, r.OutNeg)
 	for _, m := range r.Matches {
 		p.match(rt, r, m)
 	}

@@ -493,12 +493,11 @@ func needProto(p uint8) cond {
 // match translates "selector [op] value" and its statement forms.
 func (b *ruleBuilder) match(m *Match) {
 	pos := toPos(m.Pos)
-	if len(m.Left.Atoms) != 1 {
-		b.unsupported(pos, "concatenation")
-		return
+	var keys []string
+	for _, a := range m.Left.Atoms {
+		keys = append(keys, a.text())
 	}
-	a := m.Left.Atoms[0]
-	key := a.text()
+	key := strings.Join(keys, " . ")
 	if m.Set != nil {
 		b.flushICMP()
 		b.verdict, b.rest = true, true
@@ -506,12 +505,28 @@ func (b *ruleBuilder) match(m *Match) {
 		return
 	}
 	if m.VMap != nil {
-		b.vmap(m, key, pos)
+		b.vmap(m, keys, pos)
 		return
 	}
 	op := normOp(m.Op)
 	val, ok := b.rv.list(m.Right, b.src.env)
 	if !ok {
+		return
+	}
+	if len(keys) > 1 {
+		if m.Mask != nil {
+			b.unsupported(pos, "concatenation &")
+			return
+		}
+		b.concat(pos, keys, op, val)
+		return
+	}
+	if slices.ContainsFunc(val.elems, func(e elem) bool { return e.parts != nil }) {
+		if !knownKeys[key] {
+			b.unsupported(pos, key)
+		} else {
+			b.errorf(pos, "%s is one key, the value a concatenation", key)
+		}
 		return
 	}
 	var mask *rhs
@@ -545,7 +560,7 @@ func normOp(op string) string {
 
 // vmap expands "key vmap { v1 : verdict1, ... }" into one model rule per
 // element: keys are distinct, so at most one of them fires.
-func (b *ruleBuilder) vmap(m *Match, key string, pos rules.Pos) {
+func (b *ruleBuilder) vmap(m *Match, keys []string, pos rules.Pos) {
 	var elems []elem
 	switch {
 	case m.VMap.Set != nil:
@@ -575,6 +590,9 @@ func (b *ruleBuilder) vmap(m *Match, key string, pos rules.Pos) {
 		return
 	}
 	b.flushICMP()
+	if len(keys) > 1 && !b.disjointTuples(pos, keys, elems) {
+		return
+	}
 	base := b.conds
 	for _, el := range elems {
 		if el.verdict == nil {
@@ -582,12 +600,39 @@ func (b *ruleBuilder) vmap(m *Match, key string, pos rules.Pos) {
 			return
 		}
 		b.conds = slices.Clone(base)
-		b.relation(el.pos, key, "", nil, rhs{elems: []elem{el}})
-		b.flushICMP()
+		if len(keys) > 1 {
+			alts, ok := b.tuple(keys, el)
+			if !ok {
+				b.conds = base
+				return
+			}
+			b.add(alts)
+		} else {
+			if el.parts != nil {
+				b.errorf(el.pos, "%s is one key, the element a concatenation", keys[0])
+				b.conds = base
+				return
+			}
+			b.relation(el.pos, keys[0], "", nil, rhs{elems: []elem{el}})
+			b.flushICMP()
+		}
 		b.emit(verdictAction(el.verdict))
 	}
 	b.conds = base
 	b.verdict = true
+}
+
+// knownKeys are the keys relation translates.
+var knownKeys = map[string]bool{}
+
+func init() {
+	for _, k := range strings.Split("meta nfproto,nfproto,meta protocol,ip saddr,ip daddr,ip6 saddr,ip6 daddr,"+
+		"ip protocol,meta l4proto,l4proto,tcp sport,tcp dport,udp sport,udp dport,sctp sport,sctp dport,"+
+		"tcp flags,icmp type,icmp code,icmpv6 type,icmpv6 code,ct state,meta iifname,iifname,meta oifname,"+
+		"oifname,meta iif,iif,meta oif,oif,meta mark,mark,meta pkttype,pkttype,ip ttl,ip6 hoplimit,"+
+		"ip length,ip6 length,ether saddr", ",") {
+		knownKeys[k] = true
+	}
 }
 
 // relation translates one comparison.
@@ -626,7 +671,7 @@ func (b *ruleBuilder) relation(pos rules.Pos, key, op string, mask *rhs, val rhs
 		}
 	case "ct state":
 		b.ctState(pos, op, val)
-	case "meta iifname", "iifname", "meta oifname", "oifname":
+	case "meta iifname", "iifname", "meta oifname", "oifname", "meta iif", "iif", "meta oif", "oif":
 		b.ifname(pos, key, op, val)
 	case "meta mark", "mark":
 		b.mark(pos, op, mask, val)
@@ -1030,8 +1075,19 @@ func (b *ruleBuilder) singlePort(r *rules.Rule, p uint8, field string, pr rules.
 	return true
 }
 
-// expandRef replaces a reference to a named set by its elements.
+// expandRef replaces a reference to a named set by its elements, which
+// must be single values: the key is one.
 func (b *ruleBuilder) expandRef(pos rules.Pos, val rhs) []elem {
+	out := b.setElems(pos, val)
+	if slices.ContainsFunc(out, func(e elem) bool { return e.parts != nil }) {
+		b.errorf(pos, "one key, a set of concatenations")
+		return nil
+	}
+	return out
+}
+
+// setElems replaces a reference to a named set by its elements.
+func (b *ruleBuilder) setElems(pos rules.Pos, val rhs) []elem {
 	if len(val.elems) != 1 || val.elems[0].ref == "" {
 		return val.elems
 	}
@@ -1374,13 +1430,16 @@ func (b *ruleBuilder) ctState(pos rules.Pos, op string, val rhs) {
 }
 
 // ifname: nft compares the name with a NUL-padded IFNAMSIZ buffer; "eth*"
-// compares the prefix.
+// compares the prefix. "iif" and "oif" compare the index nft found for
+// the name when it loaded the rule, which the model's name match is once
+// bpfwall attaches (see rules.Rule.InByIndex).
 func (b *ruleBuilder) ifname(pos rules.Pos, key, op string, val rhs) {
 	if op != "" && op != "==" && op != "!=" {
 		b.unsupported(pos, key+" "+op)
 		return
 	}
-	out := strings.HasSuffix(key, "oifname")
+	out := strings.HasSuffix(key, "oifname") || strings.HasSuffix(key, "oif")
+	byIndex := !strings.HasSuffix(key, "name")
 	var names []string
 	for _, e := range b.expandRef(pos, val) {
 		if e.hasRange || e.hasMask {
@@ -1388,6 +1447,16 @@ func (b *ruleBuilder) ifname(pos rules.Pos, key, op string, val rhs) {
 			return
 		}
 		n := e.lo
+		if byIndex {
+			if _, err := strconv.ParseUint(n, 0, 32); err == nil && !e.quoted {
+				b.unsupported(e.pos, key+" by number (bpfwall matches the interface by the name it has when loaded)")
+				return
+			}
+			if n == "" || strings.ContainsAny(n, "*+") || len(n) >= 16 {
+				b.errorf(e.pos, "%s %q: not an interface name", key, e.lo)
+				return
+			}
+		}
 		if strings.HasSuffix(n, "*") && !strings.HasSuffix(n, `\*`) {
 			n = strings.TrimSuffix(n, "*") + "+"
 		} else if strings.ContainsAny(n, "+") || len(n) >= 16 {
@@ -1398,18 +1467,18 @@ func (b *ruleBuilder) ifname(pos rules.Pos, key, op string, val rhs) {
 	}
 	set := func(n string, neg bool) cond {
 		return func(r *rules.Rule) bool {
-			p, pneg := &r.InIface, &r.InNeg
+			p, pneg, pidx := &r.InIface, &r.InNeg, &r.InByIndex
 			if out {
-				p, pneg = &r.OutIface, &r.OutNeg
+				p, pneg, pidx = &r.OutIface, &r.OutNeg, &r.OutByIndex
 			}
 			if *p != "" {
-				if *p == n && *pneg == neg {
+				if *p == n && *pneg == neg && *pidx == byIndex {
 					return true
 				}
 				r.Matches = append(r.Matches, &rules.Generic{Located: rules.Located{Pos: pos}, Ext: "second " + key})
 				return true
 			}
-			*p, *pneg = n, neg
+			*p, *pneg, *pidx = n, neg, byIndex
 			return true
 		}
 	}

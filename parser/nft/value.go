@@ -23,6 +23,8 @@ type elem struct {
 	hasMask  bool
 	// verdict is the value of a verdict map element.
 	verdict *Verdict
+	// parts are the values of a concatenation "a . b".
+	parts []elem
 }
 
 // rhs is a resolved right-hand side. set is true when it was written as a
@@ -62,9 +64,22 @@ func (rv *resolver) value(v *Value, e *env, depth int) (rhs, bool) {
 		rv.errorf(toPos(v.Pos), "variables nested too deeply")
 		return rhs{}, false
 	}
-	if len(v.Parts) != 1 {
-		rv.errorf(toPos(v.Pos), "concatenations are not supported")
-		return rhs{}, false
+	if len(v.Parts) > 1 {
+		// "a . b": one element whose parts are matched by the keys of a
+		// concatenation, each as a single value.
+		el := elem{pos: toPos(v.Pos)}
+		for _, u := range v.Parts {
+			r, ok := rv.value(&Value{Pos: u.Pos, Parts: []*Unit{u}}, e, depth+1)
+			if !ok {
+				return rhs{}, false
+			}
+			if len(r.elems) != 1 || r.set || r.elems[0].parts != nil || r.elems[0].ref != "" {
+				rv.errorf(toPos(u.Pos), "a part of a concatenation must be one value, range or prefix")
+				return rhs{}, false
+			}
+			el.parts = append(el.parts, r.elems[0])
+		}
+		return rhs{elems: []elem{el}}, true
 	}
 	u := v.Parts[0]
 	pos := toPos(u.Pos)

@@ -1,0 +1,178 @@
+package nft
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"bpfwall/rules"
+)
+
+// concat translates "k1 . k2 [==] { v1 . v2, ... }": each element is the
+// conjunction of its parts, each compared with its key as a single value;
+// the elements are alternatives, which must not overlap, so that the
+// rule fires at most once whatever its action.
+func (b *ruleBuilder) concat(pos rules.Pos, keys []string, op string, val rhs) {
+	for _, k := range keys {
+		if !knownKeys[k] {
+			b.unsupported(pos, k)
+			return
+		}
+	}
+	if op != "" && op != "==" {
+		b.unsupported(pos, "concatenation "+op)
+		return
+	}
+	elems := b.setElems(pos, val)
+	if len(elems) == 0 || !b.disjointTuples(pos, keys, elems) {
+		return
+	}
+	var out choice
+	for _, el := range elems {
+		alts, ok := b.tuple(keys, el)
+		if !ok {
+			return
+		}
+		out = append(out, alts...)
+	}
+	b.add(out)
+}
+
+// tuple returns the alternatives of one element of a concatenation.
+func (b *ruleBuilder) tuple(keys []string, el elem) (choice, bool) {
+	if len(el.parts) != len(keys) {
+		b.errorf(el.pos, "%d values for a concatenation of %d keys (%s)", max(len(el.parts), 1), len(keys), strings.Join(keys, " . "))
+		return nil, false
+	}
+	savedConds, savedICMP := b.conds, b.icmp
+	b.conds, b.icmp = nil, nil
+	for i, k := range keys {
+		b.relation(el.parts[i].pos, k, "", nil, rhs{elems: []elem{el.parts[i]}})
+	}
+	b.flushICMP()
+	alts := product(b.conds)
+	b.conds, b.icmp = savedConds, savedICMP
+	return alts, true
+}
+
+// product is the conjunction of choices as one choice: an alternative of
+// each, every way.
+func product(cs []choice) choice {
+	out := choice{alt{}}
+	for _, c := range cs {
+		var next choice
+		for _, a := range out {
+			for _, x := range c {
+				next = append(next, append(slices.Clone(a), x...))
+			}
+		}
+		out = next
+	}
+	return out
+}
+
+// disjointTuples reports whether no packet matches two elements: two
+// elements are apart when some part of theirs is. A part bpfwall cannot
+// place (an interface wildcard, a name it does not know) is taken to
+// overlap, and the rule is rejected rather than risk firing twice.
+func (b *ruleBuilder) disjointTuples(pos rules.Pos, keys []string, elems []elem) bool {
+	for i, x := range elems {
+		for _, y := range elems[i+1:] {
+			if len(x.parts) != len(keys) || len(y.parts) != len(keys) {
+				continue // tuple reports it
+			}
+			apart := false
+			for k, key := range keys {
+				if partsApart(key, x.parts[k], y.parts[k]) {
+					apart = true
+					break
+				}
+			}
+			if !apart {
+				b.unsupported(pos, "concatenation with overlapping elements")
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func partsApart(key string, x, y elem) bool {
+	xl, xh, ok1 := partRange(key, x)
+	yl, yh, ok2 := partRange(key, y)
+	if !ok1 || !ok2 {
+		return false
+	}
+	return bytes.Compare(xh, yl) < 0 || bytes.Compare(yh, xl) < 0
+}
+
+// partRange is the interval of values a part stands for, as big-endian
+// bytes: addresses, prefixes and ranges of them, numbers and names of
+// ports, protocols and icmp types, and plain strings (interface names).
+func partRange(key string, e elem) ([]byte, []byte, bool) {
+	if e.or != nil || e.ref != "" {
+		return nil, nil, false
+	}
+	if a, err := netip.ParseAddr(e.lo); err == nil {
+		lo, hi := a, a
+		switch {
+		case e.hasRange:
+			if hi, err = netip.ParseAddr(e.hi); err != nil || hi.BitLen() != a.BitLen() {
+				return nil, nil, false
+			}
+		case e.hasMask:
+			p, err := prefixOf(e, famOfAddr(a))
+			if err != nil {
+				return nil, nil, false
+			}
+			lo, hi = prefixRange(p)
+		}
+		l, h := lo.As16(), hi.As16()
+		return l[:], h[:], true
+	}
+	num := func(s string) (uint64, bool) {
+		switch {
+		case strings.HasSuffix(key, "sport"), strings.HasSuffix(key, "dport"):
+			v, err := parsePort(s)
+			return uint64(v), err == nil
+		case strings.HasSuffix(key, "protocol"), strings.HasSuffix(key, "l4proto"):
+			v, err := parseProto(s)
+			return uint64(v), err == nil
+		case key == "icmp type":
+			v, err := lookupByte(icmpTypes, s)
+			return uint64(v), err == nil
+		case key == "icmpv6 type":
+			v, err := lookupByte(icmpv6Types, s)
+			return uint64(v), err == nil
+		case strings.HasSuffix(key, "ifname"), strings.HasSuffix(key, "iif"), strings.HasSuffix(key, "oif"):
+			return 0, false
+		}
+		v, err := parseNum(s, 64)
+		return v, err == nil
+	}
+	if lo, ok := num(e.lo); ok && !e.hasMask {
+		hi := lo
+		if e.hasRange {
+			if hi, ok = num(e.hi); !ok {
+				return nil, nil, false
+			}
+		}
+		return binary.BigEndian.AppendUint64(nil, lo), binary.BigEndian.AppendUint64(nil, hi), true
+	}
+	if e.hasRange || e.hasMask || strings.HasSuffix(e.lo, "*") {
+		return nil, nil, false
+	}
+	// A name: equal names overlap, different ones do not. Numbers were
+	// read above, so a name is not compared with a number's bytes.
+	s := []byte("\xff" + e.lo)
+	return s, s, true
+}
+
+func famOfAddr(a netip.Addr) rules.Family {
+	if a.Is4() {
+		return rules.IPv4
+	}
+	return rules.IPv6
+}
