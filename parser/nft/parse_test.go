@@ -269,7 +269,7 @@ func TestErrors(t *testing.T) {
 // their position.
 func TestUnsupportedLowersToError(t *testing.T) {
 	src := "table inet f { chain in { type filter hook input priority 0;\n fib daddr type local accept\n" +
-		" ip saddr . tcp dport { 10.0.0.0/8 . 22, 10.1.2.3 . 20-30 } accept\n iif 3 accept\n limit rate 1/second accept\n" +
+		" ip saddr . tcp dport { 10.0.0.0/8 . 22, 10.1.2.3 . 20-30 } accept\n iif 3 accept\n counter\n" +
 		" meta l4proto tcp tproxy to :8080 accept\n ip saddr . tcp dport != { 10.0.0.1 . 22 } drop\n meta mark set 1\n } }"
 	rs, err := Parse("t.nft", []byte(src), Options{})
 	if err != nil {
@@ -279,7 +279,7 @@ func TestUnsupportedLowersToError(t *testing.T) {
 	for _, want := range []string{"t.nft:2:2: fib daddr match is not supported",
 		"t.nft:3:2: concatenation with overlapping elements match is not supported",
 		"t.nft:4:6: iif by number (bpfwall matches the interface by the name it has when loaded) match is not supported",
-		"t.nft:5:2: limit match is not supported", "t.nft:6:19: tproxy match is not supported",
+		"t.nft:6:19: tproxy match is not supported",
 		"t.nft:7:2: concatenation != match is not supported", "t.nft:8:2: meta mark set target is not supported"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v, want %q", err, want)
