@@ -233,3 +233,16 @@ func (c *compiler) rateLimit(m ir.RateLimit, next string) {
 	b.mark(done)
 	c.unlockBucket(next)
 }
+
+// CountsJiffies reports whether p has xt_limit buckets, whose arithmetic
+// is for a kernel ticking at ir.DefaultHZ: the loader checks the kernel's.
+func CountsJiffies(p *Program) bool {
+	for _, r := range p.IR.Rules {
+		for _, m := range r.Matches {
+			if _, ok := m.(ir.Limit); ok {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"bpfwall/codegen"
+	"bpfwall/ir"
 )
 
 // Options control loading.
@@ -32,6 +33,16 @@ var ErrTooLarge = errors.New("program too large for the verifier")
 
 // Load creates the maps and the program in the kernel; nothing is attached.
 func Load(p *codegen.Program, opts Options) (*Loaded, error) {
+	if codegen.CountsJiffies(p) {
+		// xt_limit's arithmetic, and so the program's, depends on HZ.
+		hz, err := kernelHZ()
+		if err != nil {
+			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
+		}
+		if hz != ir.DefaultHZ {
+			return nil, fmt.Errorf("load %s program: -m limit is compiled for a kernel ticking at HZ %d, this one ticks at %d", p.Hook, ir.DefaultHZ, hz)
+		}
+	}
 	copts := ebpf.CollectionOptions{}
 	if opts.VerifierLog {
 		copts.Programs.LogLevel = ebpf.LogLevelBranch | ebpf.LogLevelStats

@@ -1,0 +1,59 @@
+package loader
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+)
+
+// kernelHZ is the kernel's tick rate, measured once: the jiffies a tiny
+// program reads across a known pause. The tick rates Linux offers (100,
+// 250, 300, 1000) are far enough apart that a pause of 100 ms tells them
+// apart, whatever the scheduling delays.
+var kernelHZ = sync.OnceValues(func() (int, error) {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:    "bpfwall_jiffies",
+		Type:    ebpf.XDP,
+		License: "GPL",
+		Instructions: asm.Instructions{
+			asm.FnJiffies64.Call(),
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("measure the kernel's HZ: %w", err)
+	}
+	defer prog.Close()
+	frame := make([]byte, 64)
+	read := func() (uint32, time.Time, error) {
+		j, err := prog.Run(&ebpf.RunOptions{Data: frame})
+		return j, time.Now(), err
+	}
+	j0, t0, err := read()
+	if err != nil {
+		return 0, fmt.Errorf("measure the kernel's HZ: %w", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	j1, t1, err := read()
+	if err != nil {
+		return 0, fmt.Errorf("measure the kernel's HZ: %w", err)
+	}
+	rate := float64(j1-j0) / t1.Sub(t0).Seconds()
+	best := 0
+	for _, hz := range []int{100, 250, 300, 1000} {
+		if best == 0 || abs(rate-float64(hz)) < abs(rate-float64(best)) {
+			best = hz
+		}
+	}
+	return best, nil
+})
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
