@@ -161,6 +161,10 @@ func randomRules(seed uint64, entry string) (string, rules.Family) {
 				if entry != "OUTPUT" { // xt_mac is not valid in OUTPUT
 					r = append(r, "-m mac", neg()+"--mac-source 02:00:00:00:00:02")
 				}
+			case 4:
+				// A bucket that empties within a few packets and refills
+				// while the fuzzer runs.
+				r = append(r, "-m limit "+pickS("--limit 1000/sec --limit-burst 3", "--limit 20/sec --limit-burst 1", "--limit 5/min"))
 			}
 			targets := []string{"-j ACCEPT", "-j DROP", "-j RETURN", ""}
 			for to := c + 1; to < chains; to++ {
