@@ -23,6 +23,14 @@ import (
 // written back as nft text, and parsed. Rule positions are lines of that
 // text ("kernel:N"); errors name the rule as kernel:FAMILY
 // TABLE/CHAIN/handle N.
+//
+// Payload, meta (l4proto, nfproto, iifname, oifname, iif, oif, mark,
+// pkttype) and ct state comparisons, lookups in anonymous and named sets
+// and verdict maps (concatenations too), counter, log, limit, reject,
+// tproxy and verdicts are written back; named sets and maps are declared
+// in their table. Any other expression is an error: google/nftables
+// leaves out expressions it does not decode, so the kernel's own list of
+// a rule's expressions is read too, and nothing is skipped silently.
 func ReadKernel(opts Options) (*rules.Ruleset, error) {
 	conn, err := nftables.New()
 	if err != nil {
@@ -74,16 +82,21 @@ func kernelText(conn *nftables.Conn) (text []byte, where map[int]string, err err
 		if !ok {
 			continue // arp, bridge: no IP hook
 		}
-		sets, err := anonymousSets(conn, t)
+		sets, err := kernelSets(conn, t)
 		if err != nil {
 			return nil, nil, err
 		}
-		w("table %s %s {", fam, t.Name)
+		// The chains first, to learn which named sets their rules use
+		// and what keys they look up; the sets are declared above them.
+		type ruleLine struct{ text, loc string }
+		var body []ruleLine
+		declared := map[string]string{}
+		var setNames []string
 		for _, c := range chains {
 			if c.Table.Name != t.Name || c.Table.Family != t.Family {
 				continue
 			}
-			w("\tchain %s {", c.Name)
+			body = append(body, ruleLine{text: fmt.Sprintf("\tchain %s {", c.Name)})
 			if c.Hooknum != nil && c.Priority != nil {
 				hook := hookNames[*c.Hooknum]
 				if t.Family == nftables.TableFamilyNetdev && *c.Hooknum == *nftables.ChainHookIngress {
@@ -97,24 +110,52 @@ func kernelText(conn *nftables.Conn) (text []byte, where map[int]string, err err
 				if c.Device != "" {
 					dev = fmt.Sprintf(" device %q;", c.Device)
 				}
-				w("\t\ttype %s hook %s%s priority %d; policy %s;", c.Type, hook, dev, *c.Priority, policy)
+				body = append(body, ruleLine{text: fmt.Sprintf("\t\ttype %s hook %s%s priority %d; policy %s;", c.Type, hook, dev, *c.Priority, policy)})
 			}
 			rs, err := conn.GetRules(t, c)
 			if err != nil {
 				return nil, nil, fmt.Errorf("kernel: list rules of %s %s/%s: %w", fam, t.Name, c.Name, err)
 			}
+			raw, err := rawRules(t, c.Name)
+			if err != nil {
+				return nil, nil, fmt.Errorf("kernel: %w", err)
+			}
 			for _, r := range rs {
 				loc := fmt.Sprintf("kernel:%s %s/%s/handle %d", fam, t.Name, c.Name, r.Handle)
-				x := &exprReader{fam: fam, sets: sets, regs: map[uint32]load{}}
-				s, err := x.rule(r.Exprs)
+				exprs, err := completeExprs(r.Exprs, raw[r.Handle])
 				if err != nil {
 					errs = append(errs, fmt.Errorf("%s: %w", loc, err))
 					continue
 				}
-				where[line] = loc
-				w("\t\t%s", s)
+				x := &exprReader{fam: fam, sets: sets, regs: map[uint32]load{}, declare: map[string]string{}}
+				s, err := x.rule(exprs)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", loc, err))
+					continue
+				}
+				for name, decl := range x.declare {
+					if prev, ok := declared[name]; ok && prev != decl {
+						errs = append(errs, fmt.Errorf("%s: set %s is looked up with two different keys", loc, name))
+						continue
+					}
+					if _, ok := declared[name]; !ok {
+						setNames = append(setNames, name)
+					}
+					declared[name] = decl
+				}
+				body = append(body, ruleLine{text: "\t\t" + s, loc: loc})
 			}
-			w("\t}")
+			body = append(body, ruleLine{text: "\t}"})
+		}
+		w("table %s %s {", fam, t.Name)
+		for _, name := range setNames {
+			w("\t%s", declared[name])
+		}
+		for _, l := range body {
+			if l.loc != "" {
+				where[line] = l.loc
+			}
+			w("%s", l.text)
 		}
 		w("}")
 	}
@@ -139,36 +180,46 @@ var hookNames = map[nftables.ChainHook]string{
 	*nftables.ChainHookPostrouting: "postrouting",
 }
 
-// kernelSet is an anonymous set's elements: single values, or ranges
-// for an interval set.
+// kernelSet is a set's elements and what the rules need to know of it.
 type kernelSet struct {
-	interval bool
-	elems    []nftables.SetElement
+	set   *nftables.Set
+	elems []nftables.SetElement
 }
 
-func anonymousSets(conn *nftables.Conn, t *nftables.Table) (map[string]kernelSet, error) {
+func kernelSets(conn *nftables.Conn, t *nftables.Table) (map[string]kernelSet, error) {
 	sets, err := conn.GetSets(t)
 	if err != nil {
 		return nil, fmt.Errorf("kernel: list sets of %s: %w", t.Name, err)
 	}
 	out := map[string]kernelSet{}
 	for _, s := range sets {
-		if !s.Anonymous || s.IsMap || s.Concatenation {
-			continue // a lookup in it is an error
-		}
 		elems, err := conn.GetSetElements(s)
 		if err != nil {
 			return nil, fmt.Errorf("kernel: list elements of set %s in %s: %w", s.Name, t.Name, err)
 		}
-		out[s.Name] = kernelSet{interval: s.Interval, elems: elems}
+		if s.IsMap {
+			verdicts, err := mapVerdicts(t, s)
+			if err != nil {
+				return nil, fmt.Errorf("kernel: %w", err)
+			}
+			for i := range elems {
+				if elems[i].VerdictData == nil {
+					elems[i].VerdictData = verdicts[string(elems[i].Key)]
+				}
+			}
+		}
+		out[s.Name] = kernelSet{set: s, elems: elems}
 	}
 	return out, nil
 }
 
 // load is what a register holds: a payload or meta load, maybe masked.
 type load struct {
-	meta       bool
-	key        expr.MetaKey
+	meta bool
+	key  expr.MetaKey
+	ct   bool   // ct state (the only ct key read)
+	imm  []byte // an immediate value
+
 	base       expr.PayloadBase
 	off, n     uint32
 	mask       []byte
@@ -188,6 +239,9 @@ type exprReader struct {
 	// dep is a protocol test not yet written: nft adds one before every
 	// load that depends on it, and prints it only when nothing does.
 	dep string
+	// declare holds the declarations of the named sets the rule looks
+	// up in, by name.
+	declare map[string]string
 }
 
 func (x *exprReader) rule(es []expr.Any) (string, error) {
@@ -251,9 +305,39 @@ func (x *exprReader) expr(e expr.Any) error {
 		}
 		x.flush()
 		x.regs[e.Register] = load{meta: true, key: e.Key, registered: true}
+	case *expr.Ct:
+		if e.SourceRegister || e.Key != expr.CtKeySTATE {
+			return fmt.Errorf("ct key %d is not supported", e.Key)
+		}
+		x.flush()
+		x.regs[e.Register] = load{ct: true, registered: true}
+	case *expr.Log:
+		x.flush()
+		s, err := logText(e)
+		if err != nil {
+			return err
+		}
+		x.terms = append(x.terms, s)
+	case *expr.Limit:
+		x.flush()
+		x.terms = append(x.terms, limitText(e))
+	case *expr.Reject:
+		x.flush()
+		s, err := x.rejectText(e)
+		if err != nil {
+			return err
+		}
+		x.terms = append(x.terms, s)
+	case *expr.TProxy:
+		x.flush()
+		s, err := x.tproxyText(e)
+		if err != nil {
+			return err
+		}
+		x.terms = append(x.terms, s)
 	case *expr.Bitwise:
 		l, ok := x.regs[e.SourceRegister]
-		if !ok || len(e.Mask) != int(e.Len) || slices.ContainsFunc(e.Xor, func(b byte) bool { return b != 0 }) {
+		if !ok || l.imm != nil || len(e.Mask) != int(e.Len) || slices.ContainsFunc(e.Xor, func(b byte) bool { return b != 0 }) {
 			return fmt.Errorf("bitwise other than a mask is not supported")
 		}
 		l.mask = e.Mask
@@ -285,7 +369,10 @@ func (x *exprReader) expr(e expr.Any) error {
 		}
 		x.terms = append(x.terms, v)
 	case *expr.Immediate:
-		return fmt.Errorf("immediate to register %d is not supported", e.Register)
+		if e.Register == 0 {
+			return fmt.Errorf("immediate verdict data is not supported")
+		}
+		x.regs[e.Register] = load{imm: e.Data, registered: true}
 	case *expr.Counter:
 		x.flush()
 		x.terms = append(x.terms, "counter")
@@ -307,6 +394,12 @@ func (x *exprReader) cmp(e *expr.Cmp) error {
 	op := cmpOps[e.Op]
 	if l.meta {
 		return x.metaCmp(l, op, e)
+	}
+	if l.ct {
+		return x.ctCmp(l, e)
+	}
+	if l.imm != nil {
+		return fmt.Errorf("cmp on an immediate value")
 	}
 	// nft merges adjacent equality tests into one load: split it.
 	var parts []string
@@ -382,6 +475,19 @@ func (x *exprReader) metaCmp(l load, op string, e *expr.Cmp) error {
 			s += "*"
 		}
 		x.terms = append(x.terms, fmt.Sprintf("%s %s%q", key, op, s))
+	case expr.MetaKeyIIF, expr.MetaKeyOIF:
+		key := "iif"
+		if l.key == expr.MetaKeyOIF {
+			key = "oif"
+		}
+		if (op != "" && op != "!= ") || l.mask != nil || len(e.Data) != 4 {
+			return fmt.Errorf("%s %s is not supported", key, op)
+		}
+		name, err := ifaceName(e.Data)
+		if err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+		x.terms = append(x.terms, fmt.Sprintf("%s %s%q", key, op, name))
 	case expr.MetaKeyMARK:
 		if len(e.Data) != 4 {
 			return fmt.Errorf("meta mark of %d bytes", len(e.Data))
@@ -404,67 +510,6 @@ func (x *exprReader) metaCmp(l load, op string, e *expr.Cmp) error {
 	default:
 		return fmt.Errorf("meta key %d is not supported", l.key)
 	}
-	return nil
-}
-
-func (x *exprReader) lookup(e *expr.Lookup) error {
-	if e.IsDestRegSet {
-		return fmt.Errorf("map lookup (vmap) is not supported")
-	}
-	s, ok := x.sets[e.SetName]
-	if !ok {
-		return fmt.Errorf("lookup in set %s: only anonymous sets of single values are supported", e.SetName)
-	}
-	l, ok := x.regs[e.SourceRegister]
-	if !ok || l.meta && l.key != expr.MetaKeyL4PROTO {
-		return fmt.Errorf("lookup of this key is not supported")
-	}
-	var f field
-	if l.meta {
-		f = field{key: "meta l4proto", n: 1}
-	} else {
-		var err error
-		if f, err = x.field(l, 0); err != nil {
-			return err
-		}
-		if f.n != l.n {
-			return fmt.Errorf("set lookup over several fields is not supported")
-		}
-	}
-	elems := slices.Clone(s.elems)
-	slices.SortFunc(elems, func(a, b nftables.SetElement) int { return bytes.Compare(a.Key, b.Key) })
-	var vals []string
-	for i, el := range elems {
-		if len(el.Key) < int(f.n) {
-			return fmt.Errorf("set %s has a key of %d bytes", e.SetName, len(el.Key))
-		}
-		key := el.Key[:f.n]
-		switch {
-		case !s.interval:
-			vals = append(vals, f.value(key))
-		case el.IntervalEnd:
-		default:
-			// The interval ends before the next element, an end.
-			hi := bytes.Repeat([]byte{0xff}, int(f.n))
-			if i+1 < len(elems) {
-				hi = prev(elems[i+1].Key[:f.n])
-			}
-			if bytes.Equal(key, hi) {
-				vals = append(vals, f.value(key))
-			} else {
-				vals = append(vals, f.value(key)+"-"+f.value(hi))
-			}
-		}
-	}
-	if len(vals) == 0 {
-		return fmt.Errorf("empty set %s", e.SetName)
-	}
-	op := ""
-	if e.Invert {
-		op = "!= "
-	}
-	x.flush()
-	x.terms = append(x.terms, fmt.Sprintf("%s %s{ %s }", f.key, op, strings.Join(vals, ", ")))
 	return nil
 }
 

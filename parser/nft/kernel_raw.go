@@ -1,0 +1,263 @@
+package nft
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// mapVerdicts reads the verdicts of a verdict map's elements, by key:
+// google/nftables v0.3.0 drops an element's verdict data when it lists
+// elements (it keeps only NFTA_DATA_VALUE), so they are asked for here.
+func mapVerdicts(t *nftables.Table, s *nftables.Set) (map[string]*expr.Verdict, error) {
+	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
+	if err != nil {
+		return nil, fmt.Errorf("open netlink: %w", err)
+	}
+	defer conn.Close()
+	data, err := netlink.MarshalAttributes([]netlink.Attribute{
+		{Type: unix.NFTA_SET_ELEM_LIST_TABLE, Data: []byte(t.Name + "\x00")},
+		{Type: unix.NFTA_SET_ELEM_LIST_SET, Data: []byte(s.Name + "\x00")},
+	})
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := conn.Execute(netlink.Message{
+		Header: netlink.Header{
+			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETSETELEM),
+			Flags: netlink.Request | netlink.Dump,
+		},
+		// struct nfgenmsg: family, version, resource id.
+		Data: append([]byte{byte(t.Family), unix.NFNETLINK_V0, 0, 0}, data...),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list elements of map %s: %w", s.Name, err)
+	}
+	out := map[string]*expr.Verdict{}
+	for _, m := range msgs {
+		if len(m.Data) < 4 {
+			continue
+		}
+		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+		if err != nil {
+			return nil, err
+		}
+		for ad.Next() {
+			if ad.Type() != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
+				continue
+			}
+			ad.Nested(func(list *netlink.AttributeDecoder) error {
+				for list.Next() {
+					list.Nested(func(el *netlink.AttributeDecoder) error {
+						var key []byte
+						var v *expr.Verdict
+						for el.Next() {
+							switch el.Type() {
+							case unix.NFTA_SET_ELEM_KEY:
+								el.Nested(func(d *netlink.AttributeDecoder) error {
+									for d.Next() {
+										if d.Type() == unix.NFTA_DATA_VALUE {
+											key = d.Bytes()
+										}
+									}
+									return nil
+								})
+							case unix.NFTA_SET_ELEM_DATA:
+								el.Nested(func(d *netlink.AttributeDecoder) error {
+									for d.Next() {
+										if d.Type() == unix.NFTA_DATA_VERDICT {
+											v = decodeVerdict(d.Bytes())
+										}
+									}
+									return nil
+								})
+							}
+						}
+						if key != nil && v != nil {
+							out[string(key)] = v
+						}
+						return nil
+					})
+				}
+				return nil
+			})
+		}
+		if err := ad.Err(); err != nil {
+			return nil, fmt.Errorf("list elements of map %s: %w", s.Name, err)
+		}
+	}
+	return out, nil
+}
+
+// decodeVerdict reads a nested NFTA_DATA_VERDICT.
+func decodeVerdict(b []byte) *expr.Verdict {
+	ad, err := netlink.NewAttributeDecoder(b)
+	if err != nil {
+		return nil
+	}
+	v := &expr.Verdict{}
+	for ad.Next() {
+		switch ad.Type() {
+		case unix.NFTA_VERDICT_CODE:
+			v.Kind = expr.VerdictKind(int32(binary.BigEndian.Uint32(ad.Bytes())))
+		case unix.NFTA_VERDICT_CHAIN:
+			v.Chain = string(trimNUL(ad.Bytes()))
+		}
+	}
+	if ad.Err() != nil {
+		return nil
+	}
+	return v
+}
+
+func trimNUL(b []byte) []byte {
+	for len(b) > 0 && b[len(b)-1] == 0 {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// libraryExprs are the expressions google/nftables v0.3.0 decodes; it
+// leaves out every other one without a word (expr.exprFromName), which
+// would read "socket transparent 1 accept" as "accept".
+var libraryExprs = map[string]bool{
+	"ct": true, "range": true, "meta": true, "cmp": true, "counter": true, "objref": true, "payload": true,
+	"lookup": true, "immediate": true, "bitwise": true, "redir": true, "nat": true, "limit": true, "quota": true,
+	"dynset": true, "log": true, "exthdr": true, "match": true, "target": true, "connlimit": true, "queue": true,
+	"flow_offload": true, "reject": true, "masq": true, "hash": true, "cthelper": true, "synproxy": true,
+	"ctexpect": true, "secmark": true, "cttimeout": true, "fib": true, "numgen": true, "notrack": true,
+}
+
+// rawExpr is an expression of a rule as the kernel lists it.
+type rawExpr struct {
+	name string
+	data []byte
+}
+
+// rawRules lists the expressions of a chain's rules by rule handle.
+func rawRules(t *nftables.Table, chain string) (map[uint64][]rawExpr, error) {
+	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
+	if err != nil {
+		return nil, fmt.Errorf("open netlink: %w", err)
+	}
+	defer conn.Close()
+	data, err := netlink.MarshalAttributes([]netlink.Attribute{
+		{Type: unix.NFTA_RULE_TABLE, Data: []byte(t.Name + "\x00")},
+		{Type: unix.NFTA_RULE_CHAIN, Data: []byte(chain + "\x00")},
+	})
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := conn.Execute(netlink.Message{
+		Header: netlink.Header{
+			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETRULE),
+			Flags: netlink.Request | netlink.Dump,
+		},
+		Data: append([]byte{byte(t.Family), unix.NFNETLINK_V0, 0, 0}, data...),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list rules of %s/%s: %w", t.Name, chain, err)
+	}
+	out := map[uint64][]rawExpr{}
+	for _, m := range msgs {
+		if len(m.Data) < 4 {
+			continue
+		}
+		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+		if err != nil {
+			return nil, err
+		}
+		var handle uint64
+		var exprs []rawExpr
+		for ad.Next() {
+			switch ad.Type() {
+			case unix.NFTA_RULE_HANDLE:
+				handle = binary.BigEndian.Uint64(ad.Bytes())
+			case unix.NFTA_RULE_EXPRESSIONS:
+				ad.Nested(func(list *netlink.AttributeDecoder) error {
+					for list.Next() {
+						list.Nested(func(e *netlink.AttributeDecoder) error {
+							var x rawExpr
+							for e.Next() {
+								switch e.Type() {
+								case unix.NFTA_EXPR_NAME:
+									x.name = string(trimNUL(e.Bytes()))
+								case unix.NFTA_EXPR_DATA:
+									x.data = e.Bytes()
+								}
+							}
+							exprs = append(exprs, x)
+							return nil
+						})
+					}
+					return nil
+				})
+			}
+		}
+		if err := ad.Err(); err != nil {
+			return nil, fmt.Errorf("list rules of %s/%s: %w", t.Name, chain, err)
+		}
+		out[handle] = exprs
+	}
+	return out, nil
+}
+
+// completeExprs puts back the expressions the library left out of a rule:
+// tproxy, decoded here, and an error for any other.
+func completeExprs(lib []expr.Any, raw []rawExpr) ([]expr.Any, error) {
+	var out []expr.Any
+	j := 0
+	for _, r := range raw {
+		switch {
+		case libraryExprs[r.name]:
+			if j >= len(lib) {
+				return nil, fmt.Errorf("the rule's expressions do not line up with the kernel's list")
+			}
+			out = append(out, lib[j])
+			j++
+		case r.name == "tproxy":
+			tp, err := decodeTProxy(r.data)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, tp)
+		default:
+			return nil, fmt.Errorf("expression %s is not supported", r.name)
+		}
+	}
+	if j != len(lib) {
+		return nil, fmt.Errorf("the rule's expressions do not line up with the kernel's list")
+	}
+	return out, nil
+}
+
+// The attributes of a tproxy expression (linux/netfilter/nf_tables.h).
+const (
+	nftaTproxyFamily  = 1
+	nftaTproxyRegAddr = 2
+	nftaTproxyRegPort = 3
+)
+
+// decodeTProxy reads the NFTA_TPROXY_* attributes of a tproxy expression.
+func decodeTProxy(b []byte) (*expr.TProxy, error) {
+	ad, err := netlink.NewAttributeDecoder(b)
+	if err != nil {
+		return nil, err
+	}
+	tp := &expr.TProxy{}
+	for ad.Next() {
+		switch ad.Type() {
+		case nftaTproxyFamily:
+			tp.Family = byte(binary.BigEndian.Uint32(ad.Bytes()))
+		case nftaTproxyRegAddr:
+			tp.RegAddr = binary.BigEndian.Uint32(ad.Bytes())
+		case nftaTproxyRegPort:
+			tp.RegPort = binary.BigEndian.Uint32(ad.Bytes())
+		}
+	}
+	return tp, ad.Err()
+}
