@@ -397,8 +397,9 @@ func (b *ruleBuilder) reject(rj *Reject) {
 			return
 		}
 		if (rj.With == "icmp" && v6) || (rj.With == "icmpv6" && !v6) {
-			b.emit(action{})
-			b.conds = append(b.conds, choice{}) // this family never gets here
+			// nft's dependency (meta nfproto) keeps the other family's
+			// packets out of the whole rule: nothing counts them.
+			b.conds = append(b.conds, choice{})
 			b.verdict = true
 			return
 		}
