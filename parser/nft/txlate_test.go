@@ -2,6 +2,7 @@ package nft_test
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -12,9 +13,13 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"bpfwall/codegen"
 	"bpfwall/internal/packets"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
+	"bpfwall/loader"
 	"bpfwall/parser/iptables"
 	"bpfwall/parser/nft"
 	"bpfwall/rules"
@@ -261,7 +266,7 @@ func TestTxlatePairs(t *testing.T) {
 	agree, probes := 0, 0
 	for _, f := range files {
 		for _, pr := range readTxlate(t, f) {
-			reason, n, ex := comparePair(t, pr)
+			reason, n, ex := comparePair(t, pr, nil)
 			probes += n
 			for k, v := range ex {
 				excluded[k] += v
@@ -291,10 +296,98 @@ func TestTxlatePairs(t *testing.T) {
 	}
 }
 
+// TestTxlateCompiled compiles both programs of every pair TestTxlatePairs
+// compares (xdp or tc-ingress for INPUT and FORWARD, tc-egress for
+// OUTPUT), loads them
+// and runs every probe through both with BPF_PROG_TEST_RUN: their verdicts
+// must agree with each other and with ir.Eval's, on the probes where
+// the two rules must agree.
+func TestTxlateCompiled(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := testenv.Corpus(t, "iptables-txlate")
+	files, err := filepath.Glob(filepath.Join(dir, "*.txlate"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no .txlate files in %s (%v)", dir, err)
+	}
+	c := &txlateCompiled{skipped: map[string]int{}}
+	for _, f := range files {
+		for _, pr := range readTxlate(t, f) {
+			comparePair(t, pr, c)
+		}
+	}
+	t.Logf("iptables-txlate compiled: %d pairs agree on %d probes run through both programs (%d short frames a tc test run refuses)", c.pairs, c.probes, c.refused)
+	for _, k := range slices.Sorted(maps.Keys(c.skipped)) {
+		t.Logf("  %3d pairs not compiled: %s", c.skipped[k], k)
+	}
+	if c.pairs < 60 {
+		t.Errorf("only %d pairs compiled and compared", c.pairs)
+	}
+}
+
+// txlateCompiled runs the compiled programs of the pairs; it counts what
+// it did.
+type txlateCompiled struct {
+	pairs, probes, refused int
+	skipped                map[string]int
+}
+
+// shortIPHeader: BPF_PROG_TEST_RUN refuses an skb whose ethertype
+// promises an IP header the frame does not hold.
+func shortIPHeader(data []byte) bool {
+	switch binary.BigEndian.Uint16(data[12:]) {
+	case 0x0800:
+		return len(data) < 14+20
+	case 0x86dd:
+		return len(data) < 14+40
+	}
+	return false
+}
+
+// load compiles and loads both programs for chain's hook; ok is false
+// (and the reason counted) when either does not compile.
+func (c *txlateCompiled) load(t *testing.T, pr *txlatePair, chain string, progs ...*ir.Program) ([]*loader.Loaded, bool) {
+	// xdp, or tc-ingress for what xdp cannot see (marks, packet types,
+	// conntrack); tc-egress for OUTPUT.
+	hooks := []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress}
+	if chain == "OUTPUT" {
+		hooks = []codegen.Hook{codegen.HookTCEgress}
+	}
+	var out []*loader.Loaded
+	for i, p := range progs {
+		var cp *codegen.Program
+		var err error
+		for _, h := range hooks {
+			if cp, err = codegen.Compile(p, codegen.Options{Hook: h}); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			c.skipped[skipReason([]string{"iptables", "nft"}[i]+" compile", err)]++
+			closeAll(out)
+			return nil, false
+		}
+		l, err := loader.Load(cp, loader.Options{})
+		if err != nil {
+			t.Errorf("%s: load: %v", pr.pos, err)
+			closeAll(out)
+			return nil, false
+		}
+		out = append(out, l)
+	}
+	return out, true
+}
+
+func closeAll(ls []*loader.Loaded) {
+	for _, l := range ls {
+		l.Close()
+	}
+}
+
 // comparePair compares one pair. It returns why the pair was skipped
 // ("" when compared), the probes compared and the probes excluded by
-// reason; disagreements are test errors.
-func comparePair(t *testing.T, pr *txlatePair) (skip string, nprobes int, excluded map[string]int) {
+// reason; disagreements are test errors. With c, the compiled programs
+// are run on the probes too.
+func comparePair(t *testing.T, pr *txlatePair, c *txlateCompiled) (skip string, nprobes int, excluded map[string]int) {
 	t.Helper()
 	var fam rules.Family
 	switch pr.tool {
@@ -348,6 +441,15 @@ func comparePair(t *testing.T, pr *txlatePair) (skip string, nprobes int, exclud
 		}
 	}
 	excluded = map[string]int{}
+	var loaded []*loader.Loaded
+	if c != nil {
+		var ok bool
+		if loaded, ok = c.load(t, pr, chain, ipt, nfp); !ok {
+			return "not compiled", 0, nil
+		}
+		defer closeAll(loaded)
+		c.pairs++
+	}
 	bad := 0
 	for _, a := range txlateProbes([]*ir.Program{ipt, nfp}, meta, 200) {
 		vi, err1 := txlateEval(ipt, a.Frame, a.Meta)
@@ -356,6 +458,40 @@ func comparePair(t *testing.T, pr *txlatePair) (skip string, nprobes int, exclud
 			t.Fatalf("%s: decode: %v %v", pr.pos, err1, err2)
 		}
 		nprobes++
+		if loaded != nil && expectedDifference(pr, vi, loads) == "" {
+			c.probes++
+			iface := a.Meta.InIface
+			if chain == "OUTPUT" {
+				iface = a.Meta.OutIface
+			}
+			var vs []ir.Verdict
+			for _, l := range loaded {
+				o, err := l.Run(a.Frame, iface)
+				if err != nil && l.Program.Hook != codegen.HookXDP && errors.Is(err, unix.EINVAL) && shortIPHeader(a.Frame) {
+					break // a tc test run refuses it; xdp runs have such frames
+				}
+				if err != nil {
+					t.Fatalf("%s: test run of %d bytes on %s (%s): %v", pr.pos, len(a.Frame), iface, chain, err)
+				}
+				vs = append(vs, o.Verdict)
+			}
+			if len(vs) < 2 {
+				c.probes--
+				c.refused++
+				continue
+			}
+			// A compiled REJECT may show as a drop to the test run.
+			evalOK := vs[0] == vi.verdict || vi.verdict == ir.VerdictReject && vs[0] == ir.VerdictDrop
+			if vs[0] != vs[1] || !evalOK {
+				if bad++; bad <= 3 {
+					t.Errorf("%s: %s %s\n  nft %s\n  packet %+v\n  compiled iptables %v, compiled nft %v, ir.Eval %v",
+						pr.pos, pr.tool, pr.args, strings.Join(pr.nft, "; "), *vi.pkt, vs[0], vs[1], vi.verdict)
+				}
+			}
+		}
+		if c != nil {
+			continue // the ir comparison is TestTxlatePairs'
+		}
 		if vi.verdict == vn.verdict && vi.matched == vn.matched {
 			continue
 		}
