@@ -3,6 +3,7 @@ package codegen
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -25,6 +26,19 @@ const (
 	LogCapture = 512
 	// logRingSize is the ring buffer's size: some 1900 events.
 	logRingSize = 1 << 20
+	// logWakeBytes is how full the ring buffer gets before an event wakes
+	// its reader up; readers poll too (LogPoll).
+	logWakeBytes = 64 << 10
+	// LogPoll is how often a reader should look for events that did not
+	// wake it up.
+	LogPoll = 100 * time.Millisecond
+)
+
+// Flags of the ring buffer helpers.
+const (
+	rbAvailData   = 0 // BPF_RB_AVAIL_DATA
+	rbNoWakeup    = 1 // BPF_RB_NO_WAKEUP
+	rbForceWakeup = 2 // BPF_RB_FORCE_WAKEUP
 )
 
 // Layout of a LogRecord in the ring buffer, host byte order.
@@ -37,6 +51,9 @@ const (
 	logTime    = 24 // u64 bpf_ktime_get_ns
 	logData    = 32 // the first CapLen bytes of the frame
 	logSize    = logData + LogCapture
+	// logRecordLen is what a record takes in the ring: its 8-byte header
+	// and the record, 8-byte aligned.
+	logRecordLen = 8 + logSize
 )
 
 // LogRecord is one event of a LOG rule.
@@ -171,9 +188,23 @@ func (c *compiler) logEvent(r *ir.Rule) {
 		st(asm.R7, logCapLen, asm.R8, asm.Word),
 	)
 	b.mark(copied)
+	// A wakeup costs more than the event (an interrupt, in a VM an exit):
+	// the event that fills the ring past logWakeBytes wakes the reader,
+	// which otherwise finds the events when it polls. (The data available
+	// counts this event, reserved.)
+	submit := ruleLabel(r) + "_log_submit"
+	b.emit(
+		mapRef(asm.R1, LogMap),
+		mov(asm.R2, rbAvailData),
+		asm.FnRingbufQuery.Call(),
+		mov(asm.R2, rbNoWakeup),
+		asm.JLT.Imm(asm.R0, logWakeBytes, submit),
+		asm.JGE.Imm(asm.R0, logWakeBytes+logRecordLen, submit),
+		mov(asm.R2, rbForceWakeup),
+	)
+	b.mark(submit)
 	b.emit(
 		movr(asm.R1, asm.R7),
-		mov(asm.R2, 0),
 		asm.FnRingbufSubmit.Call(),
 		ja(done),
 	)

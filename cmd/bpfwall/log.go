@@ -36,9 +36,9 @@ type logEvent struct {
 	Error string `json:"error,omitempty"`
 }
 
-// logPoll is how often a reader waiting for events checks whether its
-// filter was swapped and whether events were lost.
-const logPoll = 250 * time.Millisecond
+// logPoll is how often a reader looks for events that did not wake it up,
+// and checks whether its filter was swapped and whether events were lost.
+const logPoll = codegen.LogPoll
 
 // runLog prints the events of the LOG rules of this namespace's filters
 // as the kernel's LOG target prints them, until interrupted, --count
