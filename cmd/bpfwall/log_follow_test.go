@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestLogFollowsSwap runs `bpfwall log` as an operator would while the
+// filter is swapped: it prints the old program's event with the old rule's
+// position, then the new program's with the new one's, as text.
+func TestLogFollowsSwap(t *testing.T) {
+	bin := buildBpfwall(t)
+	peer := freshNetns(t)
+	c := cli{t, bin}
+	dir := t.TempDir()
+	write := func(name, prefix string, pad int) string {
+		path := filepath.Join(dir, name)
+		src := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+			strings.Repeat("-A INPUT -p tcp -m tcp --dport 9 -j DROP\n", pad) +
+			"-A INPUT -p udp -m udp --dport 5001 -j LOG --log-prefix \"" + prefix + "\"\nCOMMIT\n"
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	one, two := write("one.rules", "one: ", 0), write("two.rules", "two: ", 2)
+	c.ok("", "load", "-i", "veth1", one)
+
+	cmd := exec.Command(bin, "log", "--count", "2", "--timeout", "30s")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := bufio.NewScanner(stdout)
+	next := func() string {
+		if !lines.Scan() {
+			t.Fatalf("bpfwall log ended early: %v", lines.Err())
+		}
+		return lines.Text()
+	}
+
+	if got := sendUDP(t, peer, 5001, 1); got != 1 {
+		t.Fatalf("udp/5001: %d of 1 arrived", got)
+	}
+	first := next()
+	c.ok("", "load", "-i", "veth1", two)
+	if got := sendUDP(t, peer, 5001, 1); got != 1 {
+		t.Fatalf("udp/5001 after the swap: %d of 1 arrived", got)
+	}
+	second := next()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("bpfwall log: %v", err)
+	}
+	// 32 bytes of data: LEN=60 for IP, 40 for UDP.
+	line := `IN=veth1 OUT= MAC=([0-9a-f]{2}:){13}[0-9a-f]{2} SRC=10\.9\.0\.1 DST=10\.9\.0\.2 LEN=60 TOS=0x00 PREC=0x00 TTL=64 ID=\d+ DF PROTO=UDP SPT=\d+ DPT=5001 LEN=40 $`
+	for _, c := range []struct{ got, want string }{
+		{first, "^" + regexp.QuoteMeta(one) + `:5: one: ` + line},
+		{second, "^" + regexp.QuoteMeta(two) + `:7: two: ` + line},
+	} {
+		if !regexp.MustCompile(c.want).MatchString(c.got) {
+			t.Errorf("bpfwall log printed\n%q\nwant\n%q", c.got, c.want)
+		}
+	}
+	c.ok("", "unload")
+}
