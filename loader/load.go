@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
 
 	"bpfwall/codegen"
 	"bpfwall/ir"
@@ -25,6 +26,7 @@ type Loaded struct {
 	prog    *ebpf.Program
 	// VerifiedInsns is the number of instructions the verifier processed.
 	VerifiedInsns int
+	logReader     *ringbuf.Reader // see Logged
 }
 
 // ErrTooLarge is returned, wrapped, when the verifier gives up on a program
@@ -79,7 +81,12 @@ func tooLarge(err *ebpf.VerifierError) bool {
 }
 
 // Close releases the program and its maps.
-func (l *Loaded) Close() { l.coll.Close() }
+func (l *Loaded) Close() {
+	if l.logReader != nil {
+		l.logReader.Close()
+	}
+	l.coll.Close()
+}
 
 // Counters returns every rule's counters summed over CPUs, indexed by rule
 // ID; the last entry counts the entry chain's policy.

@@ -163,3 +163,35 @@ func ProgramAt(p Place) (ebpf.ProgramID, error) {
 	defer prog.Close()
 	return programID(prog), nil
 }
+
+// Logged returns the events of the program's LOG rules since the last
+// call, for test runs; none when it has no LOG rules.
+func (l *Loaded) Logged() ([]codegen.LogRecord, error) {
+	ring := l.coll.Maps[codegen.LogMap]
+	if ring == nil {
+		return nil, nil
+	}
+	if l.logReader == nil {
+		rd, err := ringbuf.NewReader(ring)
+		if err != nil {
+			return nil, fmt.Errorf("read log: %w", err)
+		}
+		l.logReader = rd
+	}
+	var out []codegen.LogRecord
+	l.logReader.SetDeadline(time.Now())
+	for {
+		rec, err := l.logReader.Read()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read log: %w", err)
+		}
+		r, err := codegen.ParseLogRecord(rec.RawSample)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+}

@@ -21,6 +21,9 @@ type traceLine struct {
 	Chain   string `json:"chain,omitempty"`
 	Hotdrop bool   `json:"hotdrop,omitempty"`
 	Skipped string `json:"skipped,omitempty"`
+	// Logged are the LOG rules that logged the packet ("file:line"), in
+	// order.
+	Logged []string `json:"logged,omitempty"`
 }
 
 func runTrace(args []string, stdout, stderr io.Writer) error {
@@ -97,7 +100,16 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := enc.Encode(describe(prog, out)); err != nil {
+		line := describe(prog, out)
+		logged, err := l.Logged()
+		if err != nil {
+			return err
+		}
+		for _, ev := range logged {
+			r := prog.IR.Rules[ev.Rule]
+			line.Logged = append(line.Logged, rules.Pos{File: r.Pos.File, Line: r.Pos.Line}.String())
+		}
+		if err := enc.Encode(line); err != nil {
 			return err
 		}
 	}
