@@ -172,6 +172,16 @@ func checkTrace(t *testing.T, tag string, c logCase, frames [][]byte, kernel []k
 // (net.netfilter.nf_log_all_netns, in the initial namespace) until the
 // test ends.
 func allowNetnsLogging(t *testing.T) {
+	// Runs of this test in other processes (other checkouts) must not
+	// restore the old value while this one runs: they take turns.
+	lock, err := os.OpenFile("/run/bpfwall-log-test.lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lock.Close() })
 	const path = "/proc/sys/net/netfilter/nf_log_all_netns"
 	old, err := os.ReadFile(path)
 	if err != nil {
