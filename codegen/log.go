@@ -115,7 +115,7 @@ func (c *compiler) checkLog(r *ir.Rule, a ir.Log) string {
 		// nf_log_dump_sk_uid_gid prints the fsuid and fsgid of the
 		// socket's file: no packet hook can read them (and at INPUT the
 		// socket is the one early demux found, if any).
-		return "--log-uid (the socket's owner) is not supported: the hook cannot read the uid and gid of the socket's file"
+		return "--log-uid (nft: log flags skuid, or all) is not supported: the hook cannot read the uid and gid of the socket's file"
 	case c.hook == HookTCEgress && chain != "OUTPUT" && chain != "POSTROUTING":
 		return fmt.Sprintf("LOG in chain %s is not supported on %s: the line names the input interface, which the hook does not know", chain, c.hook)
 	case c.hook != HookTCEgress && chain != "INPUT" && chain != "PREROUTING":

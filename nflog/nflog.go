@@ -49,6 +49,11 @@ var ErrShortCapture = errors.New("packet headers beyond the captured bytes")
 // ErrNotIP is returned for a frame that carries neither IPv4 nor IPv6.
 var ErrNotIP = errors.New("not an IP packet")
 
+// ErrVLAN is returned, wrapped, with the line of a frame that carries a
+// VLAN tag: netfilter sees it on the VLAN's device, whose name the line
+// cannot know.
+var ErrVLAN = errors.New("VLAN-tagged frame: netfilter names the VLAN device")
+
 // logBufSize is S_SIZE of nf_log.c: the line, with the two bytes of its
 // printk level, is cut to one byte less than this.
 const logBufSize = 1024 - (4 + 1)
@@ -93,6 +98,9 @@ func Line(p Packet, r Rule) (string, error) {
 	s = s[2:]
 	if d.short {
 		return s, fmt.Errorf("format logged packet: %w (%d of %d bytes)", ErrShortCapture, len(p.Frame), p.Len)
+	}
+	if l3 != 14 {
+		return s, fmt.Errorf("format logged packet: %w", ErrVLAN)
 	}
 	return s, nil
 }

@@ -155,3 +155,17 @@ func TestLongLine(t *testing.T) {
 		t.Errorf("line of %d bytes, want 1016 (S_SIZE - 1, less the level)", len(got))
 	}
 }
+
+// TestVLAN checks that a tagged frame's line is flagged: netfilter sees
+// it on the VLAN device, with its MAC header rebuilt without the tag.
+func TestVLAN(t *testing.T) {
+	c := readKernelCases(t)[0]
+	tagged := append(append(append([]byte{}, c.frame[:12]...), 0x81, 0x00, 0x00, 0x64), c.frame[12:]...)
+	got, err := nflog.Line(nflog.Packet{In: c.in, Out: c.out, Frame: tagged, Len: len(tagged)}, c.rule)
+	if !errors.Is(err, nflog.ErrVLAN) {
+		t.Errorf("tagged frame: error %v, want ErrVLAN", err)
+	}
+	if got != c.line {
+		t.Errorf("tagged frame:\n got %q\nwant %q", got, c.line)
+	}
+}
