@@ -112,6 +112,8 @@ func (p *Program) TraceState(st *State, pkt *Packet, counted func(*Rule)) Result
 			return Result{Verdict: VerdictDrop, Rule: r, Chain: c.Name}
 		case Reject:
 			return Result{Verdict: VerdictReject, Rule: r, Chain: c.Name}
+		case TProxy:
+			return Result{Verdict: VerdictTProxy, Rule: r, Chain: c.Name}
 		case Return:
 			if len(stack) == 0 {
 				return policy

@@ -103,6 +103,16 @@ func (p *Program) appendAction(b []byte, a Action) []byte {
 			b = fmt.Appendf(b, " flags %#x", a.Flags)
 		}
 		return b
+	case TProxy:
+		b = fmt.Appendf(b, "TPROXY %s", rules.ProtoName(a.Proto))
+		if a.Addr.IsValid() {
+			b = append(b, " "+a.Addr.String()...)
+		}
+		b = fmt.Appendf(b, " port %d", a.Port)
+		if a.Fallthrough {
+			b = append(b, " fallthrough"...)
+		}
+		return b
 	case None:
 		return append(b, "count"...)
 	}

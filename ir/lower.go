@@ -630,6 +630,8 @@ func (l *lowerer) action(r *rules.Rule) Action {
 			return None{}
 		}
 		return Reject{With: with}
+	case *rules.TProxy:
+		return l.tproxy(r, t)
 	}
 	l.errorf(r.Target.Position(), "%s target is not supported", r.Target.Name())
 	return None{}
@@ -671,4 +673,23 @@ func (l *lowerer) ownBucket(r *rules.Rule, m rules.Match) bool {
 		}
 	}
 	return true
+}
+
+// tproxy lowers -j TPROXY, with xt_TPROXY's checks: the mangle table's
+// PREROUTING hook, -p tcp or -p udp. A port of 0 (the packet's own) has no
+// single socket to steer to.
+func (l *lowerer) tproxy(r *rules.Rule, t *rules.TProxy) Action {
+	switch {
+	case l.table.Name != "mangle" || l.hook != "PREROUTING":
+		l.errorf(t.Pos, "TPROXY target is only valid in the mangle table's PREROUTING chain")
+	case r.ProtoNeg || r.Proto != protoTCP && r.Proto != protoUDP:
+		l.errorf(t.Pos, "TPROXY target requires -p tcp or -p udp")
+	case t.Port == 0:
+		l.errorf(t.Pos, "TPROXY --on-port 0 (the packet's own port) is not supported: bpfwall steers to one socket per rule")
+	case t.Addr.IsValid() && (t.Addr.Is4() != (l.fam == rules.IPv4)):
+		l.errorf(t.Pos, "TPROXY --on-ip %s is not an %s address", t.Addr, l.fam)
+	default:
+		return TProxy{Proto: r.Proto, Addr: t.Addr, Port: t.Port, Fallthrough: t.NFT}
+	}
+	return None{}
 }

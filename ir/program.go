@@ -2,6 +2,7 @@ package ir
 
 import (
 	"fmt"
+	"net/netip"
 
 	"bpfwall/rules"
 )
@@ -87,6 +88,17 @@ type Log struct {
 	Flags  uint8 // rules.LogTCPSeq, ...
 }
 
+// TProxy steers the packet to the socket on Addr:Port of protocol Proto
+// (xt_TPROXY; Addr invalid: --on-ip not given). The socket is found when
+// the program runs; with none, iptables drops the packet, while nft's
+// tproxy statement (Fallthrough) goes on to the next rule.
+type TProxy struct {
+	Proto       uint8 // 6 or 17
+	Addr        netip.Addr
+	Port        uint16
+	Fallthrough bool
+}
+
 // None is a rule without a target: a matching packet is counted and goes
 // on to the next rule.
 type None struct{}
@@ -99,13 +111,16 @@ func (Jump) isAction()   {}
 func (Goto) isAction()   {}
 func (Log) isAction()    {}
 func (None) isAction()   {}
+func (TProxy) isAction() {}
 
 // Terminal reports whether a matching rule with action a ends the
 // evaluation of its chain (ACCEPT, DROP, REJECT, RETURN).
 func Terminal(a Action) bool {
-	switch a.(type) {
+	switch a := a.(type) {
 	case Accept, Drop, Reject, Return:
 		return true
+	case TProxy:
+		return !a.Fallthrough
 	}
 	return false
 }
@@ -117,6 +132,9 @@ const (
 	VerdictAccept Verdict = iota + 1
 	VerdictDrop
 	VerdictReject
+	// VerdictTProxy: the packet goes to the socket of the deciding
+	// TProxy rule (which the reference evaluator assumes exists).
+	VerdictTProxy
 )
 
 func (v Verdict) String() string {
@@ -127,6 +145,8 @@ func (v Verdict) String() string {
 		return "DROP"
 	case VerdictReject:
 		return "REJECT"
+	case VerdictTProxy:
+		return "TPROXY"
 	}
 	return fmt.Sprintf("Verdict(%d)", uint8(v))
 }

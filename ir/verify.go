@@ -123,6 +123,10 @@ func (v *verifier) rule(ci int, r *Rule, seen []bool) {
 		if a.With == "" {
 			v.errorf("r%d: REJECT without --reject-with", r.ID)
 		}
+	case TProxy:
+		if a.Proto != 6 && a.Proto != 17 || a.Port == 0 {
+			v.errorf("r%d: TPROXY to %s port %d", r.ID, rules.ProtoName(a.Proto), a.Port)
+		}
 	case Accept, Drop, Return, Log, None:
 	default:
 		v.errorf("r%d: unknown action %T", r.ID, r.Action)

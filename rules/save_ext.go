@@ -343,6 +343,27 @@ func (t *Reject) appendSave(b []byte) []byte {
 	return append(b, t.With...)
 }
 
+// appendSave prints every option, as libxt_TPROXY's save does: the
+// unspecified address when --on-ip was not given.
+func (t *TProxy) appendSave(b []byte) []byte {
+	b = appendJump(b, "TPROXY")
+	b = append(b, " --on-port "...)
+	b = appendUint(b, uint64(t.Port))
+	b = append(b, " --on-ip "...)
+	switch {
+	case t.Addr.IsValid():
+		b = append(b, t.Addr.String()...)
+	case t.Family == IPv6:
+		b = append(b, "::"...)
+	default:
+		b = append(b, "0.0.0.0"...)
+	}
+	b = append(b, " --tproxy-mark 0x"...)
+	b = strconv.AppendUint(b, uint64(t.Mark), 16)
+	b = append(b, "/0x"...)
+	return strconv.AppendUint(b, uint64(t.Mask), 16)
+}
+
 // logDefaultLevel is the level iptables-save leaves out (LOG_WARNING).
 const logDefaultLevel = 4
 

@@ -1,5 +1,7 @@
 package rules
 
+import "net/netip"
+
 // Target is what a rule does when it matches ("-j name ..." or "-g chain").
 // The set of kinds is closed.
 type Target interface {
@@ -56,6 +58,21 @@ type Log struct {
 	Flags  uint8
 }
 
+// TProxy is -j TPROXY (xt_TPROXY revision 1): the packet goes to the
+// socket on Addr:Port (Addr invalid: --on-ip not given, the address the
+// packet arrived on), with the packet mark set to (mark & ^Mask) ^ Mark.
+// Only in the mangle table's PREROUTING chain, for -p tcp or -p udp.
+type TProxy struct {
+	Located
+	Family     Family // of the rule set, for printing the unspecified address
+	Port       uint16
+	Addr       netip.Addr
+	Mark, Mask uint32
+	// NFT is set for nft's tproxy statement, which goes on to the next
+	// rule when there is no socket instead of dropping the packet.
+	NFT bool
+}
+
 // GenericTarget is any other target, kept by name and options.
 type GenericTarget struct {
 	Located
@@ -70,4 +87,5 @@ func (t *Jump) Name() string          { return t.Chain }
 func (t *Goto) Name() string          { return t.Chain }
 func (t *Reject) Name() string        { return "REJECT" }
 func (t *Log) Name() string           { return "LOG" }
+func (t *TProxy) Name() string        { return "TPROXY" }
 func (t *GenericTarget) Name() string { return t.Target }
