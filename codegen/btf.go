@@ -34,6 +34,9 @@ func (c *compiler) ctxType() *btf.Pointer {
 	if c.hook.tc() {
 		return &btf.Pointer{Target: &btf.Struct{Name: "__sk_buff"}}
 	}
+	if c.hook == HookSkLookup {
+		return &btf.Pointer{Target: &btf.Struct{Name: "bpf_sk_lookup"}}
+	}
 	return &btf.Pointer{Target: &btf.Struct{Name: "xdp_md"}}
 }
 

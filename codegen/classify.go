@@ -120,8 +120,13 @@ type segmentPlan struct {
 
 // eligible reports whether r can be classified, with its normal form.
 func (c *compiler) eligible(r *ir.Rule) (ir.Form, bool) {
-	switch r.Action.(type) {
+	switch a := r.Action.(type) {
 	case ir.Accept, ir.Drop, ir.Return:
+	case ir.TProxy:
+		// An ACCEPT to the classifier: main tells them apart.
+		if a.Fallthrough {
+			return ir.Form{}, false
+		}
 	default:
 		return ir.Form{}, false
 	}
@@ -138,7 +143,7 @@ func (c *compiler) eligible(r *ir.Rule) (ir.Form, bool) {
 
 func kindOf(a ir.Action) uint32 {
 	switch a.(type) {
-	case ir.Accept:
+	case ir.Accept, ir.TProxy:
 		return kindAccept
 	case ir.Drop:
 		return kindDrop

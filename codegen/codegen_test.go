@@ -20,7 +20,7 @@ func TestParseHook(t *testing.T) {
 		{"xdp", codegen.HookXDP, true},
 		{"tc-ingress", codegen.HookTCIngress, true},
 		{"tc-egress", codegen.HookTCEgress, true},
-		{"sk-lookup", 0, false},
+		{"sk-lookup", codegen.HookSkLookup, true},
 		{"XDP", 0, false},
 		{"", 0, false},
 	} {

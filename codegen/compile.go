@@ -99,7 +99,11 @@ func (c *compiler) program() (asm.Instructions, error) {
 	for _, cb := range chains {
 		root.splice(cb)
 	}
-	c.parse()
+	if c.hook == HookSkLookup {
+		c.parseLookup()
+	} else {
+		c.parse()
+	}
 	return root.finish()
 }
 
@@ -231,13 +235,17 @@ func (c *compiler) main() {
 		ja(symMainEnd),
 	)
 	b.mark("ruled")
+	accepted := symMainEnd
+	if c.hook == HookSkLookup {
+		accepted = symSteer // an ACCEPT, or a TPROXY to steer
+	}
 	b.emit(
 		movr(asm.R8, asm.R0),
 		asm.RSh.Imm(asm.R8, codeShift),
 		asm.And.Imm(asm.R0, codeMask),
 		mov(asm.R7, DecidedByRule),
 		mov(asm.R9, c.hook.pass()),
-		asm.JEq.Imm(asm.R0, codeAccept, symMainEnd),
+		asm.JEq.Imm(asm.R0, codeAccept, accepted),
 		mov(asm.R9, c.hook.drop()),
 		asm.JEq.Imm(asm.R0, codeDrop, symMainEnd),
 		mov(asm.R7, Hotdrop),
@@ -258,6 +266,9 @@ func (c *compiler) main() {
 		movr(asm.R0, asm.R9),
 		asm.Return(),
 	)
+	if c.hook == HookSkLookup {
+		c.steer()
+	}
 }
 
 // code is the return value of a chain function for a rule's decision.
@@ -412,6 +423,9 @@ func (c *compiler) rule(r *ir.Rule, next string) {
 		b.emit(mov(asm.R0, code(r, codeAccept)), asm.Return())
 	case ir.Drop:
 		b.emit(mov(asm.R0, code(r, codeDrop)), asm.Return())
+	case ir.TProxy:
+		// main finds the rule's socket in TargetsMap and SocketsMap.
+		b.emit(mov(asm.R0, code(r, codeAccept)), asm.Return())
 	case ir.Return:
 		b.emit(mov(asm.R0, codeReturn), asm.Return())
 	case ir.Jump:

@@ -11,9 +11,12 @@ const (
 	HookXDP Hook = iota
 	HookTCIngress
 	HookTCEgress
+	// HookSkLookup is the socket lookup of a network namespace
+	// (BPF_PROG_TYPE_SK_LOOKUP): the program sees a lookup, not a packet.
+	HookSkLookup
 )
 
-var hookNames = []string{"xdp", "tc-ingress", "tc-egress"}
+var hookNames = []string{"xdp", "tc-ingress", "tc-egress", "sk-lookup"}
 
 func (h Hook) String() string {
 	if int(h) < len(hookNames) {
@@ -29,7 +32,7 @@ func ParseHook(name string) (Hook, error) {
 			return Hook(i), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown hook %q (want xdp, tc-ingress or tc-egress)", name)
+	return 0, fmt.Errorf("unknown hook %q (want xdp, tc-ingress, tc-egress or sk-lookup)", name)
 }
 
 // valid reports whether h is one of the hooks.
@@ -44,19 +47,27 @@ const (
 	xdpPass   = 2 // XDP_PASS
 	tcActOK   = 0 // TC_ACT_OK
 	tcActShot = 2 // TC_ACT_SHOT
+	skDrop    = 0 // SK_DROP
+	skPass    = 1 // SK_PASS
 )
 
 // pass and drop are the program's return codes for ACCEPT and DROP.
 func (h Hook) pass() int32 {
-	if h == HookXDP {
+	switch h {
+	case HookXDP:
 		return xdpPass
+	case HookSkLookup:
+		return skPass
 	}
 	return tcActOK
 }
 
 func (h Hook) drop() int32 {
-	if h == HookXDP {
+	switch h {
+	case HookXDP:
 		return xdpDrop
+	case HookSkLookup:
+		return skDrop
 	}
 	return tcActShot
 }

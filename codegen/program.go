@@ -91,6 +91,8 @@ const (
 	Hotdrop         = 3 // a match of Rule found its header cut short and dropped the packet
 	SkippedInvalid  = 4 // dropped: the IP layer drops it before netfilter would see it
 	SkippedNotIP    = 5 // passed: not IP, or the other family
+	NoSocket        = 6 // sk-lookup: dropped, Rule's TPROXY socket does not exist
+	AssignFailed    = 7 // sk-lookup: dropped, Rule's socket does not fit the lookup
 )
 
 // maxInstructions is the kernel's limit on the size of a program
@@ -160,6 +162,8 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 		typ, attach = ebpf.SchedCLS, ebpf.AttachTCXIngress
 	case HookTCEgress:
 		typ, attach = ebpf.SchedCLS, ebpf.AttachTCXEgress
+	case HookSkLookup:
+		typ, attach = ebpf.SkLookup, ebpf.AttachSkLookup
 	}
 	var flags uint32
 	if c.hook == HookXDP {
@@ -218,6 +222,11 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 			spec.Maps[m.Name] = m
 		}
 	}
+	if c.hook == HookSkLookup {
+		for _, m := range c.lookupMaps() {
+			spec.Maps[m.Name] = m
+		}
+	}
 	return spec
 }
 
@@ -260,6 +269,12 @@ func (c *compiler) check() {
 		}
 		switch a := r.Action.(type) {
 		case ir.Accept, ir.Drop, ir.Return, ir.Jump, ir.Goto, ir.None:
+		case ir.TProxy:
+			if c.hook != HookSkLookup {
+				c.errs = append(c.errs, rules.Errorf(r.Pos, "TPROXY target is only supported on sk-lookup"))
+			} else if a.Fallthrough {
+				c.errs = append(c.errs, rules.Errorf(r.Pos, "nft tproxy statement is not supported on sk-lookup"))
+			}
 		case ir.Reject:
 			c.errs = append(c.errs, rules.Errorf(r.Pos, "REJECT target is not supported on %s", c.hook))
 		case ir.Log:
@@ -274,6 +289,9 @@ func (c *compiler) check() {
 }
 
 func (c *compiler) unsupportedMatch(m ir.Match) string {
+	if c.hook == HookSkLookup {
+		return unsupportedLookupMatch(m)
+	}
 	switch m := m.(type) {
 	case ir.CTState:
 		return "conntrack state match"

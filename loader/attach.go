@@ -69,6 +69,9 @@ func attach(prog *ebpf.Program, hook codegen.Hook, iface Iface, mode XDPMode) (l
 			return nil, "", fmt.Errorf("attach %s program to %s: %w", hook, iface.Name, err)
 		}
 		return l, "", nil
+	case codegen.HookSkLookup:
+		l, err := attachNetNS(prog)
+		return l, "", err
 	}
 	return nil, "", fmt.Errorf("attach program to %s: unknown hook %s", iface.Name, hook)
 }

@@ -17,6 +17,10 @@ type Options struct {
 	// VerifierLog keeps the verifier's complete log of a rejected program
 	// (slower; the summary is always there).
 	VerifierLog bool
+	// Sockets, for the sk-lookup hook, is the SOCKHASH the program looks
+	// its sockets up in (the pinned one a swap keeps); a new, empty one
+	// when nil.
+	Sockets *ebpf.Map
 }
 
 // Loaded is a compiled program loaded into the kernel, not attached.
@@ -48,6 +52,9 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 	copts := ebpf.CollectionOptions{}
 	if opts.VerifierLog {
 		copts.Programs.LogLevel = ebpf.LogLevelBranch | ebpf.LogLevelStats
+	}
+	if opts.Sockets != nil {
+		copts.MapReplacements = map[string]*ebpf.Map{codegen.SocketsMap: opts.Sockets}
 	}
 	coll, err := ebpf.NewCollectionWithOptions(p.Spec, copts)
 	if err != nil {

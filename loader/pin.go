@@ -28,7 +28,10 @@ const (
 	pinIfaces   = "ifaces"
 	pinBase     = "base"  // counters carried over from earlier programs
 	pinMeta     = "meta"  // the Meta, as JSON
-	pinLink     = "link_" // + ifindex
+	pinLink     = "link_" // + ifindex; link_0 is a netns link (sk-lookup)
+	// pinSockets is the sk-lookup hook's SOCKHASH, which every program
+	// swapped in there shares.
+	pinSockets = "sockets"
 	// newSuffix marks a pin made by a swap that has not committed yet.
 	// (bpffs refuses names with dots.)
 	newSuffix = "_new"
@@ -82,7 +85,7 @@ func NetNS() (uint64, error) {
 // hook order.
 func Places(root string, netns uint64) ([]Place, error) {
 	var out []Place
-	for _, h := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress, codegen.HookTCEgress} {
+	for _, h := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress, codegen.HookTCEgress, codegen.HookSkLookup} {
 		p := Place{Root: root, NetNS: netns, Hook: h}
 		if _, err := os.Stat(filepath.Join(p.Dir(), pinProgram)); err == nil {
 			out = append(out, p)

@@ -38,21 +38,30 @@ func (l *Loaded) Run(frame []byte, iface string) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, err
 	}
+	d, err := l.takeDecision()
+	if err != nil {
+		return Outcome{}, err
+	}
+	return Outcome{Verdict: v, Decision: d}, nil
+}
+
+// takeDecision reads the decision of the last test run and clears it.
+func (l *Loaded) takeDecision() (codegen.Decision, error) {
 	var perCPU []codegen.Decision
 	if err := l.coll.Maps[codegen.DecisionMap].Lookup(uint32(0), &perCPU); err != nil {
-		return Outcome{}, fmt.Errorf("read decision: %w", err)
+		return codegen.Decision{}, fmt.Errorf("read decision: %w", err)
 	}
 	// The test run happens on this CPU; the other slots hold older
 	// decisions, so the run's is found by clearing them first.
-	out := Outcome{Verdict: v}
+	var out codegen.Decision
 	for _, d := range perCPU {
 		if d.Kind != 0 {
-			out.Decision = d
+			out = d
 		}
 	}
 	zero := make([]codegen.Decision, len(perCPU))
 	if err := l.coll.Maps[codegen.DecisionMap].Put(uint32(0), zero); err != nil {
-		return Outcome{}, fmt.Errorf("clear decision: %w", err)
+		return codegen.Decision{}, fmt.Errorf("clear decision: %w", err)
 	}
 	return out, nil
 }
@@ -77,10 +86,17 @@ const (
 	xdpPass   = 2
 	tcActOK   = 0
 	tcActShot = 2
+	skDrop    = 0
+	skPass    = 1
 )
 
 func verdict(h codegen.Hook, ret uint32) (ir.Verdict, error) {
 	switch {
+	case h == codegen.HookSkLookup && ret == skPass:
+		return ir.VerdictAccept, nil
+	case h == codegen.HookSkLookup && ret == skDrop:
+		return ir.VerdictDrop, nil
+	case h == codegen.HookSkLookup:
 	case h == codegen.HookXDP && ret == xdpPass, h != codegen.HookXDP && ret == tcActOK:
 		return ir.VerdictAccept, nil
 	case h == codegen.HookXDP && ret == xdpDrop, h != codegen.HookXDP && ret == tcActShot:

@@ -48,6 +48,8 @@ type Result struct {
 	Attached []Iface        // interfaces attached by this swap
 	// Critical is how long the links took to switch programs.
 	Critical time.Duration
+	// Sockets are the sk-lookup rules' sockets, found or not.
+	Sockets []SocketState
 }
 
 // ErrChanged is returned, wrapped, when the filter is not the one a
@@ -88,6 +90,7 @@ func (s *Swap) Run() (*Result, error) {
 	}
 	res.Program = programID(b.loaded.prog)
 	res.Attached = b.attached
+	res.Sockets = b.sockets
 	defer b.close()
 
 	// Critical section: the links switch to the new program one by one,
@@ -174,6 +177,10 @@ type build struct {
 	links      map[int]link.Link // new links, on interfaces not yet filtered
 	attached   []Iface
 	logPins    []string // the pins of the LOG rules' maps, if it has any
+	// newPins are pins besides the program's, the maps' and the links'
+	// that commit moves into place (a first sk-lookup filter's sockets).
+	newPins []string
+	sockets []SocketState
 }
 
 // build loads, fills and pins the new filter, and attaches it to the
@@ -190,6 +197,12 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 	attached := make(map[int]bool)
 	if old != nil {
 		for _, i := range old.ifindexes() {
+			if i == netnsIndex && s.Program.Hook == codegen.HookSkLookup {
+				b.keep = append(b.keep, i)
+				attached[i] = true
+				ifaces = append(ifaces, netnsIface)
+				continue
+			}
 			ifi, err := net.InterfaceByIndex(i)
 			if err != nil {
 				b.gone = append(b.gone, i)
@@ -212,17 +225,25 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		attached[ifi.Index] = true
 		add = append(add, Iface{Index: ifi.Index, Name: ifi.Name})
 	}
+	lookup := s.Program.Hook == codegen.HookSkLookup
+	if lookup && !attached[netnsIndex] {
+		add = append(add, netnsIface)
+	}
 	if len(ifaces)+len(add) == 0 {
 		return b, errors.New("no interface to attach to")
 	}
 
-	if b.loaded, err = Load(s.Program, Options{}); err != nil {
-		return b, err
-	}
-	for _, ifc := range append(ifaces, add...) {
-		if err := b.loaded.SetIface(uint32(ifc.Index), ifc.Name); err != nil {
+	if !lookup {
+		if b.loaded, err = Load(s.Program, Options{}); err != nil {
 			return b, err
 		}
+		for _, ifc := range append(ifaces, add...) {
+			if err := b.loaded.SetIface(uint32(ifc.Index), ifc.Name); err != nil {
+				return b, err
+			}
+		}
+	} else if err := b.loadLookup(s.Program); err != nil {
+		return b, err
 	}
 	n := len(s.Program.IR.Rules) + 1
 	b.counters = s.Counters
@@ -283,6 +304,7 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 func (b *build) commit(old *Active) error {
 	names := []string{pinProgram}
 	names = append(names, b.logPins...)
+	names = append(names, b.newPins...)
 	names = append(names, mapPins...)
 	for i := range b.links {
 		names = append([]string{filepath.Base(linkPin(b.dir, i))}, names...)

@@ -26,9 +26,9 @@ type compileFlags struct {
 
 func (f *compileFlags) register(fs *flag.FlagSet) {
 	f.inputFlags.register(fs)
-	fs.StringVar(&f.hook, "hook", "xdp", "attach point: xdp, tc-ingress or tc-egress")
-	fs.StringVar(&f.chain, "chain", "", "chain to compile (default INPUT, OUTPUT for tc-egress)")
-	fs.StringVar(&f.table, "table", "filter", "table of the chain")
+	fs.StringVar(&f.hook, "hook", "xdp", "attach point: xdp, tc-ingress, tc-egress or sk-lookup")
+	fs.StringVar(&f.chain, "chain", "", "chain to compile (default INPUT, OUTPUT for tc-egress, PREROUTING for sk-lookup)")
+	fs.StringVar(&f.table, "table", "", "table of the chain (default filter, mangle for sk-lookup)")
 	fs.BoolVar(&f.o0, "O0", false, "the plain rule-by-rule program")
 	fs.BoolVar(&f.o1, "O1", false, "all optimizations (the default)")
 }
@@ -42,18 +42,27 @@ func (f *compileFlags) compile(file string, stderr io.Writer) (*codegen.Program,
 	if f.o0 && f.o1 {
 		return nil, fmt.Errorf("%w: -O0 and -O1 exclude each other", errUsage)
 	}
-	chain := f.chain
+	chain, table := f.chain, f.table
 	if chain == "" {
 		chain = "INPUT"
-		if hook == codegen.HookTCEgress {
+		switch hook {
+		case codegen.HookTCEgress:
 			chain = "OUTPUT"
+		case codegen.HookSkLookup:
+			chain = "PREROUTING"
+		}
+	}
+	if table == "" {
+		table = "filter"
+		if hook == codegen.HookSkLookup {
+			table = "mangle"
 		}
 	}
 	rs, err := f.load(file, stderr)
 	if err != nil {
 		return nil, err
 	}
-	prog, err := ir.Lower(rs, ir.LowerOptions{Table: f.table, Chain: chain})
+	prog, err := ir.Lower(rs, ir.LowerOptions{Table: table, Chain: chain})
 	if err != nil {
 		return nil, err
 	}

@@ -94,7 +94,8 @@ func findTargets(hookName string, ifaces []string) ([]target, error) {
 		a, err := loader.Open(p)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
-			if len(ifaces) == 0 {
+			// sk-lookup attaches to the namespace, not to interfaces.
+			if len(ifaces) == 0 && p.Hook != codegen.HookSkLookup {
 				return nil, fmt.Errorf("no %s filter is loaded in this network namespace; name interfaces with -i", p.Hook)
 			}
 		case err != nil:
@@ -139,13 +140,19 @@ func (t target) chain(flag string) string {
 		return t.snap.Meta.Chain
 	case t.place.Hook == codegen.HookTCEgress:
 		return "OUTPUT"
+	case t.place.Hook == codegen.HookSkLookup:
+		return "PREROUTING"
 	}
 	return "INPUT"
 }
 
 // compileFor lowers and compiles rs's chain for t's hook.
 func compileFor(rs *rules.Ruleset, t target, chain string) (*codegen.Program, error) {
-	p, err := ir.Lower(rs, ir.LowerOptions{Chain: chain})
+	table := "filter"
+	if t.place.Hook == codegen.HookSkLookup {
+		table = "mangle"
+	}
+	p, err := ir.Lower(rs, ir.LowerOptions{Table: table, Chain: chain})
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +170,7 @@ type swapFlags struct {
 
 func (f *swapFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.ifaces, "i", "attach to `IFACE` (repeatable)")
-	fs.StringVar(&f.hook, "hook", "", "xdp, tc-ingress or tc-egress (default xdp; without -i, every loaded filter)")
+	fs.StringVar(&f.hook, "hook", "", "xdp, tc-ingress, tc-egress or sk-lookup (default xdp; without -i, every loaded filter)")
 	fs.StringVar(&f.chain, "chain", "", "entry chain (default INPUT, OUTPUT for tc-egress, or the loaded filter's)")
 	fs.StringVar(&f.xdpMode, "xdp-mode", "auto", "native, generic or auto (native, falling back to generic)")
 	fs.Float64Var(&f.wait, "w", 0, "wait up to `SECS` for another bpfwall command to finish")

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+
+	"bpfwall/codegen"
 )
 
 func runLoad(args []string, stdout, stderr io.Writer) error {
@@ -20,8 +22,9 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, err)
 		return err
 	}
-	if len(files) != 1 || len(f.ifaces) == 0 {
-		fmt.Fprintln(stderr, "usage: bpfwall load -i IFACE... [--hook H] [--chain C] [--xdp-mode M] [-w SECS] (FILE | --from-kernel)")
+	// sk-lookup attaches to the network namespace: no interfaces.
+	if lookup := f.hook == codegen.HookSkLookup.String(); len(files) != 1 || (len(f.ifaces) == 0) != lookup {
+		fmt.Fprintln(stderr, "usage: bpfwall load (-i IFACE... [--hook H] | --hook sk-lookup) [--chain C] [--xdp-mode M] [-w SECS] (FILE | --from-kernel)")
 		return errUsage
 	}
 	rs, err := in.load(files[0], stderr)
@@ -49,5 +52,5 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	if *verbose {
 		describeSwap(stdout, t, res)
 	}
-	return nil
+	return reportSockets(res, stderr)
 }

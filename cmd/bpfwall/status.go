@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"bpfwall/codegen"
 	"bpfwall/loader"
 )
 
@@ -24,6 +25,8 @@ type filterStatus struct {
 	VerifiedInsns int            `json:"verified_insns"`
 	Ifaces        []ifaceStatus  `json:"ifaces"`
 	Counters      countersStatus `json:"counters"`
+	// Sockets are the sk-lookup filter's TPROXY targets.
+	Sockets []socketStatus `json:"sockets,omitempty"`
 }
 
 type ifaceStatus struct {
@@ -123,6 +126,13 @@ func statusOf(p loader.Place) (filterStatus, error) {
 		st.Counters.RuleBytes += rc.Bytes
 	}
 	st.Counters.PolicyPackets, st.Counters.PolicyBytes = c[len(c)-1].Packets, c[len(c)-1].Bytes
+	if p.Hook == codegen.HookSkLookup {
+		states, prog, err := lookupSockets(a)
+		if err != nil {
+			return filterStatus{}, err
+		}
+		st.Sockets = socketStatuses(states, prog)
+	}
 	return st, nil
 }
 
@@ -142,4 +152,5 @@ func printStatus(w io.Writer, st filterStatus) {
 	c := st.Counters
 	fmt.Fprintf(w, "  counters: %d of %d rules matched, %d packets %d bytes; policy %d packets %d bytes\n",
 		c.RulesHit, st.Rules, c.RulePackets, c.RuleBytes, c.PolicyPackets, c.PolicyBytes)
+	printSockets(w, st.Sockets)
 }

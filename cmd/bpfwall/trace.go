@@ -45,6 +45,26 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: bpfwall trace [--hook H] [--chain C] (--packets F.jsonl | --pcap F.pcap) (FILE | --from-kernel)")
 		return errUsage
 	}
+	if cf.hook == codegen.HookSkLookup.String() {
+		if *jsonl == "" {
+			fmt.Fprintln(stderr, "bpfwall trace: --hook sk-lookup runs lookups described by --packets")
+			return errUsage
+		}
+		f, err := os.Open(*jsonl)
+		if err != nil {
+			return err
+		}
+		descs, err := packets.ReadJSONL(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", *jsonl, err)
+		}
+		prog, err := cf.compile(files[0], stderr)
+		if err != nil {
+			return printErr(err, stderr)
+		}
+		return traceLookups(prog, descs, stdout)
+	}
 	type input struct {
 		frame []byte
 		iface string

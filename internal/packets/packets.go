@@ -38,6 +38,15 @@ type Desc struct {
 // Default is the packet a description starts from.
 var Default = Desc{Proto: "tcp", Src: "10.0.0.1", Dst: "10.0.0.2", SPort: 1234, DPort: 80, Iface: "eth0", TTL: 64, Len: 64}
 
+// Complete returns d with its omitted fields filled in, as Frame does.
+func (d Desc) Complete() Desc { return d.withDefaults() }
+
+// ProtoNumber is the IP protocol number d.Proto names.
+func (d Desc) ProtoNumber() (uint8, error) {
+	d = d.withDefaults()
+	return protoNumber(d.Proto, strings.Contains(d.Src, ":"))
+}
+
 // withDefaults fills in omitted fields. IPv6 addresses select IPv6
 // defaults for the other address.
 func (d Desc) withDefaults() Desc {

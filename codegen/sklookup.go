@@ -1,0 +1,309 @@
+package codegen
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"bpfwall/ir"
+	"bpfwall/rules"
+)
+
+// The sk-lookup hook: the program reads a socket lookup (struct
+// bpf_sk_lookup) instead of a packet, runs the mangle PREROUTING rules on
+// it, and steers the lookups a TPROXY rule takes to that rule's socket,
+// which the loader keeps in SocketsMap. A rule whose socket is missing
+// drops the lookup, as xt_TPROXY drops the packet; lookups the rules accept
+// (or no rule takes) go on to the kernel's own lookup.
+
+// Names of the sk-lookup maps in Spec.
+const (
+	// TargetsMap is an ARRAY from a uint32 rule ID to the SocketKey of a
+	// TPROXY rule's socket; the entries of other rules are zero.
+	TargetsMap = "targets"
+	// SocketsMap is a SOCKHASH from a SocketKey to a socket. It is filled
+	// by the loader and outlives the programs: a swap of the rule set keeps
+	// it, so the sockets stay where they are.
+	SocketsMap = "sockets"
+	// SocketsMapSize is how many sockets SocketsMap holds.
+	SocketsMapSize = 4096
+)
+
+// SocketKey names the socket a TPROXY rule steers to: protocol, family,
+// --on-ip (zero when not given) and --on-port. Family 0 is no target.
+type SocketKey struct {
+	Family uint8 // 4 or 6
+	Proto  uint8 // 6 or 17
+	Port   uint16
+	Addr   [16]byte // IPv4 in the first four bytes
+}
+
+const socketKeySize = 20
+
+// NewSocketKey is the key of a TPROXY action.
+func NewSocketKey(fam rules.Family, t ir.TProxy) SocketKey {
+	k := SocketKey{Family: 4, Proto: t.Proto, Port: t.Port}
+	if fam == rules.IPv6 {
+		k.Family = 6
+	}
+	if t.Addr.IsValid() {
+		if t.Addr.Is4() {
+			a := t.Addr.As4()
+			copy(k.Addr[:], a[:])
+		} else {
+			k.Addr = t.Addr.As16()
+		}
+	}
+	return k
+}
+
+// AddrPort is the address and port of the key; the address is the
+// unspecified one when --on-ip was not given.
+func (k SocketKey) AddrPort() netip.AddrPort {
+	var a netip.Addr
+	if k.Family == 4 {
+		a = netip.AddrFrom4([4]byte(k.Addr[:4]))
+	} else {
+		a = netip.AddrFrom16(k.Addr)
+	}
+	return netip.AddrPortFrom(a, k.Port)
+}
+
+func (k SocketKey) String() string {
+	return fmt.Sprintf("%s %s", rules.ProtoName(k.Proto), k.AddrPort())
+}
+
+// MarshalBinary is the key as the maps hold it (host byte order port).
+func (k SocketKey) MarshalBinary() ([]byte, error) {
+	b := make([]byte, socketKeySize)
+	b[0], b[1] = k.Family, k.Proto
+	binary.NativeEndian.PutUint16(b[2:], k.Port)
+	copy(b[4:], k.Addr[:])
+	return b, nil
+}
+
+// UnmarshalBinary reads a key from a map.
+func (k *SocketKey) UnmarshalBinary(b []byte) error {
+	if len(b) != socketKeySize {
+		return fmt.Errorf("socket key of %d bytes, want %d", len(b), socketKeySize)
+	}
+	k.Family, k.Proto = b[0], b[1]
+	k.Port = binary.NativeEndian.Uint16(b[2:])
+	copy(k.Addr[:], b[4:])
+	return nil
+}
+
+// Targets returns the socket of every TPROXY rule, by rule ID.
+func (p *Program) Targets() map[int]SocketKey {
+	out := make(map[int]SocketKey)
+	for _, r := range p.IR.Rules {
+		if t, ok := r.Action.(ir.TProxy); ok {
+			out[r.ID] = NewSocketKey(p.IR.Family, t)
+		}
+	}
+	return out
+}
+
+// SocketsMapSpec is the spec of SocketsMap.
+func SocketsMapSpec() *ebpf.MapSpec {
+	return &ebpf.MapSpec{
+		Name:       SocketsMap,
+		Type:       ebpf.SockHash,
+		KeySize:    socketKeySize,
+		ValueSize:  8,
+		MaxEntries: SocketsMapSize,
+	}
+}
+
+// lookupMaps are the sk-lookup hook's maps.
+func (c *compiler) lookupMaps() []*ebpf.MapSpec {
+	targets := &ebpf.MapSpec{
+		Name:       TargetsMap,
+		Type:       ebpf.Array,
+		KeySize:    4,
+		ValueSize:  socketKeySize,
+		MaxEntries: uint32(len(c.p.Rules)),
+	}
+	for _, r := range c.p.Rules {
+		if t, ok := r.Action.(ir.TProxy); ok {
+			targets.Contents = append(targets.Contents, ebpf.MapKV{Key: uint32(r.ID), Value: NewSocketKey(c.p.Family, t)})
+		}
+	}
+	return []*ebpf.MapSpec{targets, SocketsMapSpec()}
+}
+
+// Offsets in struct bpf_sk_lookup.
+const (
+	lookupFamily   = 8
+	lookupProtocol = 12
+	lookupRemote4  = 16
+	lookupRemote6  = 20
+	lookupRemPort  = 36 // __be16
+	lookupLocal4   = 40
+	lookupLocal6   = 44
+	lookupLocPort  = 60 // host order
+	lookupIfindex  = 64
+)
+
+// Address families.
+const (
+	afInet  = 2
+	afInet6 = 10
+)
+
+// parseLookup emits the sk-lookup hook's parse: it fills in the
+// bpfwall_pkt at r2 from the lookup context in r1. A lookup is a TCP or
+// UDP header that is all there: no fragment offset, the whole transport
+// header, and nothing to count in bytes.
+func (c *compiler) parseLookup() {
+	b := c.b
+	b.function(c.funcParse(), "read the socket lookup into the bpfwall_pkt at r2")
+	b.emit(
+		movr(asm.R6, asm.R1),
+		movr(asm.R7, asm.R2),
+		asm.JNE.Imm(asm.R7, 0, "lookup_family"),
+		mov(asm.R0, parseNotIP),
+		asm.Return(),
+	)
+	b.mark("lookup_family")
+	family := int32(afInet)
+	if c.p.Family == rules.IPv6 {
+		family = afInet6
+	}
+	b.emit(
+		ld(asm.R1, asm.R6, lookupFamily, asm.Word),
+		asm.JNE.Imm(asm.R1, family, "lookup_other"),
+		ld(asm.R1, asm.R6, lookupProtocol, asm.Word),
+		st(asm.R7, pktProto, asm.R1, asm.Byte),
+		mov(asm.R1, 0xffff),
+		st(asm.R7, pktL4Len, asm.R1, asm.Word),
+		ld(asm.R1, asm.R6, lookupRemPort, asm.Half),
+		ntoh(asm.R1, asm.Half),
+		st(asm.R7, pktSport, asm.R1, asm.Word),
+		ld(asm.R1, asm.R6, lookupLocPort, asm.Word),
+		st(asm.R7, pktDport, asm.R1, asm.Word),
+	)
+	if c.p.Family == rules.IPv4 {
+		b.emit(
+			ld(asm.R1, asm.R6, lookupRemote4, asm.Word),
+			ntoh(asm.R1, asm.Word),
+			st(asm.R7, pktSrc, asm.R1, asm.Word),
+			ld(asm.R1, asm.R6, lookupLocal4, asm.Word),
+			ntoh(asm.R1, asm.Word),
+			st(asm.R7, pktDst, asm.R1, asm.Word),
+		)
+	} else {
+		for i := int16(0); i < 4; i++ {
+			b.emit(
+				ld(asm.R1, asm.R6, lookupRemote6+4*i, asm.Word),
+				ntoh(asm.R1, asm.Word),
+				st(asm.R7, pktSrc+4*i, asm.R1, asm.Word),
+				ld(asm.R1, asm.R6, lookupLocal6+4*i, asm.Word),
+				ntoh(asm.R1, asm.Word),
+				st(asm.R7, pktDst+4*i, asm.R1, asm.Word),
+			)
+		}
+	}
+	if len(c.ifaces) > 0 {
+		b.note("the interface's name patterns, from %s", IfacesMap)
+		b.emit(
+			ld(asm.R1, asm.R6, lookupIfindex, asm.Word),
+			st(asm.R10, parseScratch, asm.R1, asm.Word),
+			movr(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, parseScratch),
+			mapRef(asm.R1, IfacesMap),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "lookup_ok"),
+			ld(asm.R1, asm.R0, 0, asm.DWord),
+			st(asm.R7, pktIfaces, asm.R1, asm.DWord),
+		)
+	}
+	b.mark("lookup_ok")
+	b.emit(mov(asm.R0, parseOK), asm.Return())
+	b.mark("lookup_other")
+	b.emit(mov(asm.R0, parseNotIP), asm.Return())
+}
+
+// symSteer is where main goes with a rule's ACCEPT at the sk-lookup hook.
+const symSteer = "steer"
+
+// steer emits the end of main for a rule that accepted the lookup, in r8:
+// a plain ACCEPT passes it on; a TPROXY rule assigns its socket, or drops
+// the lookup when the socket does not exist or does not fit it.
+//
+//	r6 ctx, r7 decision kind, r8 deciding rule, r9 return code
+func (c *compiler) steer() {
+	b := c.b
+	b.mark(symSteer)
+	b.note("a TPROXY rule's socket, from %s and %s", TargetsMap, SocketsMap)
+	b.emit(
+		st(asm.R10, c.mainKey(), asm.R8, asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, int32(c.mainKey())),
+		mapRef(asm.R1, TargetsMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, symMainEnd),
+		ld(asm.R1, asm.R0, 0, asm.Byte), // SocketKey.Family: 0 for other rules
+		asm.JEq.Imm(asm.R1, 0, symMainEnd),
+		movr(asm.R2, asm.R0),
+		mapRef(asm.R1, SocketsMap),
+		asm.FnMapLookupElem.Call(),
+		mov(asm.R7, NoSocket),
+		mov(asm.R9, skDrop),
+		asm.JEq.Imm(asm.R0, 0, symMainEnd),
+		movr(asm.R9, asm.R0),
+		movr(asm.R1, asm.R6),
+		movr(asm.R2, asm.R9),
+		mov(asm.R3, 0),
+		asm.FnSkAssign.Call(),
+		st(asm.R10, c.mainKey(), asm.R0, asm.DWord),
+		movr(asm.R1, asm.R9),
+		asm.FnSkRelease.Call(),
+		mov(asm.R7, DecidedByRule),
+		mov(asm.R9, skPass),
+		ld(asm.R1, asm.R10, c.mainKey(), asm.DWord),
+		asm.JEq.Imm(asm.R1, 0, symMainEnd),
+		mov(asm.R7, AssignFailed),
+		mov(asm.R9, skDrop),
+		ja(symMainEnd),
+	)
+}
+
+// unsupportedLookupMatch names a match that has no meaning at socket
+// lookup, where only addresses, ports, protocol and the input interface
+// are known.
+func unsupportedLookupMatch(m ir.Match) string {
+	switch m := m.(type) {
+	case ir.Addr, ir.AddrRange, ir.AddrSet, ir.Proto, ir.L4Proto, ir.Ports, ir.L4Header, ir.Transport:
+	case ir.Iface:
+		if m.Dir == ir.IfaceOut {
+			return "-o (output interface) match"
+		}
+	case ir.Fragment:
+		return "fragment match (-f)"
+	case ir.TCPFlags:
+		return "tcp flags match"
+	case ir.TCPOption:
+		return "tcp option match"
+	case ir.ICMP:
+		return "icmp match"
+	case ir.Length:
+		return "length match"
+	case ir.TTL:
+		return "ttl/hl match"
+	case ir.SrcMAC:
+		return "mac match"
+	case ir.Mark:
+		return "mark match"
+	case ir.PktType:
+		return "pkttype match"
+	case ir.CTState:
+		return "conntrack state match"
+	default:
+		return fmt.Sprintf("match %T", m)
+	}
+	return ""
+}
