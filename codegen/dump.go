@@ -37,6 +37,9 @@ func (p *Program) Dump(w io.Writer) error {
 		m := p.Spec.Maps[name]
 		fmt.Fprintf(&b, ";   %-8s %-12s key %d, value %d, max_entries %d\n", name, m.Type, m.KeySize, m.ValueSize, m.MaxEntries)
 	}
+	if p.Hook == HookSkLookup {
+		p.dumpTargets(&b)
+	}
 	if len(p.Ifaces) > 0 {
 		b.WriteString("; interface patterns (bits of ifaces values):")
 		for i, pat := range p.Ifaces {

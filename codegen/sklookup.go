@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -105,6 +106,21 @@ func (p *Program) Targets() map[int]SocketKey {
 		}
 	}
 	return out
+}
+
+// dumpTargets lists the TPROXY rules' sockets for a dump.
+func (p *Program) dumpTargets(b *strings.Builder) {
+	targets := p.Targets()
+	if len(targets) == 0 {
+		return
+	}
+	b.WriteString("; TPROXY sockets (targets entries):")
+	for _, r := range p.IR.Rules {
+		if k, ok := targets[r.ID]; ok {
+			fmt.Fprintf(b, " r%d=%s", r.ID, k)
+		}
+	}
+	b.WriteString("\n; the packet mark (--tproxy-mark) is not set: sk_lookup needs no policy routing\n")
 }
 
 // SocketsMapSpec is the spec of SocketsMap.
@@ -277,7 +293,17 @@ func (c *compiler) steer() {
 // are known.
 func unsupportedLookupMatch(m ir.Match) string {
 	switch m := m.(type) {
-	case ir.Addr, ir.AddrRange, ir.AddrSet, ir.Proto, ir.L4Proto, ir.Ports, ir.L4Header, ir.Transport:
+	case ir.Proto:
+		// A rule for another protocol would drop or accept packets that
+		// never come to socket lookup: it means nothing here.
+		if !m.Neg && m.Proto != 0 && m.Proto != protoTCP && m.Proto != protoUDP {
+			return fmt.Sprintf("protocol %s (only tcp and udp reach socket lookup)", rules.ProtoName(m.Proto))
+		}
+	case ir.L4Proto:
+		if !m.Neg && m.Proto != protoTCP && m.Proto != protoUDP {
+			return fmt.Sprintf("protocol %s (only tcp and udp reach socket lookup)", rules.ProtoName(m.Proto))
+		}
+	case ir.Addr, ir.AddrRange, ir.AddrSet, ir.Ports, ir.L4Header, ir.Transport:
 	case ir.Iface:
 		if m.Dir == ir.IfaceOut {
 			return "-o (output interface) match"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"runtime"
@@ -14,9 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
+	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 	"bpfwall/parser/iptables"
 	"bpfwall/rules"
@@ -290,4 +294,242 @@ func TestSkLookupSwapUnderLoad(t *testing.T) {
 		t.Errorf("%d connections failed across 100 swaps (first: %v), %d succeeded", failed.Load(), firstErr.Load(), ok.Load())
 	}
 	t.Logf("%d connections across 100 swaps", ok.Load())
+}
+
+// TestSkLookupMatchesEval runs random lookups through random sk-lookup rule
+// sets, compiled at -O0 and at -O1 with every table looked up, and compares
+// the kernel's verdict and deciding rule with ir.Eval's. Eval assumes a
+// TPROXY rule's socket exists: the kernel assigns it when it does and
+// drops the lookup when it does not.
+func TestSkLookupMatchesEval(t *testing.T) {
+	inFreshNetns(t)
+	tcp, _ := listenTCP(t, "127.0.0.1:0")
+	var lc net.ListenConfig
+	udp, err := lc.ListenPacket(context.Background(), "udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	present := map[string]int{"tcp": port(tcp.Addr()), "udp": port(udp.LocalAddr())}
+	const absentPort = 9
+
+	rng := rand.New(rand.NewPCG(8, 8))
+	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
+	addrs := []string{"192.0.2.0/24", "192.0.2.7", "198.51.100.0/25", "10.0.0.0/8", "0.0.0.0/0"}
+	randRule := func(user bool) string {
+		proto := pick("tcp", "udp")
+		var parts []string
+		if rng.IntN(2) == 0 {
+			parts = append(parts, pick("", "! ")+"-s "+pick(addrs...))
+		}
+		if rng.IntN(2) == 0 {
+			parts = append(parts, pick("", "! ")+"-d "+pick(addrs...))
+		}
+		if rng.IntN(3) == 0 {
+			parts = append(parts, "-i "+pick("lo", "eth0", "veth+"))
+		}
+		parts = append(parts, "-p "+proto)
+		switch rng.IntN(4) {
+		case 0:
+			parts = append(parts, "-m "+proto+" --dport "+pick("80", "53", "1000:2000", "443"))
+		case 1:
+			parts = append(parts, "-m "+proto+" --sport "+pick("1234", "1024:65535"))
+		case 2:
+			parts = append(parts, "-m multiport --dports "+pick("80,443", "53,1000:1100", "22"))
+		}
+		switch k := rng.IntN(8); {
+		case k < 4:
+			p := present[proto]
+			if proto == "tcp" && rng.IntN(3) == 0 {
+				p = absentPort
+			}
+			parts = append(parts, fmt.Sprintf("-j TPROXY --on-port %d --on-ip 127.0.0.1", p))
+		case k == 4:
+			parts = append(parts, "-j ACCEPT")
+		case k == 5:
+			parts = append(parts, "-j DROP")
+		case k == 6 && user:
+			parts = append(parts, "-j RETURN")
+		case k == 6:
+			parts = append(parts, "-j USER")
+		}
+		return strings.Join(parts, " ")
+	}
+	lookups := func() []struct {
+		lk    Lookup
+		iface string
+	} {
+		var out []struct {
+			lk    Lookup
+			iface string
+		}
+		for range 150 {
+			lk := Lookup{
+				Proto: []uint8{6, 17}[rng.IntN(2)],
+				Src:   netip.MustParseAddr(pick("10.1.2.3", "198.51.100.9", "203.0.113.1", "192.0.2.7")),
+				Dst:   netip.MustParseAddr(pick("192.0.2.7", "192.0.2.200", "198.51.100.9", "10.9.9.9")),
+				Sport: []uint16{1234, 40000, 53, 80}[rng.IntN(4)],
+				Dport: []uint16{80, 443, 53, 1050, 22, 8080}[rng.IntN(6)],
+			}
+			out = append(out, struct {
+				lk    Lookup
+				iface string
+			}{lk, pick("lo", "eth0", "veth1", "wlan0")})
+		}
+		return out
+	}
+
+	for seed := range 12 {
+		var b strings.Builder
+		b.WriteString("*mangle\n:PREROUTING " + pick("ACCEPT", "DROP") + " [0:0]\n:USER - [0:0]\n")
+		for range 1 + rng.IntN(12) {
+			b.WriteString("-A PREROUTING " + randRule(false) + "\n")
+		}
+		for range rng.IntN(4) {
+			b.WriteString("-A USER " + randRule(true) + "\n")
+		}
+		b.WriteString("COMMIT\n")
+		text := b.String()
+		rs, err := iptables.Parse("rand.rules", []byte(text), iptables.Options{})
+		if err != nil {
+			t.Fatalf("seed %d: parse: %v\n%s", seed, err, text)
+		}
+		p, err := ir.Lower(rs, ir.LowerOptions{Table: "mangle", Chain: "PREROUTING"})
+		if err != nil {
+			t.Fatalf("seed %d: lower: %v\n%s", seed, err, text)
+		}
+		for _, opts := range []codegen.Options{{Hook: codegen.HookSkLookup}, {Hook: codegen.HookSkLookup, Level: 1, ForceLookups: true}} {
+			prog, err := codegen.Compile(p, opts)
+			if err != nil {
+				t.Fatalf("seed %d -O%d: compile: %v\n%s", seed, opts.Level, err, text)
+			}
+			l, err := Load(prog, Options{})
+			if err != nil {
+				t.Fatalf("seed %d -O%d: load: %v\n%s", seed, opts.Level, err, text)
+			}
+			if _, err := l.FillSockets(); err != nil {
+				t.Fatal(err)
+			}
+			for _, in := range lookups() {
+				if err := l.LookupIface(in.iface); err != nil {
+					t.Fatal(err)
+				}
+				got, err := l.RunLookup(in.lk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pkt := &ir.Packet{
+					Meta: ir.Meta{InIface: in.iface}, Family: rules.IPv4, Src: in.lk.Src, Dst: in.lk.Dst,
+					Proto: in.lk.Proto, L4Len: 0xffff, SrcPort: in.lk.Sport, DstPort: in.lk.Dport, TTL: 64, Length: 100,
+				}
+				want := p.Eval(pkt)
+				wantV, wantRule := want.Verdict, -1
+				if want.Rule != nil {
+					wantRule = want.Rule.ID
+				}
+				if wantV == ir.VerdictTProxy {
+					if tp := want.Rule.Action.(ir.TProxy); tp.Port == absentPort {
+						wantV = ir.VerdictDrop
+					}
+				}
+				gotRule := -1
+				if got.Decision.Kind != codegen.DecidedByPolicy {
+					gotRule = int(got.Decision.Rule)
+				}
+				if got.Verdict != wantV || gotRule != wantRule || (got.Verdict == ir.VerdictTProxy) != (got.Cookie != 0) {
+					t.Errorf("seed %d -O%d: lookup %+v from %s: kernel %v rule %d (decision %+v, socket %d), Eval %v\n%s",
+						seed, opts.Level, in.lk, in.iface, got.Verdict, gotRule, got.Decision, got.Cookie, want, text)
+				}
+			}
+			l.Close()
+		}
+	}
+}
+
+// BenchmarkSkLookup measures the kernel's time per lookup
+// (BPF_PROG_TEST_RUN) of sk-lookup programs of growing rule sets, next to
+// an empty sk_lookup program that only returns SK_PASS, in the same run:
+// a lookup no rule matches (the worst case) and one the last TPROXY rule
+// steers to a socket.
+//
+//	go test ./loader -run '^$' -bench SkLookup -benchtime 2000000x
+func BenchmarkSkLookup(b *testing.B) {
+	testenv.RequireRoot(b)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unix.Close(orig)
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		b.Fatal(err)
+	}
+	defer unix.Setns(orig, unix.CLONE_NEWNET)
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(false)
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	lport := port(ln.Addr())
+
+	miss := Lookup{Proto: 6, Src: netip.MustParseAddr("203.0.113.1"), Dst: netip.MustParseAddr("192.0.2.7"), Sport: 40000, Dport: 22}
+	empty, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.SkLookup, AttachType: ebpf.AttachSkLookup, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 1), asm.Return()},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer empty.Close()
+	run := func(b *testing.B, prog *ebpf.Program, lk Lookup) {
+		d, err := BenchmarkLookup(prog, lk, b.N)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(d.Nanoseconds()), "ns/lookup")
+	}
+	b.Run("empty", func(b *testing.B) { run(b, empty, miss) })
+	for _, n := range []int{1, 1000, 10000} {
+		var rs strings.Builder
+		rs.WriteString("*mangle\n:PREROUTING ACCEPT [0:0]\n")
+		for i := range n {
+			fmt.Fprintf(&rs, "-A PREROUTING -d 10.%d.%d.0/24 -p tcp -m tcp --dport %d -j TPROXY --on-port %d --on-ip 127.0.0.1\n", i/256%256, i%256, 1000+i%50000, lport)
+		}
+		rs.WriteString("COMMIT\n")
+		parsed, err := iptables.Parse("bench.rules", []byte(rs.String()), iptables.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := ir.Lower(parsed, ir.LowerOptions{Table: "mangle", Chain: "PREROUTING"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		last := n - 1
+		hit := Lookup{Proto: 6, Src: miss.Src, Dst: netip.AddrFrom4([4]byte{10, byte(last / 256 % 256), byte(last % 256), 9}), Sport: 40000, Dport: uint16(1000 + last%50000)}
+		for _, level := range []int{0, 1} {
+			if level == 0 && n > 1000 {
+				continue
+			}
+			prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookSkLookup, Level: level})
+			if err != nil {
+				b.Fatal(err)
+			}
+			l, err := Load(prog, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := l.FillSockets(); err != nil {
+				b.Fatal(err)
+			}
+			if out, err := l.RunLookup(hit); err != nil || out.Verdict != ir.VerdictTProxy {
+				b.Fatalf("%d rules: the last rule's lookup: %+v %v", n, out, err)
+			}
+			b.Run(fmt.Sprintf("O%d/rules=%d/miss", level, n), func(b *testing.B) { run(b, l.prog, miss) })
+			b.Run(fmt.Sprintf("O%d/rules=%d/steer", level, n), func(b *testing.B) { run(b, l.prog, hit) })
+			l.Close()
+		}
+	}
 }
