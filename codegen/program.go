@@ -278,7 +278,9 @@ func (c *compiler) check() {
 		case ir.Reject:
 			c.errs = append(c.errs, rules.Errorf(r.Pos, "REJECT target is not supported on %s", c.hook))
 		case ir.Log:
-			if what := c.checkLog(r, a); what != "" {
+			if c.hook == HookSkLookup {
+				c.errs = append(c.errs, rules.Errorf(r.Pos, "LOG target is not supported on sk-lookup: a socket lookup has no packet to log"))
+			} else if what := c.checkLog(r, a); what != "" {
 				c.errs = append(c.errs, rules.Errorf(r.Pos, "%s", what))
 			}
 		default:

@@ -328,6 +328,8 @@ func unsupportedLookupMatch(m ir.Match) string {
 		return "pkttype match"
 	case ir.CTState:
 		return "conntrack state match"
+	case ir.Limit, ir.RateLimit:
+		return "rate limit match (it would count lookups, not packets)"
 	default:
 		return fmt.Sprintf("match %T", m)
 	}
