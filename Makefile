@@ -22,6 +22,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./parser/iptables
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEval$$' -fuzztime $(FUZZTIME) ./ir
 	$(GO) test -run '^$$' -fuzz '^FuzzKernelMatchesEval$$' -fuzztime $(FUZZTIME) ./codegen
+	$(GO) test -run '^$$' -fuzz '^FuzzLine$$' -fuzztime $(FUZZTIME) ./nflog
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./parser/iptables ./ir

@@ -243,7 +243,7 @@ func (d *dumper) ipv4(off int) {
 		}
 		typ, code := ich[0], ich[1]
 		w.add("TYPE=%d CODE=%d ", typ, code)
-		if req := icmpRequiredLen[typ]; typ <= 18 && req != 0 && d.skbLen-th < req {
+		if int(typ) < len(icmpRequiredLen) && icmpRequiredLen[typ] != 0 && d.skbLen-th < icmpRequiredLen[typ] {
 			w.add("INCOMPLETE [%d bytes] ", d.skbLen-th)
 			break
 		}

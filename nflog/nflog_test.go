@@ -169,3 +169,48 @@ func TestVLAN(t *testing.T) {
 		t.Errorf("tagged frame:\n got %q\nwant %q", got, c.line)
 	}
 }
+
+// FuzzLine checks that any frame formats without a panic, and that a
+// frame whose headers all fit formats the same when captured whole or
+// with bytes beyond the datagram.
+func FuzzLine(f *testing.F) {
+	f.Add([]byte{}, uint8(0))
+	if files, _ := filepath.Glob("testdata/kernel_*.txt"); len(files) > 0 {
+		for _, c := range readKernelCases(&testing.T{}) {
+			f.Add(c.frame, c.rule.Flags)
+		}
+	}
+	f.Fuzz(func(t *testing.T, frame []byte, flags uint8) {
+		r := nflog.Rule{Prefix: "p ", Level: 4, Flags: flags &^ nflog.UID}
+		line, err := nflog.Line(nflog.Packet{In: "eth0", Frame: frame, Len: len(frame)}, r)
+		if errors.Is(err, nflog.ErrShortCapture) {
+			t.Fatalf("whole frame reported short: %q", line)
+		}
+		if err == nil && fits(frame) {
+			padded := append(append([]byte{}, frame...), 0, 0, 0, 0)
+			again, err2 := nflog.Line(nflog.Packet{In: "eth0", Frame: padded, Len: len(padded)}, r)
+			_ = err2
+			if len(line) < 1016 && again != line && !strings.Contains(line, "TRUNCATED") && !strings.Contains(line, "INCOMPLETE") {
+				t.Fatalf("padding changed the line:\n%q\n%q", line, again)
+			}
+		}
+	})
+}
+
+// fits reports whether an untagged frame's IP datagram is as long as its
+// header says, or shorter than the frame: what the IP layer lets through.
+func fits(f []byte) bool {
+	if len(f) < 14+40 {
+		return false
+	}
+	et := int(f[12])<<8 | int(f[13])
+	switch {
+	case et == 0x0800:
+		n := int(f[16])<<8 | int(f[17])
+		return n >= 20 && n >= int(f[14]&0x0f)*4 && 14+n <= len(f)
+	case et == 0x86dd:
+		n := int(f[18])<<8 | int(f[19])
+		return n > 0 && 14+40+n <= len(f)
+	}
+	return false
+}
