@@ -30,6 +30,7 @@ type compiler struct {
 	level        int
 	forceLookups bool        // Options.ForceLookups
 	log          bool        // the program has LOG rules: chain functions take the context
+	ct           bool        // the rules test the conntrack state
 	pktType      *btf.Struct // see btfPkt
 	// maps are the classifier's tables and the address sets' tries, in
 	// the order the code first uses them; sets are the sets' names, the
@@ -104,6 +105,9 @@ func (c *compiler) program() (asm.Instructions, error) {
 	} else {
 		c.parse()
 	}
+	if c.ct {
+		c.ctState()
+	}
 	return root.finish()
 }
 
@@ -134,6 +138,7 @@ func (c *compiler) calleesFirst() []int {
 // collect numbers the interface patterns and TCP option kinds the rules
 // test.
 func (c *compiler) collect() error {
+	c.ct = usesConntrack(c.p)
 	ifaceBit := make(map[ir.Iface]int)
 	optBit := make(map[uint8]int)
 	for _, r := range c.p.Rules {
@@ -221,6 +226,15 @@ func (c *compiler) main() {
 		ja(symMainEnd),
 	)
 	b.mark(symMainChain)
+	if c.ct {
+		b.emit(
+			movr(asm.R1, asm.R6),
+			movr(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, int32(c.mainPkt())),
+			call(symCTState),
+			st(asm.R10, c.mainPkt()+pktCTState, asm.R0, asm.Byte),
+		)
+	}
 	c.callChain(0, asm.R10, int32(c.mainPkt()), "policy", "ruled")
 	b.mark("policy")
 	b.note("policy %s of chain %s", c.p.Chains[0].Policy, c.p.Chains[0].Name)

@@ -126,6 +126,9 @@ func formatInstruction(ins asm.Instruction) string {
 		return fmt.Sprintf("r%d = func[%s]", ins.Dst, ins.Reference())
 	case op.IsDWordLoad():
 		return fmt.Sprintf("r%d = %#x ll", ins.Dst, uint64(ins.Constant))
+	case cls == asm.LdXClass && op.Mode() == asm.MemMode && ins.Metadata.Get(kernelField{}) != nil:
+		f := ins.Metadata.Get(kernelField{}).(fieldRef)
+		return fmt.Sprintf("r%d = *(%s *)(r%d + offsetof(%s, %s))", ins.Dst, sizeNames[op.Size()], ins.Src, f.Struct, f.Field)
 	case cls == asm.LdXClass && op.Mode() == asm.MemMode:
 		return fmt.Sprintf("r%d = *(%s *)(r%d %s)", ins.Dst, sizeNames[op.Size()], ins.Src, signed(int64(ins.Offset)))
 	case cls == asm.StClass && op.Mode() == asm.MemMode:
@@ -162,6 +165,9 @@ func formatInstruction(ins asm.Instruction) string {
 		case asm.Call:
 			if ins.IsFunctionCall() {
 				return "call " + ins.Reference()
+			}
+			if name, ok := ins.Metadata.Get(kfuncName{}).(string); ok {
+				return "call kfunc " + name
 			}
 			fn := asm.BuiltinFunc(ins.Constant)
 			if name, ok := helperNames[fn]; ok {

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"golang.org/x/sys/unix"
 	"golang.org/x/tools/txtar"
 
@@ -179,6 +180,16 @@ func (ns *netns) do(fn func()) {
 	<-done
 }
 
+// kernelBTF is the running kernel's BTF, for programs that call kfuncs.
+func kernelBTF(t *testing.T) *btf.Spec {
+	t.Helper()
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		t.Fatalf("kernel BTF: %v", err)
+	}
+	return spec
+}
+
 // loaded is a program in the kernel.
 type loaded struct {
 	p    *codegen.Program
@@ -189,7 +200,11 @@ type loaded struct {
 
 func load(t *testing.T, p *codegen.Program, ns *netns) *loaded {
 	t.Helper()
-	coll, err := ebpf.NewCollection(p.Spec)
+	spec, err := p.KernelSpec(kernelBTF(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -367,6 +382,8 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 		if err != nil {
 			t.Fatalf("decode %s: %v", f.desc, err)
 		}
+		// The namespace's conntrack table is empty.
+		pkt.CTState = pkt.ConntrackWithoutEntry()
 		v, d, err := l.run(f.data, dev, f.mark)
 		if err != nil && p.Hook != codegen.HookXDP && errors.Is(err, unix.EINVAL) && shortIPHeader(f.data) {
 			// BPF_PROG_TEST_RUN refuses skbs whose ethertype promises an

@@ -17,6 +17,7 @@ const (
 	pktFragOff  = 64 // u32: fragment offset in bytes
 	pktSport    = 68 // u32
 	pktDport    = 72 // u32
+	pktL4Off    = 76 // u32: offset of the transport header in the frame (conntrack)
 	pktTCPOpts  = 80 // u64: bit i set when the TCP options hold kind optKinds[i]
 	pktTTL      = 88 // u8
 	pktProto    = 89 // u8
@@ -24,7 +25,8 @@ const (
 	pktICMPType = 91 // u8
 	pktICMPCode = 92 // u8
 	pktPktType  = 93 // u8: the packet type pkttype_mt compares (tc)
-	pktFlags    = 94 // u8: flagBadExtHeaders, flagTCPOptsTruncated, flagAuthHeader
+	pktFlags    = 94 // u8: flagBadExtHeaders, flagTCPOptsTruncated, flagAuthHeader, flagFragment
+	pktCTState  = 95 // u8: the ir.ConnState ct_state found (conntrack)
 	pktSize     = 96
 )
 
@@ -34,6 +36,9 @@ const (
 	// flagAuthHeader: the extension header walk meets an authentication
 	// header, where nft's (IP6_FH_F_AUTH) stops; ir.Packet.AuthHeader.
 	flagAuthHeader = 1 << 2
+	// flagFragment: an IPv4 fragment (MF or offset) or an IPv6 fragment
+	// header; set only in programs that test the conntrack state.
+	flagFragment = 1 << 3
 )
 
 // At -O1 the parsed packet has room for the classifier's lookup keys after

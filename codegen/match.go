@@ -148,6 +148,9 @@ func (c *compiler) match(r *ir.Rule, m ir.Match, next, hotdrop string) bool {
 
 	case ir.RateLimit:
 		c.rateLimit(m, next)
+	case ir.CTState:
+		c.ctMatch(m, next, hotdrop)
+		return true
 
 	default:
 		panic(fmt.Sprintf("codegen: match %T survived check", m))

@@ -337,6 +337,19 @@ func (c *compiler) parseIPv4() {
 		asm.LSh.Imm(asm.R1, 3),
 		st(asm.R7, pktFragOff, asm.R1, asm.Word),
 	)
+	if c.ct {
+		notFrag := b.fresh("not_fragment")
+		b.emit(
+			ld(asm.R1, asm.R10, parseBuf+6, asm.Half),
+			ntoh(asm.R1, asm.Half),
+			asm.And.Imm(asm.R1, 0x3fff), // MF and the offset
+			asm.JEq.Imm(asm.R1, 0, notFrag),
+			ld(asm.R1, asm.R7, pktFlags, asm.Byte),
+			asm.Or.Imm(asm.R1, flagFragment),
+			st(asm.R7, pktFlags, asm.R1, asm.Byte),
+		)
+		b.mark(notFrag)
+	}
 	if c.hook.tc() {
 		// pkttype_mt: a looped-back packet is multicast when its
 		// destination is, broadcast otherwise.
@@ -504,10 +517,19 @@ func (c *compiler) parseIPv6() {
 		stImm(asm.R0, extFragOff, 0, asm.DWord),
 		stImm(asm.R0, extAuth, 0, asm.DWord),
 	)
+	if c.ct {
+		b.emit(stImm(asm.R0, extFrag, 0, asm.DWord))
+	}
 	c.bpfLoop(maxExtHeaders, symExtHdrs)
 	c.loopResult()
+	b.emit(ld(asm.R1, asm.R3, extAuth, asm.DWord))
+	if c.ct {
+		b.emit(
+			ld(asm.R2, asm.R3, extFrag, asm.DWord),
+			asm.Or.Reg(asm.R1, asm.R2),
+		)
+	}
 	b.emit(
-		ld(asm.R1, asm.R3, extAuth, asm.DWord),
 		st(asm.R7, pktFlags, asm.R1, asm.Byte),
 		ld(asm.R1, asm.R3, extResult, asm.DWord),
 		asm.JEq.Imm(asm.R1, loopDone, "ipv6_upper"),
@@ -571,6 +593,9 @@ func (c *compiler) parseL4() {
 	b := c.b
 	b.mark("parse_l4")
 	b.note("transport header: ports, tcp flags and options, icmp type and code")
+	if c.ct {
+		b.emit(st(asm.R7, pktL4Off, asm.R8, asm.Word))
+	}
 	b.emit(
 		st(asm.R7, pktL4Len, asm.R9, asm.Word),
 		asm.JEq.Imm(asm.R9, 0, "parse_ok"),
@@ -691,6 +716,7 @@ const (
 	extResult  = st3
 	extFragOff = st4 // fragment offset of a non-first fragment
 	extAuth    = st5 // flagAuthHeader once the walk meets an authentication header
+	extFrag    = st6 // flagFragment once it meets a fragment header (conntrack)
 )
 
 // The loop state of the TCP option walk; the options are at stOptions.
@@ -925,6 +951,11 @@ func (c *compiler) extHeadersCallback() {
 		ja("ext_advance"),
 	)
 	b.mark("ext_fragment")
+	if c.ct {
+		b.emit(
+			stImm(asm.R6, extFrag, flagFragment, asm.DWord),
+		)
+	}
 	b.emit(
 		mov(asm.R3, 8),
 		ld(asm.R4, asm.R10, cbBuf+2, asm.Half),

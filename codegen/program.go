@@ -296,7 +296,9 @@ func (c *compiler) unsupportedMatch(m ir.Match) string {
 	}
 	switch m := m.(type) {
 	case ir.CTState:
-		return "conntrack state match"
+		if m.States&(ir.ConnSNAT|ir.ConnDNAT) != 0 {
+			return "conntrack state SNAT/DNAT"
+		}
 	case ir.Mark:
 		if !c.hook.tc() {
 			return "mark match"

@@ -186,6 +186,7 @@ func decodeIPv6(p *Packet, b []byte) string {
 	p.TTL = b[7]
 
 	p.AuthHeader = reachesAuth(b)
+	p.FragmentHeader = reachesFragment(b)
 	proto, thoff, fragOff, ok := findUpperHeader(b)
 	if !ok {
 		p.BadExtHeaders = true
@@ -274,6 +275,26 @@ func reachesAuth(b []byte) bool {
 			hdrLen = 8
 		default:
 			hdrLen = (int(b[start+1]) + 1) * 8
+		}
+		next = b[start]
+		start += hdrLen
+	}
+}
+
+// reachesFragment reports whether the walk over the extension headers
+// meets a fragment header: conntrack sees the reassembled datagram.
+func reachesFragment(b []byte) bool {
+	next, start := b[6], ipv6HeaderLen
+	for {
+		switch {
+		case next == nextFragment:
+			return true
+		case !isExtHeader(next) || next == nextNone || start+2 > len(b):
+			return false
+		}
+		hdrLen := (int(b[start+1]) + 1) * 8
+		if next == nextAuth {
+			hdrLen = (int(b[start+1]) + 2) * 4
 		}
 		next = b[start]
 		start += hdrLen
@@ -394,6 +415,7 @@ func jumbo(b []byte, off int) ([]byte, string) {
 // xtables matches never read them there (L4Header fails first).
 func decodeL4(p *Packet, l4 []byte) {
 	p.L4Len = len(l4)
+	p.L4 = l4
 	switch p.Proto {
 	case protoTCP, protoUDP, protoUDPLite, protoSCTP, protoDCCP:
 		if len(l4) >= 4 {

@@ -308,6 +308,10 @@ func (p *Program) match(st *State, m Match, pkt *Packet) outcome {
 
 	case CTState:
 		state := pkt.CTState
+		if state&ConnUnknown != 0 {
+			// bpfwall's program cannot tell the state: it drops.
+			return hotdrop
+		}
 		if state == 0 {
 			state = ConnInvalid // no conntrack entry
 		}

@@ -280,9 +280,12 @@ const (
 	ConnUntracked
 	ConnSNAT
 	ConnDNAT
+	// ConnUnknown is not a conntrack state: it marks a packet whose state
+	// bpfwall's program cannot determine (Packet.ConntrackWithoutEntry).
+	ConnUnknown
 )
 
-var connStateNames = []string{"INVALID", "ESTABLISHED", "RELATED", "NEW", "UNTRACKED", "SNAT", "DNAT"}
+var connStateNames = []string{"INVALID", "ESTABLISHED", "RELATED", "NEW", "UNTRACKED", "SNAT", "DNAT", "UNKNOWN"}
 
 func (s ConnState) String() string {
 	if s == 0 {

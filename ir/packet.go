@@ -14,7 +14,9 @@ type Meta struct {
 	InIface, OutIface string
 	Mark              uint32
 	// CTState is the packet's conntrack state; zero means no conntrack
-	// entry, which conntrack_mt and state_mt see as INVALID.
+	// entry, which conntrack_mt and state_mt see as INVALID. ConnUnknown
+	// is a state bpfwall's compiled program cannot determine: a CTState
+	// match drops the packet (see Packet.ConntrackWithoutEntry).
 	CTState ConnState
 	PktType PacketType
 }
@@ -58,6 +60,9 @@ type Packet struct {
 	// non-first fragments only.
 	FragOffset    uint16
 	MoreFragments bool
+	// FragmentHeader is set when the IPv6 extension headers include a
+	// fragment header.
+	FragmentHeader bool
 
 	// L4Len is the number of bytes from the transport header to the end of
 	// the packet; matches that need more drop the packet (hotdrop).
@@ -76,4 +81,7 @@ type Packet struct {
 	TCPOptions          []byte
 	TCPOptionsTruncated bool
 	ICMPType, ICMPCode  uint8
+	// L4 is the transport header and what follows, to the end of the
+	// packet (L4Len bytes): conntrack's checks read it.
+	L4 []byte
 }

@@ -1,0 +1,493 @@
+package codegen
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
+
+	"bpfwall/ir"
+	"bpfwall/rules"
+)
+
+// Conntrack state matches are answered by the kernel's own conntrack
+// table: before the entry chain runs, the function ct_state looks the
+// packet's tuple up with the conntrack kfuncs (bpf_xdp_ct_lookup or
+// bpf_skb_ct_lookup, then bpf_ct_release) and stores the state
+// resolve_normal_ct would give the packet in the parsed packet; without an
+// entry it applies ir.Packet.ConntrackWithoutEntry's model. The kfuncs'
+// BTF IDs and the offset of nf_conn.status depend on the running kernel:
+// the instructions carry their names, and KernelSpec fills them in from
+// the kernel's BTF, so that Spec itself stays deterministic.
+
+const symCTState = "ct_state"
+
+// kfuncName is the metadata key of a kfunc call: the kfunc's name.
+type kfuncName struct{}
+
+// kernelField is the metadata key of a load whose offset is that of a
+// field of a kernel struct.
+type kernelField struct{}
+
+// fieldRef names a kernel struct's field.
+type fieldRef struct{ Struct, Field string }
+
+// Kfuncs and kernel fields ct_state uses.
+const (
+	kfuncXDPLookup = "bpf_xdp_ct_lookup"
+	kfuncSkbLookup = "bpf_skb_ct_lookup"
+	kfuncRelease   = "bpf_ct_release"
+)
+
+var nfConnStatus = fieldRef{"nf_conn", "status"}
+
+// Bits of nf_conn.status (enum ip_conntrack_status).
+const (
+	ipsExpected  = 1 << 0
+	ipsSeenReply = 1 << 1
+)
+
+// bpf_ct_opts and bpf_sock_tuple.
+const (
+	ctOptsSize       = 12 // NF_BPF_CT_OPTS_SZ
+	ctOptsNetns      = 0  // s32 netns_id
+	ctOptsL4Proto    = 8  // u8
+	ctOptsDir        = 9  // u8, set by the lookup
+	currentNetns     = -1 // BPF_F_CURRENT_NETNS
+	sockTuple4Size   = 12
+	sockTuple6Size   = 36
+	ipCTDirReply     = 1
+	ctStateUnknown   = int32(ir.ConnUnknown)
+	ctStateInvalid   = int32(ir.ConnInvalid)
+	ctStateNew       = int32(ir.ConnNew)
+	ctStateEstab     = int32(ir.ConnEstablished)
+	ctStateRelated   = int32(ir.ConnRelated)
+	ctStateUntracked = int32(ir.ConnUntracked)
+)
+
+// ct_state's stack frame.
+const (
+	ctTuple = -40  // bpf_sock_tuple, 36 bytes at most
+	ctOpts  = -56  // bpf_ct_opts
+	ctBuf   = -104 // 48 bytes: the IP header inside an ICMP error
+	ctPorts = -112 // 8 bytes: the inner transport header's ports, a UDP header
+)
+
+// usesConntrack reports whether a rule tests the conntrack state.
+func usesConntrack(p *ir.Program) bool {
+	for _, r := range p.Rules {
+		for _, m := range r.Matches {
+			if _, ok := m.(ir.CTState); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// UsesConntrack reports whether the program looks packets up in the
+// kernel's conntrack table: the loader must make sure conntrack tracks
+// connections in the namespace.
+func (p *Program) UsesConntrack() bool { return usesConntrack(p.IR) }
+
+// kfuncCall is a call of the kfunc called name; KernelSpec sets its BTF ID.
+func kfuncCall(name string) asm.Instruction {
+	ins := asm.Instruction{
+		OpCode:   asm.OpCode(asm.JumpClass).SetJumpOp(asm.Call),
+		Src:      asm.PseudoKfuncCall,
+		Constant: -1,
+	}
+	ins.Metadata.Set(kfuncName{}, name)
+	return ins
+}
+
+// ldField loads the field f of the kernel struct at src+0 into dst;
+// KernelSpec sets the offset.
+func ldField(dst, src asm.Register, f fieldRef, size asm.Size) asm.Instruction {
+	ins := ld(dst, src, 0, size)
+	ins.Metadata.Set(kernelField{}, f)
+	return ins
+}
+
+// KernelSpec returns a copy of Spec whose kfunc calls and kernel struct
+// offsets are those of kernel, the running kernel's BTF
+// (btf.LoadKernelSpec); Spec itself when the program needs none.
+func (p *Program) KernelSpec(kernel *btf.Spec) (*ebpf.CollectionSpec, error) {
+	if !p.UsesConntrack() {
+		return p.Spec, nil
+	}
+	if kernel == nil {
+		return nil, fmt.Errorf("conntrack state matches need the kernel's BTF: %w", ebpf.ErrNotSupported)
+	}
+	spec := p.Spec.Copy()
+	insns := spec.Programs[ProgramName].Instructions
+	for i := range insns {
+		ins := &insns[i]
+		if name, ok := ins.Metadata.Get(kfuncName{}).(string); ok {
+			var fn *btf.Func
+			if err := kernel.TypeByName(name, &fn); err != nil {
+				return nil, fmt.Errorf("kfunc %s: %w (conntrack state matches need nf_conntrack's kfuncs)", name, err)
+			}
+			id, err := kernel.TypeID(fn)
+			if err != nil {
+				return nil, fmt.Errorf("kfunc %s: %w", name, err)
+			}
+			ins.Constant, ins.Offset = int64(id), 0
+		}
+		if f, ok := ins.Metadata.Get(kernelField{}).(fieldRef); ok {
+			off, err := fieldOffset(kernel, f)
+			if err != nil {
+				return nil, err
+			}
+			ins.Offset = off
+		}
+	}
+	return spec, nil
+}
+
+// fieldOffset is the byte offset of f in the kernel's BTF.
+func fieldOffset(kernel *btf.Spec, f fieldRef) (int16, error) {
+	var s *btf.Struct
+	if err := kernel.TypeByName(f.Struct, &s); err != nil {
+		return 0, fmt.Errorf("struct %s: %w", f.Struct, err)
+	}
+	for _, m := range s.Members {
+		if m.Name == f.Field {
+			if m.Offset%8 != 0 || m.Offset.Bytes() > 1<<15-1 {
+				return 0, fmt.Errorf("field %s.%s at bit %d cannot be loaded", f.Struct, f.Field, m.Offset)
+			}
+			return int16(m.Offset.Bytes()), nil
+		}
+	}
+	return 0, fmt.Errorf("struct %s has no field %s", f.Struct, f.Field)
+}
+
+func (c *compiler) funcCTState() *btf.Func {
+	return &btf.Func{
+		Name:    symCTState,
+		Linkage: btf.GlobalFunc,
+		Type: &btf.FuncProto{
+			Return: btfInt,
+			Params: []btf.FuncParam{
+				{Name: "ctx", Type: c.ctxType()},
+				{Name: "pkt", Type: &btf.Pointer{Target: c.btfPkt()}},
+			},
+		},
+	}
+}
+
+// ctMatch emits a CTState match: the state ct_state stored; a state it
+// could not determine drops the packet.
+func (c *compiler) ctMatch(m ir.CTState, next, hotdrop string) {
+	b := c.b
+	b.emit(
+		ld(asm.R1, asm.R6, pktCTState, asm.Byte),
+		asm.JSet.Imm(asm.R1, ctStateUnknown, hotdrop),
+		asm.And.Imm(asm.R1, int32(m.States)),
+	)
+	if m.Neg {
+		b.emit(asm.JNE.Imm(asm.R1, 0, next))
+	} else {
+		b.emit(asm.JEq.Imm(asm.R1, 0, next))
+	}
+}
+
+// ctState emits the function that returns the conntrack state of the
+// parsed packet at r2 (ir.ConnState), as ConntrackWithoutEntry describes.
+//
+//	r6 ctx, r7 pkt, r8 L4Len then the state, r9 the nf_conn
+func (c *compiler) ctState() {
+	b := c.b
+	v6 := c.p.Family == rules.IPv6
+	b.function(c.funcCTState(), "conntrack state of the packet at r2: the kernel's conntrack table, or what nf_conntrack_in makes of a packet it has no entry for")
+	b.emit(
+		movr(asm.R6, asm.R1),
+		movr(asm.R7, asm.R2),
+		asm.JNE.Imm(asm.R7, 0, "ct_pkt"),
+	)
+	b.mark("ct_unknown")
+	b.emit(mov(asm.R0, ctStateUnknown), asm.Return())
+	b.mark("ct_invalid")
+	b.emit(mov(asm.R0, ctStateInvalid), asm.Return())
+	b.mark("ct_new")
+	b.emit(mov(asm.R0, ctStateNew), asm.Return())
+	b.mark("ct_pkt")
+	for off := int16(ctPorts); off < 0; off += 8 {
+		b.emit(stImm(asm.R10, off, 0, asm.DWord))
+	}
+	b.note("conntrack sees reassembled datagrams: fragments are unknown")
+	b.emit(
+		ld(asm.R1, asm.R7, pktFlags, asm.Byte),
+		asm.JSet.Imm(asm.R1, flagBadExtHeaders|flagFragment, "ct_unknown"),
+		ld(asm.R1, asm.R7, pktFragOff, asm.Word),
+		asm.JNE.Imm(asm.R1, 0, "ct_unknown"),
+		ld(asm.R8, asm.R7, pktL4Len, asm.Word),
+		ld(asm.R1, asm.R7, pktProto, asm.Byte),
+		asm.JEq.Imm(asm.R1, protoTCP, "ct_tcp"),
+		asm.JEq.Imm(asm.R1, protoUDP, "ct_udp"),
+	)
+	icmp := int32(protoICMP)
+	if v6 {
+		icmp = protoICMPv6
+	}
+	b.emit(
+		asm.JEq.Imm(asm.R1, icmp, "ct_icmp"),
+		ja("ct_unknown"),
+	)
+
+	b.mark("ct_tcp")
+	b.note("tcp_error: header length and tcp_valid_flags")
+	b.emit(
+		asm.JLT.Imm(asm.R8, 20, "ct_invalid"),
+		ld(asm.R1, asm.R7, pktFlags, asm.Byte),
+		asm.JSet.Imm(asm.R1, flagTCPOptsTruncated, "ct_invalid"),
+		ld(asm.R8, asm.R7, pktTCPFlags, asm.Byte),
+		asm.And.Imm(asm.R8, 0x37), // FIN SYN RST ACK URG
+	)
+	for _, f := range []int32{0x02, 0x22, 0x12, 0x04, 0x14, 0x11, 0x31, 0x10, 0x30} {
+		b.emit(asm.JEq.Imm(asm.R8, f, "ct_tcp_valid"))
+	}
+	b.emit(ja("ct_invalid"))
+	b.mark("ct_tcp_valid")
+	c.ctPacketTuple()
+	c.ctLookup(protoTCP, "ct_found")
+	b.note("no entry: tcp_new starts a connection with a SYN, picks one up with an ACK")
+	for _, f := range []int32{0x02, 0x22, 0x10, 0x30} {
+		b.emit(asm.JEq.Imm(asm.R8, f, "ct_new"))
+	}
+	b.emit(ja("ct_invalid"))
+
+	b.mark("ct_udp")
+	b.note("udp_error: the length field")
+	b.emit(
+		asm.JLT.Imm(asm.R8, 8, "ct_invalid"),
+		movr(asm.R1, asm.R6),
+		ld(asm.R2, asm.R7, pktL4Off, asm.Word),
+	)
+	c.load(asm.R10, ctPorts, 8, "ct_invalid")
+	b.emit(
+		ld(asm.R1, asm.R10, ctPorts+4, asm.Half),
+		ntoh(asm.R1, asm.Half),
+		asm.JLT.Imm(asm.R1, 8, "ct_invalid"),
+		asm.JGT.Reg(asm.R1, asm.R8, "ct_invalid"),
+	)
+	c.ctPacketTuple()
+	c.ctLookup(protoUDP, "ct_found")
+	b.emit(ja("ct_new"))
+
+	b.mark("ct_icmp")
+	b.emit(
+		asm.JLT.Imm(asm.R8, 8, "ct_invalid"),
+		ld(asm.R1, asm.R7, pktICMPType, asm.Byte),
+	)
+	innerLen := int32(20)
+	if v6 {
+		innerLen = 40
+		b.note("icmpv6_error: neighbour discovery and MLD are untracked; other informational messages need an ICMPv6 lookup")
+		for _, t := range []int32{130, 131, 132, 133, 134, 135, 136, 143} {
+			b.emit(asm.JEq.Imm(asm.R1, t, "ct_untracked"))
+		}
+		b.emit(asm.JGE.Imm(asm.R1, 128, "ct_unknown"))
+	} else {
+		b.note("icmp_error: unknown types are invalid; informational messages need an ICMP lookup")
+		b.emit(asm.JGT.Imm(asm.R1, 18, "ct_invalid"))
+		for _, t := range []int32{3, 4, 5, 11, 12} {
+			b.emit(asm.JEq.Imm(asm.R1, t, "ct_icmp_error"))
+		}
+		b.emit(ja("ct_unknown"))
+		b.mark("ct_icmp_error")
+	}
+	b.note("an error: the inverted tuple of the packet inside (nf_conntrack_inet_error)")
+	// The inner header, as far as the packet has it.
+	b.emit(
+		movr(asm.R4, asm.R8),
+		asm.Sub.Imm(asm.R4, 8),
+	)
+	if v6 {
+		b.emit(asm.JLT.Imm(asm.R4, 7, "ct_invalid"))
+	} else {
+		b.emit(asm.JLT.Imm(asm.R4, 20, "ct_invalid"))
+	}
+	b.emit(
+		asm.JLE.Imm(asm.R4, innerLen, "ct_inner_load"),
+		mov(asm.R4, innerLen),
+	)
+	b.mark("ct_inner_load")
+	b.emit(
+		movr(asm.R1, asm.R6),
+		ld(asm.R2, asm.R7, pktL4Off, asm.Word),
+		asm.Add.Imm(asm.R2, 8),
+	)
+	c.load(asm.R10, ctBuf, 0, "ct_invalid")
+	// r3: the inner transport header's offset from the ICMP header.
+	if v6 {
+		b.emit(
+			ld(asm.R1, asm.R10, ctBuf+6, asm.Byte),
+			asm.JEq.Imm(asm.R1, protoTCP, "ct_inner_proto"),
+			asm.JEq.Imm(asm.R1, protoUDP, "ct_inner_proto"),
+			ja("ct_unknown"),
+		)
+		b.mark("ct_inner_proto")
+		b.emit(
+			mov(asm.R3, 8+40),
+			asm.JLT.Imm(asm.R8, 8+40+4, "ct_invalid"),
+		)
+	} else {
+		b.emit(
+			// ipv4_get_l4proto: a non-first fragment has no tuple.
+			ld(asm.R1, asm.R10, ctBuf+6, asm.Half),
+			ntoh(asm.R1, asm.Half),
+			asm.JSet.Imm(asm.R1, 0x1fff, "ct_invalid"),
+			ld(asm.R1, asm.R10, ctBuf+9, asm.Byte),
+			asm.JEq.Imm(asm.R1, protoTCP, "ct_inner_proto"),
+			asm.JEq.Imm(asm.R1, protoUDP, "ct_inner_proto"),
+			ja("ct_unknown"),
+		)
+		b.mark("ct_inner_proto")
+		b.emit(
+			ld(asm.R3, asm.R10, ctBuf, asm.Byte),
+			asm.And.Imm(asm.R3, 0x0f),
+			asm.LSh.Imm(asm.R3, 2),
+			asm.Add.Imm(asm.R3, 8),
+			movr(asm.R2, asm.R3),
+			asm.Add.Imm(asm.R2, 4),
+			asm.JGT.Reg(asm.R2, asm.R8, "ct_invalid"),
+		)
+	}
+	b.emit(
+		// The inner protocol is the lookup's.
+		st(asm.R10, ctOpts+ctOptsL4Proto, asm.R1, asm.Byte),
+		movr(asm.R1, asm.R6),
+		ld(asm.R2, asm.R7, pktL4Off, asm.Word),
+		asm.Add.Reg(asm.R2, asm.R3),
+	)
+	c.load(asm.R10, ctPorts, 4, "ct_invalid")
+	// Inverted: the inner destination is the tuple's source.
+	addrLen, src, dst := int16(4), int16(12), int16(16)
+	if v6 {
+		addrLen, src, dst = 16, 8, 24
+	}
+	for i := int16(0); i < addrLen; i += 4 {
+		b.emit(
+			ld(asm.R1, asm.R10, ctBuf+dst+i, asm.Word),
+			st(asm.R10, ctTuple+i, asm.R1, asm.Word),
+			ld(asm.R1, asm.R10, ctBuf+src+i, asm.Word),
+			st(asm.R10, ctTuple+addrLen+i, asm.R1, asm.Word),
+		)
+	}
+	b.emit(
+		ld(asm.R1, asm.R10, ctPorts+2, asm.Half),
+		st(asm.R10, ctTuple+2*addrLen, asm.R1, asm.Half),
+		ld(asm.R1, asm.R10, ctPorts, asm.Half),
+		st(asm.R10, ctTuple+2*addrLen+2, asm.R1, asm.Half),
+	)
+	c.ctLookup(-1, "ct_inner_found")
+	b.emit(ja("ct_invalid"))
+	b.mark("ct_inner_found")
+	b.note("related, if the error goes to the inner packet's source")
+	b.emit(
+		movr(asm.R9, asm.R0),
+		mov(asm.R8, ctStateRelated),
+	)
+	for i := int16(0); i < addrLen; i += 4 {
+		b.emit(
+			ld(asm.R1, asm.R10, ctBuf+src+i, asm.Word),
+			ntoh(asm.R1, asm.Word),
+			ld(asm.R2, asm.R7, pktDst+i, asm.Word),
+			asm.JNE.Reg(asm.R1, asm.R2, "ct_inner_other"),
+		)
+	}
+	b.emit(ja("ct_release"))
+	b.mark("ct_inner_other")
+	b.emit(
+		mov(asm.R8, ctStateInvalid),
+		ja("ct_release"),
+	)
+
+	if v6 {
+		b.mark("ct_untracked")
+		b.emit(mov(asm.R0, ctStateUntracked), asm.Return())
+	}
+
+	b.mark("ct_found")
+	b.note("an entry (resolve_normal_ct): a reply, or seen a reply, is established; expected is related; else new")
+	b.emit(
+		movr(asm.R9, asm.R0),
+		mov(asm.R8, ctStateEstab),
+		ld(asm.R1, asm.R10, ctOpts+ctOptsDir, asm.Byte),
+		asm.JEq.Imm(asm.R1, ipCTDirReply, "ct_release"),
+		ldField(asm.R1, asm.R9, nfConnStatus, asm.DWord),
+		asm.JSet.Imm(asm.R1, ipsSeenReply, "ct_release"),
+		mov(asm.R8, ctStateRelated),
+		asm.JSet.Imm(asm.R1, ipsExpected, "ct_release"),
+		mov(asm.R8, ctStateNew),
+	)
+	b.mark("ct_release")
+	b.emit(
+		movr(asm.R1, asm.R9),
+		kfuncCall(kfuncRelease),
+		movr(asm.R0, asm.R8),
+		asm.Return(),
+	)
+}
+
+// ctPacketTuple fills the bpf_sock_tuple in with the packet's addresses
+// and ports, in network order.
+func (c *compiler) ctPacketTuple() {
+	n := int16(1)
+	if c.p.Family == rules.IPv6 {
+		n = 4
+	}
+	for i := int16(0); i < n; i++ {
+		c.b.emit(
+			ld(asm.R1, asm.R7, pktSrc+4*i, asm.Word),
+			ntoh(asm.R1, asm.Word),
+			st(asm.R10, ctTuple+4*i, asm.R1, asm.Word),
+			ld(asm.R1, asm.R7, pktDst+4*i, asm.Word),
+			ntoh(asm.R1, asm.Word),
+			st(asm.R10, ctTuple+4*n+4*i, asm.R1, asm.Word),
+		)
+	}
+	c.b.emit(
+		ld(asm.R1, asm.R7, pktSport, asm.Word),
+		ntoh(asm.R1, asm.Half),
+		st(asm.R10, ctTuple+8*n, asm.R1, asm.Half),
+		ld(asm.R1, asm.R7, pktDport, asm.Word),
+		ntoh(asm.R1, asm.Half),
+		st(asm.R10, ctTuple+8*n+2, asm.R1, asm.Half),
+	)
+}
+
+// ctLookup looks the tuple up for protocol proto (-1: the one already in
+// the options) and jumps to found, with the nf_conn in r0, when there is
+// an entry.
+func (c *compiler) ctLookup(proto int32, found string) {
+	b := c.b
+	size := int32(sockTuple4Size)
+	if c.p.Family == rules.IPv6 {
+		size = sockTuple6Size
+	}
+	lookup := kfuncXDPLookup
+	if c.hook.tc() {
+		lookup = kfuncSkbLookup
+	}
+	b.emit(
+		stImm(asm.R10, ctOpts+ctOptsNetns, currentNetns, asm.Word),
+		stImm(asm.R10, ctOpts+ctOptsDir, 0, asm.Byte),
+	)
+	if proto >= 0 {
+		b.emit(stImm(asm.R10, ctOpts+ctOptsL4Proto, proto, asm.Byte))
+	}
+	b.emit(
+		movr(asm.R1, asm.R6),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, ctTuple),
+		mov(asm.R3, size),
+		movr(asm.R4, asm.R10),
+		asm.Add.Imm(asm.R4, ctOpts),
+		mov(asm.R5, ctOptsSize),
+		kfuncCall(lookup),
+		asm.JNE.Imm(asm.R0, 0, found),
+	)
+}
