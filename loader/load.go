@@ -53,10 +53,20 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 	if opts.VerifierLog {
 		copts.Programs.LogLevel = ebpf.LogLevelBranch | ebpf.LogLevelStats
 	}
+	spec := p.Spec
+	if p.UsesConntrack() {
+		kernel, err := kernelBTF()
+		if err != nil {
+			return nil, fmt.Errorf("load %s program: conntrack state matches need the kernel's BTF: %w", p.Hook, err)
+		}
+		if spec, err = p.KernelSpec(kernel); err != nil {
+			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
+		}
+	}
 	if opts.Sockets != nil {
 		copts.MapReplacements = map[string]*ebpf.Map{codegen.SocketsMap: opts.Sockets}
 	}
-	coll, err := ebpf.NewCollectionWithOptions(p.Spec, copts)
+	coll, err := ebpf.NewCollectionWithOptions(spec, copts)
 	if err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) && tooLarge(verr) {

@@ -35,6 +35,9 @@ type Meta struct {
 	Ifaces        []Iface   `json:"ifaces"`
 	// Logs are the program's LOG rules, for `bpfwall log`.
 	Logs []LogRule `json:"logs,omitempty"`
+	// Conntrack is set when the program tests the conntrack state: the
+	// loader keeps conntrack on in the namespace (HoldConntrack).
+	Conntrack bool `json:"conntrack,omitempty"`
 }
 
 // Iface is an interface a filter is attached to.

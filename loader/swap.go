@@ -119,6 +119,11 @@ func (s *Swap) Run() (*Result, error) {
 		b.abort()
 		return nil, fmt.Errorf("swap %s filter: %w", hook, err)
 	}
+	if !s.Program.UsesConntrack() && old != nil && old.Meta.Conntrack {
+		if err := releaseConntrackAt(s.Place); err != nil {
+			return res, fmt.Errorf("swap %s filter: the new program runs, but: %w", hook, err)
+		}
+	}
 	if s.Since != nil {
 		if err := s.carry(old, b); err != nil {
 			return res, fmt.Errorf("swap %s filter: the new program runs, but: %w", hook, err)
@@ -242,6 +247,12 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 				return b, err
 			}
 		}
+		if s.Program.UsesConntrack() {
+			// Before the program runs: its lookups need a tracked table.
+			if err := HoldConntrack(); err != nil {
+				return b, err
+			}
+		}
 	} else if err := b.loadLookup(s.Program); err != nil {
 		return b, err
 	}
@@ -289,6 +300,7 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 	meta := s.Meta
 	meta.LoadedAt = time.Now().UTC()
 	meta.VerifiedInsns = b.loaded.VerifiedInsns
+	meta.Conntrack = s.Program.UsesConntrack()
 	meta.Ifaces = append(ifaces, b.attached...)
 	if b.meta, err = newMetaMap(&meta); err != nil {
 		return b, err

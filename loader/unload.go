@@ -45,6 +45,11 @@ func Unload(p Place, names []string) ([]Iface, error) {
 		}
 		// The namespace's directory goes when its last filter does.
 		os.Remove(filepath.Dir(dir))
+		if a.Meta.Conntrack {
+			if err := releaseConntrackAt(p); err != nil {
+				return detach, fmt.Errorf("unload %s filter: %w", p.Hook, err)
+			}
+		}
 		return detach, nil
 	}
 	meta := a.Meta

@@ -209,7 +209,7 @@ func TestOperatorPath(t *testing.T) {
 			// Bad input at every stage changes nothing.
 			for _, bad := range []struct{ name, input, msg string }{
 				{"parse error", strings.Replace(udpRules, "--dport 5002", "--dport 5002 --frob", 1), "line 6 failed"},
-				{"unsupported", strings.Replace(udpRules, "-j DROP", "-m conntrack --ctstate NEW -j DROP", 1), "conntrack state match is not supported"},
+				{"unsupported", strings.Replace(udpRules, "-j DROP", "-m conntrack --ctstate DNAT -j DROP", 1), "conntrack state SNAT/DNAT is not supported"},
 			} {
 				_, errOut, code := c.run(bad.input, "restore")
 				if code != 1 || !strings.Contains(errOut, bad.msg) {
@@ -254,6 +254,57 @@ func TestOperatorPath(t *testing.T) {
 				t.Errorf("after unload, udp/5002: %d of 5 arrived", got)
 			}
 		})
+	}
+}
+
+// TestConntrackHeld: a filter that tests the conntrack state keeps
+// conntrack on in its namespace while it is loaded, says so in status,
+// and filters by the state.
+func TestConntrackHeld(t *testing.T) {
+	bin := buildBpfwall(t)
+	peer := freshNetns(t)
+	c := cli{t, bin}
+	ctRules := "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+		"-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n" +
+		"-A INPUT -p udp -m udp --dport 5001 -m conntrack --ctstate NEW -j ACCEPT\n" +
+		"-A INPUT -p tcp -j ACCEPT\n" + // the peer's neighbour entry is permanent; nothing else must pass
+		"COMMIT\n"
+	held := func() bool {
+		t.Helper()
+		h, err := loader.ConntrackHeld()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	c.ok(ctRules, "restore", "--hook", "tc-ingress", "-i", "veth1")
+	if !held() {
+		t.Fatal("no conntrack table after loading a filter that tests the state")
+	}
+	if st := c.status(); len(st) != 1 || !strings.HasPrefix(st[0].Conntrack, "on:") {
+		t.Errorf("status: %+v", st)
+	}
+	if got := sendUDP(t, peer, 5001, 5); got != 5 {
+		t.Errorf("udp/5001, NEW (no reply makes it ESTABLISHED): %d of 5 arrived", got)
+	}
+	if got := sendUDP(t, peer, 5002, 5); got != 0 {
+		t.Errorf("udp/5002, NEW: %d of 5 arrived", got)
+	}
+	// A rule set without state matches lets conntrack go.
+	c.ok(udpRules, "restore")
+	if held() {
+		t.Error("the conntrack table stayed after a swap to rules without state matches")
+	}
+	if st := c.status(); len(st) != 1 || st[0].Conntrack != "" {
+		t.Errorf("status: %+v", st)
+	}
+	c.ok(ctRules, "restore")
+	if !held() {
+		t.Error("no conntrack table after a swap to rules with state matches")
+	}
+	c.ok("", "unload")
+	if held() {
+		t.Error("the conntrack table stayed after unload")
 	}
 }
 

@@ -27,6 +27,9 @@ type filterStatus struct {
 	Counters      countersStatus `json:"counters"`
 	// Sockets are the sk-lookup filter's TPROXY targets.
 	Sockets []socketStatus `json:"sockets,omitempty"`
+	// Conntrack says, for a program that tests the conntrack state, how
+	// conntrack is kept on in the namespace.
+	Conntrack string `json:"conntrack,omitempty"`
 }
 
 type ifaceStatus struct {
@@ -114,6 +117,17 @@ func statusOf(p loader.Place) (filterStatus, error) {
 		}
 		st.Ifaces = append(st.Ifaces, is)
 	}
+	if m.Conntrack {
+		held, err := loader.ConntrackHeld()
+		switch {
+		case err != nil:
+			return filterStatus{}, err
+		case held:
+			st.Conntrack = fmt.Sprintf("on: the rules test the conntrack state; nftables table inet %s keeps conntrack tracking in this namespace", loader.ConntrackTable)
+		default:
+			st.Conntrack = fmt.Sprintf("missing: the rules test the conntrack state, but nftables table inet %s is gone; load the rule set again", loader.ConntrackTable)
+		}
+	}
 	c, err := a.Counters()
 	if err != nil {
 		return filterStatus{}, err
@@ -153,4 +167,7 @@ func printStatus(w io.Writer, st filterStatus) {
 	fmt.Fprintf(w, "  counters: %d of %d rules matched, %d packets %d bytes; policy %d packets %d bytes\n",
 		c.RulesHit, st.Rules, c.RulePackets, c.RuleBytes, c.PolicyPackets, c.PolicyBytes)
 	printSockets(w, st.Sockets)
+	if st.Conntrack != "" {
+		fmt.Fprintf(w, "  conntrack %s\n", st.Conntrack)
+	}
 }

@@ -1,0 +1,111 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/cilium/ebpf/btf"
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+)
+
+// Conntrack tracks connections in a network namespace only while some
+// netfilter user holds it there (nf_ct_netns_get): a program whose rules
+// test the conntrack state would otherwise find an empty table. The
+// loader holds it with a small nftables table whose one rule loads the
+// conntrack state (nft_ct_get_init takes the reference) and does nothing
+// else: the chain has no hook, so no packet ever runs it.
+const (
+	// ConntrackTable is the inet table that keeps conntrack on.
+	ConntrackTable = "bpfwall_conntrack"
+	conntrackChain = "hold"
+)
+
+// ConntrackHeld reports whether the namespace of the calling thread has
+// bpfwall's conntrack table.
+func ConntrackHeld() (bool, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return false, fmt.Errorf("nftables: %w", err)
+	}
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return false, fmt.Errorf("list nftables tables: %w", err)
+	}
+	for _, t := range tables {
+		if t.Name == ConntrackTable {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// HoldConntrack makes conntrack track connections of both IP families in
+// the calling thread's namespace, by creating bpfwall's conntrack table
+// if it is not there.
+func HoldConntrack() error {
+	held, err := ConntrackHeld()
+	if err != nil || held {
+		return err
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	t := c.AddTable(&nftables.Table{Name: ConntrackTable, Family: nftables.TableFamilyINet})
+	ch := c.AddChain(&nftables.Chain{Name: conntrackChain, Table: t})
+	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+	}})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("create nftables table inet %s to keep conntrack on: %w", ConntrackTable, err)
+	}
+	return nil
+}
+
+// ReleaseConntrack removes bpfwall's conntrack table from the calling
+// thread's namespace unless a filter at one of places still tests the
+// conntrack state.
+func ReleaseConntrack(places []Place) error {
+	for _, p := range places {
+		a, err := Open(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		needs := a.Meta.Conntrack
+		a.Close()
+		if needs {
+			return nil
+		}
+	}
+	held, err := ConntrackHeld()
+	if err != nil || !held {
+		return err
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	c.DelTable(&nftables.Table{Name: ConntrackTable, Family: nftables.TableFamilyINet})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("delete nftables table inet %s: %w", ConntrackTable, err)
+	}
+	return nil
+}
+
+// releaseConntrackAt releases conntrack unless another filter of p's
+// namespace tests the state.
+func releaseConntrackAt(p Place) error {
+	places, err := Places(p.Root, p.NetNS)
+	if err != nil {
+		return err
+	}
+	return ReleaseConntrack(places)
+}
+
+var kernelBTF = sync.OnceValues(btf.LoadKernelSpec)
