@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
 )
 
 // Conntrack tracks connections in a network namespace only while some
@@ -23,13 +24,30 @@ const (
 	conntrackChain = "hold"
 )
 
+// nftConn opens a netlink connection to nftables in the calling thread's
+// network namespace: the library's own sockets would otherwise live on
+// whatever thread it runs them, in whatever namespace that thread is.
+func nftConn() (*nftables.Conn, func(), error) {
+	fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open network namespace: %w", err)
+	}
+	c, err := nftables.New(nftables.WithNetNSFd(fd), nftables.AsLasting())
+	if err != nil {
+		unix.Close(fd)
+		return nil, nil, fmt.Errorf("nftables: %w", err)
+	}
+	return c, func() { c.CloseLasting(); unix.Close(fd) }, nil
+}
+
 // ConntrackHeld reports whether the namespace of the calling thread has
 // bpfwall's conntrack table.
 func ConntrackHeld() (bool, error) {
-	c, err := nftables.New()
+	c, done, err := nftConn()
 	if err != nil {
-		return false, fmt.Errorf("nftables: %w", err)
+		return false, err
 	}
+	defer done()
 	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
 		return false, fmt.Errorf("list nftables tables: %w", err)
@@ -50,10 +68,11 @@ func HoldConntrack() error {
 	if err != nil || held {
 		return err
 	}
-	c, err := nftables.New()
+	c, done, err := nftConn()
 	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
+		return err
 	}
+	defer done()
 	t := c.AddTable(&nftables.Table{Name: ConntrackTable, Family: nftables.TableFamilyINet})
 	ch := c.AddChain(&nftables.Chain{Name: conntrackChain, Table: t})
 	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
@@ -87,10 +106,11 @@ func ReleaseConntrack(places []Place) error {
 	if err != nil || !held {
 		return err
 	}
-	c, err := nftables.New()
+	c, done, err := nftConn()
 	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
+		return err
 	}
+	defer done()
 	c.DelTable(&nftables.Table{Name: ConntrackTable, Family: nftables.TableFamilyINet})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("delete nftables table inet %s: %w", ConntrackTable, err)
