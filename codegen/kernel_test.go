@@ -181,7 +181,7 @@ func (ns *netns) do(fn func()) {
 }
 
 // kernelBTF is the running kernel's BTF, for programs that call kfuncs.
-func kernelBTF(t *testing.T) *btf.Spec {
+func kernelBTF(t testing.TB) *btf.Spec {
 	t.Helper()
 	spec, err := btf.LoadKernelSpec()
 	if err != nil {

@@ -67,7 +67,7 @@ func newFlowTopology(t *testing.T) *flowTopology {
 		fmt.Sprintf("neigh replace %s lladdr %s dev fwout nud permanent", flowReceiverAddr, topology.ReceiverMAC),
 	}
 	ends := map[string][]string{
-		ft.Sender: {"link set lo up", "link set snd0 up", fmt.Sprintf("addr add %s/24 dev snd0", flowSenderAddr), fmt.Sprintf("route add default via %s", topology.FirewallAddr)},
+		ft.Sender:   {"link set lo up", "link set snd0 up", fmt.Sprintf("addr add %s/24 dev snd0", flowSenderAddr), fmt.Sprintf("route add default via %s", topology.FirewallAddr)},
 		ft.Receiver: {"link set lo up", "link set rcv0 up", fmt.Sprintf("addr add %s/24 dev rcv0", flowReceiverAddr), "route add default via 198.51.100.1"},
 	}
 	if err := topology.RunInput([]byte(strings.Join(fw, "\n")+"\n"), "ip", "-n", ft.Firewall, "-batch", "-"); err != nil {
@@ -311,7 +311,9 @@ func flowSteps() []flowStep {
 			return tcpExchange(t, s, s.ft.Sender, b, portSSH, true)
 		}},
 		{name: "tcp A→B:8080", run: func(t *testing.T, s *flowScenario) string { return tcpExchange(t, s, s.ft.Sender, b, portHTTP, false) }},
-		{name: "tcp B→A:2222", run: func(t *testing.T, s *flowScenario) string { return tcpExchange(t, s, s.ft.Receiver, a, portSenderT, false) }},
+		{name: "tcp B→A:2222", run: func(t *testing.T, s *flowScenario) string {
+			return tcpExchange(t, s, s.ft.Receiver, a, portSenderT, false)
+		}},
 		{name: "udp A→B:53", run: func(t *testing.T, s *flowScenario) string { return udpExchange(t, s.ft.Sender, b, portDNS) }},
 		{name: "udp A→B:5353", run: func(t *testing.T, s *flowScenario) string { return udpExchange(t, s.ft.Sender, b, portUDPAlt) }},
 		{name: "udp B→A:5300", run: func(t *testing.T, s *flowScenario) string { return udpExchange(t, s.ft.Receiver, a, portSenderU) }},
