@@ -41,6 +41,7 @@ func checkAgainstEval(t *testing.T, prog *codegen.Program, seed uint64, n int) {
 		return ir.Meta{InIface: iface}
 	}
 	mismatches, untestable := 0, 0
+	st := &ir.State{}
 	for i := range n {
 		frame, iface := gen.Frame()
 		got, err := l.Run(frame, iface)
@@ -59,7 +60,8 @@ func checkAgainstEval(t *testing.T, prog *codegen.Program, seed uint64, n int) {
 		}
 		// No conntrack entry matches a generated packet.
 		pkt.CTState = pkt.ConntrackWithoutEntry()
-		want := prog.IR.Eval(pkt)
+		clock(t, l, st)
+		want := prog.IR.EvalState(st, pkt)
 		if got.Verdict != want.Verdict || got.Decision != codegen.DecisionFor(want) {
 			mismatches++
 			if mismatches <= 3 {
@@ -72,6 +74,41 @@ func checkAgainstEval(t *testing.T, prog *codegen.Program, seed uint64, n int) {
 	}
 	if untestable > n/10 {
 		t.Errorf("%d of %d packets could not be test-run", untestable, n)
+	}
+}
+
+// clock sets st's time to when the program last ran, as the token
+// buckets it touched say.
+func clock(t *testing.T, l *Loaded, st *ir.State) {
+	t.Helper()
+	m := l.coll.Maps[codegen.LimitsMap]
+	if m == nil {
+		return
+	}
+	nft := map[int]bool{}
+	for _, r := range l.Program.IR.Rules {
+		for _, m := range r.Matches {
+			switch m := m.(type) {
+			case ir.Limit:
+				nft[m.Bucket] = false
+			case ir.RateLimit:
+				nft[m.Bucket] = true
+			}
+		}
+	}
+	for i, nft := range nft {
+		var b codegen.Bucket
+		if err := m.Lookup(uint32(i), &b); err != nil {
+			t.Fatal(err)
+		}
+		if b.Started == 0 {
+			continue
+		}
+		if nft {
+			st.Nanos = max(st.Nanos, b.Prev)
+		} else {
+			st.Jiffies = max(st.Jiffies, b.Prev)
+		}
 	}
 }
 
