@@ -116,6 +116,10 @@ func (c *compiler) checkLog(r *ir.Rule, a ir.Log) string {
 		// socket's file: no packet hook can read them (and at INPUT the
 		// socket is the one early demux found, if any).
 		return "--log-uid (nft: log flags skuid, or all) is not supported: the hook cannot read the uid and gid of the socket's file"
+	case c.p.Table == "netdev":
+		// nf_log_netdev_packet logs ARP and other frames too, which the
+		// program passes without running the chain.
+		return fmt.Sprintf("log in netdev chain %s is not supported on %s: nft logs every frame there, and the program runs the rules for IP packets only", chain, c.hook)
 	case c.hook == HookTCEgress && chain != "OUTPUT" && chain != "POSTROUTING":
 		return fmt.Sprintf("LOG in chain %s is not supported on %s: the line names the input interface, which the hook does not know", chain, c.hook)
 	case c.hook != HookTCEgress && chain != "INPUT" && chain != "PREROUTING":
