@@ -219,6 +219,12 @@ func (f *logFollower) reportLost(stderr io.Writer) {
 // old one has no events left.
 func (f *logFollower) reopenIfSwapped() error {
 	id, err := loader.ProgramAt(f.place)
+	if errors.Is(err, os.ErrNotExist) {
+		if f.rd.Pending() > 0 {
+			return nil // the old ring buffer still has events
+		}
+		return fmt.Errorf("the %s filter was unloaded", f.place.Hook)
+	}
 	if err != nil {
 		return err
 	}
