@@ -21,11 +21,23 @@ func (b *ruleBuilder) concat(pos rules.Pos, keys []string, op string, val rhs) {
 			return
 		}
 	}
-	if op != "" && op != "==" {
+	if op != "" && op != "==" && op != "!=" {
 		b.unsupported(pos, "concatenation "+op)
 		return
 	}
 	elems := b.setElems(pos, val)
+	if op == "!=" {
+		// Not in the set: for each element, NOT(k1 == v1 AND k2 == v2 ...),
+		// the disjoint "k1 != v1", "k1 == v1 AND k2 != v2", ...
+		for _, el := range elems {
+			c, ok := b.negTuple(keys, el)
+			if !ok {
+				return
+			}
+			b.add(c)
+		}
+		return
+	}
 	if len(elems) == 0 || !b.disjointTuples(pos, keys, elems) {
 		return
 	}
@@ -55,6 +67,31 @@ func (b *ruleBuilder) tuple(keys []string, el elem) (choice, bool) {
 	alts := product(b.conds)
 	b.conds, b.icmp = savedConds, savedICMP
 	return alts, true
+}
+
+// negTuple returns the alternatives of a packet's not matching one
+// element of a concatenation.
+func (b *ruleBuilder) negTuple(keys []string, el elem) (choice, bool) {
+	if len(el.parts) != len(keys) {
+		b.errorf(el.pos, "%d values for a concatenation of %d keys (%s)", max(len(el.parts), 1), len(keys), strings.Join(keys, " . "))
+		return nil, false
+	}
+	savedConds, savedICMP := b.conds, b.icmp
+	var out choice
+	for j := range keys {
+		b.conds, b.icmp = nil, nil
+		for i := range j + 1 {
+			op := "=="
+			if i == j {
+				op = "!="
+			}
+			b.relation(el.parts[i].pos, keys[i], op, nil, rhs{elems: []elem{el.parts[i]}})
+		}
+		b.flushICMP()
+		out = append(out, product(b.conds)...)
+	}
+	b.conds, b.icmp = savedConds, savedICMP
+	return out, true
 }
 
 // product is the conjunction of choices as one choice: an alternative of

@@ -45,6 +45,7 @@ func TestPrint(t *testing.T) {
 		{"tproxy", "meta l4proto tcp tproxy ip to 127.0.0.1:8080 accept", rules.IPv4, "meta l4proto tcp tproxy ip to 127.0.0.1:8080 accept"},
 		{"iif", `iif "lo" oif != "lo" accept`, rules.IPv4, `iif "lo" oif != "lo" accept`},
 		{"concatenation", "ip saddr . tcp dport { 10.0.0.1 . 22, 10.0.0.0/24 . 80-81 } accept", rules.IPv4, "meta l4proto tcp ip saddr 10.0.0.0/24 tcp dport 80-81 accept"},
+		{"negated concatenation", "ip saddr . tcp dport != { 10.0.0.1 . 22 } accept", rules.IPv4, "meta l4proto tcp ip saddr 10.0.0.1 tcp dport != 22 accept"},
 		{"concatenated vmap", `iifname . ip6 daddr vmap { "eth0" . 2001:db8::1 : drop, "eth1" . 2001:db8::1 : accept }`, rules.IPv6, `ip6 daddr 2001:db8::1 iifname "eth1" accept`},
 		{"vmap", "tcp dport vmap { 22 : accept, 23 : drop }", rules.IPv4, "meta l4proto tcp tcp dport 23 drop"},
 	} {
