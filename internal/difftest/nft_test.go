@@ -45,8 +45,14 @@ func newNFTBench(t *testing.T, opts TopologyOptions) *bench {
 // packet of a connection is NEW.
 var nftConntrack = regexp.MustCompile(`(?m)^[^#\n]*(\bct\b|\btype nat\b)`)
 
+// nftDefrag finds what turns nf_defrag on without conntrack: tproxy and
+// socket expressions (nft_tproxy_init, nft_socket_init), reached or not.
+// Defragmentation then holds a lone fragment.
+var nftDefrag = regexp.MustCompile(`(?m)^[^#\n]*\b(tproxy|socket)\b`)
+
 // nftCase builds a case of nft text, with conntrack NEW probes when the
-// rules test the state, as the iptables cases do.
+// rules test the state, as the iptables cases do, and no fragments where
+// the kernel defragments.
 func nftCase(name string, fam rules.Family, text []byte, topo *Topology, seed uint64, n int) (*Case, error) {
 	c, err := NewCase(CaseOptions{Name: name, Family: fam, Rules: text, NFT: true, InIface: topo.InIface, OutIface: topo.OutIface})
 	if err != nil {
@@ -55,6 +61,11 @@ func nftCase(name string, fam rules.Family, text []byte, topo *Topology, seed ui
 	if UsesConntrack(c.Program) || nftConntrack.Match(text) {
 		c.CTState = ir.ConnNew
 		c.Probes = ProbesWhere(c, seed, n, func(f []byte) bool { return ConntrackNew(c, f) })
+	} else if nftDefrag.Match(text) {
+		c.Probes = ProbesWhere(c, seed, n, func(f []byte) bool {
+			pkt, err := decode(c, f)
+			return err == nil && pkt.FragOffset == 0 && !pkt.MoreFragments
+		})
 	} else {
 		c.Probes = Probes(c, seed, n)
 	}

@@ -18,7 +18,9 @@ import (
 // ranges, anonymous and named sets; ports, port ranges, sets and
 // comparisons; protocols; ICMP types and codes; TCP flags in every form;
 // interface names and wildcards; TTL or hop limit, length, mark, packet
-// type, MAC address and conntrack state; verdict maps and every verdict.
+// type, MAC address and conntrack state; iif and oif; concatenations of
+// address and port in anonymous and named sets and verdict maps; log;
+// verdict maps and every verdict.
 // In an inet table some rules test the other family, which its packets
 // never match. opts.XDP leaves out what the xdp hook cannot compile, as
 // GenerateRules does: oifname, meta mark and pkttype, ct state, and reject
@@ -61,6 +63,14 @@ func GenerateNFT(seed uint64, opts GenOptions) []byte {
 		}
 		w("add set %s s%d { type %s; flags interval; elements = { %s }; }", g.table, i, typ, g.addrElems(1+g.rng.IntN(4)))
 	}
+	if g.chance(2) {
+		g.csets = append(g.csets, "cs0")
+		typ := "ipv4_addr"
+		if opts.Family == rules.IPv6 {
+			typ = "ipv6_addr"
+		}
+		w("add set %s cs0 { type %s . inet_service; flags interval; elements = { %s }; }", g.table, typ, strings.Join(g.concatElems(opts.Family, 1+g.rng.IntN(4)), ", "))
+	}
 	for _, c := range bases {
 		for range 2 + g.rng.IntN(9) {
 			w("add rule %s %s %s", g.table, c, g.rule(-1))
@@ -79,6 +89,46 @@ type nftGen struct {
 	tfam, table string
 	users       int
 	sets        []string
+	csets       []string // sets of address . port
+}
+
+// concatElems returns n elements "address . port" of family f, addresses
+// or prefixes and ports or ranges, no two of which overlap: nft refuses
+// overlapping elements, and bpfwall a concatenation whose elements do.
+func (g *nftGen) concatElems(f rules.Family, n int) []string {
+	type span struct {
+		alo, ahi netip.Addr
+		plo, phi uint16
+	}
+	var out []string
+	var taken []span
+	for range 4 * n {
+		if len(out) == n {
+			break
+		}
+		a := g.addrIn(f).String()
+		if g.chance(3) {
+			a = netip.PrefixFrom(g.addrIn(f), f.Bits()/2+g.rng.IntN(f.Bits()/2+1)).Masked().String()
+		}
+		plo := g.port()
+		phi := plo
+		if g.chance(3) {
+			phi = uint16(min(int(plo)+g.rng.IntN(100), 65535))
+		}
+		pt := fmt.Sprint(plo)
+		if phi != plo {
+			pt = fmt.Sprintf("%d-%d", plo, phi)
+		}
+		alo, ahi := elemRange(a)
+		if slices.ContainsFunc(taken, func(t span) bool {
+			return !ahi.Less(t.alo) && !t.ahi.Less(alo) && plo <= t.phi && t.plo <= phi
+		}) {
+			continue
+		}
+		taken = append(taken, span{alo, ahi, plo, phi})
+		out = append(out, a+" . "+pt)
+	}
+	return out
 }
 
 // fam picks the family a rule's network-header matches are for: mostly
@@ -301,11 +351,20 @@ func (g *nftGen) rule(self int) string {
 	if g.chance(3) {
 		w("%s", g.addrMatch(fam, "daddr"))
 	}
-	if g.chance(5) {
+	// iif and oif name interfaces that exist when nft loads the rules;
+	// the model has one test of each interface, by name or by index.
+	switch {
+	case g.chance(5):
 		w("%s", g.ifaceMatch("iifname", g.InIface))
+	case g.chance(10):
+		w(" iif %s%q", g.neq(), g.oneOf(g.InIface, g.OutIface, "lo"))
 	}
-	if g.chance(6) && !g.XDP {
+	switch {
+	case g.XDP:
+	case g.chance(6):
 		w("%s", g.ifaceMatch("oifname", g.OutIface))
+	case g.chance(12):
+		w(" oif %s%q", g.neq(), g.oneOf(g.OutIface, g.InIface, "lo"))
 	}
 	proto := g.oneOf("", "", "tcp", "tcp", "udp", "udp", "icmp", "sctp", "gre")
 	if proto == "icmp" && fam == rules.IPv6 {
@@ -329,9 +388,19 @@ func (g *nftGen) rule(self int) string {
 		}
 	}
 	var vmapKey string
+	ipKey := "ip"
+	if fam == rules.IPv6 {
+		ipKey = "ip6"
+	}
 	if l4 {
 		switch proto {
 		case "tcp", "udp", "sctp":
+			switch {
+			case proto != "sctp" && fam == g.Family && len(g.csets) > 0 && g.chance(6):
+				w(" %s saddr . %s dport %s@%s", ipKey, proto, g.neq(), g.csets[0])
+			case proto != "sctp" && g.chance(6):
+				w(" %s saddr . %s dport { %s }", ipKey, proto, strings.Join(g.concatElems(fam, 1+g.rng.IntN(3)), ", "))
+			}
 			if g.chance(2) {
 				w(" %s sport %s", proto, g.portExpr())
 			}
@@ -342,6 +411,9 @@ func (g *nftGen) rule(self int) string {
 				w("%s", g.tcpFlags())
 			}
 			vmapKey = proto + " dport"
+			if proto != "sctp" && g.chance(3) {
+				vmapKey = ipKey + " saddr . " + proto + " dport"
+			}
 		default:
 			// The rule's family: "icmp type 8 ip6 hoplimit 1" conflicts.
 			w("%s", g.icmpMatch(fam == rules.IPv6))
@@ -379,20 +451,33 @@ func (g *nftGen) rule(self int) string {
 	if g.chance(15) && !g.XDP {
 		w(" ct state %s", g.oneOf("new", "established", "{ new, untracked }", "!= established", "new,related"))
 	}
-	// Last of the matches: nft refuses "meta nfproto ipv6 ip saddr".
-	if g.tfam == "inet" && g.chance(15) {
+	useVmap := vmapKey != "" && g.chance(5)
+	// Last of the matches: nft refuses "meta nfproto ipv6 ip saddr", and
+	// so a verdict map keyed by an address after it.
+	if g.tfam == "inet" && g.chance(15) && !(useVmap && strings.Contains(vmapKey, "saddr")) {
 		w(" meta nfproto %s", g.oneOf("ipv4", "ipv6"))
 	}
 	if g.chance(3) {
 		w(" counter")
 	}
-	if vmapKey != "" && g.chance(5) {
+	// log goes on to the rest of the rule; the xdp hook cannot write a
+	// FORWARD chain's line (it names the output interface).
+	if g.chance(12) && !g.XDP {
+		w(" log prefix %q", "bwdt-nft ")
+	}
+	if useVmap {
 		var elems []string
-		seen := map[uint16]bool{}
-		for range 1 + g.rng.IntN(3) {
-			if p := g.port(); !seen[p] {
-				seen[p] = true
-				elems = append(elems, fmt.Sprintf("%d : %s", p, g.verdict(self, proto, true)))
+		if strings.Contains(vmapKey, ".") {
+			for _, e := range g.concatElems(fam, 1+g.rng.IntN(3)) {
+				elems = append(elems, fmt.Sprintf("%s : %s", e, g.verdict(self, proto, true)))
+			}
+		} else {
+			seen := map[uint16]bool{}
+			for range 1 + g.rng.IntN(3) {
+				if p := g.port(); !seen[p] {
+					seen[p] = true
+					elems = append(elems, fmt.Sprintf("%d : %s", p, g.verdict(self, proto, true)))
+				}
 			}
 		}
 		w(" %s vmap { %s }", vmapKey, strings.Join(elems, ", "))
