@@ -166,7 +166,7 @@ func randomRules(seed uint64, entry string) (string, rules.Family) {
 				// while the fuzzer runs.
 				r = append(r, "-m limit "+pickS("--limit 1000/sec --limit-burst 3", "--limit 20/sec --limit-burst 1", "--limit 5/min"))
 			}
-			targets := []string{"-j ACCEPT", "-j DROP", "-j RETURN", ""}
+			targets := []string{"-j ACCEPT", "-j DROP", "-j RETURN", "", `-j LOG --log-prefix "fz " --log-tcp-options`}
 			for to := c + 1; to < chains; to++ {
 				targets = append(targets, fmt.Sprintf("-j C%d", to), fmt.Sprintf("-g C%d", to))
 			}
