@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+	"bpfwall/parser/nft"
 	"bpfwall/rules"
 )
 
@@ -12,6 +13,7 @@ func runFmt(args []string, stdout, stderr io.Writer) error {
 	var in inputFlags
 	in.register(fs)
 	counters := fs.Bool("c", false, "print rule counters")
+	asNFT := fs.Bool("nft", false, "print nft text (\"nft list ruleset\" form) of a rule set read from nftables")
 	files, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -21,11 +23,19 @@ func runFmt(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if len(files) != 1 {
-		fmt.Fprintln(stderr, "usage: bpfwall fmt [-6] [-c] [--ipset FILE] (FILE | --from-kernel)")
+		fmt.Fprintln(stderr, "usage: bpfwall fmt [-6] [-c] [--nft] [--ipset FILE] (FILE | --from-kernel)")
 		return errUsage
 	}
 	rs, err := in.load(files[0], stderr)
 	if err != nil {
+		return err
+	}
+	if *asNFT {
+		text, err := nft.Print(rs)
+		if err != nil {
+			return fmt.Errorf("fmt --nft: %w", err)
+		}
+		_, err = stdout.Write(text)
 		return err
 	}
 	_, err = stdout.Write(rs.Save(rules.SaveOptions{Counters: *counters}))

@@ -67,6 +67,27 @@ func TestFmtIsStable(t *testing.T) {
 	}
 }
 
+// TestFmtNFT: fmt --nft prints an nft rule set as nft text that reads
+// back to the same text, and refuses an iptables one.
+func TestFmtNFT(t *testing.T) {
+	src := writeFile(t, "f.nft", "table inet f {\n chain in {\n  type filter hook input priority 0; policy drop;\n"+
+		"  ip saddr . tcp dport { 10.0.0.1 . 22, 10.0.0.2 . 80 } accept\n  ct state established accept\n }\n}\n")
+	once, errOut, code := runCmd(t, "fmt", "--nft", src)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(once, "\t\tmeta l4proto tcp ip saddr 10.0.0.2 tcp dport 80 accept\n") {
+		t.Errorf("fmt --nft output lacks the second element's rule:\n%s", once)
+	}
+	twice, _, code := runCmd(t, "fmt", "--nft", writeFile(t, "once.nft", once))
+	if code != 0 || twice != once {
+		t.Errorf("fmt --nft of fmt --nft differs (exit %d):\n%s", code, twice)
+	}
+	if _, errOut, code := runCmd(t, "fmt", "--nft", example); code != 1 || !strings.Contains(errOut, "rule read from iptables") {
+		t.Errorf("fmt --nft of iptables text: exit %d, %s", code, errOut)
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	tests := [][]string{
 		{},

@@ -26,6 +26,15 @@ func Print(rs *rules.Ruleset) ([]byte, error) {
 	if rs.Family == rules.IPv6 {
 		p.ip, p.family = "ip6", "ip6"
 	}
+	for _, t := range rs.Tables {
+		for _, c := range t.Chains {
+			for _, r := range c.Rules {
+				if !r.NFT {
+					return nil, rules.Errorf(r.Pos, "rule read from iptables: its matches do not mean in nft what they mean in iptables")
+				}
+			}
+		}
+	}
 	var err error
 	if p.names, err = chainNames(rs); err != nil {
 		return nil, err
