@@ -107,9 +107,21 @@ func (r *LogReader) Read(deadline time.Time) (codegen.LogRecord, error) {
 func (r *LogReader) Pending() int { return r.rd.AvailableBytes() }
 
 // Lost returns how many events found the ring buffer full, over all CPUs.
-func (r *LogReader) Lost() (uint64, error) {
+func (r *LogReader) Lost() (uint64, error) { return readLost(r.lost) }
+
+// LogLost returns how many events of the filter's LOG rules found the ring
+// buffer full; the error wraps ErrNoLog when it has no LOG rules.
+func (a *Active) LogLost() (uint64, error) {
+	m := a.maps[pinLogLost]
+	if m == nil {
+		return 0, fmt.Errorf("read %s log: %w", a.Place.Hook, ErrNoLog)
+	}
+	return readLost(m)
+}
+
+func readLost(m *ebpf.Map) (uint64, error) {
 	var perCPU []uint64
-	if err := r.lost.Lookup(uint32(0), &perCPU); err != nil {
+	if err := m.Lookup(uint32(0), &perCPU); err != nil {
 		return 0, fmt.Errorf("read lost log events: %w", err)
 	}
 	var n uint64

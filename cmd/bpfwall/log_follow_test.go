@@ -70,5 +70,14 @@ func TestLogFollowsSwap(t *testing.T) {
 			t.Errorf("bpfwall log printed\n%q\nwant\n%q", c.got, c.want)
 		}
 	}
+	if st := c.status(); len(st) != 1 || st[0].Log == nil || st[0].Log.Rules != 1 || st[0].Log.Lost != 0 {
+		t.Fatalf("status: %+v", st)
+	}
+	// With no reader, a ring buffer of some 1900 events overflows: status
+	// counts the events lost.
+	sendUDP(t, peer, 5001, 2500) // the receiving socket's buffer overflows too
+	if st := c.status(); st[0].Log == nil || st[0].Log.Lost < 500 {
+		t.Errorf("status after 2500 events unread: %+v", st[0].Log)
+	}
 	c.ok("", "unload")
 }

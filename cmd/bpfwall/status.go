@@ -30,6 +30,14 @@ type filterStatus struct {
 	// Conntrack says, for a program that tests the conntrack state, how
 	// conntrack is kept on in the namespace.
 	Conntrack string `json:"conntrack,omitempty"`
+	// Log describes the LOG rules' ring buffer, when there are LOG rules.
+	Log *logStatus `json:"log,omitempty"`
+}
+
+// logStatus is what status says about a filter's LOG rules.
+type logStatus struct {
+	Rules int    `json:"rules"`
+	Lost  uint64 `json:"lost"` // events that found the ring buffer full
 }
 
 type ifaceStatus struct {
@@ -128,6 +136,13 @@ func statusOf(p loader.Place) (filterStatus, error) {
 			st.Conntrack = fmt.Sprintf("missing: the rules test the conntrack state, but nftables table inet %s is gone; load the rule set again", loader.ConntrackTable)
 		}
 	}
+	if len(m.Logs) > 0 {
+		lost, err := a.LogLost()
+		if err != nil {
+			return filterStatus{}, err
+		}
+		st.Log = &logStatus{Rules: len(m.Logs), Lost: lost}
+	}
 	c, err := a.Counters()
 	if err != nil {
 		return filterStatus{}, err
@@ -169,5 +184,8 @@ func printStatus(w io.Writer, st filterStatus) {
 	printSockets(w, st.Sockets)
 	if st.Conntrack != "" {
 		fmt.Fprintf(w, "  conntrack %s\n", st.Conntrack)
+	}
+	if st.Log != nil {
+		fmt.Fprintf(w, "  log: %d LOG rules, %d events lost to a full ring buffer (read them with bpfwall log)\n", st.Log.Rules, st.Log.Lost)
 	}
 }
