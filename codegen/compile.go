@@ -38,6 +38,9 @@ type compiler struct {
 	maps    []*ebpf.MapSpec
 	sets    []string
 	ntables int
+	// rejects are the --reject-with types of the REJECT rules, indexed by
+	// their reject function.
+	rejects []string
 }
 
 // Symbols of the functions.
@@ -108,6 +111,7 @@ func (c *compiler) program() (asm.Instructions, error) {
 	if c.ct {
 		c.ctState()
 	}
+	c.rejectFunctions()
 	return root.finish()
 }
 
@@ -164,6 +168,7 @@ func (c *compiler) collect() error {
 	if len(c.ifaces) > 64 {
 		return fmt.Errorf("the rules test %d interface names, more than the 64 bpfwall supports", len(c.ifaces))
 	}
+	c.collectRejects()
 	if len(c.optKinds) > 64 {
 		return fmt.Errorf("the rules test %d TCP option kinds, more than the 64 bpfwall supports", len(c.optKinds))
 	}
@@ -261,9 +266,17 @@ func (c *compiler) main() {
 		mov(asm.R9, c.hook.pass()),
 		asm.JEq.Imm(asm.R0, codeAccept, accepted),
 		mov(asm.R9, c.hook.drop()),
-		asm.JEq.Imm(asm.R0, codeDrop, symMainEnd),
-		mov(asm.R7, Hotdrop),
 	)
+	if len(c.rejects) > 0 {
+		b.emit(asm.JEq.Imm(asm.R0, codeDrop, "ruled_drop"))
+	} else {
+		b.emit(asm.JEq.Imm(asm.R0, codeDrop, symMainEnd))
+	}
+	b.emit(mov(asm.R7, Hotdrop))
+	if len(c.rejects) > 0 {
+		b.emit(ja(symMainEnd))
+		c.rejectDecided()
+	}
 	b.mark(symMainEnd)
 	b.emit(
 		stImm(asm.R10, c.mainKey(), 0, asm.Word),
@@ -435,7 +448,8 @@ func (c *compiler) rule(r *ir.Rule, next string) {
 	switch a := r.Action.(type) {
 	case ir.Accept:
 		b.emit(mov(asm.R0, code(r, codeAccept)), asm.Return())
-	case ir.Drop:
+	case ir.Drop, ir.Reject:
+		// main sends a REJECT rule's reply (rejectDecided).
 		b.emit(mov(asm.R0, code(r, codeDrop)), asm.Return())
 	case ir.TProxy:
 		// main finds the rule's socket in TargetsMap and SocketsMap.

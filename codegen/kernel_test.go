@@ -224,7 +224,7 @@ func load(t *testing.T, p *codegen.Program, ns *netns) *loaded {
 // run passes a frame through the program as if it came in on (or, for
 // tc-egress, went out through) dev, and returns the verdict and decision.
 func (l *loaded) run(data []byte, dev device, mark uint32) (_ ir.Verdict, _ codegen.Decision, err error) {
-	opts := &ebpf.RunOptions{Data: data}
+	opts := &ebpf.RunOptions{Data: data, DataOut: make([]byte, len(data)+256)}
 	if l.p.Hook == codegen.HookXDP {
 		// struct xdp_md: data, data_end, data_meta, ingress_ifindex.
 		opts.Context = [4]uint32{0, uint32(len(data)), 0, dev.index}
@@ -267,6 +267,14 @@ func (l *loaded) run(data []byte, dev device, mark uint32) (_ ir.Verdict, _ code
 		v = ir.VerdictAccept
 	case ret == 1 && l.p.Hook == codegen.HookXDP, ret == 2 && l.p.Hook != codegen.HookXDP:
 		v = ir.VerdictDrop
+		// A REJECT rule that sends no reply drops the packet.
+		if d.Kind == codegen.DecidedByRule && int(d.Rule) < len(l.p.IR.Rules) {
+			if _, ok := l.p.IR.Rules[d.Rule].Action.(ir.Reject); ok {
+				v = ir.VerdictReject
+			}
+		}
+	case ret == 3 && l.p.Hook == codegen.HookXDP, ret == 7 && l.p.Hook != codegen.HookXDP:
+		v = ir.VerdictReject // XDP_TX, TC_ACT_REDIRECT: the reply
 	default:
 		return 0, d, fmt.Errorf("return code %d", ret)
 	}

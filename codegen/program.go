@@ -227,6 +227,9 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 			spec.Maps[m.Name] = m
 		}
 	}
+	for _, m := range c.rejectMaps() {
+		spec.Maps[m.Name] = m
+	}
 	return spec
 }
 
@@ -276,7 +279,9 @@ func (c *compiler) check() {
 				c.errs = append(c.errs, rules.Errorf(r.Pos, "nft tproxy statement is not supported on sk-lookup"))
 			}
 		case ir.Reject:
-			c.errs = append(c.errs, rules.Errorf(r.Pos, "REJECT target is not supported on %s", c.hook))
+			if why := c.checkReject(a); why != "" {
+				c.errs = append(c.errs, rules.Errorf(r.Pos, "%s", why))
+			}
 		case ir.Log:
 			if c.hook == HookSkLookup {
 				c.errs = append(c.errs, rules.Errorf(r.Pos, "LOG target is not supported on sk-lookup: a socket lookup has no packet to log"))

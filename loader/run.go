@@ -17,6 +17,9 @@ const loopbackIfindex = 1
 type Outcome struct {
 	Verdict  ir.Verdict
 	Decision codegen.Decision
+	// Reply is the frame a REJECT rule sent back: the packet as the
+	// program left it when it transmitted it; nil otherwise.
+	Reply []byte
 }
 
 // Run passes one Ethernet frame through the loaded program with
@@ -30,7 +33,9 @@ func (l *Loaded) Run(frame []byte, iface string) (Outcome, error) {
 	if l.Program.Hook != codegen.HookXDP {
 		frame = addressedToLoopback(frame)
 	}
-	ret, err := l.prog.Run(&ebpf.RunOptions{Data: frame, Repeat: 1})
+	// Room for an ICMP error that quotes all of a small packet.
+	opts := &ebpf.RunOptions{Data: frame, DataOut: make([]byte, len(frame)+256), Repeat: 1}
+	ret, err := l.prog.Run(opts)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("test run: %w", err)
 	}
@@ -42,7 +47,18 @@ func (l *Loaded) Run(frame []byte, iface string) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, err
 	}
-	return Outcome{Verdict: v, Decision: d}, nil
+	out := Outcome{Verdict: v, Decision: d}
+	if v == ir.VerdictReject {
+		out.Reply = opts.DataOut
+	}
+	// A REJECT rule that sends nothing (to an ICMP error, a fragment,
+	// ...) still rejects.
+	if v == ir.VerdictDrop && d.Kind == codegen.DecidedByRule && int(d.Rule) < len(l.Program.IR.Rules) {
+		if _, ok := l.Program.IR.Rules[d.Rule].Action.(ir.Reject); ok {
+			out.Verdict = ir.VerdictReject
+		}
+	}
+	return out, nil
 }
 
 // takeDecision reads the decision of the last test run and clears it.
@@ -82,12 +98,14 @@ func addressedToLoopback(frame []byte) []byte {
 
 // Return codes of the hooks.
 const (
-	xdpDrop   = 1
-	xdpPass   = 2
-	tcActOK   = 0
-	tcActShot = 2
-	skDrop    = 0
-	skPass    = 1
+	xdpDrop       = 1
+	xdpPass       = 2
+	xdpTx         = 3
+	tcActOK       = 0
+	tcActShot     = 2
+	tcActRedirect = 7
+	skDrop        = 0
+	skPass        = 1
 )
 
 func verdict(h codegen.Hook, ret uint32) (ir.Verdict, error) {
@@ -101,6 +119,8 @@ func verdict(h codegen.Hook, ret uint32) (ir.Verdict, error) {
 		return ir.VerdictAccept, nil
 	case h == codegen.HookXDP && ret == xdpDrop, h != codegen.HookXDP && ret == tcActShot:
 		return ir.VerdictDrop, nil
+	case h == codegen.HookXDP && ret == xdpTx, h != codegen.HookXDP && ret == tcActRedirect:
+		return ir.VerdictReject, nil // only REJECT transmits
 	}
 	return 0, fmt.Errorf("test run: unexpected %s return code %d", h, ret)
 }

@@ -1,0 +1,1123 @@
+package codegen
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
+
+	"bpfwall/ir"
+	"bpfwall/rules"
+)
+
+// REJECT: a chain function returns a REJECT rule's decision as a DROP;
+// main looks the rule up in RejectRulesMap and, for a REJECT rule, calls
+// the function that turns the packet into the reply the kernel would send
+// (nf_send_unreach and icmp_send, nf_send_reset; their IPv6 counterparts)
+// and transmits it: XDP_TX, or on tc a redirect to the device's egress.
+// Packets the kernel sends no reply to are dropped as they are.
+
+// Names of the maps a program with REJECT rules has.
+const (
+	// RejectRulesMap is an ARRAY from a uint32 rule ID to a uint32: 0 for
+	// a rule that does not reject, k+1 for one that calls reject function
+	// k.
+	RejectRulesMap = "reject_rules"
+	// RejectScratchMap is a PERCPU_ARRAY with one entry: the state of the
+	// checksum loop and a chunk of packet.
+	RejectScratchMap = "reject_scratch"
+	// RejectConfigMap is an ARRAY with one RejectConfig, which the loader
+	// may fill with the namespace's settings.
+	RejectConfigMap = "reject_config"
+)
+
+// RejectConfig is what a reply takes from the namespace: the TTL of IPv4
+// replies (net.ipv4.ip_default_ttl) and the hop limit of IPv6 replies
+// (net.ipv6.conf.IFACE.hop_limit). Compile sets both to the kernel's
+// default, 64.
+type RejectConfig struct {
+	TTL, HopLimit uint8
+	_             [2]uint8
+}
+
+// rejectType is what one --reject-with sends.
+type rejectType struct {
+	tcpReset bool
+	code     uint8 // ICMP or ICMPv6 destination unreachable code
+}
+
+// rejectTypes are the --reject-with names ir.Reject carries.
+var rejectTypes = map[string]rejectType{
+	"icmp-net-unreachable":   {code: 0},
+	"icmp-host-unreachable":  {code: 1},
+	"icmp-proto-unreachable": {code: 2},
+	"icmp-port-unreachable":  {code: 3},
+	"icmp-net-prohibited":    {code: 9},
+	"icmp-host-prohibited":   {code: 10},
+	"icmp-admin-prohibited":  {code: 13},
+	"icmp6-no-route":         {code: 0},
+	"icmp6-adm-prohibited":   {code: 1},
+	"icmp6-addr-unreachable": {code: 3},
+	"icmp6-port-unreachable": {code: 4},
+	"icmp6-policy-fail":      {code: 5},
+	"icmp6-reject-route":     {code: 6},
+	"tcp-reset":              {tcpReset: true},
+}
+
+// Return codes for a transmitted reply.
+const (
+	xdpTx         = 3 // XDP_TX
+	tcActRedirect = 7 // TC_ACT_REDIRECT
+)
+
+// checkReject reports why rule r's REJECT cannot be compiled exactly, or
+// "".
+func (c *compiler) checkReject(a ir.Reject) string {
+	t, ok := rejectTypes[a.With]
+	if !ok || strings6(a.With) != (c.p.Family == rules.IPv6) && a.With != "tcp-reset" {
+		return fmt.Sprintf("REJECT --reject-with %s is not supported for %s", a.With, c.p.Family)
+	}
+	if c.hook == HookSkLookup {
+		return "REJECT is not supported on sk-lookup: a socket lookup has no packet to answer"
+	}
+	if c.hook == HookTCEgress {
+		return "REJECT is not supported on tc-egress: the kernel delivers the reply to the local sender, which a tc program cannot do as the kernel does"
+	}
+	switch chain := c.p.Chains[0].Name; {
+	case chain == "INPUT":
+	case chain == "FORWARD" && t.tcpReset:
+		// The reset comes from the packet's destination, whatever the
+		// chain.
+	case chain == "FORWARD":
+		return fmt.Sprintf("REJECT --reject-with %s is not supported in chain FORWARD: the kernel sends the error from an address of its own that routing chooses (icmp_send), which %s cannot know", a.With, c.hook)
+	default:
+		return fmt.Sprintf("REJECT is not supported in chain %s", chain)
+	}
+	return ""
+}
+
+// strings6 reports whether a --reject-with name is IPv6's.
+func strings6(with string) bool { return len(with) > 5 && with[:5] == "icmp6" }
+
+// collectRejects numbers the reject functions: one per --reject-with the
+// rules use.
+func (c *compiler) collectRejects() {
+	for _, r := range c.p.Rules {
+		if a, ok := r.Action.(ir.Reject); ok && !slices.Contains(c.rejects, a.With) {
+			c.rejects = append(c.rejects, a.With)
+		}
+	}
+}
+
+// rejectIndex is the number of the reject function of with.
+func (c *compiler) rejectIndex(with string) int { return slices.Index(c.rejects, with) }
+
+// rejectMaps are the maps of a program with REJECT rules, with their
+// contents.
+func (c *compiler) rejectMaps() []*ebpf.MapSpec {
+	if len(c.rejects) == 0 {
+		return nil
+	}
+	var contents []ebpf.MapKV
+	for _, r := range c.p.Rules {
+		if a, ok := r.Action.(ir.Reject); ok {
+			contents = append(contents, ebpf.MapKV{Key: uint32(r.ID), Value: uint32(c.rejectIndex(a.With) + 1)})
+		}
+	}
+	return []*ebpf.MapSpec{
+		{
+			Name:       RejectRulesMap,
+			Type:       ebpf.Array,
+			KeySize:    4,
+			ValueSize:  4,
+			MaxEntries: uint32(len(c.p.Rules)),
+			Contents:   contents,
+		},
+		{
+			Name:       RejectScratchMap,
+			Type:       ebpf.PerCPUArray,
+			KeySize:    4,
+			ValueSize:  rsSize,
+			MaxEntries: 1,
+		},
+		{
+			Name:       RejectConfigMap,
+			Type:       ebpf.Array,
+			KeySize:    4,
+			ValueSize:  4,
+			MaxEntries: 1,
+			Contents:   []ebpf.MapKV{{Key: uint32(0), Value: RejectConfig{TTL: 64, HopLimit: 64}}},
+		},
+	}
+}
+
+// The checksum loop's state in RejectScratchMap's value.
+const (
+	rsOff   = 0  // u64: next packet offset to sum
+	rsEnd   = 8  // u64: where the range ends
+	rsSum   = 16 // u64: the 32-bit sum so far
+	rsErr   = 24 // u64: set when a load failed
+	rsBuf   = 32 // rsChunk bytes of packet, and 4 bytes of padding
+	rsChunk = 512
+	rsSize  = rsBuf + rsChunk + 8
+)
+
+// The frame of a reject function.
+const (
+	rjKey    = -8   // u32 map key
+	rjLoop   = -24  // the loop callback's context: lsCtx, lsState
+	rjSum    = -32  // u64: checksum being summed
+	rjQuote  = -40  // u64: bytes of the original packet the reply quotes
+	rjEnd    = -48  // u64: offset where the original datagram ends
+	rjTmp    = -56  // u64
+	rjTCP    = -80  // 24 bytes: the original TCP header
+	rjHdr    = -144 // 64 bytes: the reply's IP and ICMP or TCP headers
+	rjL2     = -176 // 32 bytes: the link-layer header
+	rjOrig   = -224 // 48 bytes: the original IP header
+	rjPseudo = -272 // 48 bytes: a pseudo-header
+	rjL3     = -280 // u64: offset of the IP header
+	rjL4     = -288 // u64: offset of the transport header
+)
+
+// symRejectStep is the checksum loop's callback.
+const symRejectStep = "reject_csum_step"
+
+func rejectSym(k int) string { return fmt.Sprintf("reject%d", k) }
+
+func (c *compiler) funcReject(k int) *btf.Func {
+	return &btf.Func{
+		Name:    rejectSym(k),
+		Linkage: btf.GlobalFunc,
+		Type: &btf.FuncProto{
+			Return: btfInt,
+			Params: []btf.FuncParam{
+				{Name: "ctx", Type: c.ctxType()},
+				{Name: "pkt", Type: &btf.Pointer{Target: c.btfPkt()}},
+			},
+		},
+	}
+}
+
+// rejectDecided emits main's handling of a rule's DROP when the program
+// rejects: r8 holds the rule; a REJECT rule's function leaves the return
+// code in r9. It goes on to symMainEnd.
+func (c *compiler) rejectDecided() {
+	b := c.b
+	b.mark("ruled_drop")
+	b.note("a DROP: REJECT rules send their reply first")
+	b.emit(
+		st(asm.R10, c.mainKey(), asm.R8, asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, int32(c.mainKey())),
+		mapRef(asm.R1, RejectRulesMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, symMainEnd),
+		ld(asm.R1, asm.R0, 0, asm.Word),
+	)
+	for k := range c.rejects {
+		next := b.fresh("not_reject")
+		b.emit(
+			asm.JNE.Imm(asm.R1, int32(k+1), next),
+			movr(asm.R1, asm.R6),
+			movr(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, int32(c.mainPkt())),
+			call(rejectSym(k)),
+			movr(asm.R9, asm.R0),
+			ja(symMainEnd),
+		)
+		b.mark(next)
+	}
+	b.emit(ja(symMainEnd))
+}
+
+// rejectFunctions emits the reject functions and their loop callback.
+func (c *compiler) rejectFunctions() {
+	if len(c.rejects) == 0 {
+		return
+	}
+	for k, with := range c.rejects {
+		c.rejectFunction(k, with)
+	}
+	c.rejectStep()
+}
+
+// rejectFunction emits reject function k, which sends what with names.
+// It returns the hook's code: the reply's transmission, or a drop.
+//
+//	r6 ctx, r7 pkt
+func (c *compiler) rejectFunction(k int, with string) {
+	b := c.b
+	t := rejectTypes[with]
+	v6 := c.p.Family == rules.IPv6
+	sym := rejectSym(k)
+	b.function(c.funcReject(k), "REJECT --reject-with %s: build the reply in place and transmit it", with)
+	l := func(s string) string { return sym + "_" + s }
+	noReply := l("no_reply")
+	b.emit(
+		movr(asm.R6, asm.R1),
+		movr(asm.R7, asm.R2),
+		asm.JEq.Imm(asm.R7, 0, noReply),
+	)
+	for off := int16(rjL4); off < 0; off += 8 {
+		b.emit(stImm(asm.R10, off, 0, asm.DWord))
+	}
+	b.emit(
+		stImm(asm.R10, rjKey, 0, asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, rjKey),
+		mapRef(asm.R1, RejectScratchMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, noReply),
+		st(asm.R10, rjLoop+lsCtx, asm.R6, asm.DWord),
+		st(asm.R10, rjLoop+lsState, asm.R0, asm.DWord),
+	)
+
+	b.note("the offsets of the IP header (after the VLAN tags parse skipped) and of the transport header")
+	done := l("l3_found")
+	b.emit(
+		movr(asm.R1, asm.R6),
+		mov(asm.R2, 12),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, rjTmp),
+		mov(asm.R4, 2),
+		c.loadHelper().Call(),
+		asm.JNE.Imm(asm.R0, 0, noReply),
+		ld(asm.R9, asm.R10, rjTmp, asm.Half),
+		ntoh(asm.R9, asm.Half),
+		mov(asm.R8, 14),
+	)
+	for range 2 {
+		tag := b.fresh(sym + "_vlan")
+		b.emit(
+			asm.JEq.Imm(asm.R9, etherTypeVLAN, tag),
+			asm.JNE.Imm(asm.R9, etherTypeQinQ, done),
+		)
+		b.mark(tag)
+		b.emit(
+			movr(asm.R1, asm.R6),
+			movr(asm.R2, asm.R8),
+			asm.Add.Imm(asm.R2, 2),
+			movr(asm.R3, asm.R10),
+			asm.Add.Imm(asm.R3, rjTmp),
+			mov(asm.R4, 2),
+			c.loadHelper().Call(),
+			asm.JNE.Imm(asm.R0, 0, noReply),
+			ld(asm.R9, asm.R10, rjTmp, asm.Half),
+			ntoh(asm.R9, asm.Half),
+			asm.Add.Imm(asm.R8, 4),
+		)
+	}
+	b.mark(done)
+	b.emit(
+		st(asm.R10, rjL3, asm.R8, asm.DWord),
+		// The transport header is pktL4Len bytes before the end.
+		ld(asm.R1, asm.R7, pktBytes, asm.Word),
+		asm.Add.Reg(asm.R8, asm.R1),
+		ld(asm.R1, asm.R7, pktL4Len, asm.Word),
+		asm.Sub.Reg(asm.R8, asm.R1),
+		st(asm.R10, rjL4, asm.R8, asm.DWord),
+	)
+
+	b.note("the packets the kernel sends nothing to")
+	ipLen := int32(20)
+	if v6 {
+		ipLen = 40
+	}
+	b.emit(
+		// Where the datagram ends.
+		ld(asm.R1, asm.R10, rjL3, asm.DWord),
+		ld(asm.R2, asm.R7, pktBytes, asm.Word),
+		asm.Add.Reg(asm.R2, asm.R1),
+		st(asm.R10, rjEnd, asm.R2, asm.DWord),
+		// Non-first fragments (for ICMP: icmp_send, reject6_csum_ok; for
+		// TCP a fragment's data would have to pass as a TCP header with
+		// a good checksum).
+		ld(asm.R1, asm.R7, pktFragOff, asm.Word),
+		asm.JNE.Imm(asm.R1, 0, noReply),
+	)
+	if v6 {
+		// ipv6_skip_exthdr failed.
+		b.emit(
+			ld(asm.R1, asm.R7, pktFlags, asm.Byte),
+			asm.And.Imm(asm.R1, flagBadExtHeaders),
+			asm.JNE.Imm(asm.R1, 0, noReply),
+		)
+	}
+	// The original headers: link layer, IP.
+	b.emit(
+		ld(asm.R4, asm.R10, rjL3, asm.DWord),
+		asm.JGT.Imm(asm.R4, 32, noReply),
+		asm.JLT.Imm(asm.R4, 14, noReply),
+		movr(asm.R1, asm.R6),
+		mov(asm.R2, 0),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, rjL2),
+		c.loadHelper().Call(),
+		asm.JNE.Imm(asm.R0, 0, noReply),
+		movr(asm.R1, asm.R6),
+		ld(asm.R2, asm.R10, rjL3, asm.DWord),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, rjOrig),
+		mov(asm.R4, ipLen),
+		c.loadHelper().Call(),
+		asm.JNE.Imm(asm.R0, 0, noReply),
+	)
+	// Multicast and broadcast destinations: RTCF_MULTICAST and
+	// RTCF_BROADCAST for IPv4 (icmp_send, nf_send_reset), for IPv6
+	// icmp6_send's and nf_send_reset6's address checks.
+	if v6 {
+		b.emit(
+			ld(asm.R1, asm.R10, rjOrig+24, asm.Byte),
+			asm.JEq.Imm(asm.R1, 0xff, noReply),
+		)
+		// An unspecified source; nf_send_reset6 also wants a unicast
+		// destination (never ::, which ip6_rcv_core lets through).
+		c.rejectUnspecified(rjOrig+8, noReply)
+		if t.tcpReset {
+			c.rejectUnspecified(rjOrig+24, noReply)
+		}
+	} else {
+		b.emit(
+			ld(asm.R1, asm.R7, pktDst, asm.Word),
+			asm.JEq.Imm(asm.R1, -1, noReply),
+			asm.RSh.Imm(asm.R1, 28),
+			asm.JEq.Imm(asm.R1, 0xe, noReply),
+		)
+	}
+	if !t.tcpReset || v6 {
+		// icmp_send, icmp6_send: no replies to link-layer multicast and
+		// broadcast (skb->pkt_type != PACKET_HOST); nf_send_reset6 only
+		// replies to unicast addresses, which such frames carry to us
+		// only with a multicast address.
+		c.rejectNotHost(noReply)
+	}
+
+	if t.tcpReset {
+		c.rejectTCPChecks(noReply)
+	} else if v6 {
+		c.rejectICMPv6Checks(noReply)
+	} else {
+		c.rejectICMPChecks(noReply)
+	}
+	c.rejectVerifyChecksum(sym, t.tcpReset, noReply)
+
+	if t.tcpReset {
+		c.rejectBuildReset(sym, noReply)
+	} else {
+		c.rejectBuildUnreach(sym, t.code, noReply)
+	}
+
+	b.mark(noReply)
+	b.emit(mov(asm.R0, c.hook.drop()), asm.Return())
+}
+
+// rejectUnspecified jumps to yes when the IPv6 address at r10+off is ::.
+func (c *compiler) rejectUnspecified(off int16, yes string) {
+	b := c.b
+	no := b.fresh("specified")
+	for i := int16(0); i < 16; i += 8 {
+		b.emit(
+			ld(asm.R1, asm.R10, off+i, asm.DWord),
+			asm.JNE.Imm(asm.R1, 0, no),
+		)
+	}
+	b.emit(ja(yes))
+	b.mark(no)
+}
+
+// rejectNotHost jumps to yes for a frame that is not PACKET_HOST.
+func (c *compiler) rejectNotHost(yes string) {
+	b := c.b
+	if c.hook.tc() {
+		b.emit(
+			ld(asm.R1, asm.R6, skbPktType, asm.Word),
+			asm.JNE.Imm(asm.R1, 0, yes),
+		)
+		return
+	}
+	// XDP: the group bit of the destination MAC (eth_type_trans).
+	b.emit(
+		ld(asm.R1, asm.R10, rjL2, asm.Byte),
+		asm.And.Imm(asm.R1, 1),
+		asm.JNE.Imm(asm.R1, 0, yes),
+	)
+}
+
+// rejectTCPChecks: nf_reject_ip_tcphdr_get, nf_reject_ip6_tcphdr_get: a
+// whole TCP header, no RST in reply to a RST. The header goes to rjTCP.
+func (c *compiler) rejectTCPChecks(noReply string) {
+	b := c.b
+	b.emit(
+		ld(asm.R1, asm.R7, pktProto, asm.Byte),
+		asm.JNE.Imm(asm.R1, protoTCP, noReply),
+		ld(asm.R2, asm.R10, rjL4, asm.DWord),
+		movr(asm.R1, asm.R2),
+		asm.Add.Imm(asm.R1, 20),
+		ld(asm.R3, asm.R10, rjEnd, asm.DWord),
+		asm.JGT.Reg(asm.R1, asm.R3, noReply),
+		movr(asm.R1, asm.R6),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, rjTCP),
+		mov(asm.R4, 20),
+		c.loadHelper().Call(),
+		asm.JNE.Imm(asm.R0, 0, noReply),
+		ld(asm.R1, asm.R10, rjTCP+13, asm.Byte),
+		asm.And.Imm(asm.R1, 0x04),
+		asm.JNE.Imm(asm.R1, 0, noReply),
+	)
+}
+
+// icmpErrorTypes are the ICMP types icmp_pointers marks as errors.
+const icmpErrorTypes = 1<<1 | 1<<2 | 1<<3 | 1<<4 | 1<<5 | 1<<6 | 1<<7 | 1<<9 | 1<<10 | 1<<11 | 1<<12
+
+// rejectICMPChecks: icmp_send sends no error about an ICMP error, nor
+// about an ICMP packet too short to have a type.
+func (c *compiler) rejectICMPChecks(noReply string) {
+	b := c.b
+	done := b.fresh("not_icmp_error")
+	b.emit(
+		ld(asm.R1, asm.R7, pktProto, asm.Byte),
+		asm.JNE.Imm(asm.R1, protoICMP, done),
+		ld(asm.R1, asm.R7, pktL4Len, asm.Word),
+		asm.JEq.Imm(asm.R1, 0, noReply),
+		ld(asm.R1, asm.R7, pktICMPType, asm.Byte),
+		asm.JGT.Imm(asm.R1, 18, noReply),
+		mov(asm.R2, icmpErrorTypes),
+		asm.RSh.Reg(asm.R2, asm.R1),
+		asm.And.Imm(asm.R2, 1),
+		asm.JNE.Imm(asm.R2, 0, noReply),
+	)
+	b.mark(done)
+}
+
+// rejectICMPv6Checks: reject6_csum_ok wants a transport header inside
+// the packet; is_ineligible: no error about an ICMPv6 error or an ICMPv6
+// packet without a type.
+func (c *compiler) rejectICMPv6Checks(noReply string) {
+	b := c.b
+	done := b.fresh("not_icmp6_error")
+	b.emit(
+		ld(asm.R1, asm.R10, rjL4, asm.DWord),
+		ld(asm.R2, asm.R10, rjEnd, asm.DWord),
+		asm.JGE.Reg(asm.R1, asm.R2, noReply),
+		ld(asm.R1, asm.R7, pktProto, asm.Byte),
+		asm.JNE.Imm(asm.R1, protoICMPv6, done),
+		ld(asm.R1, asm.R7, pktICMPType, asm.Byte),
+		asm.JLT.Imm(asm.R1, 128, noReply),
+	)
+	b.mark(done)
+}
+
+// Protocols whose checksum nf_reject_verify_csum does not check.
+var uncheckedProtos = []int32{47, 50, 51, protoSCTP, protoUDPLite, protoDCCP}
+
+// rejectVerifyChecksum: the kernel replies only to a packet whose
+// transport checksum is right (nf_reject_verify_csum, nf_ip_checksum,
+// nf_ip6_checksum), unless the device vouched for it
+// (CHECKSUM_UNNECESSARY, which bpf_csum_level tells on tc).
+func (c *compiler) rejectVerifyChecksum(sym string, tcp bool, noReply string) {
+	b := c.b
+	v6 := c.p.Family == rules.IPv6
+	ok := sym + "_csum_ok"
+	verify := sym + "_csum_verify"
+	b.note("the transport checksum")
+	if c.hook.tc() {
+		b.emit(
+			movr(asm.R1, asm.R6),
+			mov(asm.R2, 0), // BPF_CSUM_LEVEL_QUERY
+			asm.FnCsumLevel.Call(),
+			asm.JSGE.Imm(asm.R0, 0, ok),
+		)
+	}
+	b.emit(ld(asm.R1, asm.R7, pktProto, asm.Byte))
+	if !tcp {
+		for _, p := range uncheckedProtos {
+			b.emit(asm.JEq.Imm(asm.R1, p, ok))
+		}
+		// A UDP checksum of zero means none.
+		b.emit(
+			asm.JNE.Imm(asm.R1, protoUDP, verify),
+			ld(asm.R2, asm.R7, pktL4Len, asm.Word),
+			asm.JLT.Imm(asm.R2, 8, verify),
+			movr(asm.R1, asm.R6),
+			ld(asm.R2, asm.R10, rjL4, asm.DWord),
+			asm.Add.Imm(asm.R2, 6),
+			movr(asm.R3, asm.R10),
+			asm.Add.Imm(asm.R3, rjTmp),
+			mov(asm.R4, 2),
+			c.loadHelper().Call(),
+			asm.JNE.Imm(asm.R0, 0, noReply),
+			ld(asm.R1, asm.R10, rjTmp, asm.Half),
+			asm.JEq.Imm(asm.R1, 0, ok),
+		)
+	}
+	b.mark(verify)
+	// Sum the pseudo-header: IPv4's for TCP and UDP, IPv6's always.
+	b.emit(
+		stImm(asm.R10, rjSum, 0, asm.DWord),
+		ld(asm.R1, asm.R10, rjEnd, asm.DWord),
+		ld(asm.R2, asm.R10, rjL4, asm.DWord),
+		asm.Sub.Reg(asm.R1, asm.R2),
+		st(asm.R10, rjTmp, asm.R1, asm.DWord), // transport length
+	)
+	pseudo := sym + "_pseudo"
+	sumL4 := sym + "_sum_l4"
+	if !v6 {
+		b.emit(
+			ld(asm.R1, asm.R7, pktProto, asm.Byte),
+			asm.JEq.Imm(asm.R1, protoTCP, pseudo),
+			asm.JEq.Imm(asm.R1, protoUDP, pseudo),
+			ja(sumL4),
+		)
+	}
+	b.mark(pseudo)
+	c.rejectPseudoProto(rjOrig, -1)
+	b.mark(sumL4)
+	b.emit(
+		ld(asm.R1, asm.R10, rjL4, asm.DWord),
+		ld(asm.R2, asm.R10, rjEnd, asm.DWord),
+	)
+	c.rejectSumRange(noReply)
+	b.emit(ld(asm.R0, asm.R10, rjSum, asm.DWord))
+	b.emit(fold(asm.R0, asm.R1)...)
+	// A valid sum is 0xffff; IPv4's sum also covers the IP header, which
+	// turns an all-zero sum (an empty or all-zero payload) into 0xffff.
+	b.emit(asm.JEq.Imm(asm.R0, 0xffff, ok))
+	if !v6 {
+		b.emit(asm.JEq.Imm(asm.R0, 0, ok))
+	}
+	b.emit(ja(noReply))
+	b.mark(ok)
+}
+
+// fold folds the 32-bit ones' complement sum in r to 16 bits.
+func fold(r, tmp asm.Register) []asm.Instruction {
+	return []asm.Instruction{
+		asm.Mov.Reg32(r, r),
+		movr(tmp, r), asm.And.Imm(tmp, 0xffff), asm.RSh.Imm(r, 16), asm.Add.Reg(r, tmp),
+		movr(tmp, r), asm.And.Imm(tmp, 0xffff), asm.RSh.Imm(r, 16), asm.Add.Reg(r, tmp),
+	}
+}
+
+// rejectPseudoProto adds to rjSum the pseudo-header of the IP header at
+// r10+ip, whose transport length is at rjTmp, with protocol proto, or
+// the original packet's for -1.
+func (c *compiler) rejectPseudoProto(ip int16, proto int32) {
+	b := c.b
+	v6 := c.p.Family == rules.IPv6
+	addrs, size := int16(12), int32(12)
+	if v6 {
+		addrs, size = 8, 40
+	}
+	// The addresses, then length and protocol in network order.
+	n := int16(8)
+	if v6 {
+		n = 32
+	}
+	for i := int16(0); i < n; i += 4 {
+		b.emit(
+			ld(asm.R1, asm.R10, ip+addrs+i, asm.Word),
+			st(asm.R10, rjPseudo+i, asm.R1, asm.Word),
+		)
+	}
+	if proto < 0 {
+		b.emit(ld(asm.R1, asm.R7, pktProto, asm.Byte))
+	} else {
+		b.emit(mov(asm.R1, proto))
+	}
+	b.emit(ld(asm.R2, asm.R10, rjTmp, asm.DWord))
+	if v6 {
+		// u32 length, three zero bytes, next header.
+		b.emit(
+			asm.HostTo(asm.BE, asm.R2, asm.Word),
+			st(asm.R10, rjPseudo+32, asm.R2, asm.Word),
+			stImm(asm.R10, rjPseudo+36, 0, asm.Word),
+			st(asm.R10, rjPseudo+39, asm.R1, asm.Byte),
+		)
+	} else {
+		// A zero byte, the protocol, u16 length.
+		b.emit(
+			stImm(asm.R10, rjPseudo+8, 0, asm.Byte),
+			st(asm.R10, rjPseudo+9, asm.R1, asm.Byte),
+			asm.HostTo(asm.BE, asm.R2, asm.Half),
+			st(asm.R10, rjPseudo+10, asm.R2, asm.Half),
+		)
+	}
+	c.rejectSumStack(rjPseudo, size)
+}
+
+// rejectSumStack adds n bytes (a multiple of 4) at r10+off to rjSum.
+func (c *compiler) rejectSumStack(off int16, n int32) {
+	c.b.emit(
+		mov(asm.R1, 0),
+		mov(asm.R2, 0),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, int32(off)),
+		mov(asm.R4, n),
+		ld(asm.R5, asm.R10, rjSum, asm.DWord),
+		asm.FnCsumDiff.Call(),
+		asm.Mov.Reg32(asm.R0, asm.R0),
+		st(asm.R10, rjSum, asm.R0, asm.DWord),
+	)
+}
+
+// rejectSumRange adds the packet bytes from offset r1 to r2 to rjSum,
+// with a bpf_loop over chunks; it jumps to fail when a load fails.
+func (c *compiler) rejectSumRange(fail string) {
+	b := c.b
+	b.emit(
+		ld(asm.R3, asm.R10, rjLoop+lsState, asm.DWord),
+		st(asm.R3, rsOff, asm.R1, asm.DWord),
+		st(asm.R3, rsEnd, asm.R2, asm.DWord),
+		ld(asm.R4, asm.R10, rjSum, asm.DWord),
+		st(asm.R3, rsSum, asm.R4, asm.DWord),
+		stImm(asm.R3, rsErr, 0, asm.DWord),
+		// As many steps as there are chunks (none for an empty range).
+		mov(asm.R0, 0),
+	)
+	skip := b.fresh("sum_steps")
+	b.emit(
+		asm.JGE.Reg(asm.R1, asm.R2, skip),
+		movr(asm.R0, asm.R2),
+		asm.Sub.Reg(asm.R0, asm.R1),
+		asm.Add.Imm(asm.R0, rsChunk-1),
+		asm.RSh.Imm(asm.R0, 9),
+	)
+	b.mark(skip)
+	b.emit(
+		movr(asm.R1, asm.R0),
+		funcRef(asm.R2, symRejectStep),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, rjLoop),
+		mov(asm.R4, 0),
+		asm.FnLoop.Call(),
+		ld(asm.R3, asm.R10, rjLoop+lsState, asm.DWord),
+		ld(asm.R1, asm.R3, rsErr, asm.DWord),
+		asm.JNE.Imm(asm.R1, 0, fail),
+		ld(asm.R1, asm.R3, rsSum, asm.DWord),
+		st(asm.R10, rjSum, asm.R1, asm.DWord),
+	)
+}
+
+// rejectStep emits the checksum loop's callback: it sums the next chunk.
+//
+//	r6 state, r7 offset, r8 end, r9 chunk length
+func (c *compiler) rejectStep() {
+	b := c.b
+	b.function(funcCallback(symRejectStep), "sum the next %d bytes of the range into the checksum", rsChunk)
+	stop := symRejectStep + "_stop"
+	b.emit(
+		ld(asm.R1, asm.R2, lsCtx, asm.DWord),
+		st(asm.R10, cbCtx, asm.R1, asm.DWord),
+		ld(asm.R6, asm.R2, lsState, asm.DWord),
+		ld(asm.R7, asm.R6, rsOff, asm.DWord),
+		ld(asm.R8, asm.R6, rsEnd, asm.DWord),
+		asm.JGE.Reg(asm.R7, asm.R8, stop),
+		movr(asm.R9, asm.R8),
+		asm.Sub.Reg(asm.R9, asm.R7),
+		asm.JLE.Imm(asm.R9, rsChunk, symRejectStep+"_len"),
+		mov(asm.R9, rsChunk),
+	)
+	b.mark(symRejectStep + "_len")
+	b.emit(
+		asm.JLT.Imm(asm.R9, 1, stop),
+		// Zero the word that the chunk's last bytes start, so that the
+		// sum of the rounded-up length adds nothing after them.
+		movr(asm.R1, asm.R9),
+		asm.And.Imm(asm.R1, ^3),
+		movr(asm.R2, asm.R6),
+		asm.Add.Imm(asm.R2, rsBuf),
+		asm.Add.Reg(asm.R2, asm.R1),
+		stImm(asm.R2, 0, 0, asm.Word),
+		ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+		movr(asm.R2, asm.R7),
+		movr(asm.R3, asm.R6),
+		asm.Add.Imm(asm.R3, rsBuf),
+		movr(asm.R4, asm.R9),
+		c.loadHelper().Call(),
+		asm.JEq.Imm(asm.R0, 0, symRejectStep+"_sum"),
+		stImm(asm.R6, rsErr, 1, asm.DWord),
+		ja(stop),
+	)
+	b.mark(symRejectStep + "_sum")
+	b.emit(
+		mov(asm.R1, 0),
+		mov(asm.R2, 0),
+		movr(asm.R3, asm.R6),
+		asm.Add.Imm(asm.R3, rsBuf),
+		movr(asm.R4, asm.R9),
+		asm.Add.Imm(asm.R4, 3),
+		asm.And.Imm(asm.R4, ^3),
+		ld(asm.R5, asm.R6, rsSum, asm.DWord),
+		asm.FnCsumDiff.Call(),
+		asm.Mov.Reg32(asm.R0, asm.R0),
+		st(asm.R6, rsSum, asm.R0, asm.DWord),
+		asm.Add.Reg(asm.R7, asm.R9),
+		st(asm.R6, rsOff, asm.R7, asm.DWord),
+		mov(asm.R0, 0),
+		asm.Return(),
+	)
+	b.mark(stop)
+	b.emit(mov(asm.R0, 1), asm.Return())
+}
+
+// Quoting limits: icmp_send returns as much of the packet as fits in 576
+// bytes; icmp6_send, in IPV6_MIN_MTU (1280).
+const (
+	maxQuote4 = 576 - 20 - 8
+	maxQuote6 = 1280 - 40 - 8
+)
+
+// icmpTOSMask is the part of the original TOS an ICMP error keeps
+// (__icmp_send: the DSCP), to which it adds IPTOS_PREC_INTERNETCONTROL.
+const (
+	icmpTOSMask        = 0xfc
+	icmpTOSInternetCtl = 0xc0
+)
+
+// rejectConfig loads the reply's TTL (IPv4) or hop limit (IPv6) into r1.
+func (c *compiler) rejectConfig(noReply string) {
+	off := int16(0)
+	if c.p.Family == rules.IPv6 {
+		off = 1
+	}
+	c.b.emit(
+		stImm(asm.R10, rjKey, 0, asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, rjKey),
+		mapRef(asm.R1, RejectConfigMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, noReply),
+		ld(asm.R1, asm.R0, off, asm.Byte),
+	)
+}
+
+// rejectIPHeader writes the reply's IP header at rjHdr: from the
+// original's destination to its source, carrying proto and payload bytes
+// of payload after it (the length in r9).
+//
+//	r9 payload length
+func (c *compiler) rejectIPHeader(proto int32, noReply string) {
+	b := c.b
+	c.rejectConfig(noReply)
+	if c.p.Family == rules.IPv6 {
+		b.emit(
+			stImm(asm.R10, rjHdr, 0x60, asm.Byte),
+			st(asm.R10, rjHdr+7, asm.R1, asm.Byte),
+			stImm(asm.R10, rjHdr+6, proto, asm.Byte),
+			movr(asm.R2, asm.R9),
+			asm.HostTo(asm.BE, asm.R2, asm.Half),
+			st(asm.R10, rjHdr+4, asm.R2, asm.Half),
+		)
+		for i := int16(0); i < 16; i += 8 {
+			b.emit(
+				ld(asm.R2, asm.R10, rjOrig+24+i, asm.DWord),
+				st(asm.R10, rjHdr+8+i, asm.R2, asm.DWord),
+				ld(asm.R2, asm.R10, rjOrig+8+i, asm.DWord),
+				st(asm.R10, rjHdr+24+i, asm.R2, asm.DWord),
+			)
+		}
+		return
+	}
+	b.emit(
+		stImm(asm.R10, rjHdr, 0x45, asm.Byte),
+		st(asm.R10, rjHdr+8, asm.R1, asm.Byte),
+		stImm(asm.R10, rjHdr+9, proto, asm.Byte),
+		movr(asm.R2, asm.R9),
+		asm.Add.Imm(asm.R2, 20),
+		asm.HostTo(asm.BE, asm.R2, asm.Half),
+		st(asm.R10, rjHdr+2, asm.R2, asm.Half),
+		ld(asm.R2, asm.R10, rjOrig+16, asm.Word),
+		st(asm.R10, rjHdr+12, asm.R2, asm.Word),
+		ld(asm.R2, asm.R10, rjOrig+12, asm.Word),
+		st(asm.R10, rjHdr+16, asm.R2, asm.Word),
+	)
+	if proto == protoTCP {
+		// nf_reject_iphdr_put: TOS 0, ID 0, DF.
+		b.emit(stImm(asm.R10, rjHdr+6, 0x40, asm.Byte))
+	} else {
+		// __icmp_send: the DSCP and the precedence of internetwork
+		// control; ip_select_ident picks the ID, not DF (the ICMP
+		// socket's IP_PMTUDISC_DONT).
+		b.emit(
+			ld(asm.R2, asm.R10, rjOrig+1, asm.Byte),
+			asm.And.Imm(asm.R2, icmpTOSMask),
+			asm.Or.Imm(asm.R2, icmpTOSInternetCtl),
+			st(asm.R10, rjHdr+1, asm.R2, asm.Byte),
+			asm.FnGetPrandomU32.Call(),
+			st(asm.R10, rjHdr+4, asm.R0, asm.Half),
+		)
+	}
+	// The header checksum.
+	b.emit(
+		mov(asm.R1, 0),
+		mov(asm.R2, 0),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, rjHdr),
+		mov(asm.R4, 20),
+		mov(asm.R5, 0),
+		asm.FnCsumDiff.Call(),
+	)
+	b.emit(fold(asm.R0, asm.R1)...)
+	b.emit(
+		asm.Xor.Imm(asm.R0, 0xffff),
+		st(asm.R10, rjHdr+10, asm.R0, asm.Half),
+	)
+}
+
+// rejectSwapL2 swaps the link-layer header's addresses at rjL2, a half
+// word at a time (the stack wants aligned accesses).
+func (c *compiler) rejectSwapL2() {
+	for i := int16(0); i < 6; i += 2 {
+		c.b.emit(
+			ld(asm.R1, asm.R10, rjL2+i, asm.Half),
+			ld(asm.R2, asm.R10, rjL2+6+i, asm.Half),
+			st(asm.R10, rjL2+i, asm.R2, asm.Half),
+			st(asm.R10, rjL2+6+i, asm.R1, asm.Half),
+		)
+	}
+}
+
+// rejectL4Checksum sums the n-byte transport header at rjHdr+off into
+// rjSum, with the pseudo-header of the reply's IP header for a length at
+// rjTmp and proto (not for ICMP over IPv4), and stores the checksum at
+// rjHdr+off+at.
+func (c *compiler) rejectL4Checksum(off int16, n int32, proto int32, at int16) {
+	b := c.b
+	if proto != protoICMP {
+		c.rejectPseudoProto(rjHdr, proto)
+	}
+	c.rejectSumStack(rjHdr+off, n)
+	b.emit(ld(asm.R0, asm.R10, rjSum, asm.DWord))
+	b.emit(fold(asm.R0, asm.R1)...)
+	b.emit(
+		asm.Xor.Imm(asm.R0, 0xffff),
+		st(asm.R10, rjHdr+off+at, asm.R0, asm.Half),
+	)
+}
+
+// rejectBuildReset turns the packet into nf_send_reset's (or
+// nf_send_reset6's) RST and transmits it.
+func (c *compiler) rejectBuildReset(sym, noReply string) {
+	b := c.b
+	v6 := c.p.Family == rules.IPv6
+	ipLen := int16(20)
+	if v6 {
+		ipLen = 40
+	}
+	tcp := rjHdr + ipLen
+	b.note("the RST: ports swapped; seq from the ACK, or an ACK of everything the packet carried")
+	b.emit(mov(asm.R9, 20))
+	c.rejectIPHeader(protoTCP, noReply)
+	hasACK, flags := sym+"_has_ack", sym+"_flags"
+	b.emit(
+		ld(asm.R1, asm.R10, rjTCP, asm.Half),
+		st(asm.R10, tcp+2, asm.R1, asm.Half),
+		ld(asm.R1, asm.R10, rjTCP+2, asm.Half),
+		st(asm.R10, tcp, asm.R1, asm.Half),
+		stImm(asm.R10, tcp+12, 0x50, asm.Byte),
+		ld(asm.R1, asm.R10, rjTCP+13, asm.Byte),
+		movr(asm.R2, asm.R1),
+		asm.And.Imm(asm.R2, 0x10),
+		asm.JNE.Imm(asm.R2, 0, hasACK),
+		// ack_seq = seq + SYN + FIN + the payload's length.
+		movr(asm.R3, asm.R1),
+		asm.RSh.Imm(asm.R3, 1),
+		asm.And.Imm(asm.R3, 1), // SYN
+		asm.And.Imm(asm.R1, 1), // FIN
+		asm.Add.Reg(asm.R3, asm.R1),
+		ld(asm.R1, asm.R10, rjTCP+4, asm.Word),
+		ntoh(asm.R1, asm.Word),
+		asm.Add.Reg(asm.R3, asm.R1),
+		ld(asm.R1, asm.R10, rjEnd, asm.DWord),
+		asm.Add.Reg(asm.R3, asm.R1),
+		ld(asm.R1, asm.R10, rjL4, asm.DWord),
+		asm.Sub.Reg(asm.R3, asm.R1),
+		ld(asm.R1, asm.R10, rjTCP+12, asm.Byte),
+		asm.RSh.Imm(asm.R1, 4),
+		asm.LSh.Imm(asm.R1, 2),
+		asm.Sub.Reg(asm.R3, asm.R1),
+		asm.HostTo(asm.BE, asm.R3, asm.Word),
+		st(asm.R10, tcp+8, asm.R3, asm.Word),
+		stImm(asm.R10, tcp+13, 0x14, asm.Byte), // RST, ACK
+		ja(flags),
+	)
+	b.mark(hasACK)
+	b.emit(
+		ld(asm.R1, asm.R10, rjTCP+8, asm.Word),
+		st(asm.R10, tcp+4, asm.R1, asm.Word),
+		stImm(asm.R10, tcp+13, 0x04, asm.Byte), // RST
+	)
+	b.mark(flags)
+	b.emit(
+		stImm(asm.R10, rjSum, 0, asm.DWord),
+		stImm(asm.R10, rjTmp, 20, asm.DWord),
+	)
+	c.rejectL4Checksum(ipLen, 20, protoTCP, 16)
+	c.rejectSwapL2()
+
+	b.note("cut the frame to the headers, write them, transmit")
+	b.emit(
+		ld(asm.R9, asm.R10, rjL3, asm.DWord),
+		asm.Add.Imm(asm.R9, int32(ipLen)+20),
+	)
+	c.rejectResize(noReply)
+	c.rejectStore(int32(ipLen)+20, noReply)
+	c.rejectTransmit()
+}
+
+// rejectBuildUnreach turns the packet into icmp_send's (or icmp6_send's)
+// destination unreachable error with code, quoting the packet, and
+// transmits it.
+func (c *compiler) rejectBuildUnreach(sym string, code uint8, noReply string) {
+	b := c.b
+	v6 := c.p.Family == rules.IPv6
+	ipLen, maxQuote, typ, proto := int16(20), int32(maxQuote4), int32(3), int32(protoICMP)
+	if v6 {
+		ipLen, maxQuote, typ, proto = 40, maxQuote6, 1, protoICMPv6
+	}
+	icmp := rjHdr + ipLen
+	b.note("the error quotes up to %d bytes of the packet", maxQuote)
+	b.emit(
+		ld(asm.R1, asm.R7, pktBytes, asm.Word),
+		asm.JLE.Imm(asm.R1, maxQuote, sym+"_quote"),
+		mov(asm.R1, maxQuote),
+	)
+	b.mark(sym + "_quote")
+	b.emit(
+		st(asm.R10, rjQuote, asm.R1, asm.DWord),
+		stImm(asm.R10, rjSum, 0, asm.DWord),
+		ld(asm.R2, asm.R10, rjL3, asm.DWord),
+		asm.Add.Reg(asm.R2, asm.R1),
+		ld(asm.R1, asm.R10, rjL3, asm.DWord),
+	)
+	c.rejectSumRange(noReply)
+	b.emit(
+		ld(asm.R9, asm.R10, rjQuote, asm.DWord),
+		asm.Add.Imm(asm.R9, 8),
+		st(asm.R10, rjTmp, asm.R9, asm.DWord),
+	)
+	c.rejectIPHeader(proto, noReply)
+	b.emit(
+		stImm(asm.R10, icmp, typ, asm.Byte),
+		stImm(asm.R10, icmp+1, int32(code), asm.Byte),
+	)
+	c.rejectL4Checksum(ipLen, 8, proto, 2)
+	c.rejectSwapL2()
+
+	hdrs := int32(ipLen) + 8
+	b.note("make room for the headers in front of the packet, cut it after the quote, write them, transmit")
+	if c.hook.tc() {
+		b.emit(
+			movr(asm.R1, asm.R6),
+			mov(asm.R2, hdrs),
+			mov(asm.R3, 0),
+			asm.FnSkbChangeHead.Call(),
+		)
+	} else {
+		b.emit(
+			movr(asm.R1, asm.R6),
+			mov(asm.R2, -hdrs),
+			asm.FnXdpAdjustHead.Call(),
+		)
+	}
+	b.emit(
+		asm.JNE.Imm(asm.R0, 0, noReply),
+		ld(asm.R9, asm.R10, rjL3, asm.DWord),
+		asm.Add.Imm(asm.R9, hdrs),
+		ld(asm.R1, asm.R10, rjQuote, asm.DWord),
+		asm.Add.Reg(asm.R9, asm.R1),
+	)
+	c.rejectResize(noReply)
+	c.rejectStore(hdrs, noReply)
+	c.rejectTransmit()
+}
+
+// rejectResize makes the frame r9 bytes long.
+func (c *compiler) rejectResize(noReply string) {
+	b := c.b
+	if c.hook.tc() {
+		b.emit(
+			movr(asm.R1, asm.R6),
+			movr(asm.R2, asm.R9),
+			mov(asm.R3, 0),
+			asm.FnSkbChangeTail.Call(),
+			asm.JNE.Imm(asm.R0, 0, noReply),
+		)
+		return
+	}
+	done := b.fresh("resized")
+	b.emit(
+		movr(asm.R1, asm.R6),
+		asm.FnXdpGetBuffLen.Call(),
+		movr(asm.R2, asm.R9),
+		asm.Sub.Reg(asm.R2, asm.R0),
+		asm.JEq.Imm(asm.R2, 0, done),
+		movr(asm.R1, asm.R6),
+		asm.FnXdpAdjustTail.Call(),
+		asm.JNE.Imm(asm.R0, 0, noReply),
+	)
+	b.mark(done)
+}
+
+// rejectStore writes the link-layer header at offset 0 and the n bytes of
+// headers at rjHdr after it.
+func (c *compiler) rejectStore(n int32, noReply string) {
+	b := c.b
+	store := asm.FnXdpStoreBytes
+	if c.hook.tc() {
+		store = asm.FnSkbStoreBytes
+	}
+	flags := func() {
+		if c.hook.tc() {
+			b.emit(mov(asm.R5, 1)) // BPF_F_RECOMPUTE_CSUM
+		}
+	}
+	b.emit(
+		movr(asm.R1, asm.R6),
+		mov(asm.R2, 0),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, rjL2),
+		ld(asm.R4, asm.R10, rjL3, asm.DWord),
+		asm.JGT.Imm(asm.R4, 32, noReply),
+		asm.JLT.Imm(asm.R4, 14, noReply),
+	)
+	flags()
+	b.emit(
+		store.Call(),
+		asm.JNE.Imm(asm.R0, 0, noReply),
+		movr(asm.R1, asm.R6),
+		ld(asm.R2, asm.R10, rjL3, asm.DWord),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, rjHdr),
+		mov(asm.R4, n),
+	)
+	flags()
+	b.emit(
+		store.Call(),
+		asm.JNE.Imm(asm.R0, 0, noReply),
+	)
+}
+
+// rejectTransmit sends the reply back where the packet came from.
+func (c *compiler) rejectTransmit() {
+	b := c.b
+	if !c.hook.tc() {
+		b.emit(mov(asm.R0, xdpTx), asm.Return())
+		return
+	}
+	b.emit(
+		// The device's checksum verdict was about the old packet; the
+		// reply carries no mark (IP4_REPLY_MARK without fwmark_reflect).
+		movr(asm.R1, asm.R6),
+		mov(asm.R2, 3), // BPF_CSUM_LEVEL_RESET
+		asm.FnCsumLevel.Call(),
+		stImm(asm.R6, skbMark, 0, asm.Word),
+		ld(asm.R1, asm.R6, skbIfindex, asm.Word),
+		mov(asm.R2, 0),
+		asm.FnRedirect.Call(),
+		asm.Return(),
+	)
+}
