@@ -771,9 +771,10 @@ const (
 )
 
 // icmpTOSMask is the part of the original TOS an ICMP error keeps
-// (__icmp_send: the DSCP), to which it adds IPTOS_PREC_INTERNETCONTROL.
+// (__icmp_send: RT_TOS, IPTOS_TOS_MASK), to which it adds
+// IPTOS_PREC_INTERNETCONTROL.
 const (
-	icmpTOSMask        = 0xfc
+	icmpTOSMask        = 0x1e
 	icmpTOSInternetCtl = 0xc0
 )
 
@@ -838,7 +839,7 @@ func (c *compiler) rejectIPHeader(proto int32, noReply string) {
 		// nf_reject_iphdr_put: TOS 0, ID 0, DF.
 		b.emit(stImm(asm.R10, rjHdr+6, 0x40, asm.Byte))
 	} else {
-		// __icmp_send: the DSCP and the precedence of internetwork
+		// __icmp_send: the TOS bits and the precedence of internetwork
 		// control; ip_select_ident picks the ID, not DF (the ICMP
 		// socket's IP_PMTUDISC_DONT).
 		b.emit(

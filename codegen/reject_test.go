@@ -319,7 +319,7 @@ type rejectSpec struct {
 // rejectReply builds the reply the kernel sends to frame, from the
 // firewall's interface to the sender: nf_send_reset (nf_reject_iphdr_put:
 // TOS 0, ID 0, DF; nf_reject_ip_tcphdr_put) and nf_send_reset6, or
-// icmp_send (TOS: the DSCP and precedence 6; no DF; up to 576 bytes) and
+// icmp_send (TOS: RT_TOS and precedence 6; no DF; up to 576 bytes) and
 // icmp6_send (traffic class 0, flow label 0 here, up to 1280 bytes), with
 // the default TTL and hop limit, 64.
 func rejectReply(t *testing.T, frame []byte, r rejectSpec) []byte {
@@ -366,7 +366,7 @@ func rejectReply(t *testing.T, frame []byte, r rejectSpec) []byte {
 		}
 		ls = []gopacket.SerializableLayer{eth, ipLayer.(gopacket.SerializableLayer), out}
 	} else if net4 != nil {
-		net4.TOS = raw[1]&0xfc | 0xc0
+		net4.TOS = raw[1]&0x1e | 0xc0
 		net4.Protocol = layers.IPProtocolICMPv4
 		quote := raw[:min(len(raw), 576-28)]
 		ls = []gopacket.SerializableLayer{eth, net4, &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(3, r.code)}, gopacket.Payload(quote)}

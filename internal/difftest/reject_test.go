@@ -1,0 +1,513 @@
+package difftest
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
+	"bpfwall/codegen"
+	"bpfwall/internal/topology"
+	"bpfwall/ir"
+	"bpfwall/loader"
+	"bpfwall/parser/iptables"
+	"bpfwall/rules"
+)
+
+// The firewall's and the sender's IPv6 addresses for the REJECT test;
+// the topology gives them IPv4 ones.
+var (
+	fwAddr6     = netip.MustParseAddr("2001:db8::1")
+	senderAddr6 = netip.MustParseAddr("2001:db8::2")
+)
+
+// rejectRules has the INPUT rules of the REJECT test, by family: a
+// --reject-with per destination port.
+var rejectRules = map[rules.Family]string{
+	rules.IPv4: `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -f -j REJECT
+-A INPUT -p tcp --dport 23 -j REJECT --reject-with tcp-reset
+-A INPUT -p udp --dport 100 -j REJECT --reject-with icmp-net-unreachable
+-A INPUT -p udp --dport 101 -j REJECT --reject-with icmp-host-unreachable
+-A INPUT -p udp --dport 102 -j REJECT --reject-with icmp-proto-unreachable
+-A INPUT -p udp --dport 103 -j REJECT
+-A INPUT -p udp --dport 109 -j REJECT --reject-with icmp-net-prohibited
+-A INPUT -p udp --dport 110 -j REJECT --reject-with icmp-host-prohibited
+-A INPUT -p udp --dport 113 -j REJECT --reject-with icmp-admin-prohibited
+-A INPUT -p tcp --dport 103 -j REJECT
+-A INPUT -p icmp -j REJECT
+-A INPUT -p 253 -j REJECT
+COMMIT
+`,
+	rules.IPv6: `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -p tcp --dport 23 -j REJECT --reject-with tcp-reset
+-A INPUT -p udp --dport 100 -j REJECT --reject-with icmp6-no-route
+-A INPUT -p udp --dport 101 -j REJECT --reject-with icmp6-adm-prohibited
+-A INPUT -p udp --dport 103 -j REJECT --reject-with icmp6-addr-unreachable
+-A INPUT -p udp --dport 104 -j REJECT
+-A INPUT -p udp --dport 105 -j REJECT --reject-with icmp6-policy-fail
+-A INPUT -p udp --dport 106 -j REJECT --reject-with icmp6-reject-route
+-A INPUT -p tcp --dport 104 -j REJECT
+-A INPUT -p icmpv6 -j REJECT
+-A INPUT -p 253 -j REJECT
+COMMIT
+`,
+}
+
+// dropInput is what the firewall's netfilter holds while a program
+// rejects: whatever the program lets through gets no answer from the
+// stack, which would look like a REJECT's (a closed port's RST or port
+// unreachable).
+const dropInput = "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
+
+// TestRejectAgainstKernel sends the same probes to the firewall's own
+// addresses three times: rejected by iptables-legacy (ip6tables-legacy)
+// REJECT rules in INPUT, then by the compiled rules attached to the
+// firewall's interface on xdp (generic) and on tc-ingress; the replies
+// captured at the sender must be the kernel's, field by field. What
+// legitimately differs is left out of the comparison (see
+// normalizeReply): the IP ID of an ICMP error, and the flow label of an
+// ICMPv6 error.
+func TestRejectAgainstKernel(t *testing.T) {
+	requireKernel(t)
+	topo := NewTopology(t, TopologyOptions{})
+	fw := topo.Firewall
+	batch := fmt.Sprintf("addr add %s/128 dev %s nodad\nroute add %s/128 dev %s\nneigh replace %s lladdr %s dev %s nud permanent\n",
+		fwAddr6, topo.InIface, senderAddr6, topo.InIface, senderAddr6, senderMAC, topo.InIface)
+	if err := topology.RunInput([]byte(batch), "ip", "-n", fw, "-batch", "-"); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel's ICMP rate limits (per peer, icmp_ratelimit; global,
+	// icmp_msgs_per_sec) would stop its errors after a burst; bpfwall does
+	// not limit (see /work/notes/reject.md). Both are off here.
+	if err := topology.Sysctl(fw, "net/ipv4/icmp_ratemask", "0", "net/ipv6/icmp/ratelimit", "0",
+		"net/ipv4/icmp_msgs_per_sec", "1000000", "net/ipv4/icmp_msgs_burst", "1000000"); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.MkdirTemp(bpffs, "bwrj-")
+	if err != nil {
+		t.Fatalf("pin directory: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(root); err != nil {
+			t.Error(err)
+		}
+	})
+	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+		probes := rejectProbes(t, fam)
+		if err := topo.Load(fam, []byte(rejectRules[fam])); err != nil {
+			t.Fatal(err)
+		}
+		kernel := make([][]byte, len(probes))
+		replied := 0
+		for i, p := range probes {
+			if kernel[i], err = topo.reply(p.frame, fam); err != nil {
+				t.Fatalf("%s %s: %v", fam, p.name, err)
+			}
+			if kernel[i] != nil {
+				replied++
+			}
+		}
+		// A test that compares silences proves nothing.
+		if replied < len(probes)/2 {
+			t.Fatalf("%s: the kernel replied to only %d of %d probes", fam, replied, len(probes))
+		}
+		t.Logf("%s: the kernel replied to %d of %d probes", fam, replied, len(probes))
+		if err := topo.Load(fam, []byte(dropInput)); err != nil {
+			t.Fatal(err)
+		}
+		rs, err := iptables.Parse("reject.rules", []byte(rejectRules[fam]), iptables.Options{Family: fam, ForceFamily: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog, err := ir.Lower(rs, ir.LowerOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, hook := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress} {
+			t.Run(fmt.Sprintf("%s/%s", fam, hook), func(t *testing.T) {
+				p, err := codegen.Compile(prog, codegen.Options{Hook: hook})
+				if err != nil {
+					t.Fatal(err)
+				}
+				detach := topo.attach(t, root, rs, p)
+				defer detach()
+				for i, pr := range probes {
+					got, err := topo.reply(pr.frame, fam)
+					if err != nil {
+						t.Fatalf("%s: %v", pr.name, err)
+					}
+					if why := compareReplies(kernel[i], got); why != "" {
+						t.Errorf("%s: %s\nkernel: %s\nbpfwall: %s", pr.name, why, dumpFrame(kernel[i]), dumpFrame(got))
+					}
+				}
+			})
+		}
+	}
+}
+
+// attach attaches p to the firewall's ingress interface as `bpfwall
+// load` does, and returns the function that detaches it.
+func (topo *Topology) attach(t *testing.T, root string, rs *rules.Ruleset, p *codegen.Program) func() {
+	t.Helper()
+	meta, counters, err := loader.NewMeta(rs, p, "reject")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = topology.Do(topo.Firewall, func() error {
+		place, err := loader.Here(root, p.Hook)
+		if err != nil {
+			return err
+		}
+		swap := loader.Swap{Place: place, Program: p, Meta: meta, Counters: counters, Ifaces: []string{topo.InIface}, XDPMode: loader.XDPGeneric}
+		_, err = swap.Run()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		err := topology.Do(topo.Firewall, func() error {
+			place, err := loader.Here(root, p.Hook)
+			if err != nil {
+				return err
+			}
+			_, err = loader.Unload(place, nil)
+			return err
+		})
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// reply sends frame from the sender and returns the one IP packet of
+// family fam that came back to the sender's address before the
+// firewall's answer to a sentinel sent after it, or nil.
+func (topo *Topology) reply(frame []byte, fam rules.Family) ([]byte, error) {
+	if err := topo.send.drain(); err != nil {
+		return nil, err
+	}
+	end, mark := sentinel()
+	if err := onOneCPU(func() error {
+		if err := topo.send.send(frame); err != nil {
+			return err
+		}
+		return topo.send.send(end)
+	}); err != nil {
+		return nil, err
+	}
+	var got []byte
+	buf := make([]byte, 1<<16)
+	deadline := time.Now().Add(sentinelTimeout)
+	for {
+		f, err := topo.send.recv(buf, time.Until(deadline))
+		if err != nil {
+			return nil, err
+		}
+		if f == nil {
+			return nil, fmt.Errorf("no arp reply from the firewall within %v", sentinelTimeout)
+		}
+		if isReply(f, mark) {
+			return got, nil
+		}
+		if !toSender(f, fam) {
+			continue // router solicitations, MLD reports
+		}
+		if got != nil {
+			return nil, fmt.Errorf("two replies: %x and %x", got, f)
+		}
+		got = bytes.Clone(f)
+	}
+}
+
+// toSender reports whether frame is an IP packet of family fam to the
+// sender's address.
+func toSender(frame []byte, fam rules.Family) bool {
+	ip := ipPacket(frame)
+	switch {
+	case ip == nil:
+		return false
+	case fam == rules.IPv4:
+		return ip[0]>>4 == 4 && netip.AddrFrom4([4]byte(ip[16:20])) == senderAddr
+	}
+	return ip[0]>>4 == 6 && netip.AddrFrom16([16]byte(ip[24:40])) == senderAddr6
+}
+
+// compareReplies returns how bpfwall's reply differs from the kernel's,
+// or "".
+func compareReplies(kernel, got []byte) string {
+	switch {
+	case kernel == nil && got == nil:
+		return ""
+	case kernel == nil:
+		return "the kernel sent nothing, bpfwall a reply"
+	case got == nil:
+		return "the kernel replied, bpfwall sent nothing"
+	}
+	if ip := ipPacket(got); ip != nil && ip[0]>>4 == 4 && !ipv4HeaderValid(ip) {
+		return "bpfwall's IPv4 header checksum is wrong"
+	}
+	if ip := ipPacket(got); ip != nil && !transportValid(ip) {
+		return "bpfwall's transport checksum is wrong"
+	}
+	k, g := normalizeReply(finishChecksum(kernel)), normalizeReply(got)
+	if bytes.Equal(k, g) {
+		return ""
+	}
+	if len(k) != len(g) {
+		return fmt.Sprintf("%d bytes, the kernel's %d", len(g), len(k))
+	}
+	for i := range k {
+		if k[i] != g[i] {
+			return fmt.Sprintf("byte %d is %#02x, the kernel's %#02x", i, g[i], k[i])
+		}
+	}
+	return ""
+}
+
+// normalizeReply clears what legitimately differs between the kernel's
+// reply and the program's: an ICMP error's IP ID, which the kernel takes
+// from ip_select_ident's hashed counters and the program draws at random
+// (the header checksum is recomputed), and an ICMPv6 error's flow label,
+// which the kernel hashes from the flow with a boot-time secret
+// (auto_flowlabels) and the program leaves 0.
+func normalizeReply(frame []byte) []byte {
+	f := bytes.Clone(frame)
+	ip := ipPacket(f)
+	switch {
+	case ip == nil:
+	case ip[0]>>4 == 4 && ip[9] == 1:
+		ip[4], ip[5] = 0, 0
+		ip[10], ip[11] = 0, 0
+		binary.BigEndian.PutUint16(ip[10:], ^onesSum(ip[:int(ip[0]&0xf)*4]))
+	case ip[0]>>4 == 6 && ip[6] == 58:
+		ip[1] &= 0xf0
+		ip[2], ip[3] = 0, 0
+	}
+	return f
+}
+
+// finishChecksum returns the kernel's RST with its TCP checksum
+// completed. The kernel leaves an IPv4 RST's to the device
+// (CHECKSUM_PARTIAL: the field holds the pseudo-header's sum), and a veth
+// passes the frame on as it is; the program writes the whole checksum.
+func finishChecksum(frame []byte) []byte {
+	f := bytes.Clone(frame)
+	ip := ipPacket(f)
+	if ip == nil {
+		return f
+	}
+	hl, proto := 40, ip[6]
+	if ip[0]>>4 == 4 {
+		hl, proto = int(ip[0]&0xf)*4, ip[9]
+	}
+	if proto != 6 || len(ip) < hl+20 {
+		return f
+	}
+	tcp := ip[hl:]
+	pseudo := pseudoSum(ip, hl, 6)
+	// nf_reject_ip_tcphdr_put: ~tcp_v4_check(), the folded sum itself.
+	if binary.BigEndian.Uint16(tcp[16:]) != onesSum(pseudo) {
+		return f // not a partial checksum: compare it as it is
+	}
+	binary.BigEndian.PutUint16(tcp[16:], 0)
+	binary.BigEndian.PutUint16(tcp[16:], ^onesSum(append(pseudo, tcp...)))
+	return f
+}
+
+// pseudoSum is the pseudo-header of the IP packet ip, whose transport
+// header starts at hl.
+func pseudoSum(ip []byte, hl int, proto byte) []byte {
+	n := len(ip) - hl
+	if ip[0]>>4 == 4 {
+		return append(bytes.Clone(ip[12:20]), 0, proto, byte(n>>8), byte(n))
+	}
+	return append(bytes.Clone(ip[8:40]), byte(n>>24), byte(n>>16), byte(n>>8), byte(n), 0, 0, 0, proto)
+}
+
+// transportValid reports whether the TCP, ICMP or ICMPv6 checksum of ip
+// is right.
+func transportValid(ip []byte) bool {
+	hl, proto := 40, ip[6]
+	if ip[0]>>4 == 4 {
+		hl, proto = int(ip[0]&0xf)*4, ip[9]
+	}
+	switch proto {
+	case 1:
+		return onesSum(ip[hl:]) == 0xffff
+	case 6, 58:
+		return onesSum(append(pseudoSum(ip, hl, proto), ip[hl:]...)) == 0xffff
+	}
+	return true
+}
+
+func ipv4HeaderValid(ip []byte) bool {
+	n := int(ip[0]&0xf) * 4
+	return len(ip) >= n && onesSum(ip[:n]) == 0xffff
+}
+
+func onesSum(b []byte) uint16 {
+	var s uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		s += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	if len(b)%2 == 1 {
+		s += uint32(b[len(b)-1]) << 8
+	}
+	for s > 0xffff {
+		s = s&0xffff + s>>16
+	}
+	return uint16(s)
+}
+
+func dumpFrame(f []byte) string {
+	if f == nil {
+		return "nothing"
+	}
+	return fmt.Sprintf("%x\n%s", f, gopacket.NewPacket(f, layers.LayerTypeEthernet, gopacket.Default).Dump())
+}
+
+// rejectProbe is a frame from the sender to the firewall.
+type rejectProbe struct {
+	name  string
+	frame []byte
+}
+
+// rejectProbes are the probes for rejectRules[fam]: every --reject-with,
+// TCP resets for a SYN, for data with and without an ACK and for a FIN,
+// the quote of a large packet, and the packets the kernel sends nothing
+// to.
+func rejectProbes(t *testing.T, fam rules.Family) []rejectProbe {
+	v6 := fam == rules.IPv6
+	eth := func() *layers.Ethernet {
+		typ := layers.EthernetTypeIPv4
+		if v6 {
+			typ = layers.EthernetTypeIPv6
+		}
+		return &layers.Ethernet{SrcMAC: senderMAC, DstMAC: fwInMAC, EthernetType: typ}
+	}
+	ip := func(proto layers.IPProtocol) gopacket.NetworkLayer {
+		if v6 {
+			return &layers.IPv6{Version: 6, TrafficClass: 0x2e, FlowLabel: 0x12345, NextHeader: proto, HopLimit: 63,
+				SrcIP: senderAddr6.AsSlice(), DstIP: fwAddr6.AsSlice()}
+		}
+		return &layers.IPv4{Version: 4, IHL: 5, TOS: 0x2e, Id: 0x1234, Flags: layers.IPv4DontFragment, TTL: 63, Protocol: proto,
+			SrcIP: senderAddr.AsSlice(), DstIP: fwAddr.AsSlice()}
+	}
+	ser := func(ls ...gopacket.SerializableLayer) []byte {
+		buf := gopacket.NewSerializeBuffer()
+		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Clone(buf.Bytes())
+	}
+	udp := func(dport uint16, n int) []byte {
+		nl := ip(layers.IPProtocolUDP)
+		u := &layers.UDP{SrcPort: 5555, DstPort: layers.UDPPort(dport)}
+		u.SetNetworkLayerForChecksum(nl)
+		return ser(eth(), nl.(gopacket.SerializableLayer), u, gopacket.Payload(bytes.Repeat([]byte{0xa5}, n)))
+	}
+	tcp := func(dport uint16, flags byte, n int) []byte {
+		nl := ip(layers.IPProtocolTCP)
+		tc := &layers.TCP{SrcPort: 40000, DstPort: layers.TCPPort(dport), Seq: 0xfffffff0, Ack: 0x01020304, Window: 512,
+			FIN: flags&1 != 0, SYN: flags&2 != 0, RST: flags&4 != 0, PSH: flags&8 != 0, ACK: flags&0x10 != 0}
+		if tc.SYN {
+			tc.Options = []layers.TCPOption{{OptionType: layers.TCPOptionKindMSS, OptionLength: 4, OptionData: []byte{5, 0xb4}}}
+		}
+		tc.SetNetworkLayerForChecksum(nl)
+		return ser(eth(), nl.(gopacket.SerializableLayer), tc, gopacket.Payload(bytes.Repeat([]byte{0x5a}, n)))
+	}
+	// corrupt flips the last byte of the IP packet, which the transport
+	// checksum covers.
+	corrupt := func(f []byte) []byte {
+		f[14+len(ipPacket(f))-1] ^= 0x01
+		return f
+	}
+	out := []rejectProbe{
+		{"tcp-reset to a syn", tcp(23, 0x02, 0)},
+		{"tcp-reset to data with an ack", tcp(23, 0x18, 100)},
+		{"tcp-reset to data without an ack", tcp(23, 0x08, 33)},
+		{"tcp-reset to a fin", tcp(23, 0x01, 0)},
+		{"tcp-reset to a syn+fin with data", tcp(23, 0x03, 7)},
+		{"no tcp-reset to a rst", tcp(23, 0x14, 0)},
+		{"no tcp-reset to a bad checksum", corrupt(tcp(23, 0x02, 0))},
+		{"port unreachable to tcp", tcp(103+boolPort(v6), 0x02, 0)},
+		{"no error to a bad udp checksum", corrupt(udp(103+boolPort(v6), 10))},
+	}
+	codes := []uint16{100, 101, 102, 103, 109, 110, 113}
+	if v6 {
+		codes = []uint16{100, 101, 103, 104, 105, 106}
+	}
+	for _, port := range codes {
+		out = append(out, rejectProbe{fmt.Sprintf("udp to %d", port), udp(port, 10)})
+	}
+	big := 1400
+	out = append(out, rejectProbe{"a large packet is quoted in part", udp(103+boolPort(v6), big)})
+	if v6 {
+		echo := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(128, 0)}
+		nl := ip(layers.IPProtocolICMPv6)
+		echo.SetNetworkLayerForChecksum(nl)
+		errMsg := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(1, 4)}
+		nl2 := ip(layers.IPProtocolICMPv6)
+		errMsg.SetNetworkLayerForChecksum(nl2)
+		out = append(out,
+			rejectProbe{"icmpv6 echo request", ser(eth(), nl.(gopacket.SerializableLayer), echo, gopacket.Payload("\x00\x01\x00\x02ping"))},
+			rejectProbe{"no error to an icmpv6 error", ser(eth(), nl2.(gopacket.SerializableLayer), errMsg, gopacket.Payload(make([]byte, 52)))},
+			rejectProbe{"unknown protocol without payload", ser(eth(), ip(253).(gopacket.SerializableLayer))},
+		)
+		mc := udp(104, 10)
+		copy(mc[0:6], []byte{0x33, 0x33, 0, 0, 0, 1})
+		out = append(out, rejectProbe{"no error to a multicast frame", mc})
+		return out
+	}
+	echo := ser(eth(), ip(layers.IPProtocolICMPv4).(gopacket.SerializableLayer),
+		&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(8, 0), Id: 1, Seq: 2}, gopacket.Payload("ping"))
+	unreach := ser(eth(), ip(layers.IPProtocolICMPv4).(gopacket.SerializableLayer),
+		&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(3, 3)}, gopacket.Payload(make([]byte, 28)))
+	noCsum := udp(103, 10)
+	noCsum[14+20+6], noCsum[14+20+7] = 0, 0
+	frag := udp(103, 10)
+	binary.BigEndian.PutUint16(frag[14+6:], 0x0010) // offset 128, no DF
+	binary.BigEndian.PutUint16(frag[14+10:], 0)
+	binary.BigEndian.PutUint16(frag[14+10:], ^onesSum(frag[14:34]))
+	bcast := udp(103, 10)
+	copy(bcast[0:6], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	tos := udp(103, 10)
+	tos[14+1] = 0xff
+	binary.BigEndian.PutUint16(tos[14+10:], 0)
+	binary.BigEndian.PutUint16(tos[14+10:], ^onesSum(tos[14:34]))
+	out = append(out,
+		rejectProbe{"icmp echo request", echo},
+		rejectProbe{"no error to a bad icmp checksum", corrupt(bytes.Clone(echo))},
+		rejectProbe{"no error to an icmp error", unreach},
+		rejectProbe{"udp without a checksum", noCsum},
+		rejectProbe{"no error to a non-first fragment", frag},
+		rejectProbe{"no error to a broadcast frame", bcast},
+		rejectProbe{"every tos bit", tos},
+		rejectProbe{"unknown protocol without payload", ser(eth(), ip(253).(gopacket.SerializableLayer))},
+		rejectProbe{"unknown protocol with payload", ser(eth(), ip(253).(gopacket.SerializableLayer), gopacket.Payload("abcd"))},
+	)
+	return out
+}
+
+// boolPort is 1 for IPv6, whose port unreachable rule is on port 104.
+func boolPort(v6 bool) uint16 {
+	if v6 {
+		return 1
+	}
+	return 0
+}
+
