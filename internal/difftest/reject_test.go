@@ -510,4 +510,3 @@ func boolPort(v6 bool) uint16 {
 	}
 	return 0
 }
-
