@@ -102,7 +102,7 @@ type netns struct {
 	work chan func()
 }
 
-func newNetns(t *testing.T) *netns {
+func newNetns(t testing.TB) *netns {
 	t.Helper()
 	ns, err := startNetns()
 	if err != nil {

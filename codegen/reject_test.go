@@ -167,7 +167,7 @@ func describeFrame(b []byte) string {
 }
 
 // rejectProbes are the probes for the rules of family fam.
-func rejectProbes(t *testing.T, fam rules.Family) []rejectProbe {
+func rejectProbes(t testing.TB, fam rules.Family) []rejectProbe {
 	v6 := fam == rules.IPv6
 	src, dst := net.IP{192, 0, 2, 2}, net.IP{192, 0, 2, 1}
 	if v6 {
@@ -322,7 +322,7 @@ type rejectSpec struct {
 // icmp_send (TOS: RT_TOS and precedence 6; no DF; up to 576 bytes) and
 // icmp6_send (traffic class 0, flow label 0 here, up to 1280 bytes), with
 // the default TTL and hop limit, 64.
-func rejectReply(t *testing.T, frame []byte, r rejectSpec) []byte {
+func rejectReply(t testing.TB, frame []byte, r rejectSpec) []byte {
 	p := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.Default)
 	in := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
 	eth := &layers.Ethernet{SrcMAC: in.DstMAC, DstMAC: in.SrcMAC, EthernetType: in.EthernetType}

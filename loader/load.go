@@ -3,6 +3,8 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -10,6 +12,7 @@ import (
 
 	"bpfwall/codegen"
 	"bpfwall/ir"
+	"bpfwall/rules"
 )
 
 // Options control loading.
@@ -79,12 +82,49 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 		coll.Close()
 		return nil, fmt.Errorf("load %s program: collection has no program %q", p.Hook, codegen.ProgramName)
 	}
+	if err := l.setRejectConfig(); err != nil {
+		coll.Close()
+		return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
+	}
 	if info, err := l.prog.Info(); err == nil {
 		if n, ok := info.VerifiedInstructions(); ok {
 			l.VerifiedInsns = int(n)
 		}
 	}
 	return l, nil
+}
+
+// setRejectConfig gives REJECT's replies the TTL and hop limit of the
+// calling thread's network namespace: net.ipv4.ip_default_ttl, and
+// net.ipv6.conf.default.hop_limit, which devices start with.
+func (l *Loaded) setRejectConfig() error {
+	m := l.coll.Maps[codegen.RejectConfigMap]
+	if m == nil {
+		return nil
+	}
+	cfg := codegen.RejectConfig{TTL: 64, HopLimit: 64}
+	path, to := "/proc/sys/net/ipv4/ip_default_ttl", &cfg.TTL
+	if l.Program.IR.Family == rules.IPv6 {
+		path, to = "/proc/sys/net/ipv6/conf/default/hop_limit", &cfg.HopLimit
+	}
+	for _, s := range []struct {
+		path string
+		to   *uint8
+	}{{path, to}} {
+		b, err := os.ReadFile(s.path)
+		if err != nil {
+			return fmt.Errorf("reject replies: %w", err)
+		}
+		v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 8)
+		if err != nil {
+			return fmt.Errorf("reject replies: %s: %w", s.path, err)
+		}
+		*s.to = uint8(v)
+	}
+	if err := m.Put(uint32(0), cfg); err != nil {
+		return fmt.Errorf("reject replies: %w", err)
+	}
+	return nil
 }
 
 // tooLarge reports whether the verifier rejected a program for its size.
