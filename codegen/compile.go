@@ -112,6 +112,9 @@ func (c *compiler) program() (asm.Instructions, error) {
 		c.ctState()
 	}
 	c.rejectFunctions()
+	if len(c.hashTables()) > 0 {
+		c.hashSweep()
+	}
 	return root.finish()
 }
 
@@ -175,6 +178,7 @@ func (c *compiler) collect() error {
 	if m := c.limitsMap(); m != nil {
 		c.maps = append(c.maps, m)
 	}
+	c.maps = append(c.maps, c.hashLimitMaps()...)
 	return nil
 }
 

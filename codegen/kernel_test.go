@@ -284,8 +284,21 @@ func (l *loaded) run(data []byte, dev device, mark uint32) (_ ir.Verdict, _ code
 // clock sets st's clocks to the time the program last read them: the
 // latest update of its token buckets of each kind (a packet that reached
 // no bucket reads no clock).
-func (l *loaded) clock(t *testing.T, st *ir.State) {
+func (l *loaded) clock(t *testing.T, st *ir.State, pkt *ir.Packet) {
 	t.Helper()
+	// The entries of the packet's keys.
+	for _, r := range l.p.IR.Rules {
+		for _, x := range r.Matches {
+			h, ok := x.(ir.HashLimit)
+			if !ok || pkt == nil || pkt.Family != l.p.IR.Family {
+				continue
+			}
+			var e codegen.HashEntry
+			if err := l.coll.Maps[codegen.HashLimitMap(h.Table)].Lookup(codegen.HashKeyFor(h, pkt), &e); err == nil {
+				st.Jiffies = max(st.Jiffies, e.Prev)
+			}
+		}
+	}
 	m := l.coll.Maps[codegen.LimitsMap]
 	if m == nil {
 		return
@@ -403,7 +416,7 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 			t.Fatalf("%s (%d bytes: % x): %v", f.desc, len(f.data), f.data[:min(len(f.data), 256)], err)
 		}
 		// The token buckets the program touched say when it ran.
-		l.clock(t, st)
+		l.clock(t, st, pkt)
 		bytes := uint64(0)
 		res := p.IR.TraceState(st, pkt, func(r *ir.Rule) {
 			bytes = ipBytes(f.data)

@@ -234,12 +234,14 @@ func (c *compiler) rateLimit(m ir.RateLimit, next string) {
 	c.unlockBucket(next)
 }
 
-// CountsJiffies reports whether p has xt_limit buckets, whose arithmetic
-// is for a kernel ticking at ir.DefaultHZ: the loader checks the kernel's.
+// CountsJiffies reports whether p has xt_limit or xt_hashlimit buckets,
+// whose arithmetic is for a kernel ticking at ir.DefaultHZ: the loader
+// checks the kernel's.
 func CountsJiffies(p *Program) bool {
 	for _, r := range p.IR.Rules {
 		for _, m := range r.Matches {
-			if _, ok := m.(ir.Limit); ok {
+			switch m.(type) {
+			case ir.Limit, ir.HashLimit:
 				return true
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket/layers"
@@ -35,6 +36,7 @@ func TestLimitAcrossCPUs(t *testing.T) {
 		burst uint64
 	}{
 		{"xt_limit", false, "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -p udp -m limit --limit 1/min --limit-burst 1000 -j ACCEPT\nCOMMIT\n", 1000},
+		{"hashlimit", false, "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -p udp -m hashlimit --hashlimit-upto 1/min --hashlimit-burst 2000 --hashlimit-mode dstip --hashlimit-name x -j ACCEPT\nCOMMIT\n", 2000},
 		{"nft_limit", true, "table ip filter {\n\tchain input {\n\t\ttype filter hook input priority 0; policy drop;\n\t\tmeta l4proto udp limit rate 1/hour burst 5000 packets accept\n\t}\n}\n", 5000},
 	}
 	const perCPU = 20000
@@ -133,6 +135,50 @@ func BenchmarkLimit(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(d.Nanoseconds()), "ns/pkt")
+		})
+	}
+}
+
+// TestHashLimitTableFull fills a table of two keys: a third key is
+// dropped (hotdrop) while the two live, and admitted once they have
+// expired and the sweep has taken them out.
+func TestHashLimitTableFull(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "ip")
+	cases := []struct {
+		name   string
+		expire string
+		pause  time.Duration
+		want   uint32 // the third key's decision
+	}{
+		{"live", "60000", 0, codegen.Hotdrop},
+		{"expired", "1", 50 * time.Millisecond, codegen.DecidedByRule},
+	}
+	ns := newNetns(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+				"-A INPUT -p udp -m hashlimit --hashlimit-upto 10/sec --hashlimit-mode srcip --hashlimit-name t" +
+				" --hashlimit-htable-size 2 --hashlimit-htable-max 2 --hashlimit-htable-expire " + tc.expire + " -j ACCEPT\nCOMMIT\n"
+			p := compileText(t, src, rules.IPv4, codegen.HookXDP)
+			l := load(t, p, ns)
+			send := func(from string) codegen.Decision {
+				t.Helper()
+				_, d, err := l.run(frame4(t, layers.IPProtocolUDP, from, "192.0.2.2", 40000, 53), ns.devs[1], 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}
+			for _, from := range []string{"10.0.0.1", "10.0.0.2"} {
+				if d := send(from); d.Kind != codegen.DecidedByRule {
+					t.Fatalf("%s: decision %+v, want the rule's", from, d)
+				}
+			}
+			time.Sleep(tc.pause)
+			if d := send("10.0.0.3"); d.Kind != tc.want {
+				t.Errorf("a third key: decision %+v, want kind %d", d, tc.want)
+			}
 		})
 	}
 }

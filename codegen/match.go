@@ -152,6 +152,10 @@ func (c *compiler) match(r *ir.Rule, m ir.Match, next, hotdrop string) bool {
 		c.ctMatch(m, next, hotdrop)
 		return true
 
+	case ir.HashLimit:
+		c.hashlimit(m, next, hotdrop)
+		return true
+
 	default:
 		panic(fmt.Sprintf("codegen: match %T survived check", m))
 	}

@@ -325,6 +325,9 @@ func (p *Program) match(st *State, m Match, pkt *Packet) outcome {
 
 	case RateLimit:
 		return is(st.rateLimit(m, uint64(pkt.Length))) // skb->len: the IP datagram
+
+	case HashLimit:
+		return st.hashlimit(m, pkt)
 	}
 	panic(fmt.Sprintf("ir: unknown match %T", m))
 }

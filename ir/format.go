@@ -265,6 +265,8 @@ func appendMatch(b []byte, fam rules.Family, m Match) []byte {
 		return append(b, m.String()...)
 	case RateLimit:
 		return append(b, m.String()...)
+	case HashLimit:
+		return append(b, m.String()...)
 	}
 	return fmt.Appendf(b, "%T", m)
 }

@@ -109,6 +109,7 @@ type State struct {
 	HZ int
 
 	buckets map[int]*bucket
+	tables  map[int]map[hlKey]*hlEntry // HashLimit tables
 }
 
 // bucket is one token bucket: prev is the time of the last update (jiffies

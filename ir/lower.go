@@ -42,6 +42,7 @@ func Lower(rs *rules.Ruleset, opts LowerOptions) (*Program, error) {
 	}
 
 	l := &lowerer{
+		rs:     rs,
 		fam:    rs.Family,
 		sets:   rs.Sets,
 		table:  t,
@@ -65,6 +66,7 @@ func Lower(rs *rules.Ruleset, opts LowerOptions) (*Program, error) {
 }
 
 type lowerer struct {
+	rs     *rules.Ruleset
 	fam    rules.Family
 	sets   map[string]*rules.IPSet
 	table  *rules.Table
@@ -80,6 +82,15 @@ type lowerer struct {
 	// shared maps the user chains other builtin chains reach to one of
 	// those; see ownBucket.
 	shared map[string]string
+	// hashTables numbers the hashlimit tables by name, with the first
+	// match that uses each.
+	hashTables map[string]hashTable
+}
+
+type hashTable struct {
+	index int
+	first HashLimit
+	pos   rules.Pos
 }
 
 // chainEdge is a jump or goto to another chain.
@@ -431,6 +442,8 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 		}
 		ms = append(ms, Limit{Bucket: l.buckets, Avg: m.Avg, Burst: m.Burst})
 		l.buckets++
+	case *rules.HashLimit:
+		return l.hashlimit(ms, r, m)
 	case *rules.RateLimit:
 		if !l.ownBucket(r, m) {
 			return ms
@@ -637,12 +650,8 @@ func (l *lowerer) action(r *rules.Rule) Action {
 	return None{}
 }
 
-// ownBucket reports whether the token bucket of limit match m of rule r
-// is the program's alone. A user chain that another builtin chain of the
-// table also reaches shares its rules, and their buckets, with that
-// chain's hook in netfilter, while bpfwall compiles each hook's chain into
-// a program with maps of its own.
-func (l *lowerer) ownBucket(r *rules.Rule, m rules.Match) bool {
+// sharedChains fills l.shared, once.
+func (l *lowerer) sharedChains() {
 	if l.shared == nil {
 		l.shared = make(map[string]string)
 		var walk func(c *rules.Chain, root string)
@@ -663,6 +672,15 @@ func (l *lowerer) ownBucket(r *rules.Rule, m rules.Match) bool {
 			}
 		}
 	}
+}
+
+// ownBucket reports whether the token bucket of limit match m of rule r
+// is the program's alone. A user chain that another builtin chain of the
+// table also reaches shares its rules, and their buckets, with that
+// chain's hook in netfilter, while bpfwall compiles each hook's chain into
+// a program with maps of its own.
+func (l *lowerer) ownBucket(r *rules.Rule, m rules.Match) bool {
+	l.sharedChains()
 	for _, c := range l.table.Chains {
 		if !slices.Contains(c.Rules, r) {
 			continue

@@ -328,6 +328,10 @@ func (v *verifier) match(m Match, st *ruleState) error {
 		if _, ok := m.TokensMax(); !ok {
 			return fmt.Errorf("nft limit rate %d burst %d overflows", m.Rate, m.Burst)
 		}
+	case HashLimit:
+		if m.Max == 0 || m.Expire == 0 || m.Table < 0 {
+			return fmt.Errorf("hashlimit table %d with max %d, expire %d", m.Table, m.Max, m.Expire)
+		}
 	default:
 		return fmt.Errorf("unknown match %T", m)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
 )
 
 // kernelHZ is the kernel's tick rate, measured once: the jiffies a tiny
@@ -56,4 +57,14 @@ func abs(x float64) float64 {
 		return -x
 	}
 	return x
+}
+
+// largeMemory reports whether the kernel's hashlimit tables default to
+// 8192 buckets: htable_create's test, totalram_pages() > 1 GiB / PAGE_SIZE.
+func largeMemory() (bool, error) {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return false, fmt.Errorf("sysinfo: %w", err)
+	}
+	return uint64(si.Totalram)*uint64(si.Unit) > 1<<30+uint64(unix.Getpagesize())-1, nil
 }

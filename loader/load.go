@@ -52,6 +52,17 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 			return nil, fmt.Errorf("load %s program: -m limit is compiled for a kernel ticking at HZ %d, this one ticks at %d", p.Hook, ir.DefaultHZ, hz)
 		}
 	}
+	if codegen.SizedByMemory(p) {
+		// A hashlimit table without --hashlimit-htable-size holds as
+		// many keys as the kernel's default size says.
+		large, err := largeMemory()
+		if err != nil {
+			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
+		}
+		if !large {
+			return nil, fmt.Errorf("load %s program: a hashlimit table without --hashlimit-htable-size is sized by memory, and this machine has less than the 1 GiB bpfwall's size is for", p.Hook)
+		}
+	}
 	copts := ebpf.CollectionOptions{}
 	if opts.VerifierLog {
 		copts.Programs.LogLevel = ebpf.LogLevelBranch | ebpf.LogLevelStats

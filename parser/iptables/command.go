@@ -98,7 +98,7 @@ var knownMatches = map[string]bool{
 	"ah": true, "bpf": true, "cgroup": true, "cluster": true, "connbytes": true,
 	"connlabel": true, "connlimit": true, "connmark": true, "cpu": true, "dccp": true,
 	"devgroup": true, "dscp": true, "dst": true, "ecn": true, "esp": true, "eui64": true,
-	"frag": true, "hashlimit": true, "hbh": true, "helper": true, "ipcomp": true,
+	"frag": true, "hbh": true, "helper": true, "ipcomp": true,
 	"ipv6header": true, "ipvs": true, "mh": true, "nfacct": true, "osf": true,
 	"owner": true, "physdev": true, "policy": true, "quota": true, "rateest": true,
 	"realm": true, "recent": true, "rpfilter": true, "rt": true, "sctp": true,

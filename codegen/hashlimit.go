@@ -1,0 +1,340 @@
+package codegen
+
+import (
+	"fmt"
+	"math/bits"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
+
+	"bpfwall/ir"
+	"bpfwall/rules"
+)
+
+// HashLimitMap names the HASH map of hashlimit table i (ir.HashLimit's
+// Table): a HashKey per key, a HashEntry behind a bpf_spin_lock as its
+// value, at most the table's Max entries. A full map is the kernel's full
+// table: a packet with a new key is dropped, after a sweep of the expired
+// entries (see ir.HashLimit).
+func HashLimitMap(i int) string { return fmt.Sprintf("hashlimit%d", i) }
+
+// A key: the masked addresses (host-order words, as parse stores them)
+// and the ports the table's mode names, zero elsewhere.
+const (
+	hashKeySrc   = 0
+	hashKeyDst   = 16
+	hashKeySport = 32 // u16
+	hashKeyDport = 34 // u16
+	hashKeySize  = 36
+)
+
+// HashKey is a HashLimitMap key.
+type HashKey struct {
+	Src, Dst     [4]uint32
+	Sport, Dport uint16
+}
+
+// A value: struct dsthash_ent's lock, expiry and rateinfo.
+const (
+	hashEntryLock    = 0
+	hashEntryExpires = 8  // u64 jiffies
+	hashEntryPrev    = 16 // u64 jiffies
+	hashEntryCredit  = 24 // u64
+	hashEntrySize    = 32
+)
+
+// HashEntry is a HashLimitMap value.
+type HashEntry struct {
+	Lock, _              uint32
+	Expires, Prev, Credit uint64
+}
+
+var btfHashEntry = &btf.Struct{
+	Name: "bpfwall_hashlimit_entry",
+	Size: hashEntrySize,
+	Members: []btf.Member{
+		{Name: "lock", Type: &btf.Struct{Name: "bpf_spin_lock", Size: 4, Members: []btf.Member{{Name: "val", Type: btfU32}}}, Offset: hashEntryLock * 8},
+		{Name: "pad", Type: btfU32, Offset: 4 * 8},
+		{Name: "expires", Type: btfU64, Offset: hashEntryExpires * 8},
+		{Name: "prev", Type: btfU64, Offset: hashEntryPrev * 8},
+		{Name: "credit", Type: btfU64, Offset: hashEntryCredit * 8},
+	},
+}
+
+var btfHashKey = &btf.Struct{
+	Name: "bpfwall_hashlimit_key",
+	Size: hashKeySize,
+	Members: []btf.Member{{
+		Name: "bytes",
+		Type: &btf.Array{Index: btfInt, Type: &btf.Int{Name: "unsigned char", Size: 1}, Nelems: hashKeySize},
+	}},
+}
+
+// A chain function's stack below chainCtx: a hashlimit match's key, the
+// value it inserts, and the clock for the sweep.
+const (
+	chainHashKey   = -80
+	chainHashEntry = -112
+	chainHashNow   = -120
+)
+
+// symHashSweep is the bpf_for_each_map_elem callback that deletes expired
+// entries.
+const symHashSweep = "hashlimit_sweep"
+
+// Error codes of bpf_map_update_elem.
+const (
+	errEEXIST = -17
+)
+
+// hashTables returns the max entries of each hashlimit table.
+func (c *compiler) hashTables() []uint32 {
+	var max []uint32
+	for _, r := range c.p.Rules {
+		for _, m := range r.Matches {
+			if m, ok := m.(ir.HashLimit); ok {
+				for len(max) <= m.Table {
+					max = append(max, 0)
+				}
+				max[m.Table] = m.Max
+			}
+		}
+	}
+	return max
+}
+
+// hashLimitMaps are the HashLimitMap specs.
+func (c *compiler) hashLimitMaps() []*ebpf.MapSpec {
+	var out []*ebpf.MapSpec
+	for i, max := range c.hashTables() {
+		out = append(out, &ebpf.MapSpec{
+			Name:       HashLimitMap(i),
+			Type:       ebpf.Hash,
+			KeySize:    hashKeySize,
+			ValueSize:  hashEntrySize,
+			MaxEntries: max,
+			Key:        btfHashKey,
+			Value:      btfHashEntry,
+		})
+	}
+	return out
+}
+
+// maskWords returns the masks of the address words of a prefix length.
+func maskWords(bits uint8, words int) []uint32 {
+	out := make([]uint32, words)
+	for i := range out {
+		n := int(bits) - 32*i
+		switch {
+		case n >= 32:
+			out[i] = 0xffffffff
+		case n > 0:
+			out[i] = ^uint32(0) << (32 - n)
+		}
+	}
+	return out
+}
+
+// hashlimit emits hashlimit_mt_common (see ir.HashLimit). r7 is the clock,
+// r8 the entry, r9 the outcome. It uses hotdrop.
+func (c *compiler) hashlimit(m ir.HashLimit, next, hotdrop string) {
+	b := c.b
+	capacity, cost := m.Credits(ir.DefaultHZ)
+	cpj := ir.CreditsPerJiffy64(ir.DefaultHZ)
+	name := HashLimitMap(m.Table)
+	found, relookup, live, recalced, capped, short := b.fresh("hl_found"), b.fresh("hl_relookup"), b.fresh("hl_live"),
+		b.fresh("hl_recalced"), b.fresh("hl_capped"), b.fresh("hl_short")
+	b.note("hashlimit key: the masked addresses and ports of mode %#x", m.Mode)
+	for off := int16(0); off < hashKeySize; off += 4 {
+		b.emit(stImm(asm.R10, chainHashKey+off, 0, asm.Word))
+	}
+	words := 1
+	if c.p.Family == rules.IPv6 {
+		words = 4
+	}
+	addr := func(field, keyOff int16, prefix uint8) {
+		for i, mask := range maskWords(prefix, words) {
+			if mask == 0 {
+				continue
+			}
+			b.emit(ld(asm.R1, asm.R6, field+int16(4*i), asm.Word))
+			if mask != 0xffffffff {
+				b.emit(asm.And.Imm32(asm.R1, u32(mask)))
+			}
+			b.emit(st(asm.R10, chainHashKey+keyOff+int16(4*i), asm.R1, asm.Word))
+		}
+	}
+	if m.Mode&rules.HashSrcIP != 0 {
+		addr(pktSrc, hashKeySrc, m.SrcMask)
+	}
+	if m.Mode&rules.HashDstIP != 0 {
+		addr(pktDst, hashKeyDst, m.DstMask)
+	}
+	if m.Mode&rules.HashSrcPort != 0 {
+		b.emit(ld(asm.R1, asm.R6, pktSport, asm.Word), st(asm.R10, chainHashKey+hashKeySport, asm.R1, asm.Half))
+	}
+	if m.Mode&rules.HashDstPort != 0 {
+		b.emit(ld(asm.R1, asm.R6, pktDport, asm.Word), st(asm.R10, chainHashKey+hashKeyDport, asm.R1, asm.Half))
+	}
+	b.emit(
+		asm.FnJiffies64.Call(),
+		movr(asm.R7, asm.R0),
+	)
+	lookup := func() {
+		b.emit(
+			mapRef(asm.R1, name),
+			movr(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, chainHashKey),
+			asm.FnMapLookupElem.Call(),
+		)
+	}
+	update := func() {
+		b.emit(
+			mapRef(asm.R1, name),
+			movr(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, chainHashKey),
+			movr(asm.R3, asm.R10),
+			asm.Add.Imm(asm.R3, chainHashEntry),
+			mov(asm.R4, 1), // BPF_NOEXIST
+			asm.FnMapUpdateElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, relookup),
+			asm.JEq.Imm(asm.R0, errEEXIST, relookup), // another CPU added it: dsthash_alloc_init's race
+		)
+	}
+	lookup()
+	b.emit(asm.JNE.Imm(asm.R0, 0, found))
+	b.note("a new key: a full bucket (rateinfo_init)")
+	b.emit(
+		stImm(asm.R10, chainHashEntry+hashEntryLock, 0, asm.DWord),
+		movr(asm.R1, asm.R7),
+		asm.Add.Imm(asm.R1, int32(m.Expire)),
+		st(asm.R10, chainHashEntry+hashEntryExpires, asm.R1, asm.DWord),
+		st(asm.R10, chainHashEntry+hashEntryPrev, asm.R7, asm.DWord),
+		asm.LoadImm(asm.R1, int64(capacity), asm.DWord),
+		st(asm.R10, chainHashEntry+hashEntryCredit, asm.R1, asm.DWord),
+	)
+	update()
+	b.note("the table is full: sweep the expired entries, once")
+	b.emit(
+		st(asm.R10, chainHashNow, asm.R7, asm.DWord),
+		mapRef(asm.R1, name),
+		funcRef(asm.R2, symHashSweep),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, chainHashNow),
+		mov(asm.R4, 0),
+		asm.FnForEachMapElem.Call(),
+	)
+	update()
+	b.emit(ja(hotdrop))
+	b.mark(relookup)
+	lookup()
+	b.emit(asm.JEq.Imm(asm.R0, 0, hotdrop))
+	b.mark(found)
+	b.emit(
+		movr(asm.R8, asm.R0),
+		movr(asm.R1, asm.R8),
+		asm.FnSpinLock.Call(),
+	)
+	b.note("an expired entry is a new one (the collector's work)")
+	b.emit(
+		movr(asm.R1, asm.R7),
+		ld(asm.R2, asm.R8, hashEntryExpires, asm.DWord),
+		asm.Sub.Reg(asm.R1, asm.R2),
+		asm.JSLT.Imm(asm.R1, 0, live),
+		st(asm.R8, hashEntryPrev, asm.R7, asm.DWord),
+		asm.LoadImm(asm.R1, int64(capacity), asm.DWord),
+		st(asm.R8, hashEntryCredit, asm.R1, asm.DWord),
+	)
+	b.mark(live)
+	b.note("rateinfo_recalc: credit += (now - prev) * CREDITS_PER_JIFFY, at most the cap")
+	b.emit(
+		movr(asm.R1, asm.R7),
+		asm.Add.Imm(asm.R1, int32(m.Expire)),
+		st(asm.R8, hashEntryExpires, asm.R1, asm.DWord),
+		movr(asm.R1, asm.R7),
+		ld(asm.R2, asm.R8, hashEntryPrev, asm.DWord),
+		asm.Sub.Reg(asm.R1, asm.R2),
+		asm.JEq.Imm(asm.R1, 0, recalced),
+		st(asm.R8, hashEntryPrev, asm.R7, asm.DWord),
+		asm.LSh.Imm(asm.R1, int32(bits.TrailingZeros64(cpj))),
+		ld(asm.R2, asm.R8, hashEntryCredit, asm.DWord),
+		asm.Add.Reg(asm.R2, asm.R1),
+		asm.LoadImm(asm.R3, int64(capacity), asm.DWord),
+		asm.JLE.Reg(asm.R2, asm.R3, capped),
+		movr(asm.R2, asm.R3),
+	)
+	b.mark(capped)
+	b.emit(st(asm.R8, hashEntryCredit, asm.R2, asm.DWord))
+	b.mark(recalced)
+	b.emit(
+		ld(asm.R1, asm.R8, hashEntryCredit, asm.DWord),
+		mov(asm.R9, 0),
+		asm.LoadImm(asm.R2, int64(cost), asm.DWord),
+		asm.JLT.Reg(asm.R1, asm.R2, short),
+		asm.Sub.Reg(asm.R1, asm.R2),
+		st(asm.R8, hashEntryCredit, asm.R1, asm.DWord),
+		mov(asm.R9, 1),
+	)
+	b.mark(short)
+	b.emit(
+		movr(asm.R1, asm.R8),
+		asm.FnSpinUnlock.Call(),
+	)
+	if m.Above {
+		b.emit(asm.Xor.Imm(asm.R9, 1))
+	}
+	b.emit(asm.JEq.Imm(asm.R9, 0, next))
+}
+
+// hashSweep emits the sweep callback:
+//
+//	long hashlimit_sweep(struct bpf_map *map, void *key, struct entry *value, __u64 *now)
+//
+// deleting the entry when now has reached its expiry (select_gc).
+func (c *compiler) hashSweep() {
+	b := c.b
+	b.function(funcSweep(), "delete an expired hashlimit entry")
+	keep := "hashlimit_sweep_keep"
+	b.emit(
+		movr(asm.R6, asm.R1),
+		movr(asm.R7, asm.R2),
+		ld(asm.R1, asm.R4, 0, asm.DWord),
+		ld(asm.R2, asm.R3, hashEntryExpires, asm.DWord),
+		asm.Sub.Reg(asm.R1, asm.R2),
+		asm.JSLT.Imm(asm.R1, 0, keep),
+		movr(asm.R1, asm.R6),
+		movr(asm.R2, asm.R7),
+		asm.FnMapDeleteElem.Call(),
+	)
+	b.mark(keep)
+	b.emit(mov(asm.R0, 0), asm.Return())
+}
+
+// funcSweep describes the sweep callback, static as
+// bpf_for_each_map_elem requires.
+func funcSweep() *btf.Func {
+	ptr := &btf.Pointer{Target: &btf.Void{}}
+	return &btf.Func{
+		Name:    symHashSweep,
+		Linkage: btf.StaticFunc,
+		Type: &btf.FuncProto{
+			Return: btfLong,
+			Params: []btf.FuncParam{{Name: "map", Type: ptr}, {Name: "key", Type: ptr}, {Name: "value", Type: ptr}, {Name: "ctx", Type: ptr}},
+		},
+	}
+}
+
+// SizedByMemory reports whether a hashlimit table of p takes its size
+// from the kernel's default, which assumes more than 1 GiB of memory
+// (ir.HashLimit.MemorySized): the loader checks the machine's.
+func SizedByMemory(p *Program) bool {
+	for _, r := range p.IR.Rules {
+		for _, m := range r.Matches {
+			if m, ok := m.(ir.HashLimit); ok && m.MemorySized {
+				return true
+			}
+		}
+	}
+	return false
+}

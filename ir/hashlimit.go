@@ -1,0 +1,299 @@
+package ir
+
+import (
+	"fmt"
+	"math/bits"
+	"net/netip"
+	"slices"
+
+	"bpfwall/rules"
+)
+
+// HashLimit is -m hashlimit (xt_hashlimit revision 3, packet rates,
+// hashlimit_mt_common): a token bucket per key of table Table, the key
+// being the packet's addresses (masked) and ports that Mode names. A key's
+// bucket starts full, gains CreditsPerJiffy64 credits per jiffy up to its
+// size and spends its cost per matching packet, in the kernel's u64
+// arithmetic. The table holds at most Max keys: a packet with a new key
+// finds no room and is dropped (hotdrop), as the kernel does.
+//
+// An entry idle for Expire jiffies is gone: the kernel's garbage
+// collector removes it at its next run (every --hashlimit-htable-gcinterval
+// ms), bpfwall at once, and a packet with its key then starts a new, full
+// bucket. Whether the kernel's packet finds the old entry in the meantime
+// depends on when its collector runs; bpfwall behaves as if it ran at the
+// moment the entry expired.
+type HashLimit struct {
+	Table            int // the program's table index, one per --hashlimit-name
+	Mode             uint8
+	SrcMask, DstMask uint8
+	Avg, Burst       uint64
+	Above            bool
+	Expire           uint64 // jiffies
+	Max              uint32
+	// MemorySized is set when Max follows from the kernel's default table
+	// size, which is 8192 buckets on a machine with more than 1 GiB of
+	// memory, as the loader checks.
+	MemorySized bool
+}
+
+func (HashLimit) isMatch() {}
+
+// xtHashlimitScale is XT_HASHLIMIT_SCALE_v2.
+const xtHashlimitScale = 1000000
+
+// CreditsPerJiffy64 is xt_hashlimit's CREDITS_PER_JIFFY: the largest power
+// of two not above 2^64-1 / (hz*60*60*24).
+func CreditsPerJiffy64(hz int) uint64 {
+	maxCPJ := ^uint64(0) / (uint64(hz) * 60 * 60 * 24)
+	return 1 << (bits.Len64(maxCPJ) - 1)
+}
+
+// hashlimitCredits is xt_hashlimit's user2credits for revision 3, in u64.
+func hashlimitCredits(user uint64, hz int) uint64 {
+	hzCPJ := uint64(hz) * CreditsPerJiffy64(hz)
+	if xtHashlimitScale >= hzCPJ {
+		return user / (xtHashlimitScale / hzCPJ)
+	}
+	return user * (hzCPJ / xtHashlimitScale)
+}
+
+// Credits returns the size of a key's bucket and the cost of a packet, as
+// rateinfo_init computes them (cfg.avg * cfg.burst wraps in u64 as in C).
+func (m HashLimit) Credits(hz int) (capacity, cost uint64) {
+	return hashlimitCredits(m.Avg*m.Burst, hz), hashlimitCredits(m.Avg, hz)
+}
+
+// MsecsToJiffies is the kernel's msecs_to_jiffies for hz dividing 1000
+// (rounding up), or a multiple of it.
+func MsecsToJiffies(ms uint32, hz int) uint64 {
+	if 1000%hz == 0 {
+		per := uint64(1000 / hz)
+		return (uint64(ms) + per - 1) / per
+	}
+	return uint64(ms) * uint64(hz/1000)
+}
+
+// hlKey is a table key: the masked addresses and the ports of the mode.
+type hlKey struct {
+	src, dst     netip.Addr
+	sport, dport uint16
+}
+
+// hlEntry is one key's bucket (struct dsthash_ent's rateinfo).
+type hlEntry struct {
+	expires, prev, credit uint64
+}
+
+// HashKeyAddr masks an address as hashlimit_init_dst does: the first bits
+// of the address, the rest zero.
+func HashKeyAddr(a netip.Addr, bits uint8) netip.Addr {
+	p, _ := a.Prefix(int(bits))
+	return p.Addr()
+}
+
+func (m HashLimit) key(pkt *Packet) hlKey {
+	var k hlKey
+	zero := netip.IPv4Unspecified()
+	if pkt.Family == rules.IPv6 {
+		zero = netip.IPv6Unspecified()
+	}
+	k.src, k.dst = zero, zero
+	if m.Mode&rules.HashSrcIP != 0 {
+		k.src = HashKeyAddr(pkt.Src, m.SrcMask)
+	}
+	if m.Mode&rules.HashDstIP != 0 {
+		k.dst = HashKeyAddr(pkt.Dst, m.DstMask)
+	}
+	if m.Mode&rules.HashSrcPort != 0 {
+		k.sport = pkt.SrcPort
+	}
+	if m.Mode&rules.HashDstPort != 0 {
+		k.dport = pkt.DstPort
+	}
+	return k
+}
+
+// hashlimit is hashlimit_mt_common; it reports whether the match holds, or
+// hotdrop when the table has no room for a new key.
+func (s *State) hashlimit(m HashLimit, pkt *Packet) outcome {
+	hz := s.hz()
+	now := s.Jiffies
+	capacity, cost := m.Credits(hz)
+	if s.tables == nil {
+		s.tables = make(map[int]map[hlKey]*hlEntry)
+	}
+	t := s.tables[m.Table]
+	if t == nil {
+		t = make(map[hlKey]*hlEntry)
+		s.tables[m.Table] = t
+	}
+	expired := func(e *hlEntry) bool { return int64(now-e.expires) >= 0 }
+	k := m.key(pkt)
+	e := t[k]
+	switch {
+	case e == nil:
+		if len(t) >= int(m.Max) {
+			// The collector's sweep, at the moment the table is full.
+			for k, e := range t {
+				if expired(e) {
+					delete(t, k)
+				}
+			}
+			if len(t) >= int(m.Max) {
+				return hotdrop
+			}
+		}
+		e = &hlEntry{prev: now, credit: capacity}
+		t[k] = e
+	case expired(e):
+		*e = hlEntry{prev: now, credit: capacity}
+	}
+	e.expires = now + m.Expire
+	if delta := now - e.prev; delta != 0 {
+		e.prev = now
+		e.credit += delta * CreditsPerJiffy64(hz)
+		e.credit = min(e.credit, capacity)
+	}
+	ok := e.credit >= cost
+	if ok {
+		e.credit -= cost
+	}
+	return is(ok != m.Above)
+}
+
+func (m HashLimit) String() string {
+	s := fmt.Sprintf("hashlimit table %d ", m.Table)
+	if m.Above {
+		s += "above "
+	}
+	s += fmt.Sprintf("avg %dus burst %d mode %#x", m.Avg, m.Burst, m.Mode)
+	return s + fmt.Sprintf(" masks %d/%d expire %d max %d", m.SrcMask, m.DstMask, m.Expire, m.Max)
+}
+
+// The kernel's default table size on a machine with more than 1 GiB of
+// memory (htable_create), and the most entries bpfwall gives a table.
+const (
+	hashlimitDefaultSize = 8192
+	hashlimitMaxEntries  = 1 << 22
+)
+
+// hashlimit lowers -m hashlimit: exactly, or an error saying why not.
+func (l *lowerer) hashlimit(ms []Match, r *rules.Rule, m *rules.HashLimit) []Match {
+	if m.Unsupported != "" {
+		l.errorf(m.Pos, "hashlimit %s is not supported", m.Unsupported)
+		return ms
+	}
+	if r.NFT {
+		l.errorf(m.Pos, "hashlimit match in an nft rule")
+		return ms
+	}
+	if !l.ownBucket(r, m) {
+		return ms
+	}
+	if m.GCInterval == 0 || m.Expire == 0 {
+		l.errorf(m.Pos, "hashlimit: a zero --hashlimit-htable-gcinterval or -expire (the kernel refuses it)")
+		return ms
+	}
+	h := HashLimit{
+		Mode: m.Mode, SrcMask: m.SrcMask, DstMask: m.DstMask,
+		Avg: m.Avg, Burst: m.Burst, Above: m.Above,
+		Expire: MsecsToJiffies(m.Expire, DefaultHZ),
+	}
+	if c, cost := h.Credits(DefaultHZ); m.Burst == 0 || c < cost {
+		l.errorf(m.Pos, "hashlimit: burst %d too large for the rate (the kernel refuses it)", m.Burst)
+		return ms
+	}
+	size := m.Size
+	if size == 0 {
+		size, h.MemorySized = hashlimitDefaultSize, true
+	}
+	switch {
+	case m.Max == 0:
+		h.Max = 8 * size
+	case m.Max < size:
+		h.Max = size
+	default:
+		h.Max = m.Max
+	}
+	if h.Max > hashlimitMaxEntries {
+		l.errorf(m.Pos, "hashlimit: a table of %d entries; bpfwall makes tables of up to %d", h.Max, hashlimitMaxEntries)
+		return ms
+	}
+	if m.Mode&(rules.HashSrcPort|rules.HashDstPort) != 0 {
+		// hashlimit_init_dst reads the ports of any protocol, fragment or
+		// not, and drops packets too short for them; bpfwall reads them
+		// where an earlier match of the rule has made sure the packet is
+		// an unfragmented one with ports (-p tcp -m tcp, ...).
+		guarded := false
+		for _, x := range ms {
+			if g, ok := x.(L4Header); ok && g.Len >= 4 {
+				guarded = true
+			}
+		}
+		portProto := !r.ProtoNeg && (r.Proto == protoTCP || r.Proto == protoUDP || r.Proto == protoUDPLite || r.Proto == protoSCTP || r.Proto == protoDCCP)
+		if !guarded || !portProto {
+			l.errorf(m.Pos, "hashlimit --hashlimit-mode with ports needs an earlier -m tcp, udp or multiport match in the rule")
+			return ms
+		}
+	}
+	if pos, ok := l.hashTableElsewhere(m.Table); ok {
+		l.errorf(m.Pos, "hashlimit table %q is also used at %s, by a chain of another hook or table: netfilter shares one table between them, and bpfwall compiles each hook on its own", m.Table, pos)
+		return ms
+	}
+	if l.hashTables == nil {
+		l.hashTables = make(map[string]hashTable)
+	}
+	t, seen := l.hashTables[m.Table]
+	if !seen {
+		t = hashTable{index: len(l.hashTables), first: h, pos: m.Pos}
+		l.hashTables[m.Table] = t
+	}
+	h.Table = t.index
+	other := t.first
+	other.Above, other.Table = h.Above, h.Table
+	if other != h {
+		// The kernel keys and fills the shared table as the rule that
+		// created it says.
+		l.errorf(m.Pos, "hashlimit table %q has another configuration at %s", m.Table, t.pos)
+		return ms
+	}
+	return append(ms, h)
+}
+
+// hashTableElsewhere returns where a hashlimit match outside the program's
+// chains (another table, or a chain another builtin chain reaches) uses
+// table name.
+func (l *lowerer) hashTableElsewhere(name string) (rules.Pos, bool) {
+	l.sharedChains()
+	for _, t := range l.rs.Tables {
+		for _, c := range t.Chains {
+			other := t != l.table
+			if !other {
+				_, reached := l.shared[c.Name]
+				other = reached || (c.Builtin && c.Name != l.hook)
+			}
+			if !other {
+				continue
+			}
+			for _, r := range c.Rules {
+				for _, m := range r.Matches {
+					if h, ok := m.(*rules.HashLimit); ok && h.Table == name && !l.inProgram(r) {
+						return h.Pos, true
+					}
+				}
+			}
+		}
+	}
+	return rules.Pos{}, false
+}
+
+// inProgram reports whether r is a rule of the chains being lowered.
+func (l *lowerer) inProgram(r *rules.Rule) bool {
+	for _, c := range l.chains {
+		if slices.Contains(c.Rules, r) {
+			return true
+		}
+	}
+	return false
+}
