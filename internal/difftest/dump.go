@@ -105,12 +105,13 @@ func UsesConntrack(prog *ir.Program) bool {
 	return false
 }
 
-// UsesLimit reports whether prog has token buckets (limit, nft limit).
+// UsesLimit reports whether prog has token buckets (limit, hashlimit, nft
+// limit).
 func UsesLimit(prog *ir.Program) bool {
 	for _, r := range prog.Rules {
 		for _, m := range r.Matches {
 			switch m.(type) {
-			case ir.Limit, ir.RateLimit:
+			case ir.Limit, ir.RateLimit, ir.HashLimit:
 				return true
 			}
 		}

@@ -3,6 +3,7 @@ package difftest
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -26,6 +27,9 @@ type limitCase struct {
 	name  string
 	nft   bool
 	rules string
+	// sources send the probes, each its own burst: a hashlimit keyed by
+	// source address has a bucket per source. One when empty.
+	sources []string
 }
 
 var limitCases = []limitCase{
@@ -41,6 +45,20 @@ COMMIT
 :FORWARD DROP [0:0]
 :OUTPUT ACCEPT [0:0]
 -A FORWARD -p udp -m limit --limit 20/sec --limit-burst 8 -m udp --dport 5353 -j ACCEPT
+COMMIT
+`},
+	{name: "hashlimit 10/sec burst 5 srcip", sources: []string{"192.0.2.2", "198.51.100.1", "198.51.100.2"}, rules: `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+-A FORWARD -p udp -m udp --dport 5353 -m hashlimit --hashlimit-upto 10/sec --hashlimit-burst 5 --hashlimit-mode srcip --hashlimit-name t -j ACCEPT
+COMMIT
+`},
+	{name: "hashlimit above 20/sec burst 8 srcip,dstport /24", sources: []string{"192.0.2.2", "198.51.100.1", "198.51.101.2"}, rules: `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A FORWARD -p udp -m udp --dport 5353 -m hashlimit --hashlimit-above 20/sec --hashlimit-burst 8 --hashlimit-mode srcip,dstport --hashlimit-srcmask 24 --hashlimit-name t -j DROP
 COMMIT
 `},
 	{name: "nft 10/second burst 5", nft: true, rules: `table ip filter {
@@ -94,15 +112,22 @@ func TestLimitBursts(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	probe := limitProbe(t)
 	for _, lc := range limitCases {
 		t.Run(lc.name, func(t *testing.T) {
+			sources := lc.sources
+			if len(sources) == 0 {
+				sources = []string{"192.0.2.2"}
+			}
+			var probes [][]byte
+			for _, src := range sources {
+				probes = append(probes, limitProbe(t, netip.MustParseAddr(src)))
+			}
 			rs, prog := limitProgram(t, lc)
 			var m ir.Match
 			for _, r := range prog.Rules {
 				for _, x := range r.Matches {
 					switch x.(type) {
-					case ir.Limit, ir.RateLimit:
+					case ir.Limit, ir.RateLimit, ir.HashLimit:
 						m = x
 					}
 				}
@@ -112,6 +137,7 @@ func TestLimitBursts(t *testing.T) {
 			}
 
 			// The kernel.
+			var err error
 			if lc.nft {
 				err = topo.LoadNFT(rules.IPv4, []byte(lc.rules))
 			} else {
@@ -120,7 +146,7 @@ func TestLimitBursts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			kernel := sendBursts(t, topo, probe)
+			kernel := sendBursts(t, topo, probes)
 			if err := clearNetfilter(topo); err != nil {
 				t.Fatal(err)
 			}
@@ -131,7 +157,7 @@ func TestLimitBursts(t *testing.T) {
 				t.Fatal(err)
 			}
 			detach := attach(t, topo, root, rs, p)
-			bpf := sendBursts(t, topo, probe)
+			bpf := sendBursts(t, topo, probes)
 			if err := detach(); err != nil {
 				t.Fatal(err)
 			}
@@ -140,11 +166,16 @@ func TestLimitBursts(t *testing.T) {
 				who string
 				r   burstRun
 			}{{"kernel", kernel}, {"bpfwall", bpf}} {
-				lo, hi := limitBounds(m, run.r)
-				t.Logf("%s: %d of %d delivered over %v (bursts %v); a token bucket allows %d..%d",
-					run.who, run.r.delivered, limitBursts*limitBurstSize, run.r.elapsed(), run.r.perBurst, lo, hi)
-				if run.r.delivered < lo || run.r.delivered > hi {
-					t.Errorf("%s delivered %d, outside %d..%d", run.who, run.r.delivered, lo, hi)
+				for i, src := range sources {
+					// Delivered are the probes the bucket pays for, with
+					// or without -above ("over"), which then drops the rest.
+					lo, hi := limitBounds(m, run.r)
+					got := run.r.delivered[i]
+					t.Logf("%s from %s: %d of %d delivered over %v (bursts %v); a token bucket allows %d..%d",
+						run.who, src, got, limitBursts*limitBurstSize, run.r.elapsed(), run.r.perBurst[i], lo, hi)
+					if got < lo || got > hi {
+						t.Errorf("%s from %s delivered %d, outside %d..%d", run.who, src, got, lo, hi)
+					}
 				}
 			}
 		})
@@ -156,19 +187,26 @@ func TestLimitBursts(t *testing.T) {
 // probes delivered.
 type burstRun struct {
 	start, end []time.Time
-	perBurst   []int
-	delivered  int
+	perBurst   [][]int // per source, per burst
+	delivered  []int   // per source
 }
 
 func (r burstRun) elapsed() time.Duration { return r.end[len(r.end)-1].Sub(r.start[0]).Round(time.Millisecond) }
 
-func sendBursts(t *testing.T, topo *Topology, probe []byte) burstRun {
+// sendBursts sends limitBursts bursts of limitBurstSize probes from each
+// source, interleaved, and counts per source the probes delivered.
+func sendBursts(t *testing.T, topo *Topology, probes [][]byte) burstRun {
 	t.Helper()
-	frames := make([][]byte, limitBurstSize)
-	for i := range frames {
-		frames[i] = probe
+	var frames [][]byte
+	for range limitBurstSize {
+		frames = append(frames, probes...)
 	}
-	var r burstRun
+	keys := make(map[string]int)
+	for i, p := range probes {
+		k, _ := probeKey(p)
+		keys[k] = i
+	}
+	r := burstRun{perBurst: make([][]int, len(probes)), delivered: make([]int, len(probes))}
 	for i := range limitBursts {
 		if i > 0 {
 			time.Sleep(limitGap)
@@ -180,58 +218,92 @@ func sendBursts(t *testing.T, topo *Topology, probe []byte) burstRun {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := 0
+		n := make([]int, len(probes))
 		for _, f := range got {
 			if k, _ := arrivalKey(f); k != "" {
-				if pk, _ := probeKey(probe); pk == k {
-					n++
+				if src, ok := keys[k]; ok {
+					n[src]++
 				}
 			}
 		}
-		r.perBurst = append(r.perBurst, n)
-		r.delivered += n
+		for src := range probes {
+			r.perBurst[src] = append(r.perBurst[src], n[src])
+			r.delivered[src] += n[src]
+		}
 	}
 	return r
 }
 
 // limitBounds returns the fewest and the most probes the bucket of m can
-// have paid for in run. The first probe finds the bucket full; every burst
-// empties it (it is larger than the bucket, and the gaps refill less than
-// the bucket holds, so the cap never throws credit away); so the payments
-// are the bucket's size plus the refill between the first probe and the
-// last, in units of the cost: floor((size + refill) / cost). The first
-// probe came between the first burst's start and end, the last between
-// the last burst's; the refill is bounded by the shortest and longest
-// time between them. xt_limit's refill counts jiffies, whose ticks the
-// interval can hold one more or fewer of than its length says, and a
-// tick may be late: one more jiffy of slack on each side.
+// have paid for in run (per key: each source has its own bucket or none
+// shares one).
+//
+// The first probe finds the bucket full, of capacity C credits, and a
+// probe costs K. Every burst empties it: it is larger than the bucket. So
+// the payments are at most floor((C + R) / K), R the most the bucket can
+// have gained between the first probe and the last: the first probe came
+// between the first burst's start and end, the last between the last
+// burst's, so at most the time from the first start to the last end.
+// When no gap can refill the bucket to its cap (leftover below K plus
+// the refill stays under C), none of the refill is lost, and the same
+// count with the least time (last start - first end) is the fewest.
+// Otherwise each later burst pays at least what its gap alone refilled,
+// up to C. xt_limit and xt_hashlimit refill per jiffy: an interval holds
+// one tick more or fewer than its length says, and a tick may be late,
+// so each side gets one more jiffy of slack; nft_limit counts
+// nanoseconds, of the clock time.Now reads too.
 func limitBounds(m ir.Match, r burstRun) (lo, hi int) {
-	shortest := r.start[len(r.start)-1].Sub(r.end[0])
-	longest := r.end[len(r.end)-1].Sub(r.start[0])
-	shortest = max(shortest, 0)
+	var capacity, cost uint64
+	var refill func(d time.Duration, most bool) uint64
+	jiffies := func(cpj uint64) func(time.Duration, bool) uint64 {
+		hz := float64(ir.DefaultHZ)
+		return func(d time.Duration, most bool) uint64 {
+			if most {
+				return uint64(math.Ceil(d.Seconds()*hz)+1) * cpj
+			}
+			return uint64(max(math.Floor(d.Seconds()*hz)-1, 0)) * cpj
+		}
+	}
 	switch m := m.(type) {
 	case ir.Limit:
-		hz := float64(ir.DefaultHZ)
-		capacity, cost := m.Credits(ir.DefaultHZ)
-		cpj := uint64(ir.CreditsPerJiffy(ir.DefaultHZ))
-		jlo := max(int64(math.Floor(shortest.Seconds()*hz))-1, 0)
-		jhi := int64(math.Ceil(longest.Seconds()*hz)) + 1
-		return int((uint64(capacity) + uint64(jlo)*cpj) / uint64(cost)), int((uint64(capacity) + uint64(jhi)*cpj) / uint64(cost))
+		c, k := m.Credits(ir.DefaultHZ)
+		capacity, cost = uint64(c), uint64(k)
+		refill = jiffies(uint64(ir.CreditsPerJiffy(ir.DefaultHZ)))
+	case ir.HashLimit:
+		capacity, cost = m.Credits(ir.DefaultHZ)
+		refill = jiffies(ir.CreditsPerJiffy64(ir.DefaultHZ))
 	case ir.RateLimit:
-		tokensMax, _ := m.TokensMax()
-		cost := m.Cost(limitProbeLen)
-		return int((tokensMax + uint64(shortest.Nanoseconds())) / cost), int((tokensMax + uint64(longest.Nanoseconds())) / cost)
+		capacity, _ = m.TokensMax()
+		cost = m.Cost(limitProbeLen)
+		refill = func(d time.Duration, _ bool) uint64 { return uint64(max(d, 0).Nanoseconds()) }
+	default:
+		panic(fmt.Sprintf("not a limit match: %T", m))
 	}
-	panic(fmt.Sprintf("not a limit match: %T", m))
+	n := len(r.start)
+	hi = int((capacity + refill(r.end[n-1].Sub(r.start[0]), true)) / cost)
+	capped := false
+	for i := 1; i < n; i++ {
+		if refill(r.end[i].Sub(r.start[i-1]), true)+cost > capacity {
+			capped = true
+		}
+	}
+	if !capped {
+		return int((capacity + refill(r.start[n-1].Sub(r.end[0]), false)) / cost), hi
+	}
+	lo = int(capacity / cost)
+	for i := 1; i < n; i++ {
+		lo += int(min(capacity, refill(r.start[i].Sub(r.end[i-1]), false)) / cost)
+	}
+	return lo, hi
 }
 
-// limitProbe is a UDP datagram from the sender to a host beyond the
-// receiver, limitProbeLen bytes of IP packet, port 5353.
-func limitProbe(t *testing.T) []byte {
+// limitProbe is a UDP datagram from src, sent by the sender, to a host
+// beyond the receiver, limitProbeLen bytes of IP packet, port 5353.
+func limitProbe(t *testing.T, src netip.Addr) []byte {
 	t.Helper()
 	eth := &layers.Ethernet{SrcMAC: senderMAC, DstMAC: fwInMAC, EthernetType: layers.EthernetTypeIPv4}
 	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP,
-		SrcIP: senderAddr.AsSlice(), DstIP: []byte{198, 51, 100, 7}}
+		SrcIP: src.AsSlice(), DstIP: []byte{203, 0, 113, 7}}
 	udp := &layers.UDP{SrcPort: 40000, DstPort: 5353}
 	if err := udp.SetNetworkLayerForChecksum(ip); err != nil {
 		t.Fatal(err)
