@@ -46,7 +46,7 @@ const (
 
 // HashEntry is a HashLimitMap value.
 type HashEntry struct {
-	Lock, _              uint32
+	Lock, _               uint32
 	Expires, Prev, Credit uint64
 }
 

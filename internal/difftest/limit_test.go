@@ -191,7 +191,9 @@ type burstRun struct {
 	delivered  []int   // per source
 }
 
-func (r burstRun) elapsed() time.Duration { return r.end[len(r.end)-1].Sub(r.start[0]).Round(time.Millisecond) }
+func (r burstRun) elapsed() time.Duration {
+	return r.end[len(r.end)-1].Sub(r.start[0]).Round(time.Millisecond)
+}
 
 // sendBursts sends limitBursts bursts of limitBurstSize probes from each
 // source, interleaved, and counts per source the probes delivered.
