@@ -1,12 +1,6 @@
 package codegen
 
-import (
-	"encoding/binary"
-	"net/netip"
-
-	"bpfwall/ir"
-	"bpfwall/rules"
-)
+import "bpfwall/ir"
 
 // SetMaxSegmentBranches makes chains split into segments after n
 // conditional jumps, until the returned function restores the limit.
@@ -29,30 +23,4 @@ func BucketKinds(p *Program) []bool {
 		}
 	}
 	return kinds
-}
-
-// HashKeyFor is the HashLimitMap key of m for pkt.
-func HashKeyFor(m ir.HashLimit, pkt *ir.Packet) HashKey {
-	var k HashKey
-	words := func(a netip.Addr) [4]uint32 {
-		var w [4]uint32
-		b := a.AsSlice()
-		for i := 0; i*4 < len(b); i++ {
-			w[i] = binary.BigEndian.Uint32(b[4*i:])
-		}
-		return w
-	}
-	if m.Mode&rules.HashSrcIP != 0 {
-		k.Src = words(ir.HashKeyAddr(pkt.Src, m.SrcMask))
-	}
-	if m.Mode&rules.HashDstIP != 0 {
-		k.Dst = words(ir.HashKeyAddr(pkt.Dst, m.DstMask))
-	}
-	if m.Mode&rules.HashSrcPort != 0 {
-		k.Sport = pkt.SrcPort
-	}
-	if m.Mode&rules.HashDstPort != 0 {
-		k.Dport = pkt.DstPort
-	}
-	return k
 }

@@ -1,8 +1,10 @@
 package codegen
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/bits"
+	"net/netip"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -337,4 +339,31 @@ func SizedByMemory(p *Program) bool {
 		}
 	}
 	return false
+}
+
+// HashKeyOf is the HashLimitMap key the program builds for pkt in the
+// table of m: for tests that look a packet's entry up.
+func HashKeyOf(m ir.HashLimit, pkt *ir.Packet) HashKey {
+	var k HashKey
+	words := func(a netip.Addr) [4]uint32 {
+		var w [4]uint32
+		b := a.AsSlice()
+		for i := 0; i*4 < len(b); i++ {
+			w[i] = binary.BigEndian.Uint32(b[4*i:])
+		}
+		return w
+	}
+	if m.Mode&rules.HashSrcIP != 0 {
+		k.Src = words(ir.HashKeyAddr(pkt.Src, m.SrcMask))
+	}
+	if m.Mode&rules.HashDstIP != 0 {
+		k.Dst = words(ir.HashKeyAddr(pkt.Dst, m.DstMask))
+	}
+	if m.Mode&rules.HashSrcPort != 0 {
+		k.Sport = pkt.SrcPort
+	}
+	if m.Mode&rules.HashDstPort != 0 {
+		k.Dport = pkt.DstPort
+	}
+	return k
 }

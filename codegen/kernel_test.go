@@ -294,7 +294,7 @@ func (l *loaded) clock(t *testing.T, st *ir.State, pkt *ir.Packet) {
 				continue
 			}
 			var e codegen.HashEntry
-			if err := l.coll.Maps[codegen.HashLimitMap(h.Table)].Lookup(codegen.HashKeyFor(h, pkt), &e); err == nil {
+			if err := l.coll.Maps[codegen.HashLimitMap(h.Table)].Lookup(codegen.HashKeyOf(h, pkt), &e); err == nil {
 				st.Jiffies = max(st.Jiffies, e.Prev)
 			}
 		}

@@ -60,7 +60,7 @@ func checkAgainstEval(t *testing.T, prog *codegen.Program, seed uint64, n int) {
 		}
 		// No conntrack entry matches a generated packet.
 		pkt.CTState = pkt.ConntrackWithoutEntry()
-		clock(t, l, st)
+		clock(t, l, st, pkt)
 		want := prog.IR.EvalState(st, pkt)
 		if got.Verdict != want.Verdict || got.Decision != codegen.DecisionFor(want) {
 			mismatches++
@@ -79,8 +79,21 @@ func checkAgainstEval(t *testing.T, prog *codegen.Program, seed uint64, n int) {
 
 // clock sets st's time to when the program last ran, as the token
 // buckets it touched say.
-func clock(t *testing.T, l *Loaded, st *ir.State) {
+func clock(t *testing.T, l *Loaded, st *ir.State, pkt *ir.Packet) {
 	t.Helper()
+	// The hashlimit entries of the packet's keys.
+	for _, r := range l.Program.IR.Rules {
+		for _, x := range r.Matches {
+			h, ok := x.(ir.HashLimit)
+			if !ok || pkt.Family != l.Program.IR.Family {
+				continue
+			}
+			var e codegen.HashEntry
+			if err := l.coll.Maps[codegen.HashLimitMap(h.Table)].Lookup(codegen.HashKeyOf(h, pkt), &e); err == nil {
+				st.Jiffies = max(st.Jiffies, e.Prev)
+			}
+		}
+	}
 	m := l.coll.Maps[codegen.LimitsMap]
 	if m == nil {
 		return
