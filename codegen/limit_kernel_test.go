@@ -118,6 +118,7 @@ func BenchmarkLimit(b *testing.B) {
 	cases := []struct{ name, rule string }{
 		{"none", "-A INPUT -p udp -m udp --dport 53 -j ACCEPT\n"},
 		{"limit", "-A INPUT -p udp -m udp --dport 53 -m limit --limit 10/sec -j ACCEPT\n"},
+		{"hashlimit", "-A INPUT -p udp -m udp --dport 53 -m hashlimit --hashlimit-upto 10/sec --hashlimit-mode srcip,dstport --hashlimit-name b -j ACCEPT\n"},
 	}
 	data := frame4(b, layers.IPProtocolUDP, "192.0.2.1", "192.0.2.2", 40000, 53)
 	for _, tc := range cases {
