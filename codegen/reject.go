@@ -241,6 +241,9 @@ func (c *compiler) rejectFunctions() {
 		c.rejectFunction(k, with)
 	}
 	c.rejectStep()
+	if c.p.Family == rules.IPv4 {
+		c.rejectOptionStep()
+	}
 }
 
 // rejectFunction emits reject function k, which sends what with names.
@@ -364,6 +367,9 @@ func (c *compiler) rejectFunction(k int, with string) {
 		c.loadHelper().Call(),
 		asm.JNE.Imm(asm.R0, 0, noReply),
 	)
+	if !v6 {
+		c.rejectIPOptions(noReply)
+	}
 	// Multicast and broadcast destinations: RTCF_MULTICAST and
 	// RTCF_BROADCAST for IPv4 (icmp_send, nf_send_reset), for IPv6
 	// icmp6_send's and nf_send_reset6's address checks.
@@ -386,13 +392,12 @@ func (c *compiler) rejectFunction(k int, with string) {
 			asm.JEq.Imm(asm.R1, 0xe, noReply),
 		)
 	}
-	if !t.tcpReset || v6 {
-		// icmp_send, icmp6_send: no replies to link-layer multicast and
-		// broadcast (skb->pkt_type != PACKET_HOST); nf_send_reset6 only
-		// replies to unicast addresses, which such frames carry to us
-		// only with a multicast address.
-		c.rejectNotHost(noReply)
-	}
+	// icmp_send, icmp6_send: no replies to link-layer multicast and
+	// broadcast (skb->pkt_type != PACKET_HOST). nf_send_reset and
+	// nf_send_reset6 do reset such a frame when its IP destination is
+	// unicast, from the device's MAC address, which the program does not
+	// know: it sends nothing (a divergence, see the README).
+	c.rejectNotHost(noReply)
 
 	if t.tcpReset {
 		c.rejectTCPChecks(noReply)
@@ -411,6 +416,102 @@ func (c *compiler) rejectFunction(k int, with string) {
 
 	b.mark(noReply)
 	b.emit(mov(asm.R0, c.hook.drop()), asm.Return())
+}
+
+// rejectIPOptions sends nothing to a packet with a record route or
+// timestamp option. ip_options_compile writes into such a packet's header
+// (its address, the time) without fixing the header checksum, and
+// nf_ip_checksum sums the header with the payload: the checksum check
+// fails, and neither nf_send_unreach nor nf_send_reset replies. (When the
+// option has no room left, or the device vouched for the checksum, the
+// kernel does reply, an ICMP error with the options echoed, which the
+// program does not build: it sends nothing; see the README.)
+func (c *compiler) rejectIPOptions(noReply string) {
+	b := c.b
+	done := b.fresh("no_ip_options")
+	b.emit(
+		ld(asm.R4, asm.R10, rjOrig, asm.Byte),
+		asm.And.Imm(asm.R4, 0x0f),
+		asm.LSh.Imm(asm.R4, 2),
+		asm.Sub.Imm(asm.R4, 20),
+		asm.JEq.Imm(asm.R4, 0, done),
+		asm.JGT.Imm(asm.R4, 40, noReply),
+		ld(asm.R3, asm.R10, rjLoop+lsState, asm.DWord),
+		st(asm.R3, rsEnd, asm.R4, asm.DWord),
+		stImm(asm.R3, rsOff, 0, asm.DWord),
+		stImm(asm.R3, rsErr, 0, asm.DWord),
+		asm.Add.Imm(asm.R3, rsBuf),
+		movr(asm.R1, asm.R6),
+		ld(asm.R2, asm.R10, rjL3, asm.DWord),
+		asm.Add.Imm(asm.R2, 20),
+		c.loadHelper().Call(),
+		asm.JNE.Imm(asm.R0, 0, noReply),
+		mov(asm.R1, 40),
+		funcRef(asm.R2, symRejectOption),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, rjLoop),
+		mov(asm.R4, 0),
+		asm.FnLoop.Call(),
+		ld(asm.R3, asm.R10, rjLoop+lsState, asm.DWord),
+		ld(asm.R1, asm.R3, rsErr, asm.DWord),
+		asm.JNE.Imm(asm.R1, 0, noReply),
+	)
+	b.mark(done)
+}
+
+// symRejectOption is the IPv4 option walk's callback.
+const symRejectOption = "reject_ip_option_step"
+
+// IPv4 options (ip_options_compile).
+const (
+	ipoptEnd       = 0
+	ipoptNoop      = 1
+	ipoptRR        = 7
+	ipoptTimestamp = 68
+)
+
+// rejectOptionStep emits the callback that looks at the next IPv4 option
+// in the scratch buffer: it sets rsErr at a record route or timestamp.
+//
+//	r6 state, r7 offset, r8 options' length
+func (c *compiler) rejectOptionStep() {
+	b := c.b
+	b.function(funcCallback(symRejectOption), "the next IPv4 option: is it one the kernel writes into?")
+	stop := symRejectOption + "_stop"
+	next := symRejectOption + "_next"
+	b.emit(
+		ld(asm.R6, asm.R2, lsState, asm.DWord),
+		ld(asm.R7, asm.R6, rsOff, asm.DWord),
+		ld(asm.R8, asm.R6, rsEnd, asm.DWord),
+		asm.JGE.Reg(asm.R7, asm.R8, stop),
+		asm.JGE.Imm(asm.R7, 40, stop),
+		movr(asm.R1, asm.R6),
+		asm.Add.Reg(asm.R1, asm.R7),
+		ld(asm.R2, asm.R1, rsBuf, asm.Byte),
+		asm.JEq.Imm(asm.R2, ipoptEnd, stop),
+		movr(asm.R3, asm.R7),
+		asm.Add.Imm(asm.R3, 1),
+		asm.JEq.Imm(asm.R2, ipoptNoop, next),
+		asm.JEq.Imm(asm.R2, ipoptRR, symRejectOption+"_found"),
+		asm.JEq.Imm(asm.R2, ipoptTimestamp, symRejectOption+"_found"),
+		// Another option: skip its length; a malformed one ends the
+		// walk (ip_options_compile drops the packet before INPUT).
+		asm.JGE.Reg(asm.R3, asm.R8, stop),
+		ld(asm.R2, asm.R1, rsBuf+1, asm.Byte),
+		asm.JLT.Imm(asm.R2, 2, stop),
+		movr(asm.R3, asm.R7),
+		asm.Add.Reg(asm.R3, asm.R2),
+	)
+	b.mark(next)
+	b.emit(
+		st(asm.R6, rsOff, asm.R3, asm.DWord),
+		mov(asm.R0, 0),
+		asm.Return(),
+	)
+	b.mark(symRejectOption + "_found")
+	b.emit(stImm(asm.R6, rsErr, 1, asm.DWord))
+	b.mark(stop)
+	b.emit(mov(asm.R0, 1), asm.Return())
 }
 
 // rejectUnspecified jumps to yes when the IPv6 address at r10+off is ::.

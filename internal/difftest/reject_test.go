@@ -556,6 +556,20 @@ func rejectProbes(t *testing.T, fam rules.Family) []rejectProbe {
 	tos[14+1] = 0xff
 	binary.BigEndian.PutUint16(tos[14+10:], 0)
 	binary.BigEndian.PutUint16(tos[14+10:], ^onesSum(tos[14:34]))
+	withOptions := func(opts ...layers.IPv4Option) []byte {
+		nl := ip(layers.IPProtocolUDP).(*layers.IPv4)
+		nl.Options = opts
+		u := &layers.UDP{SrcPort: 5555, DstPort: 103}
+		u.SetNetworkLayerForChecksum(nl)
+		return ser(eth(), nl, u, gopacket.Payload("options"))
+	}
+	out = append(out,
+		rejectProbe{"ip options not echoed (nop, router alert)", withOptions(
+			layers.IPv4Option{OptionType: 1}, layers.IPv4Option{OptionType: 1},
+			layers.IPv4Option{OptionType: 148, OptionLength: 4, OptionData: []byte{0, 0}})},
+		rejectProbe{"record route", withOptions(layers.IPv4Option{OptionType: 7, OptionLength: 11, OptionData: []byte{4, 0, 0, 0, 0, 0, 0, 0, 0}})},
+		rejectProbe{"timestamp", withOptions(layers.IPv4Option{OptionType: 68, OptionLength: 12, OptionData: []byte{5, 0, 0, 0, 0, 0, 0, 0, 0, 0}})},
+	)
 	out = append(out,
 		rejectProbe{"icmp echo request", echo},
 		rejectProbe{"no error to a bad icmp checksum", corrupt(bytes.Clone(echo))},
