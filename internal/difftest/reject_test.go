@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,22 +149,98 @@ func TestRejectAgainstKernel(t *testing.T) {
 	}{{"iptables", false}, {"nft", true}} {
 		for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 			t.Run(fmt.Sprintf("%s/%s", src.name, fam), func(t *testing.T) {
-				topo.compareRejects(t, root, fam, src.nft)
+				topo.compareRejects(t, root, rejectCase{fam: fam, nft: src.nft, probes: rejectProbes(t, fam)})
 			})
 		}
 	}
+	// A RST from FORWARD: it comes from the packet's destination, beyond
+	// the firewall.
+	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+		t.Run(fmt.Sprintf("forward/%s", fam), func(t *testing.T) {
+			topo.compareRejects(t, root, rejectCase{fam: fam, chain: "FORWARD", rules: rejectForward, probes: forwardProbes(t, fam)})
+		})
+	}
+}
+
+// rejectCase is a rule set and the probes that compareRejects sends.
+type rejectCase struct {
+	fam    rules.Family
+	nft    bool   // the rules are rejectNFT
+	rules  string // iptables-save text; rejectRules[fam] when empty
+	chain  string // INPUT when empty
+	probes []rejectProbe
+}
+
+// rejectForward resets forwarded TCP connections to port 23.
+const rejectForward = `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A FORWARD -p tcp --dport 23 -j REJECT --reject-with tcp-reset
+COMMIT
+`
+
+// forwardProbes are TCP segments to port 23 of an address the firewall
+// forwards to.
+func forwardProbes(t *testing.T, fam rules.Family) []rejectProbe {
+	var out []rejectProbe
+	dst := net.IP{198, 51, 100, 7}
+	if fam == rules.IPv6 {
+		dst = net.ParseIP("2001:db8:1::7")
+	}
+	for _, p := range rejectProbes(t, fam) {
+		if !strings.HasPrefix(p.name, "tcp-reset") && !strings.HasPrefix(p.name, "no tcp-reset") {
+			continue
+		}
+		f := retarget(t, p.frame, dst)
+		out = append(out, rejectProbe{name: p.name, frame: f})
+	}
+	return out
+}
+
+// retarget returns a TCP frame sent to dst instead, with its checksums
+// made right again (a probe meant to have a bad one keeps it bad).
+func retarget(t *testing.T, frame []byte, dst net.IP) []byte {
+	p := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.Default)
+	tc := p.Layer(layers.LayerTypeTCP).(*layers.TCP)
+	bad := !transportValid(ipPacket(frame))
+	var nl gopacket.SerializableLayer
+	switch ip := p.NetworkLayer().(type) {
+	case *layers.IPv4:
+		ip.DstIP = dst
+		nl = ip
+		tc.SetNetworkLayerForChecksum(ip)
+	case *layers.IPv6:
+		ip.DstIP = dst
+		nl = ip
+		tc.SetNetworkLayerForChecksum(ip)
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
+		p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet), nl, tc, gopacket.Payload(tc.Payload)); err != nil {
+		t.Fatal(err)
+	}
+	f := bytes.Clone(buf.Bytes())
+	if bad {
+		f[14+len(ipPacket(f))-1] ^= 0x01
+	}
+	return f
 }
 
 // compareRejects loads the REJECT rules of family fam (nft's with nft)
 // into the firewall's netfilter, collects its replies to the probes,
 // then replaces them by the compiled rules on each hook and compares.
-func (topo *Topology) compareRejects(t *testing.T, root string, fam rules.Family, nftRules bool) {
-	probes := rejectProbes(t, fam)
+func (topo *Topology) compareRejects(t *testing.T, root string, rc rejectCase) {
+	fam, nftRules, probes := rc.fam, rc.nft, rc.probes
+	text := rc.rules
+	if text == "" {
+		text = rejectRules[fam]
+	}
 	var err error
 	if nftRules {
 		err = topo.LoadNFT(fam, []byte(rejectNFT))
 	} else {
-		err = topo.Load(fam, []byte(rejectRules[fam]))
+		err = topo.Load(fam, []byte(text))
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -195,12 +273,12 @@ func (topo *Topology) compareRejects(t *testing.T, root string, fam rules.Family
 	if nftRules {
 		rs, err = nft.Parse("reject.nft", []byte(rejectNFT), nft.Options{Family: fam})
 	} else {
-		rs, err = iptables.Parse("reject.rules", []byte(rejectRules[fam]), iptables.Options{Family: fam, ForceFamily: true})
+		rs, err = iptables.Parse("reject.rules", []byte(text), iptables.Options{Family: fam, ForceFamily: true})
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog, err := ir.Lower(rs, ir.LowerOptions{})
+	prog, err := ir.Lower(rs, ir.LowerOptions{Chain: rc.chain})
 	if err != nil {
 		t.Fatal(err)
 	}
