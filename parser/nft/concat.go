@@ -70,7 +70,10 @@ func (b *ruleBuilder) tuple(keys []string, el elem) (choice, bool) {
 }
 
 // negTuple returns the alternatives of a packet's not matching one
-// element of a concatenation.
+// element of a concatenation: every combination of "==" and "!=" of the
+// parts but all "==". Each alternative compares every part, so that it
+// holds only where nft loads every key (a rule "ip saddr . tcp dport !=
+// { ... }" never matches a UDP packet, or a TCP one cut short).
 func (b *ruleBuilder) negTuple(keys []string, el elem) (choice, bool) {
 	if len(el.parts) != len(keys) {
 		b.errorf(el.pos, "%d values for a concatenation of %d keys (%s)", max(len(el.parts), 1), len(keys), strings.Join(keys, " . "))
@@ -78,11 +81,11 @@ func (b *ruleBuilder) negTuple(keys []string, el elem) (choice, bool) {
 	}
 	savedConds, savedICMP := b.conds, b.icmp
 	var out choice
-	for j := range keys {
+	for neg := 1; neg < 1<<len(keys); neg++ {
 		b.conds, b.icmp = nil, nil
-		for i := range j + 1 {
+		for i := range keys {
 			op := "=="
-			if i == j {
+			if neg&(1<<i) != 0 {
 				op = "!="
 			}
 			b.relation(el.parts[i].pos, keys[i], op, nil, rhs{elems: []elem{el.parts[i]}})

@@ -72,6 +72,14 @@ func TestEval(t *testing.T) {
 			want: ir.VerdictDrop,
 		},
 		{
+			// nft loads every key of the concatenation: a UDP packet is
+			// never "not in" a set of address . tcp port (found by
+			// internal/difftest's TestReadKernelNFT).
+			name: "negated concatenation needs its keys loaded",
+			src:  "table inet f { chain in { type filter hook input priority 0; policy accept; ip6 saddr . tcp dport != { ::9 . 22 } drop; } }",
+			fam:  rules.IPv6, pkt: udp6(53, 53), want: ir.VerdictAccept,
+		},
+		{
 			// (flags & ack) != fin|ack holds for every TCP packet, and
 			// only those (found by internal/difftest, nft seed 67).
 			name: "tcp flags != a value outside the mask still needs tcp",
