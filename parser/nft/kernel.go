@@ -134,14 +134,18 @@ func kernelText(conn *nftables.Conn) (text []byte, where map[int]string, err err
 					continue
 				}
 				for name, decl := range x.declare {
-					if prev, ok := declared[name]; ok && prev != decl {
-						errs = append(errs, fmt.Errorf("%s: set %s is looked up with two different keys", loc, name))
+					// A set looked up with two keys (ip saddr @s, ip daddr
+					// @s) is declared with the first; its elements must
+					// read the same for both.
+					prev, ok := declared[name]
+					if ok && elementsPart(prev) != elementsPart(decl) {
+						errs = append(errs, fmt.Errorf("%s: set %s is looked up with keys that read its elements differently", loc, name))
 						continue
 					}
-					if _, ok := declared[name]; !ok {
+					if !ok {
 						setNames = append(setNames, name)
+						declared[name] = decl
 					}
-					declared[name] = decl
 				}
 				body = append(body, ruleLine{text: "\t\t" + s, loc: loc})
 			}
@@ -163,6 +167,12 @@ func kernelText(conn *nftables.Conn) (text []byte, where map[int]string, err err
 		return nil, nil, errors.Join(errs...)
 	}
 	return b.Bytes(), where, nil
+}
+
+// elementsPart is the elements of a set declaration.
+func elementsPart(decl string) string {
+	_, elems, _ := strings.Cut(decl, " elements = ")
+	return elems
 }
 
 var tableFamilies = map[nftables.TableFamily]string{
@@ -408,7 +418,11 @@ func (x *exprReader) cmp(e *expr.Cmp) error {
 		if err != nil {
 			return err
 		}
-		if op != "" && (f.n != l.n || at != 0) {
+		// nft merges adjacent "!=" of single values too, into NOT of the
+		// conjunction: written as adjacent "!=" again, Parse merges them
+		// the same way (merge.go).
+		whole := f.n == f.width && l.mask == nil
+		if op != "" && (f.n != l.n || at != 0) && (op != "!= " || !whole) {
 			return fmt.Errorf("%s over several fields is not supported", strings.TrimSpace(op))
 		}
 		data := e.Data[at : at+f.n]
@@ -671,6 +685,9 @@ func (f field) text(op string, data []byte) string {
 		return fmt.Sprintf("%s %s%s/%d", f.key, op, f.value(data), bits)
 	case f.kind == fieldFlags && f.mask != nil:
 		return fmt.Sprintf("%s & %#x %s %#x", f.key, f.mask[0], cmp.Or(strings.TrimSpace(op), "=="), data[0])
+	case f.kind == fieldFlags:
+		// "tcp flags syn" would be "any of"; the kernel compares them all.
+		return fmt.Sprintf("%s %s %#x", f.key, cmp.Or(strings.TrimSpace(op), "=="), data[0])
 	}
 	return fmt.Sprintf("%s %s%s", f.key, op, f.value(data))
 }

@@ -299,7 +299,12 @@ func protoName(p uint8) string {
 func (p *printer) net(rt *ruleText, r *rules.Rule, key string, n rules.Net, neg bool) {
 	if n.IsAny() {
 		if neg {
-			p.errorf(r.Pos, "negated any address has no nft form")
+			// Never holds, as in nft.
+			zero := "0.0.0.0/0"
+			if p.rs.Family == rules.IPv6 {
+				zero = "::/0"
+			}
+			rt.add("%s %s != %s", p.ip, key, zero)
 		}
 		return
 	}

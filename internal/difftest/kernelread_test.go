@@ -1,0 +1,135 @@
+package difftest
+
+import (
+	"fmt"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"bpfwall/internal/packets"
+	"bpfwall/ir"
+	"bpfwall/parser/nft"
+	"bpfwall/rules"
+)
+
+// TestReadKernelNFT loads random nft rule sets (GenerateNFT) with nft -f
+// into a fresh network namespace and reads them back with nft.ReadKernel
+// (--from-kernel): the forward hook of its model must agree under ir.Eval
+// with that of the model parser/nft makes of the same text, on probes
+// aimed at the rules of both. DIFFTEST_SEEDS rule sets per family (default 4, make
+// difftest runs more).
+func TestReadKernelNFT(t *testing.T) {
+	requireNFT(t)
+	seeds := envInt(t, "DIFFTEST_SEEDS", 4) * 5
+	read, probes := 0, 0
+	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+		for seed := uint64(1); seed <= uint64(seeds); seed++ {
+			text := GenerateNFT(seed, GenOptions{Family: fam, InIface: "fwin", OutIface: "fwout", XDP: seed%2 == 0})
+			want, err := nft.Parse("gen", text, nft.Options{Family: fam})
+			if err != nil {
+				continue // TestGenerateNFT counts these
+			}
+			var got *rules.Ruleset
+			var loadErr, readErr error
+			inFreshNetns(t, func() {
+				// iif and oif need the interfaces when nft loads the rules.
+				if out, err := exec.Command("ip", "link", "add", "fwin", "type", "veth", "peer", "name", "fwout").CombinedOutput(); err != nil {
+					loadErr = fmt.Errorf("ip link add: %v: %s", err, out)
+					return
+				}
+				cmd := exec.Command("nft", "-f", "-")
+				cmd.Stdin = strings.NewReader(string(text))
+				if out, err := cmd.CombinedOutput(); err != nil {
+					loadErr = fmt.Errorf("nft -f: %v: %s", err, out)
+					return
+				}
+				got, readErr = nft.ReadKernel(nft.Options{Family: fam})
+			})
+			if loadErr != nil {
+				t.Logf("%s seed %d: %v", fam, seed, loadErr)
+				continue
+			}
+			if readErr != nil {
+				t.Errorf("%s seed %d: ReadKernel: %v\n%s", fam, seed, readErr, text)
+				continue
+			}
+			n, ok := agreeOnForward(t, fmt.Sprintf("%s seed %d", fam, seed), want, got, seed)
+			if !ok {
+				gt, _ := nft.Print(got)
+				wt, _ := nft.Print(want)
+				t.Logf("the kernel's rule set reads as\n%s\nthe text's as\n%s\ntext:\n%s", gt, wt, text)
+				continue
+			}
+			probes += n
+			read++
+		}
+	}
+	t.Logf("%d random rule sets read back from the kernel agree with the text's model on %d probes", read, probes)
+	if read < seeds {
+		t.Errorf("only %d rule sets read back", read)
+	}
+}
+
+// agreeOnForward lowers the FORWARD chain of both models and compares
+// their verdicts on probes aimed at the rules of both, and random ones.
+func agreeOnForward(t *testing.T, name string, want, got *rules.Ruleset, seed uint64) (int, bool) {
+	t.Helper()
+	opts := ir.LowerOptions{Table: "filter", Chain: "FORWARD"}
+	pw, err1 := ir.Lower(want, opts)
+	pg, err2 := ir.Lower(got, opts)
+	switch {
+	case err1 != nil && err2 != nil:
+		return 0, true // both refuse: the same construct, at other positions
+	case err1 != nil || err2 != nil:
+		t.Errorf("%s: the text's model lowers with %v, the kernel's with %v", name, err1, err2)
+		return 0, false
+	}
+	meta := ir.Meta{InIface: "fwin", OutIface: "fwout"}
+	var probes []packets.Aimed
+	for i, p := range []*ir.Program{pw, pg} {
+		g := packets.NewGenerator(p, seed+uint64(i))
+		for _, r := range p.Rules {
+			probes = append(probes, g.Aim(r, packets.AimOptions{Meta: meta})...)
+		}
+		for range 100 {
+			f, iface := g.Frame()
+			m := meta
+			m.InIface = iface
+			probes = append(probes, packets.Aimed{Frame: f, Meta: m})
+		}
+	}
+	for _, a := range probes {
+		m := a.Meta
+		m.CTState = ir.ConnNew
+		p1, err1 := ir.Decode(a.Frame, m)
+		p2, err2 := ir.Decode(a.Frame, m)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%s: decode: %v %v", name, err1, err2)
+		}
+		if r1, r2 := pw.Eval(p1), pg.Eval(p2); r1.Verdict != r2.Verdict {
+			t.Errorf("%s: packet %+v\n  text's model:   %v\n  kernel's model: %v", name, *p1, r1, r2)
+			return 0, false
+		}
+	}
+	return len(probes), true
+}
+
+// inFreshNetns runs f on a thread of its own in a new network namespace,
+// which dies with the thread.
+func inFreshNetns(t *testing.T, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread exits with the namespace
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			t.Errorf("unshare netns: %v", err)
+			return
+		}
+		f()
+	}()
+	<-done
+}
