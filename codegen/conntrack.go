@@ -12,14 +12,17 @@ import (
 )
 
 // Conntrack state matches are answered by the kernel's own conntrack
-// table: before the entry chain runs, the function ct_state looks the
-// packet's tuple up with the conntrack kfuncs (bpf_xdp_ct_lookup or
-// bpf_skb_ct_lookup, then bpf_ct_release) and stores the state
-// resolve_normal_ct would give the packet in the parsed packet; without an
-// entry it applies ir.Packet.ConntrackWithoutEntry's model. The kfuncs'
-// BTF IDs and the offset of nf_conn.status depend on the running kernel:
-// the instructions carry their names, and KernelSpec fills them in from
-// the kernel's BTF, so that Spec itself stays deterministic.
+// table. Before the entry chain runs, the function ct_state stores the
+// packet's state in the parsed packet. At xdp and tc-ingress, which run
+// before conntrack, it looks the packet's tuple up with the conntrack
+// kfuncs (bpf_xdp_ct_lookup or bpf_skb_ct_lookup, then bpf_ct_release)
+// and gives the state resolve_normal_ct would; without an entry it applies
+// ir.Packet.ConntrackWithoutEntry's model. At tc-egress, which runs after
+// conntrack, it reads the state conntrack gave the packet from
+// skb->_nfct. The kfuncs' BTF IDs and the offsets of nf_conn.status and
+// sk_buff._nfct depend on the running kernel: the instructions carry their
+// names, and KernelSpec fills them in from the kernel's BTF, so that Spec
+// itself stays deterministic.
 
 const symCTState = "ct_state"
 
@@ -35,12 +38,27 @@ type fieldRef struct{ Struct, Field string }
 
 // Kfuncs and kernel fields ct_state uses.
 const (
-	kfuncXDPLookup = "bpf_xdp_ct_lookup"
-	kfuncSkbLookup = "bpf_skb_ct_lookup"
-	kfuncRelease   = "bpf_ct_release"
+	kfuncXDPLookup   = "bpf_xdp_ct_lookup"
+	kfuncSkbLookup   = "bpf_skb_ct_lookup"
+	kfuncRelease     = "bpf_ct_release"
+	kfuncCastKernCtx = "bpf_cast_to_kern_ctx"
 )
 
-var nfConnStatus = fieldRef{"nf_conn", "status"}
+var (
+	nfConnStatus = fieldRef{"nf_conn", "status"}
+	skbNfct      = fieldRef{"sk_buff", "_nfct"}
+)
+
+// enum ip_conntrack_info, the low bits of skb->_nfct.
+const (
+	ipCTEstablished      = 0
+	ipCTRelated          = 1
+	ipCTNew              = 2
+	ipCTEstablishedReply = 3
+	ipCTRelatedReply     = 4
+	ipCTUntracked        = 7
+	nfctInfoMask         = 7
+)
 
 // Bits of nf_conn.status (enum ip_conntrack_status).
 const (
@@ -194,10 +212,16 @@ func (c *compiler) ctMatch(m ir.CTState, next, hotdrop string) {
 }
 
 // ctState emits the function that returns the conntrack state of the
-// parsed packet at r2 (ir.ConnState), as ConntrackWithoutEntry describes.
+// parsed packet at r2 (ir.ConnState): at tc-egress the one netfilter gave
+// it (see ctStateEgress), at the ingress hooks as ConntrackWithoutEntry
+// describes.
 //
 //	r6 ctx, r7 pkt, r8 L4Len then the state, r9 the nf_conn
 func (c *compiler) ctState() {
+	if c.hook == HookTCEgress {
+		c.ctStateEgress()
+		return
+	}
 	b := c.b
 	v6 := c.p.Family == rules.IPv6
 	b.function(c.funcCTState(), "conntrack state of the packet at r2: the kernel's conntrack table, or what nf_conntrack_in makes of a packet it has no entry for")
@@ -430,6 +454,38 @@ func (c *compiler) ctState() {
 		movr(asm.R0, asm.R8),
 		asm.Return(),
 	)
+}
+
+// ctStateEgress emits ct_state for tc-egress: the packet has been
+// through conntrack already (LOCAL_OUT, or PREROUTING when forwarded),
+// and skb->_nfct holds the state the OUTPUT and FORWARD chains saw, as
+// conntrack_mt reads it (nf_ct_get): no conntrack is INVALID, a NULL
+// entry with IP_CT_UNTRACKED is UNTRACKED, and the reply flavours count
+// as ESTABLISHED and RELATED.
+func (c *compiler) ctStateEgress() {
+	b := c.b
+	b.function(c.funcCTState(), "conntrack state of the packet: skb->_nfct, which conntrack set before the packet left")
+	b.emit(
+		// bpf_cast_to_kern_ctx: the sk_buff behind the context.
+		kfuncCall(kfuncCastKernCtx),
+		ldField(asm.R1, asm.R0, skbNfct, asm.DWord),
+		mov(asm.R0, ctStateInvalid),
+		asm.JEq.Imm(asm.R1, 0, "ct_egress_done"),
+		asm.And.Imm(asm.R1, nfctInfoMask),
+		mov(asm.R0, ctStateEstab),
+		asm.JEq.Imm(asm.R1, ipCTEstablished, "ct_egress_done"),
+		asm.JEq.Imm(asm.R1, ipCTEstablishedReply, "ct_egress_done"),
+		mov(asm.R0, ctStateRelated),
+		asm.JEq.Imm(asm.R1, ipCTRelated, "ct_egress_done"),
+		asm.JEq.Imm(asm.R1, ipCTRelatedReply, "ct_egress_done"),
+		mov(asm.R0, ctStateNew),
+		asm.JEq.Imm(asm.R1, ipCTNew, "ct_egress_done"),
+		mov(asm.R0, ctStateUntracked),
+		asm.JEq.Imm(asm.R1, ipCTUntracked, "ct_egress_done"),
+		mov(asm.R0, ctStateInvalid),
+	)
+	b.mark("ct_egress_done")
+	b.emit(asm.Return())
 }
 
 // ctPacketTuple fills the bpf_sock_tuple in with the packet's addresses

@@ -112,7 +112,11 @@ func loadProgram(t *testing.T, p *codegen.Program) (insns, verified int) {
 	for _, ins := range p.Spec.Programs[codegen.ProgramName].Instructions {
 		insns += int(ins.Size() / 8)
 	}
-	coll, err := ebpf.NewCollection(p.Spec)
+	spec, err := p.KernelSpec(kernelBTF(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
