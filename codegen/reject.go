@@ -90,8 +90,11 @@ func (c *compiler) checkReject(a ir.Reject) string {
 	case chain == "FORWARD" && t.tcpReset:
 		// The reset comes from the packet's destination, whatever the
 		// chain.
+	case chain == "FORWARD" && c.p.Family == rules.IPv4:
+		// The error's source address is routing's choice: the program
+		// asks bpf_fib_lookup (rejectRoute).
 	case chain == "FORWARD":
-		return fmt.Sprintf("REJECT --reject-with %s is not supported in chain FORWARD: the kernel sends the error from an address of its own that routing chooses (icmp_send), which %s cannot know", a.With, c.hook)
+		return fmt.Sprintf("REJECT --reject-with %s is not supported in chain FORWARD: icmp6_send picks the error's source address on the input device (ipv6_dev_get_saddr), which bpf_fib_lookup does not do", a.With)
 	default:
 		return fmt.Sprintf("REJECT is not supported in chain %s", chain)
 	}
@@ -166,19 +169,37 @@ const (
 
 // The frame of a reject function.
 const (
-	rjKey    = -8   // u32 map key
-	rjLoop   = -24  // the loop callback's context: lsCtx, lsState
-	rjSum    = -32  // u64: checksum being summed
-	rjQuote  = -40  // u64: bytes of the original packet the reply quotes
-	rjEnd    = -48  // u64: offset where the original datagram ends
-	rjTmp    = -56  // u64
-	rjTCP    = -80  // 24 bytes: the original TCP header
-	rjHdr    = -144 // 64 bytes: the reply's IP and ICMP or TCP headers
-	rjL2     = -176 // 32 bytes: the link-layer header
-	rjOrig   = -224 // 48 bytes: the original IP header
-	rjPseudo = -272 // 48 bytes: a pseudo-header
-	rjL3     = -280 // u64: offset of the IP header
-	rjL4     = -288 // u64: offset of the transport header
+	rjKey      = -8   // u32 map key
+	rjLoop     = -24  // the loop callback's context: lsCtx, lsState
+	rjSum      = -32  // u64: checksum being summed
+	rjQuote    = -40  // u64: bytes of the original packet the reply quotes
+	rjEnd      = -48  // u64: offset where the original datagram ends
+	rjTmp      = -56  // u64
+	rjTCP      = -80  // 24 bytes: the original TCP header
+	rjHdr      = -144 // 64 bytes: the reply's IP and ICMP or TCP headers
+	rjL2       = -176 // 32 bytes: the link-layer header
+	rjOrig     = -224 // 48 bytes: the original IP header
+	rjPseudo   = -272 // 48 bytes: a pseudo-header
+	rjL3       = -280 // u64: offset of the IP header
+	rjL4       = -288 // u64: offset of the transport header
+	rjQuoteMax = -296 // u64: the most an ICMP error may quote
+	rjPkt      = -304 // the parsed packet's pointer
+)
+
+// struct bpf_fib_lookup.
+const (
+	fibFamily  = 0
+	fibProto   = 1
+	fibMTU     = 6 // tot_len in, mtu_result out
+	fibIfindex = 8
+	fibSrc     = 16
+	fibDst     = 32
+	fibSMAC    = 52
+	fibDMAC    = 58
+	fibSize    = 64
+
+	fibLookupSrc     = 1 << 4 // BPF_FIB_LOOKUP_SRC
+	fibLookupSuccess = 0
 )
 
 // symRejectStep is the checksum loop's callback.
@@ -263,7 +284,7 @@ func (c *compiler) rejectFunction(k int, with string) {
 		movr(asm.R7, asm.R2),
 		asm.JEq.Imm(asm.R7, 0, noReply),
 	)
-	for off := int16(rjL4); off < 0; off += 8 {
+	for off := int16(rjPkt); off < 0; off += 8 {
 		b.emit(stImm(asm.R10, off, 0, asm.DWord))
 	}
 	b.emit(
@@ -275,6 +296,7 @@ func (c *compiler) rejectFunction(k int, with string) {
 		asm.JEq.Imm(asm.R0, 0, noReply),
 		st(asm.R10, rjLoop+lsCtx, asm.R6, asm.DWord),
 		st(asm.R10, rjLoop+lsState, asm.R0, asm.DWord),
+		st(asm.R10, rjPkt, asm.R7, asm.DWord),
 	)
 
 	b.note("the offsets of the IP header (after the VLAN tags parse skipped) and of the transport header")
@@ -1081,15 +1103,25 @@ func (c *compiler) rejectBuildUnreach(sym string, code uint8, noReply string) {
 		ipLen, maxQuote, typ, proto = 40, maxQuote6, 1, protoICMPv6
 	}
 	icmp := rjHdr + ipLen
+	b.emit(mov(asm.R1, maxQuote), st(asm.R10, rjQuoteMax, asm.R1, asm.DWord))
+	if c.p.Chains[0].Name == "FORWARD" {
+		c.rejectRoute(noReply)
+	}
 	b.note("the error quotes up to %d bytes of the packet", maxQuote)
 	b.emit(
+		ld(asm.R2, asm.R10, rjQuoteMax, asm.DWord),
 		ld(asm.R1, asm.R7, pktBytes, asm.Word),
-		asm.JLE.Imm(asm.R1, maxQuote, sym+"_quote"),
-		mov(asm.R1, maxQuote),
+		asm.JLE.Reg(asm.R1, asm.R2, sym+"_quote"),
+		movr(asm.R1, asm.R2),
 	)
 	b.mark(sym + "_quote")
+	b.emit(asm.JGT.Imm(asm.R1, maxQuote, noReply)) // for the verifier: never
+	b.emit(st(asm.R10, rjQuote, asm.R1, asm.DWord))
+	if c.p.Chains[0].Name == "FORWARD" {
+		c.rejectForwardTTL(noReply)
+		b.emit(ld(asm.R1, asm.R10, rjQuote, asm.DWord))
+	}
 	b.emit(
-		st(asm.R10, rjQuote, asm.R1, asm.DWord),
 		stImm(asm.R10, rjSum, 0, asm.DWord),
 		ld(asm.R2, asm.R10, rjL3, asm.DWord),
 		asm.Add.Reg(asm.R2, asm.R1),
@@ -1107,7 +1139,9 @@ func (c *compiler) rejectBuildUnreach(sym string, code uint8, noReply string) {
 		stImm(asm.R10, icmp+1, int32(code), asm.Byte),
 	)
 	c.rejectL4Checksum(ipLen, 8, proto, 2)
-	c.rejectSwapL2()
+	if c.p.Chains[0].Name != "FORWARD" {
+		c.rejectSwapL2() // rejectRoute filled in the next hop's
+	}
 
 	hdrs := int32(ipLen) + 8
 	b.note("make room for the headers in front of the packet, cut it after the quote, write them, transmit")
@@ -1135,6 +1169,113 @@ func (c *compiler) rejectBuildUnreach(sym string, code uint8, noReply string) {
 	c.rejectResize(noReply)
 	c.rejectStore(hdrs, noReply)
 	c.rejectTransmit()
+}
+
+// rejectRoute asks the routing table, as icmp_send does in FORWARD, for
+// the route back to the packet's source: the error comes from the
+// route's preferred source address (fib_result_prefsrc, which
+// BPF_FIB_LOOKUP_SRC returns), goes to its next hop, and quotes at most
+// what its MTU leaves of 576 bytes. The address replaces the original
+// destination in rjOrig, where rejectIPHeader takes the reply's source
+// from; the next hop's MAC addresses stay in rjFib. Without a route, a
+// resolved neighbour, or with a route through another device, the
+// program sends nothing (see the README).
+func (c *compiler) rejectRoute(noReply string) {
+	b := c.b
+	mtuDone := b.fresh("route_mtu")
+	b.note("the route back to the source: the error's source address, next hop and MTU (icmp_route_lookup)")
+	// struct bpf_fib_lookup goes in the scratch buffer, free until the
+	// quote is summed: the stack has no room left.
+	b.emit(
+		ld(asm.R7, asm.R10, rjLoop+lsState, asm.DWord),
+		asm.Add.Imm(asm.R7, rsBuf),
+	)
+	for off := int16(0); off < fibSize; off += 8 {
+		b.emit(stImm(asm.R7, off, 0, asm.DWord))
+	}
+	b.emit(
+		stImm(asm.R7, fibFamily, afInet, asm.Byte),
+		stImm(asm.R7, fibProto, protoICMP, asm.Byte),
+		c.ifindex(asm.R1),
+		st(asm.R7, fibIfindex, asm.R1, asm.Word),
+		ld(asm.R1, asm.R10, rjOrig+12, asm.Word),
+		st(asm.R7, fibDst, asm.R1, asm.Word),
+		movr(asm.R1, asm.R6),
+		movr(asm.R2, asm.R7),
+		mov(asm.R3, fibSize),
+		mov(asm.R4, fibLookupSrc),
+		asm.FnFibLookup.Call(),
+		asm.JNE.Imm(asm.R0, fibLookupSuccess, noReply),
+		c.ifindex(asm.R1),
+		ld(asm.R2, asm.R7, fibIfindex, asm.Word),
+		asm.JNE.Reg(asm.R1, asm.R2, noReply),
+		ld(asm.R1, asm.R7, fibSrc, asm.Word),
+		st(asm.R10, rjOrig+16, asm.R1, asm.Word),
+	)
+	// The next hop's addresses, as routing found them.
+	for i := int16(0); i < 6; i += 2 {
+		b.emit(
+			ld(asm.R1, asm.R7, fibDMAC+i, asm.Half),
+			st(asm.R10, rjL2+i, asm.R1, asm.Half),
+			ld(asm.R1, asm.R7, fibSMAC+i, asm.Half),
+			st(asm.R10, rjL2+6+i, asm.R1, asm.Half),
+		)
+	}
+	b.emit(
+		// room = min(mtu, 576) - 28; nothing when it cannot hold an IP
+		// header.
+		ld(asm.R1, asm.R7, fibMTU, asm.Half),
+		asm.JGE.Imm(asm.R1, 576, mtuDone),
+		asm.Sub.Imm(asm.R1, 28),
+		asm.JLE.Imm(asm.R1, 20, noReply),
+		st(asm.R10, rjQuoteMax, asm.R1, asm.DWord),
+	)
+	b.mark(mtuDone)
+	// r7 is the parsed packet again.
+	b.emit(ld(asm.R7, asm.R10, rjPkt, asm.DWord))
+}
+
+// rejectForwardTTL decrements the TTL in the packet as ip_forward does
+// before the FORWARD hook (ip_decrease_ttl, its checksum arithmetic
+// included): the error quotes the packet as FORWARD saw it. A packet
+// whose TTL runs out never gets there.
+func (c *compiler) rejectForwardTTL(noReply string) {
+	b := c.b
+	carry := b.fresh("ttl_carry")
+	b.note("the TTL FORWARD saw (ip_decrease_ttl)")
+	b.emit(
+		ld(asm.R1, asm.R10, rjOrig+8, asm.Byte),
+		asm.JLE.Imm(asm.R1, 1, noReply),
+		asm.Sub.Imm(asm.R1, 1),
+		st(asm.R10, rjOrig+8, asm.R1, asm.Byte),
+		ld(asm.R2, asm.R10, rjOrig+10, asm.Half),
+		mov(asm.R3, 0x0100),
+		asm.HostTo(asm.BE, asm.R3, asm.Half),
+		asm.Add.Reg(asm.R2, asm.R3),
+		asm.JLT.Imm(asm.R2, 0xffff, carry),
+		asm.Add.Imm(asm.R2, 1),
+	)
+	b.mark(carry)
+	store := asm.FnXdpStoreBytes
+	if c.hook.tc() {
+		store = asm.FnSkbStoreBytes
+	}
+	b.emit(
+		st(asm.R10, rjOrig+10, asm.R2, asm.Half),
+		movr(asm.R1, asm.R6),
+		ld(asm.R2, asm.R10, rjL3, asm.DWord),
+		asm.Add.Imm(asm.R2, 8),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, rjOrig+8),
+		mov(asm.R4, 4),
+	)
+	if c.hook.tc() {
+		b.emit(mov(asm.R5, 0))
+	}
+	b.emit(
+		store.Call(),
+		asm.JNE.Imm(asm.R0, 0, noReply),
+	)
 }
 
 // rejectResize makes the frame r9 bytes long.

@@ -157,7 +157,7 @@ func TestRejectAgainstKernel(t *testing.T) {
 	// the firewall.
 	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 		t.Run(fmt.Sprintf("forward/%s", fam), func(t *testing.T) {
-			topo.compareRejects(t, root, rejectCase{fam: fam, chain: "FORWARD", rules: rejectForward, probes: forwardProbes(t, fam)})
+			topo.compareRejects(t, root, rejectCase{fam: fam, chain: "FORWARD", rules: rejectForward[fam], probes: forwardProbes(t, fam)})
 		})
 	}
 }
@@ -171,14 +171,27 @@ type rejectCase struct {
 	probes []rejectProbe
 }
 
-// rejectForward resets forwarded TCP connections to port 23.
-const rejectForward = `*filter
+// rejectForward resets forwarded TCP connections to port 23, and for
+// IPv4 rejects UDP and ICMP with errors from the address routing picks.
+var rejectForward = map[rules.Family]string{
+	rules.IPv4: `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A FORWARD -p tcp --dport 23 -j REJECT --reject-with tcp-reset
+-A FORWARD -p udp --dport 103 -j REJECT
+-A FORWARD -p udp --dport 110 -j REJECT --reject-with icmp-host-prohibited
+-A FORWARD -p icmp -j REJECT
+COMMIT
+`,
+	rules.IPv6: `*filter
 :INPUT ACCEPT [0:0]
 :FORWARD ACCEPT [0:0]
 :OUTPUT ACCEPT [0:0]
 -A FORWARD -p tcp --dport 23 -j REJECT --reject-with tcp-reset
 COMMIT
-`
+`,
+}
 
 // forwardProbes are TCP segments to port 23 of an address the firewall
 // forwards to.
@@ -189,7 +202,7 @@ func forwardProbes(t *testing.T, fam rules.Family) []rejectProbe {
 		dst = net.ParseIP("2001:db8:1::7")
 	}
 	for _, p := range rejectProbes(t, fam) {
-		if !strings.HasPrefix(p.name, "tcp-reset") && !strings.HasPrefix(p.name, "no tcp-reset") {
+		if !forwardProbe(p.name, fam) {
 			continue
 		}
 		f := retarget(t, p.frame, dst)
@@ -198,33 +211,65 @@ func forwardProbes(t *testing.T, fam rules.Family) []rejectProbe {
 	return out
 }
 
-// retarget returns a TCP frame sent to dst instead, with its checksums
-// made right again (a probe meant to have a bad one keeps it bad).
+// forwardProbe reports whether rejectForward[fam] has a rule for the
+// probe called name.
+func forwardProbe(name string, fam rules.Family) bool {
+	prefixes := []string{"tcp-reset", "no tcp-reset"}
+	if fam == rules.IPv4 {
+		prefixes = append(prefixes, "udp to 103", "udp to 110", "a large packet", "no error to a bad udp", "udp without",
+			"icmp echo", "no error to an icmp error", "no error to a non-first fragment", "every tos bit")
+	}
+	for _, p := range prefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// retarget returns frame sent to dst instead, with its checksums made
+// right again (a probe meant to have a bad one keeps it bad).
 func retarget(t *testing.T, frame []byte, dst net.IP) []byte {
-	p := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.Default)
-	tc := p.Layer(layers.LayerTypeTCP).(*layers.TCP)
-	bad := !transportValid(ipPacket(frame))
-	var nl gopacket.SerializableLayer
-	switch ip := p.NetworkLayer().(type) {
-	case *layers.IPv4:
-		ip.DstIP = dst
-		nl = ip
-		tc.SetNetworkLayerForChecksum(ip)
-	case *layers.IPv6:
-		ip.DstIP = dst
-		nl = ip
-		tc.SetNetworkLayerForChecksum(ip)
+	f := bytes.Clone(frame)
+	ip := ipPacket(f)
+	bad := !transportValidUDP(ip)
+	var l4 []byte
+	var proto byte
+	if ip[0]>>4 == 4 {
+		copy(ip[16:20], dst.To4())
+		binary.BigEndian.PutUint16(ip[10:], 0)
+		binary.BigEndian.PutUint16(ip[10:], ^onesSum(ip[:20]))
+		if binary.BigEndian.Uint16(ip[6:])&0x1fff != 0 {
+			return f // a fragment's data has no header to fix
+		}
+		l4, proto = ip[int(ip[0]&0xf)*4:], ip[9]
+	} else {
+		copy(ip[24:40], dst.To16())
+		l4, proto = ip[40:], ip[6]
 	}
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
-		p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet), nl, tc, gopacket.Payload(tc.Payload)); err != nil {
-		t.Fatal(err)
+	at := map[byte]int{6: 16, 17: 6}
+	off, ok := at[proto]
+	if !ok || (proto == 17 && binary.BigEndian.Uint16(l4[6:]) == 0) {
+		return f
 	}
-	f := bytes.Clone(buf.Bytes())
+	binary.BigEndian.PutUint16(l4[off:], 0)
+	binary.BigEndian.PutUint16(l4[off:], ^onesSum(append(pseudoSum(ip, len(ip)-len(l4), proto), l4...)))
 	if bad {
-		f[14+len(ipPacket(f))-1] ^= 0x01
+		ip[len(ip)-1] ^= 0x01
 	}
 	return f
+}
+
+// transportValidUDP is transportValid, UDP and ICMP included.
+func transportValidUDP(ip []byte) bool {
+	hl, proto := 40, ip[6]
+	if ip[0]>>4 == 4 {
+		hl, proto = int(ip[0]&0xf)*4, ip[9]
+	}
+	if proto == 17 {
+		return binary.BigEndian.Uint16(ip[hl+6:]) == 0 || onesSum(append(pseudoSum(ip, hl, proto), ip[hl:]...)) == 0xffff
+	}
+	return transportValid(ip)
 }
 
 // compareRejects loads the REJECT rules of family fam (nft's with nft)
