@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf/btf"
@@ -80,6 +81,21 @@ func HoldConntrack() error {
 	}})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("create nftables table inet %s to keep conntrack on: %w", ConntrackTable, err)
+	}
+	return nil
+}
+
+// checkTCPLoose makes sure the namespace picks up TCP connections
+// mid-stream (nf_conntrack_tcp_loose, 1 by default): the xdp and
+// tc-ingress programs give an ACK without an entry the state tcp_new
+// gives it then, NEW. Run after HoldConntrack, which creates the sysctl.
+func checkTCPLoose() error {
+	b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_tcp_loose")
+	if err != nil {
+		return fmt.Errorf("read nf_conntrack_tcp_loose: %w", err)
+	}
+	if v := strings.TrimSpace(string(b)); v != "1" {
+		return fmt.Errorf("net.netfilter.nf_conntrack_tcp_loose is %s in this namespace: xdp and tc-ingress programs with state matches assume 1 (the default), as they give an ACK without a conntrack entry the state NEW", v)
 	}
 	return nil
 }
