@@ -30,6 +30,9 @@ type limitCase struct {
 	// sources send the probes, each its own burst: a hashlimit keyed by
 	// source address has a bucket per source. One when empty.
 	sources []string
+	// shared: the sources' keys are the same (the mask hides what differs),
+	// so one bucket pays for all of them.
+	shared bool
 }
 
 var limitCases = []limitCase{
@@ -59,6 +62,27 @@ COMMIT
 :FORWARD ACCEPT [0:0]
 :OUTPUT ACCEPT [0:0]
 -A FORWARD -p udp -m udp --dport 5353 -m hashlimit --hashlimit-above 20/sec --hashlimit-burst 8 --hashlimit-mode srcip,dstport --hashlimit-srcmask 24 --hashlimit-name t -j DROP
+COMMIT
+`},
+	{name: "ip6 xt 10/sec burst 5", sources: []string{"2001:db8::2"}, rules: `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+-A FORWARD -p udp -m udp --dport 5353 -m limit --limit 10/sec --limit-burst 5 -j ACCEPT
+COMMIT
+`},
+	{name: "ip6 hashlimit 10/sec burst 5 srcip /64", sources: []string{"2001:db8::2", "2001:db8:0:1::2"}, rules: `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+-A FORWARD -p udp -m udp --dport 5353 -m hashlimit --hashlimit-upto 10/sec --hashlimit-mode srcip --hashlimit-srcmask 64 --hashlimit-name t6 -j ACCEPT
+COMMIT
+`},
+	{name: "ip6 hashlimit srcip /64 shared by two sources", shared: true, sources: []string{"2001:db8::2", "2001:db8::3"}, rules: `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+-A FORWARD -p udp -m udp --dport 5353 -m hashlimit --hashlimit-upto 10/sec --hashlimit-mode srcip --hashlimit-srcmask 64 --hashlimit-name t6 -j ACCEPT
 COMMIT
 `},
 	{name: "nft 10/second burst 5", nft: true, rules: `table ip filter {
@@ -119,10 +143,15 @@ func TestLimitBursts(t *testing.T) {
 				sources = []string{"192.0.2.2"}
 			}
 			var probes [][]byte
+			fam := rules.IPv4
 			for _, src := range sources {
-				probes = append(probes, limitProbe(t, netip.MustParseAddr(src)))
+				a := netip.MustParseAddr(src)
+				if a.Is6() {
+					fam = rules.IPv6
+				}
+				probes = append(probes, limitProbe(t, a))
 			}
-			rs, prog := limitProgram(t, lc)
+			rs, prog := limitProgram(t, lc, fam)
 			var m ir.Match
 			for _, r := range prog.Rules {
 				for _, x := range r.Matches {
@@ -139,9 +168,9 @@ func TestLimitBursts(t *testing.T) {
 			// The kernel.
 			var err error
 			if lc.nft {
-				err = topo.LoadNFT(rules.IPv4, []byte(lc.rules))
+				err = topo.LoadNFT(fam, []byte(lc.rules))
 			} else {
-				err = topo.Load(rules.IPv4, []byte(lc.rules))
+				err = topo.Load(fam, []byte(lc.rules))
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -166,10 +195,23 @@ func TestLimitBursts(t *testing.T) {
 				who string
 				r   burstRun
 			}{{"kernel", kernel}, {"bpfwall", bpf}} {
+				lo, hi := limitBounds(m, run.r)
+				if lc.shared {
+					// One bucket: the sum of the sources' counts.
+					got := 0
+					for _, n := range run.r.delivered {
+						got += n
+					}
+					t.Logf("%s from %v together: %d of %d delivered over %v (bursts %v); a token bucket allows %d..%d",
+						run.who, sources, got, len(sources)*limitBursts*limitBurstSize, run.r.elapsed(), run.r.perBurst, lo, hi)
+					if got < lo || got > hi {
+						t.Errorf("%s delivered %d, outside %d..%d", run.who, got, lo, hi)
+					}
+					continue
+				}
 				for i, src := range sources {
 					// Delivered are the probes the bucket pays for, with
 					// or without -above ("over"), which then drops the rest.
-					lo, hi := limitBounds(m, run.r)
 					got := run.r.delivered[i]
 					t.Logf("%s from %s: %d of %d delivered over %v (bursts %v); a token bucket allows %d..%d",
 						run.who, src, got, limitBursts*limitBurstSize, run.r.elapsed(), run.r.perBurst[i], lo, hi)
@@ -300,33 +342,46 @@ func limitBounds(m ir.Match, r burstRun) (lo, hi int) {
 }
 
 // limitProbe is a UDP datagram from src, sent by the sender, to a host
-// beyond the receiver, limitProbeLen bytes of IP packet, port 5353.
+// beyond the receiver (IPv4 or IPv6 as src), limitProbeLen bytes of IP
+// packet, port 5353.
 func limitProbe(t *testing.T, src netip.Addr) []byte {
 	t.Helper()
-	eth := &layers.Ethernet{SrcMAC: senderMAC, DstMAC: fwInMAC, EthernetType: layers.EthernetTypeIPv4}
-	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP,
-		SrcIP: src.AsSlice(), DstIP: []byte{203, 0, 113, 7}}
 	udp := &layers.UDP{SrcPort: 40000, DstPort: 5353}
-	if err := udp.SetNetworkLayerForChecksum(ip); err != nil {
-		t.Fatal(err)
+	payload := gopacket.Payload(make([]byte, limitProbeLen-8))
+	var net gopacket.SerializableLayer
+	eth := &layers.Ethernet{SrcMAC: senderMAC, DstMAC: fwInMAC, EthernetType: layers.EthernetTypeIPv4}
+	if src.Is6() {
+		eth.EthernetType = layers.EthernetTypeIPv6
+		ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolUDP,
+			SrcIP: src.AsSlice(), DstIP: netip.MustParseAddr("2001:db8:ffff::7").AsSlice()}
+		if err := udp.SetNetworkLayerForChecksum(ip); err != nil {
+			t.Fatal(err)
+		}
+		net, payload = ip, payload[:len(payload)-40]
+	} else {
+		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP,
+			SrcIP: src.AsSlice(), DstIP: []byte{203, 0, 113, 7}}
+		if err := udp.SetNetworkLayerForChecksum(ip); err != nil {
+			t.Fatal(err)
+		}
+		net, payload = ip, payload[:len(payload)-20]
 	}
 	buf := gopacket.NewSerializeBuffer()
-	payload := gopacket.Payload(make([]byte, limitProbeLen-20-8))
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, udp, payload); err != nil {
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, net, udp, payload); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
 }
 
 // limitProgram parses a case and lowers its FORWARD chain.
-func limitProgram(t *testing.T, lc limitCase) (*rules.Ruleset, *ir.Program) {
+func limitProgram(t *testing.T, lc limitCase, fam rules.Family) (*rules.Ruleset, *ir.Program) {
 	t.Helper()
 	var rs *rules.Ruleset
 	var err error
 	if lc.nft {
-		rs, err = nft.Parse(lc.name, []byte(lc.rules), nft.Options{Family: rules.IPv4})
+		rs, err = nft.Parse(lc.name, []byte(lc.rules), nft.Options{Family: fam})
 	} else {
-		rs, err = iptparse.Parse(lc.name, []byte(lc.rules), iptparse.Options{Family: rules.IPv4})
+		rs, err = iptparse.Parse(lc.name, []byte(lc.rules), iptparse.Options{Family: fam, ForceFamily: true})
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -342,8 +397,10 @@ func limitProgram(t *testing.T, lc limitCase) (*rules.Ruleset, *ir.Program) {
 // rule set.
 func clearNetfilter(topo *Topology) error {
 	empty := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
-	if err := topo.Load(rules.IPv4, []byte(empty)); err != nil {
-		return err
+	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+		if err := topo.Load(fam, []byte(empty)); err != nil {
+			return err
+		}
 	}
 	return topo.LoadNFT(rules.IPv4, nil)
 }
