@@ -308,18 +308,26 @@ func (c *compiler) ctState() {
 	innerLen := int32(20)
 	if v6 {
 		innerLen = 40
-		b.note("icmpv6_error: neighbour discovery and MLD are untracked; other informational messages need an ICMPv6 lookup")
+		b.note("icmpv6_error: neighbour discovery and MLD are untracked; tracked informational messages need an ICMPv6 lookup, no entry holds the others")
 		for _, t := range []int32{130, 131, 132, 133, 134, 135, 136, 143} {
 			b.emit(asm.JEq.Imm(asm.R1, t, "ct_untracked"))
 		}
-		b.emit(asm.JGE.Imm(asm.R1, 128, "ct_unknown"))
+		b.emit(asm.JLT.Imm(asm.R1, 128, "ct_icmp_error"))
+		for _, t := range []int32{128, 129, 139, 140, 151, 152} {
+			b.emit(asm.JEq.Imm(asm.R1, t, "ct_unknown"))
+		}
+		b.emit(ja("ct_invalid"))
+		b.mark("ct_icmp_error")
 	} else {
-		b.note("icmp_error: unknown types are invalid; informational messages need an ICMP lookup")
+		b.note("icmp_error: unknown types are invalid; tracked informational messages need an ICMP lookup, no entry holds the others")
 		b.emit(asm.JGT.Imm(asm.R1, 18, "ct_invalid"))
 		for _, t := range []int32{3, 4, 5, 11, 12} {
 			b.emit(asm.JEq.Imm(asm.R1, t, "ct_icmp_error"))
 		}
-		b.emit(ja("ct_unknown"))
+		for _, t := range []int32{0, 8, 13, 14, 15, 16, 17, 18} {
+			b.emit(asm.JEq.Imm(asm.R1, t, "ct_unknown"))
+		}
+		b.emit(ja("ct_invalid"))
 		b.mark("ct_icmp_error")
 	}
 	b.note("an error: the inverted tuple of the packet inside (nf_conntrack_inet_error)")

@@ -25,8 +25,11 @@ import (
 //   - ICMP and ICMPv6 errors about TCP or UDP: the inverted inner tuple is
 //     looked up (nf_conntrack_inet_error): INVALID with an empty table;
 //   - ICMPv6 neighbour discovery and MLD: UNTRACKED (noct_valid_new);
-//   - other ICMP, errors about other protocols, other protocols:
-//     ConnUnknown, since the kfuncs look up TCP and UDP entries only.
+//   - ICMP and ICMPv6 informational types that no entry can hold:
+//     INVALID;
+//   - echo and the other tracked ICMP types, errors about other
+//     protocols, other protocols: ConnUnknown, since the kfuncs look up
+//     TCP and UDP entries only.
 //
 // Checksums are not verified (nf_conntrack_checksum): a packet with a bad
 // transport checksum gets the state of a good one.
@@ -60,7 +63,7 @@ func (pkt *Packet) ConntrackWithoutEntry() ConnState {
 			return ConnInvalid
 		}
 		if !icmpIsError(pkt.ICMPType) {
-			return ConnUnknown
+			return icmpInformational(pkt.ICMPType)
 		}
 		return innerWithoutEntry(l4[8:], rules.IPv4)
 	case pkt.Proto == protoICMPv6 && pkt.Family == rules.IPv6:
@@ -71,7 +74,7 @@ func (pkt *Packet) ConntrackWithoutEntry() ConnState {
 			return ConnUntracked
 		}
 		if pkt.ICMPType >= 128 {
-			return ConnUnknown
+			return icmpv6Informational(pkt.ICMPType)
 		}
 		return innerWithoutEntry(l4[8:], rules.IPv6)
 	}
@@ -151,6 +154,31 @@ func icmpIsError(t uint8) bool {
 		return true
 	}
 	return false
+}
+
+// icmpInformational is the state of an ICMP message that is not an
+// error: the types conntrack tracks (echo, timestamp, information and
+// address mask requests and replies) need an ICMP lookup, which the kfuncs
+// cannot make; no entry can hold any other type (icmp_invert_tuple has no
+// inverse for it), so init_conntrack fails and the packet is INVALID.
+func icmpInformational(t uint8) ConnState {
+	switch t {
+	case 0, 8, 13, 14, 15, 16, 17, 18:
+		return ConnUnknown
+	}
+	return ConnInvalid
+}
+
+// icmpv6Informational is icmpInformational for ICMPv6: echo and node
+// information queries and replies are tracked; 151 and 152 (multicast
+// router discovery) are left unknown, since newer kernels add them to
+// noct_valid_new.
+func icmpv6Informational(t uint8) ConnState {
+	switch t {
+	case 128, 129, 139, 140, 151, 152:
+		return ConnUnknown
+	}
+	return ConnInvalid
 }
 
 // icmpv6Untracked is icmpv6_error's noct_valid_new: MLD and neighbour
