@@ -90,13 +90,11 @@ func (c *compiler) checkReject(a ir.Reject) string {
 	case chain == "FORWARD" && t.tcpReset:
 		// The reset comes from the packet's destination, whatever the
 		// chain.
-	case chain == "FORWARD" && c.p.Family == rules.IPv4:
+	case chain == "FORWARD":
 		// The error's source address is routing's choice: the program
 		// asks bpf_fib_lookup (rejectRoute).
-	case chain == "FORWARD":
-		return fmt.Sprintf("REJECT --reject-with %s is not supported in chain FORWARD: icmp6_send picks the error's source address on the input device (ipv6_dev_get_saddr), which bpf_fib_lookup does not do", a.With)
 	default:
-		return fmt.Sprintf("REJECT is not supported in chain %s", chain)
+		return fmt.Sprintf("REJECT is not supported in chain %s on %s: bpfwall answers packets that arrive, in INPUT and FORWARD", chain, c.hook)
 	}
 	return ""
 }
@@ -1193,13 +1191,26 @@ func (c *compiler) rejectRoute(noReply string) {
 	for off := int16(0); off < fibSize; off += 8 {
 		b.emit(stImm(asm.R7, off, 0, asm.DWord))
 	}
+	v6 := c.p.Family == rules.IPv6
+	// The reply goes to the original source; its source address takes
+	// the original destination's place in rjOrig.
+	family, proto, origSrc, origDst, addrLen := int32(afInet), int32(protoICMP), int16(12), int16(16), int16(4)
+	if v6 {
+		family, proto, origSrc, origDst, addrLen = afInet6, protoICMPv6, 8, 24, 16
+	}
 	b.emit(
-		stImm(asm.R7, fibFamily, afInet, asm.Byte),
-		stImm(asm.R7, fibProto, protoICMP, asm.Byte),
+		stImm(asm.R7, fibFamily, family, asm.Byte),
+		stImm(asm.R7, fibProto, proto, asm.Byte),
 		c.ifindex(asm.R1),
 		st(asm.R7, fibIfindex, asm.R1, asm.Word),
-		ld(asm.R1, asm.R10, rjOrig+12, asm.Word),
-		st(asm.R7, fibDst, asm.R1, asm.Word),
+	)
+	for i := int16(0); i < addrLen; i += 4 {
+		b.emit(
+			ld(asm.R1, asm.R10, rjOrig+origSrc+i, asm.Word),
+			st(asm.R7, fibDst+i, asm.R1, asm.Word),
+		)
+	}
+	b.emit(
 		movr(asm.R1, asm.R6),
 		movr(asm.R2, asm.R7),
 		mov(asm.R3, fibSize),
@@ -1209,9 +1220,13 @@ func (c *compiler) rejectRoute(noReply string) {
 		c.ifindex(asm.R1),
 		ld(asm.R2, asm.R7, fibIfindex, asm.Word),
 		asm.JNE.Reg(asm.R1, asm.R2, noReply),
-		ld(asm.R1, asm.R7, fibSrc, asm.Word),
-		st(asm.R10, rjOrig+16, asm.R1, asm.Word),
 	)
+	for i := int16(0); i < addrLen; i += 4 {
+		b.emit(
+			ld(asm.R1, asm.R7, fibSrc+i, asm.Word),
+			st(asm.R10, rjOrig+origDst+i, asm.R1, asm.Word),
+		)
+	}
 	// The next hop's addresses, as routing found them.
 	for i := int16(0); i < 6; i += 2 {
 		b.emit(
@@ -1220,6 +1235,11 @@ func (c *compiler) rejectRoute(noReply string) {
 			ld(asm.R1, asm.R7, fibSMAC+i, asm.Half),
 			st(asm.R10, rjL2+6+i, asm.R1, asm.Half),
 		)
+	}
+	if v6 {
+		// icmp6_send quotes up to IPV6_MIN_MTU whatever the route.
+		b.emit(ld(asm.R7, asm.R10, rjPkt, asm.DWord))
+		return
 	}
 	b.emit(
 		// room = min(mtu, 576) - 28; nothing when it cannot hold an IP
@@ -1241,6 +1261,31 @@ func (c *compiler) rejectRoute(noReply string) {
 // whose TTL runs out never gets there.
 func (c *compiler) rejectForwardTTL(noReply string) {
 	b := c.b
+	store := asm.FnXdpStoreBytes
+	if c.hook.tc() {
+		store = asm.FnSkbStoreBytes
+	}
+	if c.p.Family == rules.IPv6 {
+		// ip6_forward: hop_limit--, nothing else.
+		b.note("the hop limit FORWARD saw (ip6_forward)")
+		b.emit(
+			ld(asm.R1, asm.R10, rjOrig+7, asm.Byte),
+			asm.JLE.Imm(asm.R1, 1, noReply),
+			asm.Sub.Imm(asm.R1, 1),
+			st(asm.R10, rjOrig+7, asm.R1, asm.Byte),
+			movr(asm.R1, asm.R6),
+			ld(asm.R2, asm.R10, rjL3, asm.DWord),
+			asm.Add.Imm(asm.R2, 7),
+			movr(asm.R3, asm.R10),
+			asm.Add.Imm(asm.R3, rjOrig+7),
+			mov(asm.R4, 1),
+		)
+		if c.hook.tc() {
+			b.emit(mov(asm.R5, 0))
+		}
+		b.emit(store.Call(), asm.JNE.Imm(asm.R0, 0, noReply))
+		return
+	}
 	carry := b.fresh("ttl_carry")
 	b.note("the TTL FORWARD saw (ip_decrease_ttl)")
 	b.emit(
@@ -1256,10 +1301,6 @@ func (c *compiler) rejectForwardTTL(noReply string) {
 		asm.Add.Imm(asm.R2, 1),
 	)
 	b.mark(carry)
-	store := asm.FnXdpStoreBytes
-	if c.hook.tc() {
-		store = asm.FnSkbStoreBytes
-	}
 	b.emit(
 		st(asm.R10, rjOrig+10, asm.R2, asm.Half),
 		movr(asm.R1, asm.R6),

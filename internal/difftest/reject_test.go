@@ -171,8 +171,8 @@ type rejectCase struct {
 	probes []rejectProbe
 }
 
-// rejectForward resets forwarded TCP connections to port 23, and for
-// IPv4 rejects UDP and ICMP with errors from the address routing picks.
+// rejectForward resets forwarded TCP connections to port 23, and rejects
+// UDP and ICMP with errors from the address routing picks.
 var rejectForward = map[rules.Family]string{
 	rules.IPv4: `*filter
 :INPUT ACCEPT [0:0]
@@ -189,6 +189,9 @@ COMMIT
 :FORWARD ACCEPT [0:0]
 :OUTPUT ACCEPT [0:0]
 -A FORWARD -p tcp --dport 23 -j REJECT --reject-with tcp-reset
+-A FORWARD -p udp --dport 104 -j REJECT
+-A FORWARD -p udp --dport 101 -j REJECT --reject-with icmp6-adm-prohibited
+-A FORWARD -p icmpv6 -j REJECT
 COMMIT
 `,
 }
@@ -218,6 +221,9 @@ func forwardProbe(name string, fam rules.Family) bool {
 	if fam == rules.IPv4 {
 		prefixes = append(prefixes, "udp to 103", "udp to 110", "a large packet", "no error to a bad udp", "udp without",
 			"icmp echo", "no error to an icmp error", "no error to a non-first fragment", "every tos bit")
+	} else {
+		prefixes = append(prefixes, "udp to 104", "udp to 101", "a large packet", "no error to a bad udp",
+			"icmpv6 echo", "no error to an icmpv6 error")
 	}
 	for _, p := range prefixes {
 		if strings.HasPrefix(name, p) {
