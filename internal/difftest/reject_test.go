@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
@@ -333,13 +336,23 @@ func (topo *Topology) compareRejects(t *testing.T, root string, rc rejectCase) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, hook := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress} {
-		t.Run(hook.String(), func(t *testing.T) {
+	for _, run := range []struct {
+		name string
+		hook codegen.Hook
+		mode loader.XDPMode
+	}{{"xdp", codegen.HookXDP, loader.XDPGeneric}, {"xdp-native", codegen.HookXDP, loader.XDPNative}, {"tc-ingress", codegen.HookTCIngress, 0}} {
+		hook := run.hook
+		t.Run(run.name, func(t *testing.T) {
 			p, err := codegen.Compile(prog, codegen.Options{Hook: hook})
 			if err != nil {
 				t.Fatal(err)
 			}
-			detach := topo.attach(t, root, rs, p)
+			if run.mode == loader.XDPNative {
+				// A veth's XDP_TX reaches its peer only when the peer
+				// runs NAPI: an XDP program there turns it on.
+				defer topo.passXDP(t)()
+			}
+			detach := topo.attach(t, root, rs, p, run.mode)
 			defer detach()
 			for i, pr := range probes {
 				got, err := topo.reply(pr.frame, fam)
@@ -356,7 +369,7 @@ func (topo *Topology) compareRejects(t *testing.T, root string, rc rejectCase) {
 
 // attach attaches p to the firewall's ingress interface as `bpfwall
 // load` does, and returns the function that detaches it.
-func (topo *Topology) attach(t *testing.T, root string, rs *rules.Ruleset, p *codegen.Program) func() {
+func (topo *Topology) attach(t *testing.T, root string, rs *rules.Ruleset, p *codegen.Program, mode loader.XDPMode) func() {
 	t.Helper()
 	meta, counters, err := loader.NewMeta(rs, p, "reject")
 	if err != nil {
@@ -367,7 +380,7 @@ func (topo *Topology) attach(t *testing.T, root string, rs *rules.Ruleset, p *co
 		if err != nil {
 			return err
 		}
-		swap := loader.Swap{Place: place, Program: p, Meta: meta, Counters: counters, Ifaces: []string{topo.InIface}, XDPMode: loader.XDPGeneric}
+		swap := loader.Swap{Place: place, Program: p, Meta: meta, Counters: counters, Ifaces: []string{topo.InIface}, XDPMode: mode}
 		_, err = swap.Run()
 		return err
 	})
@@ -386,6 +399,37 @@ func (topo *Topology) attach(t *testing.T, root string, rs *rules.Ruleset, p *co
 		if err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// passXDP attaches a program that passes every frame to the sender's
+// veth in native mode, and returns the function that detaches it.
+func (topo *Topology) passXDP(t *testing.T) func() {
+	t.Helper()
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.XDP,
+		License:      "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()}, // XDP_PASS
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l link.Link
+	err = topology.Do(topo.Sender, func() error {
+		ifi, err := net.InterfaceByName(topology.SenderIface)
+		if err != nil {
+			return err
+		}
+		l, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifi.Index, Flags: link.XDPDriverMode})
+		return err
+	})
+	if err != nil {
+		prog.Close()
+		t.Fatal(err)
+	}
+	return func() {
+		l.Close()
+		prog.Close()
 	}
 }
 
