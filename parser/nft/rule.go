@@ -697,6 +697,11 @@ func (b *ruleBuilder) relation(pos rules.Pos, key, op string, mask *rhs, val rhs
 		}
 	case "ether saddr":
 		b.etherSaddr(pos, op, val)
+	case "ip6 nexthdr":
+		// The IPv6 header's own field, which differs from the transport
+		// protocol behind extension headers; the compiled program does
+		// not read it.
+		b.unsupported(pos, "ip6 nexthdr (the IPv6 header's next header field, not the transport protocol: meta l4proto is supported)")
 	default:
 		b.unsupported(pos, key)
 	}
