@@ -594,33 +594,44 @@ func (b *ruleBuilder) vmap(m *Match, keys []string, pos rules.Pos) {
 	if len(keys) > 1 && !b.disjointTuples(pos, keys, elems) {
 		return
 	}
+	// A key in the map ends the rule with the element's verdict, but for
+	// "continue", which goes on to the rule's next statement; a key not
+	// in it breaks the rule (nft_lookup_eval).
 	base := b.conds
+	var cont choice
 	for _, el := range elems {
 		if el.verdict == nil {
 			b.errorf(el.pos, "verdict map element without a verdict")
+			b.conds = base
 			return
 		}
-		b.conds = slices.Clone(base)
+		var alts choice
 		if len(keys) > 1 {
-			alts, ok := b.tuple(keys, el)
-			if !ok {
+			var ok bool
+			if alts, ok = b.tuple(keys, el); !ok {
 				b.conds = base
 				return
 			}
-			b.add(alts)
 		} else {
 			if el.parts != nil {
 				b.errorf(el.pos, "%s is one key, the element a concatenation", keys[0])
 				b.conds = base
 				return
 			}
+			b.conds = nil
 			b.relation(el.pos, keys[0], "", nil, rhs{elems: []elem{el}})
 			b.flushICMP()
+			alts = product(b.conds)
 		}
-		b.emit(verdictAction(el.verdict))
+		a := verdictAction(el.verdict)
+		if a.kind == actNone {
+			cont = append(cont, alts...)
+			continue
+		}
+		b.conds = append(slices.Clone(base), alts)
+		b.emit(a)
 	}
-	b.conds = base
-	b.verdict = true
+	b.conds = append(slices.Clone(base), cont)
 }
 
 // knownKeys are the keys relation translates.
