@@ -408,7 +408,20 @@ func elementTexts(ks kernelSet, parts []keyPart) ([]string, error) {
 		keyLen += p.width
 	}
 	elems := slices.Clone(ks.elems)
-	slices.SortStableFunc(elems, func(a, b nftables.SetElement) int { return bytes.Compare(a.Key, b.Key) })
+	// By key; at one key the end of an interval comes before the start of
+	// the next (adjacent intervals share it).
+	slices.SortStableFunc(elems, func(a, b nftables.SetElement) int {
+		if c := bytes.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		switch {
+		case a.IntervalEnd && !b.IntervalEnd:
+			return -1
+		case b.IntervalEnd && !a.IntervalEnd:
+			return 1
+		}
+		return 0
+	})
 	var out []string
 	for i, el := range elems {
 		if uint32(len(el.Key)) < keyLen {
@@ -422,10 +435,14 @@ func elementTexts(ks kernelSet, parts []keyPart) ([]string, error) {
 		case len(el.KeyEnd) > 0:
 			end = el.KeyEnd
 		case s.Interval && len(parts) == 1:
-			// The interval ends before the next element, an end.
+			// The interval ends before its end element (nft stores the
+			// first key after it), or at the last key when there is none.
 			end = bytes.Repeat([]byte{0xff}, int(keyLen))
-			if i+1 < len(elems) {
-				end = prev(elems[i+1].Key[:keyLen])
+			for _, next := range elems[i+1:] {
+				if next.IntervalEnd {
+					end = prev(next.Key[:keyLen])
+					break
+				}
 			}
 		}
 		var texts []string
