@@ -481,6 +481,10 @@ func (g *nftGen) rule(self int) string {
 			}
 		}
 		w(" %s vmap { %s }", vmapKey, strings.Join(elems, ", "))
+		if g.chance(3) {
+			// Reached after a "continue" element only.
+			w("%s", g.verdict(self, "", false))
+		}
 		return b.String()
 	}
 	w("%s", g.verdict(self, rejectProto, false))
