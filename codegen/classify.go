@@ -120,13 +120,10 @@ type segmentPlan struct {
 
 // eligible reports whether r can be classified, with its normal form.
 func (c *compiler) eligible(r *ir.Rule) (ir.Form, bool) {
-	switch a := r.Action.(type) {
+	switch r.Action.(type) {
 	case ir.Accept, ir.Drop, ir.Return:
 	case ir.TProxy:
 		// An ACCEPT to the classifier: main tells them apart.
-		if a.Fallthrough {
-			return ir.Form{}, false
-		}
 	default:
 		return ir.Form{}, false
 	}

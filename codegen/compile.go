@@ -248,14 +248,16 @@ func (c *compiler) main() {
 	b.mark("policy")
 	b.note("policy %s of chain %s", c.p.Chains[0].Policy, c.p.Chains[0].Name)
 	c.count(len(c.p.Rules), asm.R10, c.mainPkt()+pktBytes, c.mainKey())
-	policy := c.hook.pass()
+	policy, decided := c.hook.pass(), symMainEnd
 	if c.p.Chains[0].Policy == rules.PolicyDrop {
 		policy = c.hook.drop()
+	} else if c.hook == HookSkLookup {
+		decided = symSteerStatement
 	}
 	b.emit(
 		mov(asm.R7, DecidedByPolicy),
 		mov(asm.R9, policy),
-		ja(symMainEnd),
+		ja(decided),
 	)
 	b.mark("ruled")
 	accepted := symMainEnd

@@ -21,6 +21,9 @@ func (c *compiler) match(r *ir.Rule, m ir.Match, next, hotdrop string) bool {
 	case ir.Addr:
 		c.addr(m, next)
 
+	case ir.TProxyTo:
+		c.tproxyStatement(r, next)
+
 	case ir.AddrRange:
 		c.addrRange(m, next)
 

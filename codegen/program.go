@@ -275,8 +275,6 @@ func (c *compiler) check() {
 		case ir.TProxy:
 			if c.hook != HookSkLookup {
 				c.errs = append(c.errs, rules.Errorf(r.Pos, "TPROXY target is only supported on sk-lookup"))
-			} else if a.Fallthrough {
-				c.errs = append(c.errs, rules.Errorf(r.Pos, "nft tproxy statement is not supported on sk-lookup"))
 			}
 		case ir.Reject:
 			if why := c.checkReject(a); why != "" {
@@ -300,6 +298,8 @@ func (c *compiler) unsupportedMatch(m ir.Match) string {
 		return unsupportedLookupMatch(m)
 	}
 	switch m := m.(type) {
+	case ir.TProxyTo:
+		return "nft tproxy statement (only at sk-lookup)"
 	case ir.CTState:
 		if m.States&(ir.ConnSNAT|ir.ConnDNAT) != 0 {
 			return "conntrack state SNAT/DNAT"

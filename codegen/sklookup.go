@@ -23,7 +23,9 @@ import (
 // Names of the sk-lookup maps in Spec.
 const (
 	// TargetsMap is an ARRAY from a uint32 rule ID to the SocketKey of a
-	// TPROXY rule's socket; the entries of other rules are zero.
+	// TPROXY rule's or nft tproxy statement's socket, followed by a uint32
+	// that is 1 for a TPROXY target (which decides); the entries of other
+	// rules are zero.
 	TargetsMap = "targets"
 	// SocketsMap is a SOCKHASH from a SocketKey to a socket. It is filled
 	// by the loader and outlives the programs: a swap of the rule set keeps
@@ -97,16 +99,44 @@ func (k *SocketKey) UnmarshalBinary(b []byte) error {
 	return nil
 }
 
-// Targets returns the socket of every TPROXY rule, by rule ID.
+// Targets returns the socket of every TPROXY rule and nft tproxy
+// statement, by rule ID.
 func (p *Program) Targets() map[int]SocketKey {
 	out := make(map[int]SocketKey)
 	for _, r := range p.IR.Rules {
-		if t, ok := r.Action.(ir.TProxy); ok {
+		if t, _, ok := steerTarget(r); ok {
 			out[r.ID] = NewSocketKey(p.IR.Family, t)
 		}
 	}
 	return out
 }
+
+// steerTarget returns the socket r steers to: its TPROXY target's, or its nft
+// tproxy statement's (terminal false).
+func steerTarget(r *ir.Rule) (t ir.TProxy, terminal, ok bool) {
+	if t, ok := r.Action.(ir.TProxy); ok {
+		return t, true, true
+	}
+	if n := len(r.Matches); n > 0 {
+		if m, ok := r.Matches[n-1].(ir.TProxyTo); ok {
+			return ir.TProxy{Proto: m.Proto, Addr: m.Addr, Port: m.Port}, false, true
+		}
+	}
+	return ir.TProxy{}, false, false
+}
+
+// targetValue is a TargetsMap value.
+type targetValue struct {
+	Key      SocketKey
+	Terminal uint32
+}
+
+func (v targetValue) MarshalBinary() ([]byte, error) {
+	b, _ := v.Key.MarshalBinary()
+	return binary.NativeEndian.AppendUint32(b, v.Terminal), nil
+}
+
+const targetValueSize = socketKeySize + 4
 
 // dumpTargets lists the TPROXY rules' sockets for a dump.
 func (p *Program) dumpTargets(b *strings.Builder) {
@@ -140,12 +170,16 @@ func (c *compiler) lookupMaps() []*ebpf.MapSpec {
 		Name:       TargetsMap,
 		Type:       ebpf.Array,
 		KeySize:    4,
-		ValueSize:  socketKeySize,
+		ValueSize:  targetValueSize,
 		MaxEntries: uint32(len(c.p.Rules)),
 	}
 	for _, r := range c.p.Rules {
-		if t, ok := r.Action.(ir.TProxy); ok {
-			targets.Contents = append(targets.Contents, ebpf.MapKV{Key: uint32(r.ID), Value: NewSocketKey(c.p.Family, t)})
+		if t, terminal, ok := steerTarget(r); ok {
+			v := targetValue{Key: NewSocketKey(c.p.Family, t)}
+			if terminal {
+				v.Terminal = 1
+			}
+			targets.Contents = append(targets.Contents, ebpf.MapKV{Key: uint32(r.ID), Value: v})
 		}
 	}
 	return []*ebpf.MapSpec{targets, SocketsMapSpec()}
@@ -243,12 +277,23 @@ func (c *compiler) parseLookup() {
 	b.emit(mov(asm.R0, parseNotIP), asm.Return())
 }
 
-// symSteer is where main goes with a rule's ACCEPT at the sk-lookup hook.
-const symSteer = "steer"
+// Where main goes at the sk-lookup hook with a rule's ACCEPT (symSteer),
+// and with the policy's ACCEPT (symSteerStatement).
+const (
+	symSteer          = "steer"
+	symSteerStatement = "steer_statement"
+)
 
-// steer emits the end of main for a rule that accepted the lookup, in r8:
-// a plain ACCEPT passes it on; a TPROXY rule assigns its socket, or drops
-// the lookup when the socket does not exist or does not fit it.
+// pktSteer holds, at the sk-lookup hook, the rule ID + 1 of the last nft
+// tproxy statement that found its socket (0: none). It is the mark's
+// slot, which no lookup has.
+const pktSteer = pktMark
+
+// steer emits the end of main for a lookup the rules accepted (rule in
+// r8): a TPROXY rule assigns its socket, or drops the lookup when the
+// socket does not exist or does not fit it; any other ACCEPT, and the
+// policy's, assigns the socket of the last nft tproxy statement that
+// found one, and otherwise passes the lookup on.
 //
 //	r6 ctx, r7 decision kind, r8 deciding rule, r9 return code
 func (c *compiler) steer() {
@@ -261,15 +306,47 @@ func (c *compiler) steer() {
 		asm.Add.Imm(asm.R2, int32(c.mainKey())),
 		mapRef(asm.R1, TargetsMap),
 		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, symMainEnd),
-		ld(asm.R1, asm.R0, 0, asm.Byte), // SocketKey.Family: 0 for other rules
-		asm.JEq.Imm(asm.R1, 0, symMainEnd),
+		asm.JEq.Imm(asm.R0, 0, symSteerStatement),
+		ld(asm.R1, asm.R0, socketKeySize, asm.Word), // targetValue.Terminal
+		asm.JEq.Imm(asm.R1, 0, symSteerStatement),
 		movr(asm.R2, asm.R0),
 		mapRef(asm.R1, SocketsMap),
 		asm.FnMapLookupElem.Call(),
+		asm.JNE.Imm(asm.R0, 0, "steer_found"),
 		mov(asm.R7, NoSocket),
 		mov(asm.R9, skDrop),
+		ja(symMainEnd),
+	)
+	b.mark("steer_found")
+	c.assign()
+
+	b.mark(symSteerStatement)
+	b.note("the socket of the last nft tproxy statement that found one")
+	b.emit(
+		ld(asm.R1, asm.R10, c.mainPkt()+pktSteer, asm.Word),
+		asm.JEq.Imm(asm.R1, 0, symMainEnd),
+		asm.Sub.Imm(asm.R1, 1),
+		st(asm.R10, c.mainKey(), asm.R1, asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, int32(c.mainKey())),
+		mapRef(asm.R1, TargetsMap),
+		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, symMainEnd),
+		movr(asm.R2, asm.R0),
+		mapRef(asm.R1, SocketsMap),
+		asm.FnMapLookupElem.Call(),
+		// Gone since the statement found it: as if it had closed just
+		// before, the lookup goes on.
+		asm.JEq.Imm(asm.R0, 0, symMainEnd),
+	)
+	c.assign()
+}
+
+// assign emits bpf_sk_assign of the socket in r0 to the lookup and its
+// release, and goes to main's end with SK_PASS, or SK_DROP and
+// AssignFailed when the socket does not fit the lookup.
+func (c *compiler) assign() {
+	c.b.emit(
 		movr(asm.R9, asm.R0),
 		movr(asm.R1, asm.R6),
 		movr(asm.R2, asm.R9),
@@ -278,13 +355,34 @@ func (c *compiler) steer() {
 		st(asm.R10, c.mainKey(), asm.R0, asm.DWord),
 		movr(asm.R1, asm.R9),
 		asm.FnSkRelease.Call(),
-		mov(asm.R7, DecidedByRule),
 		mov(asm.R9, skPass),
 		ld(asm.R1, asm.R10, c.mainKey(), asm.DWord),
 		asm.JEq.Imm(asm.R1, 0, symMainEnd),
 		mov(asm.R7, AssignFailed),
 		mov(asm.R9, skDrop),
 		ja(symMainEnd),
+	)
+}
+
+// tproxyStatement emits nft's tproxy statement, the last match of rule r:
+// it fails, going to next, when the rule's socket does not exist, and
+// otherwise records the rule in pktSteer. main assigns the socket if the
+// verdict accepts the lookup.
+func (c *compiler) tproxyStatement(r *ir.Rule, next string) {
+	c.b.emit(
+		stImm(asm.R10, chainKey, int32(r.ID), asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, chainKey),
+		mapRef(asm.R1, TargetsMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, next),
+		movr(asm.R2, asm.R0),
+		mapRef(asm.R1, SocketsMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, next),
+		movr(asm.R1, asm.R0),
+		asm.FnSkRelease.Call(),
+		stImm(asm.R6, pktSteer, int32(r.ID)+1, asm.Word),
 	)
 }
 
@@ -303,7 +401,7 @@ func unsupportedLookupMatch(m ir.Match) string {
 		if !m.Neg && m.Proto != protoTCP && m.Proto != protoUDP {
 			return fmt.Sprintf("protocol %s (only tcp and udp reach socket lookup)", rules.ProtoName(m.Proto))
 		}
-	case ir.Addr, ir.AddrRange, ir.AddrSet, ir.Ports, ir.L4Header, ir.Transport:
+	case ir.Addr, ir.AddrRange, ir.AddrSet, ir.Ports, ir.L4Header, ir.Transport, ir.TProxyTo:
 	case ir.Iface:
 		if m.Dir == ir.IfaceOut {
 			return "-o (output interface) match"

@@ -21,6 +21,10 @@ type Result struct {
 	// Hotdrop is set when a match of Rule found the headers it reads cut
 	// short and dropped the packet (xt_action_param.hotdrop).
 	Hotdrop bool
+	// Steer is the last rule with an nft tproxy statement (TProxyTo) that
+	// matched: an ACCEPT delivers the packet to its socket, which makes
+	// the verdict TPROXY.
+	Steer *Rule
 	// Skipped, when not empty, says why no chain was evaluated. Packets the
 	// IP layer discards first (Packet.Invalid) are DROP; packets netfilter's
 	// tables for this family never see (not IP, or the other IP family)
@@ -64,10 +68,16 @@ func (p *Program) Trace(pkt *Packet, counted func(*Rule)) Result {
 func (p *Program) EvalState(st *State, pkt *Packet) Result { return p.TraceState(st, pkt, nil) }
 
 // TraceState is Trace with st, as EvalState.
-func (p *Program) TraceState(st *State, pkt *Packet, counted func(*Rule)) Result {
+func (p *Program) TraceState(st *State, pkt *Packet, counted func(*Rule)) (res Result) {
 	if st == nil {
 		st = &State{}
 	}
+	var steer *Rule // see Result.Steer
+	defer func() {
+		if steer != nil && res.Verdict == VerdictAccept {
+			res.Verdict, res.Steer = VerdictTProxy, steer
+		}
+	}()
 	switch {
 	case pkt.NotIP:
 		return Result{Verdict: VerdictAccept, Skipped: "not an IP packet"}
@@ -104,6 +114,11 @@ func (p *Program) TraceState(st *State, pkt *Packet, counted func(*Rule)) Result
 		}
 		if counted != nil {
 			counted(r)
+		}
+		if len(r.Matches) > 0 {
+			if _, ok := r.Matches[len(r.Matches)-1].(TProxyTo); ok {
+				steer = r
+			}
 		}
 		switch a := r.Action.(type) {
 		case Accept:
@@ -328,6 +343,9 @@ func (p *Program) match(st *State, m Match, pkt *Packet) outcome {
 
 	case HashLimit:
 		return st.hashlimit(m, pkt)
+
+	case TProxyTo:
+		return matched // the socket is assumed to exist
 	}
 	panic(fmt.Sprintf("ir: unknown match %T", m))
 }

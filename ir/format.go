@@ -108,11 +108,7 @@ func (p *Program) appendAction(b []byte, a Action) []byte {
 		if a.Addr.IsValid() {
 			b = append(b, " "+a.Addr.String()...)
 		}
-		b = fmt.Appendf(b, " port %d", a.Port)
-		if a.Fallthrough {
-			b = append(b, " fallthrough"...)
-		}
-		return b
+		return fmt.Appendf(b, " port %d", a.Port)
 	case None:
 		return append(b, "count"...)
 	}
@@ -261,6 +257,12 @@ func appendMatch(b []byte, fam rules.Family, m Match) []byte {
 		b = append(b, "pkttype "...)
 		b = neg(b, m.Neg)
 		return append(b, m.Type.String()...)
+	case TProxyTo:
+		b = fmt.Appendf(b, "tproxy %s", rules.ProtoName(m.Proto))
+		if m.Addr.IsValid() {
+			b = append(b, " "+m.Addr.String()...)
+		}
+		return fmt.Appendf(b, " port %d", m.Port)
 	case Limit:
 		return append(b, m.String()...)
 	case RateLimit:

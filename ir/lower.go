@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"bpfwall/rules"
@@ -455,6 +456,11 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 		}
 		ms = append(ms, rl)
 		l.buckets++
+	case *rules.Generic:
+		if m.Ext == "tproxy" && r.NFT {
+			return l.tproxyStatement(ms, r, m)
+		}
+		l.errorf(m.Position(), "%s match is not supported", m.Name())
 	default:
 		// addrtype and every generic extension.
 		l.errorf(m.Position(), "%s match is not supported", m.Name())
@@ -707,7 +713,57 @@ func (l *lowerer) tproxy(r *rules.Rule, t *rules.TProxy) Action {
 	case t.Addr.IsValid() && (t.Addr.Is4() != (l.fam == rules.IPv4)):
 		l.errorf(t.Pos, "TPROXY --on-ip %s is not an %s address", t.Addr, l.fam)
 	default:
-		return TProxy{Proto: r.Proto, Addr: t.Addr, Port: t.Port, Fallthrough: t.NFT}
+		return TProxy{Proto: r.Proto, Addr: t.Addr, Port: t.Port}
 	}
 	return None{}
+}
+
+// tproxyStatement lowers nft's tproxy statement, which the nft front end
+// keeps as its text ("[ip|ip6] to [ADDR][:PORT]"), with nft's checks: the
+// prerouting hook, a transport protocol. It must end the rule's matches,
+// since the socket it assigns stays assigned when a later statement
+// breaks the rule.
+func (l *lowerer) tproxyStatement(ms []Match, r *rules.Rule, m *rules.Generic) []Match {
+	bad := func(format string, args ...any) []Match {
+		l.errorf(m.Pos, "tproxy: "+format, args...)
+		return ms
+	}
+	if len(m.Options) != 1 || len(m.Options[0].Args) != 1 {
+		return bad("malformed statement")
+	}
+	text := m.Options[0].Args[0]
+	for _, after := range r.Matches[slices.Index(r.Matches, rules.Match(m))+1:] {
+		if _, ok := after.(*rules.Comment); !ok {
+			return bad("statements between tproxy and the verdict are not supported")
+		}
+	}
+	switch {
+	case l.table.Name != "mangle" || l.hook != "PREROUTING":
+		return bad("only valid in a prerouting chain")
+	case r.ProtoNeg || r.Proto != protoTCP && r.Proto != protoUDP:
+		return bad("the rule must test meta l4proto tcp or udp")
+	}
+	_, to, ok := strings.Cut(text, "to ")
+	if !ok {
+		return bad("malformed statement %q", text)
+	}
+	t := TProxyTo{Proto: r.Proto}
+	host, port := to, ""
+	if i := strings.LastIndex(to, ":"); i >= 0 && !strings.HasSuffix(to, "]") && (strings.HasPrefix(to, "[") || strings.Count(to, ":") == 1) {
+		host, port = to[:i], to[i+1:]
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if host != "" {
+		a, err := netip.ParseAddr(host)
+		if err != nil || a.Is4() != (l.fam == rules.IPv4) {
+			return bad("address %q is not an %s address", host, l.fam)
+		}
+		t.Addr = a
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || p == 0 {
+		return bad("to %s: bpfwall needs the port to steer to (without one, nft keeps the packet's own)", to)
+	}
+	t.Port = uint16(p)
+	return append(ms, t)
 }

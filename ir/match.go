@@ -247,6 +247,7 @@ type PktType struct {
 	Neg  bool
 }
 
+func (TProxyTo) isMatch()  {}
 func (Addr) isMatch()      {}
 func (AddrRange) isMatch() {}
 func (AddrSet) isMatch()   {}
@@ -325,4 +326,16 @@ func (t PacketType) String() string {
 		return packetTypeNames[t]
 	}
 	return fmt.Sprintf("PacketType(%d)", uint8(t))
+}
+
+// TProxyTo is nft's tproxy statement (nft_tproxy_eval): it holds when the
+// socket on Addr:Port of protocol Proto exists (Addr invalid: the address
+// the packet arrived on), and makes it the packet's socket, which the
+// verdict then delivers (accept) or not (drop); without a socket the rule
+// does not match. It is the last match of its rule. Eval assumes the
+// socket exists.
+type TProxyTo struct {
+	Proto uint8 // 6 or 17
+	Addr  netip.Addr
+	Port  uint16
 }

@@ -90,13 +90,12 @@ type Log struct {
 
 // TProxy steers the packet to the socket on Addr:Port of protocol Proto
 // (xt_TPROXY; Addr invalid: --on-ip not given). The socket is found when
-// the program runs; with none, iptables drops the packet, while nft's
-// tproxy statement (Fallthrough) goes on to the next rule.
+// the program runs; with none, the packet is dropped. (nft's tproxy
+// statement is the match TProxyTo.)
 type TProxy struct {
-	Proto       uint8 // 6 or 17
-	Addr        netip.Addr
-	Port        uint16
-	Fallthrough bool
+	Proto uint8 // 6 or 17
+	Addr  netip.Addr
+	Port  uint16
 }
 
 // None is a rule without a target: a matching packet is counted and goes
@@ -116,11 +115,11 @@ func (TProxy) isAction() {}
 // Terminal reports whether a matching rule with action a ends the
 // evaluation of its chain (ACCEPT, DROP, REJECT, RETURN).
 func Terminal(a Action) bool {
-	switch a := a.(type) {
+	switch a.(type) {
 	case Accept, Drop, Reject, Return:
 		return true
 	case TProxy:
-		return !a.Fallthrough
+		return true
 	}
 	return false
 }

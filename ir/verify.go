@@ -332,6 +332,10 @@ func (v *verifier) match(m Match, st *ruleState) error {
 		if m.Max == 0 || m.Expire == 0 || m.Table < 0 {
 			return fmt.Errorf("hashlimit table %d with max %d, expire %d", m.Table, m.Max, m.Expire)
 		}
+	case TProxyTo:
+		if m.Proto != 6 && m.Proto != 17 || m.Port == 0 {
+			return fmt.Errorf("tproxy to %s port %d", rules.ProtoName(m.Proto), m.Port)
+		}
 	default:
 		return fmt.Errorf("unknown match %T", m)
 	}

@@ -140,7 +140,7 @@ func (l *Loaded) FillSockets() ([]SocketState, error) {
 		if err != nil {
 			return states, err
 		}
-		err = m.Update(st.Key, uint64(s.FD.Fd()), ebpf.UpdateAny)
+		err = putSocket(m, st.Key, s.FD)
 		s.FD.Close()
 		if err != nil {
 			return states, fmt.Errorf("put socket for %s (pid %d fd %d) into %s: %w", st.Target, s.Owner.PID, s.Owner.FD, codegen.SocketsMap, err)
@@ -254,10 +254,8 @@ func (l *Loaded) RunLookup(lk Lookup) (LookupOutcome, error) {
 		return LookupOutcome{}, err
 	}
 	res := LookupOutcome{Outcome: Outcome{Verdict: v, Decision: d}, Cookie: binary.NativeEndian.Uint64(out)}
-	if d.Kind == codegen.DecidedByRule && v == ir.VerdictAccept && int(d.Rule) < len(l.Program.IR.Rules) {
-		if _, ok := l.Program.IR.Rules[d.Rule].Action.(ir.TProxy); ok {
-			res.Verdict = ir.VerdictTProxy
-		}
+	if v == ir.VerdictAccept && res.Cookie != 0 {
+		res.Verdict = ir.VerdictTProxy // a TPROXY rule's or an nft tproxy statement's socket
 	}
 	return res, nil
 }
@@ -295,16 +293,42 @@ func (l *Loaded) BenchmarkLookup(lk Lookup, repeat int) (time.Duration, error) {
 	return BenchmarkLookup(l.prog, lk, repeat)
 }
 
-// SocketStates returns the state of every TPROXY target of p, compiled
-// from the filter's rule set, in the filter's pinned SocketsMap, with the
+// SocketStates returns the state of every TPROXY target of the filter,
+// read from its program's TargetsMap, in its pinned SocketsMap, with the
 // process holding each socket when one can be found.
-func (a *Active) SocketStates(p *codegen.Program) ([]SocketState, error) {
+func (a *Active) SocketStates() ([]SocketState, error) {
 	m, err := ebpf.LoadPinnedMap(filepath.Join(a.Place.Dir(), pinSockets), nil)
 	if err != nil {
 		return nil, fmt.Errorf("open sockets: %w", err)
 	}
 	defer m.Close()
-	states := targetStates(p)
+	targets, err := a.programMap(codegen.TargetsMap)
+	if err != nil {
+		return nil, err
+	}
+	defer targets.Close()
+	var states []SocketState
+	index := make(map[codegen.SocketKey]int)
+	value := make([]byte, targets.ValueSize())
+	for id := range targets.MaxEntries() {
+		if err := targets.Lookup(id, &value); err != nil {
+			return nil, fmt.Errorf("read %s: %w", codegen.TargetsMap, err)
+		}
+		var k codegen.SocketKey
+		if err := k.UnmarshalBinary(value[:len(value)-4]); err != nil {
+			return nil, err
+		}
+		if k.Family == 0 {
+			continue
+		}
+		i, ok := index[k]
+		if !ok {
+			i = len(states)
+			index[k] = i
+			states = append(states, SocketState{Key: k, Target: k.String()})
+		}
+		states[i].Rules = append(states[i].Rules, int(id))
+	}
 	var owners map[uint64]uint32 // cookie -> inode
 	for i := range states {
 		st := &states[i]
@@ -325,6 +349,26 @@ func (a *Active) SocketStates(p *codegen.Program) ([]SocketState, error) {
 		}
 	}
 	return states, nil
+}
+
+// programMap opens the map called name that the filter's program uses.
+func (a *Active) programMap(name string) (*ebpf.Map, error) {
+	info, err := a.Program.Info()
+	if err != nil {
+		return nil, fmt.Errorf("read %s program info: %w", a.Place.Hook, err)
+	}
+	ids, _ := info.MapIDs()
+	for _, id := range ids {
+		mp, err := ebpf.NewMapFromID(id)
+		if err != nil {
+			continue
+		}
+		if mi, err := mp.Info(); err == nil && mi.Name == name {
+			return mp, nil
+		}
+		mp.Close()
+	}
+	return nil, fmt.Errorf("%s program has no map %s", a.Place.Hook, name)
 }
 
 // socketInodes maps the cookie of every listening TCP and unconnected UDP
@@ -356,7 +400,7 @@ func Register(place Place, target codegen.SocketKey, sock *os.File) (uint64, err
 		return 0, fmt.Errorf("register socket for %s: open sockets of the sk-lookup filter: %w", target, err)
 	}
 	defer m.Close()
-	if err := m.Update(target, uint64(sock.Fd()), ebpf.UpdateAny); err != nil {
+	if err := putSocket(m, target, sock); err != nil {
 		return 0, fmt.Errorf("register socket for %s: %w", target, err)
 	}
 	var cookie uint64
@@ -369,12 +413,15 @@ func Register(place Place, target codegen.SocketKey, sock *os.File) (uint64, err
 // SocketTarget returns the target a socket serves by its own address:
 // its protocol, family, bound address and port.
 func SocketTarget(sock *os.File) (codegen.SocketKey, error) {
-	fd := int(sock.Fd())
-	proto, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
-	if err != nil {
-		return codegen.SocketKey{}, fmt.Errorf("socket %s: %w", sock.Name(), err)
-	}
-	sa, err := unix.Getsockname(fd)
+	var proto int
+	var sa unix.Sockaddr
+	err := withFD(sock, func(fd int) (err error) {
+		if proto, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL); err != nil {
+			return err
+		}
+		sa, err = unix.Getsockname(fd)
+		return err
+	})
 	if err != nil {
 		return codegen.SocketKey{}, fmt.Errorf("socket %s: %w", sock.Name(), err)
 	}
@@ -392,4 +439,25 @@ func SocketTarget(sock *os.File) (codegen.SocketKey, error) {
 		return codegen.SocketKey{}, fmt.Errorf("socket %s is neither TCP nor UDP (protocol %d)", sock.Name(), proto)
 	}
 	return k, nil
+}
+
+// withFD calls f with f's descriptor without (*os.File).Fd, which would
+// put the socket in blocking mode: a socket taken from another process
+// shares that mode with the process's own descriptor, and a server whose
+// listener blocks stops working.
+func withFD(file *os.File, f func(fd int) error) error {
+	rc, err := file.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// putSocket puts sock into the SOCKHASH m under key.
+func putSocket(m *ebpf.Map, key codegen.SocketKey, sock *os.File) error {
+	return withFD(sock, func(fd int) error { return m.Update(key, uint64(fd), ebpf.UpdateAny) })
 }

@@ -23,6 +23,7 @@ import (
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 	"bpfwall/parser/iptables"
+	"bpfwall/parser/nft"
 	"bpfwall/rules"
 )
 
@@ -531,5 +532,61 @@ func BenchmarkSkLookup(b *testing.B) {
 			b.Run(fmt.Sprintf("O%d/rules=%d/steer", level, n), func(b *testing.B) { run(b, l.prog, hit) })
 			l.Close()
 		}
+	}
+}
+
+// TestSkLookupNFTStatement runs nft's tproxy statement, which is not a
+// verdict: a rule whose socket is missing does not match and the next rule
+// goes on; a found socket is the packet's if the verdict accepts it, and
+// the last statement that found one wins.
+func TestSkLookupNFTStatement(t *testing.T) {
+	ns := inFreshNetns(t)
+	ip(t, "route", "add", "local", "192.0.2.0/24", "dev", "lo")
+	place := testPlace(t, ns, codegen.HookSkLookup)
+	ln1, got1 := listenTCP(t, "127.0.0.1:0")
+	ln2, got2 := listenTCP(t, "127.0.0.1:0")
+	free, _ := listenTCP(t, "127.0.0.1:0")
+	freePort := port(free.Addr())
+	free.Close()
+	p1, p2 := port(ln1.Addr()), port(ln2.Addr())
+	text := fmt.Sprintf(`table inet t {
+	chain pre {
+		type filter hook prerouting priority mangle; policy accept;
+		ip daddr 192.0.2.0/24 tcp dport { 80, 83 } tproxy ip to 127.0.0.1:%d accept
+		ip daddr 192.0.2.0/24 tcp dport 80 tproxy ip to 127.0.0.1:%d
+		tcp dport 81 tproxy ip to 127.0.0.1:%d
+		tcp dport 81 drop
+		tcp dport 82 tproxy ip to 127.0.0.1:%d accept
+		tcp dport 83 tproxy ip to 127.0.0.1:%d
+		tcp dport 83 tproxy ip to 127.0.0.1:%d
+	}
+}
+`, freePort, p1, p1, p2, p1, p2)
+	rs, err := nft.Parse("test.nft", []byte(text), nft.Options{Family: rules.IPv4})
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	p, err := ir.Lower(rs, ir.LowerOptions{Table: "mangle", Chain: "PREROUTING"})
+	if err != nil {
+		t.Fatalf("lower: %v", err)
+	}
+	for _, level := range []int{0, 1} {
+		prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookSkLookup, Level: level})
+		if err != nil {
+			t.Fatalf("compile: %v", err)
+		}
+		meta, counters, err := NewMeta(rs, prog, "test.nft")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustSwap(t, &Swap{Place: place, Program: prog, Meta: meta, Counters: counters})
+		// The first rule's socket is missing: the second rule steers.
+		expectLocal(t, "192.0.2.7:80", got1)
+		// A socket found, then a drop.
+		expectRefused(t, "192.0.2.7:81")
+		expectLocal(t, "192.0.2.7:82", got2)
+		// Two statements found sockets: the later one's.
+		expectLocal(t, "192.0.2.7:83", got2)
+		expectRefused(t, "192.0.2.7:84")
 	}
 }

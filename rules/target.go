@@ -68,9 +68,6 @@ type TProxy struct {
 	Port       uint16
 	Addr       netip.Addr
 	Mark, Mask uint32
-	// NFT is set for nft's tproxy statement, which goes on to the next
-	// rule when there is no socket instead of dropping the packet.
-	NFT bool
 }
 
 // GenericTarget is any other target, kept by name and options.

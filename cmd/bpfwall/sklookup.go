@@ -13,7 +13,6 @@ import (
 	"bpfwall/internal/packets"
 	"bpfwall/ir"
 	"bpfwall/loader"
-	"bpfwall/parser/iptables"
 	"bpfwall/rules"
 )
 
@@ -25,64 +24,59 @@ import (
 func reportSockets(res *loader.Result, stderr io.Writer) error {
 	for _, s := range res.Sockets {
 		if s.Cookie == 0 {
-			fmt.Fprintf(stderr, "bpfwall: warning: no socket for %s (rules %v): the lookups they match are dropped until one is registered\n", s.Target, s.Rules)
+			fmt.Fprintf(stderr, "bpfwall: warning: no socket for %s (rules %v): until one is registered, TPROXY rules drop what they match, nft tproxy statements do not match\n", s.Target, s.Rules)
 		}
 	}
 	return nil
 }
 
-// lookupSockets returns the sockets of the TPROXY rules of the sk-lookup
-// filter a.
-func lookupSockets(a *loader.Active) ([]loader.SocketState, *ir.Program, error) {
-	rs, err := iptables.Parse(activeName, []byte(a.Meta.Source), iptables.Options{Counters: true})
-	if err != nil {
-		return nil, nil, fmt.Errorf("read the active sk-lookup rule set: %w", err)
-	}
-	p, err := ir.Lower(rs, ir.LowerOptions{Table: a.Meta.Table, Chain: a.Meta.Chain})
-	if err != nil {
-		return nil, nil, fmt.Errorf("read the active sk-lookup rule set: %w", err)
-	}
-	states, err := a.SocketStates(&codegen.Program{IR: p, Hook: codegen.HookSkLookup})
-	return states, p, err
-}
-
 // socketStatus is what status says about a TPROXY target.
 type socketStatus struct {
 	Target string   `json:"target"`
-	Rules  []string `json:"rules"` // "CHAIN rule", as iptables-save prints them
+	Rules  []string `json:"rules"` // the rules' lines of the active rule set
 	Cookie uint64   `json:"cookie,omitempty"`
 	PID    int      `json:"pid,omitempty"`
 	FD     int      `json:"fd,omitempty"`
 }
 
-func socketStatuses(states []loader.SocketState, p *ir.Program) []socketStatus {
+// lookupSockets describes the sockets of the TPROXY rules of the
+// sk-lookup filter a.
+func lookupSockets(a *loader.Active) ([]socketStatus, error) {
+	states, err := a.SocketStates()
+	if err != nil {
+		return nil, err
+	}
+	source := strings.Split(a.Meta.Source, "\n")
 	var out []socketStatus
 	for _, s := range states {
 		st := socketStatus{Target: s.Target, Cookie: s.Cookie}
 		for _, id := range s.Rules {
-			r := p.Rules[id]
-			st.Rules = append(st.Rules, p.Chains[r.Chain].Name+" "+r.Text)
+			text := fmt.Sprintf("rule %d", id)
+			if id < len(a.Meta.Lines) && a.Meta.Lines[id] > 0 && a.Meta.Lines[id] <= len(source) {
+				text = source[a.Meta.Lines[id]-1]
+			}
+			st.Rules = append(st.Rules, text)
 		}
 		if s.Owner != nil {
 			st.PID, st.FD = s.Owner.PID, s.Owner.FD
 		}
 		out = append(out, st)
 	}
-	return out
+	return out, nil
 }
 
 func printSockets(w io.Writer, ss []socketStatus) {
 	for _, s := range ss {
 		switch {
 		case s.Cookie == 0:
-			fmt.Fprintf(w, "  socket %s: none (matching lookups are dropped)\n", s.Target)
+			fmt.Fprintf(w, "  socket %s: none\n", s.Target)
 		case s.PID != 0:
 			fmt.Fprintf(w, "  socket %s: cookie %d, pid %d fd %d\n", s.Target, s.Cookie, s.PID, s.FD)
 		default:
 			fmt.Fprintf(w, "  socket %s: cookie %d, held by no process found\n", s.Target, s.Cookie)
 		}
 		for _, r := range s.Rules {
-			fmt.Fprintf(w, "    -A %s\n", r)
+			fmt.Fprintf(w, "    %s\n", r)
 		}
 	}
 }

@@ -156,11 +156,9 @@ func statusOf(p loader.Place) (filterStatus, error) {
 	}
 	st.Counters.PolicyPackets, st.Counters.PolicyBytes = c[len(c)-1].Packets, c[len(c)-1].Bytes
 	if p.Hook == codegen.HookSkLookup {
-		states, prog, err := lookupSockets(a)
-		if err != nil {
+		if st.Sockets, err = lookupSockets(a); err != nil {
 			return filterStatus{}, err
 		}
-		st.Sockets = socketStatuses(states, prog)
 	}
 	return st, nil
 }

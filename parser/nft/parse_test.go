@@ -294,7 +294,7 @@ func TestUnsupportedLowersToError(t *testing.T) {
 	for _, want := range []string{"t.nft:2:2: fib daddr match is not supported",
 		"t.nft:3:2: concatenation with overlapping elements match is not supported",
 		"t.nft:4:6: iif by number (bpfwall matches the interface by the name it has when loaded) match is not supported",
-		"t.nft:6:19: tproxy match is not supported",
+		"t.nft:6:19: tproxy: only valid in a prerouting chain",
 		"t.nft:7:2: concatenation < match is not supported", "t.nft:8:2: meta mark set target is not supported"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v, want %q", err, want)
