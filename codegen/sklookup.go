@@ -171,7 +171,7 @@ func (c *compiler) lookupMaps() []*ebpf.MapSpec {
 		Type:       ebpf.Array,
 		KeySize:    4,
 		ValueSize:  targetValueSize,
-		MaxEntries: uint32(len(c.p.Rules)),
+		MaxEntries: uint32(max(1, len(c.p.Rules))), // the kernel refuses an empty array
 	}
 	for _, r := range c.p.Rules {
 		if t, terminal, ok := steerTarget(r); ok {
