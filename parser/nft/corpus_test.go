@@ -96,8 +96,8 @@ func TestCorpus(t *testing.T) {
 	for _, k := range keys {
 		t.Logf("%4d files: %s", counts[k], k)
 	}
-	if clean == 0 {
-		t.Errorf("no corpus file compiles")
+	if clean < 350 {
+		t.Errorf("only %d corpus files compile for every hook and family, 358 did", clean)
 	}
 }
 
