@@ -34,4 +34,4 @@ SEEDS ?= 200
 PROBES ?= 500
 difftest:
 	DIFFTEST_SEEDS=$(SEEDS) DIFFTEST_PROBES=$(PROBES) $(GO) test -count=1 -timeout 60m -v \
-		-run '^(TestRandom|TestRealDumps|TestHandWritten|TestRandomNFT|TestRealNFT|TestFragmentsNFT)$$' ./internal/difftest
+		-run '^(TestRandom|TestRealDumps|TestHandWritten|TestRandomNFT|TestRealNFT|TestFragmentsNFT|TestReadKernelNFT)$$' ./internal/difftest
