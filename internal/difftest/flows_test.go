@@ -295,7 +295,9 @@ func crafted(t *testing.T, s *flowScenario, sport, dport uint16, seq uint32, syn
 	}
 	for _, f := range got {
 		p := gopacket.NewPacket(f, layers.LayerTypeEthernet, gopacket.Default)
-		if l, ok := p.Layer(layers.LayerTypeTCP).(*layers.TCP); ok && uint16(l.SrcPort) == sport && uint16(l.DstPort) == dport {
+		// The sequence number tells it from the open connection's own
+		// segments on the same ports (a delayed ACK).
+		if l, ok := p.Layer(layers.LayerTypeTCP).(*layers.TCP); ok && uint16(l.SrcPort) == sport && uint16(l.DstPort) == dport && l.Seq == seq {
 			return "delivered"
 		}
 	}
