@@ -58,6 +58,8 @@ type SocketState struct {
 	Cookie uint64 `json:"cookie,omitempty"`
 	// Owner is the process holding the socket, when it could be found.
 	Owner *Owner `json:"owner,omitempty"`
+	// Error says why a socket found for the target is not in the map.
+	Error string `json:"error,omitempty"`
 }
 
 // Owner is a process and one of its descriptors for a socket.
@@ -143,7 +145,9 @@ func (l *Loaded) FillSockets() ([]SocketState, error) {
 		err = putSocket(m, st.Key, s.FD)
 		s.FD.Close()
 		if err != nil {
-			return states, fmt.Errorf("put socket for %s (pid %d fd %d) into %s: %w", st.Target, s.Owner.PID, s.Owner.FD, codegen.SocketsMap, err)
+			// An MPTCP listener, for one: the rules go on without it.
+			st.Error = fmt.Sprintf("socket of pid %d fd %d refused by the %s map: %v", s.Owner.PID, s.Owner.FD, codegen.SocketsMap, err)
+			continue
 		}
 		st.Owner = &s.Owner
 		if err := m.Lookup(st.Key, &cookie); err == nil {

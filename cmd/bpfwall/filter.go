@@ -69,6 +69,8 @@ type target struct {
 // findTargets returns the filters a command acts on: at hookName (xdp
 // when empty) if interfaces are named, else every filter loaded in this
 // network namespace (at hookName, if given). Each comes with a snapshot.
+// (An interface named "" asks for the place at hookName, loaded or not:
+// see attachTo.)
 func findTargets(hookName string, ifaces []string) ([]target, error) {
 	ns, err := loader.NetNS()
 	if err != nil {
@@ -94,8 +96,7 @@ func findTargets(hookName string, ifaces []string) ([]target, error) {
 		a, err := loader.Open(p)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
-			// sk-lookup attaches to the namespace, not to interfaces.
-			if len(ifaces) == 0 && p.Hook != codegen.HookSkLookup {
+			if len(ifaces) == 0 {
 				return nil, fmt.Errorf("no %s filter is loaded in this network namespace; name interfaces with -i", p.Hook)
 			}
 		case err != nil:
@@ -251,4 +252,14 @@ func reportRuleErrors(err error, restore bool, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "bpfwall restore: line %d failed\n", line)
 	}
 	return exitError{1}
+}
+
+// attachTo is what findTargets needs to find the place of a filter that
+// may not be loaded yet: the interfaces, or for sk-lookup, which attaches
+// to the network namespace, the place of the hook itself.
+func attachTo(hook string, ifaces []string) []string {
+	if len(ifaces) == 0 && hook == codegen.HookSkLookup.String() {
+		return []string{""}
+	}
+	return ifaces
 }

@@ -48,7 +48,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 		}
 		defer lock.Release()
 	}
-	targets, err := findTargets(f.hook, f.ifaces)
+	targets, err := findTargets(f.hook, attachTo(f.hook, f.ifaces))
 	if err != nil && *test && len(f.ifaces) == 0 {
 		// Nothing loaded: -t checks the input for the hook asked for.
 		targets, err = findTargets(f.hook, []string{""})

@@ -23,6 +23,9 @@ import (
 // what they match, as xt_TPROXY does.
 func reportSockets(res *loader.Result, stderr io.Writer) error {
 	for _, s := range res.Sockets {
+		if s.Error != "" {
+			fmt.Fprintf(stderr, "bpfwall: warning: %s: %s (a SOCKHASH takes no MPTCP socket: disable multipath on the listener)\n", s.Target, s.Error)
+		}
 		if s.Cookie == 0 {
 			fmt.Fprintf(stderr, "bpfwall: warning: no socket for %s (rules %v): until one is registered, TPROXY rules drop what they match, nft tproxy statements do not match\n", s.Target, s.Rules)
 		}
