@@ -226,14 +226,35 @@ func TestSkLookupIPv6(t *testing.T) {
 	ip(t, "-6", "route", "add", "local", "2001:db8::/64", "dev", "lo")
 	place := testPlace(t, ns, codegen.HookSkLookup)
 	ln, got := listenTCP(t, "[::1]:0")
+	var lc net.ListenConfig
+	udp, err := lc.ListenPacket(context.Background(), "udp6", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
 	swap := lookupSwap(t, place, rules.IPv6, mangle(
 		fmt.Sprintf("-d 2001:db8::/64 -p tcp -m tcp --dport 80 -j TPROXY --on-port %d --on-ip ::1", port(ln.Addr())),
+		fmt.Sprintf("-d 2001:db8::/64 -p udp -m udp --dport 53 -j TPROXY --on-port %d --on-ip ::1", port(udp.LocalAddr())),
 	))
-	if res := mustSwap(t, swap); len(res.Sockets) != 1 || res.Sockets[0].Cookie == 0 {
+	if res := mustSwap(t, swap); len(res.Sockets) != 2 || res.Sockets[0].Cookie == 0 || res.Sockets[1].Cookie == 0 {
 		t.Fatalf("sockets: %+v", res.Sockets)
 	}
 	expectLocal(t, "[2001:db8::7]:80", got)
 	expectRefused(t, "[2001:db8::7]:81")
+	c, err := net.Dial("udp", "[2001:db8::7]:53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("ping6")); err != nil {
+		t.Fatal(err)
+	}
+	udp.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 16)
+	n, from, err := udp.ReadFrom(buf)
+	if err != nil || string(buf[:n]) != "ping6" || from.String() != c.LocalAddr().String() {
+		t.Errorf("udp datagram to [2001:db8::7]:53: %q from %v (%v), want ping6 from %v", buf[:n], from, err, c.LocalAddr())
+	}
 }
 
 // inNetns runs f on a thread in the network namespace of the calling
