@@ -43,13 +43,14 @@ const (
 	hashEntryExpires = 8  // u64 jiffies
 	hashEntryPrev    = 16 // u64 jiffies
 	hashEntryCredit  = 24 // u64
-	hashEntrySize    = 32
+	hashEntryCapLeft = 32 // u64: a byte rate's credit_cap, the burst refills left
+	hashEntrySize    = 40
 )
 
 // HashEntry is a HashLimitMap value.
 type HashEntry struct {
-	Lock, _               uint32
-	Expires, Prev, Credit uint64
+	Lock, _                        uint32
+	Expires, Prev, Credit, CapLeft uint64
 }
 
 var btfHashEntry = &btf.Struct{
@@ -61,6 +62,7 @@ var btfHashEntry = &btf.Struct{
 		{Name: "expires", Type: btfU64, Offset: hashEntryExpires * 8},
 		{Name: "prev", Type: btfU64, Offset: hashEntryPrev * 8},
 		{Name: "credit", Type: btfU64, Offset: hashEntryCredit * 8},
+		{Name: "cap_left", Type: btfU64, Offset: hashEntryCapLeft * 8},
 	},
 }
 
@@ -77,8 +79,8 @@ var btfHashKey = &btf.Struct{
 // value it inserts, and the clock for the sweep.
 const (
 	chainHashKey   = -80
-	chainHashEntry = -112
-	chainHashNow   = -120
+	chainHashEntry = -120
+	chainHashNow   = -128
 )
 
 // symHashSweep is the bpf_for_each_map_elem callback that deletes expired
@@ -144,6 +146,9 @@ func (c *compiler) hashlimit(m ir.HashLimit, next, hotdrop string) {
 	b := c.b
 	capacity, cost := m.Credits(ir.DefaultHZ)
 	cpj := ir.CreditsPerJiffy64(ir.DefaultHZ)
+	if m.Bytes {
+		cpj = ir.CreditsPerJiffyBytes(ir.DefaultHZ)
+	}
 	name := HashLimitMap(m.Table)
 	found, relookup, live, recalced, capped, short := b.fresh("hl_found"), b.fresh("hl_relookup"), b.fresh("hl_live"),
 		b.fresh("hl_recalced"), b.fresh("hl_capped"), b.fresh("hl_short")
@@ -215,6 +220,8 @@ func (c *compiler) hashlimit(m ir.HashLimit, next, hotdrop string) {
 		st(asm.R10, chainHashEntry+hashEntryPrev, asm.R7, asm.DWord),
 		asm.LoadImm(asm.R1, int64(capacity), asm.DWord),
 		st(asm.R10, chainHashEntry+hashEntryCredit, asm.R1, asm.DWord),
+		asm.LoadImm(asm.R1, int64(m.Burst), asm.DWord),
+		st(asm.R10, chainHashEntry+hashEntryCapLeft, asm.R1, asm.DWord),
 	)
 	update()
 	b.note("the table is full: sweep the expired entries, once")
@@ -247,6 +254,8 @@ func (c *compiler) hashlimit(m ir.HashLimit, next, hotdrop string) {
 		st(asm.R8, hashEntryPrev, asm.R7, asm.DWord),
 		asm.LoadImm(asm.R1, int64(capacity), asm.DWord),
 		st(asm.R8, hashEntryCredit, asm.R1, asm.DWord),
+		asm.LoadImm(asm.R1, int64(m.Burst), asm.DWord),
+		st(asm.R8, hashEntryCapLeft, asm.R1, asm.DWord),
 	)
 	b.mark(live)
 	b.note("rateinfo_recalc: credit += (now - prev) * CREDITS_PER_JIFFY, at most the cap")
@@ -261,19 +270,69 @@ func (c *compiler) hashlimit(m ir.HashLimit, next, hotdrop string) {
 		st(asm.R8, hashEntryPrev, asm.R7, asm.DWord),
 		asm.LSh.Imm(asm.R1, int32(bits.TrailingZeros64(cpj))),
 		ld(asm.R2, asm.R8, hashEntryCredit, asm.DWord),
-		asm.Add.Reg(asm.R2, asm.R1),
-		asm.LoadImm(asm.R3, int64(capacity), asm.DWord),
-		asm.JLE.Reg(asm.R2, asm.R3, capped),
-		movr(asm.R2, asm.R3),
 	)
+	if m.Bytes {
+		// An overflow fills the bucket.
+		full := b.fresh("hl_full")
+		b.emit(
+			movr(asm.R4, asm.R2),
+			asm.Add.Reg(asm.R2, asm.R1),
+			asm.LoadImm(asm.R3, int64(capacity), asm.DWord),
+			asm.JGE.Reg(asm.R4, asm.R2, full),
+			asm.JLE.Reg(asm.R2, asm.R3, capped),
+		)
+		b.mark(full)
+		b.emit(movr(asm.R2, asm.R3))
+	} else {
+		b.emit(
+			asm.Add.Reg(asm.R2, asm.R1),
+			asm.LoadImm(asm.R3, int64(capacity), asm.DWord),
+			asm.JLE.Reg(asm.R2, asm.R3, capped),
+			movr(asm.R2, asm.R3),
+		)
+	}
 	b.mark(capped)
 	b.emit(st(asm.R8, hashEntryCredit, asm.R2, asm.DWord))
 	b.mark(recalced)
+	if m.Bytes {
+		// hashlimit_byte_cost: (len / 16 + 1) chunks, at most a full
+		// bucket; an empty bucket takes one of the burst's refills.
+		priced, paid := b.fresh("hl_priced"), b.fresh("hl_refilled")
+		b.emit(
+			ld(asm.R2, asm.R6, pktLength, asm.Word),
+			asm.RSh.Imm(asm.R2, 4),
+			asm.Add.Imm(asm.R2, 1),
+			asm.LoadImm(asm.R1, int64(cost), asm.DWord),
+			asm.Mul.Reg(asm.R2, asm.R1),
+			asm.LoadImm(asm.R3, int64(capacity), asm.DWord),
+			asm.JLE.Reg(asm.R2, asm.R3, priced),
+			movr(asm.R2, asm.R3),
+		)
+		b.mark(priced)
+		b.emit(
+			ld(asm.R1, asm.R8, hashEntryCredit, asm.DWord),
+			asm.JGE.Reg(asm.R1, asm.R2, paid),
+			ld(asm.R4, asm.R8, hashEntryCapLeft, asm.DWord),
+			asm.JEq.Imm(asm.R4, 0, paid),
+			asm.Sub.Imm(asm.R4, 1),
+			st(asm.R8, hashEntryCapLeft, asm.R4, asm.DWord),
+			st(asm.R8, hashEntryCredit, asm.R3, asm.DWord),
+		)
+		b.mark(paid)
+		b.emit(
+			ld(asm.R1, asm.R8, hashEntryCredit, asm.DWord),
+			mov(asm.R9, 0),
+			asm.JLT.Reg(asm.R1, asm.R2, short),
+		)
+	} else {
+		b.emit(
+			ld(asm.R1, asm.R8, hashEntryCredit, asm.DWord),
+			mov(asm.R9, 0),
+			asm.LoadImm(asm.R2, int64(cost), asm.DWord),
+			asm.JLT.Reg(asm.R1, asm.R2, short),
+		)
+	}
 	b.emit(
-		ld(asm.R1, asm.R8, hashEntryCredit, asm.DWord),
-		mov(asm.R9, 0),
-		asm.LoadImm(asm.R2, int64(cost), asm.DWord),
-		asm.JLT.Reg(asm.R1, asm.R2, short),
 		asm.Sub.Reg(asm.R1, asm.R2),
 		st(asm.R8, hashEntryCredit, asm.R1, asm.DWord),
 		mov(asm.R9, 1),

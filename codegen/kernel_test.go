@@ -294,7 +294,9 @@ func (l *loaded) clock(t *testing.T, st *ir.State, pkt *ir.Packet) {
 				continue
 			}
 			var e codegen.HashEntry
-			if err := l.coll.Maps[codegen.HashLimitMap(h.Table)].Lookup(codegen.HashKeyOf(h, pkt), &e); err == nil {
+			if err := l.coll.Maps[codegen.HashLimitMap(h.Table)].Lookup(codegen.HashKeyOf(h, pkt), &e); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				t.Fatalf("look the hashlimit entry up: %v", err)
+			} else if err == nil {
 				st.Jiffies = max(st.Jiffies, e.Prev)
 			}
 		}

@@ -29,6 +29,11 @@ type HashLimit struct {
 	SrcMask, DstMask uint8
 	Avg, Burst       uint64
 	Above            bool
+	// Bytes is a byte rate (XT_HASHLIMIT_BYTES): a key's bucket holds one
+	// second of credits, a packet costs its length in 16-byte chunks
+	// times the rate's cost, and Burst times an empty bucket is refilled
+	// at once (hashlimit_byte_cost).
+	Bytes bool
 	Expire           uint64 // jiffies
 	Max              uint32
 	// MemorySized is set when Max follows from the kernel's default table
@@ -58,10 +63,20 @@ func hashlimitCredits(user uint64, hz int) uint64 {
 	return user * (hzCPJ / xtHashlimitScale)
 }
 
-// Credits returns the size of a key's bucket and the cost of a packet, as
-// rateinfo_init computes them (cfg.avg * cfg.burst wraps in u64 as in C).
+// Credits returns the size of a key's bucket and the cost of a packet
+// (of a 16-byte chunk with Bytes), as rateinfo_init computes them
+// (cfg.avg * cfg.burst wraps in u64 as in C).
 func (m HashLimit) Credits(hz int) (capacity, cost uint64) {
+	if m.Bytes {
+		return CreditsPerJiffyBytes(hz) * uint64(hz), uint64(uint32((uint64(uint32(m.Avg)) * uint64(hz) * CreditsPerJiffyBytes(hz)) >> 32))
+	}
 	return hashlimitCredits(m.Avg*m.Burst, hz), hashlimitCredits(m.Avg, hz)
+}
+
+// CreditsPerJiffyBytes is xt_hashlimit's CREDITS_PER_JIFFY_BYTES: the
+// largest power of two not above 0xFFFFFFFF / hz.
+func CreditsPerJiffyBytes(hz int) uint64 {
+	return 1 << (bits.Len32(uint32(0xFFFFFFFF/hz)) - 1)
 }
 
 // MsecsToJiffies is the kernel's msecs_to_jiffies for hz dividing 1000
@@ -80,9 +95,10 @@ type hlKey struct {
 	sport, dport uint16
 }
 
-// hlEntry is one key's bucket (struct dsthash_ent's rateinfo).
+// hlEntry is one key's bucket (struct dsthash_ent's rateinfo); capLeft is
+// a byte rate's credit_cap, the refills its burst has left.
 type hlEntry struct {
-	expires, prev, credit uint64
+	expires, prev, credit, capLeft uint64
 }
 
 // HashKeyAddr masks an address as hashlimit_init_dst does: the first bits
@@ -144,16 +160,33 @@ func (s *State) hashlimit(m HashLimit, pkt *Packet) outcome {
 				return hotdrop
 			}
 		}
-		e = &hlEntry{prev: now, credit: capacity}
+		e = &hlEntry{prev: now, credit: capacity, capLeft: m.Burst}
 		t[k] = e
 	case expired(e):
-		*e = hlEntry{prev: now, credit: capacity}
+		*e = hlEntry{prev: now, credit: capacity, capLeft: m.Burst}
 	}
 	e.expires = now + m.Expire
 	if delta := now - e.prev; delta != 0 {
 		e.prev = now
-		e.credit += delta * CreditsPerJiffy64(hz)
+		if m.Bytes {
+			old := e.credit
+			e.credit += CreditsPerJiffyBytes(hz) * delta
+			if old >= e.credit { // overflow
+				e.credit = capacity
+			}
+		} else {
+			e.credit += delta * CreditsPerJiffy64(hz)
+		}
 		e.credit = min(e.credit, capacity)
+	}
+	if m.Bytes {
+		// hashlimit_byte_cost, of skb->len: the IP datagram.
+		cost = min((uint64(pkt.Length)>>4+1)*cost, capacity)
+		if e.credit < cost && e.capLeft != 0 {
+			e.capLeft--
+			e.credit = capacity
+		}
+		cost = uint64(uint32(cost))
 	}
 	ok := e.credit >= cost
 	if ok {
@@ -167,7 +200,11 @@ func (m HashLimit) String() string {
 	if m.Above {
 		s += "above "
 	}
-	s += fmt.Sprintf("avg %dus burst %d mode %#x", m.Avg, m.Burst, m.Mode)
+	if m.Bytes {
+		s += fmt.Sprintf("bytes cost %d burst %d mode %#x", m.Avg, m.Burst, m.Mode)
+	} else {
+		s += fmt.Sprintf("avg %dus burst %d mode %#x", m.Avg, m.Burst, m.Mode)
+	}
 	return s + fmt.Sprintf(" masks %d/%d expire %d max %d", m.SrcMask, m.DstMask, m.Expire, m.Max)
 }
 
@@ -197,10 +234,14 @@ func (l *lowerer) hashlimit(ms []Match, r *rules.Rule, m *rules.HashLimit) []Mat
 	}
 	h := HashLimit{
 		Mode: m.Mode, SrcMask: m.SrcMask, DstMask: m.DstMask,
-		Avg: m.Avg, Burst: m.Burst, Above: m.Above,
+		Avg: m.Avg, Burst: m.Burst, Above: m.Above, Bytes: m.Bytes,
 		Expire: MsecsToJiffies(m.Expire, DefaultHZ),
 	}
-	if c, cost := h.Credits(DefaultHZ); m.Burst == 0 || c < cost {
+	switch c, cost := h.Credits(DefaultHZ); {
+	case m.Bytes && cost == 0:
+		l.errorf(m.Pos, "hashlimit: byte rate too high (the kernel refuses it)")
+		return ms
+	case !m.Bytes && (m.Burst == 0 || c < cost):
 		l.errorf(m.Pos, "hashlimit: burst %d too large for the rate (the kernel refuses it)", m.Burst)
 		return ms
 	}

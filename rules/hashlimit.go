@@ -14,9 +14,12 @@ const (
 type HashLimit struct {
 	Located
 	// Avg is the interval between packets in microseconds
-	// (XT_HASHLIMIT_SCALE_v2), for packet rates.
+	// (XT_HASHLIMIT_SCALE_v2) for packet rates; with Bytes, the cost of
+	// 16 bytes (libxt_hashlimit's bytes_to_cost). Burst is in packets;
+	// with Bytes, the bursts of the rate's size a key may take once.
 	Avg   uint64
 	Burst uint64
+	Bytes bool // a byte rate (XT_HASHLIMIT_BYTES)
 	// Above is --hashlimit-above (XT_HASHLIMIT_INVERT).
 	Above            bool
 	Mode             uint8 // HashSrcIP, ...
@@ -26,7 +29,7 @@ type HashLimit struct {
 	// for Size and Max lets the kernel choose.
 	Size, Max, GCInterval, Expire uint32
 	// Unsupported, when not empty, names what the option values ask for
-	// that bpfwall does not interpret (byte rates, rate-match mode).
+	// that bpfwall does not interpret (rate-match mode).
 	Unsupported string
 	Options     []Option
 }

@@ -9,14 +9,17 @@ import (
 
 // Match hashlimit (libxt_hashlimit.c revision 3, kernel xt_hashlimit.c):
 // a token bucket per key. Options that ask for what bpfwall does not
-// interpret (byte rates, rate-match mode) parse, and leave the match
-// Unsupported for lowering to refuse.
+// interpret (rate-match mode) parse, and leave the match Unsupported for
+// lowering to refuse.
 
 const (
-	hashlimitScale      = 1000000 // XT_HASHLIMIT_SCALE_v2: Avg is in µs
-	hashlimitBurst      = 5       // XT_HASHLIMIT_BURST
-	hashlimitGCInterval = 1000    // XT_HASHLIMIT_GCINTERVAL, ms
-	hashlimitBurstMax   = 1000000 // XT_HASHLIMIT_BURST_MAX
+	hashlimitScale           = 1000000 // XT_HASHLIMIT_SCALE_v2: Avg is in µs
+	hashlimitBurst           = 5       // XT_HASHLIMIT_BURST
+	hashlimitGCInterval      = 1000    // XT_HASHLIMIT_GCINTERVAL, ms
+	hashlimitBurstMax        = 1000000 // XT_HASHLIMIT_BURST_MAX
+	hashlimitByteShift       = 4       // XT_HASHLIMIT_BYTE_SHIFT
+	hashlimitByteExpire      = 15      // XT_HASHLIMIT_BYTE_EXPIRE, s
+	hashlimitByteBurstExpire = 60      // XT_HASHLIMIT_BYTE_EXPIRE_BURST, s
 )
 
 func init() {
@@ -43,6 +46,7 @@ func init() {
 
 type hashlimitParser struct {
 	m          rules.HashLimit
+	burstSet   bool
 	rate       bool   // --hashlimit-upto or -above given
 	unitSecs   uint32 // the rate's unit, for the default expiry
 	expireSet  bool
@@ -69,13 +73,18 @@ func (p *hashlimitParser) parse(o *opt) error {
 		p.m.Above = (o.Name == "hashlimit-above") != o.Neg
 		return p.parseRate(o)
 	case "hashlimit-burst":
-		// A byte burst ("1kb") is for byte rates only.
-		v, err := strconv.ParseUint(o.Arg, 10, 64)
-		if err != nil {
-			p.m.Unsupported = "byte burst " + o.Arg
-			return nil
+		// parse_burst: a number, times 1024 or 1024*1024 after a k or
+		// an m; without either, at most XT_HASHLIMIT_BURST_MAX.
+		digits := strings.TrimLeft(o.Arg, "0123456789")
+		v, err := strconv.ParseUint(o.Arg[:len(o.Arg)-len(digits)], 10, 64)
+		if err != nil || v == 0 || (digits == "" && v > hashlimitBurstMax) {
+			return o.errorf("--hashlimit-burst: bad value %q", o.Arg)
 		}
-		p.m.Burst = v
+		f := byteFactor(digits)
+		if v > ^uint64(0)/f {
+			return o.errorf("--hashlimit-burst: bad value %q", o.Arg)
+		}
+		p.m.Burst, p.burstSet = v*f, true
 	case "hashlimit-mode":
 		for _, tok := range strings.FieldsFunc(o.Arg, func(r rune) bool { return r == ',' || r == '|' }) {
 			switch tok {
@@ -129,8 +138,20 @@ func (p *hashlimitParser) parse(o *opt) error {
 // ("n[kmb]b/s") is a byte rate.
 func (p *hashlimitParser) parseRate(o *opt) error {
 	if i := strings.Index(o.Arg, "b/s"); i > 0 {
-		p.m.Unsupported = "byte rate " + o.Arg
-		p.unitSecs = 1
+		// parse_bytes: the character before "b/s" may be k or m.
+		r := atoll(o.Arg)
+		if r == 0 {
+			return o.errorf("--%s: bad rate %q", o.Name, o.Arg)
+		}
+		f := byteFactor(o.Arg[i-1:])
+		if r > ^uint64(0)/f {
+			return o.errorf("--%s: rate %q too large", o.Name, o.Arg)
+		}
+		avg := bytesToCost(r * f)
+		if avg == 0 {
+			return o.errorf("--%s: rate %q too high", o.Name, o.Arg)
+		}
+		p.m.Avg, p.m.Bytes, p.unitSecs = avg, true, hashlimitByteExpire
 		return nil
 	}
 	num, unit, hasUnit := strings.Cut(o.Arg, "/")
@@ -180,6 +201,35 @@ func atoll(s string) uint64 {
 	return v
 }
 
+// byteFactor is libxt_hashlimit's get_factor of the first character of s.
+func byteFactor(s string) uint64 {
+	switch {
+	case strings.HasPrefix(s, "m"):
+		return 1024 * 1024
+	case strings.HasPrefix(s, "k"):
+		return 1024
+	}
+	return 1
+}
+
+// bytesToCost and costToBytes are libxt_hashlimit's conversions between
+// bytes per second and the cost the kernel keeps, in their u32 arithmetic.
+func bytesToCost(bytes uint64) uint64 {
+	r := uint32(bytes >> hashlimitByteShift)
+	if r == 0xFFFFFFFF {
+		return 0
+	}
+	return uint64(0xFFFFFFFF / (r + 1))
+}
+
+func costToBytes(cost uint64) uint64 {
+	r := uint64(0xFFFFFFFF)
+	if cost != 0 {
+		r = 0xFFFFFFFF / cost
+	}
+	return (r - 1) << hashlimitByteShift
+}
+
 func (p *hashlimitParser) finish(ctx *ruleCtx) (rules.Match, error) {
 	m := p.m
 	m.Pos = ctx.Pos
@@ -195,7 +245,21 @@ func (p *hashlimitParser) finish(ctx *ruleCtx) (rules.Match, error) {
 	if m.GCInterval == 0 && !hasOption(m.Options, "hashlimit-htable-gcinterval") {
 		m.GCInterval = hashlimitGCInterval
 	}
-	if !hasOption(m.Options, "hashlimit-burst") {
+	switch {
+	case m.Bytes && p.burstSet:
+		// The burst in bytes becomes a number of packets of the rate's
+		// size, rounded up.
+		unit := costToBytes(m.Avg)
+		if m.Burst < unit {
+			return nil, rules.Errorf(ctx.Pos, "hashlimit: burst cannot be smaller than %db", unit)
+		}
+		m.Burst = (m.Burst + unit - 1) / unit
+		if !p.expireSet {
+			m.Expire = hashlimitByteBurstExpire * 1000
+		}
+	case m.Bytes:
+		m.Burst = 0
+	case !p.burstSet:
 		m.Burst = hashlimitBurst
 	}
 	full := uint8(32)
@@ -211,7 +275,7 @@ func (p *hashlimitParser) finish(ctx *ruleCtx) (rules.Match, error) {
 	if m.SrcMask > full || m.DstMask > full {
 		return nil, rules.Errorf(ctx.Pos, "hashlimit: a mask is longer than an %s address", ctx.Family)
 	}
-	if m.Unsupported == "" && m.Burst > hashlimitBurstMax {
+	if !m.Bytes && m.Burst > hashlimitBurstMax {
 		return nil, rules.Errorf(ctx.Pos, "hashlimit: burst %d is larger than %d", m.Burst, hashlimitBurstMax)
 	}
 	return &m, nil

@@ -26,7 +26,14 @@ func TestHashLimit(t *testing.T) {
 		{name: "ipv6 masks", v6: true, rule: "! --hashlimit-above 1/s --hashlimit-mode dstip --hashlimit-name d",
 			want: rules.HashLimit{Avg: 1000000, Burst: 5, Mode: rules.HashDstIP, SrcMask: 128, DstMask: 128, Table: "d", GCInterval: 1000, Expire: 1000}},
 		{name: "byte rate", rule: "--hashlimit-upto 1kb/s --hashlimit-name e",
-			want: rules.HashLimit{Burst: 5, SrcMask: 32, DstMask: 32, Table: "e", GCInterval: 1000, Expire: 1000, Unsupported: "byte rate 1kb/s"}},
+			want: rules.HashLimit{Avg: 66076419, Bytes: true, SrcMask: 32, DstMask: 32, Table: "e", GCInterval: 1000, Expire: 15000}},
+		{name: "byte rate and burst", rule: "--hashlimit-above 1kb/s --hashlimit-burst 4100 --hashlimit-name e2",
+			want: rules.HashLimit{Avg: 66076419, Bytes: true, Above: true, Burst: 5, SrcMask: 32, DstMask: 32, Table: "e2", GCInterval: 1000, Expire: 60000}},
+		{name: "packet burst with a suffix", rule: "--hashlimit-upto 100/s --hashlimit-burst 2k --hashlimit-name e3",
+			want: rules.HashLimit{Avg: 10000, Burst: 2048, SrcMask: 32, DstMask: 32, Table: "e3", GCInterval: 1000, Expire: 1000}},
+		{name: "rate match", rule: "--hashlimit-upto 10/s --hashlimit-rate-match --hashlimit-name e4",
+			want: rules.HashLimit{Avg: 100000, Burst: 5, SrcMask: 32, DstMask: 32, Table: "e4", GCInterval: 1000, Expire: 1000, Unsupported: "--hashlimit-rate-match"}},
+		{name: "byte burst below the rate", rule: "--hashlimit-upto 1kb/s --hashlimit-burst 100 --hashlimit-name e5", wantErr: "burst cannot be smaller than 1024b"},
 		{name: "no rate", rule: "--hashlimit-name f", wantErr: "you have to specify --hashlimit"},
 		{name: "no name", rule: "--hashlimit-upto 1/s", wantErr: "--hashlimit-name is required"},
 		{name: "bad mode", rule: "--hashlimit-upto 1/s --hashlimit-mode proto --hashlimit-name g", wantErr: "--hashlimit-mode"},
@@ -55,7 +62,7 @@ func TestHashLimit(t *testing.T) {
 			}
 			got := *m
 			got.Options, got.Pos = nil, rules.Pos{}
-			if got.Above != tc.want.Above || got.Avg != tc.want.Avg || got.Burst != tc.want.Burst || got.Mode != tc.want.Mode ||
+			if got.Bytes != tc.want.Bytes || got.Above != tc.want.Above || got.Avg != tc.want.Avg || got.Burst != tc.want.Burst || got.Mode != tc.want.Mode ||
 				got.SrcMask != tc.want.SrcMask || got.DstMask != tc.want.DstMask || got.Table != tc.want.Table ||
 				got.Size != tc.want.Size || got.Max != tc.want.Max || got.GCInterval != tc.want.GCInterval ||
 				got.Expire != tc.want.Expire || got.Unsupported != tc.want.Unsupported {
