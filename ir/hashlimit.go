@@ -33,9 +33,9 @@ type HashLimit struct {
 	// second of credits, a packet costs its length in 16-byte chunks
 	// times the rate's cost, and Burst times an empty bucket is refilled
 	// at once (hashlimit_byte_cost).
-	Bytes bool
-	Expire           uint64 // jiffies
-	Max              uint32
+	Bytes  bool
+	Expire uint64 // jiffies
+	Max    uint32
 	// MemorySized is set when Max follows from the kernel's default table
 	// size, which is 8192 buckets on a machine with more than 1 GiB of
 	// memory, as the loader checks.
