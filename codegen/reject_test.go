@@ -135,9 +135,9 @@ func checkReply(t *testing.T, pr rejectProbe, hook codegen.Hook, got []byte, ret
 		want := bytes.Clone(pr.want)
 		// An ICMP error's IP ID is ip_select_ident's; the program's is
 		// random. Take it over, and fix the header checksum.
-		if ipv4ICMP(want) {
-			copy(want[18:20], got[18:20])
-			fixIPv4Checksum(want[14:34])
+		if off, ok := ipv4ICMP(want); ok && len(got) >= off+20 {
+			copy(want[off+4:off+6], got[off+4:off+6])
+			fixIPv4Checksum(want[off : off+20])
 		}
 		if !bytes.Equal(got, want) {
 			t.Errorf("%s: reply differs\n got %s\nwant %s", pr.name, describeFrame(got), describeFrame(want))
@@ -145,8 +145,14 @@ func checkReply(t *testing.T, pr rejectProbe, hook codegen.Hook, got []byte, ret
 	}
 }
 
-func ipv4ICMP(frame []byte) bool {
-	return len(frame) >= 34 && frame[12] == 0x08 && frame[13] == 0 && frame[23] == 1
+// ipv4ICMP returns the offset of frame's IPv4 header when it carries
+// ICMP.
+func ipv4ICMP(frame []byte) (int, bool) {
+	off := 14
+	if len(frame) >= 18 && frame[12] == 0x81 && frame[13] == 0 {
+		off += 4
+	}
+	return off, len(frame) >= off+20 && frame[off-2] == 0x08 && frame[off-1] == 0 && frame[off+9] == 1
 }
 
 func fixIPv4Checksum(h []byte) {
@@ -216,8 +222,15 @@ func rejectProbes(t testing.TB, fam rules.Family) []rejectProbe {
 		}
 		out = append(out, rejectProbe{name: name, frame: frame, want: want})
 	}
+	tagged := func(ls []gopacket.SerializableLayer) []byte {
+		e := ls[0].(*layers.Ethernet)
+		tag := &layers.Dot1Q{VLANIdentifier: 42, Type: e.EthernetType}
+		e.EthernetType = layers.EthernetTypeDot1Q
+		return ser(append([]gopacket.SerializableLayer{e, tag}, ls[1:]...))
+	}
 	rst := &rejectSpec{tcpReset: true}
 	add("syn", ser(tcp(23, true, false, 0)), rst)
+	add("syn on a vlan", tagged(tcp(23, true, false, 0)), rst)
 	add("ack with data", ser(tcp(23, false, true, 100)), rst)
 	add("data without ack", ser(tcp(23, false, false, 33)), rst)
 	fin := ser(tcp(23, false, false, 0))
@@ -238,6 +251,7 @@ func rejectProbes(t testing.TB, fam rules.Family) []rejectProbe {
 		}
 		add("tcp port unreachable", ser(tcp(104, true, false, 0)), &rejectSpec{code: 4})
 		add("large udp quoted to 1232 bytes", ser(udp(104, 1400)), &rejectSpec{code: 4})
+		add("udp on a vlan", tagged(udp(104, 10)), &rejectSpec{code: 4})
 	} else {
 		for _, c := range []struct {
 			port uint16
@@ -247,6 +261,7 @@ func rejectProbes(t testing.TB, fam rules.Family) []rejectProbe {
 		}
 		add("tcp port unreachable", ser(tcp(103, false, true, 20)), &rejectSpec{code: 3})
 		add("large udp quoted to 548 bytes", ser(udp(103, 1400)), &rejectSpec{code: 3})
+		add("udp on a vlan", tagged(udp(103, 10)), &rejectSpec{code: 3})
 		zero := ser(udp(103, 10))
 		zero[14+20+6], zero[14+20+7] = 0, 0
 		add("udp without checksum", zero, &rejectSpec{code: 3})
@@ -326,17 +341,24 @@ func rejectReply(t testing.TB, frame []byte, r rejectSpec) []byte {
 	p := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.Default)
 	in := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
 	eth := &layers.Ethernet{SrcMAC: in.DstMAC, DstMAC: in.SrcMAC, EthernetType: in.EthernetType}
+	// A VLAN tag stays: the reply leaves on the VLAN the packet came on.
+	l2 := []gopacket.SerializableLayer{eth}
+	off := 14
+	if tag, ok := p.Layer(layers.LayerTypeDot1Q).(*layers.Dot1Q); ok {
+		l2 = append(l2, &layers.Dot1Q{Priority: tag.Priority, VLANIdentifier: tag.VLANIdentifier, Type: tag.Type})
+		off += 4
+	}
 	var raw []byte // the IP datagram
 	var net4 *layers.IPv4
 	var net6 *layers.IPv6
 	var ipLayer gopacket.NetworkLayer
 	switch n := p.NetworkLayer().(type) {
 	case *layers.IPv4:
-		raw = frame[14 : 14+int(n.Length)]
+		raw = frame[off : off+int(n.Length)]
 		net4 = &layers.IPv4{Version: 4, IHL: 5, TTL: 64, SrcIP: n.DstIP, DstIP: n.SrcIP}
 		ipLayer = net4
 	case *layers.IPv6:
-		raw = frame[14 : 14+40+int(n.Length)]
+		raw = frame[off : off+40+int(n.Length)]
 		net6 = &layers.IPv6{Version: 6, HopLimit: 64, SrcIP: n.DstIP, DstIP: n.SrcIP}
 		ipLayer = net6
 	default:
@@ -364,19 +386,19 @@ func rejectReply(t testing.TB, frame []byte, r rejectSpec) []byte {
 		} else {
 			net6.NextHeader = layers.IPProtocolTCP
 		}
-		ls = []gopacket.SerializableLayer{eth, ipLayer.(gopacket.SerializableLayer), out}
+		ls = append(l2, ipLayer.(gopacket.SerializableLayer), out)
 	} else if net4 != nil {
 		net4.TOS = raw[1]&0x1e | 0xc0
 		net4.Protocol = layers.IPProtocolICMPv4
 		quote := raw[:min(len(raw), 576-28)]
-		ls = []gopacket.SerializableLayer{eth, net4, &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(3, r.code)}, gopacket.Payload(quote)}
+		ls = append(l2, net4, &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(3, r.code)}, gopacket.Payload(quote))
 	} else {
 		net6.NextHeader = layers.IPProtocolICMPv6
 		quote := raw[:min(len(raw), 1280-48)]
 		icmp := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(1, r.code)}
 		icmp.SetNetworkLayerForChecksum(net6)
 		// The 4 unused bytes, then the quote.
-		ls = []gopacket.SerializableLayer{eth, net6, icmp, gopacket.Payload(append(make([]byte, 4), quote...))}
+		ls = append(l2, net6, icmp, gopacket.Payload(append(make([]byte, 4), quote...)))
 	}
 	buf := gopacket.NewSerializeBuffer()
 	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
@@ -389,8 +411,12 @@ func rejectReply(t testing.TB, frame []byte, r rejectSpec) []byte {
 
 // ipPacketFrame is frame cut after its IP datagram.
 func ipPacketFrame(frame []byte) []byte {
-	if frame[12] == 0x08 {
-		return frame[:14+(int(frame[16])<<8|int(frame[17]))]
+	off := 14
+	if frame[12] == 0x81 && frame[13] == 0x00 {
+		off += 4
 	}
-	return frame[:14+40+(int(frame[18])<<8|int(frame[19]))]
+	if frame[off-2] == 0x08 {
+		return frame[:off+(int(frame[off+2])<<8|int(frame[off+3]))]
+	}
+	return frame[:off+40+(int(frame[off+4])<<8|int(frame[off+5]))]
 }

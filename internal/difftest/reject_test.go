@@ -711,6 +711,31 @@ func rejectProbes(t *testing.T, fam rules.Family) []rejectProbe {
 		mc := udp(104, 10)
 		copy(mc[0:6], []byte{0x33, 0x33, 0, 0, 0, 1})
 		out = append(out, rejectProbe{"no error to a multicast frame", mc})
+		// Extension headers before the transport header: the checksum is
+		// the transport's, the quote has them all.
+		withExt := func(kind layers.IPProtocol) []byte {
+			nl := ip(kind).(*layers.IPv6)
+			opt := &layers.IPv6DestinationOption{OptionType: 1, OptionLength: 4, OptionData: make([]byte, 4)}
+			var ext gopacket.SerializableLayer
+			if kind == layers.IPProtocolIPv6HopByHop {
+				h := &layers.IPv6HopByHop{}
+				h.NextHeader = layers.IPProtocolUDP
+				h.Options = []*layers.IPv6HopByHopOption{(*layers.IPv6HopByHopOption)(opt)}
+				ext = h
+			} else {
+				d := &layers.IPv6Destination{}
+				d.NextHeader = layers.IPProtocolUDP
+				d.Options = []*layers.IPv6DestinationOption{opt}
+				ext = d
+			}
+			u := &layers.UDP{SrcPort: 5555, DstPort: 104}
+			u.SetNetworkLayerForChecksum(nl)
+			return ser(eth(), nl, ext, u, gopacket.Payload("ext"))
+		}
+		out = append(out,
+			rejectProbe{"udp after a hop-by-hop header", withExt(layers.IPProtocolIPv6HopByHop)},
+			rejectProbe{"udp after a destination options header", withExt(layers.IPProtocolIPv6Destination)},
+		)
 		return out
 	}
 	echo := ser(eth(), ip(layers.IPProtocolICMPv4).(gopacket.SerializableLayer),
