@@ -401,6 +401,7 @@ func TestSkLookupMatchesEval(t *testing.T) {
 		return out
 	}
 
+	verdicts := make(map[ir.Verdict]int)
 	for seed := range 12 {
 		var b strings.Builder
 		b.WriteString("*mangle\n:PREROUTING " + pick("ACCEPT", "DROP") + " [0:0]\n:USER - [0:0]\n")
@@ -458,6 +459,7 @@ func TestSkLookupMatchesEval(t *testing.T) {
 				if got.Decision.Kind != codegen.DecidedByPolicy {
 					gotRule = int(got.Decision.Rule)
 				}
+				verdicts[got.Verdict]++
 				if got.Verdict != wantV || gotRule != wantRule || (got.Verdict == ir.VerdictTProxy) != (got.Cookie != 0) {
 					t.Errorf("seed %d -O%d: lookup %+v from %s: kernel %v rule %d (decision %+v, socket %d), Eval %v\n%s",
 						seed, opts.Level, in.lk, in.iface, got.Verdict, gotRule, got.Decision, got.Cookie, want, text)
@@ -466,6 +468,10 @@ func TestSkLookupMatchesEval(t *testing.T) {
 			l.Close()
 		}
 	}
+	if verdicts[ir.VerdictTProxy] < 50 || verdicts[ir.VerdictAccept] < 50 || verdicts[ir.VerdictDrop] < 50 {
+		t.Errorf("verdicts %v: too few of a kind", verdicts)
+	}
+	t.Logf("verdicts: %v", verdicts)
 }
 
 // BenchmarkSkLookup measures the kernel's time per lookup
@@ -610,4 +616,122 @@ func TestSkLookupNFTStatement(t *testing.T) {
 		expectLocal(t, "192.0.2.7:83", got2)
 		expectRefused(t, "192.0.2.7:84")
 	}
+}
+
+// TestSkLookupNFTMatchesEval runs random lookups through random nft rule
+// sets with tproxy statements, every socket present, at -O0 and -O1, and
+// compares the kernel's verdict, deciding rule and assigned socket with
+// ir.Eval's verdict, rule and Steer.
+func TestSkLookupNFTMatchesEval(t *testing.T) {
+	inFreshNetns(t)
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(false)
+	var ports [3]int // two tcp listeners and a udp socket
+	for i := range 2 {
+		ln, _ := listenTCP(t, "127.0.0.1:0")
+		ports[i] = port(ln.Addr())
+	}
+	udp, err := lc.ListenPacket(context.Background(), "udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	ports[2] = port(udp.LocalAddr())
+
+	rng := rand.New(rand.NewPCG(9, 9))
+	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
+	verdicts := make(map[ir.Verdict]int)
+	for seed := range 10 {
+		var b strings.Builder
+		fmt.Fprintf(&b, "table ip t {\n\tchain pre {\n\t\ttype filter hook prerouting priority mangle; policy %s;\n", pick("accept", "drop"))
+		for range 1 + rng.IntN(8) {
+			proto := pick("tcp", "udp")
+			var parts []string
+			if rng.IntN(2) == 0 {
+				parts = append(parts, "ip saddr "+pick("10.0.0.0/8", "192.0.2.7", "198.51.100.0/24"))
+			}
+			if rng.IntN(2) == 0 {
+				parts = append(parts, "ip daddr "+pick("192.0.2.0/24", "10.9.9.9", "198.51.100.9"))
+			}
+			parts = append(parts, pick("meta l4proto "+proto, proto+" dport "+pick("80", "{ 53, 443 }", "1000-2000")))
+			if rng.IntN(3) > 0 {
+				p := ports[2]
+				if proto == "tcp" {
+					p = ports[rng.IntN(2)]
+				}
+				parts = append(parts, fmt.Sprintf("tproxy to 127.0.0.1:%d", p))
+			}
+			parts = append(parts, pick("", "accept", "drop"))
+			fmt.Fprintf(&b, "\t\t%s\n", strings.Join(parts, " "))
+		}
+		b.WriteString("\t}\n}\n")
+		text := b.String()
+		rs, err := nft.Parse("rand.nft", []byte(text), nft.Options{Family: rules.IPv4})
+		if err != nil {
+			t.Fatalf("seed %d: parse: %v\n%s", seed, err, text)
+		}
+		p, err := ir.Lower(rs, ir.LowerOptions{Table: "mangle", Chain: "PREROUTING"})
+		if err != nil {
+			t.Fatalf("seed %d: lower: %v\n%s", seed, err, text)
+		}
+		for _, opts := range []codegen.Options{{Hook: codegen.HookSkLookup}, {Hook: codegen.HookSkLookup, Level: 1, ForceLookups: true}} {
+			prog, err := codegen.Compile(p, opts)
+			if err != nil {
+				t.Fatalf("seed %d -O%d: compile: %v\n%s", seed, opts.Level, err, text)
+			}
+			l, err := Load(prog, Options{})
+			if err != nil {
+				t.Fatalf("seed %d -O%d: load: %v\n%s", seed, opts.Level, err, text)
+			}
+			states, err := l.FillSockets()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cookies := make(map[codegen.SocketKey]uint64)
+			for _, s := range states {
+				if s.Cookie == 0 {
+					t.Fatalf("no socket for %s", s.Target)
+				}
+				cookies[s.Key] = s.Cookie
+			}
+			targets := prog.Targets()
+			for range 150 {
+				lk := Lookup{
+					Proto: []uint8{6, 17}[rng.IntN(2)],
+					Src:   netip.MustParseAddr(pick("10.1.2.3", "198.51.100.9", "192.0.2.7")),
+					Dst:   netip.MustParseAddr(pick("192.0.2.7", "10.9.9.9", "198.51.100.9")),
+					Sport: 40000,
+					Dport: []uint16{80, 443, 53, 1050, 22}[rng.IntN(5)],
+				}
+				got, err := l.RunLookup(lk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := p.Eval(&ir.Packet{Family: rules.IPv4, Src: lk.Src, Dst: lk.Dst, Proto: lk.Proto, L4Len: 0xffff,
+					SrcPort: lk.Sport, DstPort: lk.Dport, TTL: 64, Length: 100})
+				wantRule, gotRule := -1, -1
+				if want.Rule != nil {
+					wantRule = want.Rule.ID
+				}
+				if got.Decision.Kind != codegen.DecidedByPolicy {
+					gotRule = int(got.Decision.Rule)
+				}
+				var wantCookie uint64
+				if want.Steer != nil {
+					wantCookie = cookies[targets[want.Steer.ID]]
+				}
+				verdicts[got.Verdict]++
+				if got.Verdict != want.Verdict || gotRule != wantRule || got.Cookie != wantCookie {
+					t.Errorf("seed %d -O%d: lookup %+v: kernel %v rule %d socket %d, Eval %v steer %v (socket %d)\n%s",
+						seed, opts.Level, lk, got.Verdict, gotRule, got.Cookie, want, want.Steer, wantCookie, text)
+				}
+			}
+			l.Close()
+		}
+	}
+	// The rule sets must steer, accept and drop, or the test shows little.
+	if verdicts[ir.VerdictTProxy] < 50 || verdicts[ir.VerdictAccept] < 50 || verdicts[ir.VerdictDrop] < 50 {
+		t.Errorf("verdicts %v: too few of a kind", verdicts)
+	}
+	t.Logf("verdicts: %v", verdicts)
 }
