@@ -109,8 +109,10 @@ type flowStep struct {
 type flowScenario struct {
 	ft *flowTopology
 	// open is a connection from A to B kept open for the out-of-window
-	// probe, nil when it could not be opened.
-	open net.Conn
+	// probe, nil when it could not be opened; openNext is the sequence
+	// number A sends next on it, as the receiver saw its segments.
+	open     net.Conn
+	openNext uint32
 }
 
 // Ports the ends serve.
@@ -310,7 +312,30 @@ func flowSteps() []flowStep {
 	a, b := flowSenderAddr.AsSlice(), flowReceiverAddr
 	steps := []flowStep{
 		{name: "tcp A→B:22, kept open", run: func(t *testing.T, s *flowScenario) string {
-			return tcpExchange(t, s, s.ft.Sender, b, portSSH, true)
+			out := tcpExchange(t, s, s.ft.Sender, b, portSSH, true)
+			if s.open != nil {
+				// The data segment reached B before its echo came back:
+				// its copy is in the receiver's packet socket.
+				la := s.open.LocalAddr().(*net.TCPAddr)
+				buf := make([]byte, 1<<16)
+				for {
+					f, err := s.ft.recv.recv(buf, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if f == nil {
+						break
+					}
+					p := gopacket.NewPacket(f, layers.LayerTypeEthernet, gopacket.Default)
+					if l, ok := p.Layer(layers.LayerTypeTCP).(*layers.TCP); ok && int(l.SrcPort) == la.Port && l.DstPort == portSSH && len(l.Payload) > 0 {
+						s.openNext = l.Seq + uint32(len(l.Payload))
+					}
+				}
+				if s.openNext == 0 {
+					t.Fatal("the open connection's data segment was not seen at the receiver")
+				}
+			}
+			return out
 		}},
 		{name: "tcp A→B:8080", run: func(t *testing.T, s *flowScenario) string { return tcpExchange(t, s, s.ft.Sender, b, portHTTP, false) }},
 		{name: "tcp B→A:2222", run: func(t *testing.T, s *flowScenario) string {
@@ -346,8 +371,11 @@ func flowSteps() []flowStep {
 				if s.open == nil {
 					return "no open connection"
 				}
+				// A quarter of the sequence space ahead: over the
+				// receiver's window (tcp_in_window's "SEQ is over the upper
+				// bound"), never mistaken for an old segment.
 				la := s.open.LocalAddr().(*net.TCPAddr)
-				return crafted(t, s, uint16(la.Port), portSSH, 0x7fff0000, false, true, false)
+				return crafted(t, s, uint16(la.Port), portSSH, s.openNext+1<<30, false, true, false)
 			},
 			unknownToBPF: "tcp window tracking: conntrack finds the ACK out of window (INVALID), bpfwall sees the connection's entry (ESTABLISHED)",
 		},
