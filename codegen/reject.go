@@ -387,6 +387,16 @@ func (c *compiler) rejectFunction(k int, with string) {
 		c.loadHelper().Call(),
 		asm.JNE.Imm(asm.R0, 0, noReply),
 	)
+	if !v6 && c.p.Chains[0].Name == "INPUT" {
+		// ip_local_deliver reassembles before LOCAL_IN: INPUT never sees
+		// an IPv4 fragment, first ones (MF) included, and never rejects
+		// one. (IPv6 reassembles after LOCAL_IN.)
+		b.emit(
+			ld(asm.R1, asm.R10, rjOrig+6, asm.Byte),
+			asm.And.Imm(asm.R1, 0x20),
+			asm.JNE.Imm(asm.R1, 0, noReply),
+		)
+	}
 	if !v6 {
 		c.rejectIPOptions(noReply)
 	}
@@ -1323,13 +1333,30 @@ func (c *compiler) rejectForwardTTL(noReply string) {
 func (c *compiler) rejectResize(noReply string) {
 	b := c.b
 	if c.hook.tc() {
+		// bpf_skb_change_tail refuses to cut before the transport
+		// header, which the sender's stack or GRO may have recorded past
+		// the RST's end (IPv6 extension headers): then the bytes go from
+		// after the IP header instead (bpf_skb_adjust_room), all of them
+		// rewritten anyway.
+		done := b.fresh("resized")
 		b.emit(
 			movr(asm.R1, asm.R6),
 			movr(asm.R2, asm.R9),
 			mov(asm.R3, 0),
 			asm.FnSkbChangeTail.Call(),
+			asm.JEq.Imm(asm.R0, 0, done),
+			ld(asm.R2, asm.R6, skbLen, asm.Word),
+			asm.JLE.Reg(asm.R2, asm.R9, noReply),
+			movr(asm.R2, asm.R9),
+			ld(asm.R1, asm.R6, skbLen, asm.Word),
+			asm.Sub.Reg(asm.R2, asm.R1),
+			movr(asm.R1, asm.R6),
+			mov(asm.R3, 0), // BPF_ADJ_ROOM_NET
+			mov(asm.R4, 0),
+			asm.FnSkbAdjustRoom.Call(),
 			asm.JNE.Imm(asm.R0, 0, noReply),
 		)
+		b.mark(done)
 		return
 	}
 	done := b.fresh("resized")

@@ -18,6 +18,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"bpfwall/codegen"
+	"bpfwall/internal/packets"
 	"bpfwall/internal/topology"
 	"bpfwall/ir"
 	"bpfwall/loader"
@@ -118,25 +119,7 @@ const dropInput = "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT AC
 func TestRejectAgainstKernel(t *testing.T) {
 	requireKernel(t)
 	topo := NewTopology(t, TopologyOptions{})
-	fw := topo.Firewall
-	batch := fmt.Sprintf("addr add %s/128 dev %s nodad\nroute add %s/128 dev %s\nneigh replace %s lladdr %s dev %s nud permanent\n",
-		fwAddr6, topo.InIface, senderAddr6, topo.InIface, senderAddr6, senderMAC, topo.InIface)
-	if err := topology.RunInput([]byte(batch), "ip", "-n", fw, "-batch", "-"); err != nil {
-		t.Fatal(err)
-	}
-	// The kernel's ICMP rate limits (per peer, icmp_ratelimit; global,
-	// icmp_msgs_per_sec) would stop its errors after a burst; bpfwall does
-	// not limit (see /work/notes/reject.md). Both are off here.
-	if err := topology.Sysctl(fw, "net/ipv4/icmp_ratemask", "0", "net/ipv6/icmp/ratelimit", "0",
-		"net/ipv4/icmp_msgs_per_sec", "1000000", "net/ipv4/icmp_msgs_burst", "1000000"); err != nil {
-		t.Fatal(err)
-	}
-	// Replies take the namespace's TTL and hop limit, which the loader
-	// reads; not the default 64 here.
-	if err := topology.Sysctl(fw, "net/ipv4/ip_default_ttl", "77", "net/ipv6/conf/default/hop_limit", "78",
-		"net/ipv6/conf/"+topo.InIface+"/hop_limit", "78"); err != nil {
-		t.Fatal(err)
-	}
+	topo.rejectSetup(t)
 	root, err := os.MkdirTemp(bpffs, "bwrj-")
 	if err != nil {
 		t.Fatalf("pin directory: %v", err)
@@ -172,6 +155,9 @@ type rejectCase struct {
 	rules  string // iptables-save text; rejectRules[fam] when empty
 	chain  string // INPUT when empty
 	probes []rejectProbe
+	// minReplies is how many replies the kernel must send at least (half
+	// the probes when 0): comparing silences proves nothing.
+	minReplies int
 }
 
 // rejectForward resets forwarded TCP connections to port 23, and rejects
@@ -310,7 +296,10 @@ func (topo *Topology) compareRejects(t *testing.T, root string, rc rejectCase) {
 		}
 	}
 	// A test that compares silences proves nothing.
-	if replied < len(probes)/2 {
+	if rc.minReplies == 0 {
+		rc.minReplies = len(probes) / 2
+	}
+	if replied < rc.minReplies {
 		t.Fatalf("the kernel replied to only %d of %d probes", replied, len(probes))
 	}
 	t.Logf("the kernel replied to %d of %d probes", replied, len(probes))
@@ -360,10 +349,35 @@ func (topo *Topology) compareRejects(t *testing.T, root string, rc rejectCase) {
 					t.Fatalf("%s: %v", pr.name, err)
 				}
 				if why := compareReplies(kernel[i], got); why != "" {
-					t.Errorf("%s: %s\nkernel: %s\nbpfwall: %s", pr.name, why, dumpFrame(kernel[i]), dumpFrame(got))
+					t.Errorf("%s: %s\nprobe: %x\nkernel: %s\nbpfwall: %s", pr.name, why, pr.frame, dumpFrame(kernel[i]), dumpFrame(got))
 				}
 			}
 		})
+	}
+}
+
+// rejectSetup gives the firewall an IPv6 address facing the sender, turns
+// the kernel's ICMP rate limits off and sets a TTL and hop limit that are
+// not the defaults.
+func (topo *Topology) rejectSetup(t *testing.T) {
+	fw := topo.Firewall
+	batch := fmt.Sprintf("addr add %s/128 dev %s nodad\nroute add %s/128 dev %s\nneigh replace %s lladdr %s dev %s nud permanent\n",
+		fwAddr6, topo.InIface, senderAddr6, topo.InIface, senderAddr6, senderMAC, topo.InIface)
+	if err := topology.RunInput([]byte(batch), "ip", "-n", fw, "-batch", "-"); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel's ICMP rate limits (per peer, icmp_ratelimit; global,
+	// icmp_msgs_per_sec) would stop its errors after a burst; bpfwall does
+	// not limit (see /work/notes/reject.md). Both are off here.
+	if err := topology.Sysctl(fw, "net/ipv4/icmp_ratemask", "0", "net/ipv6/icmp/ratelimit", "0",
+		"net/ipv4/icmp_msgs_per_sec", "1000000", "net/ipv4/icmp_msgs_burst", "1000000"); err != nil {
+		t.Fatal(err)
+	}
+	// Replies take the namespace's TTL and hop limit, which the loader
+	// reads; not the default 64 here.
+	if err := topology.Sysctl(fw, "net/ipv4/ip_default_ttl", "77", "net/ipv6/conf/default/hop_limit", "78",
+		"net/ipv6/conf/"+topo.InIface+"/hop_limit", "78"); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -788,4 +802,133 @@ func boolPort(v6 bool) uint16 {
 		return 1
 	}
 	return 0
+}
+
+// TestRejectRandomAgainstKernel sends generated frames, well-formed and
+// malformed (internal/packets), aimed at the firewall's own address, to
+// REJECT rules in netfilter and then to the compiled rules: every reply,
+// and every silence, must be the kernel's.
+func TestRejectRandomAgainstKernel(t *testing.T) {
+	requireKernel(t)
+	topo := NewTopology(t, TopologyOptions{})
+	topo.rejectSetup(t)
+	root, err := os.MkdirTemp(bpffs, "bwrj-")
+	if err != nil {
+		t.Fatalf("pin directory: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	const n = 300
+	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+		text := rejectRandomRules[fam]
+		rs, err := iptables.Parse("reject.rules", []byte(text), iptables.Options{Family: fam, ForceFamily: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog, err := ir.Lower(rs, ir.LowerOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := packets.NewGenerator(prog, uint64(fam)+1)
+		var probes []rejectProbe
+		for len(probes) < n {
+			f, _ := g.Frame()
+			if f = aimAtFirewall(f, fam); f != nil {
+				probes = append(probes, rejectProbe{name: fmt.Sprintf("frame %d", len(probes)), frame: f})
+			}
+		}
+		t.Run(fam.String(), func(t *testing.T) {
+			topo.compareRejects(t, root, rejectCase{fam: fam, rules: text, probes: probes, minReplies: n / 10})
+		})
+	}
+}
+
+// rejectRandomRules reset TCP and reject everything else.
+var rejectRandomRules = map[rules.Family]string{
+	rules.IPv4: "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -p tcp -j REJECT --reject-with tcp-reset\n-A INPUT -j REJECT --reject-with icmp-host-prohibited\nCOMMIT\n",
+	rules.IPv6: "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -p tcp -j REJECT --reject-with tcp-reset\n-A INPUT -j REJECT --reject-with icmp6-adm-prohibited\nCOMMIT\n",
+}
+
+// aimAtFirewall readdresses a generated frame from the sender to the
+// firewall (a group MAC address stays), keeping every checksum exactly
+// as right or wrong as it was; nil for a frame without an IP header of
+// family fam, or with a VLAN tag (no VLAN device on the firewall).
+func aimAtFirewall(frame []byte, fam rules.Family) []byte {
+	f := bytes.Clone(frame)
+	if len(f) < 14 {
+		return nil
+	}
+	copy(f[6:12], senderMAC)
+	if f[0]&1 == 0 {
+		copy(f[0:6], fwInMAC)
+	}
+	et := binary.BigEndian.Uint16(f[12:])
+	ip := f[14:]
+	switch {
+	case fam == rules.IPv4 && et == 0x0800 && len(ip) >= 20 && ip[0]>>4 == 4:
+		hl := int(ip[0]&0xf) * 4
+		old := bytes.Clone(ip[12:20])
+		copy(ip[12:16], senderAddr.AsSlice())
+		copy(ip[16:20], fwAddr.AsSlice())
+		adjust(ip, 10, old, ip[12:20])
+		if binary.BigEndian.Uint16(ip[6:])&0x1fff != 0 || hl < 20 || len(ip) < hl {
+			return f
+		}
+		adjustL4(ip[hl:], ip[9], old, ip[12:20], false)
+	case fam == rules.IPv6 && et == 0x86dd && len(ip) >= 40 && ip[0]>>4 == 6:
+		old := bytes.Clone(ip[8:40])
+		copy(ip[8:24], senderAddr6.AsSlice())
+		copy(ip[24:40], fwAddr6.AsSlice())
+		off, proto := 40, ip[6]
+		for steps := 0; steps < 8; steps++ {
+			switch proto {
+			case 0, 43, 60:
+				if len(ip) < off+2 {
+					return f
+				}
+				proto, off = ip[off], off+8*(int(ip[off+1])+1)
+				continue
+			case 44:
+				if len(ip) < off+8 || binary.BigEndian.Uint16(ip[off+2:])&0xfff8 != 0 {
+					return f
+				}
+				proto, off = ip[off], off+8
+				continue
+			}
+			break
+		}
+		if off <= len(ip) {
+			adjustL4(ip[off:], proto, old, ip[8:40], true)
+		}
+	default:
+		return nil
+	}
+	return f
+}
+
+// adjustL4 updates the transport checksum of l4 for the change of the
+// pseudo-header's addresses from old to new (RFC 1624).
+func adjustL4(l4 []byte, proto byte, old, new []byte, v6 bool) {
+	at := map[byte]int{6: 16, 17: 6}
+	if v6 {
+		at[58] = 2
+	}
+	off, ok := at[proto]
+	if !ok || len(l4) < off+2 || (proto == 17 && binary.BigEndian.Uint16(l4[off:]) == 0) {
+		return
+	}
+	adjust(l4, off, old, new)
+}
+
+// adjust changes the checksum at b[off:] as replacing old by new changes
+// the data it covers.
+func adjust(b []byte, off int, old, new []byte) {
+	sum := uint32(^binary.BigEndian.Uint16(b[off:]))
+	for i := 0; i+1 < len(old); i += 2 {
+		sum += uint32(^binary.BigEndian.Uint16(old[i:]))
+		sum += uint32(binary.BigEndian.Uint16(new[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	binary.BigEndian.PutUint16(b[off:], ^uint16(sum))
 }
