@@ -482,8 +482,9 @@ func (x *exprReader) metaCmp(l load, op string, e *expr.Cmp) error {
 		if op != "" && op != "!= " {
 			return fmt.Errorf("%s %s is not supported", key, op)
 		}
-		name, exact := bytes.CutSuffix(bytes.TrimRight(e.Data, "\x00"), nil)
-		exact = bytes.IndexByte(e.Data, 0) >= 0
+		// A wildcard compares the prefix only, without the NUL.
+		name := bytes.TrimRight(e.Data, "\x00")
+		exact := bytes.IndexByte(e.Data, 0) >= 0
 		s := string(name)
 		if !exact {
 			s += "*"
