@@ -375,6 +375,11 @@ func flagsText(v uint8) string {
 	return strings.Join(names, " | ")
 }
 
+// flagsList writes TCP flags as a comma list: "syn,ack"; 0 is "0x0".
+func flagsList(v uint8) string {
+	return strings.ReplaceAll(flagsText(v), " | ", ",")
+}
+
 func (p *printer) match(rt *ruleText, r *rules.Rule, m rules.Match) {
 	switch m := m.(type) {
 	case *rules.TCP:
@@ -383,7 +388,12 @@ func (p *printer) match(rt *ruleText, r *rules.Rule, m rules.Match) {
 		if m.Option != 0 || m.OptionNeg {
 			p.errorf(m.Pos, "tcp option match has no nft form in the model")
 		}
-		if m.FlagMask != 0 || m.FlagComp != 0 || m.FlagsNeg {
+		switch {
+		case m.FlagComp&^m.FlagMask != 0 && !m.FlagsNeg:
+			// Never equal: "& mask == value" would read back as no
+			// rule at all; "value / mask" keeps the value as written.
+			rt.add("tcp flags %s / %s", flagsList(m.FlagComp), flagsList(m.FlagMask))
+		case m.FlagMask != 0 || m.FlagComp != 0 || m.FlagsNeg:
 			op := "=="
 			if m.FlagsNeg {
 				op = "!="

@@ -22,6 +22,7 @@ func TestPrint(t *testing.T) {
 		{"negated ports", "tcp sport != 1-1 tcp dport != 2 drop", rules.IPv4, "meta l4proto tcp tcp sport != 1 tcp dport != 2-2 drop"},
 		{"port set", "udp dport { 53, 67-68 } accept", rules.IPv6, "meta l4proto udp udp dport { 53, 67-68 } accept"},
 		{"flags", "tcp flags & (syn | ack) == syn drop", rules.IPv4, "meta l4proto tcp tcp flags & (syn | ack) == syn drop"},
+		{"flags never equal", "tcp flags syn,urg / syn,ecn drop", rules.IPv4, "meta l4proto tcp tcp flags syn,urg / syn,ecn drop"},
 		{"address set", "ip saddr { 10.0.0.0/8, 192.0.2.1 } drop", rules.IPv4, "ip saddr { 10.0.0.0/8, 192.0.2.1 } drop"},
 		{"address range", "ip6 daddr != 2001:db8::1-2001:db8::9 drop", rules.IPv6, "ip6 daddr != 2001:db8::1-2001:db8::9 drop"},
 		{"ct state", "ct state established,related accept", rules.IPv4, "ct state { established, related } accept"},
