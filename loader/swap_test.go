@@ -1,8 +1,11 @@
 package loader
 
 import (
+	"encoding/json"
 	"errors"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -143,6 +146,9 @@ func TestAttachPinSwapUnload(t *testing.T) {
 				}
 			}
 
+			if n := attachedPrograms(t, hook); n != 2 {
+				t.Errorf("before unload, %d programs attached to the veth pair, want 2", n)
+			}
 			if _, err := Unload(place, []string{"veth1"}); err != nil {
 				t.Fatalf("unload veth1: %v", err)
 			}
@@ -165,29 +171,46 @@ func TestAttachPinSwapUnload(t *testing.T) {
 	}
 }
 
-// attachedPrograms counts the links of hook's kind in the system whose
-// interface is in this namespace's veth pair.
+// attachedPrograms counts the programs of hook's kind attached to this
+// namespace's veth pair. It asks each interface (netlink for XDP,
+// BPF_PROG_QUERY for tcx) rather than walking the system's links, whose
+// ifindexes may belong to other namespaces' interfaces: kernel tests of
+// other packages run at the same time.
 func attachedPrograms(t *testing.T, hook codegen.Hook) int {
+	t.Helper()
 	n := 0
-	it := new(link.Iterator)
-	defer it.Close()
-	for it.Next() {
-		info, err := it.Take().Info()
+	for _, name := range []string{"veth0", "veth1"} {
+		ifi, err := net.InterfaceByName(name)
 		if err != nil {
+			t.Fatal(err)
+		}
+		if hook == codegen.HookXDP {
+			out, err := exec.Command("ip", "-j", "-d", "link", "show", "dev", name).Output()
+			if err != nil {
+				t.Fatalf("ip link show %s: %v", name, err)
+			}
+			var links []struct {
+				XDP *struct{} `json:"xdp"`
+			}
+			if err := json.Unmarshal(out, &links); err != nil {
+				t.Fatalf("ip link show %s: %v", name, err)
+			}
+			for _, l := range links {
+				if l.XDP != nil {
+					n++
+				}
+			}
 			continue
 		}
-		var ifindex uint32
-		switch {
-		case info.XDP() != nil && hook == codegen.HookXDP:
-			ifindex = info.XDP().Ifindex
-		case info.TCX() != nil && hook != codegen.HookXDP:
-			ifindex = info.TCX().Ifindex
-		default:
-			continue
+		attach := ebpf.AttachTCXIngress
+		if hook == codegen.HookTCEgress {
+			attach = ebpf.AttachTCXEgress
 		}
-		if name := ifaceName(int(ifindex)); name == "veth0" || name == "veth1" {
-			n++
+		res, err := link.QueryPrograms(link.QueryOptions{Target: ifi.Index, Attach: attach})
+		if err != nil {
+			t.Fatalf("query %s programs on %s: %v", hook, name, err)
 		}
+		n += len(res.Programs)
 	}
 	return n
 }
