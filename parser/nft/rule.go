@@ -865,8 +865,8 @@ func (b *ruleBuilder) addrSetPrefixes(pos rules.Pos, val rhs) ([]netip.Prefix, s
 			if !ok {
 				return nil, "", false
 			}
-			if len(el.Options) > 0 {
-				b.unsupported(toPos(el.Pos), "set element options")
+			if timed(el) {
+				b.unsupported(toPos(el.Pos), "set element timeout")
 				return nil, "", false
 			}
 			elems = append(elems, r.elems...)
@@ -1122,8 +1122,8 @@ func (b *ruleBuilder) setElems(pos rules.Pos, val rhs) []elem {
 	}
 	var out []elem
 	for i, el := range s.elems {
-		if len(el.Options) > 0 {
-			b.unsupported(toPos(el.Pos), "set element options")
+		if timed(el) {
+			b.unsupported(toPos(el.Pos), "set element timeout")
 			return nil
 		}
 		r, ok := b.rv.value(el.Key, s.elemEnvs[i], 0)

@@ -98,8 +98,8 @@ func (rv *resolver) value(v *Value, e *env, depth int) (rhs, bool) {
 		case lo.Set != nil:
 			out := rhs{set: true}
 			for _, el := range lo.Set.Elems {
-				if len(el.Options) > 0 {
-					rv.errorf(toPos(el.Pos), "set element options are not supported")
+				if timed(el) {
+					rv.errorf(toPos(el.Pos), "set element timeout is not supported")
 					return rhs{}, false
 				}
 				r, ok := rv.value(el.Key, e, depth+1)
@@ -153,6 +153,18 @@ func (rv *resolver) value(v *Value, e *env, depth int) (rhs, bool) {
 		}
 	}
 	return rhs{elems: []elem{el}}, true
+}
+
+// timed reports whether a set element has a timeout or an expiry, which
+// change what the set holds over time. Counters and comments do not
+// change a verdict.
+func timed(el *Elem) bool {
+	for _, o := range el.Options {
+		if o.Key == "timeout" || o.Key == "expires" {
+			return true
+		}
+	}
+	return false
 }
 
 // flags resolves the operands of "a | b | c" into el.or.
