@@ -10,6 +10,7 @@ import (
 	"bpfwall/internal/golden"
 	"bpfwall/ir"
 	"bpfwall/parser/iptables"
+	"bpfwall/parser/nft"
 	"bpfwall/rules"
 )
 
@@ -17,7 +18,8 @@ import (
 // (iptables-save text, with the ipsets of an optional "ipset" section) and
 // compares the dump with its "ir" section, or the lowering errors with its
 // "errors" section. An optional "options" section holds "table NAME",
-// "chain NAME" and "family ipv6" lines. BPFWALL_UPDATE=1 rewrites the
+// "chain NAME", "family ipv6" and "format nft" (the input is nft text)
+// lines. BPFWALL_UPDATE=1 rewrites the
 // expected sections.
 func TestGolden(t *testing.T) {
 	golden.Run(t, []string{"ir", "errors"}, lowerGolden)
@@ -33,6 +35,7 @@ func lowerGolden(t *testing.T, ar *txtar.Archive) (string, string) {
 	}
 	var popts iptables.Options
 	var lopts ir.LowerOptions
+	isNFT := false
 	if opts, ok := golden.Section(ar, "options"); ok {
 		for _, line := range strings.Split(strings.TrimSpace(opts), "\n") {
 			key, value, _ := strings.Cut(line, " ")
@@ -41,6 +44,8 @@ func lowerGolden(t *testing.T, ar *txtar.Archive) (string, string) {
 				lopts.Table = value
 			case "chain":
 				lopts.Chain = value
+			case "format":
+				isNFT = value == "nft"
 			case "family":
 				popts.ForceFamily = true
 				if value == "ipv6" {
@@ -57,7 +62,13 @@ func lowerGolden(t *testing.T, ar *txtar.Archive) (string, string) {
 			t.Fatalf("ipset section: %v", err)
 		}
 	}
-	rs, err := iptables.Parse(inputName(popts), []byte(input), popts)
+	var rs *rules.Ruleset
+	var err error
+	if isNFT {
+		rs, err = nft.Parse("rules.nft", []byte(input), nft.Options{Family: popts.Family})
+	} else {
+		rs, err = iptables.Parse(inputName(popts), []byte(input), popts)
+	}
 	if err != nil {
 		t.Fatalf("parse input: %v", err)
 	}

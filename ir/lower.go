@@ -78,8 +78,13 @@ type lowerer struct {
 	edges  [][]chainEdge  // jumps and gotos out of each chain
 	prog   *Program
 	errs   rules.ErrorList
-	// buckets counts the token buckets of Limit and RateLimit matches.
-	buckets int
+	// buckets numbers the token buckets of Limit and RateLimit matches by
+	// the source match: the rules one nft rule splits into share its one
+	// limit expression.
+	buckets map[rules.Match]int
+	// reported are the matches already reported as shared by both
+	// families.
+	reported map[rules.Match]bool
 	// shared maps the user chains other builtin chains reach to one of
 	// those; see ownBucket.
 	shared map[string]string
@@ -441,21 +446,30 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 			l.errorf(m.Pos, "limit: burst %d too large for the rate (the kernel refuses it)", m.Burst)
 			return ms
 		}
-		ms = append(ms, Limit{Bucket: l.buckets, Avg: m.Avg, Burst: m.Burst})
-		l.buckets++
+		ms = append(ms, Limit{Bucket: l.bucket(m), Avg: m.Avg, Burst: m.Burst})
 	case *rules.HashLimit:
 		return l.hashlimit(ms, r, m)
 	case *rules.RateLimit:
 		if !l.ownBucket(r, m) {
 			return ms
 		}
-		rl := RateLimit{Bucket: l.buckets, Nsecs: m.Unit * 1e9, Rate: m.Rate, Burst: m.Burst, Bytes: m.Bytes, Over: m.Over}
+		if m.BothFamilies {
+			if l.reported[m] {
+				return ms // one report for the rules an nft rule splits into
+			}
+			if l.reported == nil {
+				l.reported = make(map[rules.Match]bool)
+			}
+			l.reported[m] = true
+			l.errorf(m.Pos, "limit in an %s table that IPv4 and IPv6 packets both reach: nftables has one bucket for both families, and bpfwall compiles each family on its own", m.TableFamily)
+			return ms
+		}
+		rl := RateLimit{Bucket: l.bucket(m), Nsecs: m.Unit * 1e9, Rate: m.Rate, Burst: m.Burst, Bytes: m.Bytes, Over: m.Over}
 		if _, ok := rl.TokensMax(); !ok || m.Unit > ^uint64(0)/1e9 {
 			l.errorf(m.Pos, "limit: rate %d per %d s with burst %d overflows the kernel's token bucket (it refuses it)", m.Rate, m.Unit, m.Burst)
 			return ms
 		}
 		ms = append(ms, rl)
-		l.buckets++
 	case *rules.Generic:
 		if m.Ext == "tproxy" && r.NFT {
 			return l.tproxyStatement(ms, r, m)
@@ -654,6 +668,19 @@ func (l *lowerer) action(r *rules.Rule) Action {
 	}
 	l.errorf(r.Target.Position(), "%s target is not supported", r.Target.Name())
 	return None{}
+}
+
+// bucket returns the token bucket of source match m.
+func (l *lowerer) bucket(m rules.Match) int {
+	if l.buckets == nil {
+		l.buckets = make(map[rules.Match]int)
+	}
+	b, ok := l.buckets[m]
+	if !ok {
+		b = len(l.buckets)
+		l.buckets[m] = b
+	}
+	return b
 }
 
 // sharedChains fills l.shared, once.

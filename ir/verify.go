@@ -79,24 +79,28 @@ func (v *verifier) program() {
 	v.acyclic()
 }
 
-// buckets checks that no two limit matches share a token bucket.
+// buckets checks that the limit matches that share a token bucket (the
+// rules one nft rule splits into) agree on what it is.
 func (v *verifier) buckets() {
-	owner := make(map[int]int)
+	first := make(map[int]Match)
 	for _, r := range v.p.Rules {
 		for _, m := range r.Matches {
-			id := -1
-			switch m := m.(type) {
+			var id int
+			switch x := m.(type) {
 			case Limit:
-				id = m.Bucket
+				id = x.Bucket
 			case RateLimit:
-				id = m.Bucket
+				id = x.Bucket
 			default:
 				continue
 			}
-			if o, dup := owner[id]; dup || id < 0 {
-				v.errorf("rule r%d: token bucket %d is also rule r%d's, or negative", r.ID, id, o)
+			if id < 0 {
+				v.errorf("rule r%d: negative token bucket %d", r.ID, id)
 			}
-			owner[id] = r.ID
+			if f, seen := first[id]; seen && f != m {
+				v.errorf("rule r%d: token bucket %d is another limit's too", r.ID, id)
+			}
+			first[id] = m
 		}
 	}
 }

@@ -10,6 +10,11 @@ type RateLimit struct {
 	Burst uint32 // packets, or bytes with Bytes
 	Bytes bool
 	Over  bool
+	// BothFamilies is set when the statement's rule, in an inet or
+	// netdev table, is reached by IPv4 and IPv6 packets alike: one bucket
+	// serves both. TableFamily is the table's family.
+	BothFamilies bool
+	TableFamily  string
 }
 
 func (m *RateLimit) Name() string { return "limit" }

@@ -31,7 +31,51 @@ func Parse(name string, src []byte, opts Options) (*rules.Ruleset, error) {
 	if err != nil {
 		return nil, err
 	}
-	return build(nrs, opts.Family)
+	rs, err := build(nrs, opts.Family)
+	if err != nil {
+		return nil, err
+	}
+	markSharedLimits(nrs, rs)
+	return rs, nil
+}
+
+// markSharedLimits sets BothFamilies on the limit statements of inet and
+// netdev tables that the other family's packets reach too (their rule is
+// in the other family's model as well): nftables has one bucket per
+// statement, whatever the packet's family.
+func markSharedLimits(nrs *ruleset, rs *rules.Ruleset) {
+	var mixed []*rules.RateLimit
+	each := func(rs *rules.Ruleset, f func(*rules.RateLimit)) {
+		for _, t := range rs.Tables {
+			for _, c := range t.Chains {
+				for _, r := range c.Rules {
+					for _, m := range r.Matches {
+						if m, ok := m.(*rules.RateLimit); ok && (m.TableFamily == "inet" || m.TableFamily == "netdev") {
+							f(m)
+						}
+					}
+				}
+			}
+		}
+	}
+	each(rs, func(m *rules.RateLimit) { mixed = append(mixed, m) })
+	if len(mixed) == 0 {
+		return
+	}
+	other := rules.IPv6
+	if rs.Family == rules.IPv6 {
+		other = rules.IPv4
+	}
+	reached := map[rules.Pos]bool{}
+	ors, err := build(nrs, other)
+	if err == nil {
+		each(ors, func(m *rules.RateLimit) { reached[m.Pos] = true })
+	}
+	for _, m := range mixed {
+		// A model of the other family that cannot be built says
+		// nothing: assume its packets reach the statement.
+		m.BothFamilies = err != nil || reached[m.Pos]
+	}
 }
 
 // hookTargets maps nft hooks to the model's tables and builtin chains.

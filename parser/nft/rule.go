@@ -323,7 +323,7 @@ func (b *ruleBuilder) limit(l *Limit) {
 		b.errorf(pos, "bad limit rate %s/%s", l.Rate, l.Per)
 		return
 	}
-	m := &rules.RateLimit{Located: rules.Located{Pos: pos}, Unit: per, Over: l.Over}
+	m := &rules.RateLimit{Located: rules.Located{Pos: pos}, Unit: per, Over: l.Over, TableFamily: b.tbl.family}
 	if l.RateUnit != "" {
 		mult := limitBytes[l.RateUnit]
 		if rate > ^uint64(0)/mult {
