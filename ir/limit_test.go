@@ -1,0 +1,90 @@
+package ir_test
+
+import (
+	"testing"
+
+	"bpfwall/ir"
+	"bpfwall/rules"
+)
+
+// limitProgram is INPUT with one rule, "m -j ACCEPT", policy DROP.
+func limitProgram(m ir.Match) *ir.Program {
+	r := &ir.Rule{ID: 0, Matches: []ir.Match{m}, Action: ir.Accept{}}
+	return &ir.Program{
+		Family: rules.IPv4,
+		Table:  "filter",
+		Chains: []*ir.Chain{{Name: "INPUT", Policy: rules.PolicyDrop, Rules: []*ir.Rule{r}}},
+		Rules:  []*ir.Rule{r},
+	}
+}
+
+// passes runs n packets at the state's clock and counts the accepted.
+func passes(p *ir.Program, st *ir.State, n int) int {
+	pkt := &ir.Packet{Family: rules.IPv4, Length: 100}
+	ok := 0
+	for range n {
+		if p.EvalState(st, pkt).Verdict == ir.VerdictAccept {
+			ok++
+		}
+	}
+	return ok
+}
+
+// TestLimitArithmetic follows xt_limit's u32 arithmetic where no timed
+// test can: 10/sec with a burst of 4 is a bucket of 12800 credits, 3200 a
+// packet, 128 a jiffy at HZ 250; a refill of 2^25 jiffies is 2^32
+// credits, which the kernel's u32 credit_increase wraps to nothing.
+func TestLimitArithmetic(t *testing.T) {
+	m := ir.Limit{Avg: 1000, Burst: 4}
+	if c, cost := m.Credits(250); c != 12800 || cost != 3200 || ir.CreditsPerJiffy(250) != 128 {
+		t.Fatalf("credits %d, cost %d, per jiffy %d", c, cost, ir.CreditsPerJiffy(250))
+	}
+	p := limitProgram(m)
+	st := &ir.State{Jiffies: 1000}
+	steps := []struct {
+		at   uint64 // jiffies after the start
+		n    int
+		want int
+	}{
+		{0, 10, 4},         // the full bucket
+		{24, 1, 0},         // 24*128 < 3200
+		{25, 1, 1},         // one packet's worth since the last packet
+		{25 + 1<<25, 1, 0}, // 2^25 jiffies: the u32 increase wraps to 0
+		{25 + 1<<25 + 25, 1, 1},
+		{25 + 1<<25 + 10000, 10, 4}, // capped at the burst
+	}
+	for _, s := range steps {
+		st.Jiffies = 1000 + s.at
+		if got := passes(p, st, s.n); got != s.want {
+			t.Errorf("at +%d jiffies: %d of %d passed, want %d", s.at, got, s.n, s.want)
+		}
+	}
+}
+
+// TestRateLimitArithmetic follows nft_limit_eval: 10/second with a burst
+// of 5 packets holds 5e8 ns and costs 1e8 per packet; "over" matches what
+// the bucket cannot pay.
+func TestRateLimitArithmetic(t *testing.T) {
+	for _, over := range []bool{false, true} {
+		m := ir.RateLimit{Nsecs: 1e9, Rate: 10, Burst: 5, Over: over}
+		if tm, ok := m.TokensMax(); !ok || tm != 5e8 || m.Cost(100) != 1e8 {
+			t.Fatalf("tokens max %d (%v), cost %d", tm, ok, m.Cost(100))
+		}
+		p := limitProgram(m)
+		st := &ir.State{Nanos: 1e12}
+		paid := []int{passes(p, st, 10)}
+		st.Nanos += 1e8 - 1
+		paid = append(paid, passes(p, st, 1))
+		st.Nanos++
+		paid = append(paid, passes(p, st, 1))
+		want := []int{5, 0, 1}
+		if over {
+			want = []int{5, 1, 0} // the other packets
+		}
+		for i := range want {
+			if paid[i] != want[i] {
+				t.Errorf("over %v: step %d accepted %d, want %d", over, i, paid[i], want[i])
+			}
+		}
+	}
+}
