@@ -1,6 +1,8 @@
 package nft
 
 import (
+	"strings"
+
 	"github.com/alecthomas/participle/v2"
 	"github.com/alecthomas/participle/v2/lexer"
 )
@@ -85,7 +87,7 @@ type TableItem struct {
 	Define  *Define    `parser:" | @@"`
 	Flags   []string   `parser:" | 'flags' @Word ( ',' @Word )*"`
 	Comment *string    `parser:" | 'comment' @String"`
-	Object  *Object    `parser:" | @@ )"`
+	Object  *Object    `parser:" | ~('chain' | 'set' | 'map') @@ )"`
 }
 
 // ChainDecl is "name { ... }".
@@ -108,7 +110,29 @@ type ChainItem struct {
 	Devices *Value    `parser:" | 'devices' '=' @@"`
 	Comment *string   `parser:" | 'comment' @String"`
 	Flags   []string  `parser:" | 'flags' @Word ( ',' @Word )*"`
-	Rule    *Rule     `parser:" | @@ )"`
+	Rule    *Rule     `parser:" | @@"`
+	Unread  *Unread   `parser:" | @@ )"`
+}
+
+// Unread is a rule the grammar cannot read, kept as its tokens: it is
+// an error where a hook reaches it, as a construct bpfwall does not
+// compile is, and the chain around it is read.
+type Unread struct {
+	Pos    lexer.Position
+	Tokens []*RestTok `parser:"@@+"`
+}
+
+// text is the rule's tokens, nested blocks elided.
+func (u *Unread) text() string {
+	var words []string
+	for _, t := range u.Tokens {
+		if t.Nested != nil {
+			words = append(words, "{ … }")
+		} else {
+			words = append(words, t.Token)
+		}
+	}
+	return strings.Join(words, " ")
 }
 
 // HookSpec is "type T hook H [device D] priority P".
@@ -155,17 +179,18 @@ type SetType struct {
 	Value []string `parser:"( ':' @Word ( '.' @Word )* )?"`
 }
 
-// Typeof is "typeof expr [: expr]".
+// Typeof is "typeof expr [: expr]", kept as tokens: what a set holds is
+// read from its elements and the keys that look it up.
 type Typeof struct {
-	Key   *Selector `parser:"@@"`
-	Value *Selector `parser:"( ':' ( @@"`
-	Word  string    `parser:"      | @Word ) )?"`
+	Tokens []string `parser:"@~(EOL | '{' | '}')+"`
 }
 
 // Object is a stateful object, flowtable or anything else declared in a
 // table with a block bpfwall does not read: "ct helper ftp { ... }".
 type Object struct {
-	Pos   lexer.Position
+	Pos lexer.Position
+	// Never "chain", "set" or "map": a chain whose rules the grammar
+	// cannot read must be a syntax error, not an object skipped unread.
 	Words []string `parser:"@(Word | String | Number)+"`
 	Body  *Block   `parser:"@@"`
 }

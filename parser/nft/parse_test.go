@@ -301,3 +301,21 @@ func TestUnsupportedLowersToError(t *testing.T) {
 		}
 	}
 }
+
+// TestUnreadRuleKeepsChain: a rule the grammar cannot read is an error
+// where its hook reaches it. The chain around it was once read as an
+// unknown object and dropped, with its policy: everything was accepted.
+func TestUnreadRuleKeepsChain(t *testing.T) {
+	src := "table ip f {\n chain in {\n  type filter hook input priority 0; policy drop;\n  fib saddr . iif oif 0 drop\n  tcp dport 22 accept\n }\n}\n"
+	rs, err := Parse("t.nft", []byte(src), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := rs.Table("filter").Chain("INPUT"); c == nil || c.Policy != rules.PolicyDrop || len(c.Rules) < 2 {
+		t.Fatalf("INPUT is %+v, want the base chain with its policy and its rules", c)
+	}
+	_, err = ir.Lower(rs, ir.LowerOptions{})
+	if want := `which bpfwall cannot read, match is not supported`; err == nil || !strings.Contains(err.Error(), "t.nft:4:") || !strings.Contains(err.Error(), want) {
+		t.Errorf("lower: %v, want %q", err, want)
+	}
+}

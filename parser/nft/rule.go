@@ -151,6 +151,11 @@ func (b *ruleBuilder) emit(a action) {
 func (b *ruleBuilder) translate() []outRule {
 	b.rv = resolver{errs: b.errs}
 	nerr := len(*b.errs)
+	if b.src.unread != "" {
+		b.unsupported(b.src.pos, fmt.Sprintf("rule %q, which bpfwall cannot read,", b.src.unread))
+		b.emit(action{kind: actNone})
+		return b.out
+	}
 	groups, skip, ok := b.mergeGroups()
 	if !ok {
 		return nil

@@ -52,6 +52,8 @@ type baseHook struct {
 type srcRule struct {
 	pos  rules.Pos
 	ast  *Rule
+	// unread is the text of a rule the grammar could not read.
+	unread string
 	env  *env // the variables defined where the rule was read
 	file string
 }
@@ -60,8 +62,7 @@ type set struct {
 	name     string
 	pos      rules.Pos
 	isMap    bool
-	keyType  []string // "type" words, or for typeof the selector text
-	typeof   *Selector
+	keyType  []string // "type" words, or for typeof the expression's text
 	valType  string
 	flags    []string
 	elems    []*Elem
@@ -307,6 +308,8 @@ func (rd *reader) chainBody(c *chain, body *ChainBody, e *env) {
 			}
 		case it.Rule != nil:
 			c.rules = append(c.rules, &srcRule{pos: pos, ast: it.Rule, env: e, file: pos.File})
+		case it.Unread != nil:
+			c.rules = append(c.rules, &srcRule{pos: pos, ast: &Rule{Pos: it.Pos}, unread: it.Unread.text(), env: e, file: pos.File})
 		}
 	}
 }
@@ -409,14 +412,8 @@ func (rd *reader) addSet(t *table, isMap bool, name string, pos rules.Pos, items
 			s.keyType = it.Type.Key
 			s.valType = strings.Join(it.Type.Value, ".")
 		case it.Typeof != nil:
-			s.typeof = it.Typeof.Key
-			s.keyType = nil
-			for _, a := range it.Typeof.Key.Atoms {
-				s.keyType = append(s.keyType, a.text())
-			}
-			if it.Typeof.Word != "" {
-				s.valType = it.Typeof.Word
-			}
+			key, val, _ := strings.Cut(strings.Join(it.Typeof.Tokens, " "), " : ")
+			s.keyType, s.valType = []string{key}, val
 		case it.Flags != nil:
 			s.flags = append(s.flags, it.Flags...)
 		case it.Elements != nil:
