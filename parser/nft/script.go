@@ -50,12 +50,12 @@ type baseHook struct {
 }
 
 type srcRule struct {
-	pos  rules.Pos
-	ast  *Rule
+	pos rules.Pos
+	ast *Rule
 	// unread is the text of a rule the grammar could not read.
 	unread string
-	env  *env // the variables defined where the rule was read
-	file string
+	env    *env // the variables defined where the rule was read
+	file   string
 }
 
 type set struct {
