@@ -641,8 +641,11 @@ func (c *compiler) rejectICMPv6Checks(noReply string) {
 	b.mark(done)
 }
 
-// Protocols whose checksum nf_reject_verify_csum does not check.
-var uncheckedProtos = []int32{47, 50, 51, protoSCTP, protoUDPLite, protoDCCP}
+// Protocols whose checksum nf_reject_verify_csum does not check: GRE,
+// ESP, AH, SCTP, UDP-Lite. (DCCP left the list when Linux 6.16 retired
+// DCCP: its checksum is checked as any other protocol's, as the random
+// differential test found.)
+var uncheckedProtos = []int32{47, 50, 51, protoSCTP, protoUDPLite}
 
 // rejectVerifyChecksum: the kernel replies only to a packet whose
 // transport checksum is right (nf_reject_verify_csum, nf_ip_checksum,
