@@ -123,9 +123,11 @@ type Unread struct {
 }
 
 // text is the rule's tokens, nested blocks elided.
-func (u *Unread) text() string {
+func (u *Unread) text() string { return restText(u.Tokens) }
+
+func restText(toks []*RestTok) string {
 	var words []string
-	for _, t := range u.Tokens {
+	for _, t := range toks {
 		if t.Nested != nil {
 			words = append(words, "{ … }")
 		} else {
@@ -270,10 +272,12 @@ type ElementCmd struct {
 	Elems *SetLit   `parser:"@@"`
 }
 
-// Rule is a sequence of terms.
+// Rule is a sequence of terms. Rest holds what follows on the line when
+// the terms end early: the whole rule is then one the grammar cannot read.
 type Rule struct {
 	Pos   lexer.Position
-	Terms []*Term `parser:"@@+"`
+	Terms []*Term    `parser:"@@+"`
+	Rest  []*RestTok `parser:"@@*"`
 }
 
 // Term is one expression or statement of a rule.

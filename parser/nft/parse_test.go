@@ -311,11 +311,27 @@ func TestUnreadRuleKeepsChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := rs.Table("filter").Chain("INPUT"); c == nil || c.Policy != rules.PolicyDrop || len(c.Rules) < 2 {
+	if c := rs.Table("filter").Chain("INPUT"); c == nil || c.Policy != rules.PolicyDrop || len(c.Rules) != 2 {
 		t.Fatalf("INPUT is %+v, want the base chain with its policy and its rules", c)
 	}
 	_, err = ir.Lower(rs, ir.LowerOptions{})
 	if want := `which bpfwall cannot read, match is not supported`; err == nil || !strings.Contains(err.Error(), "t.nft:4:") || !strings.Contains(err.Error(), want) {
 		t.Errorf("lower: %v, want %q", err, want)
+	}
+}
+
+// TestUnreadRuleInScript: "add rule" with a rule the grammar reads only
+// the start of is one rule, refused where it is reached.
+func TestUnreadRuleInScript(t *testing.T) {
+	src := "add table ip f\nadd chain ip f in { type filter hook input priority 0; policy drop; }\nadd rule ip f in fib saddr . iif oif 0 drop\nadd rule ip f in tcp dport 22 accept\n"
+	rs, err := Parse("t.nft", []byte(src), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := rs.Table("filter").Chain("INPUT"); c == nil || len(c.Rules) != 2 {
+		t.Fatalf("INPUT is %+v, want two rules", c)
+	}
+	if _, err := ir.Lower(rs, ir.LowerOptions{}); err == nil || !strings.Contains(err.Error(), `t.nft:3:18: rule "… 0 drop", which bpfwall cannot read`) {
+		t.Errorf("lower: %v", err)
 	}
 }

@@ -306,6 +306,8 @@ func (rd *reader) chainBody(c *chain, body *ChainBody, e *env) {
 			if c.hook != nil {
 				c.hook.devices = append(c.hook.devices, rd.words(it.Devices, e)...)
 			}
+		case it.Rule != nil && len(it.Rule.Rest) > 0:
+			c.rules = append(c.rules, &srcRule{pos: pos, ast: &Rule{Pos: it.Rule.Pos}, unread: "… " + restText(it.Rule.Rest), env: e, file: pos.File})
 		case it.Rule != nil:
 			c.rules = append(c.rules, &srcRule{pos: pos, ast: it.Rule, env: e, file: pos.File})
 		case it.Unread != nil:
@@ -601,6 +603,9 @@ func (rd *reader) ruleCommand(c *Command, pos rules.Pos, e *env) {
 			return
 		}
 		r := &srcRule{pos: toPos(rc.Rule.Pos), ast: rc.Rule, env: e, file: pos.File}
+		if len(rc.Rule.Rest) > 0 {
+			r.ast, r.unread = &Rule{Pos: rc.Rule.Pos}, "… "+restText(rc.Rule.Rest)
+		}
 		if c.Verb == "insert" {
 			ch.rules = slices.Insert(ch.rules, 0, r)
 		} else {
