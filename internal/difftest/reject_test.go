@@ -839,7 +839,48 @@ func TestRejectRandomAgainstKernel(t *testing.T) {
 		t.Run(fam.String(), func(t *testing.T) {
 			topo.compareRejects(t, root, rejectCase{fam: fam, rules: text, probes: probes, minReplies: n / 10})
 		})
+		// The same frames through FORWARD, to an address beyond the
+		// firewall; only those routing hands to FORWARD (Forwarded).
+		ftext := strings.ReplaceAll(text, "-A INPUT", "-A FORWARD")
+		dst := net.IP{198, 51, 100, 7}
+		if fam == rules.IPv6 {
+			dst = net.ParseIP("2001:db8:1::7")
+		}
+		var fprobes []rejectProbe
+		for _, p := range probes {
+			f := readdress(p.frame, fam, dst)
+			pkt, err := ir.Decode(f, ir.Meta{})
+			if err != nil || Forwarded(pkt, f) != "" {
+				continue
+			}
+			fprobes = append(fprobes, rejectProbe{name: p.name, frame: f})
+		}
+		t.Run("forward/"+fam.String(), func(t *testing.T) {
+			topo.compareRejects(t, root, rejectCase{fam: fam, rules: ftext, chain: "FORWARD", probes: fprobes, minReplies: len(fprobes) / 10})
+		})
 	}
+}
+
+// readdress is a frame aimAtFirewall made, sent to dst instead.
+func readdress(frame []byte, fam rules.Family, dst net.IP) []byte {
+	f := bytes.Clone(frame)
+	ip := f[14:]
+	if fam == rules.IPv4 {
+		old := bytes.Clone(ip[12:20])
+		copy(ip[16:20], dst.To4())
+		adjust(ip, 10, old, ip[12:20])
+		hl := int(ip[0]&0xf) * 4
+		if binary.BigEndian.Uint16(ip[6:])&0x1fff == 0 && hl >= 20 && len(ip) >= hl {
+			adjustL4(ip[hl:], ip[9], old, ip[12:20], false)
+		}
+		return f
+	}
+	old := bytes.Clone(ip[8:40])
+	copy(ip[24:40], dst.To16())
+	if off, proto, ok := upperOffset(ip); ok {
+		adjustL4(ip[off:], proto, old, ip[8:40], true)
+	}
+	return f
 }
 
 // rejectRandomRules reset TCP and reject everything else.
@@ -878,31 +919,38 @@ func aimAtFirewall(frame []byte, fam rules.Family) []byte {
 		old := bytes.Clone(ip[8:40])
 		copy(ip[8:24], senderAddr6.AsSlice())
 		copy(ip[24:40], fwAddr6.AsSlice())
-		off, proto := 40, ip[6]
-		for steps := 0; steps < 8; steps++ {
-			switch proto {
-			case 0, 43, 60:
-				if len(ip) < off+2 {
-					return f
-				}
-				proto, off = ip[off], off+8*(int(ip[off+1])+1)
-				continue
-			case 44:
-				if len(ip) < off+8 || binary.BigEndian.Uint16(ip[off+2:])&0xfff8 != 0 {
-					return f
-				}
-				proto, off = ip[off], off+8
-				continue
-			}
-			break
-		}
-		if off <= len(ip) {
+		if off, proto, ok := upperOffset(ip); ok {
 			adjustL4(ip[off:], proto, old, ip[8:40], true)
 		}
 	default:
 		return nil
 	}
 	return f
+}
+
+// upperOffset walks an IPv6 packet's extension headers to the transport
+// header, as far as the generated frames need; false for a non-first
+// fragment or a walk that leaves the packet.
+func upperOffset(ip []byte) (int, byte, bool) {
+	off, proto := 40, ip[6]
+	for steps := 0; steps < 8; steps++ {
+		switch proto {
+		case 0, 43, 60:
+			if len(ip) < off+2 {
+				return 0, 0, false
+			}
+			proto, off = ip[off], off+8*(int(ip[off+1])+1)
+			continue
+		case 44:
+			if len(ip) < off+8 || binary.BigEndian.Uint16(ip[off+2:])&0xfff8 != 0 {
+				return 0, 0, false
+			}
+			proto, off = ip[off], off+8
+			continue
+		}
+		break
+	}
+	return off, proto, off <= len(ip)
 }
 
 // adjustL4 updates the transport checksum of l4 for the change of the
