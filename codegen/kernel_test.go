@@ -281,45 +281,57 @@ func (l *loaded) run(data []byte, dev device, mark uint32) (_ ir.Verdict, _ code
 	return v, d, nil
 }
 
-// clock sets st's clocks to the time the program last read them: the
-// latest update of its token buckets of each kind (a packet that reached
-// no bucket reads no clock).
+// clock sets st's clocks to the times the program read them for pkt: each
+// rate-limit match reads its own (a tick may fall between two matches of
+// one packet), which its token bucket or hashlimit entry keeps. Jiffies
+// and Nanos, for matches the packet did not reach, are the latest.
 func (l *loaded) clock(t *testing.T, st *ir.State, pkt *ir.Packet) {
 	t.Helper()
-	// The entries of the packet's keys.
-	for _, r := range l.p.IR.Rules {
-		for _, x := range r.Matches {
-			h, ok := x.(ir.HashLimit)
-			if !ok || pkt == nil || pkt.Family != l.p.IR.Family {
-				continue
+	prev := func(m ir.Match) (uint64, bool) {
+		switch m := m.(type) {
+		case ir.HashLimit:
+			if pkt == nil || pkt.Family != l.p.IR.Family {
+				return 0, false
 			}
 			var e codegen.HashEntry
-			if err := l.coll.Maps[codegen.HashLimitMap(h.Table)].Lookup(codegen.HashKeyOf(h, pkt), &e); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			err := l.coll.Maps[codegen.HashLimitMap(m.Table)].Lookup(codegen.HashKeyOf(m, pkt), &e)
+			if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 				t.Fatalf("look the hashlimit entry up: %v", err)
-			} else if err == nil {
-				st.Jiffies = max(st.Jiffies, e.Prev)
+			}
+			return e.Prev, err == nil
+		case ir.Limit:
+			return l.bucketPrev(t, m.Bucket)
+		case ir.RateLimit:
+			return l.bucketPrev(t, m.Bucket)
+		}
+		return 0, false
+	}
+	st.Clock = prev
+	for _, r := range l.p.IR.Rules {
+		for _, m := range r.Matches {
+			now, ok := prev(m)
+			switch m.(type) {
+			case ir.RateLimit:
+				if ok {
+					st.Nanos = max(st.Nanos, now)
+				}
+			case ir.Limit, ir.HashLimit:
+				if ok {
+					st.Jiffies = max(st.Jiffies, now)
+				}
 			}
 		}
 	}
-	m := l.coll.Maps[codegen.LimitsMap]
-	if m == nil {
-		return
+}
+
+// bucketPrev is when token bucket i was last updated, if ever.
+func (l *loaded) bucketPrev(t *testing.T, i int) (uint64, bool) {
+	t.Helper()
+	var b codegen.Bucket
+	if err := l.coll.Maps[codegen.LimitsMap].Lookup(uint32(i), &b); err != nil {
+		t.Fatal(err)
 	}
-	kinds := codegen.BucketKinds(l.p)
-	for i, nft := range kinds {
-		var b codegen.Bucket
-		if err := m.Lookup(uint32(i), &b); err != nil {
-			t.Fatal(err)
-		}
-		if b.Started == 0 {
-			continue
-		}
-		if nft {
-			st.Nanos = max(st.Nanos, b.Prev)
-		} else {
-			st.Jiffies = max(st.Jiffies, b.Prev)
-		}
-	}
+	return b.Prev, b.Started != 0
 }
 
 // counters returns the counters summed over CPUs.

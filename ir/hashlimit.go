@@ -134,7 +134,7 @@ func (m HashLimit) key(pkt *Packet) hlKey {
 // hotdrop when the table has no room for a new key.
 func (s *State) hashlimit(m HashLimit, pkt *Packet) outcome {
 	hz := s.hz()
-	now := s.Jiffies
+	now := s.now(m, s.Jiffies)
 	capacity, cost := m.Credits(hz)
 	if s.tables == nil {
 		s.tables = make(map[int]map[hlKey]*hlEntry)

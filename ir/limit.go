@@ -107,6 +107,12 @@ type State struct {
 	Jiffies, Nanos uint64
 	// HZ is the kernel's tick rate; DefaultHZ when zero.
 	HZ int
+	// Clock, when set, gives the time a rate-limit match (Limit,
+	// RateLimit, HashLimit) reads, in its unit, when ok; Jiffies or Nanos
+	// otherwise. The kernel reads its clock anew at each match, so two
+	// matches one packet reaches may see different ticks; tests that read
+	// the times back from a program's buckets set it.
+	Clock func(m Match) (now uint64, ok bool)
 
 	buckets map[int]*bucket
 	tables  map[int]map[hlKey]*hlEntry // HashLimit tables
@@ -116,6 +122,16 @@ type State struct {
 // or nanoseconds), credit the credits (u32 for Limit) or tokens.
 type bucket struct {
 	prev, credit uint64
+}
+
+// now is the time m reads: Clock's answer, or fallback.
+func (s *State) now(m Match, fallback uint64) uint64 {
+	if s.Clock != nil {
+		if t, ok := s.Clock(m); ok {
+			return t
+		}
+	}
+	return fallback
 }
 
 func (s *State) hz() int {
@@ -142,9 +158,10 @@ func (s *State) bucket(id int, full uint64, now uint64) *bucket {
 func (s *State) limit(m Limit) bool {
 	hz := s.hz()
 	capacity, cost := m.Credits(hz)
-	b := s.bucket(m.Bucket, uint64(capacity), s.Jiffies)
-	increase := uint32((s.Jiffies - b.prev) * uint64(CreditsPerJiffy(hz)))
-	b.prev = s.Jiffies
+	now := s.now(m, s.Jiffies)
+	b := s.bucket(m.Bucket, uint64(capacity), now)
+	increase := uint32((now - b.prev) * uint64(CreditsPerJiffy(hz)))
+	b.prev = now
 	credit := uint32(b.credit) + increase
 	credit = min(credit, capacity)
 	ok := credit >= cost
@@ -159,10 +176,11 @@ func (s *State) limit(m Limit) bool {
 // statement does not break it).
 func (s *State) rateLimit(m RateLimit, length uint64) bool {
 	tokensMax, _ := m.TokensMax()
-	b := s.bucket(m.Bucket, tokensMax, s.Nanos)
-	tokens := b.credit + s.Nanos - b.prev
+	now := s.now(m, s.Nanos)
+	b := s.bucket(m.Bucket, tokensMax, now)
+	tokens := b.credit + now - b.prev
 	tokens = min(tokens, tokensMax)
-	b.prev = s.Nanos
+	b.prev = now
 	if delta := int64(tokens - m.Cost(length)); delta >= 0 {
 		b.credit = uint64(delta)
 		return !m.Over

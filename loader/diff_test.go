@@ -80,50 +80,45 @@ func checkAgainstEval(t *testing.T, prog *codegen.Program, seed uint64, n int) {
 	}
 }
 
-// clock sets st's time to when the program last ran, as the token
-// buckets it touched say.
+// clock sets st's clocks to the times the program read them for pkt: each
+// rate-limit match reads its own, which its token bucket or hashlimit
+// entry keeps (see codegen's kernel test); Jiffies and Nanos are the
+// latest.
 func clock(t *testing.T, l *Loaded, st *ir.State, pkt *ir.Packet) {
 	t.Helper()
-	// The hashlimit entries of the packet's keys.
-	for _, r := range l.Program.IR.Rules {
-		for _, x := range r.Matches {
-			h, ok := x.(ir.HashLimit)
-			if !ok || pkt.Family != l.Program.IR.Family {
-				continue
-			}
-			var e codegen.HashEntry
-			if err := l.coll.Maps[codegen.HashLimitMap(h.Table)].Lookup(codegen.HashKeyOf(h, pkt), &e); err == nil {
-				st.Jiffies = max(st.Jiffies, e.Prev)
-			}
-		}
-	}
-	m := l.coll.Maps[codegen.LimitsMap]
-	if m == nil {
-		return
-	}
-	nft := map[int]bool{}
-	for _, r := range l.Program.IR.Rules {
-		for _, m := range r.Matches {
-			switch m := m.(type) {
-			case ir.Limit:
-				nft[m.Bucket] = false
-			case ir.RateLimit:
-				nft[m.Bucket] = true
-			}
-		}
-	}
-	for i, nft := range nft {
+	bucket := func(i int) (uint64, bool) {
 		var b codegen.Bucket
-		if err := m.Lookup(uint32(i), &b); err != nil {
+		if err := l.coll.Maps[codegen.LimitsMap].Lookup(uint32(i), &b); err != nil {
 			t.Fatal(err)
 		}
-		if b.Started == 0 {
-			continue
+		return b.Prev, b.Started != 0
+	}
+	st.Clock = func(m ir.Match) (uint64, bool) {
+		switch m := m.(type) {
+		case ir.HashLimit:
+			var e codegen.HashEntry
+			if pkt.Family != l.Program.IR.Family {
+				return 0, false
+			}
+			err := l.coll.Maps[codegen.HashLimitMap(m.Table)].Lookup(codegen.HashKeyOf(m, pkt), &e)
+			return e.Prev, err == nil
+		case ir.Limit:
+			return bucket(m.Bucket)
+		case ir.RateLimit:
+			return bucket(m.Bucket)
 		}
-		if nft {
-			st.Nanos = max(st.Nanos, b.Prev)
-		} else {
-			st.Jiffies = max(st.Jiffies, b.Prev)
+		return 0, false
+	}
+	// Matches the packet did not reach (or a full hashlimit table's new
+	// key) read the latest time.
+	for _, r := range l.Program.IR.Rules {
+		for _, m := range r.Matches {
+			now, ok := st.Clock(m)
+			if _, nft := m.(ir.RateLimit); ok && nft {
+				st.Nanos = max(st.Nanos, now)
+			} else if ok {
+				st.Jiffies = max(st.Jiffies, now)
+			}
 		}
 	}
 }
