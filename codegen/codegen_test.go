@@ -2,6 +2,7 @@ package codegen_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -109,5 +110,37 @@ func TestCompileErrors(t *testing.T) {
 	rs := b.String()
 	if _, err := compileTextErr(t, rs, rules.IPv4, codegen.HookXDP); err == nil || !strings.Contains(err.Error(), "65 interface names, more than the 64") {
 		t.Errorf("65 interface names: %v", err)
+	}
+}
+
+// TestIngressStateWarnings: a program that looks the conntrack state up
+// before conntrack runs says which rules that touches; tc-egress, which
+// reads the state conntrack gave, has nothing to say.
+func TestIngressStateWarnings(t *testing.T) {
+	src := "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT DROP [0:0]\n" +
+		"-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n" +
+		"-A INPUT -p tcp --dport 22 -j ACCEPT\n" +
+		"-A INPUT -m state --state INVALID -j DROP\n" +
+		"-A OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n" +
+		"COMMIT\n"
+	for _, hook := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress} {
+		p := compileText(t, src, rules.IPv4, hook)
+		var lines []int
+		for _, w := range p.Warnings {
+			lines = append(lines, w.Pos.Line)
+			if !strings.Contains(w.Msg, "out-of-window") || !strings.Contains(w.Msg, "ICMP echo") {
+				t.Errorf("%s: warning %q does not name both limits", hook, w.Msg)
+			}
+		}
+		if !slices.Equal(lines, []int{5, 7}) {
+			t.Errorf("%s: warnings on lines %v, want [5 7]", hook, lines)
+		}
+	}
+	p, err := compileChain(t, src, rules.IPv4, "OUTPUT", codegen.HookTCEgress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Warnings) != 0 {
+		t.Errorf("tc-egress: warnings %v", p.Warnings)
 	}
 }

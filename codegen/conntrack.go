@@ -555,3 +555,28 @@ func (c *compiler) ctLookup(proto int32, found string) {
 		asm.JNE.Imm(asm.R0, 0, found),
 	)
 }
+
+// ingressStateWarnings names the rules whose conntrack state an ingress
+// program looks up before conntrack has seen the packet: the kfuncs find
+// the connection but do not run conntrack's TCP state machine, and they
+// look up TCP and UDP only (ir.ConnUnknown). Both are documented limits;
+// the warning tells the operator which rules they touch.
+func ingressStateWarnings(p *ir.Program, hook Hook) []*rules.Error {
+	if hook != HookXDP && hook != HookTCIngress {
+		return nil
+	}
+	var out []*rules.Error
+	for _, r := range p.Rules {
+		for _, m := range r.Matches {
+			if _, ok := m.(ir.CTState); ok {
+				out = append(out, rules.Errorf(r.Pos, "conntrack state on %s is looked up before conntrack sees the packet: "+
+					"TCP segments of a known connection are not checked against its window (netfilter finds out-of-window ones INVALID), "+
+					"and packets whose state the lookup cannot tell (ICMP echo and other ICMP queries, protocols other than TCP and UDP) are dropped here; "+
+					"tc-egress reads the state conntrack gave", hook))
+				break
+			}
+		}
+	}
+	return out
+}
+

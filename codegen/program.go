@@ -41,6 +41,11 @@ type Program struct {
 
 	Level int
 
+	// Warnings say, rule by rule, where the program knows less than
+	// netfilter by design, so that some packets may get another verdict
+	// (see ingressStateWarnings).
+	Warnings []*rules.Error
+
 	// unreachable lists the rules that have no code: no packet reaches them.
 	unreachable []*ir.Rule
 	// removed lists the rules the ir passes removed.
@@ -140,12 +145,13 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 		return nil, fmt.Errorf("compile for %s: %d rules make %d instructions, more than the %d a BPF program may have", opts.Hook, len(p.Rules), n, maxInstructions)
 	}
 	out := &Program{
-		IR:      orig,
-		Hook:    opts.Hook,
-		Level:   opts.Level,
-		Ifaces:  c.ifaces,
-		Spec:    c.spec(insns),
-		removed: p.Removed,
+		IR:       orig,
+		Hook:     opts.Hook,
+		Level:    opts.Level,
+		Ifaces:   c.ifaces,
+		Spec:     c.spec(insns),
+		removed:  p.Removed,
+		Warnings: ingressStateWarnings(p, opts.Hook),
 	}
 	for _, r := range p.Rules {
 		if removed[c.b.canonical(ruleLabel(r))] {

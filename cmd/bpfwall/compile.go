@@ -66,7 +66,12 @@ func (f *compileFlags) compile(file string, stderr io.Writer) (*codegen.Program,
 	if err != nil {
 		return nil, err
 	}
-	return codegen.Compile(prog, codegen.Options{Hook: hook, Level: f.level()})
+	out, err := codegen.Compile(prog, codegen.Options{Hook: hook, Level: f.level()})
+	if err != nil {
+		return nil, err
+	}
+	printWarnings(stderr, out.Warnings)
+	return out, nil
 }
 
 // level is the optimization level the flags select: -O1 unless -O0.

@@ -147,8 +147,9 @@ func (t target) chain(flag string) string {
 	return "INPUT"
 }
 
-// compileFor lowers and compiles rs's chain for t's hook.
-func compileFor(rs *rules.Ruleset, t target, chain string) (*codegen.Program, error) {
+// compileFor lowers and compiles rs's chain for t's hook, and prints the
+// program's warnings to stderr.
+func compileFor(rs *rules.Ruleset, t target, chain string, stderr io.Writer) (*codegen.Program, error) {
 	table := "filter"
 	if t.place.Hook == codegen.HookSkLookup {
 		table = "mangle"
@@ -157,7 +158,12 @@ func compileFor(rs *rules.Ruleset, t target, chain string) (*codegen.Program, er
 	if err != nil {
 		return nil, err
 	}
-	return codegen.Compile(p, codegen.Options{Hook: t.place.Hook})
+	prog, err := codegen.Compile(p, codegen.Options{Hook: t.place.Hook})
+	if err != nil {
+		return nil, err
+	}
+	printWarnings(stderr, prog.Warnings)
+	return prog, nil
 }
 
 // swapFlags are the flags of the commands that attach programs.

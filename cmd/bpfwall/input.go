@@ -118,9 +118,15 @@ func (f *inputFlags) load(name string, stderr io.Writer) (*rules.Ruleset, error)
 	}
 	rs, err = iptables.Parse(displayName, src, opts)
 	if rs != nil {
-		for _, w := range rs.Warnings {
-			fmt.Fprintf(stderr, "%s: warning: %s\n", w.Pos, w.Msg)
-		}
+		printWarnings(stderr, rs.Warnings)
 	}
 	return rs, err
 }
+
+// printWarnings writes warnings as FILE:LINE:COL: warning: MESSAGE.
+func printWarnings(w io.Writer, warnings []*rules.Error) {
+	for _, x := range warnings {
+		fmt.Fprintf(w, "%s: warning: %s\n", x.Pos, x.Msg)
+	}
+}
+

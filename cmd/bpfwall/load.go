@@ -41,7 +41,7 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	t := targets[0]
-	prog, err := compileFor(rs, t, t.chain(f.chain))
+	prog, err := compileFor(rs, t, t.chain(f.chain), stderr)
 	if err != nil {
 		return reportRuleErrors(err, false, stderr)
 	}

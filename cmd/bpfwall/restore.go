@@ -82,9 +82,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 		}
 		rs, err := iptables.Parse(display, src, opts)
 		if rs != nil {
-			for _, w := range rs.Warnings {
-				fmt.Fprintf(stderr, "%s: warning: %s\n", w.Pos, w.Msg)
-			}
+			printWarnings(stderr, rs.Warnings)
 		}
 		if err != nil {
 			return reportRuleErrors(err, true, stderr)
@@ -100,7 +98,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 				}
 			}
 		}
-		prog, err := compileFor(rs, t, t.chain(f.chain))
+		prog, err := compileFor(rs, t, t.chain(f.chain), stderr)
 		if err != nil {
 			return reportRuleErrors(err, true, stderr)
 		}
