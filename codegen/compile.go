@@ -13,7 +13,10 @@ import (
 
 // compiler holds the state of one compilation.
 type compiler struct {
-	p    *ir.Program
+	p *ir.Program
+	// orig is p before the optimizer: what ir.Eval evaluates, and what
+	// decides how much of a first fragment the program needs.
+	orig *ir.Program
 	hook Hook
 	b    *builder // where code goes now
 	errs rules.ErrorList
@@ -235,6 +238,9 @@ func (c *compiler) main() {
 		ja(symMainEnd),
 	)
 	b.mark(symMainChain)
+	if c.p.Reassembled {
+		c.fragmentGate()
+	}
 	if c.ct {
 		b.emit(
 			movr(asm.R1, asm.R6),

@@ -7,6 +7,10 @@ import "bpfwall/ir"
 // compare.
 func DecisionFor(r ir.Result) Decision {
 	switch {
+	case r.Skipped == ir.SkipLaterFragment:
+		return Decision{Kind: LaterFragment}
+	case r.Skipped == ir.SkipTinyFragment:
+		return Decision{Kind: TinyFragment}
 	case r.Skipped != "" && r.Verdict == ir.VerdictDrop:
 		return Decision{Kind: SkippedInvalid}
 	case r.Skipped != "":

@@ -337,7 +337,7 @@ func (c *compiler) parseIPv4() {
 		asm.LSh.Imm(asm.R1, 3),
 		st(asm.R7, pktFragOff, asm.R1, asm.Word),
 	)
-	if c.ct {
+	if c.fragFlag() {
 		notFrag := b.fresh("not_fragment")
 		b.emit(
 			ld(asm.R1, asm.R10, parseBuf+6, asm.Half),
@@ -517,13 +517,13 @@ func (c *compiler) parseIPv6() {
 		stImm(asm.R0, extFragOff, 0, asm.DWord),
 		stImm(asm.R0, extAuth, 0, asm.DWord),
 	)
-	if c.ct {
+	if c.fragFlag() {
 		b.emit(stImm(asm.R0, extFrag, 0, asm.DWord))
 	}
 	c.bpfLoop(maxExtHeaders, symExtHdrs)
 	c.loopResult()
 	b.emit(ld(asm.R1, asm.R3, extAuth, asm.DWord))
-	if c.ct {
+	if c.fragFlag() {
 		b.emit(
 			ld(asm.R2, asm.R3, extFrag, asm.DWord),
 			asm.Or.Reg(asm.R1, asm.R2),
@@ -951,7 +951,7 @@ func (c *compiler) extHeadersCallback() {
 		ja("ext_advance"),
 	)
 	b.mark("ext_fragment")
-	if c.ct {
+	if c.fragFlag() {
 		b.emit(
 			stImm(asm.R6, extFrag, flagFragment, asm.DWord),
 		)
@@ -1063,3 +1063,7 @@ func (c *compiler) tcpOptionsCallback() {
 	b.mark("opt_done")
 	b.emit(mov(asm.R0, 1), asm.Return())
 }
+
+// fragFlag reports whether parse sets flagFragment: conntrack and the
+// reassembled view (ir.Program.Reassembled) need it.
+func (c *compiler) fragFlag() bool { return c.ct || c.p.Reassembled }

@@ -98,6 +98,12 @@ const (
 	SkippedNotIP    = 5 // passed: not IP, or the other family
 	NoSocket        = 6 // sk-lookup: dropped, Rule's TPROXY socket does not exist
 	AssignFailed    = 7 // sk-lookup: dropped, Rule's socket does not fit the lookup
+	// LaterFragment: passed, a non-first fragment of a datagram netfilter
+	// sees reassembled at this chain (ir.SkipLaterFragment).
+	LaterFragment = 8
+	// TinyFragment: dropped, a first fragment without the transport bytes
+	// the program reads (ir.SkipTinyFragment).
+	TinyFragment = 9
 )
 
 // maxInstructions is the kernel's limit on the size of a program
@@ -127,7 +133,7 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 			return nil, fmt.Errorf("compile for %s: %w", opts.Hook, err)
 		}
 	}
-	c := &compiler{p: p, hook: opts.Hook, b: newBuilder(), level: opts.Level, forceLookups: opts.ForceLookups}
+	c := &compiler{p: p, orig: orig, hook: opts.Hook, b: newBuilder(), level: opts.Level, forceLookups: opts.ForceLookups}
 	c.log = c.hasLog()
 	c.check()
 	if err := c.errs.Err(); err != nil {

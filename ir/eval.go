@@ -85,6 +85,18 @@ func (p *Program) TraceState(st *State, pkt *Packet, counted func(*Rule)) (res R
 		return Result{Verdict: VerdictAccept, Skipped: fmt.Sprintf("%s packet, %s rule set", pkt.Family, p.Family)}
 	case pkt.Invalid != "":
 		return Result{Verdict: VerdictDrop, Skipped: pkt.Invalid}
+	case p.Reassembled && pkt.fragment():
+		// The first fragment stands for the reassembled datagram
+		// (fragment.go).
+		if pkt.FragOffset != 0 {
+			return Result{Verdict: VerdictAccept, Skipped: SkipLaterFragment}
+		}
+		if p.tinyFirstFragment(pkt) {
+			return Result{Verdict: VerdictDrop, Skipped: SkipTinyFragment}
+		}
+		whole := *pkt
+		whole.MoreFragments, whole.FragmentHeader = false, false
+		pkt = &whole
 	}
 	type frame struct{ chain, next int }
 	var stack []frame

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gopacket/gopacket"
@@ -129,20 +130,36 @@ COMMIT
 	})
 }
 
-func TestEvalFragmentsAndHotdrop(t *testing.T) {
-	p := lowerText(t, rules.IPv4, "INPUT", `*filter
+func mustDecode(t *testing.T, frame []byte) *ir.Packet {
+	t.Helper()
+	pkt, err := ir.Decode(frame, ir.Meta{})
+	if err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	return pkt
+}
+
+// fragmentRules test fragments in FORWARD, where netfilter sees each
+// fragment without conntrack, and in INPUT, where IPv4 reassembles first.
+const fragmentRules = `*filter
 :INPUT ACCEPT [0:0]
 :FORWARD ACCEPT [0:0]
 :OUTPUT ACCEPT [0:0]
--A INPUT -s 10.0.0.0/8 -p tcp -m tcp --dport 22 -j ACCEPT
--A INPUT -p udp -m udp --dport 53 -j ACCEPT
--A INPUT -p icmp -m icmp --icmp-type any -j ACCEPT
--A INPUT -p icmp -m icmp --icmp-type 3/1:3 -j DROP
--A INPUT -f -j REJECT
--A INPUT -p tcp -m tcp --dport 22 -j ACCEPT
--A INPUT -p tcp -j DROP
+-A FORWARD -s 10.0.0.0/8 -p tcp -m tcp --dport 22 -j ACCEPT
+-A FORWARD -p udp -m udp --dport 53 -j ACCEPT
+-A FORWARD -p icmp -m icmp --icmp-type any -j ACCEPT
+-A FORWARD -p icmp -m icmp --icmp-type 3/1:3 -j DROP
+-A FORWARD -f -j REJECT
+-A FORWARD -p tcp -m tcp --dport 22 -j ACCEPT
+-A FORWARD -p tcp -j DROP
 COMMIT
-`)
+`
+
+func TestEvalFragmentsAndHotdrop(t *testing.T) {
+	p := lowerText(t, rules.IPv4, "FORWARD", fragmentRules)
+	if p.Reassembled {
+		t.Fatal("FORWARD without conntrack sees fragments, not reassembled datagrams")
+	}
 	tcpHdr := tcpHeader(t, 1000, 22)
 	udpHdr := udp4(t, "192.0.2.1", "192.0.2.2", 1000, 53)[34:42]
 	echo := []byte{8, 0, 0, 0, 0, 1, 0, 1}
@@ -161,6 +178,83 @@ COMMIT
 		{"truncated icmp header", raw4(t, ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolICMPv4), echo[:4]), ir.Meta{}, "DROP hotdrop r2"},
 		{"non-first icmp fragment", frag4(t, layers.IPProtocolICMPv4, 3, false, echo), ir.Meta{}, "REJECT r4"},
 	})
+}
+
+// In INPUT, IPv4 reassembles before netfilter (ip_local_deliver): the
+// first fragment stands for the datagram, later fragments pass, -f never
+// matches and a first fragment too short for the transport header is
+// dropped.
+func TestEvalReassembledFragments(t *testing.T) {
+	p := lowerText(t, rules.IPv4, "INPUT", strings.ReplaceAll(fragmentRules, "-A FORWARD", "-A INPUT"))
+	if !p.Reassembled {
+		t.Fatal("IPv4 INPUT sees reassembled datagrams")
+	}
+	tcpHdr := tcpHeader(t, 1000, 22)
+	udpHdr := udp4(t, "192.0.2.1", "192.0.2.2", 1000, 53)[34:42]
+	echo := []byte{8, 0, 0, 0, 0, 1, 0, 1}
+	runEval(t, p, []evalCase{
+		{"first fragment stands for the datagram", frag4(t, layers.IPProtocolTCP, 0, true, tcpHdr), ir.Meta{}, "ACCEPT r0"},
+		{"first udp fragment", frag4(t, layers.IPProtocolUDP, 0, true, udpHdr), ir.Meta{}, "ACCEPT r1"},
+		{"non-first fragment passes", frag4(t, layers.IPProtocolTCP, 100, true, tcpHdr), ir.Meta{}, "ACCEPT skipped"},
+		{"last fragment passes", frag4(t, layers.IPProtocolTCP, 100, false, tcpHdr), ir.Meta{}, "ACCEPT skipped"},
+		{"tcp fragment at offset 8 passes", frag4(t, layers.IPProtocolTCP, 1, true, tcpHdr), ir.Meta{}, "ACCEPT skipped"},
+		{"tiny first tcp fragment", frag4(t, layers.IPProtocolTCP, 0, true, tcpHdr[:16]), ir.Meta{}, "DROP skipped"},
+		{"tiny first udp fragment", frag4(t, layers.IPProtocolUDP, 0, true, udpHdr[:6]), ir.Meta{}, "DROP skipped"},
+		{"first icmp fragment is not -f", frag4(t, layers.IPProtocolICMPv4, 0, true, echo), ir.Meta{}, "ACCEPT r2"},
+		{"unfragmented packets are unchanged", raw4(t, ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolTCP), tcpHdr[:19]), ir.Meta{}, "DROP hotdrop r5"},
+	})
+	tiny := p.Eval(mustDecode(t, frag4(t, layers.IPProtocolTCP, 0, true, tcpHdr[:16])))
+	if tiny.Skipped != ir.SkipTinyFragment {
+		t.Errorf("tiny first fragment: got %v, want %q", tiny, ir.SkipTinyFragment)
+	}
+	later := p.Eval(mustDecode(t, frag4(t, layers.IPProtocolUDP, 3, false, udpHdr)))
+	if later.Skipped != ir.SkipLaterFragment {
+		t.Errorf("later fragment: got %v, want %q", later, ir.SkipLaterFragment)
+	}
+
+	// A program that reads no transport header needs nothing of it.
+	addrOnly := lowerText(t, rules.IPv4, "INPUT", `*filter
+:INPUT DROP [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -s 10.0.0.0/8 -j ACCEPT
+COMMIT
+`)
+	runEval(t, addrOnly, []evalCase{
+		{"tiny first fragment without transport matches", frag4(t, layers.IPProtocolTCP, 0, true, tcpHdr[:4]), ir.Meta{}, "ACCEPT r0"},
+	})
+}
+
+// Netfilter's INPUT sees the reassembled datagram's length: bpfwall's
+// fragments cannot tell it, so a length match there is refused.
+func TestLowerRefusesLengthOnReassembledChains(t *testing.T) {
+	for _, tc := range []struct {
+		name, chain, rule string
+		fam               rules.Family
+		err               string
+	}{
+		{"ipv4 input", "INPUT", "-A INPUT -m length --length 0:100 -j DROP", rules.IPv4, "rules:5:11: length match in INPUT"},
+		{"output", "OUTPUT", "-A OUTPUT -m length --length 0:100 -j DROP", rules.IPv4, "rules:5:12: length match in OUTPUT"},
+		{"forward with conntrack", "FORWARD", "-A FORWARD -m state --state NEW -m length --length 0:100 -j DROP", rules.IPv4, "length match in FORWARD"},
+		{"ipv6 input with conntrack", "INPUT", "-A INPUT -m state --state NEW -m length --length 0:100 -j DROP", rules.IPv6, "length match in INPUT"},
+		{"ipv6 input", "INPUT", "-A INPUT -m length --length 0:100 -j DROP", rules.IPv6, ""},
+		{"forward", "FORWARD", "-A FORWARD -m length --length 0:100 -j DROP", rules.IPv4, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			text := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" + tc.rule + "\nCOMMIT\n"
+			rs, err := iptables.Parse("rules", []byte(text), iptables.Options{Family: tc.fam, ForceFamily: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = ir.Lower(rs, ir.LowerOptions{Chain: tc.chain})
+			switch {
+			case tc.err == "" && err != nil:
+				t.Errorf("got %v, want no error", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Errorf("got %v, want an error containing %q", err, tc.err)
+			}
+		})
+	}
 }
 
 func TestEvalICMPCodes(t *testing.T) {
@@ -247,7 +341,7 @@ func TestEvalMeta(t *testing.T) {
 -A INPUT -m pkttype --pkt-type multicast -j DROP
 -A INPUT -m mac ! --mac-source 02:00:00:00:00:01 -j DROP
 -A INPUT -m ttl --ttl-lt 64 -j DROP
--A INPUT -m length --length 0:40 -j REJECT
+-A INPUT -m pkttype --pkt-type broadcast -j REJECT
 COMMIT
 `)
 	frame := func(dst string) []byte { return udp4(t, "192.0.2.1", dst, 1, 2) }
@@ -266,7 +360,6 @@ COMMIT
 		{"looped-back ipv4 unicast is broadcast", frame("192.0.2.255"), ir.Meta{CTState: ir.ConnNew, PktType: ir.PacketLoopback}, "REJECT r6"},
 		{"other source mac", otherMAC, newConn, "DROP r4"},
 		{"ttl below 64", build(t, ether(layers.EthernetTypeIPv4), lowTTL, udp(1, 2), gopacket.Payload("data")), newConn, "DROP r5"},
-		{"length of 32 bytes", frame("192.0.2.2"), newConn, "REJECT r6"},
 		{"packet for another host", frame("192.0.2.2"), ir.Meta{PktType: ir.PacketOtherHost}, "DROP skipped"},
 	})
 
@@ -313,13 +406,13 @@ COMMIT
 }
 
 func TestDecodeIPv4Checks(t *testing.T) {
-	p := lowerText(t, rules.IPv4, "INPUT", `*filter
+	p := lowerText(t, rules.IPv4, "FORWARD", `*filter
 :INPUT ACCEPT [0:0]
 :FORWARD ACCEPT [0:0]
 :OUTPUT ACCEPT [0:0]
--A INPUT -p udp -m udp --dport 53 -m length --length 32 -j ACCEPT
--A INPUT -p udp -m udp --dport 53 -j DROP
--A INPUT -j REJECT
+-A FORWARD -p udp -m udp --dport 53 -m length --length 32 -j ACCEPT
+-A FORWARD -p udp -m udp --dport 53 -j DROP
+-A FORWARD -j REJECT
 COMMIT
 `)
 	valid := udp4(t, "192.0.2.1", "192.0.2.2", 1000, 53) // 32 bytes of IP

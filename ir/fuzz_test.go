@@ -1,6 +1,7 @@
 package ir_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/gopacket/gopacket"
@@ -10,17 +11,19 @@ import (
 	"bpfwall/rules"
 )
 
+// fuzzRules4 is in FORWARD, which sees fragments (and a length match),
+// and without the length rule in INPUT, which sees reassembled datagrams.
 const fuzzRules4 = `*filter
-:INPUT DROP [0:0]
-:FORWARD ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:FORWARD DROP [0:0]
 :OUTPUT ACCEPT [0:0]
 :L4 - [0:0]
--A INPUT -f -j ACCEPT
--A INPUT -s 10.0.0.0/8 -j L4
--A INPUT -p tcp -m tcp --tcp-option 2 --syn -j ACCEPT
--A INPUT -p udp -m multiport --ports 53,123 -j ACCEPT
--A INPUT -p icmp -m icmp --icmp-type 8 -j ACCEPT
--A INPUT -m length --length 0:64 -g L4
+-A FORWARD -f -j ACCEPT
+-A FORWARD -s 10.0.0.0/8 -j L4
+-A FORWARD -p tcp -m tcp --tcp-option 2 --syn -j ACCEPT
+-A FORWARD -p udp -m multiport --ports 53,123 -j ACCEPT
+-A FORWARD -p icmp -m icmp --icmp-type 8 -j ACCEPT
+-A FORWARD -m length --length 0:64 -g L4
 -A L4 -p tcp -m tcp --dport 22 -j RETURN
 -A L4 -p udp -m udp --sport 53 -j REJECT
 -A L4 -p sctp -m multiport --dports 5060 -j ACCEPT
@@ -41,7 +44,8 @@ COMMIT
 // FuzzDecodeEval feeds arbitrary frames to Decode and both programs: no
 // panic, and every Result is one Eval may return.
 func FuzzDecodeEval(f *testing.F) {
-	p4 := lowerText(f, rules.IPv4, "INPUT", fuzzRules4)
+	p4 := lowerText(f, rules.IPv4, "FORWARD", fuzzRules4)
+	p4in := lowerText(f, rules.IPv4, "INPUT", strings.ReplaceAll(strings.ReplaceAll(fuzzRules4, "-A FORWARD -m length --length 0:64 -g L4\n", ""), "-A FORWARD", "-A INPUT"))
 	p6 := lowerText(f, rules.IPv6, "INPUT", fuzzRules6)
 	f.Add(tcp4(f, "10.0.0.1", "192.0.2.1", 1000, 22))
 	f.Add(udp4(f, "192.0.2.1", "192.0.2.2", 53, 9))
@@ -63,7 +67,7 @@ func FuzzDecodeEval(f *testing.F) {
 		if pkt.L4Len < 0 || pkt.L4Len > len(frame) {
 			t.Fatalf("L4Len %d out of 0..%d", pkt.L4Len, len(frame))
 		}
-		for _, p := range []*ir.Program{p4, p6} {
+		for _, p := range []*ir.Program{p4, p4in, p6} {
 			checkResult(t, p.Eval(pkt))
 		}
 	})

@@ -57,6 +57,7 @@ func Lower(rs *rules.Ruleset, opts LowerOptions) (*Program, error) {
 	}
 	l.collectChains(entry)
 	l.checkLoops()
+	l.prog.Reassembled = t.Name == "filter" && reassembles(rs.Family, entry.Name, l.usesConntrack())
 	for i, c := range l.chains {
 		l.lowerChain(i, c)
 	}
@@ -97,6 +98,22 @@ type hashTable struct {
 	index int
 	first HashLimit
 	pos   rules.Pos
+}
+
+// usesConntrack reports whether a reachable rule tests the conntrack
+// state: the loader then keeps conntrack, and with it nf_defrag, on.
+func (l *lowerer) usesConntrack() bool {
+	for _, c := range l.chains {
+		for _, r := range c.Rules {
+			for _, m := range r.Matches {
+				switch m.(type) {
+				case *rules.Conntrack, *rules.State:
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // chainEdge is a jump or goto to another chain.
@@ -407,6 +424,10 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 			l.errorf(m.Pos, "length range %d:%d is empty", m.Min, m.Max)
 			return ms
 		}
+		if l.prog.Reassembled {
+			l.errorf(m.Pos, "length match in %s: netfilter sees the reassembled datagram there, bpfwall its fragments, whose datagram length is unknown", l.hook)
+			return ms
+		}
 		ms = append(ms, Length{Min: m.Min, Max: m.Max, Neg: m.Neg})
 	case *rules.TTL:
 		if l.fam != rules.IPv4 {
@@ -462,6 +483,10 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 			}
 			l.reported[m] = true
 			l.errorf(m.Pos, "limit in an %s table that IPv4 and IPv6 packets both reach: nftables has one bucket for both families, and bpfwall compiles each family on its own", m.TableFamily)
+			return ms
+		}
+		if m.Bytes && l.prog.Reassembled {
+			l.errorf(m.Pos, "limit in bytes in %s: netfilter counts the reassembled datagram there, bpfwall sees its fragments, whose datagram length is unknown", l.hook)
 			return ms
 		}
 		rl := RateLimit{Bucket: l.bucket(m), Nsecs: m.Unit * 1e9, Rate: m.Rate, Burst: m.Burst, Bytes: m.Bytes, Over: m.Over}

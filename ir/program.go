@@ -22,6 +22,11 @@ type Program struct {
 	// because no packet can match them; they keep their IDs, and their
 	// counters stay zero.
 	Removed []Removal
+	// Reassembled is set when netfilter runs the entry chain on
+	// reassembled datagrams, not on fragments (see reassembles): the
+	// first fragment then stands for the datagram and later fragments
+	// pass (Eval, fragment.go).
+	Reassembled bool
 }
 
 // Removal is a rule that never matches: every packet that reaches it is
