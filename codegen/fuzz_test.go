@@ -150,7 +150,13 @@ func randomRules(seed uint64, entry string) (string, rules.Family) {
 			case 0:
 				r = append(r, "-m iprange", neg()+"--src-range "+pickS(ranges...))
 			case 1:
-				r = append(r, "-m length", neg()+"--length "+pickS("0:100", "60", "1000:65535"))
+				// IPv4 INPUT and OUTPUT see reassembled datagrams, whose
+				// length a fragment cannot tell: Lower refuses it there.
+				if entry == "OUTPUT" || fam == rules.IPv4 && entry == "INPUT" {
+					r = append(r, "-m iprange", neg()+"--dst-range "+pickS(ranges...))
+				} else {
+					r = append(r, "-m length", neg()+"--length "+pickS("0:100", "60", "1000:65535"))
+				}
 			case 2:
 				if fam == rules.IPv4 {
 					r = append(r, "-m ttl "+pickS("--ttl-eq 64", "--ttl-lt 10", "--ttl-gt 200", "! --ttl-eq 1"))
