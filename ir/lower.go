@@ -57,7 +57,7 @@ func Lower(rs *rules.Ruleset, opts LowerOptions) (*Program, error) {
 	}
 	l.collectChains(entry)
 	l.checkLoops()
-	l.prog.Reassembled = t.Name == "filter" && reassembles(rs.Family, entry.Name, l.usesConntrack())
+	l.prog.Reassembled = t.Name == "filter" && reassembles(rs.Family, entry.Name, l.usesConntrack(rs))
 	for i, c := range l.chains {
 		l.lowerChain(i, c)
 	}
@@ -100,15 +100,19 @@ type hashTable struct {
 	pos   rules.Pos
 }
 
-// usesConntrack reports whether a reachable rule tests the conntrack
-// state: the loader then keeps conntrack, and with it nf_defrag, on.
-func (l *lowerer) usesConntrack() bool {
-	for _, c := range l.chains {
-		for _, r := range c.Rules {
-			for _, m := range r.Matches {
-				switch m.(type) {
-				case *rules.Conntrack, *rules.State:
-					return true
+// usesConntrack reports whether a rule of the rule set, in any table or
+// chain, tests the conntrack state: conntrack, and with it nf_defrag, is
+// then on in the namespace for every hook of the family (nf_ct_netns_get),
+// and the loader keeps it on for a program that tests the state.
+func (l *lowerer) usesConntrack(rs *rules.Ruleset) bool {
+	for _, t := range rs.Tables {
+		for _, c := range t.Chains {
+			for _, r := range c.Rules {
+				for _, m := range r.Matches {
+					switch m.(type) {
+					case *rules.Conntrack, *rules.State:
+						return true
+					}
 				}
 			}
 		}

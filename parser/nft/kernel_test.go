@@ -71,7 +71,7 @@ const kernelRulesetStatements = `table inet filter {
 		udp dport vmap { 53 : accept, 123 : jump udpin }
 		ip saddr . udp dport vmap { 10.9.9.9 . 53 : drop, 10.9.9.9 . 54 : accept }
 		ip protocol tcp limit rate 10/second burst 5 packets accept
-		ip protocol udp limit rate over 1 mbytes/second burst 10 kbytes drop
+		ip protocol udp limit rate over 100/minute burst 10 packets drop
 		log prefix "in: " level info flags tcp sequence,options accept
 		log flags all
 		log

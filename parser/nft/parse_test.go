@@ -62,8 +62,10 @@ func TestEval(t *testing.T) {
 		{
 			// nft_payload_fast_eval reads the fragment's data as ports
 			// (the kernel does; see internal/difftest's TestFragmentsNFT).
-			name: "non-first fragment matches ports by its data",
-			src:  "table ip f { chain in { type filter hook input priority 0; policy accept; tcp dport != 80 drop; } }",
+			// In forward: input sees reassembled IPv4 datagrams.
+			name:  "non-first fragment matches ports by its data",
+			src:   "table ip f { chain fw { type filter hook forward priority 0; policy accept; tcp dport != 80 drop; } }",
+			chain: "FORWARD",
 			pkt: func() *ir.Packet {
 				p := tcp4(22, 20)
 				p.FragOffset = 8
