@@ -151,6 +151,10 @@ func describe(p *codegen.Program, out loader.Outcome) traceLine {
 		line.Skipped = "dropped by the IP layer before netfilter"
 	case codegen.SkippedNotIP:
 		line.Skipped = "not a packet of the rule set's family"
+	case codegen.LaterFragment:
+		line.Skipped = "a later fragment: netfilter sees the reassembled datagram, which the first fragment decides"
+	case codegen.TinyFragment:
+		line.Skipped = "a first fragment without the whole transport header: dropped"
 	}
 	return line
 }

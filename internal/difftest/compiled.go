@@ -105,6 +105,10 @@ func decision(c *Case, o loader.Outcome) string {
 		return fmt.Sprintf("%s (invalid)", o.Verdict)
 	case codegen.SkippedNotIP:
 		return fmt.Sprintf("%s (not IP or the other family)", o.Verdict)
+	case codegen.LaterFragment:
+		return fmt.Sprintf("%s (later fragment)", o.Verdict)
+	case codegen.TinyFragment:
+		return fmt.Sprintf("%s (tiny first fragment)", o.Verdict)
 	}
 	return fmt.Sprintf("%s (decision kind %d)", o.Verdict, d.Kind)
 }
