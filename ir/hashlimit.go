@@ -225,6 +225,10 @@ func (l *lowerer) hashlimit(ms []Match, r *rules.Rule, m *rules.HashLimit) []Mat
 		l.errorf(m.Pos, "hashlimit match in an nft rule")
 		return ms
 	}
+	if m.Bytes && l.prog.Reassembled {
+		l.errorf(m.Pos, "hashlimit in bytes in %s: netfilter counts the reassembled datagram there, bpfwall sees its fragments, whose datagram length is unknown", l.hook)
+		return ms
+	}
 	if !l.ownBucket(r, m) {
 		return ms
 	}
