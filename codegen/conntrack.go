@@ -240,16 +240,18 @@ func (c *compiler) ctState() {
 	for off := int16(ctPorts); off < 0; off += 8 {
 		b.emit(stImm(asm.R10, off, 0, asm.DWord))
 	}
-	b.note("conntrack sees reassembled datagrams: fragments are unknown")
+	b.note("conntrack sees reassembled datagrams: a first fragment stands for its TCP or UDP datagram, other fragments are unknown")
 	b.emit(
 		ld(asm.R1, asm.R7, pktFlags, asm.Byte),
-		asm.JSet.Imm(asm.R1, flagBadExtHeaders|flagFragment, "ct_unknown"),
+		asm.JSet.Imm(asm.R1, flagBadExtHeaders, "ct_unknown"),
 		ld(asm.R1, asm.R7, pktFragOff, asm.Word),
 		asm.JNE.Imm(asm.R1, 0, "ct_unknown"),
 		ld(asm.R8, asm.R7, pktL4Len, asm.Word),
 		ld(asm.R1, asm.R7, pktProto, asm.Byte),
 		asm.JEq.Imm(asm.R1, protoTCP, "ct_tcp"),
 		asm.JEq.Imm(asm.R1, protoUDP, "ct_udp"),
+		ld(asm.R2, asm.R7, pktFlags, asm.Byte),
+		asm.JSet.Imm(asm.R2, flagFragment, "ct_unknown"),
 	)
 	icmp := int32(protoICMP)
 	if v6 {
@@ -294,8 +296,12 @@ func (c *compiler) ctState() {
 		ld(asm.R1, asm.R10, ctPorts+4, asm.Half),
 		ntoh(asm.R1, asm.Half),
 		asm.JLT.Imm(asm.R1, 8, "ct_invalid"),
+		// A first fragment cannot tell the datagram's length.
+		ld(asm.R2, asm.R7, pktFlags, asm.Byte),
+		asm.JSet.Imm(asm.R2, flagFragment, "ct_udp_tuple"),
 		asm.JGT.Reg(asm.R1, asm.R8, "ct_invalid"),
 	)
+	b.mark("ct_udp_tuple")
 	c.ctPacketTuple()
 	c.ctLookup(protoUDP, "ct_found")
 	b.emit(ja("ct_new"))
@@ -579,4 +585,3 @@ func ingressStateWarnings(p *ir.Program, hook Hook) []*rules.Error {
 	}
 	return out
 }
-

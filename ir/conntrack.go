@@ -15,9 +15,12 @@ import (
 // agree in a namespace whose table is empty.
 //
 // The model, the same in codegen:
-//   - fragments (IPv4 MF or offset, an IPv6 fragment header) and broken
-//     IPv6 extension headers: ConnUnknown, conntrack sees the reassembled
-//     datagram;
+//   - later fragments (an offset), first fragments of protocols other
+//     than TCP and UDP, and broken IPv6 extension headers: ConnUnknown,
+//     conntrack sees the reassembled datagram; a first TCP or UDP
+//     fragment stands for it (its header is the datagram's), except that
+//     its UDP length field cannot be checked against the datagram's
+//     length;
 //   - TCP: tcp_error (header length, tcp_valid_flags), then tcp_new: a
 //     SYN starts a connection, an ACK picks one up (loose); anything else
 //     is INVALID;
@@ -37,7 +40,14 @@ func (pkt *Packet) ConntrackWithoutEntry() ConnState {
 	if pkt.NotIP || pkt.Invalid != "" {
 		return 0
 	}
-	if pkt.BadExtHeaders || pkt.FragOffset != 0 || pkt.MoreFragments || pkt.FragmentHeader {
+	if pkt.BadExtHeaders || pkt.FragOffset != 0 {
+		return ConnUnknown
+	}
+	// A first fragment stands for its datagram (fragment.go): its TCP
+	// header is the datagram's; its UDP length cannot be checked against
+	// the datagram's.
+	first := pkt.MoreFragments || pkt.FragmentHeader
+	if first && pkt.Proto != protoTCP && pkt.Proto != protoUDP {
 		return ConnUnknown
 	}
 	l4 := pkt.L4
@@ -54,7 +64,7 @@ func (pkt *Packet) ConntrackWithoutEntry() ConnState {
 		if len(l4) < 8 {
 			return ConnInvalid
 		}
-		if n := int(binary.BigEndian.Uint16(l4[4:])); n < 8 || n > len(l4) {
+		if n := int(binary.BigEndian.Uint16(l4[4:])); n < 8 || n > len(l4) && !first {
 			return ConnInvalid
 		}
 		return ConnNew

@@ -38,6 +38,11 @@ func TestConntrackWithoutEntry(t *testing.T) {
 	}
 	frag := build(t, ether(layers.EthernetTypeIPv4), &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP,
 		SrcIP: []byte{10, 0, 0, 1}, DstIP: []byte{198, 51, 100, 1}, Flags: layers.IPv4MoreFragments}, udp(1, 2), gopacket.Payload("x"))
+	later := build(t, ether(layers.EthernetTypeIPv4), &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP,
+		SrcIP: []byte{10, 0, 0, 1}, DstIP: []byte{198, 51, 100, 1}, FragOffset: 100}, gopacket.Payload("later fragment data"))
+	icmpFrag := build(t, ether(layers.EthernetTypeIPv4), &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolICMPv4,
+		SrcIP: []byte{10, 0, 0, 1}, DstIP: []byte{198, 51, 100, 1}, Flags: layers.IPv4MoreFragments},
+		&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(3, 3)}, gopacket.Payload("inner header and more"))
 	for _, c := range []struct {
 		name  string
 		frame []byte
@@ -53,7 +58,11 @@ func TestConntrackWithoutEntry(t *testing.T) {
 		{"tcp without flags", seg(func(s *layers.TCP) { s.SYN = false }), ir.ConnInvalid},
 		{"tcp syn-fin (tcp_valid_flags)", seg(func(s *layers.TCP) { s.FIN = true }), ir.ConnInvalid},
 		{"udp", udp4(t, "10.0.0.1", "198.51.100.1", 1, 2), ir.ConnNew},
-		{"udp fragment: conntrack sees the datagram", frag, ir.ConnUnknown},
+		// The first fragment stands for its datagram; its UDP length
+		// (which says 9 bytes here) is not checked against the datagram's.
+		{"first udp fragment stands for the datagram", frag, ir.ConnNew},
+		{"later fragment: conntrack sees the datagram", later, ir.ConnUnknown},
+		{"first icmp fragment: unknown", icmpFrag, ir.ConnUnknown},
 		{"icmp echo request: no icmp lookup", icmp(8), ir.ConnUnknown},
 		{"icmp type 19 is invalid", icmp(19), ir.ConnInvalid},
 		{"icmp echo reply: no icmp lookup", icmp(0), ir.ConnUnknown},

@@ -74,7 +74,9 @@ func (p *Program) FirstFragmentNeed(proto uint8) (need int, tcpOptions bool) {
 				reads = true
 			case Transport:
 				reads, load = true, max(load, m.Len)
-			case TCPOption:
+			case TCPOption, CTState:
+				// conntrack reads the ports and TCP's header and
+				// options (tcp_error).
 				reads, tcpOptions = true, true
 			}
 		}
