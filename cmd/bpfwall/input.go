@@ -129,4 +129,3 @@ func printWarnings(w io.Writer, warnings []*rules.Error) {
 		fmt.Fprintf(w, "%s: warning: %s\n", x.Pos, x.Msg)
 	}
 }
-
