@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/alecthomas/participle/v2 v2.1.4
+	github.com/cilium/ebpf v0.22.0
 	github.com/google/nftables v0.3.0
 	github.com/gopacket/gopacket v1.7.7
 	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42
@@ -12,7 +13,6 @@ require (
 )
 
 require (
-	github.com/cilium/ebpf v0.22.0 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/mdlayher/socket v0.5.1 // indirect
 	golang.org/x/net v0.59.0 // indirect
