@@ -1274,10 +1274,6 @@ func (c *compiler) rejectRoute(noReply string) {
 // whose TTL runs out never gets there.
 func (c *compiler) rejectForwardTTL(noReply string) {
 	b := c.b
-	store := asm.FnXdpStoreBytes
-	if c.hook.tc() {
-		store = asm.FnSkbStoreBytes
-	}
 	if c.p.Family == rules.IPv6 {
 		// ip6_forward: hop_limit--, nothing else.
 		b.note("the hop limit FORWARD saw (ip6_forward)")
@@ -1286,17 +1282,8 @@ func (c *compiler) rejectForwardTTL(noReply string) {
 			asm.JLE.Imm(asm.R1, 1, noReply),
 			asm.Sub.Imm(asm.R1, 1),
 			st(asm.R10, rjOrig+7, asm.R1, asm.Byte),
-			movr(asm.R1, asm.R6),
-			ld(asm.R2, asm.R10, rjL3, asm.DWord),
-			asm.Add.Imm(asm.R2, 7),
-			movr(asm.R3, asm.R10),
-			asm.Add.Imm(asm.R3, rjOrig+7),
-			mov(asm.R4, 1),
 		)
-		if c.hook.tc() {
-			b.emit(mov(asm.R5, 0))
-		}
-		b.emit(store.Call(), asm.JNE.Imm(asm.R0, 0, noReply))
+		c.rejectStoreOrig(7, 1, noReply)
 		return
 	}
 	carry := b.fresh("ttl_carry")
@@ -1314,22 +1301,30 @@ func (c *compiler) rejectForwardTTL(noReply string) {
 		asm.Add.Imm(asm.R2, 1),
 	)
 	b.mark(carry)
+	b.emit(st(asm.R10, rjOrig+10, asm.R2, asm.Half))
+	c.rejectStoreOrig(8, 4, noReply)
+}
+
+// rejectStoreOrig writes back into the packet the n bytes of its IP
+// header at offset off, from the copy at rjOrig.
+func (c *compiler) rejectStoreOrig(off, n int32, noReply string) {
+	b := c.b
+	store := asm.FnXdpStoreBytes
+	if c.hook.tc() {
+		store = asm.FnSkbStoreBytes
+	}
 	b.emit(
-		st(asm.R10, rjOrig+10, asm.R2, asm.Half),
 		movr(asm.R1, asm.R6),
 		ld(asm.R2, asm.R10, rjL3, asm.DWord),
-		asm.Add.Imm(asm.R2, 8),
+		asm.Add.Imm(asm.R2, off),
 		movr(asm.R3, asm.R10),
-		asm.Add.Imm(asm.R3, rjOrig+8),
-		mov(asm.R4, 4),
+		asm.Add.Imm(asm.R3, rjOrig+off),
+		mov(asm.R4, n),
 	)
 	if c.hook.tc() {
 		b.emit(mov(asm.R5, 0))
 	}
-	b.emit(
-		store.Call(),
-		asm.JNE.Imm(asm.R0, 0, noReply),
-	)
+	b.emit(store.Call(), asm.JNE.Imm(asm.R0, 0, noReply))
 }
 
 // rejectResize makes the frame r9 bytes long.
