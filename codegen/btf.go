@@ -51,9 +51,11 @@ func (c *compiler) funcMain() *btf.Func {
 	}
 }
 
-func (c *compiler) funcParse() *btf.Func {
+// funcCtxPkt describes a global function int name(ctx, pkt): parse, the
+// conntrack lookup and the REJECT functions.
+func (c *compiler) funcCtxPkt(name string) *btf.Func {
 	return &btf.Func{
-		Name:    symParse,
+		Name:    name,
 		Linkage: btf.GlobalFunc,
 		Type: &btf.FuncProto{
 			Return: btfInt,

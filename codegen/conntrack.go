@@ -181,20 +181,6 @@ func fieldOffset(kernel *btf.Spec, f fieldRef) (int16, error) {
 	return 0, fmt.Errorf("struct %s has no field %s", f.Struct, f.Field)
 }
 
-func (c *compiler) funcCTState() *btf.Func {
-	return &btf.Func{
-		Name:    symCTState,
-		Linkage: btf.GlobalFunc,
-		Type: &btf.FuncProto{
-			Return: btfInt,
-			Params: []btf.FuncParam{
-				{Name: "ctx", Type: c.ctxType()},
-				{Name: "pkt", Type: &btf.Pointer{Target: c.btfPkt()}},
-			},
-		},
-	}
-}
-
 // ctMatch emits a CTState match: the state ct_state stored; a state it
 // could not determine drops the packet.
 func (c *compiler) ctMatch(m ir.CTState, next, hotdrop string) {
@@ -224,7 +210,7 @@ func (c *compiler) ctState() {
 	}
 	b := c.b
 	v6 := c.p.Family == rules.IPv6
-	b.function(c.funcCTState(), "conntrack state of the packet at r2: the kernel's conntrack table, or what nf_conntrack_in makes of a packet it has no entry for")
+	b.function(c.funcCtxPkt(symCTState), "conntrack state of the packet at r2: the kernel's conntrack table, or what nf_conntrack_in makes of a packet it has no entry for")
 	b.emit(
 		movr(asm.R6, asm.R1),
 		movr(asm.R7, asm.R2),
@@ -478,7 +464,7 @@ func (c *compiler) ctState() {
 // as ESTABLISHED and RELATED.
 func (c *compiler) ctStateEgress() {
 	b := c.b
-	b.function(c.funcCTState(), "conntrack state of the packet: skb->_nfct, which conntrack set before the packet left")
+	b.function(c.funcCtxPkt(symCTState), "conntrack state of the packet: skb->_nfct, which conntrack set before the packet left")
 	b.emit(
 		// bpf_cast_to_kern_ctx: the sk_buff behind the context.
 		kfuncCall(kfuncCastKernCtx),

@@ -129,7 +129,7 @@ func (c *compiler) callbackPrologue() {
 //	to the end of the packet
 func (c *compiler) parse() {
 	b := c.b
-	b.function(c.funcParse(), "parse the packet into the bpfwall_pkt at r2, as ir.Decode does")
+	b.function(c.funcCtxPkt(symParse), "parse the packet into the bpfwall_pkt at r2, as ir.Decode does")
 	b.emit(
 		movr(asm.R6, asm.R1),
 		movr(asm.R7, asm.R2),

@@ -6,7 +6,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/btf"
 
 	"bpfwall/ir"
 	"bpfwall/rules"
@@ -205,20 +204,6 @@ const symRejectStep = "reject_csum_step"
 
 func rejectSym(k int) string { return fmt.Sprintf("reject%d", k) }
 
-func (c *compiler) funcReject(k int) *btf.Func {
-	return &btf.Func{
-		Name:    rejectSym(k),
-		Linkage: btf.GlobalFunc,
-		Type: &btf.FuncProto{
-			Return: btfInt,
-			Params: []btf.FuncParam{
-				{Name: "ctx", Type: c.ctxType()},
-				{Name: "pkt", Type: &btf.Pointer{Target: c.btfPkt()}},
-			},
-		},
-	}
-}
-
 // rejectDecided emits main's handling of a rule's DROP when the program
 // rejects: r8 holds the rule; a REJECT rule's function leaves the return
 // code in r9. It goes on to symMainEnd.
@@ -274,7 +259,7 @@ func (c *compiler) rejectFunction(k int, with string) {
 	t := rejectTypes[with]
 	v6 := c.p.Family == rules.IPv6
 	sym := rejectSym(k)
-	b.function(c.funcReject(k), "REJECT --reject-with %s: build the reply in place and transmit it", with)
+	b.function(c.funcCtxPkt(rejectSym(k)), "REJECT --reject-with %s: build the reply in place and transmit it", with)
 	l := func(s string) string { return sym + "_" + s }
 	noReply := l("no_reply")
 	b.emit(

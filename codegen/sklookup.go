@@ -210,7 +210,7 @@ const (
 // header, and nothing to count in bytes.
 func (c *compiler) parseLookup() {
 	b := c.b
-	b.function(c.funcParse(), "read the socket lookup into the bpfwall_pkt at r2")
+	b.function(c.funcCtxPkt(symParse), "read the socket lookup into the bpfwall_pkt at r2")
 	b.emit(
 		movr(asm.R6, asm.R1),
 		movr(asm.R7, asm.R2),
