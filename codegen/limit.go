@@ -113,6 +113,21 @@ func (c *compiler) unlockBucket(next string) {
 	)
 }
 
+// startBucket fills r8's bucket on its first packet, as the kernel does
+// when it creates the rule: the clock in r7 as the last time and a full
+// credit, which fill loads into r1, stored as size. It goes on at started.
+func (c *compiler) startBucket(started string, fill asm.Instruction, size asm.Size) {
+	c.b.emit(
+		ld(asm.R1, asm.R8, bucketStarted, asm.Word),
+		asm.JNE.Imm(asm.R1, 0, started),
+		stImm(asm.R8, bucketStarted, 1, asm.Word),
+		st(asm.R8, bucketPrev, asm.R7, asm.DWord),
+		fill,
+		st(asm.R8, bucketCredit, asm.R1, size),
+	)
+	c.b.mark(started)
+}
+
 // limit emits xt_limit's limit_mt with the kernel's u32 arithmetic:
 //
 //	credit_increase = (now - prev) * CREDITS_PER_JIFFY   (u32)
@@ -132,15 +147,7 @@ func (c *compiler) limit(m ir.Limit, next string) {
 		movr(asm.R7, asm.R0),
 	)
 	c.lockBucket(m.Bucket, next)
-	b.emit(
-		ld(asm.R1, asm.R8, bucketStarted, asm.Word),
-		asm.JNE.Imm(asm.R1, 0, started),
-		stImm(asm.R8, bucketStarted, 1, asm.Word),
-		st(asm.R8, bucketPrev, asm.R7, asm.DWord),
-		asm.Mov.Imm32(asm.R1, u32(capacity)),
-		st(asm.R8, bucketCredit, asm.R1, asm.Word),
-	)
-	b.mark(started)
+	c.startBucket(started, asm.Mov.Imm32(asm.R1, u32(capacity)), asm.Word)
 	b.emit(
 		ld(asm.R1, asm.R8, bucketPrev, asm.DWord),
 		st(asm.R8, bucketPrev, asm.R7, asm.DWord),
@@ -193,15 +200,7 @@ func (c *compiler) rateLimit(m ir.RateLimit, next string) {
 		movr(asm.R7, asm.R0),
 	)
 	c.lockBucket(m.Bucket, next)
-	b.emit(
-		ld(asm.R1, asm.R8, bucketStarted, asm.Word),
-		asm.JNE.Imm(asm.R1, 0, started),
-		stImm(asm.R8, bucketStarted, 1, asm.Word),
-		st(asm.R8, bucketPrev, asm.R7, asm.DWord),
-		asm.LoadImm(asm.R1, int64(tokensMax), asm.DWord),
-		st(asm.R8, bucketCredit, asm.R1, asm.DWord),
-	)
-	b.mark(started)
+	c.startBucket(started, asm.LoadImm(asm.R1, int64(tokensMax), asm.DWord), asm.DWord)
 	goesOn, stops := int32(1), int32(0)
 	if m.Over {
 		goesOn, stops = 0, 1
