@@ -10,39 +10,53 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// mapVerdicts reads the verdicts of a verdict map's elements, by key:
-// google/nftables v0.3.0 drops an element's verdict data when it lists
-// elements (it keeps only NFTA_DATA_VALUE), so they are asked for here.
-func mapVerdicts(t *nftables.Table, s *nftables.Set) (map[string]*expr.Verdict, error) {
+// dumpNftables sends an nf_tables dump request of type msg and returns
+// the attributes of each reply, after its nfgenmsg header; what names the
+// request in the error when the kernel refuses it.
+func dumpNftables(family nftables.TableFamily, msg int, attrs []netlink.Attribute, what string) ([][]byte, error) {
 	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
 	if err != nil {
 		return nil, fmt.Errorf("open netlink: %w", err)
 	}
 	defer conn.Close()
-	data, err := netlink.MarshalAttributes([]netlink.Attribute{
-		{Type: unix.NFTA_SET_ELEM_LIST_TABLE, Data: []byte(t.Name + "\x00")},
-		{Type: unix.NFTA_SET_ELEM_LIST_SET, Data: []byte(s.Name + "\x00")},
-	})
+	data, err := netlink.MarshalAttributes(attrs)
 	if err != nil {
 		return nil, err
 	}
 	msgs, err := conn.Execute(netlink.Message{
 		Header: netlink.Header{
-			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETSETELEM),
+			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | msg),
 			Flags: netlink.Request | netlink.Dump,
 		},
 		// struct nfgenmsg: family, version, resource id.
-		Data: append([]byte{byte(t.Family), unix.NFNETLINK_V0, 0, 0}, data...),
+		Data: append([]byte{byte(family), unix.NFNETLINK_V0, 0, 0}, data...),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list elements of map %s: %w", s.Name, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	var replies [][]byte
+	for _, m := range msgs {
+		if len(m.Data) >= 4 {
+			replies = append(replies, m.Data[4:])
+		}
+	}
+	return replies, nil
+}
+
+// mapVerdicts reads the verdicts of a verdict map's elements, by key:
+// google/nftables v0.3.0 drops an element's verdict data when it lists
+// elements (it keeps only NFTA_DATA_VALUE), so they are asked for here.
+func mapVerdicts(t *nftables.Table, s *nftables.Set) (map[string]*expr.Verdict, error) {
+	replies, err := dumpNftables(t.Family, unix.NFT_MSG_GETSETELEM, []netlink.Attribute{
+		{Type: unix.NFTA_SET_ELEM_LIST_TABLE, Data: []byte(t.Name + "\x00")},
+		{Type: unix.NFTA_SET_ELEM_LIST_SET, Data: []byte(s.Name + "\x00")},
+	}, "list elements of map "+s.Name)
+	if err != nil {
+		return nil, err
 	}
 	out := map[string]*expr.Verdict{}
-	for _, m := range msgs {
-		if len(m.Data) < 4 {
-			continue
-		}
-		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+	for _, attrs := range replies {
+		ad, err := netlink.NewAttributeDecoder(attrs)
 		if err != nil {
 			return nil, err
 		}
@@ -140,34 +154,16 @@ type rawExpr struct {
 
 // rawRules lists the expressions of a chain's rules by rule handle.
 func rawRules(t *nftables.Table, chain string) (map[uint64][]rawExpr, error) {
-	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
-	if err != nil {
-		return nil, fmt.Errorf("open netlink: %w", err)
-	}
-	defer conn.Close()
-	data, err := netlink.MarshalAttributes([]netlink.Attribute{
+	replies, err := dumpNftables(t.Family, unix.NFT_MSG_GETRULE, []netlink.Attribute{
 		{Type: unix.NFTA_RULE_TABLE, Data: []byte(t.Name + "\x00")},
 		{Type: unix.NFTA_RULE_CHAIN, Data: []byte(chain + "\x00")},
-	})
+	}, fmt.Sprintf("list rules of %s/%s", t.Name, chain))
 	if err != nil {
 		return nil, err
 	}
-	msgs, err := conn.Execute(netlink.Message{
-		Header: netlink.Header{
-			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETRULE),
-			Flags: netlink.Request | netlink.Dump,
-		},
-		Data: append([]byte{byte(t.Family), unix.NFNETLINK_V0, 0, 0}, data...),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list rules of %s/%s: %w", t.Name, chain, err)
-	}
 	out := map[uint64][]rawExpr{}
-	for _, m := range msgs {
-		if len(m.Data) < 4 {
-			continue
-		}
-		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+	for _, attrs := range replies {
+		ad, err := netlink.NewAttributeDecoder(attrs)
 		if err != nil {
 			return nil, err
 		}
