@@ -133,25 +133,7 @@ func logText(e *expr.Log) (string, error) {
 		case f&^expr.LogFlagsMask != 0:
 			return "", fmt.Errorf("log flags %#x are not supported", f)
 		default:
-			var tcp []string
-			if f&expr.LogFlagsTCPSeq != 0 {
-				tcp = append(tcp, "sequence")
-			}
-			if f&expr.LogFlagsTCPOpt != 0 {
-				tcp = append(tcp, "options")
-			}
-			if tcp != nil {
-				s += " flags tcp " + strings.Join(tcp, ",")
-			}
-			if f&expr.LogFlagsIPOpt != 0 {
-				s += " flags ip options"
-			}
-			if f&expr.LogFlagsUID != 0 {
-				s += " flags skuid"
-			}
-			if f&expr.LogFlagsMACDecode != 0 {
-				s += " flags ether"
-			}
+			s += logFlagsText(uint8(f))
 		}
 	}
 	return s, nil

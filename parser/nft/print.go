@@ -589,6 +589,32 @@ var rejectReasons = map[string]string{
 	"tcp-reset": "tcp reset",
 }
 
+// logFlagsText prints the log flags f, some but not all of the NF_LOG_*
+// bits (the same in rules and in expr), as nft lists them.
+func logFlagsText(f uint8) string {
+	var s string
+	var tcp []string
+	if f&rules.LogTCPSeq != 0 {
+		tcp = append(tcp, "sequence")
+	}
+	if f&rules.LogTCPOpt != 0 {
+		tcp = append(tcp, "options")
+	}
+	if tcp != nil {
+		s += " flags tcp " + strings.Join(tcp, ",")
+	}
+	if f&rules.LogIPOpt != 0 {
+		s += " flags ip options"
+	}
+	if f&rules.LogUID != 0 {
+		s += " flags skuid"
+	}
+	if f&rules.LogMACDecode != 0 {
+		s += " flags ether"
+	}
+	return s
+}
+
 var logLevelNames = []string{"emerg", "alert", "crit", "err", "warn", "notice", "info", "debug"}
 
 func (p *printer) target(rt *ruleText, r *rules.Rule) {
@@ -635,25 +661,7 @@ func (p *printer) target(rt *ruleText, r *rules.Rule) {
 			p.errorf(t.Pos, "log flags %#x have no nft form", f)
 			return
 		default:
-			var tcp []string
-			if f&rules.LogTCPSeq != 0 {
-				tcp = append(tcp, "sequence")
-			}
-			if f&rules.LogTCPOpt != 0 {
-				tcp = append(tcp, "options")
-			}
-			if tcp != nil {
-				s += " flags tcp " + strings.Join(tcp, ",")
-			}
-			if f&rules.LogIPOpt != 0 {
-				s += " flags ip options"
-			}
-			if f&rules.LogUID != 0 {
-				s += " flags skuid"
-			}
-			if f&rules.LogMACDecode != 0 {
-				s += " flags ether"
-			}
+			s += logFlagsText(f)
 		}
 		rt.add("%s", s)
 	default:
