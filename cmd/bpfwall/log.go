@@ -57,13 +57,9 @@ func runLog(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: bpfwall log [--hook H] [--json] [--count N] [--timeout D]")
 		return errUsage
 	}
-	ns, err := loader.NetNS()
+	ns, places, err := pinnedPlaces()
 	if err != nil {
 		return err
-	}
-	places, err := loader.Places("", ns)
-	if err != nil {
-		return privileged(err)
 	}
 	var readers []*logFollower
 	for _, p := range places {

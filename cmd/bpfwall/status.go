@@ -56,6 +56,20 @@ type countersStatus struct {
 	PolicyBytes   uint64 `json:"policy_bytes"`
 }
 
+// pinnedPlaces names this network namespace and lists the filters pinned
+// for it.
+func pinnedPlaces() (uint64, []loader.Place, error) {
+	ns, err := loader.NetNS()
+	if err != nil {
+		return 0, nil, err
+	}
+	places, err := loader.Places("", ns)
+	if err != nil {
+		return 0, nil, privileged(err)
+	}
+	return ns, places, nil
+}
+
 // runStatus describes the filters of this network namespace.
 func runStatus(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("status", stderr)
@@ -68,13 +82,9 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: bpfwall status [--json]")
 		return errUsage
 	}
-	ns, err := loader.NetNS()
+	ns, places, err := pinnedPlaces()
 	if err != nil {
 		return err
-	}
-	places, err := loader.Places("", ns)
-	if err != nil {
-		return privileged(err)
 	}
 	out := []filterStatus{}
 	for _, p := range places {
