@@ -50,14 +50,9 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stderr, "bpfwall trace: --hook sk-lookup runs lookups described by --packets")
 			return errUsage
 		}
-		f, err := os.Open(*jsonl)
+		descs, err := readPackets(*jsonl)
 		if err != nil {
 			return err
-		}
-		descs, err := packets.ReadJSONL(f)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", *jsonl, err)
 		}
 		prog, err := cf.compile(files[0], stderr)
 		if err != nil {
@@ -71,14 +66,9 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	}
 	var inputs []input
 	if *jsonl != "" {
-		f, err := os.Open(*jsonl)
+		descs, err := readPackets(*jsonl)
 		if err != nil {
 			return err
-		}
-		descs, err := packets.ReadJSONL(f)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", *jsonl, err)
 		}
 		for i, d := range descs {
 			frame, err := d.Frame()
@@ -157,4 +147,18 @@ func describe(p *codegen.Program, out loader.Outcome) traceLine {
 		line.Skipped = "a first fragment without the whole transport header: dropped"
 	}
 	return line
+}
+
+// readPackets reads the packet descriptions of a JSON Lines file.
+func readPackets(path string) ([]packets.Desc, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	descs, err := packets.ReadJSONL(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return descs, nil
 }
