@@ -462,16 +462,25 @@ func (c *compiler) rejectIPOptions(noReply string) {
 		c.loadHelper().Call(),
 		asm.JNE.Imm(asm.R0, 0, noReply),
 		mov(asm.R1, 40),
-		funcRef(asm.R2, symRejectOption),
+	)
+	c.rejectLoop(symRejectOption, noReply)
+	b.mark(done)
+}
+
+// rejectLoop calls bpf_loop(r1, callback, rjLoop of this frame, 0) and
+// goes to fail when the callback set rsErr; it leaves the loop state in
+// r3.
+func (c *compiler) rejectLoop(callback, fail string) {
+	c.b.emit(
+		funcRef(asm.R2, callback),
 		movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, rjLoop),
 		mov(asm.R4, 0),
 		asm.FnLoop.Call(),
 		ld(asm.R3, asm.R10, rjLoop+lsState, asm.DWord),
 		ld(asm.R1, asm.R3, rsErr, asm.DWord),
-		asm.JNE.Imm(asm.R1, 0, noReply),
+		asm.JNE.Imm(asm.R1, 0, fail),
 	)
-	b.mark(done)
 }
 
 // symRejectOption is the IPv4 option walk's callback.
@@ -805,16 +814,9 @@ func (c *compiler) rejectSumRange(fail string) {
 		asm.RSh.Imm(asm.R0, 9),
 	)
 	b.mark(skip)
+	b.emit(movr(asm.R1, asm.R0))
+	c.rejectLoop(symRejectStep, fail)
 	b.emit(
-		movr(asm.R1, asm.R0),
-		funcRef(asm.R2, symRejectStep),
-		movr(asm.R3, asm.R10),
-		asm.Add.Imm(asm.R3, rjLoop),
-		mov(asm.R4, 0),
-		asm.FnLoop.Call(),
-		ld(asm.R3, asm.R10, rjLoop+lsState, asm.DWord),
-		ld(asm.R1, asm.R3, rsErr, asm.DWord),
-		asm.JNE.Imm(asm.R1, 0, fail),
 		ld(asm.R1, asm.R3, rsSum, asm.DWord),
 		st(asm.R10, rjSum, asm.R1, asm.DWord),
 	)
