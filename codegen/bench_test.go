@@ -209,7 +209,7 @@ func BenchmarkConntrack(b *testing.B) {
 			setupErr = fmt.Errorf("%v: %s", err, out)
 			return
 		}
-		if setupErr = loader.HoldConntrack(); setupErr != nil {
+		if _, setupErr = loader.HoldConntrack(); setupErr != nil {
 			return
 		}
 		// One datagram 127.0.0.1:6000 → 127.0.0.1:5000 makes the entry.

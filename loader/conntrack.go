@@ -63,15 +63,15 @@ func ConntrackHeld() (bool, error) {
 
 // HoldConntrack makes conntrack track connections of both IP families in
 // the calling thread's namespace, by creating bpfwall's conntrack table
-// if it is not there.
-func HoldConntrack() error {
+// if it is not there; created says it was not.
+func HoldConntrack() (created bool, err error) {
 	held, err := ConntrackHeld()
 	if err != nil || held {
-		return err
+		return false, err
 	}
 	c, done, err := nftConn()
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer done()
 	t := c.AddTable(&nftables.Table{Name: ConntrackTable, Family: nftables.TableFamilyINet})
@@ -80,9 +80,9 @@ func HoldConntrack() error {
 		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
 	}})
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("create nftables table inet %s to keep conntrack on: %w", ConntrackTable, err)
+		return false, fmt.Errorf("create nftables table inet %s to keep conntrack on: %w", ConntrackTable, err)
 	}
-	return nil
+	return true, nil
 }
 
 // checkTCPLoose makes sure the namespace picks up TCP connections
@@ -122,6 +122,11 @@ func ReleaseConntrack(places []Place) error {
 	if err != nil || !held {
 		return err
 	}
+	return dropConntrackTable()
+}
+
+// dropConntrackTable deletes bpfwall's conntrack table.
+func dropConntrackTable() error {
 	c, done, err := nftConn()
 	if err != nil {
 		return err

@@ -96,6 +96,13 @@ func (b *build) loadLookup(p *codegen.Program) error {
 		return err
 	}
 	b.sockets, err = b.loaded.FillSockets()
+	if !fresh {
+		for _, st := range b.sockets {
+			if st.Owner != nil { // found and put in by FillSockets
+				b.addedSockets = append(b.addedSockets, st.Key)
+			}
+		}
+	}
 	return err
 }
 

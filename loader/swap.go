@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -186,6 +187,11 @@ type build struct {
 	// that commit moves into place (a first sk-lookup filter's sockets).
 	newPins []string
 	sockets []SocketState
+	// heldConntrack says the build created bpfwall's conntrack table,
+	// which abort removes; addedSockets are the keys it put into a
+	// sockets map the running filter shares, which abort deletes.
+	heldConntrack bool
+	addedSockets  []codegen.SocketKey
 }
 
 // build loads, fills and pins the new filter, and attaches it to the
@@ -218,6 +224,10 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 			ifaces = append(ifaces, Iface{Index: i, Name: ifi.Name, Mode: oldMode(old, i)})
 		}
 	}
+	lookup := s.Program.Hook == codegen.HookSkLookup
+	if lookup && len(s.Ifaces) > 0 {
+		return b, fmt.Errorf("an sk-lookup filter attaches to the network namespace, not to interfaces (%s)", strings.Join(s.Ifaces, ", "))
+	}
 	var add []Iface
 	for _, name := range s.Ifaces {
 		ifi, err := net.InterfaceByName(name)
@@ -230,7 +240,6 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		attached[ifi.Index] = true
 		add = append(add, Iface{Index: ifi.Index, Name: ifi.Name})
 	}
-	lookup := s.Program.Hook == codegen.HookSkLookup
 	if lookup && !attached[netnsIndex] {
 		add = append(add, netnsIface)
 	}
@@ -249,7 +258,7 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		}
 		if s.Program.UsesConntrack() {
 			// Before the program runs: its lookups need a tracked table.
-			if err := HoldConntrack(); err != nil {
+			if b.heldConntrack, err = HoldConntrack(); err != nil {
 				return b, err
 			}
 			if s.Program.Hook != codegen.HookTCEgress {
@@ -365,13 +374,23 @@ func (b *build) restore(old *Active, names []string) {
 	}
 }
 
-// abort removes the new pins, detaching the new links.
+// abort removes the new pins, detaching the new links, and undoes what
+// the build changed for the running filter: the conntrack table it
+// created and the sockets it added to the shared sockets map.
 func (b *build) abort() {
 	removeNewPins(b.dir)
 	for _, l := range b.links {
 		l.Close()
 	}
 	b.links = map[int]link.Link{}
+	if b.heldConntrack {
+		dropConntrackTable()
+		b.heldConntrack = false
+	}
+	for _, k := range b.addedSockets {
+		b.loaded.Sockets().Delete(k)
+	}
+	b.addedSockets = nil
 }
 
 // close releases the file descriptors; pinned objects stay.
