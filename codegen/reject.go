@@ -345,6 +345,16 @@ func (c *compiler) rejectFunction(k int, with string) {
 		ld(asm.R1, asm.R7, pktFragOff, asm.Word),
 		asm.JNE.Imm(asm.R1, 0, noReply),
 	)
+	if c.p.Reassembled {
+		// Netfilter rejects the reassembled datagram here, answering
+		// about (and quoting) the whole of it; the program has only its
+		// first fragment, and sends nothing (README, REJECT).
+		b.emit(
+			ld(asm.R1, asm.R7, pktFlags, asm.Byte),
+			asm.And.Imm(asm.R1, flagFragment),
+			asm.JNE.Imm(asm.R1, 0, noReply),
+		)
+	}
 	if v6 {
 		// ipv6_skip_exthdr failed.
 		b.emit(
@@ -372,16 +382,6 @@ func (c *compiler) rejectFunction(k int, with string) {
 		c.loadHelper().Call(),
 		asm.JNE.Imm(asm.R0, 0, noReply),
 	)
-	if !v6 && c.p.Chains[0].Name == "INPUT" {
-		// ip_local_deliver reassembles before LOCAL_IN: INPUT never sees
-		// an IPv4 fragment, first ones (MF) included, and never rejects
-		// one. (IPv6 reassembles after LOCAL_IN.)
-		b.emit(
-			ld(asm.R1, asm.R10, rjOrig+6, asm.Byte),
-			asm.And.Imm(asm.R1, 0x20),
-			asm.JNE.Imm(asm.R1, 0, noReply),
-		)
-	}
 	if !v6 {
 		c.rejectIPOptions(noReply)
 	}

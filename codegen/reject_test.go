@@ -284,8 +284,14 @@ func rejectProbes(t testing.TB, fam rules.Family) []rejectProbe {
 		frag[14+7] = 0x10 // offset 128
 		fixIPv4Checksum(frag[14:34])
 		// INPUT sees the reassembled datagram: a later fragment passes,
-		// the first decides (and gets the reply).
+		// the first decides.
 		out = append(out, rejectProbe{name: "non-first fragment passes", frame: frag, pass: true})
+		first := ser(udp(103, 10))
+		first[14+6], first[14+7] = 0x20, 0 // MF, offset 0
+		fixIPv4Checksum(first[14:34])
+		// The kernel answers the reassembled datagram, which the program
+		// never holds: nothing.
+		add("first fragment gets nothing", first, nil)
 		bcast := ser(udp(103, 10))
 		copy(bcast, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 		add("link-layer broadcast gets nothing", bcast, nil)
