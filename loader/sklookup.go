@@ -20,6 +20,7 @@ import (
 
 	"bpfwall/codegen"
 	"bpfwall/ir"
+	"bpfwall/rules"
 )
 
 // The sk-lookup filter of a network namespace is attached with one netns
@@ -450,6 +451,34 @@ func SocketTarget(sock *os.File) (codegen.SocketKey, error) {
 		return codegen.SocketKey{}, fmt.Errorf("socket %s is neither TCP nor UDP (protocol %d)", sock.Name(), proto)
 	}
 	return k, nil
+}
+
+// CanServe says whether sock, whose own target is own, can take the
+// lookups of target: bpf_sk_assign refuses a socket of another protocol,
+// an IPv4 socket for an IPv6 lookup, and an IPV6_V6ONLY socket for an
+// IPv4 one.
+func CanServe(sock *os.File, own, target codegen.SocketKey) error {
+	if own.Proto != target.Proto {
+		return fmt.Errorf("socket %s is %s, not %s", sock.Name(), rules.ProtoName(own.Proto), rules.ProtoName(target.Proto))
+	}
+	switch {
+	case own.Family == target.Family:
+		return nil
+	case own.Family == 4:
+		return fmt.Errorf("socket %s is IPv4 and cannot take IPv6 lookups", sock.Name())
+	}
+	var v6only int
+	err := withFD(sock, func(fd int) (err error) {
+		v6only, err = unix.GetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("socket %s: %w", sock.Name(), err)
+	}
+	if v6only != 0 {
+		return fmt.Errorf("socket %s is IPv6-only and cannot take IPv4 lookups", sock.Name())
+	}
+	return nil
 }
 
 // withFD calls f with f's descriptor without (*os.File).Fd, which would

@@ -19,7 +19,6 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if files, err = in.inputs(files); err != nil {
-		fmt.Fprintln(stderr, err)
 		return err
 	}
 	if len(files) == 0 {

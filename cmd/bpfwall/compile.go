@@ -93,7 +93,6 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if files, err = cf.inputs(files); err != nil {
-		fmt.Fprintln(stderr, err)
 		return err
 	}
 	if len(files) != 1 {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,8 +69,8 @@ func TestFromKernel(t *testing.T) {
 
 func TestFromKernelExcludesFile(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	err := run([]string{"check", "--from-kernel", "r.nft"}, &stdout, &stderr)
-	if !errors.Is(err, errUsage) || !strings.Contains(stderr.String(), "--from-kernel reads no FILE") {
-		t.Errorf("check --from-kernel FILE: %v, stderr %q; want a usage error", err, stderr.String())
+	code := exitCode(run([]string{"check", "--from-kernel", "r.nft"}, &stdout, &stderr), &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "--from-kernel reads no FILE") {
+		t.Errorf("check --from-kernel FILE: exit %d, stderr %q; want a usage error", code, stderr.String())
 	}
 }

@@ -19,7 +19,6 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if files, err = in.inputs(files); err != nil {
-		fmt.Fprintln(stderr, err)
 		return err
 	}
 	// sk-lookup attaches to the network namespace: no interfaces.

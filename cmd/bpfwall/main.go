@@ -58,6 +58,11 @@ func exitCode(err error, stderr io.Writer) int {
 	case errors.As(err, &ee):
 		return ee.code
 	case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
+		// A bare errUsage follows a usage line already printed; a wrapped
+		// one says what was wrong.
+		if err != errUsage && err != flag.ErrHelp {
+			fmt.Fprintf(stderr, "bpfwall: %v\n", err)
+		}
 		return 2
 	}
 	fmt.Fprintf(stderr, "bpfwall: %v\n", err)

@@ -126,21 +126,40 @@ func runRegister(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	for _, f := range socks {
-		k, err := loader.SocketTarget(f)
+	// Every socket's target is settled before the first goes in, so that
+	// a bad one registers none.
+	if *as != "" && len(socks) > 1 {
+		return fmt.Errorf("%w: --target names one target, but LISTEN_FDS passed %d sockets; register them without --target, or one by one with --pid and --fd", errUsage, len(socks))
+	}
+	targets := make([]codegen.SocketKey, len(socks))
+	for i, f := range socks {
+		own, err := loader.SocketTarget(f)
 		if err != nil {
 			return err
 		}
+		targets[i] = own
 		if *as != "" {
-			if k, err = parseTarget(*as); err != nil {
+			k, err := parseTarget(*as)
+			if err != nil {
 				return fmt.Errorf("%w: --target: %v", errUsage, err)
 			}
+			if err := loader.CanServe(f, own, k); err != nil {
+				return fmt.Errorf("%w: --target: %v", errUsage, err)
+			}
+			targets[i] = k
 		}
-		cookie, err := loader.Register(place, k, f)
+		for _, prev := range targets[:i] {
+			if prev == targets[i] {
+				return fmt.Errorf("%w: two sockets for %s", errUsage, prev)
+			}
+		}
+	}
+	for i, f := range socks {
+		cookie, err := loader.Register(place, targets[i], f)
 		if err != nil {
 			return privileged(err)
 		}
-		fmt.Fprintf(stdout, "%s: socket cookie %d\n", k, cookie)
+		fmt.Fprintf(stdout, "%s: socket cookie %d\n", targets[i], cookie)
 	}
 	return nil
 }

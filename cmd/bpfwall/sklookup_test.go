@@ -129,6 +129,24 @@ COMMIT
 	if err := unix.Listen(s, 8); err != nil {
 		t.Fatal(err)
 	}
+	// A target the socket cannot serve, or one --target for two sockets,
+	// is refused before anything is registered.
+	for _, tc := range []struct{ env, target, want string }{
+		{"LISTEN_FDS=1", "udp:127.0.0.1:9999", "is tcp, not udp"},
+		{"LISTEN_FDS=1", "tcp:[::1]:9999", "IPv4 and cannot take IPv6"},
+		{"LISTEN_FDS=2", "tcp:127.0.0.1:9999", "LISTEN_FDS passed 2 sockets"},
+	} {
+		cmd := exec.Command("sh", "-c", `LISTEN_PID=$$ `+tc.env+` exec "$0" register -w 30 --target `+tc.target, bin)
+		cmd.ExtraFiles = []*os.File{sf, sf}
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("register %s --target %s: %v\n%s\nwant an error with %q", tc.env, tc.target, err, out, tc.want)
+		}
+	}
+	if st := c.status(); st[0].Sockets[2].Cookie != 0 {
+		t.Errorf("a refused register registered a socket: %+v", st[0].Sockets[2])
+	}
+
 	cmd := exec.Command("sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" register -w 30 --target tcp:127.0.0.1:9999`, bin)
 	cmd.ExtraFiles = []*os.File{sf}
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -38,7 +38,6 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if files, err = cf.inputs(files); err != nil {
-		fmt.Fprintln(stderr, err)
 		return err
 	}
 	if len(files) != 1 || (*jsonl == "") == (*pcap == "") {
