@@ -20,12 +20,24 @@ const lockInterval = 50 * time.Millisecond
 // ErrLocked is returned, wrapped, when another command holds the lock.
 var ErrLocked = errors.New("another bpfwall command holds the lock")
 
-// Lock is an exclusive lock held by one bpfwall command at a time.
+// Lock is the lock of the bpfwall commands: held exclusively by one
+// command that changes filters at a time, or shared by readers that must
+// not see a filter half swapped.
 type Lock struct{ f *os.File }
 
 // Acquire takes the lock in file path (DefaultLockFile when empty),
 // waiting up to wait for another command to release it.
 func Acquire(path string, wait time.Duration) (*Lock, error) {
+	return acquire(path, wait, unix.LOCK_EX)
+}
+
+// AcquireShared takes the lock in file path as a reader: readers hold it
+// together, and no command changes a filter meanwhile.
+func AcquireShared(path string, wait time.Duration) (*Lock, error) {
+	return acquire(path, wait, unix.LOCK_SH)
+}
+
+func acquire(path string, wait time.Duration, how int) (*Lock, error) {
 	if path == "" {
 		path = DefaultLockFile
 	}
@@ -38,7 +50,7 @@ func Acquire(path string, wait time.Duration) (*Lock, error) {
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		if err == nil {
 			return &Lock{f}, nil
 		}

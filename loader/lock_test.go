@@ -44,3 +44,33 @@ func TestLock(t *testing.T) {
 	}
 	l.Release()
 }
+
+// TestSharedLock: readers share the lock, and exclude the commands that
+// change filters, which exclude them.
+func TestSharedLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bpfwall.lock")
+	r1, err := AcquireShared(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := AcquireShared(path, 0)
+	if err != nil {
+		t.Fatalf("second reader: %v", err)
+	}
+	if _, err := Acquire(path, 0); !errors.Is(err, ErrLocked) {
+		t.Fatalf("writer while readers hold the lock: %v, want ErrLocked", err)
+	}
+	r1.Release()
+	if _, err := Acquire(path, 0); !errors.Is(err, ErrLocked) {
+		t.Fatalf("writer while one reader holds the lock: %v, want ErrLocked", err)
+	}
+	r2.Release()
+	w, err := Acquire(path, 0)
+	if err != nil {
+		t.Fatalf("writer after the readers left: %v", err)
+	}
+	if _, err := AcquireShared(path, 0); !errors.Is(err, ErrLocked) {
+		t.Fatalf("reader while a writer holds the lock: %v, want ErrLocked", err)
+	}
+	w.Release()
+}

@@ -157,18 +157,34 @@ type ifaceInfo struct {
 }
 
 func openFollower(p loader.Place) (*logFollower, error) {
-	a, err := loader.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer a.Close()
-	rd, err := a.OpenLog()
+	rd, err := openLog(p, logOpenWait)
 	if err != nil {
 		return nil, err
 	}
 	f := &logFollower{place: p, rd: rd, ifaces: make(map[uint32]ifaceInfo)}
 	f.lost, _ = rd.Lost()
 	return f, nil
+}
+
+// logOpenWait is how long log waits for a command that changes a filter
+// before it opens the filter's ring buffer.
+const logOpenWait = 5 * time.Second
+
+// openLog opens the ring buffer of the filter at p with the meta of the
+// same program: under the readers' lock, as a swap replaces the pins one
+// by one.
+func openLog(p loader.Place, wait time.Duration) (*loader.LogReader, error) {
+	lock, err := loader.AcquireShared(lockFile, wait)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	a, err := loader.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Close()
+	return a.OpenLog()
 }
 
 func (f *logFollower) close() {
@@ -227,12 +243,10 @@ func (f *logFollower) reopenIfSwapped() error {
 	if id == f.rd.Program || f.rd.Pending() > 0 {
 		return nil
 	}
-	a, err := loader.Open(f.place)
-	if err != nil {
-		return err
+	rd, err := openLog(f.place, 0)
+	if errors.Is(err, loader.ErrLocked) {
+		return nil // a command is changing the filter: next poll
 	}
-	defer a.Close()
-	rd, err := a.OpenLog()
 	if err != nil {
 		return err
 	}
