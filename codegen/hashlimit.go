@@ -18,7 +18,7 @@ import (
 // Table): a HashKey per key, a HashEntry behind a bpf_spin_lock as its
 // value, at most the table's Max entries. A full map is the kernel's full
 // table: a packet with a new key is dropped, after a sweep of the expired
-// entries (see ir.HashLimit).
+// entries if none ran in the last gcinterval (see ir.HashLimit, HashGCMap).
 func HashLimitMap(i int) string { return fmt.Sprintf("hashlimit%d", i) }
 
 // A key: the masked addresses (host-order words, as parse stores them)
@@ -30,6 +30,12 @@ const (
 	hashKeyDport = 34 // u16
 	hashKeySize  = 36
 )
+
+// HashGCMap is the ARRAY map holding, for each hashlimit table, the
+// earliest jiffies64 of the next sweep of its expired entries: a full
+// table is swept at most once per --hashlimit-htable-gcinterval, as often
+// as the kernel's collector runs (see ir.HashLimit).
+const HashGCMap = "hashlimit_gc"
 
 // HashKey is a HashLimitMap key.
 type HashKey struct {
@@ -120,6 +126,15 @@ func (c *compiler) hashLimitMaps() []*ebpf.MapSpec {
 			MaxEntries: max,
 			Key:        btfHashKey,
 			Value:      btfHashEntry,
+		})
+	}
+	if len(out) > 0 {
+		out = append(out, &ebpf.MapSpec{
+			Name:       HashGCMap,
+			Type:       ebpf.Array,
+			KeySize:    4,
+			ValueSize:  8,
+			MaxEntries: uint32(len(out)),
 		})
 	}
 	return out
@@ -224,8 +239,22 @@ func (c *compiler) hashlimit(m ir.HashLimit, next, hotdrop string) {
 		st(asm.R10, chainHashEntry+hashEntryCapLeft, asm.R1, asm.DWord),
 	)
 	update()
-	b.note("the table is full: sweep the expired entries, once")
+	b.note("the table is full: the collector's sweep of the expired entries, at most once per gcinterval")
 	b.emit(
+		stImm(asm.R10, chainHashNow, int32(m.Table), asm.DWord),
+		mapRef(asm.R1, HashGCMap),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, chainHashNow),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, hotdrop),
+		ld(asm.R1, asm.R0, 0, asm.DWord),
+		movr(asm.R2, asm.R7),
+		asm.Sub.Reg(asm.R2, asm.R1),
+		asm.JSLT.Imm(asm.R2, 0, hotdrop),
+		movr(asm.R1, asm.R7),
+		asm.Add.Imm(asm.R1, int32(m.GCInterval)),
+		// Two CPUs may both sweep: the second finds nothing more to do.
+		st(asm.R0, 0, asm.R1, asm.DWord),
 		st(asm.R10, chainHashNow, asm.R7, asm.DWord),
 		mapRef(asm.R1, name),
 		funcRef(asm.R2, symHashSweep),

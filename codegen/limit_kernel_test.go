@@ -140,6 +140,63 @@ func BenchmarkLimit(b *testing.B) {
 	}
 }
 
+// TestHashLimitSweepInterval: a full table is swept at most once per
+// --hashlimit-htable-gcinterval, as the kernel's collector runs, not for
+// every new key: an entry that expired after a sweep stays until the
+// interval is over. The entries' and the sweep's times are set in the maps,
+// so that no wait decides the outcome.
+func TestHashLimitSweepInterval(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "ip")
+	ns := newNetns(t)
+	src := "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+		"-A INPUT -p udp -m hashlimit --hashlimit-upto 10/sec --hashlimit-mode srcip --hashlimit-name t" +
+		" --hashlimit-htable-size 2 --hashlimit-htable-max 2 --hashlimit-htable-expire 60000 --hashlimit-htable-gcinterval 60000 -j ACCEPT\nCOMMIT\n"
+	p := compileText(t, src, rules.IPv4, codegen.HookXDP)
+	l := load(t, p, ns)
+	send := func(from string) codegen.Decision {
+		t.Helper()
+		_, d, err := l.run(frame4(t, layers.IPProtocolUDP, from, "192.0.2.2", 40000, 53), ns.devs[1], 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for _, from := range []string{"10.0.0.1", "10.0.0.2"} {
+		if d := send(from); d.Kind != codegen.DecidedByRule {
+			t.Fatalf("%s: decision %+v, want the rule's", from, d)
+		}
+	}
+	// Full, nothing expired: swept, and dropped.
+	if d := send("10.0.0.3"); d.Kind != codegen.Hotdrop {
+		t.Fatalf("a third key with two live ones: decision %+v, want a hotdrop", d)
+	}
+	// 10.0.0.1 expires; the next sweep is a minute away.
+	table := l.coll.Maps[codegen.HashLimitMap(0)]
+	key := codegen.HashKey{Src: [4]uint32{0x0a000001}}
+	var e codegen.HashEntry
+	if err := table.Lookup(key, &e); err != nil {
+		t.Fatalf("entry of 10.0.0.1: %v", err)
+	}
+	e.Expires = 0
+	if err := table.Put(key, e); err != nil {
+		t.Fatal(err)
+	}
+	if d := send("10.0.0.4"); d.Kind != codegen.Hotdrop {
+		t.Errorf("a new key within the interval after a sweep: decision %+v, want a hotdrop", d)
+	}
+	// The interval is over: the sweep takes 10.0.0.1 out.
+	if err := l.coll.Maps[codegen.HashGCMap].Put(uint32(0), uint64(0)); err != nil {
+		t.Fatal(err)
+	}
+	if d := send("10.0.0.4"); d.Kind != codegen.DecidedByRule {
+		t.Errorf("a new key after the interval: decision %+v, want the rule's", d)
+	}
+	if err := table.Lookup(key, &e); err == nil {
+		t.Errorf("the expired entry of 10.0.0.1 survived the sweep")
+	}
+}
+
 // TestHashLimitTableFull fills a table of two keys: a third key is
 // dropped (hotdrop) while the two live, and admitted once they have
 // expired and the sweep has taken them out.
@@ -182,4 +239,39 @@ func TestHashLimitTableFull(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkHashLimitFullTable measures a packet with a new key on a full
+// table of 65,536 live entries: the drop, and the sweep that comes with it
+// at most once per gcinterval.
+func BenchmarkHashLimitFullTable(b *testing.B) {
+	testenv.RequireRoot(b)
+	const max = 65536
+	src := "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+		"-A INPUT -p udp -m hashlimit --hashlimit-upto 10/sec --hashlimit-mode srcip --hashlimit-name t" +
+		" --hashlimit-htable-size 8192 --hashlimit-htable-max 65536 --hashlimit-htable-expire 600000 -j ACCEPT\nCOMMIT\n"
+	p := compileText(b, src, rules.IPv4, codegen.HookXDP)
+	coll, err := ebpf.NewCollection(p.Spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer coll.Close()
+	table := coll.Maps[codegen.HashLimitMap(0)]
+	keys := make([]codegen.HashKey, max)
+	vals := make([]codegen.HashEntry, max)
+	for i := range keys {
+		keys[i].Src[0] = 0x0b000000 + uint32(i)
+		vals[i].Expires = 1 << 62 // live for the benchmark's duration
+	}
+	if _, err := table.BatchUpdate(keys, vals, nil); err != nil {
+		b.Fatal(err)
+	}
+	data := frame4(b, layers.IPProtocolUDP, "10.0.0.1", "192.0.2.2", 40000, 53)
+	prog := coll.Programs[codegen.ProgramName]
+	b.ResetTimer()
+	_, d, err := prog.Benchmark(data, b.N, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(d.Nanoseconds()), "ns/pkt")
 }

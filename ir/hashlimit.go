@@ -35,7 +35,10 @@ type HashLimit struct {
 	// at once (hashlimit_byte_cost).
 	Bytes  bool
 	Expire uint64 // jiffies
-	Max    uint32
+	// GCInterval is how often the kernel's collector removes expired
+	// entries (jiffies): a full table sweeps them at most this often.
+	GCInterval uint64
+	Max        uint32
 	// MemorySized is set when Max follows from the kernel's default table
 	// size, which is 8192 buckets on a machine with more than 1 GiB of
 	// memory, as the loader checks.
@@ -150,10 +153,19 @@ func (s *State) hashlimit(m HashLimit, pkt *Packet) outcome {
 	switch {
 	case e == nil:
 		if len(t) >= int(m.Max) {
-			// The collector's sweep, at the moment the table is full.
-			for k, e := range t {
-				if expired(e) {
-					delete(t, k)
+			// The collector's sweep: when the table is full, and at most
+			// once per gcinterval, as often as the kernel's collector
+			// runs. Sweeping for every new key would cost a walk of the
+			// whole table per packet while the table stays full.
+			if s.sweeps == nil {
+				s.sweeps = make(map[int]uint64)
+			}
+			if int64(now-s.sweeps[m.Table]) >= 0 {
+				s.sweeps[m.Table] = now + m.GCInterval
+				for k, e := range t {
+					if expired(e) {
+						delete(t, k)
+					}
 				}
 			}
 			if len(t) >= int(m.Max) {
@@ -239,7 +251,8 @@ func (l *lowerer) hashlimit(ms []Match, r *rules.Rule, m *rules.HashLimit) []Mat
 	h := HashLimit{
 		Mode: m.Mode, SrcMask: m.SrcMask, DstMask: m.DstMask,
 		Avg: m.Avg, Burst: m.Burst, Above: m.Above, Bytes: m.Bytes,
-		Expire: MsecsToJiffies(m.Expire, DefaultHZ),
+		Expire:     MsecsToJiffies(m.Expire, DefaultHZ),
+		GCInterval: MsecsToJiffies(m.GCInterval, DefaultHZ),
 	}
 	switch c, cost := h.Credits(DefaultHZ); {
 	case m.Bytes && cost == 0:

@@ -1,6 +1,7 @@
 package ir_test
 
 import (
+	"net/netip"
 	"testing"
 
 	"bpfwall/ir"
@@ -85,6 +86,39 @@ func TestRateLimitArithmetic(t *testing.T) {
 			if paid[i] != want[i] {
 				t.Errorf("over %v: step %d accepted %d, want %d", over, i, paid[i], want[i])
 			}
+		}
+	}
+}
+
+// TestHashLimitSweep: a full table drops new keys; its expired entries
+// go at the sweep, which runs at most once per gcinterval (the kernel's
+// collector), not for every new key.
+func TestHashLimitSweep(t *testing.T) {
+	m := ir.HashLimit{Mode: rules.HashSrcIP, SrcMask: 32, Avg: 100000, Burst: 5, Expire: 10, GCInterval: 100, Max: 2}
+	p := limitProgram(m)
+	st := &ir.State{Jiffies: 1000}
+	send := func(at uint64, src string) ir.Verdict {
+		st.Jiffies = 1000 + at
+		pkt := &ir.Packet{Family: rules.IPv4, Length: 100, Src: netip.MustParseAddr(src)}
+		return p.EvalState(st, pkt).Verdict
+	}
+	steps := []struct {
+		at   uint64
+		src  string
+		want ir.Verdict
+	}{
+		{0, "10.0.0.1", ir.VerdictAccept},
+		{0, "10.0.0.2", ir.VerdictAccept},
+		{5, "10.0.0.3", ir.VerdictDrop},   // full, both live: swept, nothing expired
+		{50, "10.0.0.3", ir.VerdictDrop},  // both expired, but the next sweep is at 105
+		{104, "10.0.0.3", ir.VerdictDrop}, // still before it
+		{105, "10.0.0.3", ir.VerdictAccept},
+		{105, "10.0.0.4", ir.VerdictAccept}, // the sweep took both
+		{106, "10.0.0.5", ir.VerdictDrop},
+	}
+	for _, s := range steps {
+		if got := send(s.at, s.src); got != s.want {
+			t.Errorf("at +%d, %s: %v, want %v", s.at, s.src, got, s.want)
 		}
 	}
 }
