@@ -272,6 +272,11 @@ func TestErrors(t *testing.T) {
 		{"concatenation of the wrong length", "table ip f { chain in { type filter hook input priority 0; ip saddr . tcp dport { 10.0.0.1 } drop; } }", "t.nft:1:83: 1 values for a concatenation of 2 keys"},
 		{"iif of a wildcard", `table ip f { chain in { type filter hook input priority 0; iif "eth*" drop; } }`, `t.nft:1:64: iif "eth*": not an interface name`},
 		{"jump to missing chain", "table ip f { chain in { type filter hook input priority 0; jump nowhere; } }", "t.nft:1:60: chain nowhere does not exist in table ip f"},
+		// nft -c refuses these three; an anonymous set's counters, and a
+		// declared map's, it accepts (TestCountedElements).
+		{"counter in an anonymous map", "table ip f { chain in { type filter hook input priority 0; tcp dport vmap { 80 counter : accept }; } }", "t.nft:1:77: missing statement in map declaration"},
+		{"counter in an undeclared map", "table ip f { map m { type inet_service : verdict; elements = { 80 counter : accept } }\n chain in { type filter hook input priority 0; tcp dport vmap @m; } }", "t.nft:1:64: missing statement in map declaration"},
+		{"counter in an undeclared set", "table ip f { set s { type inet_service; elements = { 80 counter } }\n chain in { type filter hook input priority 0; tcp dport @s accept; } }", "t.nft:1:54: missing statement in set declaration"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse("t.nft", []byte(tc.src), Options{})
@@ -279,6 +284,20 @@ func TestErrors(t *testing.T) {
 				t.Errorf("error %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestCountedElements: element counters nft accepts are read as counters,
+// which change no verdict.
+func TestCountedElements(t *testing.T) {
+	for _, src := range []string{
+		"table ip f { chain in { type filter hook input priority 0; tcp dport { 80 counter, 443 } accept; } }",
+		"table ip f { map m { type inet_service : verdict; counter; elements = { 80 counter packets 1 bytes 2 : accept } }\n chain in { type filter hook input priority 0; tcp dport vmap @m; } }",
+		"table ip f { set s { type inet_service; counter; elements = { 80 counter } }\n chain in { type filter hook input priority 0; tcp dport @s accept; } }",
+	} {
+		if _, err := Parse("t.nft", []byte(src), Options{}); err != nil {
+			t.Errorf("%s: %v", src, err)
+		}
 	}
 }
 

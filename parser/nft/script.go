@@ -65,9 +65,27 @@ type set struct {
 	keyType  []string // "type" words, or for typeof the expression's text
 	valType  string
 	flags    []string
+	counter  bool // the declaration has a counter statement
 	elems    []*Elem
 	elemEnvs []*env
 	file     string
+}
+
+func (s *set) kind() string {
+	if s.isMap {
+		return "map"
+	}
+	return "set"
+}
+
+// elemCounter returns the position of an element's counter, if it has one.
+func elemCounter(el *Elem) (rules.Pos, bool) {
+	for _, o := range el.Options {
+		if o.Key == "counter" {
+			return toPos(el.Pos), true
+		}
+	}
+	return rules.Pos{}, false
 }
 
 // env is a scope of "define"d variables; scopes are never modified once a
@@ -418,7 +436,13 @@ func (rd *reader) addSet(t *table, isMap bool, name string, pos rules.Pos, items
 			s.keyType, s.valType = []string{key}, val
 		case it.Flags != nil:
 			s.flags = append(s.flags, it.Flags...)
-		case it.Elements != nil:
+		case it.Other != nil && it.Other.Keyword == "counter":
+			s.counter = true
+		}
+	}
+	// nft reads the whole declaration before its elements.
+	for _, it := range items {
+		if it.Elements != nil {
 			rd.addElements(s, it.Elements, e)
 		}
 	}
@@ -427,6 +451,10 @@ func (rd *reader) addSet(t *table, isMap bool, name string, pos rules.Pos, items
 
 func (rd *reader) addElements(s *set, l *SetLit, e *env) {
 	for _, el := range l.Elems {
+		if pos, ok := elemCounter(el); ok && !s.counter {
+			rd.errorf(pos, "missing statement in %s declaration: element counters need a counter statement in the %s", s.kind(), s.kind())
+			continue
+		}
 		s.elems = append(s.elems, el)
 		s.elemEnvs = append(s.elemEnvs, e)
 	}

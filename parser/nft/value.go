@@ -98,6 +98,11 @@ func (rv *resolver) value(v *Value, e *env, depth int) (rhs, bool) {
 		case lo.Set != nil:
 			out := rhs{set: true}
 			for _, el := range lo.Set.Elems {
+				if pos, ok := elemCounter(el); ok && (el.Verdict != nil || el.Value != nil) {
+					// An anonymous map declares no statements.
+					rv.errorf(pos, "missing statement in map declaration: an anonymous map's elements cannot have counters")
+					return rhs{}, false
+				}
 				if timed(el) {
 					rv.errorf(toPos(el.Pos), "set element timeout is not supported")
 					return rhs{}, false
