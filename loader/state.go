@@ -38,6 +38,9 @@ type Meta struct {
 	// Conntrack is set when the program tests the conntrack state: the
 	// loader keeps conntrack on in the namespace (HoldConntrack).
 	Conntrack bool `json:"conntrack,omitempty"`
+	// Family is the IP family the program filters ("ipv4" or "ipv6"); the
+	// other family's packets pass it. Empty in pins of older versions.
+	Family string `json:"family,omitempty"`
 }
 
 // Iface is an interface a filter is attached to.
@@ -80,6 +83,7 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 		Source: string(rs.Save(rules.SaveOptions{Counters: true})),
 		Lines:  make([]int, len(p.IR.Rules)),
 		Logs:   logRules(p),
+		Family: p.IR.Family.String(),
 	}
 	counters := make([]codegen.Counter, len(p.IR.Rules)+1)
 	for _, r := range p.IR.Rules {

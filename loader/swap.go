@@ -57,6 +57,12 @@ type Result struct {
 // Snapshot was taken of.
 var ErrChanged = errors.New("filter changed since its counters were read")
 
+// ErrFamily is returned, wrapped, when a swap would replace a filter of
+// one IP family with one of the other: the old family's packets would pass
+// unfiltered from then on. A hook holds one family's filter; unload it
+// first to change families.
+var ErrFamily = errors.New("the filter there is of the other IP family")
+
 // Run performs the swap.
 func (s *Swap) Run() (*Result, error) {
 	hook := s.Program.Hook
@@ -83,6 +89,10 @@ func (s *Swap) Run() (*Result, error) {
 	}
 	if s.Since != nil && (old == nil || res.Replaced != s.Since.Program) {
 		return nil, fmt.Errorf("swap %s filter: %w", hook, ErrChanged)
+	}
+	if fam := s.Program.IR.Family.String(); old != nil && old.Meta.Family != "" && old.Meta.Family != fam {
+		return nil, fmt.Errorf("swap %s filter: %w: it filters %s (from %s), these rules %s; bpfwall unload --hook %s first, or put the %s rules on another hook",
+			hook, ErrFamily, old.Meta.Family, old.Meta.File, fam, hook, fam)
 	}
 
 	b, err := s.build(old)

@@ -17,6 +17,8 @@ import (
 	"bpfwall/codegen"
 	"bpfwall/internal/packets"
 	"bpfwall/ir"
+	"bpfwall/parser/iptables"
+	"bpfwall/rules"
 )
 
 var allHooks = []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress, codegen.HookTCEgress}
@@ -265,6 +267,26 @@ func TestSwapFailureLeavesFilter(t *testing.T) {
 				}
 			},
 			want: ErrReplaced,
+		},
+		{
+			name: "other IP family",
+			setup: func(t *testing.T, s *Swap) {
+				rs, err := iptables.Parse("test.rules", []byte(ruleset(s.Place.Hook, "-p tcp -m tcp --dport 22 -j DROP")), iptables.Options{Family: rules.IPv6, ForceFamily: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := ir.Lower(rs, ir.LowerOptions{Chain: entryChain(s.Place.Hook)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s.Program, err = codegen.Compile(p, codegen.Options{Hook: s.Place.Hook}); err != nil {
+					t.Fatal(err)
+				}
+				if s.Meta, s.Counters, err = NewMeta(rs, s.Program, "test.rules.v6"); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: ErrFamily,
 		},
 		{
 			name: "second link fails",
