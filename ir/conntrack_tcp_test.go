@@ -1,0 +1,187 @@
+package ir_test
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
+	"bpfwall/ir"
+)
+
+// TestConntrackTCP: the state nf_conntrack_tcp_packet leaves a segment
+// whose tuple finds an entry, case by case from the kernel's source
+// (net/netfilter/nf_conntrack_proto_tcp.c). The programs' side is tested
+// against the kernel by internal/difftest's TestConntrackFlows and
+// TestTCPConversations.
+func TestConntrackTCP(t *testing.T) {
+	// A connection client 10.0.0.1:1000 → server 198.51.100.1:22, after
+	// the handshake (client ISN 1000, server ISN 5000), both sides
+	// announcing window 1000 scaled by 2^2 and SACK, as tcp_in_window
+	// leaves the entry after the client's first ACK.
+	var cISN, sISN uint32 = 1000, 5000
+	established := func() ir.TCPEntry {
+		return ir.TCPEntry{
+			Status: ir.IPSSeenReply | ir.IPSAssured,
+			State:  ir.TCPEstablished,
+			Seen: [2]ir.TCPSeen{
+				{End: cISN + 1, MaxEnd: cISN + 1 + 4000, MaxWin: 4000, MaxAck: sISN + 1, Scale: 2,
+					Flags: ir.TCPFlagWindowScale | ir.TCPFlagSackPerm | ir.TCPFlagMaxAckSet},
+				{End: sISN + 1, MaxEnd: sISN + 1 + 4000, MaxWin: 4000, MaxAck: cISN + 1, Scale: 2,
+					Flags: ir.TCPFlagWindowScale | ir.TCPFlagSackPerm | ir.TCPFlagMaxAckSet},
+			},
+			LastDir: 0, LastIndex: ir.TCPAckSet, LastEnd: cISN + 1, LastAck: sISN + 1, LastWin: 1000,
+		}
+	}
+	with := func(mod func(*ir.TCPEntry)) ir.TCPEntry {
+		e := established()
+		mod(&e)
+		return e
+	}
+	type seg struct {
+		reply        bool
+		flags        string // of "SAFRU"
+		seq, ack     uint32
+		win          uint16
+		data         int
+		opts         []layers.TCPOption
+		firstFrag    bool
+		invalidFlags bool
+	}
+	frame := func(s seg) []byte {
+		src, dst, sport, dport := "10.0.0.1", "198.51.100.1", uint16(1000), uint16(22)
+		if s.reply {
+			src, dst, sport, dport = dst, src, dport, sport
+		}
+		l := &layers.TCP{SrcPort: layers.TCPPort(sport), DstPort: layers.TCPPort(dport), Seq: s.seq, Ack: s.ack, Window: s.win, Options: s.opts}
+		for _, f := range s.flags {
+			switch f {
+			case 'S':
+				l.SYN = true
+			case 'A':
+				l.ACK = true
+			case 'F':
+				l.FIN = true
+			case 'R':
+				l.RST = true
+			case 'U':
+				l.URG = true
+			}
+		}
+		ip := ip4(src, dst, layers.IPProtocolTCP)
+		if s.firstFrag {
+			ip.Flags = layers.IPv4MoreFragments
+		}
+		return build(t, ether(layers.EthernetTypeIPv4), ip, l, gopacket.Payload(make([]byte, s.data)))
+	}
+	sackBlock := func(left, right uint32) layers.TCPOption {
+		d := make([]byte, 8)
+		binary.BigEndian.PutUint32(d, left)
+		binary.BigEndian.PutUint32(d[4:], right)
+		return layers.TCPOption{OptionType: layers.TCPOptionKindSACK, OptionLength: 10, OptionData: d}
+	}
+	nop := layers.TCPOption{OptionType: layers.TCPOptionKindNop, OptionLength: 1}
+	ack := func(seq, ackSeq uint32) seg { return seg{flags: "A", seq: seq, ack: ackSeq, win: 1000} }
+	reply := func(s seg) seg { s.reply = true; return s }
+
+	for _, c := range []struct {
+		name  string
+		entry ir.TCPEntry
+		seg   seg
+		want  ir.ConnState
+	}{
+		{"in-window ack", established(), ack(cISN+1, sISN+1), ir.ConnEstablished},
+		{"in-window data", established(), seg{flags: "A", seq: cISN + 1, ack: sISN + 1, win: 1000, data: 1000}, ir.ConnEstablished},
+		{"reply in window", established(), reply(ack(sISN+1, cISN+1)), ir.ConnEstablished},
+		{"seq far beyond td_maxend", established(), ack(cISN+1+1<<30, sISN+1), ir.ConnInvalid},
+		{"seq at td_maxend", established(), ack(cISN+1+4000, sISN+1), ir.ConnEstablished},
+		{"seq one past td_maxend, no data: tolerated overshoot", established(), ack(cISN+1+4001, sISN+1), ir.ConnEstablished},
+		{"seq past td_maxend by more than the window", established(), ack(cISN+1+8002, sISN+1), ir.ConnInvalid},
+		{"ack of data not seen", established(), ack(cISN+1, sISN+2), ir.ConnInvalid},
+		{"ack of data not seen, liberal entry", with(func(e *ir.TCPEntry) { e.Seen[0].Flags |= ir.TCPFlagBeLiberal }), ack(cISN+1, sISN+2), ir.ConnEstablished},
+		{"old retransmission is ignored", established(), ack(cISN-100000, sISN+1), ir.ConnEstablished},
+		{"ack far below the window is ignored", established(), ack(cISN+1, sISN+1-70000), ir.ConnEstablished},
+		{"ack far behind: before the window is after it", established(), ack(cISN+1, sISN+1-1<<31-10), ir.ConnInvalid},
+		{"sack beyond td_end", established(), seg{flags: "A", seq: cISN + 1, ack: sISN + 1, win: 1000, opts: []layers.TCPOption{nop, nop, sackBlock(sISN+1, sISN+100)}}, ir.ConnInvalid},
+		{"sack within td_end", established(), seg{flags: "A", seq: cISN + 1, ack: sISN + 1, win: 1000, opts: []layers.TCPOption{nop, nop, sackBlock(sISN-100, sISN+1)}}, ir.ConnEstablished},
+		{"sack without sack permitted", with(func(e *ir.TCPEntry) { e.Seen[1].Flags &^= ir.TCPFlagSackPerm }),
+			seg{flags: "A", seq: cISN + 1, ack: sISN + 1, win: 1000, opts: []layers.TCPOption{nop, nop, sackBlock(sISN+1, sISN+100)}}, ir.ConnEstablished},
+		{"sack with a bad length is skipped", established(),
+			seg{flags: "A", seq: cISN + 1, ack: sISN + 1, win: 1000, opts: []layers.TCPOption{{OptionType: layers.TCPOptionKindSACK, OptionLength: 11, OptionData: make([]byte, 9)}}}, ir.ConnEstablished},
+		{"synack from the client", established(), seg{flags: "SA", seq: cISN, ack: sISN + 1, win: 1000}, ir.ConnInvalid},
+		{"syn on an open connection is ignored", established(), seg{flags: "S", seq: 77, win: 1000}, ir.ConnEstablished},
+		{"syn from the server on an open connection", established(), reply(seg{flags: "S", seq: 77, win: 1000}), ir.ConnInvalid},
+		{"no flags", established(), seg{flags: "", seq: cISN + 1}, ir.ConnInvalid},
+		{"urg alone: tcp_error", established(), seg{flags: "U", seq: cISN + 1}, ir.ConnInvalid},
+		{"rst before the peer's max ack", established(), seg{flags: "R", seq: cISN}, ir.ConnInvalid},
+		{"rst at the peer's max ack", established(), seg{flags: "R", seq: cISN + 1}, ir.ConnEstablished},
+		{"rst after the max ack, in window", established(), seg{flags: "R", seq: cISN + 50}, ir.ConnEstablished},
+		{"rst far out of window", established(), seg{flags: "R", seq: cISN + 1<<30}, ir.ConnInvalid},
+		{"rst in fin_wait skips the window", with(func(e *ir.TCPEntry) { e.State = ir.TCPFinWait }), seg{flags: "R", seq: cISN + 1<<30}, ir.ConnEstablished},
+		{"rst with seq 0 on an unassured entry: below the window, ignored", with(func(e *ir.TCPEntry) { e.Status &^= ir.IPSAssured }), seg{flags: "R", seq: 0}, ir.ConnEstablished},
+		{"fin in window", established(), seg{flags: "FA", seq: cISN + 1, ack: sISN + 1, win: 1000}, ir.ConnEstablished},
+		{"fin out of window", established(), seg{flags: "FA", seq: cISN + 1<<30, ack: sISN + 1, win: 1000}, ir.ConnInvalid},
+		{"syn reopens a closed connection", with(func(e *ir.TCPEntry) {
+			e.State = ir.TCPTimeWait
+			e.Seen[0].Flags |= ir.TCPFlagCloseInit
+		}), seg{flags: "S", seq: 99999, win: 1000}, ir.ConnNew},
+		{"syn from the server reopens it too", with(func(e *ir.TCPEntry) {
+			e.State = ir.TCPTimeWait
+			e.Seen[1].Flags |= ir.TCPFlagCloseInit
+		}), reply(seg{flags: "S", seq: 99999, win: 1000}), ir.ConnNew},
+		{"syn after an rst from the same side", with(func(e *ir.TCPEntry) {
+			e.State = ir.TCPClose
+			e.LastIndex = ir.TCPRstSet
+		}), seg{flags: "S", seq: 99999, win: 1000}, ir.ConnNew},
+		{"syn in close after the other side's rst is ignored", with(func(e *ir.TCPEntry) {
+			e.State = ir.TCPClose
+			e.LastIndex, e.LastDir = ir.TCPRstSet, 1
+		}), seg{flags: "S", seq: 99999, win: 1000}, ir.ConnEstablished},
+		{"syn from the server in close", with(func(e *ir.TCPEntry) { e.State = ir.TCPClose }), reply(seg{flags: "S", seq: 99999, win: 1000}), ir.ConnInvalid},
+		{"challenge ack in last_ack", with(func(e *ir.TCPEntry) {
+			e.State = ir.TCPLastAck
+			e.LastIndex, e.LastDir, e.LastFlags = ir.TCPSynSet, 0, ir.TCPExpChallengeAck
+		}), reply(ack(sISN+1<<30, 12345)), ir.ConnEstablished},
+		{"last ack out of window", with(func(e *ir.TCPEntry) { e.State = ir.TCPLastAck }), reply(ack(sISN+1<<30, cISN+1)), ir.ConnInvalid},
+		{"retransmitted syn", ir.TCPEntry{State: ir.TCPSynSent, Seen: [2]ir.TCPSeen{{End: cISN + 1, MaxEnd: cISN + 1, MaxWin: 1000}},
+			LastIndex: ir.TCPSynSet}, seg{flags: "S", seq: cISN, win: 1000}, ir.ConnNew},
+		{"ack before the synack", ir.TCPEntry{State: ir.TCPSynSent, Seen: [2]ir.TCPSeen{{End: cISN + 1, MaxEnd: cISN + 1, MaxWin: 1000}}},
+			ack(cISN+1, sISN+1), ir.ConnInvalid},
+		{"synack answering the syn", ir.TCPEntry{State: ir.TCPSynSent, Seen: [2]ir.TCPSeen{{End: cISN + 1, MaxEnd: cISN + 1, MaxWin: 1000}}},
+			reply(seg{flags: "SA", seq: sISN, ack: cISN + 1, win: 1000}), ir.ConnEstablished},
+		{"synack acknowledging more than the syn", ir.TCPEntry{State: ir.TCPSynSent, Seen: [2]ir.TCPSeen{{End: cISN + 1, MaxEnd: cISN + 1, MaxWin: 1000}}},
+			reply(seg{flags: "SA", seq: sISN, ack: cISN + 2, win: 1000}), ir.ConnInvalid},
+		{"rst answering the syn", ir.TCPEntry{State: ir.TCPSynSent, Seen: [2]ir.TCPSeen{{End: cISN + 1, MaxEnd: cISN + 1, MaxWin: 1000}}},
+			reply(seg{flags: "RA", seq: 0, ack: cISN + 1}), ir.ConnEstablished},
+		{"synack answering an ignored syn", with(func(e *ir.TCPEntry) {
+			e.LastIndex, e.LastDir, e.LastEnd, e.LastWin = ir.TCPSynSet, 0, 77777, 500
+		}), reply(seg{flags: "SA", seq: 424242, ack: 77777, win: 1000}), ir.ConnEstablished},
+		{"synack answering an ignored syn, sack past it", with(func(e *ir.TCPEntry) {
+			e.LastIndex, e.LastDir, e.LastEnd, e.LastWin, e.LastFlags = ir.TCPSynSet, 0, 77777, 500, ir.TCPFlagSackPerm
+		}), reply(seg{flags: "SA", seq: 424242, ack: 77777, win: 1000, opts: []layers.TCPOption{nop, nop, sackBlock(77777, 77800)}}), ir.ConnInvalid},
+		{"picked up: the reply sets its window", ir.TCPEntry{State: ir.TCPEstablished,
+			Seen: [2]ir.TCPSeen{{End: cISN + 1, MaxEnd: cISN + 1001, MaxWin: 1000, Flags: ir.TCPFlagSackPerm | ir.TCPFlagBeLiberal}, {Flags: ir.TCPFlagSackPerm | ir.TCPFlagBeLiberal}}},
+			reply(ack(sISN+1, cISN+1+1<<30)), ir.ConnEstablished},
+		{"picked up, not liberal: the window scale counts", ir.TCPEntry{State: ir.TCPEstablished, Reply: false,
+			Seen: [2]ir.TCPSeen{{Scale: 3}, {End: sISN + 1, MaxEnd: sISN + 1001, MaxWin: 1000}}},
+			seg{flags: "A", seq: cISN + 1, ack: sISN + 1, win: 10, data: 1}, ir.ConnNew},
+		{"unreplied entry, original direction, in window", with(func(e *ir.TCPEntry) { e.Status = 0 }), ack(cISN+1, sISN+1), ir.ConnNew},
+		{"expected entry", with(func(e *ir.TCPEntry) { e.Status = ir.IPSExpected }), ack(cISN+1, sISN+1), ir.ConnRelated},
+		{"expected entry, out of window", with(func(e *ir.TCPEntry) { e.Status = ir.IPSExpected }), ack(cISN+1<<30, sISN+1), ir.ConnInvalid},
+		{"first fragment: the datagram's length is unknown", established(), seg{flags: "A", seq: cISN + 1, ack: sISN + 1, win: 1000, firstFrag: true}, ir.ConnUnknown},
+		{"nat sequence adjustment", with(func(e *ir.TCPEntry) { e.Status |= ir.IPSSeqAdjust }), ack(cISN+1, sISN+1), ir.ConnUnknown},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pkt, err := ir.Decode(frame(c.seg), ir.Meta{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := c.entry
+			e.Reply = c.seg.reply
+			if got := pkt.ConntrackTCP(e); got != c.want {
+				t.Errorf("state %s, want %s", got, c.want)
+			}
+		})
+	}
+}
