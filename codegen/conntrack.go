@@ -2,6 +2,8 @@ package codegen
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -16,7 +18,9 @@ import (
 // packet's state in the parsed packet. At xdp and tc-ingress, which run
 // before conntrack, it looks the packet's tuple up with the conntrack
 // kfuncs (bpf_xdp_ct_lookup or bpf_skb_ct_lookup, then bpf_ct_release)
-// and gives the state resolve_normal_ct would; without an entry it applies
+// and gives the state resolve_normal_ct would, for TCP after replaying
+// nf_conntrack_tcp_packet on the entry (ir.Packet.ConntrackTCP,
+// conntrack_tcp.go); without an entry it applies
 // ir.Packet.ConntrackWithoutEntry's model. At tc-egress, which runs after
 // conntrack, it reads the state conntrack gave the packet from
 // skb->_nfct. The kfuncs' BTF IDs and the offsets of nf_conn.status and
@@ -164,21 +168,59 @@ func (p *Program) KernelSpec(kernel *btf.Spec) (*ebpf.CollectionSpec, error) {
 	return spec, nil
 }
 
-// fieldOffset is the byte offset of f in the kernel's BTF.
+// fieldOffset is the byte offset of f in the kernel's BTF. f.Field may
+// be a path through nested structs, unions and arrays:
+// "proto.tcp.seen[1].td_end".
 func fieldOffset(kernel *btf.Spec, f fieldRef) (int16, error) {
 	var s *btf.Struct
 	if err := kernel.TypeByName(f.Struct, &s); err != nil {
 		return 0, fmt.Errorf("struct %s: %w", f.Struct, err)
 	}
-	for _, m := range s.Members {
-		if m.Name == f.Field {
-			if m.Offset%8 != 0 || m.Offset.Bytes() > 1<<15-1 {
-				return 0, fmt.Errorf("field %s.%s at bit %d cannot be loaded", f.Struct, f.Field, m.Offset)
+	var typ btf.Type = s
+	var off btf.Bits
+	for _, part := range strings.Split(f.Field, ".") {
+		name, index := part, -1
+		if i := strings.IndexByte(part, '['); i >= 0 && strings.HasSuffix(part, "]") {
+			n, err := strconv.Atoi(part[i+1 : len(part)-1])
+			if err != nil {
+				return 0, fmt.Errorf("field %s.%s: bad index in %q", f.Struct, f.Field, part)
 			}
-			return int16(m.Offset.Bytes()), nil
+			name, index = part[:i], n
+		}
+		var members []btf.Member
+		switch t := btf.UnderlyingType(typ).(type) {
+		case *btf.Struct:
+			members = t.Members
+		case *btf.Union:
+			members = t.Members
+		}
+		found := false
+		for _, m := range members {
+			if m.Name == name {
+				off, typ, found = off+m.Offset, m.Type, true
+				break
+			}
+		}
+		if !found {
+			return 0, fmt.Errorf("struct %s has no field %s", f.Struct, f.Field)
+		}
+		if index >= 0 {
+			a, ok := btf.UnderlyingType(typ).(*btf.Array)
+			if !ok || index >= int(a.Nelems) {
+				return 0, fmt.Errorf("field %s.%s: %s is not an array of more than %d", f.Struct, f.Field, name, index)
+			}
+			size, err := btf.Sizeof(a.Type)
+			if err != nil {
+				return 0, fmt.Errorf("field %s.%s: %w", f.Struct, f.Field, err)
+			}
+			off += btf.Bits(8 * size * index)
+			typ = a.Type
 		}
 	}
-	return 0, fmt.Errorf("struct %s has no field %s", f.Struct, f.Field)
+	if off%8 != 0 || off.Bytes() > 1<<15-1 {
+		return 0, fmt.Errorf("field %s.%s at bit %d cannot be loaded", f.Struct, f.Field, off)
+	}
+	return int16(off.Bytes()), nil
 }
 
 // ctMatch emits a CTState match: the state ct_state stored; a state it
@@ -263,7 +305,7 @@ func (c *compiler) ctState() {
 	b.emit(ja("ct_invalid"))
 	b.mark("ct_tcp_valid")
 	c.ctPacketTuple()
-	c.ctLookup(protoTCP, "ct_found")
+	c.ctLookup(protoTCP, "ct_tcp_found")
 	b.note("no entry: tcp_new starts a connection with a SYN, picks one up with an ACK")
 	for _, f := range []int32{0x02, 0x22, 0x10, 0x30} {
 		b.emit(asm.JEq.Imm(asm.R8, f, "ct_new"))
@@ -447,6 +489,9 @@ func (c *compiler) ctState() {
 		asm.JSet.Imm(asm.R1, ipsExpected, "ct_release"),
 		mov(asm.R8, ctStateNew),
 	)
+	b.emit(ja("ct_release"))
+	c.ctTCPFound()
+
 	b.mark("ct_release")
 	b.emit(
 		movr(asm.R1, asm.R9),
@@ -454,6 +499,7 @@ func (c *compiler) ctState() {
 		movr(asm.R0, asm.R8),
 		asm.Return(),
 	)
+	c.ctSackCallback()
 }
 
 // ctStateEgress emits ct_state for tc-egress: the packet has been
@@ -549,10 +595,10 @@ func (c *compiler) ctLookup(proto int32, found string) {
 }
 
 // ingressStateWarnings names the rules whose conntrack state an ingress
-// program looks up before conntrack has seen the packet: the kfuncs find
-// the connection but do not run conntrack's TCP state machine, and they
-// look up TCP and UDP only (ir.ConnUnknown). Both are documented limits;
-// the warning tells the operator which rules they touch.
+// program looks up before conntrack has seen the packet: the kfuncs look
+// up TCP and UDP only (ir.ConnUnknown), a documented limit; the warning
+// tells the operator which rules it touches. (TCP segments of known
+// connections get nf_conntrack_tcp_packet's verdict: conntrack_tcp.go.)
 func ingressStateWarnings(p *ir.Program, hook Hook) []*rules.Error {
 	if hook != HookXDP && hook != HookTCIngress {
 		return nil
@@ -562,8 +608,7 @@ func ingressStateWarnings(p *ir.Program, hook Hook) []*rules.Error {
 		for _, m := range r.Matches {
 			if _, ok := m.(ir.CTState); ok {
 				out = append(out, rules.Errorf(r.Pos, "conntrack state on %s is looked up before conntrack sees the packet: "+
-					"TCP segments of a known connection are not checked against its window (netfilter finds out-of-window ones INVALID), "+
-					"and packets whose state the lookup cannot tell (ICMP echo and other ICMP queries, protocols other than TCP and UDP) are dropped here; "+
+					"packets whose state the lookup cannot tell (ICMP echo and other ICMP queries, protocols other than TCP and UDP) are dropped here; "+
 					"tc-egress reads the state conntrack gave", hook))
 				break
 			}

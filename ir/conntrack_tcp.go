@@ -187,9 +187,9 @@ func tcpSegmentOf(pkt *Packet) tcpSegment {
 type tcpVerdict uint8
 
 const (
-	tcpVerdictAccept tcpVerdict = iota // NF_ACCEPT: the entry's state
-	tcpVerdictInvalid                  // -NF_ACCEPT: INVALID
-	tcpVerdictRepeat                   // -NF_REPEAT: killed, looked up again
+	tcpVerdictAccept  tcpVerdict = iota // NF_ACCEPT: the entry's state
+	tcpVerdictInvalid                   // -NF_ACCEPT: INVALID
+	tcpVerdictRepeat                    // -NF_REPEAT: killed, looked up again
 )
 
 // before and after compare sequence numbers modulo 2^32.

@@ -272,7 +272,7 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 				return b, err
 			}
 			if s.Program.Hook != codegen.HookTCEgress {
-				if err := checkTCPLoose(); err != nil {
+				if err := checkTCPSysctls(); err != nil {
 					return b, err
 				}
 			}

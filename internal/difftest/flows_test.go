@@ -377,7 +377,6 @@ func flowSteps() []flowStep {
 				la := s.open.LocalAddr().(*net.TCPAddr)
 				return crafted(t, s, uint16(la.Port), portSSH, s.openNext+1<<30, false, true, false)
 			},
-			unknownToBPF: "tcp window tracking: conntrack finds the ACK out of window (INVALID), bpfwall sees the connection's entry (ESTABLISHED)",
 		},
 		{
 			name:         "ping A→B",
