@@ -29,6 +29,7 @@ var conformanceFiles = []string{
 	"libxt_set", "libxt_length", "libipt_ttl", "libip6t_hl", "libxt_mac",
 	"libxt_mark", "libxt_limit", "libxt_pkttype", "libxt_addrtype",
 	"libipt_REJECT", "libip6t_REJECT", "libipt_LOG", "libip6t_LOG",
+	"libxt_recent", "libipt_recent", "libip6t_recent",
 }
 
 // tCase is one test line of a .t file run in one chain and family.
