@@ -356,6 +356,9 @@ func (p *Program) match(st *State, m Match, pkt *Packet) outcome {
 	case HashLimit:
 		return st.hashlimit(m, pkt)
 
+	case Recent:
+		return st.recent(m, pkt)
+
 	case TProxyTo:
 		return matched // the socket is assumed to exist
 	}

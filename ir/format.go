@@ -269,6 +269,8 @@ func appendMatch(b []byte, fam rules.Family, m Match) []byte {
 		return append(b, m.String()...)
 	case HashLimit:
 		return append(b, m.String()...)
+	case Recent:
+		return append(b, m.String()...)
 	}
 	return fmt.Appendf(b, "%T", m)
 }

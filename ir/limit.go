@@ -117,6 +117,8 @@ type State struct {
 	buckets map[int]*bucket
 	tables  map[int]map[hlKey]*hlEntry // HashLimit tables
 	sweeps  map[int]uint64             // by HashLimit table: the earliest time of its next sweep
+	// recentTables are the Recent tables.
+	recentTables map[int]*recentTable
 }
 
 // bucket is one token bucket: prev is the time of the last update (jiffies

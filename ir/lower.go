@@ -61,6 +61,7 @@ func Lower(rs *rules.Ruleset, opts LowerOptions) (*Program, error) {
 	for i, c := range l.chains {
 		l.lowerChain(i, c)
 	}
+	l.sizeRecentTables()
 	if err := l.errs.Err(); err != nil {
 		return nil, err
 	}
@@ -92,6 +93,10 @@ type lowerer struct {
 	// hashTables numbers the hashlimit tables by name, with the first
 	// match that uses each.
 	hashTables map[string]hashTable
+	// recentTables are the recent tables by name; recentSlots counts the
+	// recent matches.
+	recentTables map[string]*recentTableInfo
+	recentSlots  int
 }
 
 type hashTable struct {
@@ -474,6 +479,8 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 		ms = append(ms, Limit{Bucket: l.bucket(m), Avg: m.Avg, Burst: m.Burst})
 	case *rules.HashLimit:
 		return l.hashlimit(ms, r, m)
+	case *rules.Recent:
+		return l.recent(ms, r, m)
 	case *rules.RateLimit:
 		if !l.ownBucket(r, m) {
 			return ms

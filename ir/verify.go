@@ -336,6 +336,10 @@ func (v *verifier) match(m Match, st *ruleState) error {
 		if m.Max == 0 || m.Expire == 0 || m.Table < 0 {
 			return fmt.Errorf("hashlimit table %d with max %d, expire %d", m.Table, m.Max, m.Expire)
 		}
+	case Recent:
+		if m.Table < 0 || m.Slot < 0 || m.Stamps < 1 || m.Stamps > RecentMaxStamps || m.Stamps&(m.Stamps-1) != 0 || m.HitCount > uint32(m.Stamps) || !m.Mask.IsValid() {
+			return fmt.Errorf("recent table %d slot %d with %d stamps, hitcount %d, mask %s", m.Table, m.Slot, m.Stamps, m.HitCount, m.Mask)
+		}
 	case TProxyTo:
 		if m.Proto != 6 && m.Proto != 17 || m.Port == 0 {
 			return fmt.Errorf("tproxy to %s port %d", rules.ProtoName(m.Proto), m.Port)

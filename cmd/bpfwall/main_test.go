@@ -162,7 +162,7 @@ func TestCompileDump(t *testing.T) {
 }
 
 func TestCompileRejectsUnsupported(t *testing.T) {
-	f := writeFile(t, "ct.rules", "*filter\n-A INPUT -m recent --rcheck -j ACCEPT\n-A INPUT -m hashlimit --hashlimit-upto 1/s --hashlimit-rate-match --hashlimit-name x -j ACCEPT\nCOMMIT\n")
+	f := writeFile(t, "ct.rules", "*filter\n-A INPUT -m recent --rcheck --hitcount 5000 -j ACCEPT\n-A INPUT -m hashlimit --hashlimit-upto 1/s --hashlimit-rate-match --hashlimit-name x -j ACCEPT\nCOMMIT\n")
 	_, errOut, code := runCmd(t, "compile", "--dump", f)
 	if code != 1 || !strings.Contains(errOut, f+":2:11: recent") || !strings.Contains(errOut, f+":3:11: hashlimit") {
 		t.Errorf("exit %d, stderr %q; want both rules named at their match", code, errOut)
