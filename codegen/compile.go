@@ -182,6 +182,7 @@ func (c *compiler) collect() error {
 		c.maps = append(c.maps, m)
 	}
 	c.maps = append(c.maps, c.hashLimitMaps()...)
+	c.maps = append(c.maps, c.recentMaps()...)
 	return nil
 }
 

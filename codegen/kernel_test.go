@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -300,6 +301,12 @@ func (l *loaded) clock(t *testing.T, st *ir.State, pkt *ir.Packet) {
 				t.Fatalf("look the hashlimit entry up: %v", err)
 			}
 			return e.Prev, err == nil
+		case ir.Recent:
+			var now uint64
+			if err := l.coll.Maps[codegen.RecentClockMap].Lookup(uint32(m.Slot), &now); err != nil {
+				t.Fatal(err)
+			}
+			return now, now != 0
 		case ir.Limit:
 			return l.bucketPrev(t, m.Bucket)
 		case ir.RateLimit:
@@ -316,7 +323,7 @@ func (l *loaded) clock(t *testing.T, st *ir.State, pkt *ir.Packet) {
 				if ok {
 					st.Nanos = max(st.Nanos, now)
 				}
-			case ir.Limit, ir.HashLimit:
+			case ir.Limit, ir.HashLimit, ir.Recent:
 				if ok {
 					st.Jiffies = max(st.Jiffies, now)
 				}
@@ -490,10 +497,46 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 			t.Errorf("no frame was decided as kind %d", k)
 		}
 	}
+	l.compareRecent(t, st)
 	got := l.counters(t)
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("counter %d: kernel %+v, ir %+v", i, got[i], want[i])
 		}
+	}
+}
+
+// compareRecent compares the program's recent tables with the model's:
+// the same addresses in the same order of their last update, with the
+// same TTLs, indexes and stamps.
+func (l *loaded) compareRecent(t *testing.T, st *ir.State) {
+	t.Helper()
+	stamps := map[int]int{}
+	for _, r := range l.p.IR.Rules {
+		for _, m := range r.Matches {
+			if m, ok := m.(ir.Recent); ok {
+				stamps[m.Table] = m.Stamps
+			}
+		}
+	}
+	for table, n := range stamps {
+		value := make([]byte, codegen.RecentValueSize(n))
+		if err := l.coll.Maps[codegen.RecentMap(table)].Lookup(uint32(0), &value); err != nil {
+			t.Fatal(err)
+		}
+		got := codegen.RecentSlots(value, n)
+		want := st.RecentEntries(table)
+		if len(got) != len(want) {
+			t.Errorf("recent table %d: %d entries in the kernel, %d in the model", table, len(got), len(want))
+			continue
+		}
+		for i, e := range want {
+			g := got[i]
+			a := codegen.RecentAddrOf(e.Addr)
+			if g.Addr != a || g.TTL != e.TTL || g.Index != e.Index || g.NStamps != e.NStamps || !slices.Equal(g.Stamps[:g.NStamps], e.Stamps[:e.NStamps]) {
+				t.Errorf("recent table %d entry %d: kernel %+v, model %+v", table, i, g, e)
+			}
+		}
+		t.Logf("recent table %d: %d entries agree", table, len(want))
 	}
 }

@@ -159,6 +159,9 @@ func (c *compiler) match(r *ir.Rule, m ir.Match, next, hotdrop string) bool {
 		c.hashlimit(m, next, hotdrop)
 		return true
 
+	case ir.Recent:
+		c.recent(m, next)
+
 	default:
 		panic(fmt.Sprintf("codegen: match %T survived check", m))
 	}

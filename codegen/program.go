@@ -325,7 +325,7 @@ func (c *compiler) unsupportedMatch(m ir.Match) string {
 			return "pkttype match"
 		}
 	case ir.Addr, ir.AddrRange, ir.AddrSet, ir.Proto, ir.Fragment, ir.Iface, ir.L4Header, ir.L4Proto, ir.Transport,
-		ir.Ports, ir.TCPFlags, ir.TCPOption, ir.ICMP, ir.Length, ir.TTL, ir.SrcMAC, ir.Limit, ir.RateLimit, ir.HashLimit:
+		ir.Ports, ir.TCPFlags, ir.TCPOption, ir.ICMP, ir.Length, ir.TTL, ir.SrcMAC, ir.Limit, ir.RateLimit, ir.HashLimit, ir.Recent:
 	default:
 		return fmt.Sprintf("match %T", m)
 	}

@@ -1,0 +1,502 @@
+package codegen
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
+
+	"bpfwall/ir"
+	"bpfwall/rules"
+)
+
+// RecentMap names the ARRAY map of recent table i (ir.Recent's Table): one
+// value holding the whole table behind one bpf_spin_lock, as xt_recent
+// holds every table behind its recent_lock, so that a match's lookup,
+// eviction, reap and update are one step. The value is a header and
+// ir.RecentListTot slots; a slot holds struct recent_entry (its address,
+// TTL, index, nstamps and ring of stamps) and a sequence number that orders
+// the slots as the table's lru_list does: the least recently updated entry
+// has the smallest. A free slot has sequence number 0.
+func RecentMap(i int) string { return fmt.Sprintf("recent%d", i) }
+
+// RecentClockMap is an ARRAY of u64 indexed by ir.Recent's Slot: the
+// jiffies each recent match last read, for tests that set ir.State's clock
+// to the program's.
+const RecentClockMap = "recent_clock"
+
+// The header of a RecentMap value.
+const (
+	recentLock     = 0  // struct bpf_spin_lock
+	recentSeq      = 8  // u64: the last sequence number given
+	recentEntries  = 16 // u32: slots in use (t->entries)
+	recentFound    = 20 // u32: scratch, a slot the search found
+	recentMinSeq   = 24 // u64: scratch, the smallest sequence number seen
+	recentMinSlot  = 32 // u32: scratch, its slot
+	recentHits     = 36 // u32: scratch, the hits counted
+	recentSlotsOff = 40
+)
+
+// A slot.
+const (
+	slotSeq     = 0  // u64
+	slotAddr    = 8  // [4]u32, host order as the parsed packet holds it
+	slotTTL     = 24 // u8
+	slotIndex   = 26 // u16
+	slotNstamps = 28 // u16
+	slotStamps  = 32 // [stamps]u64 jiffies
+)
+
+// recentNone is a slot number no slot has.
+const recentNone = ir.RecentListTot
+
+func recentSlotSize(stamps int) int { return slotStamps + 8*stamps }
+
+// RecentValueSize is the size of a RecentMap value for tables of stamps
+// stamps per entry.
+func RecentValueSize(stamps int) int {
+	return recentSlotsOff + ir.RecentListTot*recentSlotSize(stamps)
+}
+
+// RecentSlot is one entry of a RecentMap value.
+type RecentSlot struct {
+	Seq            uint64
+	Addr           [4]uint32
+	TTL            uint8
+	Index, NStamps uint16
+	Stamps         []uint64
+}
+
+// RecentSlots decodes the slots in use of a RecentMap value, least
+// recently updated first.
+func RecentSlots(value []byte, stamps int) []RecentSlot {
+	var out []RecentSlot
+	le := binary.NativeEndian
+	size := recentSlotSize(stamps)
+	for i := range ir.RecentListTot {
+		s := value[recentSlotsOff+i*size:]
+		seq := le.Uint64(s[slotSeq:])
+		if seq == 0 {
+			continue
+		}
+		e := RecentSlot{Seq: seq, TTL: s[slotTTL], Index: le.Uint16(s[slotIndex:]), NStamps: le.Uint16(s[slotNstamps:])}
+		for w := range e.Addr {
+			e.Addr[w] = le.Uint32(s[slotAddr+4*w:])
+		}
+		for j := range stamps {
+			e.Stamps = append(e.Stamps, le.Uint64(s[slotStamps+8*j:]))
+		}
+		out = append(out, e)
+	}
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].Seq < out[j-1].Seq; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+// RecentAddrOf is a slot's address words for address a: host-order words
+// as the parsed packet holds them, zero after an IPv4 address.
+func RecentAddrOf(a netip.Addr) [4]uint32 {
+	var w [4]uint32
+	b := a.AsSlice()
+	for i := 0; i < len(b)/4; i++ {
+		w[i] = binary.BigEndian.Uint32(b[4*i:])
+	}
+	return w
+}
+
+// recentTables returns the ring size of each recent table and the number
+// of recent matches.
+func (c *compiler) recentTables() (stamps []int, slots int) {
+	for _, r := range c.p.Rules {
+		for _, m := range r.Matches {
+			if m, ok := m.(ir.Recent); ok {
+				for len(stamps) <= m.Table {
+					stamps = append(stamps, 0)
+				}
+				stamps[m.Table] = m.Stamps
+				slots = max(slots, m.Slot+1)
+			}
+		}
+	}
+	return stamps, slots
+}
+
+// recentMaps are the RecentMap specs and RecentClockMap's.
+func (c *compiler) recentMaps() []*ebpf.MapSpec {
+	stamps, slots := c.recentTables()
+	if slots == 0 {
+		return nil
+	}
+	var out []*ebpf.MapSpec
+	for i, n := range stamps {
+		size := uint32(RecentValueSize(n))
+		out = append(out, &ebpf.MapSpec{
+			Name:       RecentMap(i),
+			Type:       ebpf.Array,
+			KeySize:    4,
+			ValueSize:  size,
+			MaxEntries: 1,
+			Key:        btfU32,
+			Value: &btf.Struct{
+				Name: fmt.Sprintf("bpfwall_recent_table_%d", n),
+				Size: size,
+				Members: []btf.Member{
+					{Name: "lock", Type: &btf.Struct{Name: "bpf_spin_lock", Size: 4, Members: []btf.Member{{Name: "val", Type: btfU32}}}, Offset: recentLock * 8},
+					{Name: "rest", Type: &btf.Array{Index: btfInt, Type: &btf.Int{Name: "unsigned char", Size: 1}, Nelems: size - 8}, Offset: 8 * 8},
+				},
+			},
+		})
+	}
+	return append(out, &ebpf.MapSpec{
+		Name:       RecentClockMap,
+		Type:       ebpf.Array,
+		KeySize:    4,
+		ValueSize:  8,
+		MaxEntries: uint32(slots),
+	})
+}
+
+// Stack slots of a chain function a recent match uses, in the area a
+// hashlimit match uses for its key: the masked address and the TTL.
+const (
+	chainRecentKey = chainHashKey      // [4]u32
+	chainRecentTTL = chainHashKey + 16 // u64
+)
+
+// recent emits recent_mt (see ir.Recent). r7 is the clock, r8 the table,
+// r9 the outcome (the kernel's ret); under the lock r5 is the entry and r4
+// the start of the --seconds window.
+func (c *compiler) recent(m ir.Recent, next string) {
+	b := c.b
+	name := RecentMap(m.Table)
+	n := int32(ir.RecentListTot)
+	slotSize := int32(recentSlotSize(m.Stamps))
+	words := 1
+	if c.p.Family == rules.IPv6 {
+		words = 4
+	}
+	l := func(s string) string { return b.fresh("recent_" + s) }
+	found, out, update := l("found"), l("out"), l("update")
+
+	field := pktSrc
+	if m.Dest {
+		field = pktDst
+	}
+	mask := m.Mask.AsSlice()
+	b.note("recent key: the %s address masked with %s, and the TTL", map[bool]string{false: "source", true: "destination"}[m.Dest], m.Mask)
+	for w := range words {
+		mw := binary.BigEndian.Uint32(mask[4*w:])
+		b.emit(ld(asm.R1, asm.R6, int16(field+4*w), asm.Word))
+		if mw != 0xffffffff {
+			b.emit(asm.And.Imm32(asm.R1, u32(mw)))
+		}
+		b.emit(st(asm.R10, chainRecentKey+int16(4*w), asm.R1, asm.Word))
+	}
+	b.emit(
+		ld(asm.R1, asm.R6, pktTTL, asm.Byte),
+		st(asm.R10, chainRecentTTL, asm.R1, asm.DWord),
+		asm.FnJiffies64.Call(),
+		movr(asm.R7, asm.R0),
+	)
+	b.note("the time this match read, for tests")
+	recorded := l("recorded")
+	b.emit(
+		stImm(asm.R10, chainKey, int32(m.Slot), asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, chainKey),
+		mapRef(asm.R1, RecentClockMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, recorded),
+		st(asm.R0, 0, asm.R7, asm.DWord),
+	)
+	b.mark(recorded)
+	b.emit(
+		stImm(asm.R10, chainKey, 0, asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, chainKey),
+		mapRef(asm.R1, name),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, next),
+		movr(asm.R8, asm.R0),
+		movr(asm.R1, asm.R8),
+		asm.FnSpinLock.Call(),
+	)
+	inv := int32(0)
+	if m.Invert {
+		inv = 1
+	}
+	b.emit(mov(asm.R9, inv))
+
+	// loop emits a loop over the slots: r1 the slot number, r2 the slot;
+	// body jumps to cont for the next slot. The loop's exits must leave
+	// r1 and r2 dead, so that the verifier checks what follows once.
+	loop := func(body func(cont string)) {
+		top, cont, done := l("loop"), l("next"), l("done")
+		b.emit(
+			mov(asm.R1, 0),
+			movr(asm.R2, asm.R8),
+			asm.Add.Imm(asm.R2, recentSlotsOff),
+		)
+		b.mark(top)
+		body(cont)
+		b.mark(cont)
+		b.emit(
+			asm.Add.Imm(asm.R1, 1),
+			asm.Add.Imm(asm.R2, slotSize),
+			asm.JLT.Imm(asm.R1, n, top),
+		)
+		b.mark(done)
+	}
+	// slot points r5 at slot r1 (below recentNone), or fails to none.
+	slot := func(none string) {
+		b.emit(
+			asm.JGE.Imm(asm.R1, n, none),
+			asm.Mul.Imm(asm.R1, slotSize),
+			movr(asm.R5, asm.R8),
+			asm.Add.Reg(asm.R5, asm.R1),
+			asm.Add.Imm(asm.R5, recentSlotsOff),
+		)
+	}
+	// head finds the least recently updated slot (the head of lru_list)
+	// into recentMinSlot, recentNone for an empty table. It keeps r4, r5.
+	head := func() {
+		b.emit(
+			stImm(asm.R8, recentMinSeq, -1, asm.DWord),
+			stImm(asm.R8, recentMinSlot, recentNone, asm.Word),
+		)
+		loop(func(cont string) {
+			b.emit(
+				ld(asm.R3, asm.R2, slotSeq, asm.DWord),
+				asm.JEq.Imm(asm.R3, 0, cont),
+				ld(asm.R0, asm.R8, recentMinSeq, asm.DWord),
+				asm.JGE.Reg(asm.R3, asm.R0, cont),
+				st(asm.R8, recentMinSeq, asm.R3, asm.DWord),
+				st(asm.R8, recentMinSlot, asm.R1, asm.Word),
+			)
+		})
+	}
+	// remove frees slot r5 (recent_entry_remove).
+	remove := func() {
+		b.emit(
+			stImm(asm.R5, slotSeq, 0, asm.DWord),
+			ld(asm.R1, asm.R8, recentEntries, asm.Word),
+			asm.Sub.Imm(asm.R1, 1),
+			st(asm.R8, recentEntries, asm.R1, asm.Word),
+		)
+	}
+
+	b.note("recent_entry_lookup: the slot with the address%s", map[bool]string{false: "", true: " and a TTL that is the packet's, or either 0"}[m.TTL])
+	b.emit(stImm(asm.R8, recentFound, recentNone, asm.Word))
+	searched := l("searched")
+	loop(func(cont string) {
+		b.emit(
+			ld(asm.R3, asm.R2, slotSeq, asm.DWord),
+			asm.JEq.Imm(asm.R3, 0, cont),
+		)
+		for w := range words {
+			b.emit(
+				ld(asm.R3, asm.R2, slotAddr+int16(4*w), asm.Word),
+				ld(asm.R4, asm.R10, chainRecentKey+int16(4*w), asm.Word),
+				asm.JNE.Reg(asm.R3, asm.R4, cont),
+			)
+		}
+		if m.TTL {
+			hit := l("ttl_ok")
+			b.emit(
+				ld(asm.R3, asm.R10, chainRecentTTL, asm.DWord),
+				asm.JEq.Imm(asm.R3, 0, hit),
+				ld(asm.R4, asm.R2, slotTTL, asm.Byte),
+				asm.JEq.Imm(asm.R4, 0, hit),
+				asm.JNE.Reg(asm.R3, asm.R4, cont),
+			)
+			b.mark(hit)
+		}
+		b.emit(
+			st(asm.R8, recentFound, asm.R1, asm.Word),
+			ja(searched),
+		)
+	})
+	b.mark(searched)
+	b.emit(ld(asm.R1, asm.R8, recentFound, asm.Word))
+	b.emit(asm.JLT.Imm(asm.R1, n, found))
+	if m.Command != rules.RecentSet {
+		b.emit(ja(out))
+	} else {
+		b.note("recent_entry_init: a full table loses its least recently updated entry first")
+		room, free := l("room"), l("free")
+		b.emit(
+			ld(asm.R1, asm.R8, recentEntries, asm.Word),
+			asm.JLT.Imm(asm.R1, n, room),
+		)
+		head()
+		b.emit(ld(asm.R1, asm.R8, recentMinSlot, asm.Word))
+		slot(room)
+		remove()
+		b.mark(room)
+		loop(func(cont string) {
+			b.emit(
+				ld(asm.R3, asm.R2, slotSeq, asm.DWord),
+				asm.JNE.Imm(asm.R3, 0, cont),
+				st(asm.R8, recentFound, asm.R1, asm.Word),
+				ja(free),
+			)
+		})
+		b.mark(free)
+		b.emit(ld(asm.R1, asm.R8, recentFound, asm.Word))
+		slot(out) // a table with no free slot cannot happen
+		for w := range words {
+			b.emit(
+				ld(asm.R1, asm.R10, chainRecentKey+int16(4*w), asm.Word),
+				st(asm.R5, slotAddr+int16(4*w), asm.R1, asm.Word),
+			)
+		}
+		for w := words; w < 4; w++ {
+			b.emit(stImm(asm.R5, slotAddr+int16(4*w), 0, asm.Word))
+		}
+		b.emit(
+			ld(asm.R1, asm.R10, chainRecentTTL, asm.DWord),
+			st(asm.R5, slotTTL, asm.R1, asm.Byte),
+			st(asm.R5, slotStamps, asm.R7, asm.DWord),
+			stImm(asm.R5, slotIndex, 1, asm.Half),
+			stImm(asm.R5, slotNstamps, 1, asm.Half),
+			ld(asm.R1, asm.R8, recentSeq, asm.DWord),
+			asm.Add.Imm(asm.R1, 1),
+			st(asm.R8, recentSeq, asm.R1, asm.DWord),
+			st(asm.R5, slotSeq, asm.R1, asm.DWord),
+			ld(asm.R1, asm.R8, recentEntries, asm.Word),
+			asm.Add.Imm(asm.R1, 1),
+			st(asm.R8, recentEntries, asm.R1, asm.Word),
+			asm.Xor.Imm(asm.R9, 1),
+			ja(out),
+		)
+	}
+
+	b.mark(found)
+	slot(out)
+	switch m.Command {
+	case rules.RecentSet:
+		b.emit(asm.Xor.Imm(asm.R9, 1), ja(update))
+	case rules.RecentRemove:
+		remove()
+		b.emit(asm.Xor.Imm(asm.R9, 1), ja(out))
+	case rules.RecentCheck, rules.RecentUpdate:
+		// The window starts at now - seconds*HZ, the product in u32.
+		window := uint64(m.Seconds * uint32(ir.DefaultHZ))
+		b.note("count the stamps within %d s (%d jiffies), up to %d", m.Seconds, window, m.HitCount)
+		b.emit(
+			movr(asm.R4, asm.R7),
+			asm.LoadImm(asm.R3, int64(window), asm.DWord),
+			asm.Sub.Reg(asm.R4, asm.R3),
+			stImm(asm.R8, recentHits, 0, asm.Word),
+			mov(asm.R1, 0),
+			movr(asm.R2, asm.R5),
+		)
+		top, cont, counted := l("stamp"), l("stamp_next"), l("counted")
+		b.mark(top)
+		b.emit(
+			ld(asm.R0, asm.R5, slotNstamps, asm.Half),
+			asm.JGE.Reg(asm.R1, asm.R0, counted),
+		)
+		if m.Seconds != 0 {
+			// time_after(time, stamp): (long)(stamp - time) < 0
+			b.emit(
+				ld(asm.R0, asm.R2, slotStamps, asm.DWord),
+				asm.Sub.Reg(asm.R0, asm.R4),
+				asm.JSLT.Imm(asm.R0, 0, cont),
+			)
+		}
+		if m.HitCount != 0 {
+			b.emit(
+				ld(asm.R0, asm.R8, recentHits, asm.Word),
+				asm.Add.Imm(asm.R0, 1),
+				st(asm.R8, recentHits, asm.R0, asm.Word),
+				asm.JLT.Imm(asm.R0, int32(m.HitCount), cont),
+			)
+		}
+		b.emit(asm.Xor.Imm(asm.R9, 1), ja(counted))
+		b.mark(cont)
+		b.emit(
+			asm.Add.Imm(asm.R1, 1),
+			asm.Add.Imm(asm.R2, 8),
+			asm.JLT.Imm(asm.R1, int32(m.Stamps), top),
+		)
+		b.mark(counted)
+		if m.Reap {
+			b.note("recent_entry_reap: the least recently updated entry goes when its last stamp is out of the window")
+			reaped, reap := l("reaped"), l("reap")
+			// r5 becomes the head; the entry waits on the stack (the
+			// key's place: the key is no longer needed).
+			b.emit(st(asm.R10, chainRecentKey, asm.R5, asm.DWord))
+			head()
+			b.emit(ld(asm.R1, asm.R8, recentMinSlot, asm.Word))
+			slot(reaped)
+			if m.Command == rules.RecentUpdate {
+				b.emit(
+					ld(asm.R3, asm.R10, chainRecentKey, asm.DWord),
+					asm.JNE.Reg(asm.R5, asm.R3, reap),
+					asm.JNE.Imm(asm.R9, 0, reaped),
+				)
+			}
+			b.mark(reap)
+			b.emit(
+				ld(asm.R0, asm.R5, slotIndex, asm.Half),
+				asm.Sub.Imm(asm.R0, 1),
+				asm.And.Imm(asm.R0, int32(m.Stamps-1)),
+				asm.LSh.Imm(asm.R0, 3),
+				movr(asm.R3, asm.R5),
+				asm.Add.Reg(asm.R3, asm.R0),
+				ld(asm.R3, asm.R3, slotStamps, asm.DWord),
+				asm.Sub.Reg(asm.R3, asm.R4),
+				asm.JSGE.Imm(asm.R3, 0, reaped),
+			)
+			remove()
+			b.mark(reaped)
+			b.emit(ld(asm.R5, asm.R10, chainRecentKey, asm.DWord))
+		}
+		if m.Command == rules.RecentUpdate {
+			b.emit(asm.JNE.Imm(asm.R9, 0, update))
+		}
+		b.emit(ja(out))
+	}
+
+	if m.Command == rules.RecentSet || m.Command == rules.RecentUpdate {
+		b.mark(update)
+		b.note("recent_entry_update: the next stamp of the ring, the end of the lru list, the TTL")
+		grown := l("grown")
+		b.emit(
+			ld(asm.R0, asm.R5, slotIndex, asm.Half),
+			asm.And.Imm(asm.R0, int32(m.Stamps-1)),
+			movr(asm.R1, asm.R0),
+			asm.LSh.Imm(asm.R1, 3),
+			movr(asm.R2, asm.R5),
+			asm.Add.Reg(asm.R2, asm.R1),
+			st(asm.R2, slotStamps, asm.R7, asm.DWord),
+			asm.Add.Imm(asm.R0, 1),
+			st(asm.R5, slotIndex, asm.R0, asm.Half),
+			ld(asm.R1, asm.R5, slotNstamps, asm.Half),
+			asm.JLE.Reg(asm.R0, asm.R1, grown),
+			st(asm.R5, slotNstamps, asm.R0, asm.Half),
+		)
+		b.mark(grown)
+		b.emit(
+			ld(asm.R1, asm.R8, recentSeq, asm.DWord),
+			asm.Add.Imm(asm.R1, 1),
+			st(asm.R8, recentSeq, asm.R1, asm.DWord),
+			st(asm.R5, slotSeq, asm.R1, asm.DWord),
+			ld(asm.R1, asm.R10, chainRecentTTL, asm.DWord),
+			st(asm.R5, slotTTL, asm.R1, asm.Byte),
+		)
+	}
+	b.mark(out)
+	b.emit(
+		movr(asm.R1, asm.R8),
+		asm.FnSpinUnlock.Call(),
+		asm.JEq.Imm(asm.R9, 0, next),
+	)
+}
