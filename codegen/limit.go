@@ -233,14 +233,14 @@ func (c *compiler) rateLimit(m ir.RateLimit, next string) {
 	c.unlockBucket(next)
 }
 
-// CountsJiffies reports whether p has xt_limit or xt_hashlimit buckets,
-// whose arithmetic is for a kernel ticking at ir.DefaultHZ: the loader
-// checks the kernel's.
+// CountsJiffies reports whether p has xt_limit or xt_hashlimit buckets or
+// xt_recent windows, whose arithmetic is for a kernel ticking at
+// ir.DefaultHZ: the loader checks the kernel's.
 func CountsJiffies(p *Program) bool {
 	for _, r := range p.IR.Rules {
 		for _, m := range r.Matches {
 			switch m.(type) {
-			case ir.Limit, ir.HashLimit:
+			case ir.Limit, ir.HashLimit, ir.Recent:
 				return true
 			}
 		}

@@ -500,3 +500,10 @@ func (c *compiler) recent(m ir.Recent, next string) {
 		asm.JEq.Imm(asm.R9, 0, next),
 	)
 }
+
+// UsesRecent reports whether p has recent tables, whose sizes are
+// xt_recent's default module parameters: the loader checks the kernel's.
+func UsesRecent(p *Program) bool {
+	_, slots := (&compiler{p: p.IR}).recentTables()
+	return slots > 0
+}

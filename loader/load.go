@@ -49,7 +49,12 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
 		}
 		if hz != ir.DefaultHZ {
-			return nil, fmt.Errorf("load %s program: -m limit is compiled for a kernel ticking at HZ %d, this one ticks at %d", p.Hook, ir.DefaultHZ, hz)
+			return nil, fmt.Errorf("load %s program: -m limit, hashlimit and recent are compiled for a kernel ticking at HZ %d, this one ticks at %d", p.Hook, ir.DefaultHZ, hz)
+		}
+	}
+	if codegen.UsesRecent(p) {
+		if err := checkRecentParameters(recentParametersDir); err != nil {
+			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
 		}
 	}
 	if codegen.SizedByMemory(p) {

@@ -1,0 +1,277 @@
+package difftest
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
+	"bpfwall/codegen"
+	"bpfwall/internal/testenv"
+	"bpfwall/rules"
+)
+
+// recentSend is one probe of a recent sequence: a UDP datagram from src to
+// dst (203.0.113.7 or 2001:db8:ffff::7 when empty), to port dport (5353
+// when 0), with the TTL (hop limit) ttl (64 when 0), sent after a pause.
+type recentSend struct {
+	pause time.Duration
+	src   string
+	dst   string
+	dport uint16
+	ttl   uint8
+}
+
+// recentCase is a FORWARD chain with recent matches and a timed sequence
+// of probes. Window is the --seconds of its rules (0 when none), around
+// which a probe's fate depends on the tick the kernel saw.
+type recentCase struct {
+	name   string
+	rules  string
+	window time.Duration
+	sends  []recentSend
+}
+
+const recentHead = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+
+func recentCases() []recentCase {
+	const a, b = "198.51.100.1", "198.51.100.2"
+	repeat := func(n int, s recentSend) []recentSend {
+		var out []recentSend
+		for range n {
+			out = append(out, s)
+		}
+		return out
+	}
+	cat := func(parts ...[]recentSend) []recentSend {
+		var out []recentSend
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	// 101 sources set one entry each: the first is evicted.
+	var many []recentSend
+	for i := range 101 {
+		many = append(many, recentSend{src: fmt.Sprintf("198.51.100.%d", i+1), dport: 5354})
+	}
+	return []recentCase{
+		{name: "set and update --hitcount 3 --seconds 1", window: time.Second,
+			rules: recentHead + "-A FORWARD -p udp -m recent --set --name S\n-A FORWARD -p udp -m recent --update --seconds 1 --hitcount 3 --name S -j DROP\n",
+			sends: cat(
+				repeat(4, recentSend{src: a}), []recentSend{{src: b}, {src: a}},
+				[]recentSend{{pause: 1300 * time.Millisecond, src: a}, {src: a}, {src: b}, {src: a}},
+				[]recentSend{{pause: 400 * time.Millisecond, src: a}, {pause: 700 * time.Millisecond, src: a}, {src: a}},
+			)},
+		{name: "rttl: the TTL as the packet arrived (FORWARD adds one)",
+			rules: recentHead + "-A FORWARD -p udp -m udp --dport 5353 -m recent --rcheck --rttl --name T -j DROP\n-A FORWARD -p udp -m udp --dport 5354 -m recent --set --name T\n",
+			sends: []recentSend{
+				{src: a, ttl: 64}, {src: a, dport: 5354, ttl: 64}, {src: a, ttl: 64}, {src: a, ttl: 50}, {src: a, ttl: 65},
+				{src: a, dport: 5354, ttl: 50}, {src: a, ttl: 64}, {src: a, ttl: 50}, {src: b, ttl: 50},
+			}},
+		{name: "rdest with a /29 mask",
+			rules: recentHead + "-A FORWARD -p udp -m udp --dport 5354 -m recent --set --name D --mask 255.255.255.248 --rdest\n-A FORWARD -p udp -m udp --dport 5353 -m recent --rcheck --name D --mask 255.255.255.248 --rdest -j DROP\n",
+			sends: []recentSend{
+				{src: a, dst: "203.0.113.7"}, {src: a, dst: "203.0.113.5", dport: 5354}, {src: b, dst: "203.0.113.7"},
+				{src: b, dst: "203.0.113.0"}, {src: b, dst: "203.0.113.9"}, {src: b, dst: "203.0.113.8", dport: 5354}, {src: a, dst: "203.0.113.15"},
+			}},
+		{name: "remove",
+			rules: recentHead + "-A FORWARD -p udp -m udp --dport 5354 -m recent --set\n-A FORWARD -p udp -m udp --dport 5355 -m recent --remove -j DROP\n-A FORWARD -p udp -m udp --dport 5353 -m recent --rcheck -j DROP\n",
+			sends: []recentSend{
+				{src: a}, {src: a, dport: 5354}, {src: a}, {src: b, dport: 5355}, {src: a, dport: 5355}, {src: a}, {src: a, dport: 5355},
+			}},
+		{name: "reap the least recently updated entry", window: time.Second,
+			rules: recentHead + "-A FORWARD -p udp -m udp --dport 5354 -m recent --set\n-A FORWARD -p udp -m udp --dport 5356 -m recent --rcheck --seconds 1 --reap -j DROP\n-A FORWARD -p udp -m udp --dport 5353 -m recent --rcheck -j DROP\n",
+			sends: []recentSend{
+				{src: a, dport: 5354}, {pause: 600 * time.Millisecond, src: b, dport: 5354},
+				{pause: 600 * time.Millisecond, src: a}, {src: b}, {src: b, dport: 5356}, {src: a}, {src: b},
+				{pause: 700 * time.Millisecond, src: b, dport: 5356}, {src: b},
+			}},
+		{name: "eviction at ip_list_tot",
+			rules: recentHead + "-A FORWARD -p udp -m udp --dport 5354 -m recent --set -j DROP\n-A FORWARD -p udp -m udp --dport 5353 -m recent --rcheck -j DROP\n",
+			sends: cat(
+				[]recentSend{{src: "198.51.100.2", dport: 5354}, {src: "198.51.100.1", dport: 5354}},
+				many,
+				[]recentSend{{src: "198.51.100.1"}, {src: "198.51.100.2"}, {src: "198.51.100.3"}, {src: "198.51.100.101"}},
+			)},
+		{name: "inverted rcheck and update", window: time.Second,
+			rules: recentHead + "-A FORWARD -p udp -m udp --dport 5354 -m recent --set\n-A FORWARD -p udp -m udp --dport 5353 -m recent ! --rcheck --name DEFAULT -j DROP\n-A FORWARD -p udp -m udp --dport 5355 -m recent ! --update --seconds 1 --hitcount 2 -j DROP\n",
+			sends: []recentSend{
+				{src: a}, {src: a, dport: 5354}, {src: a}, {src: a, dport: 5355}, {src: a, dport: 5355}, {src: a, dport: 5355},
+				{pause: 1300 * time.Millisecond, src: a, dport: 5355}, {src: a, dport: 5355},
+			}},
+		{name: "ip6 set and update --hitcount 2 /64",
+			rules: recentHead + "-A FORWARD -p udp -m recent --set --name S6 --mask ffff:ffff:ffff:ffff::\n-A FORWARD -p udp -m recent --update --hitcount 2 --name S6 --mask ffff:ffff:ffff:ffff:: -j DROP\n",
+			sends: []recentSend{
+				{src: "2001:db8::2"}, {src: "2001:db8::3"}, {src: "2001:db8:0:1::2"}, {src: "2001:db8:0:2::2", ttl: 7}, {src: "2001:db8:0:2::2"},
+			}},
+	}
+}
+
+// recentRun is one run of a sequence: each probe's fate and the times
+// around its sending.
+type recentRun struct {
+	delivered  []bool
+	start, end []time.Time
+}
+
+// TestRecentSequences sends each case's timed probes through
+// iptables-legacy with its rules, then through the compiled program
+// attached to the firewall's ingress interface, and compares them probe
+// by probe. A probe whose fate depends on which side of a --seconds
+// window the kernel's tick put an earlier probe (in either run) ends the
+// comparison of its case: from then on the two tables may rightly differ.
+func TestRecentSequences(t *testing.T) {
+	requireKernel(t)
+	testenv.RequireTool(t, "iptables-legacy-restore")
+	topo := NewTopology(t, TopologyOptions{})
+	root, err := os.MkdirTemp(bpffs, "bwdt-")
+	if err != nil {
+		t.Fatalf("pin directory: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(root); err != nil {
+			t.Error(err)
+		}
+	})
+	for _, rc := range recentCases() {
+		t.Run(rc.name, func(t *testing.T) {
+			fam, probes := recentProbes(t, rc)
+			rs, prog := limitProgram(t, limitCase{name: rc.name, rules: rc.rules + "COMMIT\n"}, fam)
+			if err := topo.Load(fam, []byte(rc.rules+"COMMIT\n")); err != nil {
+				t.Fatal(err)
+			}
+			kernel := sendRecent(t, topo, rc, probes)
+			// No rule names the tables any more: the kernel frees them.
+			if err := clearNetfilter(topo); err != nil {
+				t.Fatal(err)
+			}
+			p, err := codegen.Compile(prog, codegen.Options{Hook: codegen.HookXDP})
+			if err != nil {
+				t.Fatal(err)
+			}
+			detach := attach(t, topo, root, rs, p)
+			bpf := sendRecent(t, topo, rc, probes)
+			if err := detach(); err != nil {
+				t.Fatal(err)
+			}
+			compared, passed := 0, 0
+			for i := range probes {
+				if rc.window > 0 && (kernel.nearEdge(i, rc.window) || bpf.nearEdge(i, rc.window)) {
+					t.Logf("probe %d: too close to a window's edge in one run; the rest is not compared", i)
+					break
+				}
+				compared++
+				if kernel.delivered[i] {
+					passed++
+				}
+				if kernel.delivered[i] != bpf.delivered[i] {
+					t.Errorf("probe %d (%+v): kernel delivered %v, bpfwall %v", i, rc.sends[i], kernel.delivered[i], bpf.delivered[i])
+				}
+			}
+			t.Logf("%d of %d probes compared, %d delivered, %d dropped", compared, len(probes), passed, compared-passed)
+			if compared < len(probes)/2 {
+				t.Errorf("only %d of %d probes compared: the machine is too slow for the sequence's timing", compared, len(probes))
+			}
+			if passed == 0 || passed == compared {
+				t.Errorf("the kernel delivered %d of %d: the sequence tests nothing", passed, compared)
+			}
+		})
+	}
+}
+
+// nearEdge reports whether probe i may have found a probe sent before it
+// on either side of the window: the time between them, as measured, is
+// within a few jiffies of it.
+func (r recentRun) nearEdge(i int, window time.Duration) bool {
+	const slack = 3 * time.Second / 250 // three jiffies at HZ 250
+	for j := range i {
+		shortest, longest := r.start[i].Sub(r.end[j]), r.end[i].Sub(r.start[j])
+		if shortest < window+slack && longest > window-slack {
+			return true
+		}
+	}
+	return false
+}
+
+// sendRecent sends the probes one by one, each in a batch of its own,
+// after its pause.
+func sendRecent(t *testing.T, topo *Topology, rc recentCase, probes [][]byte) recentRun {
+	t.Helper()
+	var r recentRun
+	for i, p := range probes {
+		time.Sleep(rc.sends[i].pause)
+		want, _ := probeKey(p)
+		r.start = append(r.start, time.Now())
+		got, err := topo.sendBatch([][]byte{p})
+		r.end = append(r.end, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		delivered := false
+		for _, f := range got {
+			if k, _ := arrivalKey(f); k == want {
+				delivered = true
+			}
+		}
+		r.delivered = append(r.delivered, delivered)
+	}
+	return r
+}
+
+// recentProbes builds the case's probes, and says their family.
+func recentProbes(t *testing.T, rc recentCase) (fam rules.Family, probes [][]byte) {
+	t.Helper()
+	for _, s := range rc.sends {
+		src := netip.MustParseAddr(s.src)
+		dst := "203.0.113.7"
+		if src.Is6() {
+			dst, fam = "2001:db8:ffff::7", rules.IPv6
+		}
+		if s.dst != "" {
+			dst = s.dst
+		}
+		dport, ttl := s.dport, s.ttl
+		if dport == 0 {
+			dport = 5353
+		}
+		if ttl == 0 {
+			ttl = 64
+		}
+		probes = append(probes, recentProbe(t, src, netip.MustParseAddr(dst), dport, ttl))
+	}
+	return fam, probes
+}
+
+// recentProbe is a UDP datagram from src to dst, port dport, with TTL (hop
+// limit) ttl, sent by the sender to the firewall.
+func recentProbe(t *testing.T, src, dst netip.Addr, dport uint16, ttl uint8) []byte {
+	t.Helper()
+	udp := &layers.UDP{SrcPort: 40000, DstPort: layers.UDPPort(dport)}
+	payload := gopacket.Payload(make([]byte, 32))
+	var net gopacket.SerializableLayer
+	eth := &layers.Ethernet{SrcMAC: senderMAC, DstMAC: fwInMAC, EthernetType: layers.EthernetTypeIPv4}
+	if src.Is6() {
+		eth.EthernetType = layers.EthernetTypeIPv6
+		ip := &layers.IPv6{Version: 6, HopLimit: ttl, NextHeader: layers.IPProtocolUDP, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+		if err := udp.SetNetworkLayerForChecksum(ip); err != nil {
+			t.Fatal(err)
+		}
+		net = ip
+	} else {
+		ip := &layers.IPv4{Version: 4, TTL: ttl, Protocol: layers.IPProtocolUDP, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+		if err := udp.SetNetworkLayerForChecksum(ip); err != nil {
+			t.Fatal(err)
+		}
+		net = ip
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, net, udp, payload); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
