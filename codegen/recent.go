@@ -501,6 +501,31 @@ func (c *compiler) recent(m ir.Recent, next string) {
 	)
 }
 
+// RecentTable describes a recent table of a program: its --name, the
+// RecentMap holding it, its ring size and mask.
+type RecentTable struct {
+	Name   string
+	Map    string
+	Stamps int
+	Mask   netip.Addr
+}
+
+// RecentTables lists p's recent tables by index.
+func RecentTables(p *Program) []RecentTable {
+	var out []RecentTable
+	for _, r := range p.IR.Rules {
+		for _, m := range r.Matches {
+			if m, ok := m.(ir.Recent); ok {
+				for len(out) <= m.Table {
+					out = append(out, RecentTable{})
+				}
+				out[m.Table] = RecentTable{Name: m.Name, Map: RecentMap(m.Table), Stamps: m.Stamps, Mask: m.Mask}
+			}
+		}
+	}
+	return out
+}
+
 // UsesRecent reports whether p has recent tables, whose sizes are
 // xt_recent's default module parameters: the loader checks the kernel's.
 func UsesRecent(p *Program) bool {

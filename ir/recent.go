@@ -44,7 +44,8 @@ const RecentMaxStamps = 1024
 // Invert inverts the outcome. The TTL is the packet's as it arrived: in
 // FORWARD the kernel adds one to the TTL ip_forward decremented.
 type Recent struct {
-	Table   int // the program's table index, one per --name
+	Table   int    // the program's table index, one per --name
+	Name    string // the --name
 	Slot    int // the match's number among the program's recent matches
 	Command rules.RecentCommand
 	Invert  bool
@@ -254,7 +255,7 @@ func (s *State) RecentEntries(i int) []RecentEntry {
 }
 
 func (m Recent) String() string {
-	s := fmt.Sprintf("recent table %d ", m.Table)
+	s := fmt.Sprintf("recent table %d %q ", m.Table, m.Name)
 	if m.Invert {
 		s += "! "
 	}
@@ -328,7 +329,7 @@ func (l *lowerer) recent(ms []Match, r *rules.Rule, m *rules.Recent) []Match {
 	}
 	t.stamps = max(t.stamps, RecentStamps(m.HitCount))
 	rm := Recent{
-		Table: t.index, Slot: l.recentSlots, Command: m.Command, Invert: m.Invert,
+		Table: t.index, Name: m.Table, Slot: l.recentSlots, Command: m.Command, Invert: m.Invert,
 		Seconds: m.Seconds, Reap: m.Reap, HitCount: m.HitCount, TTL: m.TTL, Dest: m.Dest, Mask: m.Mask,
 	}
 	l.recentSlots++

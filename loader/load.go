@@ -24,6 +24,9 @@ type Options struct {
 	// its sockets up in (the pinned one a swap keeps); a new, empty one
 	// when nil.
 	Sockets *ebpf.Map
+	// Recent are recent tables to use rather than new, empty ones, by
+	// codegen's RecentMap name: those of the filter a swap replaces.
+	Recent map[string]*ebpf.Map
 }
 
 // Loaded is a compiled program loaded into the kernel, not attached.
@@ -82,8 +85,14 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
 		}
 	}
-	if opts.Sockets != nil {
-		copts.MapReplacements = map[string]*ebpf.Map{codegen.SocketsMap: opts.Sockets}
+	if opts.Sockets != nil || len(opts.Recent) > 0 {
+		copts.MapReplacements = map[string]*ebpf.Map{}
+		if opts.Sockets != nil {
+			copts.MapReplacements[codegen.SocketsMap] = opts.Sockets
+		}
+		for name, m := range opts.Recent {
+			copts.MapReplacements[name] = m
+		}
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, copts)
 	if err != nil {

@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cilium/ebpf"
+
+	"bpfwall/codegen"
 	"bpfwall/ir"
 )
 
@@ -38,6 +41,98 @@ func checkRecentParameters(dir string) error {
 		}
 		if v != p.want {
 			return fmt.Errorf("xt_recent's %s is %d in this kernel, bpfwall's recent tables are built for %d", p.name, v, p.want)
+		}
+	}
+	return nil
+}
+
+// recentPinPrefix + the table's index names a recent table's pin in its
+// filter's directory.
+const recentPinPrefix = "recent_"
+
+func recentPin(i int) string { return recentPinPrefix + strconv.Itoa(i) }
+
+// recentMetas describes p's recent tables for its Meta.
+func recentMetas(p *codegen.Program) []RecentMeta {
+	var out []RecentMeta
+	for _, t := range codegen.RecentTables(p) {
+		out = append(out, RecentMeta{Name: t.Name, Stamps: t.Stamps, Mask: t.Mask.String()})
+	}
+	return out
+}
+
+// openRecentPins opens the pinned recent tables the Meta lists.
+func (a *Active) openRecentPins(dir string) error {
+	for i := range a.Meta.Recent {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, recentPin(i)), nil)
+		if err != nil {
+			return err
+		}
+		a.maps[recentPin(i)] = m
+	}
+	return nil
+}
+
+// recentCarry returns the running filter's recent tables that the new
+// program takes over, by the new program's map names: xt_recent's table
+// survives iptables-restore when a new rule names it (recent_mt_check
+// finds it before the old rules let it go), with its entries, unless a
+// new rule needs a longer ring, for which the kernel flushes it. Where
+// the kernel would keep a table whose mask or ring the new program does
+// not have, the swap is refused.
+func recentCarry(p *codegen.Program, old *Active) (map[string]*ebpf.Map, error) {
+	if old == nil {
+		return nil, nil
+	}
+	out := make(map[string]*ebpf.Map)
+	for _, t := range codegen.RecentTables(p) {
+		for j, o := range old.Meta.Recent {
+			if o.Name != t.Name {
+				continue
+			}
+			switch {
+			case o.Stamps == t.Stamps && o.Mask == t.Mask.String():
+				out[t.Map] = old.maps[recentPin(j)]
+			case o.Mask != t.Mask.String():
+				return nil, fmt.Errorf("recent table %q: the running filter's table has --mask %s, which the kernel keeps for the new rules' --mask %s; unload the filter first to start the table anew", t.Name, o.Mask, t.Mask)
+			case o.Stamps > t.Stamps:
+				return nil, fmt.Errorf("recent table %q: the running filter's table keeps %d stamps per address, which the kernel keeps for the new rules (%d); unload the filter first to start the table anew", t.Name, o.Stamps, t.Stamps)
+			}
+			// A longer ring: the kernel flushes the table.
+		}
+	}
+	return out, nil
+}
+
+// checkRecentShared refuses a filter naming a recent table that a filter
+// of another hook of the namespace names too: the kernel has one table
+// per namespace and name, for every hook and both IP families, and
+// bpfwall one per filter.
+func checkRecentShared(here Place, p *codegen.Program) error {
+	tables := codegen.RecentTables(p)
+	if len(tables) == 0 {
+		return nil
+	}
+	places, err := Places(here.Root, here.NetNS)
+	if err != nil {
+		return err
+	}
+	for _, pl := range places {
+		if pl.Hook == here.Hook {
+			continue
+		}
+		a, err := Open(pl)
+		if err != nil {
+			continue // not a complete filter: nothing to share
+		}
+		other := a.Meta
+		a.Close()
+		for _, t := range tables {
+			for _, o := range other.Recent {
+				if o.Name == t.Name {
+					return fmt.Errorf("recent table %q is also used by the %s filter (%s, %s): netfilter has one table per network namespace and name, bpfwall one per filter", t.Name, pl.Hook, other.File, other.Family)
+				}
+			}
 		}
 	}
 	return nil

@@ -41,6 +41,17 @@ type Meta struct {
 	// Family is the IP family the program filters ("ipv4" or "ipv6"); the
 	// other family's packets pass it. Empty in pins of older versions.
 	Family string `json:"family,omitempty"`
+	// Recent are the program's recent tables, by index: each is pinned
+	// as recentPin(index), and a swap hands it to the next program whose
+	// table of that name has the same ring and mask.
+	Recent []RecentMeta `json:"recent,omitempty"`
+}
+
+// RecentMeta describes a pinned recent table.
+type RecentMeta struct {
+	Name   string `json:"name"`
+	Stamps int    `json:"stamps"`
+	Mask   string `json:"mask"`
 }
 
 // Iface is an interface a filter is attached to.
@@ -84,6 +95,7 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 		Lines:  make([]int, len(p.IR.Rules)),
 		Logs:   logRules(p),
 		Family: p.IR.Family.String(),
+		Recent: recentMetas(p),
 	}
 	counters := make([]codegen.Counter, len(p.IR.Rules)+1)
 	for _, r := range p.IR.Rules {
@@ -213,6 +225,9 @@ func (a *Active) open(dir string) error {
 	a.counters, a.base = a.maps[pinCounters], a.maps[pinBase]
 	var err error
 	if a.Meta, err = readMeta(a.maps[pinMeta]); err != nil {
+		return err
+	}
+	if err := a.openRecentPins(dir); err != nil {
 		return err
 	}
 	idxs, err := linkPins(dir)

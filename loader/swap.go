@@ -95,6 +95,9 @@ func (s *Swap) Run() (*Result, error) {
 			hook, ErrFamily, old.Meta.Family, old.Meta.File, fam, hook, fam)
 	}
 
+	if err := checkRecentShared(s.Place, s.Program); err != nil {
+		return nil, fmt.Errorf("swap %s filter: %w", hook, err)
+	}
 	b, err := s.build(old)
 	if err != nil {
 		return nil, fmt.Errorf("swap %s filter: %w", hook, err)
@@ -193,6 +196,7 @@ type build struct {
 	links      map[int]link.Link // new links, on interfaces not yet filtered
 	attached   []Iface
 	logPins    []string // the pins of the LOG rules' maps, if it has any
+	recentPins []string // the pins of the recent tables
 	// newPins are pins besides the program's, the maps' and the links'
 	// that commit moves into place (a first sk-lookup filter's sockets).
 	newPins []string
@@ -258,7 +262,11 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 	}
 
 	if !lookup {
-		if b.loaded, err = Load(s.Program, Options{}); err != nil {
+		recent, err := recentCarry(s.Program, old)
+		if err != nil {
+			return b, err
+		}
+		if b.loaded, err = Load(s.Program, Options{Recent: recent}); err != nil {
 			return b, err
 		}
 		for _, ifc := range append(ifaces, add...) {
@@ -303,6 +311,10 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		pins[name] = obj
 		b.logPins = append(b.logPins, name)
 	}
+	for i, t := range codegen.RecentTables(s.Program) {
+		pins[recentPin(i)] = b.loaded.coll.Maps[t.Map]
+		b.recentPins = append(b.recentPins, recentPin(i))
+	}
 	for name, obj := range pins {
 		if err := pinNew(obj, filepath.Join(b.dir, name)); err != nil {
 			return b, err
@@ -340,6 +352,7 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 func (b *build) commit(old *Active) error {
 	names := []string{pinProgram}
 	names = append(names, b.logPins...)
+	names = append(names, b.recentPins...)
 	names = append(names, b.newPins...)
 	names = append(names, mapPins...)
 	for i := range b.links {
@@ -360,6 +373,13 @@ func (b *build) commit(old *Active) error {
 		// The old program's LOG maps go with it.
 		for _, name := range logPins {
 			os.Remove(filepath.Join(b.dir, name))
+		}
+	}
+	if old != nil {
+		// The old program's recent tables the new one does not name go
+		// with it, as the kernel frees a table no rule names.
+		for j := len(b.recentPins); j < len(old.Meta.Recent); j++ {
+			os.Remove(filepath.Join(b.dir, recentPin(j)))
 		}
 	}
 	return nil
