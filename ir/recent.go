@@ -46,7 +46,7 @@ const RecentMaxStamps = 1024
 type Recent struct {
 	Table   int    // the program's table index, one per --name
 	Name    string // the --name
-	Slot    int // the match's number among the program's recent matches
+	Slot    int    // the match's number among the program's recent matches
 	Command rules.RecentCommand
 	Invert  bool
 	Seconds uint32
