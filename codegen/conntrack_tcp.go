@@ -383,7 +383,13 @@ func (c *compiler) ctTCPTransition() {
 		ja("ct_tcp_rst_unassured"),
 	)
 	b.mark("ct_tcp_rst_seen_reply")
-	b.emit(asm.JEq.Imm(asm.R2, int32(ir.TCPSynSet), "ct_tcp_accept"))
+	b.emit(
+		asm.JNE.Imm(asm.R2, int32(ir.TCPSynSet), "ct_tcp_rst_unassured"),
+		// from the other side than the SYN (see ir.ConntrackTCP)
+		ldField(asm.R3, asm.R9, tcpField("last_dir"), asm.Byte),
+		ld(asm.R4, asm.R10, ctSeg+segDir, asm.Byte),
+		asm.JNE.Reg(asm.R3, asm.R4, "ct_tcp_accept"),
+	)
 	b.mark("ct_tcp_rst_unassured")
 	b.emit(
 		asm.JSet.Imm(asm.R1, ipsAssured, "ct_tcp_rst_challenge"),
@@ -439,7 +445,10 @@ func (c *compiler) ctInitSender() {
 }
 
 // ctTCPWindow emits tcp_in_window: whether the segment is within the
-// windows; only its INVALID answer changes the state.
+// windows; only its INVALID answer changes the state. Sequence numbers
+// compare as the kernel's before(a, b), (s32)(a - b) < 0, and after(a, b)
+// as before(b, a), which differs from (s32)(a - b) > 0 when a and b are
+// 2^31 apart.
 func (c *compiler) ctTCPWindow() {
 	b := c.b
 	b.mark("ct_tcp_window")
@@ -499,10 +508,11 @@ func (c *compiler) ctTCPWindow() {
 	)
 	b.mark("ct_tcp_reinit_syn")
 	b.emit(
-		ld(asm.R1, asm.R10, ctSeg+segEnd, asm.Word),
-		ld(asm.R3, asm.R10, ctSnd+tdEnd, asm.Word),
+		// after(end, td_end) is before(td_end, end)
+		ld(asm.R1, asm.R10, ctSnd+tdEnd, asm.Word),
+		ld(asm.R3, asm.R10, ctSeg+segEnd, asm.Word),
 		asm.Sub.Reg32(asm.R1, asm.R3),
-		asm.JSLE.Imm32(asm.R1, 0, "ct_tcp_checks"),
+		asm.JSGE.Imm32(asm.R1, 0, "ct_tcp_checks"),
 		ld(asm.R1, asm.R10, ctSeg+segState, asm.Byte),
 		asm.JEq.Imm(asm.R1, int32(ir.TCPSynSent), "ct_tcp_reinit_do"),
 		asm.JEq.Imm(asm.R1, int32(ir.TCPSynRecv), "ct_tcp_reinit_do"),
@@ -571,8 +581,8 @@ func (c *compiler) ctTCPWindow() {
 		ld(asm.R3, asm.R10, ctSnd+tdEnd, asm.Word),
 		asm.Sub.Reg32(asm.R3, asm.R4),
 		asm.Sub.Imm32(asm.R3, 1),
-		asm.Sub.Reg32(asm.R2, asm.R3),
-		asm.JSLE.Imm32(asm.R2, 0, "ct_tcp_liberal"),
+		asm.Sub.Reg32(asm.R3, asm.R2),
+		asm.JSGE.Imm32(asm.R3, 0, "ct_tcp_liberal"),
 		// the ack above MAXACKWINDOW's lower bound
 		ld(asm.R3, asm.R10, ctSnd+tdMaxWin, asm.Word),
 		asm.JGT.Imm(asm.R3, maxAckWinConst, "ct_tcp_maxackwin"),
@@ -584,8 +594,8 @@ func (c *compiler) ctTCPWindow() {
 		asm.Sub.Reg32(asm.R2, asm.R3),
 		asm.Sub.Imm32(asm.R2, 1),
 		ld(asm.R1, asm.R10, ctSeg+segSack, asm.Word),
-		asm.Sub.Reg32(asm.R1, asm.R2),
-		asm.JSLE.Imm32(asm.R1, 0, "ct_tcp_liberal"),
+		asm.Sub.Reg32(asm.R2, asm.R1),
+		asm.JSGE.Imm32(asm.R2, 0, "ct_tcp_liberal"),
 		// the overshoot at most the receiver's window
 		ld(asm.R1, asm.R10, ctSeg+segEnd, asm.Word),
 		ld(asm.R2, asm.R10, ctSnd+tdMaxEnd, asm.Word),
@@ -705,10 +715,9 @@ func (c *compiler) ctSackCallback() {
 			asm.Add.Reg(asm.R3, asm.R5),
 			ld(asm.R4, asm.R3, stOptions, asm.Word),
 			ntoh(asm.R4, asm.Word),
-			ld(asm.R5, asm.R6, sackMax, asm.DWord),
-			movr(asm.R3, asm.R4),
-			asm.Sub.Reg32(asm.R3, asm.R5),
-			asm.JSLE.Imm32(asm.R3, 0, skip),
+			ld(asm.R3, asm.R6, sackMax, asm.DWord),
+			asm.Sub.Reg32(asm.R3, asm.R4),
+			asm.JSGE.Imm32(asm.R3, 0, skip),
 			st(asm.R6, sackMax, asm.R4, asm.DWord),
 		)
 		b.mark(skip)

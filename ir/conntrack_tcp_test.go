@@ -154,6 +154,18 @@ func TestConntrackTCP(t *testing.T) {
 			reply(seg{flags: "SA", seq: sISN, ack: cISN + 2, win: 1000}), ir.ConnInvalid},
 		{"rst answering the syn", ir.TCPEntry{State: ir.TCPSynSent, Seen: [2]ir.TCPSeen{{End: cISN + 1, MaxEnd: cISN + 1, MaxWin: 1000}}},
 			reply(seg{flags: "RA", seq: 0, ack: cISN + 1}), ir.ConnEstablished},
+		{"rst answering an ignored syn skips the window", with(func(e *ir.TCPEntry) {
+			e.LastIndex, e.LastDir, e.LastEnd = ir.TCPSynSet, 0, 778
+		}), reply(seg{flags: "RA", seq: sISN + 1<<30, ack: 778}), ir.ConnEstablished},
+		{"rst from the side of the ignored syn does not", with(func(e *ir.TCPEntry) {
+			e.LastIndex, e.LastDir, e.LastEnd = ir.TCPSynSet, 0, 778
+		}), seg{flags: "RA", seq: cISN + 1<<30, ack: 778}, ir.ConnInvalid},
+		{"rst answering an ack let through on a half-open entry", ir.TCPEntry{State: ir.TCPSynSent, Status: ir.IPSSeenReply,
+			Seen: [2]ir.TCPSeen{{End: cISN + 1, MaxEnd: cISN + 1, MaxWin: 1000}}, LastIndex: ir.TCPAckSet, LastDir: 1, LastEnd: 8000, LastAck: cISN + 1},
+			reply(seg{flags: "RA", seq: 999999, ack: 8000}), ir.ConnEstablished},
+		{"synack 2^31 after td_end starts the window again", ir.TCPEntry{State: ir.TCPSynSent, Status: ir.IPSSeenReply,
+			Seen: [2]ir.TCPSeen{{End: cISN + 1, MaxEnd: cISN + 1, MaxWin: 1000}, {End: sISN, MaxEnd: sISN, MaxWin: 1}}},
+			reply(seg{flags: "SA", seq: sISN + 1<<31 - 1, ack: cISN + 1, win: 1000}), ir.ConnEstablished},
 		{"synack answering an ignored syn", with(func(e *ir.TCPEntry) {
 			e.LastIndex, e.LastDir, e.LastEnd, e.LastWin = ir.TCPSynSet, 0, 77777, 500
 		}), reply(seg{flags: "SA", seq: 424242, ack: 77777, win: 1000}), ir.ConnEstablished},
