@@ -137,3 +137,23 @@ func checkRecentShared(here Place, p *codegen.Program) error {
 	}
 	return nil
 }
+
+// RecentTableState is what status says about a filter's recent table.
+type RecentTableState struct {
+	Name    string `json:"name"`
+	Entries int    `json:"entries"` // addresses listed, at most ir.RecentListTot
+}
+
+// RecentTables reads the filter's recent tables.
+func (a *Active) RecentTables() ([]RecentTableState, error) {
+	var out []RecentTableState
+	for i, t := range a.Meta.Recent {
+		m := a.maps[recentPin(i)]
+		value := make([]byte, m.ValueSize())
+		if err := m.Lookup(uint32(0), &value); err != nil {
+			return nil, fmt.Errorf("read recent table %q: %w", t.Name, err)
+		}
+		out = append(out, RecentTableState{Name: t.Name, Entries: len(codegen.RecentSlots(value, t.Stamps))})
+	}
+	return out, nil
+}

@@ -32,6 +32,15 @@ func TestRecentSurvivesSwap(t *testing.T) {
 	if v := verdict(tcp22); v != ir.VerdictDrop {
 		t.Fatalf("after the set: tcp/22 %v", v)
 	}
+	a, err := Open(place)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := a.RecentTables()
+	a.Close()
+	if err != nil || len(tables) != 1 || tables[0] != (RecentTableState{Name: "S", Entries: 1}) {
+		t.Errorf("status of the recent tables: %+v, %v", tables, err)
+	}
 
 	// Another rule set naming S: the entry is still there.
 	mustSwap(t, newSwap(t, place, ruleset(codegen.HookXDP, "-p tcp -m tcp --dport 80 -j DROP", check, set)))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"bpfwall/codegen"
+	"bpfwall/ir"
 	"bpfwall/loader"
 )
 
@@ -32,6 +33,8 @@ type filterStatus struct {
 	Conntrack string `json:"conntrack,omitempty"`
 	// Log describes the LOG rules' ring buffer, when there are LOG rules.
 	Log *logStatus `json:"log,omitempty"`
+	// Recent are the -m recent tables and the addresses they list.
+	Recent []loader.RecentTableState `json:"recent,omitempty"`
 }
 
 // logStatus is what status says about a filter's LOG rules.
@@ -153,6 +156,9 @@ func statusOf(p loader.Place) (filterStatus, error) {
 		}
 		st.Log = &logStatus{Rules: len(m.Logs), Lost: lost}
 	}
+	if st.Recent, err = a.RecentTables(); err != nil {
+		return filterStatus{}, err
+	}
 	c, err := a.Counters()
 	if err != nil {
 		return filterStatus{}, err
@@ -195,5 +201,8 @@ func printStatus(w io.Writer, st filterStatus) {
 	}
 	if st.Log != nil {
 		fmt.Fprintf(w, "  log: %d LOG rules, %d events lost to a full ring buffer (read them with bpfwall log)\n", st.Log.Rules, st.Log.Lost)
+	}
+	for _, t := range st.Recent {
+		fmt.Fprintf(w, "  recent table %s: %d of %d addresses\n", t.Name, t.Entries, ir.RecentListTot)
 	}
 }
