@@ -1,6 +1,7 @@
 package codegen_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
+	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
 	"bpfwall/internal/testenv"
@@ -204,6 +206,7 @@ func BenchmarkConntrack(b *testing.B) {
 	}
 	defer close(ns.work)
 	var setupErr error
+	var tcpAck *tcpConn
 	ns.do(func() {
 		if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 			setupErr = fmt.Errorf("%v: %s", err, out)
@@ -230,11 +233,15 @@ func BenchmarkConntrack(b *testing.B) {
 			return
 		}
 		srv.SetReadDeadline(time.Now().Add(time.Second))
-		_, setupErr = srv.Read(make([]byte, 8))
+		if _, setupErr = srv.Read(make([]byte, 8)); setupErr != nil {
+			return
+		}
+		tcpAck, setupErr = establishedTCP()
 	})
 	if setupErr != nil {
 		b.Fatal(setupErr)
 	}
+	defer tcpAck.close()
 	head := "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
 	tail := "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\n-A INPUT -p udp -m udp --dport 53 -j ACCEPT\nCOMMIT\n"
 	sets := []struct{ name, src string }{
@@ -247,13 +254,17 @@ func BenchmarkConntrack(b *testing.B) {
 	}{
 		{"tcp-syn-no-entry", frame4(b, layers.IPProtocolTCP, "192.0.2.1", "192.0.2.2", 40000, 80)},
 		{"udp-reply-entry", frame4(b, layers.IPProtocolUDP, "127.0.0.1", "127.0.0.1", 5000, 6000)},
+		// The handshake's last ACK of an open connection: its entry's
+		// TCP tracking is replayed (tcp_in_window, no SACK walk).
+		{"tcp-ack-entry", tcpAck.frame},
 	}
 	for _, pk := range pkts {
 		for _, set := range sets {
 			b.Run(pk.name+"/"+set.name, func(b *testing.B) {
-				// The reply is ESTABLISHED: accepted by the ct rule set,
-				// dropped by the other; the SYN is dropped by both.
-				runCT(b, ns, compileLevel(b, set.src, 1), pk.frame, set.name == "ct" && pk.name == "udp-reply-entry")
+				// The reply and the ACK are ESTABLISHED: accepted by the
+				// ct rule set, dropped by the other; the SYN is dropped
+				// by both.
+				runCT(b, ns, compileLevel(b, set.src, 1), pk.frame, set.name == "ct" && pk.name != "tcp-syn-no-entry")
 			})
 		}
 	}
@@ -309,3 +320,74 @@ func runCT(b *testing.B, ns *netns, p *codegen.Program, frame []byte, accept boo
 	}
 	b.ReportMetric(float64(d.Nanoseconds()), "ns/packet")
 }
+
+// tcpConn is an open TCP connection on the loopback and a copy of the
+// frame that completed its handshake.
+type tcpConn struct {
+	ln    net.Listener
+	c, s  net.Conn
+	frame []byte
+}
+
+func (t *tcpConn) close() {
+	t.c.Close()
+	t.s.Close()
+	t.ln.Close()
+}
+
+// establishedTCP opens a connection 127.0.0.1:6022 → 127.0.0.1:5022 in
+// the calling thread's namespace and captures, on lo, the client's ACK
+// that completed the handshake.
+func establishedTCP() (*tcpConn, error) {
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	lo, err := net.InterfaceByName("lo")
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: lo.Index}); err != nil {
+		return nil, err
+	}
+	lc := net.ListenConfig{}
+	lc.SetMultipathTCP(false)
+	ln, err := lc.Listen(context.Background(), "tcp4", "127.0.0.1:5022")
+	if err != nil {
+		return nil, err
+	}
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 6022}}
+	d.SetMultipathTCP(false)
+	c, err := d.Dial("tcp4", "127.0.0.1:5022")
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		c.Close()
+		ln.Close()
+		return nil, err
+	}
+	t := &tcpConn{ln: ln, c: c, s: s}
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 1}); err != nil {
+		t.close()
+		return nil, err
+	}
+	buf := make([]byte, 1<<16)
+	for {
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			t.close()
+			return nil, fmt.Errorf("capture the handshake's ack: %w", err)
+		}
+		p := gopacket.NewPacket(buf[:n], layers.LayerTypeEthernet, gopacket.Default)
+		if l, ok := p.Layer(layers.LayerTypeTCP).(*layers.TCP); ok && l.SrcPort == 6022 && l.ACK && !l.SYN {
+			t.frame = append([]byte(nil), buf[:n]...)
+			return t, nil
+		}
+	}
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }

@@ -630,6 +630,20 @@ func (c *compiler) ctTCPWindow() {
 		asm.JEq.Imm(asm.R1, 0, "ct_tcp_sack_done"),
 		asm.JGT.Imm(asm.R1, 40, "ct_tcp_sack_done"),
 		st(asm.R10, ctLoop+lsCtx, asm.R1, asm.DWord), // the length, until the map lookup
+		// tcp_sack's fast path: timestamps alone hold no SACK block.
+		asm.JNE.Imm(asm.R1, 12, "ct_tcp_sack_walk"),
+		movr(asm.R1, asm.R6),
+		ld(asm.R2, asm.R7, pktL4Off, asm.Word),
+		asm.Add.Imm(asm.R2, 20),
+	)
+	c.load(asm.R10, ctBuf+20, 4, "ct_tcp_sack_unknown")
+	b.emit(
+		ld(asm.R1, asm.R10, ctBuf+20, asm.Word),
+		ntoh(asm.R1, asm.Word),
+		asm.JEq.Imm(asm.R1, 0x0101080a, "ct_tcp_sack_done"), // NOP NOP TIMESTAMP 10
+	)
+	b.mark("ct_tcp_sack_walk")
+	b.emit(
 		stImm(asm.R10, ctLoop+16, 0, asm.Word),
 		movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, ctLoop+16),

@@ -268,6 +268,10 @@ func (g *convGen) random() {
 		if strings.Contains(flags, "S") {
 			opts = g.synOpts(uint8(r.IntN(16)))
 		}
+	case 3:
+		// Timestamps alone: tcp_sack's fast path.
+		opts = []layers.TCPOption{{OptionType: layers.TCPOptionKindNop, OptionLength: 1}, {OptionType: layers.TCPOptionKindNop, OptionLength: 1},
+			{OptionType: layers.TCPOptionKindTimestamps, OptionLength: 10, OptionData: make([]byte, 8)}}
 	}
 	g.send(fromClient, flags, seq, ack, win, data, opts)
 	if seq == me.nxt && ack == peer.nxt && !strings.ContainsAny(flags, "RS") {
