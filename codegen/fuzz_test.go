@@ -171,6 +171,21 @@ func randomRules(seed uint64, entry string) (string, rules.Family) {
 				// A bucket that empties within a few packets and refills
 				// while the fuzzer runs.
 				r = append(r, "-m limit "+pickS("--limit 1000/sec --limit-burst 3", "--limit 20/sec --limit-burst 1", "--limit 5/min"))
+			case 5:
+				// Two recent tables, one of sources, one of /24 (/64)
+				// destinations; --rttl is refused in OUTPUT.
+				ops := []string{"--set", "--rcheck --seconds 1", "--update --hitcount 3", "--rcheck --seconds 1 --reap", "--remove", "--update --seconds 2 --hitcount 2"}
+				if entry != "OUTPUT" {
+					ops = append(ops, "--rcheck --rttl", "--update --hitcount 2 --rttl")
+				}
+				table := "--name a"
+				if rng.IntN(2) == 0 {
+					table = "--name b --rdest --mask 255.255.255.0"
+					if fam == rules.IPv6 {
+						table = "--name b --rdest --mask ffff:ffff:ffff:ffff::"
+					}
+				}
+				r = append(r, "-m recent "+neg()+pickS(ops...)+" "+table)
 			}
 			targets := []string{"-j ACCEPT", "-j DROP", "-j RETURN", "", `-j LOG --log-prefix "fz " --log-tcp-options`}
 			for to := c + 1; to < chains; to++ {

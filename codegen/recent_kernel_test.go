@@ -1,11 +1,15 @@
 package codegen_test
 
 import (
+	"encoding/binary"
 	"fmt"
+	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket/layers"
+	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
 	"bpfwall/internal/testenv"
@@ -63,6 +67,84 @@ func BenchmarkRecent(b *testing.B) {
 			}
 			b.ReportMetric(float64(d.Nanoseconds()), "ns/pkt")
 			b.ReportMetric(float64(verified), "verified-insns")
+		})
+	}
+}
+
+// TestRecentAcrossCPUs: every CPU runs a recent match on one table at once
+// (BPF_PROG_TEST_RUN, repeated), each for its own address; the table's
+// spin lock makes every match one step, as recent_lock does: every --set
+// takes a sequence number of its own, and a table whose rules set and
+// remove an address ends empty, its count of entries exact.
+func TestRecentAcrossCPUs(t *testing.T) {
+	testenv.RequireRoot(t)
+	cpus := runtime.NumCPU()
+	if cpus < 2 {
+		t.Skip("one CPU: nothing runs concurrently")
+	}
+	const perCPU = 20000
+	head := "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+	cases := []struct {
+		name, rules string
+		entries     int // at the end
+		nstamps     uint16
+	}{
+		{"set", "-A INPUT -p udp -m recent --set -j ACCEPT\n", cpus, 32},
+		{"set and remove", "-A INPUT -p udp -m recent --set\n-A INPUT -p udp -m recent --remove -j ACCEPT\n", 0, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := compileText(t, head+tc.rules+"COMMIT\n", rules.IPv4, codegen.HookXDP)
+			coll, err := ebpf.NewCollection(p.Spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer coll.Close()
+			prog := coll.Programs[codegen.ProgramName]
+			var wg sync.WaitGroup
+			errs := make([]error, cpus)
+			for cpu := range cpus {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					var set unix.CPUSet
+					set.Set(cpu)
+					if err := unix.SchedSetaffinity(0, &set); err != nil {
+						errs[cpu] = err
+						return
+					}
+					data := frame4(t, layers.IPProtocolUDP, fmt.Sprintf("10.0.0.%d", cpu+1), "192.0.2.2", 40000, 53)
+					_, errs[cpu] = prog.Run(&ebpf.RunOptions{Data: data, Repeat: perCPU})
+				}()
+			}
+			wg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			stamps := codegen.RecentTables(p)[0].Stamps
+			value := make([]byte, codegen.RecentValueSize(stamps))
+			if err := coll.Maps[codegen.RecentMap(0)].Lookup(uint32(0), &value); err != nil {
+				t.Fatal(err)
+			}
+			seq := binary.NativeEndian.Uint64(value[8:])
+			entries := binary.NativeEndian.Uint32(value[16:])
+			slots := codegen.RecentSlots(value, stamps)
+			t.Logf("%d CPUs × %d: sequence %d, %d entries", cpus, perCPU, seq, entries)
+			if seq != uint64(cpus*perCPU) {
+				t.Errorf("sequence number %d after %d sets", seq, cpus*perCPU)
+			}
+			if int(entries) != tc.entries || len(slots) != tc.entries {
+				t.Errorf("%d entries counted, %d slots used; want %d", entries, len(slots), tc.entries)
+			}
+			for _, s := range slots {
+				if s.NStamps != tc.nstamps {
+					t.Errorf("slot %+v: %d stamps, want %d", s.Addr, s.NStamps, tc.nstamps)
+				}
+			}
 		})
 	}
 }
