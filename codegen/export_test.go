@@ -7,3 +7,8 @@ func SetMaxSegmentBranches(n int) (restore func()) {
 	maxSegmentBranches = n
 	return func() { maxSegmentBranches = old }
 }
+
+// RecentStampOffset is where stamp i of slot is in a RecentMap value.
+func RecentStampOffset(stamps, slot, i int) int {
+	return recentSlotsOff + slot*recentSlotSize(stamps) + slotStamps + 8*i
+}

@@ -20,7 +20,10 @@ import (
 // ir.RecentListTot slots; a slot holds struct recent_entry (its address,
 // TTL, index, nstamps and ring of stamps) and a sequence number that orders
 // the slots as the table's lru_list does: the least recently updated entry
-// has the smallest. A free slot has sequence number 0.
+// has the smallest. The slots in use are the first recentEntries (a
+// removal moves the last one into the freed slot), so that a search looks
+// at as many slots as the table lists addresses; a free slot has sequence
+// number 0.
 func RecentMap(i int) string { return fmt.Sprintf("recent%d", i) }
 
 // RecentClockMap is an ARRAY of u64 indexed by ir.Recent's Slot: the
@@ -163,10 +166,13 @@ func (c *compiler) recentMaps() []*ebpf.MapSpec {
 }
 
 // Stack slots of a chain function a recent match uses, in the area a
-// hashlimit match uses for its key: the masked address and the TTL.
+// hashlimit match uses for its key: the masked address, the TTL, and a
+// slot.
 const (
 	chainRecentKey = chainHashKey      // [4]u32
 	chainRecentTTL = chainHashKey + 16 // u64
+	// chainRecentMoved is where remove found the slot it moved.
+	chainRecentMoved = chainHashKey + 24
 )
 
 // recent emits recent_mt (see ir.Recent). r7 is the clock, r8 the table,
@@ -233,9 +239,10 @@ func (c *compiler) recent(m ir.Recent, next string) {
 	}
 	b.emit(mov(asm.R9, inv))
 
-	// loop emits a loop over the slots: r1 the slot number, r2 the slot;
-	// body jumps to cont for the next slot. The loop's exits must leave
-	// r1 and r2 dead, so that the verifier checks what follows once.
+	// loop emits a loop over the slots in use, which are the first
+	// recentEntries: r1 the slot number, r2 the slot; body jumps to cont
+	// for the next slot, and may use r0, r3 and r4. The loop's exits must
+	// leave r1 and r2 dead, so that the verifier checks what follows once.
 	loop := func(body func(cont string)) {
 		top, cont, done := l("loop"), l("next"), l("done")
 		b.emit(
@@ -244,6 +251,10 @@ func (c *compiler) recent(m ir.Recent, next string) {
 			asm.Add.Imm(asm.R2, recentSlotsOff),
 		)
 		b.mark(top)
+		b.emit(
+			ld(asm.R3, asm.R8, recentEntries, asm.Word),
+			asm.JGE.Reg(asm.R1, asm.R3, done),
+		)
 		body(cont)
 		b.mark(cont)
 		b.emit(
@@ -253,16 +264,18 @@ func (c *compiler) recent(m ir.Recent, next string) {
 		)
 		b.mark(done)
 	}
-	// slot points r5 at slot r1 (below recentNone), or fails to none.
-	slot := func(none string) {
+	// slotInto points dst at slot r1 (below recentNone), or fails to
+	// none; r1 is lost.
+	slotInto := func(dst asm.Register, none string) {
 		b.emit(
 			asm.JGE.Imm(asm.R1, n, none),
 			asm.Mul.Imm(asm.R1, slotSize),
-			movr(asm.R5, asm.R8),
-			asm.Add.Reg(asm.R5, asm.R1),
-			asm.Add.Imm(asm.R5, recentSlotsOff),
+			movr(dst, asm.R8),
+			asm.Add.Reg(dst, asm.R1),
+			asm.Add.Imm(dst, recentSlotsOff),
 		)
 	}
+	slot := func(none string) { slotInto(asm.R5, none) }
 	// head finds the least recently updated slot (the head of lru_list)
 	// into recentMinSlot, recentNone for an empty table. It keeps r4, r5.
 	head := func() {
@@ -273,7 +286,6 @@ func (c *compiler) recent(m ir.Recent, next string) {
 		loop(func(cont string) {
 			b.emit(
 				ld(asm.R3, asm.R2, slotSeq, asm.DWord),
-				asm.JEq.Imm(asm.R3, 0, cont),
 				ld(asm.R0, asm.R8, recentMinSeq, asm.DWord),
 				asm.JGE.Reg(asm.R3, asm.R0, cont),
 				st(asm.R8, recentMinSeq, asm.R3, asm.DWord),
@@ -281,24 +293,43 @@ func (c *compiler) recent(m ir.Recent, next string) {
 			)
 		})
 	}
-	// remove frees slot r5 (recent_entry_remove).
+	// remove frees slot r5 (recent_entry_remove): the last slot in use
+	// moves into it, so that the slots in use stay the first ones; where
+	// it was is left in chainRecentMoved. It keeps r4 and r5.
 	remove := func() {
+		cleared, gone, copyTop := l("cleared"), l("gone"), l("copy")
 		b.emit(
-			stImm(asm.R5, slotSeq, 0, asm.DWord),
+			st(asm.R10, chainRecentMoved, asm.R5, asm.DWord),
 			ld(asm.R1, asm.R8, recentEntries, asm.Word),
 			asm.Sub.Imm(asm.R1, 1),
 			st(asm.R8, recentEntries, asm.R1, asm.Word),
 		)
+		slotInto(asm.R2, gone)
+		b.emit(
+			st(asm.R10, chainRecentMoved, asm.R2, asm.DWord),
+			asm.JEq.Reg(asm.R2, asm.R5, cleared),
+			movr(asm.R1, asm.R5),
+			mov(asm.R3, 0),
+		)
+		b.mark(copyTop)
+		b.emit(
+			ld(asm.R0, asm.R2, 0, asm.DWord),
+			st(asm.R1, 0, asm.R0, asm.DWord),
+			asm.Add.Imm(asm.R1, 8),
+			asm.Add.Imm(asm.R2, 8),
+			asm.Add.Imm(asm.R3, 1),
+			asm.JLT.Imm(asm.R3, slotSize/8, copyTop),
+			ld(asm.R2, asm.R10, chainRecentMoved, asm.DWord),
+		)
+		b.mark(cleared)
+		b.emit(stImm(asm.R2, slotSeq, 0, asm.DWord))
+		b.mark(gone)
 	}
 
 	b.note("recent_entry_lookup: the slot with the address%s", map[bool]string{false: "", true: " and a TTL that is the packet's, or either 0"}[m.TTL])
 	b.emit(stImm(asm.R8, recentFound, recentNone, asm.Word))
 	searched := l("searched")
 	loop(func(cont string) {
-		b.emit(
-			ld(asm.R3, asm.R2, slotSeq, asm.DWord),
-			asm.JEq.Imm(asm.R3, 0, cont),
-		)
 		for w := range words {
 			b.emit(
 				ld(asm.R3, asm.R2, slotAddr+int16(4*w), asm.Word),
@@ -329,7 +360,7 @@ func (c *compiler) recent(m ir.Recent, next string) {
 		b.emit(ja(out))
 	} else {
 		b.note("recent_entry_init: a full table loses its least recently updated entry first")
-		room, free := l("room"), l("free")
+		room := l("room")
 		b.emit(
 			ld(asm.R1, asm.R8, recentEntries, asm.Word),
 			asm.JLT.Imm(asm.R1, n, room),
@@ -339,16 +370,7 @@ func (c *compiler) recent(m ir.Recent, next string) {
 		slot(room)
 		remove()
 		b.mark(room)
-		loop(func(cont string) {
-			b.emit(
-				ld(asm.R3, asm.R2, slotSeq, asm.DWord),
-				asm.JNE.Imm(asm.R3, 0, cont),
-				st(asm.R8, recentFound, asm.R1, asm.Word),
-				ja(free),
-			)
-		})
-		b.mark(free)
-		b.emit(ld(asm.R1, asm.R8, recentFound, asm.Word))
+		b.emit(ld(asm.R1, asm.R8, recentEntries, asm.Word))
 		slot(out) // a table with no free slot cannot happen
 		for w := range words {
 			b.emit(
@@ -456,6 +478,14 @@ func (c *compiler) recent(m ir.Recent, next string) {
 				asm.JSGE.Imm(asm.R3, 0, reaped),
 			)
 			remove()
+			// The entry may have been the slot that moved into the
+			// head's place.
+			b.emit(
+				ld(asm.R3, asm.R10, chainRecentMoved, asm.DWord),
+				ld(asm.R0, asm.R10, chainRecentKey, asm.DWord),
+				asm.JNE.Reg(asm.R0, asm.R3, reaped),
+				st(asm.R10, chainRecentKey, asm.R5, asm.DWord),
+			)
 			b.mark(reaped)
 			b.emit(ld(asm.R5, asm.R10, chainRecentKey, asm.DWord))
 		}

@@ -148,3 +148,53 @@ func TestRecentAcrossCPUs(t *testing.T) {
 		})
 	}
 }
+
+// TestRecentReapMovesEntry: when --reap removes the least recently
+// updated entry, the last slot in use moves into its place; an --update
+// whose entry was that slot stamps it where it moved. The entry's stamp
+// is set old in the map, so that no wait decides the outcome.
+func TestRecentReapMovesEntry(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "ip")
+	ns := newNetns(t)
+	src := "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+		"-A INPUT -p udp -m udp --dport 1 -m recent --set -j ACCEPT\n" +
+		"-A INPUT -p udp -m udp --dport 2 -m recent --update --seconds 10 --reap -j ACCEPT\nCOMMIT\n"
+	p := compileText(t, src, rules.IPv4, codegen.HookXDP)
+	l := load(t, p, ns)
+	send := func(from string, dport uint16) codegen.Decision {
+		t.Helper()
+		_, d, err := l.run(frame4(t, layers.IPProtocolUDP, from, "192.0.2.2", 40000, dport), ns.devs[1], 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	send("10.0.0.1", 1) // slot 0
+	send("10.0.0.2", 1) // slot 1
+	table := l.coll.Maps[codegen.RecentMap(0)]
+	stamps := codegen.RecentTables(p)[0].Stamps
+	value := make([]byte, codegen.RecentValueSize(stamps))
+	if err := table.Lookup(uint32(0), &value); err != nil {
+		t.Fatal(err)
+	}
+	// 10.0.0.1 was last seen a minute before 10.0.0.2.
+	off := codegen.RecentStampOffset(stamps, 0, 0)
+	binary.NativeEndian.PutUint64(value[off:], binary.NativeEndian.Uint64(value[codegen.RecentStampOffset(stamps, 1, 0):])-60*250)
+	if err := table.Put(uint32(0), value); err != nil {
+		t.Fatal(err)
+	}
+	if d := send("10.0.0.2", 2); d.Kind != codegen.DecidedByRule || d.Rule != 1 {
+		t.Fatalf("update of 10.0.0.2: decision %+v, want rule 1's", d)
+	}
+	if err := table.Lookup(uint32(0), &value); err != nil {
+		t.Fatal(err)
+	}
+	slots := codegen.RecentSlots(value, stamps)
+	if len(slots) != 1 || slots[0].Addr[0] != 0x0a000002 || slots[0].NStamps != 2 || slots[0].Index != 2 {
+		t.Errorf("after the reap: %+v, want 10.0.0.2 alone with two stamps", slots)
+	}
+	if binary.NativeEndian.Uint64(value[codegen.RecentStampOffset(stamps, 0, 1):]) == 0 {
+		t.Errorf("the update's stamp is not in slot 0, where 10.0.0.2 moved")
+	}
+}
