@@ -128,8 +128,10 @@ func TestIngressStateWarnings(t *testing.T) {
 		var lines []int
 		for _, w := range p.Warnings {
 			lines = append(lines, w.Pos.Line)
-			if !strings.Contains(w.Msg, "out-of-window") || !strings.Contains(w.Msg, "ICMP echo") {
-				t.Errorf("%s: warning %q does not name both limits", hook, w.Msg)
+			// TCP segments of known connections get conntrack's window
+			// checks: only the lookup's blind spots are left to warn of.
+			if !strings.Contains(w.Msg, "ICMP echo") || strings.Contains(w.Msg, "window") {
+				t.Errorf("%s: warning %q does not name the ingress limit, or names the window one that is gone", hook, w.Msg)
 			}
 		}
 		if !slices.Equal(lines, []int{5, 7}) {

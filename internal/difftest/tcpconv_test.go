@@ -20,20 +20,24 @@ import (
 	"bpfwall/ir"
 	"bpfwall/loader"
 	"bpfwall/parser/iptables"
+	"bpfwall/rules"
 )
 
 // The conversations' endpoints: addresses no host owns, so that neither
 // end's stack answers the crafted segments (no RST, no ICMP); the
 // firewall forwards to them through permanent neighbour entries.
 var (
-	convClient = net.IPv4(192, 0, 2, 50).To4()
-	convServer = net.IPv4(198, 51, 100, 50).To4()
+	convClient  = net.IPv4(192, 0, 2, 50).To4()
+	convServer  = net.IPv4(198, 51, 100, 50).To4()
+	convClient6 = net.ParseIP("2001:db8:1::50")
+	convServer6 = net.ParseIP("2001:db8:2::50")
 )
 
 const convServerPort = 80
 
 // convSeg is one crafted segment of a conversation.
 type convSeg struct {
+	v6         bool
 	fromClient bool
 	port       uint16 // the client's port: one conversation each
 	flags      string // of "SAFRPU"
@@ -55,12 +59,25 @@ func (s convSeg) String() string {
 // it on its veth towards the firewall.
 func (s convSeg) frame(t *testing.T) []byte {
 	eth := &layers.Ethernet{SrcMAC: topology.SenderMAC, DstMAC: topology.FirewallInMAC, EthernetType: layers.EthernetTypeIPv4}
-	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: convClient, DstIP: convServer}
+	src, dst := convClient, convServer
+	if s.v6 {
+		eth.EthernetType, src, dst = layers.EthernetTypeIPv6, convClient6, convServer6
+	}
 	tcp := &layers.TCP{SrcPort: layers.TCPPort(s.port), DstPort: convServerPort, Seq: s.seq, Ack: s.ack, Window: s.win, Options: s.opts}
 	if !s.fromClient {
 		eth.SrcMAC, eth.DstMAC = topology.ReceiverMAC, topology.FirewallOutMAC
-		ip.SrcIP, ip.DstIP = convServer, convClient
+		src, dst = dst, src
 		tcp.SrcPort, tcp.DstPort = convServerPort, layers.TCPPort(s.port)
+	}
+	var ip gopacket.SerializableLayer
+	if s.v6 {
+		ip6 := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolTCP, SrcIP: src, DstIP: dst}
+		tcp.SetNetworkLayerForChecksum(ip6)
+		ip = ip6
+	} else {
+		ip4 := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: src, DstIP: dst}
+		tcp.SetNetworkLayerForChecksum(ip4)
+		ip = ip4
 	}
 	for _, f := range s.flags {
 		switch f {
@@ -78,7 +95,6 @@ func (s convSeg) frame(t *testing.T) []byte {
 			tcp.URG = true
 		}
 	}
-	tcp.SetNetworkLayerForChecksum(ip)
 	buf := gopacket.NewSerializeBuffer()
 	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{ComputeChecksums: true, FixLengths: true},
 		eth, ip, tcp, gopacket.Payload(bytes.Repeat([]byte{'x'}, s.data))); err != nil {
@@ -100,6 +116,7 @@ type convEnd struct {
 // edges conntrack checks. It tracks the ends as if every segment sent
 // with the expected numbers arrived; the kernel is the judge of the rest.
 type convGen struct {
+	v6   bool
 	r    *rand.Rand
 	segs []convSeg
 	port uint16
@@ -108,7 +125,7 @@ type convGen struct {
 }
 
 func (g *convGen) send(fromClient bool, flags string, seq, ack uint32, win uint16, data int, opts []layers.TCPOption) {
-	g.segs = append(g.segs, convSeg{fromClient: fromClient, port: g.port, flags: flags, seq: seq, ack: ack, win: win, data: data, opts: opts})
+	g.segs = append(g.segs, convSeg{v6: g.v6, fromClient: fromClient, port: g.port, flags: flags, seq: seq, ack: ack, win: win, data: data, opts: opts})
 }
 
 func (g *convGen) ends(fromClient bool) (me, peer *convEnd) {
@@ -285,12 +302,12 @@ func (g *convGen) random() {
 // tcpConversations writes the conversations: every phase twice, once
 // with window scale and SACK and once without, each followed by random
 // segments.
-func tcpConversations(r *rand.Rand, randoms int) []convSeg {
+func tcpConversations(r *rand.Rand, randoms int, v6 bool) []convSeg {
 	var segs []convSeg
 	port := uint16(41000)
 	for _, phase := range convPhases {
 		for _, opts := range []bool{true, false} {
-			g := &convGen{r: r, port: port, opts: opts,
+			g := &convGen{v6: v6, r: r, port: port, opts: opts,
 				c: convEnd{nxt: 1_000_000 + uint32(port)*1000, win: 1000, scale: 2},
 				s: convEnd{nxt: 3_000_000_000 + uint32(port)*1000, win: 2000, scale: 3}}
 			g.opening(phase)
@@ -320,11 +337,22 @@ var convStates = []string{"INVALID", "NEW", "ESTABLISHED", "RELATED"}
 // the state the program found. They must agree segment by segment.
 func TestTCPConversations(t *testing.T) {
 	testenv.RequireRoot(t)
-	testenv.RequireTool(t, "iptables-legacy-restore")
+	testenv.RequireTool(t, "iptables-legacy-restore", "ip6tables-legacy-restore")
 	ft := newFlowTopology(t)
-	neigh := fmt.Sprintf("neigh replace %s lladdr %s dev fwin nud permanent\nneigh replace %s lladdr %s dev fwout nud permanent\n",
-		convClient, topology.SenderMAC, convServer, topology.ReceiverMAC)
-	if err := topology.RunInput([]byte(neigh), "ip", "-n", ft.Firewall, "-batch", "-"); err != nil {
+	// IPv6 in the firewall only: the ends keep it off, so their stacks
+	// drop the IPv6 segments silently.
+	if err := topology.Sysctl(ft.Firewall, "net/ipv6/conf/all/disable_ipv6", "0", "net/ipv6/conf/fwin/disable_ipv6", "0",
+		"net/ipv6/conf/fwout/disable_ipv6", "0", "net/ipv6/conf/all/forwarding", "1"); err != nil {
+		t.Fatal(err)
+	}
+	setup := fmt.Sprintf(`addr add 2001:db8:1::1/64 dev fwin nodad
+addr add 2001:db8:2::1/64 dev fwout nodad
+neigh replace %s lladdr %s dev fwin nud permanent
+neigh replace %s lladdr %s dev fwout nud permanent
+neigh replace %s lladdr %s dev fwin nud permanent
+neigh replace %s lladdr %s dev fwout nud permanent
+`, convClient, topology.SenderMAC, convServer, topology.ReceiverMAC, convClient6, topology.SenderMAC, convServer6, topology.ReceiverMAC)
+	if err := topology.RunInput([]byte(setup), "ip", "-n", ft.Firewall, "-batch", "-"); err != nil {
 		t.Fatal(err)
 	}
 	root, err := os.MkdirTemp(bpffs, "bwtcp-")
@@ -333,36 +361,40 @@ func TestTCPConversations(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
 
-	segs := tcpConversations(rand.New(rand.NewPCG(6, 18)), 60)
-	frames := make([][]byte, len(segs))
-	for i, s := range segs {
-		frames[i] = s.frame(t)
-	}
-	kernel := ft.runConversationNetfilter(t, segs, frames)
-	counts := map[string]int{}
-	for _, st := range kernel {
-		counts[st]++
-	}
-	compared, mismatches := 0, 0
-	for _, hook := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress} {
-		got := ft.runConversationBPF(t, root, hook, segs, frames)
-		for i := range segs {
-			compared++
-			if got[i] != kernel[i] {
-				mismatches++
-				if mismatches <= 20 {
-					t.Errorf("%s: segment %d (%s): netfilter %s, bpfwall %s", hook, i, segs[i], kernel[i], got[i])
+	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+		t.Run(fam.String(), func(t *testing.T) {
+			segs := tcpConversations(rand.New(rand.NewPCG(6, 18)), 60, fam == rules.IPv6)
+			frames := make([][]byte, len(segs))
+			for i, s := range segs {
+				frames[i] = s.frame(t)
+			}
+			kernel := ft.runConversationNetfilter(t, fam, segs, frames)
+			counts := map[string]int{}
+			for _, st := range kernel {
+				counts[st]++
+			}
+			compared, mismatches := 0, 0
+			for _, hook := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress} {
+				got := ft.runConversationBPF(t, root, fam, hook, segs, frames)
+				for i := range segs {
+					compared++
+					if got[i] != kernel[i] {
+						mismatches++
+						if mismatches <= 20 {
+							t.Errorf("%s: segment %d (%s): netfilter %s, bpfwall %s", hook, i, segs[i], kernel[i], got[i])
+						}
+					}
 				}
 			}
-		}
-	}
-	t.Logf("tcp conversations: %d segments in %d conversations, netfilter's states %v; %d compared on xdp and tc-ingress, %d mismatches",
-		len(segs), 2*len(convPhases), counts, compared, mismatches)
-	// The scenario must exercise the states it is for.
-	for _, st := range []string{"INVALID", "NEW", "ESTABLISHED"} {
-		if counts[st] < 10 {
-			t.Errorf("only %d segments were %s in netfilter's run: the scenario does not test what it should", counts[st], st)
-		}
+			t.Logf("tcp conversations (%s): %d segments in %d conversations, netfilter's states %v; %d compared on xdp and tc-ingress, %d mismatches",
+				fam, len(segs), 2*len(convPhases), counts, compared, mismatches)
+			// The scenario must exercise the states it is for.
+			for _, st := range []string{"INVALID", "NEW", "ESTABLISHED"} {
+				if counts[st] < 10 {
+					t.Errorf("only %d segments were %s in netfilter's run: the scenario does not test what it should", counts[st], st)
+				}
+			}
+		})
 	}
 }
 
@@ -389,18 +421,24 @@ const convMangle = `*mangle
 COMMIT
 `
 
+const emptyFilter = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
+
 const emptyMangle = "*mangle\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n"
 
 // runConversationNetfilter sends the segments through iptables and
 // returns each one's state, read from the DSCP it arrived with.
-func (ft *flowTopology) runConversationNetfilter(t *testing.T, segs []convSeg, frames [][]byte) []string {
+func (ft *flowTopology) runConversationNetfilter(t *testing.T, fam rules.Family, segs []convSeg, frames [][]byte) []string {
 	t.Helper()
 	ft.flushFirewall(t)
-	if err := topology.RunInput([]byte(convFilter+convMangle), "ip", "netns", "exec", ft.Firewall, "iptables-legacy-restore"); err != nil {
+	restore := "iptables-legacy-restore"
+	if fam == rules.IPv6 {
+		restore = "ip6tables-legacy-restore"
+	}
+	if err := topology.RunInput([]byte(convFilter+convMangle), "ip", "netns", "exec", ft.Firewall, restore); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		if err := topology.RunInput([]byte(emptyMangle), "ip", "netns", "exec", ft.Firewall, "iptables-legacy-restore"); err != nil {
+		if err := topology.RunInput([]byte(emptyFilter+emptyMangle), "ip", "netns", "exec", ft.Firewall, restore); err != nil {
 			t.Fatal(err)
 		}
 		ft.flushFirewall(t)
@@ -411,12 +449,17 @@ func (ft *flowTopology) runConversationNetfilter(t *testing.T, segs []convSeg, f
 		if err != nil {
 			t.Fatal(err)
 		}
-		switch {
-		case arrived == nil:
+		if arrived == nil {
 			out[i] = "dropped"
-		case arrived[1]>>2 >= 1 && int(arrived[1]>>2) <= len(convStates):
-			out[i] = convStates[arrived[1]>>2-1]
-		default:
+			continue
+		}
+		dscp := int(arrived[1] >> 2)
+		if fam == rules.IPv6 {
+			dscp = int(arrived[0]&0x0f<<2 | arrived[1]>>6)
+		}
+		if dscp >= 1 && dscp <= len(convStates) {
+			out[i] = convStates[dscp-1]
+		} else {
 			out[i] = "UNTRACKED"
 		}
 	}
@@ -425,10 +468,10 @@ func (ft *flowTopology) runConversationNetfilter(t *testing.T, segs []convSeg, f
 
 // runConversationBPF sends the segments through bpfwall's program on
 // hook and returns each one's state, read from the rule counters.
-func (ft *flowTopology) runConversationBPF(t *testing.T, root string, hook codegen.Hook, segs []convSeg, frames [][]byte) []string {
+func (ft *flowTopology) runConversationBPF(t *testing.T, root string, fam rules.Family, hook codegen.Hook, segs []convSeg, frames [][]byte) []string {
 	t.Helper()
 	ft.flushFirewall(t)
-	rs, err := iptables.Parse("conv.rules", []byte(convFilter), iptables.Options{})
+	rs, err := iptables.Parse("conv.rules", []byte(convFilter), iptables.Options{Family: fam, ForceFamily: true})
 	if err != nil {
 		t.Fatal(err)
 	}
