@@ -40,7 +40,8 @@ const (
 	recentMinSeq   = 24 // u64: scratch, the smallest sequence number seen
 	recentMinSlot  = 32 // u32: scratch, its slot
 	recentHits     = 36 // u32: scratch, the hits counted
-	recentSlotsOff = 40
+	recentNow      = 40 // u64: the latest time a match used (jiffies)
+	recentSlotsOff = 48
 )
 
 // A slot.
@@ -210,19 +211,14 @@ func (c *compiler) recent(m ir.Recent, next string) {
 		asm.FnJiffies64.Call(),
 		movr(asm.R7, asm.R0),
 	)
-	b.note("the time this match read, for tests")
-	recorded := l("recorded")
+	recorded, fresh := l("recorded"), l("fresh")
 	b.emit(
 		stImm(asm.R10, chainKey, int32(m.Slot), asm.Word),
 		movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, chainKey),
 		mapRef(asm.R1, RecentClockMap),
 		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, recorded),
-		st(asm.R0, 0, asm.R7, asm.DWord),
-	)
-	b.mark(recorded)
-	b.emit(
+		st(asm.R10, chainRecentMoved, asm.R0, asm.DWord),
 		stImm(asm.R10, chainKey, 0, asm.Word),
 		movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, chainKey),
@@ -233,6 +229,24 @@ func (c *compiler) recent(m ir.Recent, next string) {
 		movr(asm.R1, asm.R8),
 		asm.FnSpinLock.Call(),
 	)
+	// The kernel reads jiffies under recent_lock; the program reads them
+	// before taking the lock, and another CPU may have taken it in
+	// between with a later tick: the table's time does not go back, as if
+	// this match had read the clock after that one.
+	b.note("the table's clock: the later of the tick read and the table's last")
+	b.emit(
+		ld(asm.R1, asm.R8, recentNow, asm.DWord),
+		asm.JGE.Reg(asm.R7, asm.R1, fresh),
+		movr(asm.R7, asm.R1),
+	)
+	b.mark(fresh)
+	b.emit(
+		st(asm.R8, recentNow, asm.R7, asm.DWord),
+		ld(asm.R1, asm.R10, chainRecentMoved, asm.DWord),
+		asm.JEq.Imm(asm.R1, 0, recorded),
+		st(asm.R1, 0, asm.R7, asm.DWord), // the time this match used, for tests
+	)
+	b.mark(recorded)
 	inv := int32(0)
 	if m.Invert {
 		inv = 1

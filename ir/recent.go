@@ -98,6 +98,7 @@ type recentEntry struct {
 type recentTable struct {
 	entries []*recentEntry
 	seq     uint64
+	now     uint64 // the latest time a match used
 }
 
 // RecentKey is the address a recent match of table mask looks up: the
@@ -157,6 +158,11 @@ func (s *State) recent(m Recent, pkt *Packet) outcome {
 		t = &recentTable{}
 		s.recentTables[m.Table] = t
 	}
+	// The kernel reads jiffies under its lock, so a table's time never
+	// goes back; bpfwall's program reads them before taking the table's
+	// lock, and takes the later of its tick and the table's last.
+	now = max(now, t.now)
+	t.now = now
 	addr := pkt.Src
 	if m.Dest {
 		addr = pkt.Dst

@@ -267,3 +267,20 @@ func TestRecentLowerErrors(t *testing.T) {
 func parseText(fam rules.Family, text string) (*rules.Ruleset, error) {
 	return iptables.Parse("rules", []byte(text), iptables.Options{Family: fam, ForceFamily: true})
 }
+
+// TestRecentClockNeverGoesBack: a match that comes with an earlier tick
+// than the table last used (a CPU that read jiffies before another took
+// the table's lock) uses the table's time, as if it had read the clock
+// under the lock as the kernel does.
+func TestRecentClockNeverGoesBack(t *testing.T) {
+	text := recentHead + "-A INPUT -m recent --set\nCOMMIT\n"
+	st := runRecent(t, "INPUT", text, []recentStep{
+		{1000, "10.0.0.1", "", 0, "ACCEPT policy"},
+		{990, "10.0.0.1", "", 0, "ACCEPT policy"},
+		{1005, "10.0.0.1", "", 0, "ACCEPT policy"},
+	})
+	e := st.RecentEntries(0)[0]
+	if e.Stamps[0] != 1000 || e.Stamps[1] != 1000 || e.Stamps[2] != 1005 {
+		t.Errorf("stamps %v, want 1000 1000 1005", e.Stamps[:3])
+	}
+}
