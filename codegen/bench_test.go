@@ -2,6 +2,7 @@ package codegen_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"os/exec"
@@ -257,6 +258,8 @@ func BenchmarkConntrack(b *testing.B) {
 		// The handshake's last ACK of an open connection: its entry's
 		// TCP tracking is replayed (tcp_in_window, no SACK walk).
 		{"tcp-ack-entry", tcpAck.frame},
+		// The same with a SACK block for its timestamps: the option walk.
+		{"tcp-sack-entry", tcpAck.withSACK(b)},
 	}
 	for _, pk := range pkts {
 		for _, set := range sets {
@@ -391,3 +394,19 @@ func establishedTCP() (*tcpConn, error) {
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// withSACK is the captured ACK with its 12 bytes of options (no-ops and
+// timestamps) replaced by no-ops and a SACK block whose right edge is the
+// ACK's acknowledgement number: in window, but walked.
+func (t *tcpConn) withSACK(tb testing.TB) []byte {
+	f := append([]byte(nil), t.frame...)
+	const l4 = 14 + 20
+	if len(f) < l4+32 || f[l4+12]>>4 != 8 {
+		tb.Fatalf("the captured ack has no 12 bytes of options: % x", f)
+	}
+	ack := binary.BigEndian.Uint32(f[l4+8:])
+	copy(f[l4+20:], []byte{1, 1, 5, 10})
+	binary.BigEndian.PutUint32(f[l4+24:], ack-100)
+	binary.BigEndian.PutUint32(f[l4+28:], ack)
+	return f
+}
