@@ -68,6 +68,23 @@ const (
 // tcpField names field of nf_conn.proto.tcp.
 func tcpField(field string) fieldRef { return fieldRef{"nf_conn", "proto.tcp." + field} }
 
+// The entry's namespace, and its TCP conntrack sysctls that change a
+// segment's verdict.
+var (
+	nfConnNet              = fieldRef{"nf_conn", "ct_net.net"}
+	netTCPBeLiberal        = fieldRef{"net", "ct.nf_ct_proto.tcp.tcp_be_liberal"}
+	netTCPIgnoreInvalidRST = fieldRef{"net", "ct.nf_ct_proto.tcp.tcp_ignore_invalid_rst"}
+)
+
+// ctSysctl loads the sysctl f of the entry's namespace into r1: it is
+// read when the packet is, as nf_conntrack_tcp_packet reads it.
+func (c *compiler) ctSysctl(f fieldRef) {
+	c.b.emit(
+		ldField(asm.R1, asm.R9, nfConnNet, asm.DWord),
+		ldField(asm.R1, asm.R1, f, asm.Byte),
+	)
+}
+
 // ctTCPFound emits what follows a TCP lookup that found the entry in r0,
 // with the segment's flags (FIN SYN RST ACK URG) in r8: nf_conntrack_in's
 // state for the segment, as ir.Packet.ConntrackTCP. Every path ends at
@@ -331,7 +348,7 @@ func (c *compiler) ctTCPTransition() {
 	)
 
 	b.mark("ct_tcp_to_close")
-	b.note("an RST: closing states skip the window; before the peer's highest ACK it is invalid (nf_conntrack_tcp_ignore_invalid_rst=0)")
+	b.note("an RST: closing states skip the window; before the peer's highest ACK it is invalid, unless nf_conntrack_tcp_ignore_invalid_rst")
 	b.emit(
 		asm.JNE.Imm(asm.R5, int32(ir.TCPRstSet), "ct_tcp_window"),
 		asm.JLT.Imm(asm.R4, int32(ir.TCPFinWait), "ct_tcp_rst_checks"),
@@ -356,8 +373,11 @@ func (c *compiler) ctTCPTransition() {
 		ld(asm.R1, asm.R10, ctSeg+segSeq, asm.Word),
 		ld(asm.R2, asm.R10, ctRcv+tdMaxAck, asm.Word),
 		asm.Sub.Reg32(asm.R1, asm.R2),
-		asm.JSLT.Imm32(asm.R1, 0, "ct_tcp_invalid"),
+		asm.JSGE.Imm32(asm.R1, 0, "ct_tcp_rst_valid"),
 	)
+	c.ctSysctl(netTCPIgnoreInvalidRST)
+	b.emit(asm.JEq.Imm(asm.R1, 0, "ct_tcp_invalid"))
+	b.mark("ct_tcp_rst_valid")
 	c.jumpUnlessEstablished("ct_tcp_window")
 	b.emit(
 		ld(asm.R1, asm.R10, ctSeg+segSeq, asm.Word),
@@ -613,10 +633,14 @@ func (c *compiler) ctTCPWindow() {
 		asm.JSLT.Imm32(asm.R1, 0, "ct_tcp_accept"),
 	)
 	b.mark("ct_tcp_liberal")
-	b.note("nf_tcp_log_invalid: a liberal sender's segments are never invalid (nf_conntrack_tcp_be_liberal=0)")
+	b.note("nf_tcp_log_invalid: a liberal sender's segments, or all with nf_conntrack_tcp_be_liberal, are never invalid")
 	b.emit(
 		ld(asm.R1, asm.R10, ctSnd+tdFlags, asm.Byte),
 		asm.JSet.Imm(asm.R1, ir.TCPFlagBeLiberal, "ct_tcp_accept"),
+	)
+	c.ctSysctl(netTCPBeLiberal)
+	b.emit(
+		asm.JNE.Imm(asm.R1, 0, "ct_tcp_accept"),
 		ja("ct_tcp_invalid"),
 	)
 

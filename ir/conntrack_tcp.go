@@ -19,6 +19,10 @@ type TCPEntry struct {
 	LastWin    uint16
 	LastWscale uint8
 	LastFlags  uint8
+
+	// The sysctls of the entry's namespace that change the verdict
+	// (nf_conntrack_tcp_be_liberal, nf_conntrack_tcp_ignore_invalid_rst).
+	BeLiberal, IgnoreInvalidRST bool
 }
 
 // TCPSeen is one direction's window tracking (struct ip_ct_tcp_state).
@@ -112,9 +116,7 @@ func TCPIndex(flags uint8) uint8 {
 }
 
 // ConntrackTCP is the conntrack state nf_conntrack_in gives pkt, a TCP
-// segment whose tuple finds entry e, with the default sysctls
-// (nf_conntrack_tcp_be_liberal=0, nf_conntrack_tcp_ignore_invalid_rst=0;
-// the loader refuses other values). It replays nf_conntrack_tcp_packet on
+// segment whose tuple finds entry e. It replays nf_conntrack_tcp_packet on
 // a copy of the entry, so that it predicts without changing anything:
 //   - tcp_error's header checks: INVALID;
 //   - the state resolve_normal_ct gives the segment (ESTABLISHED for a
@@ -252,8 +254,8 @@ func tcpPacket(e *TCPEntry, s *tcpSegment) tcpVerdict {
 			if s.seq == 0 && !established {
 				break
 			}
-			if before(s.seq, peer.MaxAck) {
-				return tcpVerdictInvalid // nf_conntrack_tcp_ignore_invalid_rst=0
+			if before(s.seq, peer.MaxAck) && !e.IgnoreInvalidRST {
+				return tcpVerdictInvalid
 			}
 			if !established || s.seq == peer.MaxAck {
 				break
@@ -330,7 +332,7 @@ func tcpInWindow(e *TCPEntry, dir uint8, s *tcpSegment) bool {
 	if rst && seq == 0 && e.State == TCPSynSent {
 		seq, end = sender.End, sender.End // an RST answering the SYN
 	}
-	liberal := sender.Flags&TCPFlagBeLiberal != 0
+	liberal := sender.Flags&TCPFlagBeLiberal != 0 || e.BeLiberal
 	if !before(seq, sender.MaxEnd+1) {
 		// Over the receiver's window; tolerated when only the data
 		// overshoots it.

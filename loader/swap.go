@@ -280,7 +280,7 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 				return b, err
 			}
 			if s.Program.Hook != codegen.HookTCEgress {
-				if err := checkTCPSysctls(); err != nil {
+				if err := checkTCPLoose(); err != nil {
 					return b, err
 				}
 			}

@@ -361,8 +361,30 @@ neigh replace %s lladdr %s dev fwout nud permanent
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
 
-	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
-		t.Run(fam.String(), func(t *testing.T) {
+	// The sysctls that change the verdict on a segment with an entry,
+	// which the program reads from the namespace: the defaults for both
+	// families, then each set on its own.
+	for _, run := range []struct {
+		fam     rules.Family
+		sysctl  string
+		liberal string
+		rst     string
+	}{
+		{rules.IPv4, "defaults", "0", "0"},
+		{rules.IPv6, "defaults", "0", "0"},
+		{rules.IPv4, "be_liberal", "1", "0"},
+		{rules.IPv4, "ignore_invalid_rst", "0", "1"},
+	} {
+		fam := run.fam
+		t.Run(fam.String()+"/"+run.sysctl, func(t *testing.T) {
+			set := func(liberal, rst string) {
+				if err := topology.Sysctl(ft.Firewall, "net/netfilter/nf_conntrack_tcp_be_liberal", liberal,
+					"net/netfilter/nf_conntrack_tcp_ignore_invalid_rst", rst); err != nil {
+					t.Fatal(err)
+				}
+			}
+			set(run.liberal, run.rst)
+			defer set("0", "0")
 			segs := tcpConversations(rand.New(rand.NewPCG(6, 18)), 60, fam == rules.IPv6)
 			frames := make([][]byte, len(segs))
 			for i, s := range segs {
@@ -386,8 +408,8 @@ neigh replace %s lladdr %s dev fwout nud permanent
 					}
 				}
 			}
-			t.Logf("tcp conversations (%s): %d segments in %d conversations, netfilter's states %v; %d compared on xdp and tc-ingress, %d mismatches",
-				fam, len(segs), 2*len(convPhases), counts, compared, mismatches)
+			t.Logf("tcp conversations (%s, %s): %d segments in %d conversations, netfilter's states %v; %d compared on xdp and tc-ingress, %d mismatches",
+				fam, run.sysctl, len(segs), 2*len(convPhases), counts, compared, mismatches)
 			// The scenario must exercise the states it is for.
 			for _, st := range []string{"INVALID", "NEW", "ESTABLISHED"} {
 				if counts[st] < 10 {
