@@ -41,9 +41,10 @@ func NewCase(opts CaseOptions) (*Case, error) {
 		return nil, fmt.Errorf("lower %s: %w", opts.Name, err)
 	}
 	if UsesLimit(prog) {
-		// Probe by probe, a token bucket's answer depends on when the
-		// probe comes; TestLimitBursts compares counts over timed bursts.
-		return nil, fmt.Errorf("case %s: %w", opts.Name, &Unsupported{Reason: "limit matches answer by the time, not by the probe"})
+		// Probe by probe, a token bucket's or a recent list's answer
+		// depends on when the probe comes and on the probes before;
+		// TestLimitBursts and TestRecentSequences compare timed runs.
+		return nil, fmt.Errorf("case %s: %w", opts.Name, &Unsupported{Reason: "limit and recent matches answer by the time and the probes before, not by the probe"})
 	}
 	return &Case{
 		Name:     opts.Name,

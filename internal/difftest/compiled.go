@@ -144,13 +144,28 @@ func (a Attached) Outcomes(c *Case) ([]Outcome, error) {
 			return err
 		}
 		swap := loader.Swap{Place: place, Program: p, Meta: meta, Counters: counters, Ifaces: []string{a.Topo.InIface}, XDPMode: loader.XDPGeneric}
-		_, err = swap.Run()
+		err = runSwap(&swap)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Name, err)
 	}
 	return a.Topo.deliveries(c)
+}
+
+// runSwap swaps the program in, as `bpfwall load` does; where the filter
+// holds the other IP family's rules, it unloads that first, as an operator
+// must (loader.ErrFamily).
+func runSwap(s *loader.Swap) error {
+	_, err := s.Run()
+	if !errors.Is(err, loader.ErrFamily) {
+		return err
+	}
+	if _, err := loader.Unload(s.Place, nil); err != nil {
+		return err
+	}
+	_, err = s.Run()
+	return err
 }
 
 // Detach unloads the program and removes Root.

@@ -105,13 +105,14 @@ func UsesConntrack(prog *ir.Program) bool {
 	return false
 }
 
-// UsesLimit reports whether prog has token buckets (limit, hashlimit, nft
-// limit).
+// UsesLimit reports whether prog has matches whose answer depends on
+// when a probe comes and on the probes before it: token buckets (limit,
+// hashlimit, nft limit) and recent lists.
 func UsesLimit(prog *ir.Program) bool {
 	for _, r := range prog.Rules {
 		for _, m := range r.Matches {
 			switch m.(type) {
-			case ir.Limit, ir.RateLimit, ir.HashLimit:
+			case ir.Limit, ir.RateLimit, ir.HashLimit, ir.Recent:
 				return true
 			}
 		}

@@ -574,7 +574,7 @@ func (ft *flowTopology) runBPF(t *testing.T, root, text string, hook codegen.Hoo
 			return err
 		}
 		swap := loader.Swap{Place: place, Program: p, Meta: meta, Counters: counters, Ifaces: []string{"fwin", "fwout"}, XDPMode: loader.XDPGeneric}
-		_, err := swap.Run()
+		err := runSwap(&swap)
 		return err
 	})
 	if err != nil {

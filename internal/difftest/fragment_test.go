@@ -483,7 +483,7 @@ func (ft *fragTopology) runBPF(t *testing.T, root string, fam rules.Family, text
 			return err
 		}
 		swap := loader.Swap{Place: place, Program: p, Meta: meta, Counters: counters, Ifaces: []string{"fwin"}, XDPMode: loader.XDPGeneric}
-		_, err := swap.Run()
+		err := runSwap(&swap)
 		return err
 	})
 	if err != nil {

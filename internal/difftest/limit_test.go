@@ -436,7 +436,7 @@ func attach(t *testing.T, topo *Topology, root string, rs *rules.Ruleset, p *cod
 			return err
 		}
 		swap := loader.Swap{Place: place, Program: p, Meta: meta, Counters: counters, Ifaces: []string{topo.InIface}, XDPMode: loader.XDPGeneric}
-		_, err = swap.Run()
+		err = runSwap(&swap)
 		return err
 	})
 	if err != nil {

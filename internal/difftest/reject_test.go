@@ -395,7 +395,7 @@ func (topo *Topology) attach(t *testing.T, root string, rs *rules.Ruleset, p *co
 			return err
 		}
 		swap := loader.Swap{Place: place, Program: p, Meta: meta, Counters: counters, Ifaces: []string{topo.InIface}, XDPMode: mode}
-		_, err = swap.Run()
+		err = runSwap(&swap)
 		return err
 	})
 	if err != nil {
