@@ -18,6 +18,8 @@ func FuzzParse(f *testing.F) {
 		f.Add(src, false)
 	}
 	f.Add([]byte("*filter\n-A INPUT -s 2001:db8::/32 -p ipv6-icmp -m icmp6 --icmpv6-type 128 -j ACCEPT\nCOMMIT\n"), true)
+	f.Add([]byte("*filter\n-A INPUT -p tcp --dport 22 -m recent --set --name SSH\n-A INPUT -m recent ! --update --seconds 60 --hitcount 4 --rttl --reap --name SSH -j DROP\n-A INPUT -m recent --rcheck --mask 255.255.0.0 --rdest -j DROP\nCOMMIT\n"), false)
+	f.Add([]byte("*filter\n-A INPUT -m recent --remove --name \"a b\" --mask ffff:ffff:ffff:ffff:: -j ACCEPT\nCOMMIT\n"), true)
 	f.Fuzz(func(t *testing.T, src []byte, ipv6 bool) {
 		opts := Options{ForceFamily: true}
 		if ipv6 {
