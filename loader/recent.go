@@ -157,3 +157,20 @@ func (a *Active) RecentTables() ([]RecentTableState, error) {
 	}
 	return out, nil
 }
+
+// RecentEntries reads the addresses the filter's recent table name lists,
+// least recently updated first.
+func (a *Active) RecentEntries(name string) ([]codegen.RecentSlot, error) {
+	for i, t := range a.Meta.Recent {
+		if t.Name != name {
+			continue
+		}
+		m := a.maps[recentPin(i)]
+		value := make([]byte, m.ValueSize())
+		if err := m.Lookup(uint32(0), &value); err != nil {
+			return nil, fmt.Errorf("read recent table %q: %w", t.Name, err)
+		}
+		return codegen.RecentSlots(value, t.Stamps), nil
+	}
+	return nil, fmt.Errorf("no recent table %q", name)
+}

@@ -1,9 +1,13 @@
 package difftest
 
 import (
+	"encoding/binary"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +16,9 @@ import (
 
 	"bpfwall/codegen"
 	"bpfwall/internal/testenv"
+	"bpfwall/internal/topology"
+	"bpfwall/ir"
+	"bpfwall/loader"
 	"bpfwall/rules"
 )
 
@@ -122,9 +129,11 @@ type recentRun struct {
 // TestRecentSequences sends each case's timed probes through
 // iptables-legacy with its rules, then through the compiled program
 // attached to the firewall's ingress interface, and compares them probe
-// by probe. A probe whose fate depends on which side of a --seconds
-// window the kernel's tick put an earlier probe (in either run) ends the
-// comparison of its case: from then on the two tables may rightly differ.
+// by probe, and then the tables they leave (/proc/net/xt_recent against
+// the program's map: addresses, recorded TTL, ring index and stamps). A
+// probe whose fate depends on which side of a --seconds window the
+// kernel's tick put an earlier probe (in either run) ends the comparison
+// of its case: from then on the two tables may rightly differ.
 func TestRecentSequences(t *testing.T) {
 	requireKernel(t)
 	testenv.RequireTool(t, "iptables-legacy-restore")
@@ -146,6 +155,21 @@ func TestRecentSequences(t *testing.T) {
 				t.Fatal(err)
 			}
 			kernel := sendRecent(t, topo, rc, probes)
+			names := recentNames(prog)
+			kernelTables := make(map[string]map[netip.Addr]recentEntry)
+			err := topology.Do(topo.Firewall, func() error {
+				for _, name := range names {
+					es, err := kernelRecentTable(name)
+					if err != nil {
+						return err
+					}
+					kernelTables[name] = es
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
 			// No rule names the tables any more: the kernel frees them.
 			if err := clearNetfilter(topo); err != nil {
 				t.Fatal(err)
@@ -156,13 +180,38 @@ func TestRecentSequences(t *testing.T) {
 			}
 			detach := attach(t, topo, root, rs, p)
 			bpf := sendRecent(t, topo, rc, probes)
+			bpfTables := make(map[string]map[netip.Addr]recentEntry)
+			err = topology.Do(topo.Firewall, func() error {
+				place, err := loader.Here(root, codegen.HookXDP)
+				if err != nil {
+					return err
+				}
+				a, err := loader.Open(place)
+				if err != nil {
+					return err
+				}
+				defer a.Close()
+				for _, name := range names {
+					slots, err := a.RecentEntries(name)
+					if err != nil {
+						return err
+					}
+					bpfTables[name] = bpfRecentTable(slots, fam)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := detach(); err != nil {
 				t.Fatal(err)
 			}
+			complete := true
 			compared, passed := 0, 0
 			for i := range probes {
 				if rc.window > 0 && (kernel.nearEdge(i, rc.window) || bpf.nearEdge(i, rc.window)) {
 					t.Logf("probe %d: too close to a window's edge in one run; the rest is not compared", i)
+					complete = false
 					break
 				}
 				compared++
@@ -179,6 +228,19 @@ func TestRecentSequences(t *testing.T) {
 			}
 			if passed == 0 || passed == compared {
 				t.Errorf("the kernel delivered %d of %d: the sequence tests nothing", passed, compared)
+			}
+			if complete {
+				// The tables as the sequences left them: the same
+				// addresses, each with the TTL last recorded, its ring's
+				// index and number of stamps.
+				for _, name := range names {
+					k, b := kernelTables[name], bpfTables[name]
+					if !maps.Equal(k, b) {
+						t.Errorf("table %s:\nkernel  %v\nbpfwall %v", name, k, b)
+						continue
+					}
+					t.Logf("table %s: %d addresses alike", name, len(k))
+				}
 			}
 		})
 	}
@@ -274,4 +336,71 @@ func recentProbe(t *testing.T, src, dst netip.Addr, dport uint16, ttl uint8) []b
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// recentEntry is what the kernel's /proc/net/xt_recent lists of an
+// address: the TTL last recorded, the ring's index (oldest_pkt) and the
+// number of stamps.
+type recentEntry struct {
+	ttl            uint8
+	index, nstamps int
+}
+
+// recentNames are the recent tables of a program.
+func recentNames(p *ir.Program) []string {
+	var out []string
+	for _, r := range p.Rules {
+		for _, m := range r.Matches {
+			if m, ok := m.(ir.Recent); ok && !slices.Contains(out, m.Name) {
+				out = append(out, m.Name)
+			}
+		}
+	}
+	return out
+}
+
+// kernelRecentTable reads xt_recent's table name in the calling thread's
+// network namespace, as recent_seq_show prints it:
+// "src=ADDR ttl: T last_seen: J oldest_pkt: I J0, J1, ...".
+func kernelRecentTable(name string) (map[netip.Addr]recentEntry, error) {
+	b, err := os.ReadFile("/proc/thread-self/net/xt_recent/" + name)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[netip.Addr]recentEntry)
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if line == "" {
+			continue
+		}
+		var src string
+		var ttl, index int
+		var last uint64
+		if _, err := fmt.Sscanf(line, "src=%s ttl: %d last_seen: %d oldest_pkt: %d", &src, &ttl, &last, &index); err != nil {
+			return nil, fmt.Errorf("xt_recent line %q: %w", line, err)
+		}
+		a, err := netip.ParseAddr(src)
+		if err != nil {
+			return nil, fmt.Errorf("xt_recent line %q: %w", line, err)
+		}
+		stamps := line[strings.Index(line, "oldest_pkt:"):]
+		out[a] = recentEntry{ttl: uint8(ttl), index: index, nstamps: strings.Count(stamps, ",") + 1}
+	}
+	return out, nil
+}
+
+// bpfRecentTable is kernelRecentTable of a program's table.
+func bpfRecentTable(slots []codegen.RecentSlot, fam rules.Family) map[netip.Addr]recentEntry {
+	out := make(map[netip.Addr]recentEntry)
+	for _, s := range slots {
+		var b [16]byte
+		for w, x := range s.Addr {
+			binary.BigEndian.PutUint32(b[4*w:], x)
+		}
+		a := netip.AddrFrom16(b)
+		if fam == rules.IPv4 {
+			a = netip.AddrFrom4([4]byte(b[:4]))
+		}
+		out[a] = recentEntry{ttl: s.TTL, index: int(s.Index), nstamps: int(s.NStamps)}
+	}
+	return out
 }
