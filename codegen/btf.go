@@ -37,6 +37,9 @@ func (c *compiler) ctxType() *btf.Pointer {
 	if c.hook == HookSkLookup {
 		return &btf.Pointer{Target: &btf.Struct{Name: "bpf_sk_lookup"}}
 	}
+	if c.hook == HookNetfilter {
+		return &btf.Pointer{Target: &btf.Struct{Name: "bpf_nf_ctx"}}
+	}
 	return &btf.Pointer{Target: &btf.Struct{Name: "xdp_md"}}
 }
 

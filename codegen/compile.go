@@ -18,8 +18,14 @@ type compiler struct {
 	// decides how much of a first fragment the program needs.
 	orig *ir.Program
 	hook Hook
-	b    *builder // where code goes now
-	errs rules.ErrorList
+	// ingress is, for the netfilter stage (HookNetfilter), the hook of
+	// the program whose packets it decides.
+	ingress Hook
+	// dynptr is the stack slot of the bpf_dynptr over the packet in the
+	// function being emitted (netfilter stage).
+	dynptr int16
+	b      *builder // where code goes now
+	errs   rules.ErrorList
 
 	// ifaces are the interface patterns looked up in IfacesMap, indexed
 	// by their bit.
@@ -111,7 +117,10 @@ func (c *compiler) program() (asm.Instructions, error) {
 	} else {
 		c.parse()
 	}
-	if c.ct {
+	switch {
+	case c.ct && c.hook == HookNetfilter:
+		c.ctStateNetfilter()
+	case c.ct:
 		c.ctState()
 	}
 	c.rejectFunctions()
@@ -148,7 +157,7 @@ func (c *compiler) calleesFirst() []int {
 // collect numbers the interface patterns and TCP option kinds the rules
 // test.
 func (c *compiler) collect() error {
-	c.ct = usesConntrack(c.p)
+	c.ct = usesConntrack(c.orig)
 	ifaceBit := make(map[ir.Iface]int)
 	optBit := make(map[uint8]int)
 	for _, r := range c.p.Rules {
@@ -174,7 +183,9 @@ func (c *compiler) collect() error {
 	if len(c.ifaces) > 64 {
 		return fmt.Errorf("the rules test %d interface names, more than the 64 bpfwall supports", len(c.ifaces))
 	}
-	c.collectRejects()
+	if c.hook != HookNetfilter {
+		c.collectRejects() // the netfilter stage sends no replies
+	}
 	if len(c.optKinds) > 64 {
 		return fmt.Errorf("the rules test %d TCP option kinds, more than the 64 bpfwall supports", len(c.optKinds))
 	}
@@ -218,6 +229,10 @@ func (c *compiler) optBit(kind uint8) int {
 //
 //	r6 ctx, r7 decision kind, r8 deciding rule, r9 return code
 func (c *compiler) main() {
+	if c.hook == HookNetfilter {
+		c.nfMain()
+		return
+	}
 	b := c.b
 	b.function(c.funcMain(), "parse the packet, run chain %s, record the decision", c.p.Chains[0].Name)
 	b.emit(movr(asm.R6, asm.R1))
@@ -239,8 +254,22 @@ func (c *compiler) main() {
 		ja(symMainEnd),
 	)
 	b.mark(symMainChain)
+	c.mainChains()
+}
+
+// mainChains emits the rest of main, for a parsed packet: the fragment
+// gate, the conntrack state, the entry chain, the policy and the verdict.
+// r8 is 0.
+func (c *compiler) mainChains() {
+	b := c.b
 	if c.p.Reassembled {
 		c.fragmentGate()
+	} else if c.defers() {
+		// Without the gate, every fragment is of class U.
+		b.emit(
+			ld(asm.R1, asm.R10, c.mainPkt()+pktFlags, asm.Byte),
+			asm.JSet.Imm(asm.R1, flagFragment, symDeferred),
+		)
 	}
 	if c.ct {
 		b.emit(
@@ -250,6 +279,9 @@ func (c *compiler) main() {
 			call(symCTState),
 			st(asm.R10, c.mainPkt()+pktCTState, asm.R0, asm.Byte),
 		)
+		if c.defers() {
+			b.emit(asm.JSet.Imm(asm.R0, ctStateUnknown, symDeferred))
+		}
 	}
 	c.callChain(0, asm.R10, int32(c.mainPkt()), "policy", "ruled")
 	b.mark("policy")
@@ -308,6 +340,9 @@ func (c *compiler) main() {
 	)
 	if c.hook == HookSkLookup {
 		c.steer()
+	}
+	if c.defers() {
+		c.deferred()
 	}
 }
 
@@ -462,7 +497,11 @@ func (c *compiler) rule(r *ir.Rule, next string) {
 	case ir.Accept:
 		b.emit(mov(asm.R0, code(r, codeAccept)), asm.Return())
 	case ir.Drop, ir.Reject:
-		// main sends a REJECT rule's reply (rejectDecided).
+		// main sends a REJECT rule's reply (rejectDecided); the netfilter
+		// stage cannot, and counts the packet it drops instead.
+		if _, ok := a.(ir.Reject); ok && c.hook == HookNetfilter {
+			c.stageCount(StageRejectDropped, chainKey)
+		}
 		b.emit(mov(asm.R0, code(r, codeDrop)), asm.Return())
 	case ir.TProxy:
 		// main finds the rule's socket in TargetsMap and SocketsMap.

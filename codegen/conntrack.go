@@ -157,79 +157,140 @@ func (p *Program) KernelSpec(kernel *btf.Spec) (*ebpf.CollectionSpec, error) {
 			}
 			ins.Constant, ins.Offset = int64(id), 0
 		}
-		if f, ok := ins.Metadata.Get(kernelField{}).(fieldRef); ok {
-			off, err := fieldOffset(kernel, f)
+		if f := ins.Metadata.Get(kernelField{}); f != nil {
+			var path fieldPath
+			switch f := f.(type) {
+			case fieldRef:
+				path = fieldPath{f}
+			case fieldPath:
+				path = f
+			}
+			off := 0
+			for _, f := range path {
+				bits, _, err := fieldBits(kernel, f)
+				if err != nil {
+					return nil, err
+				}
+				if bits%8 != 0 {
+					return nil, fmt.Errorf("field %s.%s at bit %d cannot be loaded", f.Struct, f.Field, bits)
+				}
+				off += bits / 8
+			}
+			if off > 1<<15-1 {
+				return nil, fmt.Errorf("field %v at byte %d cannot be loaded", path, off)
+			}
+			ins.Offset = int16(off)
+		}
+		if f, ok := ins.Metadata.Get(kernelBitfield{}).(fieldRef); ok {
+			// A byte load and the shift that follows it.
+			bits, size, err := fieldBits(kernel, f)
 			if err != nil {
 				return nil, err
 			}
-			ins.Offset = off
+			if size == 0 || bits%8+size > 8 || i+1 == len(insns) {
+				return nil, fmt.Errorf("field %s.%s is not a bitfield within a byte", f.Struct, f.Field)
+			}
+			ins.Offset = int16(bits / 8)
+			insns[i+1].Constant = int64(bits % 8)
 		}
 	}
 	return spec, nil
 }
 
+// fieldPath is a field inside a field: their offsets add up.
+type fieldPath []fieldRef
+
+// kernelBitfield is the metadata key of a byte load of a kernel struct's
+// bitfield, followed by the right shift that KernelSpec sets.
+type kernelBitfield struct{}
+
 // fieldOffset is the byte offset of f in the kernel's BTF. f.Field may
 // be a path through nested structs, unions and arrays:
 // "proto.tcp.seen[1].td_end".
 func fieldOffset(kernel *btf.Spec, f fieldRef) (int16, error) {
+	bits, _, err := fieldBits(kernel, f)
+	if err != nil {
+		return 0, err
+	}
+	if bits%8 != 0 || bits/8 > 1<<15-1 {
+		return 0, fmt.Errorf("field %s.%s at bit %d cannot be loaded", f.Struct, f.Field, bits)
+	}
+	return int16(bits / 8), nil
+}
+
+// fieldBits is the bit offset of f in the kernel's BTF, and its bitfield
+// size (0 for a field that is not a bitfield). A name not found in a
+// struct is looked for in its anonymous structs and unions, as C does.
+func fieldBits(kernel *btf.Spec, f fieldRef) (int, int, error) {
 	var s *btf.Struct
 	if err := kernel.TypeByName(f.Struct, &s); err != nil {
-		return 0, fmt.Errorf("struct %s: %w", f.Struct, err)
+		return 0, 0, fmt.Errorf("struct %s: %w", f.Struct, err)
 	}
 	var typ btf.Type = s
-	var off btf.Bits
+	var off, size int
 	for _, part := range strings.Split(f.Field, ".") {
 		name, index := part, -1
 		if i := strings.IndexByte(part, '['); i >= 0 && strings.HasSuffix(part, "]") {
 			n, err := strconv.Atoi(part[i+1 : len(part)-1])
 			if err != nil {
-				return 0, fmt.Errorf("field %s.%s: bad index in %q", f.Struct, f.Field, part)
+				return 0, 0, fmt.Errorf("field %s.%s: bad index in %q", f.Struct, f.Field, part)
 			}
 			name, index = part[:i], n
 		}
-		var members []btf.Member
-		switch t := btf.UnderlyingType(typ).(type) {
-		case *btf.Struct:
-			members = t.Members
-		case *btf.Union:
-			members = t.Members
+		m, moff, ok := findMember(typ, name)
+		if !ok {
+			return 0, 0, fmt.Errorf("struct %s has no field %s", f.Struct, f.Field)
 		}
-		found := false
-		for _, m := range members {
-			if m.Name == name {
-				off, typ, found = off+m.Offset, m.Type, true
-				break
-			}
-		}
-		if !found {
-			return 0, fmt.Errorf("struct %s has no field %s", f.Struct, f.Field)
-		}
+		off, typ, size = off+moff, m.Type, int(m.BitfieldSize)
 		if index >= 0 {
 			a, ok := btf.UnderlyingType(typ).(*btf.Array)
 			if !ok || index >= int(a.Nelems) {
-				return 0, fmt.Errorf("field %s.%s: %s is not an array of more than %d", f.Struct, f.Field, name, index)
+				return 0, 0, fmt.Errorf("field %s.%s: %s is not an array of more than %d", f.Struct, f.Field, name, index)
 			}
-			size, err := btf.Sizeof(a.Type)
+			esize, err := btf.Sizeof(a.Type)
 			if err != nil {
-				return 0, fmt.Errorf("field %s.%s: %w", f.Struct, f.Field, err)
+				return 0, 0, fmt.Errorf("field %s.%s: %w", f.Struct, f.Field, err)
 			}
-			off += btf.Bits(8 * size * index)
+			off += 8 * esize * index
 			typ = a.Type
 		}
 	}
-	if off%8 != 0 || off.Bytes() > 1<<15-1 {
-		return 0, fmt.Errorf("field %s.%s at bit %d cannot be loaded", f.Struct, f.Field, off)
-	}
-	return int16(off.Bytes()), nil
+	return off, size, nil
 }
 
-// ctMatch emits a CTState match: the state ct_state stored; a state it
-// could not determine drops the packet.
-func (c *compiler) ctMatch(m ir.CTState, next, hotdrop string) {
+// findMember finds the member called name of the struct or union typ,
+// or of its anonymous members, and its bit offset in typ.
+func findMember(typ btf.Type, name string) (btf.Member, int, bool) {
+	var members []btf.Member
+	switch t := btf.UnderlyingType(typ).(type) {
+	case *btf.Struct:
+		members = t.Members
+	case *btf.Union:
+		members = t.Members
+	}
+	for _, m := range members {
+		if m.Name == name {
+			return m, int(m.Offset), true
+		}
+	}
+	for _, m := range members {
+		if m.Name != "" {
+			continue
+		}
+		if in, off, ok := findMember(m.Type, name); ok {
+			return in, int(m.Offset) + off, true
+		}
+	}
+	return btf.Member{}, 0, false
+}
+
+// ctMatch emits a CTState match: the state ct_state stored. (A state
+// ct_state cannot know never gets here: main defers the packet to the
+// netfilter stage first.)
+func (c *compiler) ctMatch(m ir.CTState, next string) {
 	b := c.b
 	b.emit(
 		ld(asm.R1, asm.R6, pktCTState, asm.Byte),
-		asm.JSet.Imm(asm.R1, ctStateUnknown, hotdrop),
 		asm.And.Imm(asm.R1, int32(m.States)),
 	)
 	if m.Neg {
@@ -251,7 +312,6 @@ func (c *compiler) ctState() {
 		return
 	}
 	b := c.b
-	v6 := c.p.Family == rules.IPv6
 	b.function(c.funcCtxPkt(symCTState), "conntrack state of the packet at r2: the kernel's conntrack table, or what nf_conntrack_in makes of a packet it has no entry for")
 	b.emit(
 		movr(asm.R6, asm.R1),
@@ -268,25 +328,14 @@ func (c *compiler) ctState() {
 	for off := int16(ctPorts); off < 0; off += 8 {
 		b.emit(stImm(asm.R10, off, 0, asm.DWord))
 	}
-	b.note("conntrack sees reassembled datagrams: a first fragment stands for its TCP or UDP datagram, other fragments are unknown")
+	b.note("class U, which the netfilter stage decides: broken extension headers, fragments, protocols other than TCP and UDP")
 	b.emit(
 		ld(asm.R1, asm.R7, pktFlags, asm.Byte),
-		asm.JSet.Imm(asm.R1, flagBadExtHeaders, "ct_unknown"),
-		ld(asm.R1, asm.R7, pktFragOff, asm.Word),
-		asm.JNE.Imm(asm.R1, 0, "ct_unknown"),
+		asm.JSet.Imm(asm.R1, flagBadExtHeaders|flagFragment, "ct_unknown"),
 		ld(asm.R8, asm.R7, pktL4Len, asm.Word),
 		ld(asm.R1, asm.R7, pktProto, asm.Byte),
 		asm.JEq.Imm(asm.R1, protoTCP, "ct_tcp"),
 		asm.JEq.Imm(asm.R1, protoUDP, "ct_udp"),
-		ld(asm.R2, asm.R7, pktFlags, asm.Byte),
-		asm.JSet.Imm(asm.R2, flagFragment, "ct_unknown"),
-	)
-	icmp := int32(protoICMP)
-	if v6 {
-		icmp = protoICMPv6
-	}
-	b.emit(
-		asm.JEq.Imm(asm.R1, icmp, "ct_icmp"),
 		ja("ct_unknown"),
 	)
 
@@ -324,157 +373,11 @@ func (c *compiler) ctState() {
 		ld(asm.R1, asm.R10, ctPorts+4, asm.Half),
 		ntoh(asm.R1, asm.Half),
 		asm.JLT.Imm(asm.R1, 8, "ct_invalid"),
-		// A first fragment cannot tell the datagram's length.
-		ld(asm.R2, asm.R7, pktFlags, asm.Byte),
-		asm.JSet.Imm(asm.R2, flagFragment, "ct_udp_tuple"),
 		asm.JGT.Reg(asm.R1, asm.R8, "ct_invalid"),
 	)
-	b.mark("ct_udp_tuple")
 	c.ctPacketTuple()
 	c.ctLookup(protoUDP, "ct_found")
 	b.emit(ja("ct_new"))
-
-	b.mark("ct_icmp")
-	b.emit(
-		asm.JLT.Imm(asm.R8, 8, "ct_invalid"),
-		ld(asm.R1, asm.R7, pktICMPType, asm.Byte),
-	)
-	innerLen := int32(20)
-	if v6 {
-		innerLen = 40
-		b.note("icmpv6_error: neighbour discovery and MLD are untracked; tracked informational messages need an ICMPv6 lookup, no entry holds the others")
-		for _, t := range []int32{130, 131, 132, 133, 134, 135, 136, 143} {
-			b.emit(asm.JEq.Imm(asm.R1, t, "ct_untracked"))
-		}
-		b.emit(asm.JLT.Imm(asm.R1, 128, "ct_icmp_error"))
-		for _, t := range []int32{128, 129, 139, 140, 151, 152} {
-			b.emit(asm.JEq.Imm(asm.R1, t, "ct_unknown"))
-		}
-		b.emit(ja("ct_invalid"))
-		b.mark("ct_icmp_error")
-	} else {
-		b.note("icmp_error: unknown types are invalid; tracked informational messages need an ICMP lookup, no entry holds the others")
-		b.emit(asm.JGT.Imm(asm.R1, 18, "ct_invalid"))
-		for _, t := range []int32{3, 4, 5, 11, 12} {
-			b.emit(asm.JEq.Imm(asm.R1, t, "ct_icmp_error"))
-		}
-		for _, t := range []int32{0, 8, 13, 14, 15, 16, 17, 18} {
-			b.emit(asm.JEq.Imm(asm.R1, t, "ct_unknown"))
-		}
-		b.emit(ja("ct_invalid"))
-		b.mark("ct_icmp_error")
-	}
-	b.note("an error: the inverted tuple of the packet inside (nf_conntrack_inet_error)")
-	// The inner header, as far as the packet has it.
-	b.emit(
-		movr(asm.R4, asm.R8),
-		asm.Sub.Imm(asm.R4, 8),
-	)
-	if v6 {
-		b.emit(asm.JLT.Imm(asm.R4, 7, "ct_invalid"))
-	} else {
-		b.emit(asm.JLT.Imm(asm.R4, 20, "ct_invalid"))
-	}
-	b.emit(
-		asm.JLE.Imm(asm.R4, innerLen, "ct_inner_load"),
-		mov(asm.R4, innerLen),
-	)
-	b.mark("ct_inner_load")
-	b.emit(
-		movr(asm.R1, asm.R6),
-		ld(asm.R2, asm.R7, pktL4Off, asm.Word),
-		asm.Add.Imm(asm.R2, 8),
-	)
-	c.load(asm.R10, ctBuf, 0, "ct_invalid")
-	// r3: the inner transport header's offset from the ICMP header.
-	if v6 {
-		b.emit(
-			ld(asm.R1, asm.R10, ctBuf+6, asm.Byte),
-			asm.JEq.Imm(asm.R1, protoTCP, "ct_inner_proto"),
-			asm.JEq.Imm(asm.R1, protoUDP, "ct_inner_proto"),
-			ja("ct_unknown"),
-		)
-		b.mark("ct_inner_proto")
-		b.emit(
-			mov(asm.R3, 8+40),
-			asm.JLT.Imm(asm.R8, 8+40+4, "ct_invalid"),
-		)
-	} else {
-		b.emit(
-			// ipv4_get_l4proto: a non-first fragment has no tuple.
-			ld(asm.R1, asm.R10, ctBuf+6, asm.Half),
-			ntoh(asm.R1, asm.Half),
-			asm.JSet.Imm(asm.R1, 0x1fff, "ct_invalid"),
-			ld(asm.R1, asm.R10, ctBuf+9, asm.Byte),
-			asm.JEq.Imm(asm.R1, protoTCP, "ct_inner_proto"),
-			asm.JEq.Imm(asm.R1, protoUDP, "ct_inner_proto"),
-			ja("ct_unknown"),
-		)
-		b.mark("ct_inner_proto")
-		b.emit(
-			ld(asm.R3, asm.R10, ctBuf, asm.Byte),
-			asm.And.Imm(asm.R3, 0x0f),
-			asm.LSh.Imm(asm.R3, 2),
-			asm.Add.Imm(asm.R3, 8),
-			movr(asm.R2, asm.R3),
-			asm.Add.Imm(asm.R2, 4),
-			asm.JGT.Reg(asm.R2, asm.R8, "ct_invalid"),
-		)
-	}
-	b.emit(
-		// The inner protocol is the lookup's.
-		st(asm.R10, ctOpts+ctOptsL4Proto, asm.R1, asm.Byte),
-		movr(asm.R1, asm.R6),
-		ld(asm.R2, asm.R7, pktL4Off, asm.Word),
-		asm.Add.Reg(asm.R2, asm.R3),
-	)
-	c.load(asm.R10, ctPorts, 4, "ct_invalid")
-	// Inverted: the inner destination is the tuple's source.
-	addrLen, src, dst := int16(4), int16(12), int16(16)
-	if v6 {
-		addrLen, src, dst = 16, 8, 24
-	}
-	for i := int16(0); i < addrLen; i += 4 {
-		b.emit(
-			ld(asm.R1, asm.R10, ctBuf+dst+i, asm.Word),
-			st(asm.R10, ctTuple+i, asm.R1, asm.Word),
-			ld(asm.R1, asm.R10, ctBuf+src+i, asm.Word),
-			st(asm.R10, ctTuple+addrLen+i, asm.R1, asm.Word),
-		)
-	}
-	b.emit(
-		ld(asm.R1, asm.R10, ctPorts+2, asm.Half),
-		st(asm.R10, ctTuple+2*addrLen, asm.R1, asm.Half),
-		ld(asm.R1, asm.R10, ctPorts, asm.Half),
-		st(asm.R10, ctTuple+2*addrLen+2, asm.R1, asm.Half),
-	)
-	c.ctLookup(-1, "ct_inner_found")
-	b.emit(ja("ct_invalid"))
-	b.mark("ct_inner_found")
-	b.note("related, if the error goes to the inner packet's source")
-	b.emit(
-		movr(asm.R9, asm.R0),
-		mov(asm.R8, ctStateRelated),
-	)
-	for i := int16(0); i < addrLen; i += 4 {
-		b.emit(
-			ld(asm.R1, asm.R10, ctBuf+src+i, asm.Word),
-			ntoh(asm.R1, asm.Word),
-			ld(asm.R2, asm.R7, pktDst+i, asm.Word),
-			asm.JNE.Reg(asm.R1, asm.R2, "ct_inner_other"),
-		)
-	}
-	b.emit(ja("ct_release"))
-	b.mark("ct_inner_other")
-	b.emit(
-		mov(asm.R8, ctStateInvalid),
-		ja("ct_release"),
-	)
-
-	if v6 {
-		b.mark("ct_untracked")
-		b.emit(mov(asm.R0, ctStateUntracked), asm.Return())
-	}
 
 	b.mark("ct_found")
 	b.note("an entry (resolve_normal_ct): a reply, or seen a reply, is established; expected is related; else new")
@@ -511,9 +414,16 @@ func (c *compiler) ctState() {
 func (c *compiler) ctStateEgress() {
 	b := c.b
 	b.function(c.funcCtxPkt(symCTState), "conntrack state of the packet: skb->_nfct, which conntrack set before the packet left")
+	// bpf_cast_to_kern_ctx: the sk_buff behind the context.
+	b.emit(kfuncCall(kfuncCastKernCtx))
+	c.ctStateNfct()
+}
+
+// ctStateNfct returns the state conntrack_mt reads from skb->_nfct, with
+// the sk_buff in r0.
+func (c *compiler) ctStateNfct() {
+	b := c.b
 	b.emit(
-		// bpf_cast_to_kern_ctx: the sk_buff behind the context.
-		kfuncCall(kfuncCastKernCtx),
 		ldField(asm.R1, asm.R0, skbNfct, asm.DWord),
 		mov(asm.R0, ctStateInvalid),
 		asm.JEq.Imm(asm.R1, 0, "ct_egress_done"),
@@ -592,27 +502,4 @@ func (c *compiler) ctLookup(proto int32, found string) {
 		kfuncCall(lookup),
 		asm.JNE.Imm(asm.R0, 0, found),
 	)
-}
-
-// ingressStateWarnings names the rules whose conntrack state an ingress
-// program looks up before conntrack has seen the packet: the kfuncs look
-// up TCP and UDP only (ir.ConnUnknown), a documented limit; the warning
-// tells the operator which rules it touches. (TCP segments of known
-// connections get nf_conntrack_tcp_packet's verdict: conntrack_tcp.go.)
-func ingressStateWarnings(p *ir.Program, hook Hook) []*rules.Error {
-	if hook != HookXDP && hook != HookTCIngress {
-		return nil
-	}
-	var out []*rules.Error
-	for _, r := range p.Rules {
-		for _, m := range r.Matches {
-			if _, ok := m.(ir.CTState); ok {
-				out = append(out, rules.Errorf(r.Pos, "conntrack state on %s is looked up before conntrack sees the packet: "+
-					"packets whose state the lookup cannot tell (ICMP echo and other ICMP queries, protocols other than TCP and UDP) are dropped here; "+
-					"tc-egress reads the state conntrack gave", hook))
-				break
-			}
-		}
-	}
-	return out
 }

@@ -11,6 +11,8 @@ func DecisionFor(r ir.Result) Decision {
 		return Decision{Kind: LaterFragment}
 	case r.Skipped == ir.SkipTinyFragment:
 		return Decision{Kind: TinyFragment}
+	case r.Skipped == ir.SkipDeferred:
+		return Decision{Kind: Deferred}
 	case r.Skipped != "" && r.Verdict == ir.VerdictDrop:
 		return Decision{Kind: SkippedInvalid}
 	case r.Skipped != "":

@@ -74,8 +74,16 @@ func (p *Program) Dump(w io.Writer) error {
 		fmt.Fprintf(&b, "%6d: %s\n", offset, formatInstruction(ins))
 		offset += int(ins.Size() / 8)
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return err
+	}
+	if p.Netfilter != nil {
+		if _, err := io.WriteString(w, "\n; the netfilter stage: the packets this program defers, after conntrack; it shares the maps above\n"); err != nil {
+			return err
+		}
+		return p.Netfilter.Dump(w)
+	}
+	return nil
 }
 
 // linePos is a position as file:line.
@@ -127,8 +135,19 @@ func formatInstruction(ins asm.Instruction) string {
 	case op.IsDWordLoad():
 		return fmt.Sprintf("r%d = %#x ll", ins.Dst, uint64(ins.Constant))
 	case cls == asm.LdXClass && op.Mode() == asm.MemMode && ins.Metadata.Get(kernelField{}) != nil:
-		f := ins.Metadata.Get(kernelField{}).(fieldRef)
-		return fmt.Sprintf("r%d = *(%s *)(r%d + offsetof(%s, %s))", ins.Dst, sizeNames[op.Size()], ins.Src, f.Struct, f.Field)
+		var offs []string
+		switch f := ins.Metadata.Get(kernelField{}).(type) {
+		case fieldRef:
+			offs = append(offs, fmt.Sprintf("offsetof(%s, %s)", f.Struct, f.Field))
+		case fieldPath:
+			for _, f := range f {
+				offs = append(offs, fmt.Sprintf("offsetof(%s, %s)", f.Struct, f.Field))
+			}
+		}
+		return fmt.Sprintf("r%d = *(%s *)(r%d + %s)", ins.Dst, sizeNames[op.Size()], ins.Src, strings.Join(offs, " + "))
+	case cls == asm.LdXClass && op.Mode() == asm.MemMode && ins.Metadata.Get(kernelBitfield{}) != nil:
+		f := ins.Metadata.Get(kernelBitfield{}).(fieldRef)
+		return fmt.Sprintf("r%d = *(%s *)(r%d + byte of %s.%s)", ins.Dst, sizeNames[op.Size()], ins.Src, f.Struct, f.Field)
 	case cls == asm.LdXClass && op.Mode() == asm.MemMode:
 		return fmt.Sprintf("r%d = *(%s *)(r%d %s)", ins.Dst, sizeNames[op.Size()], ins.Src, signed(int64(ins.Offset)))
 	case cls == asm.StClass && op.Mode() == asm.MemMode:

@@ -21,6 +21,13 @@ func (c *compiler) fragmentGate() {
 		mov(asm.R9, c.hook.pass()),
 		asm.JNE.Imm(asm.R1, 0, symMainEnd),
 	)
+	if c.defers() {
+		// Conntrack sees the reassembled datagram: the netfilter stage
+		// decides it.
+		b.emit(ja(symDeferred))
+		b.mark(whole)
+		return
+	}
 	if need, _ := c.orig.FirstFragmentNeed(protoTCP); need == 0 {
 		b.mark(whole) // the program reads no transport header
 		return

@@ -14,9 +14,14 @@ const (
 	// HookSkLookup is the socket lookup of a network namespace
 	// (BPF_PROG_TYPE_SK_LOOKUP): the program sees a lookup, not a packet.
 	HookSkLookup
+	// HookNetfilter is the netfilter stage of an xdp or tc-ingress program
+	// that tests the conntrack state (Program.Netfilter): a
+	// BPF_PROG_TYPE_NETFILTER program at PRE_ROUTING, just after conntrack.
+	// It is internal: no command line names it.
+	HookNetfilter
 )
 
-var hookNames = []string{"xdp", "tc-ingress", "tc-egress", "sk-lookup"}
+var hookNames = []string{"xdp", "tc-ingress", "tc-egress", "sk-lookup", "netfilter"}
 
 func (h Hook) String() string {
 	if int(h) < len(hookNames) {
@@ -27,7 +32,7 @@ func (h Hook) String() string {
 
 // ParseHook returns the hook called name.
 func ParseHook(name string) (Hook, error) {
-	for i, n := range hookNames {
+	for i, n := range hookNames[:HookNetfilter] {
 		if n == name {
 			return Hook(i), nil
 		}
@@ -49,6 +54,8 @@ const (
 	tcActShot = 2 // TC_ACT_SHOT
 	skDrop    = 0 // SK_DROP
 	skPass    = 1 // SK_PASS
+	nfDrop    = 0 // NF_DROP
+	nfAccept  = 1 // NF_ACCEPT
 )
 
 // pass and drop are the program's return codes for ACCEPT and DROP.
@@ -58,6 +65,8 @@ func (h Hook) pass() int32 {
 		return xdpPass
 	case HookSkLookup:
 		return skPass
+	case HookNetfilter:
+		return nfAccept
 	}
 	return tcActOK
 }
@@ -68,6 +77,8 @@ func (h Hook) drop() int32 {
 		return xdpDrop
 	case HookSkLookup:
 		return skDrop
+	case HookNetfilter:
+		return nfDrop
 	}
 	return tcActShot
 }

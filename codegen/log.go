@@ -156,6 +156,15 @@ func (c *compiler) logEvent(r *ir.Rule) {
 		st(asm.R7, logTime, asm.R0, asm.DWord),
 		ld(asm.R1, asm.R10, chainCtx, asm.DWord),
 	)
+	if c.hook == HookNetfilter {
+		// r6, the parsed packet, is not needed after the LOG.
+		b.emit(st(asm.R10, chainDynptr-8, asm.R6, asm.DWord))
+		c.logNetfilter(r, copied)
+		b.mark(copied)
+		b.emit(ld(asm.R6, asm.R10, chainDynptr-8, asm.DWord))
+		c.logSubmit(r, lost, done)
+		return
+	}
 	if c.hook.tc() {
 		b.emit(
 			ld(asm.R2, asm.R1, skbIfindex, asm.Word),
@@ -192,6 +201,12 @@ func (c *compiler) logEvent(r *ir.Rule) {
 		st(asm.R7, logCapLen, asm.R8, asm.Word),
 	)
 	b.mark(copied)
+	c.logSubmit(r, lost, done)
+}
+
+// logSubmit submits the record in r7, or counts the event as lost.
+func (c *compiler) logSubmit(r *ir.Rule, lost, done string) {
+	b := c.b
 	// A wakeup costs more than the event (an interrupt, in a VM an exit):
 	// the event that fills the ring past logWakeBytes wakes the reader,
 	// which otherwise finds the events when it polls. (The data available

@@ -66,7 +66,8 @@ func (c *compiler) load(frame asm.Register, buf int16, n int32, fail string) {
 	if n > 0 {
 		c.b.emit(mov(asm.R4, n))
 	}
-	c.b.emit(c.loadHelper().Call(), asm.JNE.Imm(asm.R0, 0, fail))
+	c.loadCall()
+	c.b.emit(asm.JNE.Imm(asm.R0, 0, fail))
 }
 
 // ifindex loads the index of the device the program runs on into dst.
@@ -119,6 +120,18 @@ func (c *compiler) callbackPrologue() {
 		st(asm.R10, cbCtx, asm.R1, asm.DWord),
 		ld(asm.R6, asm.R2, lsState, asm.DWord),
 	)
+	if c.hook == HookNetfilter {
+		c.dynptr = cbDynptr
+		// Every step reads from a dynptr of its own frame.
+		c.b.emit(ld(asm.R1, asm.R10, cbCtx, asm.DWord))
+		fail := c.b.fresh("cb_no_dynptr")
+		ok := c.b.fresh("cb_dynptr")
+		c.dynptrFromSkb(asm.R1, cbDynptr, fail)
+		c.b.emit(ja(ok))
+		c.b.mark(fail)
+		c.b.emit(mov(asm.R0, 1), asm.Return())
+		c.b.mark(ok)
+	}
 }
 
 // parse emits the function that fills in the bpfwall_pkt at r2 from the
@@ -143,13 +156,85 @@ func (c *compiler) parse() {
 	for off := int16(parseBuf); off < parseBuf+64; off += 8 {
 		b.emit(stImm(asm.R10, off, 0, asm.DWord))
 	}
-	if c.hook.tc() {
+	switch {
+	case c.hook == HookNetfilter:
+		c.dynptr = parseDynptr
+		c.dynptrFromSkb(asm.R6, parseDynptr, "parse_not_ip")
+		c.emitSkb(asm.R9, asm.R6)
+		b.emit(ldField(asm.R9, asm.R9, skbLenField, asm.Word))
+	case c.hook.tc():
 		b.emit(ld(asm.R9, asm.R6, skbLen, asm.Word))
-	} else {
+	default:
 		b.emit(movr(asm.R1, asm.R6), asm.FnXdpGetBuffLen.Call(), movr(asm.R9, asm.R0))
 	}
 	b.emit(st(asm.R10, parseFrameLen, asm.R9, asm.DWord))
+	if c.hook == HookNetfilter {
+		c.parseNetfilterL2()
+	} else {
+		c.parseEthernet()
+	}
 
+	if c.hook == HookNetfilter {
+		b.mark("parse_meta")
+		c.parseNetfilterMeta()
+	}
+	if c.hook.tc() {
+		b.note("skb metadata; ip_rcv_core and ip6_rcv_core drop packets for other hosts")
+		b.emit(
+			ld(asm.R1, asm.R6, skbMark, asm.Word),
+			st(asm.R7, pktMark, asm.R1, asm.Word),
+			ld(asm.R1, asm.R6, skbPktType, asm.Word),
+			st(asm.R10, parseRawType, asm.R1, asm.DWord),
+			st(asm.R7, pktPktType, asm.R1, asm.Byte),
+			asm.JEq.Imm(asm.R1, packetOtherHost, "parse_invalid"),
+		)
+	}
+	if len(c.ifaces) > 0 {
+		b.note("the interface's name patterns, from %s", IfacesMap)
+		c.emitIfindex(asm.R1)
+		b.emit(
+			st(asm.R10, parseScratch, asm.R1, asm.Word),
+			movr(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, parseScratch),
+			mapRef(asm.R1, IfacesMap),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "parse_ip"),
+			ld(asm.R1, asm.R0, 0, asm.DWord),
+			st(asm.R7, pktIfaces, asm.R1, asm.DWord),
+		)
+	}
+	b.mark("parse_ip")
+	b.emit(
+		ld(asm.R9, asm.R10, parseFrameLen, asm.DWord),
+		asm.Sub.Reg(asm.R9, asm.R8),
+	)
+	if c.p.Family == rules.IPv4 {
+		c.parseIPv4()
+	} else {
+		c.parseIPv6()
+	}
+	c.parseL4()
+	b.mark("parse_ok")
+	b.emit(mov(asm.R0, parseOK), asm.Return())
+	b.mark("parse_not_ip")
+	b.emit(mov(asm.R0, parseNotIP), asm.Return())
+	b.mark("parse_invalid")
+	b.emit(mov(asm.R0, parseInvalid), asm.Return())
+
+	if c.p.Family == rules.IPv6 {
+		c.hopByHopCallback()
+		c.extHeadersCallback()
+	}
+	if len(c.optKinds) > 0 {
+		c.tcpOptionsCallback()
+	}
+}
+
+// parseEthernet parses the Ethernet header and up to two VLAN tags; it
+// leaves the network header's offset in r8 and goes on with packets of
+// the program's family.
+func (c *compiler) parseEthernet() {
+	b := c.b
 	b.note("ethernet header, up to two VLAN tags")
 	b.emit(movr(asm.R1, asm.R6), mov(asm.R2, 0))
 	c.load(asm.R10, parseBuf, 14, "parse_not_ip")
@@ -209,56 +294,6 @@ func (c *compiler) parse() {
 	// they are not IP.
 	b.emit(asm.JNE.Imm(asm.R9, ethertype, "parse_not_ip"))
 
-	if c.hook.tc() {
-		b.note("skb metadata; ip_rcv_core and ip6_rcv_core drop packets for other hosts")
-		b.emit(
-			ld(asm.R1, asm.R6, skbMark, asm.Word),
-			st(asm.R7, pktMark, asm.R1, asm.Word),
-			ld(asm.R1, asm.R6, skbPktType, asm.Word),
-			st(asm.R10, parseRawType, asm.R1, asm.DWord),
-			st(asm.R7, pktPktType, asm.R1, asm.Byte),
-			asm.JEq.Imm(asm.R1, packetOtherHost, "parse_invalid"),
-		)
-	}
-	if len(c.ifaces) > 0 {
-		b.note("the interface's name patterns, from %s", IfacesMap)
-		b.emit(
-			c.ifindex(asm.R1),
-			st(asm.R10, parseScratch, asm.R1, asm.Word),
-			movr(asm.R2, asm.R10),
-			asm.Add.Imm(asm.R2, parseScratch),
-			mapRef(asm.R1, IfacesMap),
-			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, "parse_ip"),
-			ld(asm.R1, asm.R0, 0, asm.DWord),
-			st(asm.R7, pktIfaces, asm.R1, asm.DWord),
-		)
-	}
-	b.mark("parse_ip")
-	b.emit(
-		ld(asm.R9, asm.R10, parseFrameLen, asm.DWord),
-		asm.Sub.Reg(asm.R9, asm.R8),
-	)
-	if c.p.Family == rules.IPv4 {
-		c.parseIPv4()
-	} else {
-		c.parseIPv6()
-	}
-	c.parseL4()
-	b.mark("parse_ok")
-	b.emit(mov(asm.R0, parseOK), asm.Return())
-	b.mark("parse_not_ip")
-	b.emit(mov(asm.R0, parseNotIP), asm.Return())
-	b.mark("parse_invalid")
-	b.emit(mov(asm.R0, parseInvalid), asm.Return())
-
-	if c.p.Family == rules.IPv6 {
-		c.hopByHopCallback()
-		c.extHeadersCallback()
-	}
-	if len(c.optKinds) > 0 {
-		c.tcpOptionsCallback()
-	}
 }
 
 // parseIPv4 is ir's decodeIPv4: ip_rcv_core's checks, then the fields.
@@ -288,26 +323,10 @@ func (c *compiler) parseIPv4() {
 	)
 	c.load(asm.R10, parseBuf+20, 0, "parse_invalid")
 	b.mark("ipv4_checksum")
+	if c.hook != HookNetfilter {
+		c.ipv4Checksum()
+	}
 	b.emit(
-		mov(asm.R1, 0),
-		mov(asm.R2, 0),
-		movr(asm.R3, asm.R10),
-		asm.Add.Imm(asm.R3, parseBuf),
-		ld(asm.R4, asm.R10, parseTmp, asm.DWord),
-		mov(asm.R5, 0),
-		asm.FnCsumDiff.Call(),
-		// Fold the 32-bit sum: a valid header sums to 0xffff.
-		asm.Mov.Reg32(asm.R0, asm.R0),
-		movr(asm.R1, asm.R0),
-		asm.And.Imm(asm.R1, 0xffff),
-		asm.RSh.Imm(asm.R0, 16),
-		asm.Add.Reg(asm.R0, asm.R1),
-		movr(asm.R1, asm.R0),
-		asm.And.Imm(asm.R1, 0xffff),
-		asm.RSh.Imm(asm.R0, 16),
-		asm.Add.Reg(asm.R0, asm.R1),
-		asm.JNE.Imm(asm.R0, 0xffff, "parse_invalid"),
-
 		ld(asm.R1, asm.R10, parseBuf+2, asm.Half),
 		ntoh(asm.R1, asm.Half),
 		asm.JGT.Reg(asm.R1, asm.R9, "parse_invalid"),
@@ -350,7 +369,7 @@ func (c *compiler) parseIPv4() {
 		)
 		b.mark(notFrag)
 	}
-	if c.hook.tc() {
+	if c.skbHook() {
 		// pkttype_mt: a looped-back packet is multicast when its
 		// destination is, broadcast otherwise.
 		b.emit(
@@ -364,6 +383,32 @@ func (c *compiler) parseIPv4() {
 		)
 	}
 	// parseL4 follows.
+}
+
+// ipv4Checksum drops a header whose checksum is wrong, as ip_rcv_core
+// does (the netfilter stage sees packets it has checked; netfilter
+// programs cannot call bpf_csum_diff).
+func (c *compiler) ipv4Checksum() {
+	c.b.emit(
+		mov(asm.R1, 0),
+		mov(asm.R2, 0),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, parseBuf),
+		ld(asm.R4, asm.R10, parseTmp, asm.DWord),
+		mov(asm.R5, 0),
+		asm.FnCsumDiff.Call(),
+		// Fold the 32-bit sum: a valid header sums to 0xffff.
+		asm.Mov.Reg32(asm.R0, asm.R0),
+		movr(asm.R1, asm.R0),
+		asm.And.Imm(asm.R1, 0xffff),
+		asm.RSh.Imm(asm.R0, 16),
+		asm.Add.Reg(asm.R0, asm.R1),
+		movr(asm.R1, asm.R0),
+		asm.And.Imm(asm.R1, 0xffff),
+		asm.RSh.Imm(asm.R0, 16),
+		asm.Add.Reg(asm.R0, asm.R1),
+		asm.JNE.Imm(asm.R0, 0xffff, "parse_invalid"),
+	)
 }
 
 // parseIPv6 is ir's decodeIPv6: ip6_rcv_core's checks, the hop-by-hop
@@ -390,7 +435,8 @@ func (c *compiler) parseIPv6() {
 	// ipv6_addr_loopback (::1) and ipv6_addr_is_multicast (ff00::/8).
 	loopbackDev := c.hook != HookTCEgress
 	if loopbackDev {
-		b.emit(c.ifindex(asm.R1), asm.JEq.Imm(asm.R1, loopbackIfindex, "ipv6_multicast"))
+		c.emitIfindex(asm.R1)
+		b.emit(asm.JEq.Imm(asm.R1, loopbackIfindex, "ipv6_multicast"))
 	}
 	c.ipv6Loopback(pktSrc, "parse_invalid")
 	c.ipv6Loopback(pktDst, "parse_invalid")
@@ -406,9 +452,10 @@ func (c *compiler) parseIPv6() {
 	)
 	// Interface-local scope: only from ourselves.
 	if loopbackDev {
-		b.emit(c.ifindex(asm.R1), asm.JEq.Imm(asm.R1, loopbackIfindex, "ipv6_src"))
+		c.emitIfindex(asm.R1)
+		b.emit(asm.JEq.Imm(asm.R1, loopbackIfindex, "ipv6_src"))
 	}
-	if c.hook.tc() {
+	if c.skbHook() {
 		b.emit(
 			ld(asm.R1, asm.R10, parseRawType, asm.DWord),
 			asm.JEq.Imm(asm.R1, packetLoopback, "ipv6_src"),
@@ -441,7 +488,7 @@ func (c *compiler) parseIPv6() {
 		ld(asm.R1, asm.R10, parseBuf+7, asm.Byte),
 		st(asm.R7, pktTTL, asm.R1, asm.Byte),
 	)
-	if c.hook.tc() {
+	if c.skbHook() {
 		// pkttype_mt: every looped-back IPv6 packet is multicast.
 		b.emit(
 			ld(asm.R1, asm.R10, parseRawType, asm.DWord),
@@ -655,7 +702,9 @@ func (c *compiler) parseL4() {
 			movr(asm.R2, asm.R8),
 			asm.Add.Imm(asm.R2, 20),
 			movr(asm.R1, asm.R6),
-			c.loadHelper().Call(),
+		)
+		c.loadCall()
+		b.emit(
 			asm.JNE.Imm(asm.R0, 0, "parse_ok"),
 		)
 		c.bpfLoop(maxTCPOptionSteps, symTCPOpts)

@@ -43,8 +43,14 @@ type Program struct {
 
 	// Warnings say, rule by rule, where the program knows less than
 	// netfilter by design, so that some packets may get another verdict
-	// (see ingressStateWarnings).
+	// (see stageRejectWarnings).
 	Warnings []*rules.Error
+
+	// Netfilter is the netfilter stage of an xdp or tc-ingress program
+	// that tests the conntrack state (netfilter.go): it decides the
+	// packets this program defers. It shares this program's maps; nil
+	// for other programs.
+	Netfilter *Program
 
 	// unreachable lists the rules that have no code: no packet reaches them.
 	unreachable []*ir.Rule
@@ -117,7 +123,7 @@ const maxChainDepth = 6
 // Compile compiles p for opts.Hook. Rules the hook cannot express are
 // errors at their positions, collected in a rules.ErrorList.
 func Compile(p *ir.Program, opts Options) (*Program, error) {
-	if !opts.Hook.valid() {
+	if !opts.Hook.valid() || opts.Hook == HookNetfilter {
 		return nil, fmt.Errorf("compile: unknown hook %d", opts.Hook)
 	}
 	if opts.Level != 0 && opts.Level != 1 {
@@ -157,7 +163,12 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 		Ifaces:   c.ifaces,
 		Spec:     c.spec(insns),
 		removed:  p.Removed,
-		Warnings: ingressStateWarnings(p, opts.Hook),
+	}
+	if c.defers() {
+		if out.Netfilter, err = c.compileStage(); err != nil {
+			return nil, fmt.Errorf("compile the netfilter stage of %s: %w", opts.Hook, err)
+		}
+		out.Warnings = stageRejectWarnings(p)
 	}
 	for _, r := range p.Rules {
 		if removed[c.b.canonical(ruleLabel(r))] {
@@ -176,6 +187,8 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 		typ, attach = ebpf.SchedCLS, ebpf.AttachTCXEgress
 	case HookSkLookup:
 		typ, attach = ebpf.SkLookup, ebpf.AttachSkLookup
+	case HookNetfilter:
+		typ, attach = ebpf.Netfilter, ebpf.AttachNetfilter
 	}
 	var flags uint32
 	if c.hook == HookXDP {
@@ -242,6 +255,9 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 	for _, m := range c.rejectMaps() {
 		spec.Maps[m.Name] = m
 	}
+	for _, m := range c.stageMaps() {
+		spec.Maps[m.Name] = m
+	}
 	return spec
 }
 
@@ -289,6 +305,9 @@ func (c *compiler) check() {
 				c.errs = append(c.errs, rules.Errorf(r.Pos, "TPROXY target is only supported on sk-lookup"))
 			}
 		case ir.Reject:
+			if c.hook == HookNetfilter {
+				break // dropped: stageRejectWarnings
+			}
 			if why := c.checkReject(a); why != "" {
 				c.errs = append(c.errs, rules.Errorf(r.Pos, "%s", why))
 			}
@@ -317,11 +336,11 @@ func (c *compiler) unsupportedMatch(m ir.Match) string {
 			return "conntrack state SNAT/DNAT"
 		}
 	case ir.Mark:
-		if !c.hook.tc() {
+		if !c.skbHook() {
 			return "mark match"
 		}
 	case ir.PktType:
-		if !c.hook.tc() {
+		if !c.skbHook() {
 			return "pkttype match"
 		}
 	case ir.Addr, ir.AddrRange, ir.AddrSet, ir.Proto, ir.Fragment, ir.Iface, ir.L4Header, ir.L4Proto, ir.Transport,
@@ -330,6 +349,12 @@ func (c *compiler) unsupportedMatch(m ir.Match) string {
 		return fmt.Sprintf("match %T", m)
 	}
 	return ""
+}
+
+// skbHook reports whether the program sees the packet's sk_buff: a tc
+// program, or the netfilter stage of one.
+func (c *compiler) skbHook() bool {
+	return c.hook.tc() || c.hook == HookNetfilter && c.ingress.tc()
 }
 
 // unknownIface reports whether m tests the interface the hook does not

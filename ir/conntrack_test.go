@@ -58,21 +58,19 @@ func TestConntrackWithoutEntry(t *testing.T) {
 		{"tcp without flags", seg(func(s *layers.TCP) { s.SYN = false }), ir.ConnInvalid},
 		{"tcp syn-fin (tcp_valid_flags)", seg(func(s *layers.TCP) { s.FIN = true }), ir.ConnInvalid},
 		{"udp", udp4(t, "10.0.0.1", "198.51.100.1", 1, 2), ir.ConnNew},
-		// The first fragment stands for its datagram; its UDP length
-		// (which says 9 bytes here) is not checked against the datagram's.
-		{"first udp fragment stands for the datagram", frag, ir.ConnNew},
+		// Class U: the netfilter stage decides with conntrack's state.
+		{"first udp fragment: conntrack sees the datagram", frag, ir.ConnUnknown},
 		{"later fragment: conntrack sees the datagram", later, ir.ConnUnknown},
-		{"first icmp fragment: unknown", icmpFrag, ir.ConnUnknown},
+		{"first icmp fragment", icmpFrag, ir.ConnUnknown},
 		{"icmp echo request: no icmp lookup", icmp(8), ir.ConnUnknown},
-		{"icmp type 19 is invalid", icmp(19), ir.ConnInvalid},
+		{"icmp type 19", icmp(19), ir.ConnUnknown},
 		{"icmp echo reply: no icmp lookup", icmp(0), ir.ConnUnknown},
-		{"icmp router advertisement: no entry can hold it", icmp(9), ir.ConnInvalid},
+		{"icmp router advertisement", icmp(9), ir.ConnUnknown},
 		{"icmpv6 echo reply: no icmpv6 lookup", v6(129), ir.ConnUnknown},
-		{"icmpv6 type 200: no entry can hold it", v6(200), ir.ConnInvalid},
-		{"icmp unreachable about udp, no entry", unreachableAbout(layers.IPProtocolUDP, []byte{0, 1, 0, 2, 0, 8, 0, 0}), ir.ConnInvalid},
-		{"icmp unreachable about udp, ports cut", unreachableAbout(layers.IPProtocolUDP, []byte{0, 1}), ir.ConnInvalid},
+		{"icmpv6 type 200", v6(200), ir.ConnUnknown},
+		{"icmp unreachable about udp", unreachableAbout(layers.IPProtocolUDP, []byte{0, 1, 0, 2, 0, 8, 0, 0}), ir.ConnUnknown},
 		{"icmp unreachable about gre", unreachableAbout(layers.IPProtocolGRE, []byte{0, 1, 0, 2}), ir.ConnUnknown},
-		{"icmpv6 neighbour solicitation is untracked", v6(135), ir.ConnUntracked},
+		{"icmpv6 neighbour solicitation", v6(135), ir.ConnUnknown},
 		{"icmpv6 echo request: no icmpv6 lookup", v6(128), ir.ConnUnknown},
 	} {
 		t.Run(c.name, func(t *testing.T) {

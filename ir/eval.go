@@ -85,12 +85,15 @@ func (p *Program) TraceState(st *State, pkt *Packet, counted func(*Rule)) (res R
 		return Result{Verdict: VerdictAccept, Skipped: fmt.Sprintf("%s packet, %s rule set", pkt.Family, p.Family)}
 	case pkt.Invalid != "":
 		return Result{Verdict: VerdictDrop, Skipped: pkt.Invalid}
-	case p.Reassembled && pkt.fragment():
+	case p.Reassembled && pkt.FragOffset != 0:
 		// The first fragment stands for the reassembled datagram
 		// (fragment.go).
-		if pkt.FragOffset != 0 {
-			return Result{Verdict: VerdictAccept, Skipped: SkipLaterFragment}
-		}
+		return Result{Verdict: VerdictAccept, Skipped: SkipLaterFragment}
+	case pkt.CTState&ConnUnknown != 0 && p.TestsConntrack():
+		// Class U: the program's netfilter stage decides, with the state
+		// conntrack gives the packet (Packet.DeferredClass).
+		return Result{Verdict: VerdictAccept, Skipped: SkipDeferred}
+	case p.Reassembled && pkt.fragment():
 		if p.tinyFirstFragment(pkt) {
 			return Result{Verdict: VerdictDrop, Skipped: SkipTinyFragment}
 		}
@@ -336,7 +339,8 @@ func (p *Program) match(st *State, m Match, pkt *Packet) outcome {
 	case CTState:
 		state := pkt.CTState
 		if state&ConnUnknown != 0 {
-			// bpfwall's program cannot tell the state: it drops.
+			// Only a program that tests no state gets here: unreachable
+			// (TraceState defers the packet first).
 			return hotdrop
 		}
 		if state == 0 {

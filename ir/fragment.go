@@ -30,7 +30,23 @@ const (
 	// SkipTinyFragment: a first fragment that does not hold the
 	// transport bytes the program reads is dropped.
 	SkipTinyFragment = "first fragment too short for the transport header"
+	// SkipDeferred: a packet of class U (Packet.DeferredClass) whose
+	// conntrack state the hook cannot know, in a program that tests it,
+	// passes to the program's netfilter stage.
+	SkipDeferred = "conntrack state unknown before conntrack: the netfilter stage decides"
 )
+
+// TestsConntrack reports whether a rule of p tests the conntrack state.
+func (p *Program) TestsConntrack() bool {
+	for _, r := range p.Rules {
+		for _, m := range r.Matches {
+			if _, ok := m.(CTState); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // reassembles reports whether the filter chain hook of family fam sees
 // reassembled datagrams. nf_defrag_ipv4 and nf_defrag_ipv6, which

@@ -1,0 +1,454 @@
+package codegen
+
+import (
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"bpfwall/ir"
+	"bpfwall/rules"
+)
+
+// The netfilter stage. An xdp or tc-ingress program runs before conntrack
+// and can look up TCP and UDP connections only (the conntrack kfuncs
+// refuse other protocols). A program that tests the conntrack state
+// therefore defers the packets whose state it cannot know, "class U":
+// protocols other than TCP and UDP (ICMP and ICMPv6 included), fragments
+// (conntrack sees the reassembled datagram) and IPv6 packets whose
+// extension headers cannot be walked. It passes them untouched, before
+// any rule runs, and counts them (StageMap).
+//
+// Program.Netfilter, compiled from the same ir.Program, is a
+// BPF_PROG_TYPE_NETFILTER program that the loader attaches at PRE_ROUTING
+// just after conntrack (NetfilterPriority). It sees every packet after
+// defragmentation; it evaluates the chains for the packets of class U
+// that came in on an interface the ingress program is attached to
+// (NetfilterIfacesMap), with the state conntrack gave them (skb->_nfct,
+// read as conntrack_mt reads it), and accepts everything else. Class U
+// depends only on the packet's bytes, and on the reassembly of the
+// datagram, which the stage reads from IPCB(skb)->frag_max_size: both
+// programs agree on it without tagging packets. The stage shares the
+// ingress program's maps (counters, LOG ring, token buckets, sets), so
+// that one filter counts, logs and limits.
+//
+// REJECT cannot send its reply from a netfilter program (no helper
+// transmits): the stage drops the packet and counts it (StageMap).
+
+// Maps of the netfilter stage.
+const (
+	// StageMap is a PERCPU_ARRAY of u64 counters, shared by the ingress
+	// program and its netfilter stage; see the Stage* indexes.
+	StageMap = "nf_stage"
+	// NetfilterIfacesMap is a HASH from a u32 ifindex to a u32, filled by
+	// the loader with the interfaces the ingress program is attached to:
+	// the stage evaluates the packets that came in on them.
+	NetfilterIfacesMap = "nf_ifaces"
+)
+
+// Counters of StageMap.
+const (
+	// StageDeferred counts the packets the ingress program passed to the
+	// netfilter stage.
+	StageDeferred = 0
+	// StageEvaluated counts the packets the netfilter stage evaluated.
+	StageEvaluated = 1
+	// StageRejectDropped counts the packets whose verdict in the
+	// netfilter stage was a REJECT, dropped without a reply.
+	StageRejectDropped = 2
+	stageCounters      = 4
+)
+
+// Deferred is the Decision kind of a packet the ingress program passed to
+// the netfilter stage (ir.SkipDeferred).
+const Deferred = 10
+
+// NetfilterPriority is the stage's priority at PRE_ROUTING: just after
+// conntrack (NF_IP_PRI_CONNTRACK, -200), which runs after defragmentation
+// (NF_IP_PRI_CONNTRACK_DEFRAG, -400), and before the raw (-300 is
+// before), mangle (-150) and nat (-100) tables.
+const NetfilterPriority = -199
+
+// Kernel fields and kfuncs the stage uses.
+var (
+	nfCtxState    = fieldRef{"bpf_nf_ctx", "state"}
+	nfCtxSkb      = fieldRef{"bpf_nf_ctx", "skb"}
+	hookStateIn   = fieldRef{"nf_hook_state", "in"}
+	netdevIfindex = fieldRef{"net_device", "ifindex"}
+	skbLenField   = fieldRef{"sk_buff", "len"}
+	skbMarkField  = fieldRef{"sk_buff", "mark"}
+	skbHead       = fieldRef{"sk_buff", "head"}
+	skbMACHeader  = fieldRef{"sk_buff", "mac_header"}
+	skbCB         = fieldRef{"sk_buff", "cb"}
+	skbPktTypeBF  = fieldRef{"sk_buff", "pkt_type"}
+	ipcbFragMax   = fieldRef{"inet_skb_parm", "frag_max_size"}
+	ip6cbFragMax  = fieldRef{"inet6_skb_parm", "frag_max_size"}
+)
+
+const kfuncDynptrFromSkb = "bpf_dynptr_from_skb"
+
+// ethHeaderLen is the MAC header the stage logs: ETH_HLEN, the
+// hard_header_len of the Ethernet devices bpfwall attaches to.
+const ethHeaderLen = 14
+
+// Stack slots of the stage: the bpf_dynptr over the skb of each function
+// that reads packet bytes, and the main function's header buffer.
+const (
+	parseDynptr = -136
+	cbDynptr    = -32
+	chainDynptr = -144
+)
+
+// nfMainDynptr and nfMainHdr are the main function's dynptr and the
+// buffer of the first bytes of the IP header, below its map key.
+func (c *compiler) nfMainDynptr() int16 { return c.mainKey() - 16 }
+func (c *compiler) nfMainHdr() int16    { return c.mainKey() - 32 }
+
+// defers reports whether the program passes the packets of class U to
+// the netfilter stage.
+func (c *compiler) defers() bool {
+	return c.ct && (c.hook == HookXDP || c.hook == HookTCIngress)
+}
+
+// stageMaps are the maps of the stage the program needs.
+func (c *compiler) stageMaps() []*ebpf.MapSpec {
+	var out []*ebpf.MapSpec
+	if c.defers() || c.hook == HookNetfilter {
+		out = append(out, &ebpf.MapSpec{Name: StageMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: stageCounters})
+	}
+	if c.hook == HookNetfilter {
+		out = append(out, &ebpf.MapSpec{Name: NetfilterIfacesMap, Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: ifacesMapSize})
+	}
+	return out
+}
+
+// stageCount adds one to StageMap[i]; key is a free stack slot.
+func (c *compiler) stageCount(i int32, key int16) {
+	done := c.b.fresh("stage_counted")
+	c.b.emit(
+		stImm(asm.R10, key, i, asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, int32(key)),
+		mapRef(asm.R1, StageMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, done),
+		ld(asm.R1, asm.R0, 0, asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		st(asm.R0, 0, asm.R1, asm.DWord),
+	)
+	c.b.mark(done)
+}
+
+// deferred emits main's label symDeferred: count the packet, record the
+// decision and pass it to the netfilter stage. r8 is 0.
+func (c *compiler) deferred() {
+	b := c.b
+	b.mark(symDeferred)
+	b.note("class U: conntrack decides the state, the netfilter stage the verdict")
+	c.stageCount(StageDeferred, c.mainKey())
+	b.emit(
+		mov(asm.R7, Deferred),
+		mov(asm.R9, c.hook.pass()),
+		ja(symMainEnd),
+	)
+}
+
+const symDeferred = "deferred"
+
+// emitSkb loads the sk_buff of the netfilter context at ctx into dst.
+func (c *compiler) emitSkb(dst, ctx asm.Register) {
+	c.b.emit(ldField(dst, ctx, nfCtxSkb, asm.DWord))
+}
+
+// dynptrFromSkb makes the bpf_dynptr at r10+slot cover the packet of the
+// netfilter context at ctx, from its network header; it jumps to fail if
+// it cannot.
+func (c *compiler) dynptrFromSkb(ctx asm.Register, slot int16, fail string) {
+	c.emitSkb(asm.R1, ctx)
+	c.b.emit(
+		mov(asm.R2, 0),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, int32(slot)),
+		kfuncCall(kfuncDynptrFromSkb),
+		asm.JNE.Imm(asm.R0, 0, fail),
+	)
+}
+
+// loadCall emits the load helper's call, with the context in r1, the
+// packet offset in r2, the destination in r3 and the length in r4: in the
+// netfilter stage, bpf_dynptr_read from the dynptr of the current
+// function (c.dynptr). r0 is 0 when the bytes were copied.
+func (c *compiler) loadCall() {
+	if c.hook != HookNetfilter {
+		c.b.emit(c.loadHelper().Call())
+		return
+	}
+	c.b.emit(
+		movr(asm.R5, asm.R2),
+		movr(asm.R1, asm.R3),
+		movr(asm.R2, asm.R4),
+		movr(asm.R4, asm.R5),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, int32(c.dynptr)),
+		mov(asm.R5, 0),
+		asm.FnDynptrRead.Call(),
+	)
+}
+
+// emitIfindex loads the index of the packet's input device into dst; r6
+// is the context.
+func (c *compiler) emitIfindex(dst asm.Register) {
+	if c.hook != HookNetfilter {
+		c.b.emit(c.ifindex(dst))
+		return
+	}
+	c.b.emit(
+		ldField(dst, asm.R6, nfCtxState, asm.DWord),
+		ldField(dst, dst, hookStateIn, asm.DWord),
+		ldField(dst, dst, netdevIfindex, asm.Word),
+	)
+}
+
+// fragMaxSize loads IPCB(skb)->frag_max_size (IP6CB for IPv6), which
+// defragmentation sets on a reassembled datagram, into dst from the skb
+// in dst.
+func (c *compiler) fragMaxSize(dst asm.Register) {
+	f := ipcbFragMax
+	if c.p.Family == rules.IPv6 {
+		f = ip6cbFragMax
+	}
+	ins := ld(dst, dst, 0, asm.Half)
+	ins.Metadata.Set(kernelField{}, fieldPath{skbCB, f})
+	c.b.emit(ins)
+}
+
+// nfMain emits the stage's entry point: accept what is not class U or
+// came in elsewhere, then parse, read the state, run the chains as main
+// does.
+//
+//	r6 ctx, r7 decision kind, r8 deciding rule, r9 return code
+func (c *compiler) nfMain() {
+	b := c.b
+	b.function(c.funcMain(), "netfilter stage of the %s program: the packets it deferred, after conntrack; chain %s", c.ingress, c.p.Chains[0].Name)
+	b.emit(movr(asm.R6, asm.R1))
+	b.note("only packets from the interfaces the %s program is attached to", c.ingress)
+	c.emitIfindex(asm.R1)
+	b.emit(
+		st(asm.R10, c.mainKey(), asm.R1, asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, int32(c.mainKey())),
+		mapRef(asm.R1, NetfilterIfacesMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "nf_accept"),
+	)
+	b.note("TCP and UDP, not fragmented nor reassembled: the %s program decided it", c.ingress)
+	c.dynptrFromSkb(asm.R6, c.nfMainDynptr(), "nf_accept")
+	n, proto := int32(12), int16(9)
+	if c.p.Family == rules.IPv6 {
+		n, proto = 8, 6
+	}
+	b.emit(
+		movr(asm.R1, asm.R10),
+		asm.Add.Imm(asm.R1, int32(c.nfMainHdr())),
+		mov(asm.R2, n),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, int32(c.nfMainDynptr())),
+		mov(asm.R4, 0),
+		mov(asm.R5, 0),
+		asm.FnDynptrRead.Call(),
+		asm.JNE.Imm(asm.R0, 0, "nf_accept"),
+		ld(asm.R1, asm.R10, c.nfMainHdr()+proto, asm.Byte),
+		asm.JEq.Imm(asm.R1, protoTCP, "nf_quick_frag"),
+		asm.JNE.Imm(asm.R1, protoUDP, "nf_parse"),
+	)
+	b.mark("nf_quick_frag")
+	if c.p.Family == rules.IPv4 {
+		b.emit(
+			ld(asm.R1, asm.R10, c.nfMainHdr()+6, asm.Half),
+			ntoh(asm.R1, asm.Half),
+			asm.And.Imm(asm.R1, 0x3fff), // MF and the offset
+			asm.JNE.Imm(asm.R1, 0, "nf_parse"),
+		)
+	}
+	c.emitSkb(asm.R1, asm.R6)
+	c.fragMaxSize(asm.R1)
+	b.emit(asm.JEq.Imm(asm.R1, 0, "nf_accept"))
+
+	b.mark("nf_parse")
+	for off := c.mainPkt(); off < 0; off += 8 {
+		b.emit(stImm(asm.R10, off, 0, asm.DWord))
+	}
+	b.emit(
+		movr(asm.R1, asm.R6),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, int32(c.mainPkt())),
+		call(symParse),
+		asm.JNE.Imm(asm.R0, parseOK, "nf_accept"),
+	)
+	b.note("class U: fragments, broken extension headers, protocols other than TCP and UDP, reassembled datagrams")
+	pkt := c.mainPkt()
+	b.emit(
+		ld(asm.R1, asm.R10, pkt+pktFlags, asm.Byte),
+		asm.JSet.Imm(asm.R1, flagBadExtHeaders|flagFragment, "nf_class_u"),
+		ld(asm.R1, asm.R10, pkt+pktProto, asm.Byte),
+		asm.JEq.Imm(asm.R1, protoTCP, "nf_reassembled"),
+		asm.JNE.Imm(asm.R1, protoUDP, "nf_class_u"),
+	)
+	b.mark("nf_reassembled")
+	c.emitSkb(asm.R1, asm.R6)
+	c.fragMaxSize(asm.R1)
+	b.emit(asm.JNE.Imm(asm.R1, 0, "nf_class_u"))
+	b.mark("nf_accept")
+	b.emit(mov(asm.R0, nfAccept), asm.Return())
+
+	b.mark("nf_class_u")
+	c.stageCount(StageEvaluated, c.mainKey())
+	b.emit(mov(asm.R8, 0))
+	c.mainChains()
+}
+
+// ctStateNetfilter emits ct_state for the netfilter stage: skb->_nfct,
+// as at tc-egress.
+func (c *compiler) ctStateNetfilter() {
+	b := c.b
+	b.function(c.funcCtxPkt(symCTState), "conntrack state of the packet: skb->_nfct, which conntrack has just set")
+	c.emitSkb(asm.R0, asm.R1)
+	c.ctStateNfct()
+}
+
+// compileStage compiles the netfilter stage of the ingress program c
+// compiled.
+func (c *compiler) compileStage() (*Program, error) {
+	s := &compiler{p: c.p, orig: c.orig, hook: HookNetfilter, ingress: c.hook, b: newBuilder(), level: c.level, forceLookups: c.forceLookups}
+	s.log = s.hasLog()
+	s.check()
+	if err := s.errs.Err(); err != nil {
+		return nil, err
+	}
+	insns, err := s.program()
+	if err != nil {
+		return nil, err
+	}
+	insns, _, err = eliminateDeadCode(insns)
+	if err != nil {
+		return nil, err
+	}
+	return &Program{IR: c.orig, Hook: HookNetfilter, Level: c.level, Ifaces: s.ifaces, Spec: s.spec(insns), removed: c.p.Removed}, nil
+}
+
+// stageRejectWarnings names the REJECT rules a packet of class U can
+// reach: the netfilter stage drops it without the reply.
+func stageRejectWarnings(p *ir.Program) []*rules.Error {
+	var out []*rules.Error
+	for _, r := range p.Rules {
+		if a, ok := r.Action.(ir.Reject); ok {
+			out = append(out, rules.Errorf(r.Pos, "REJECT --reject-with %s: a packet whose conntrack state only conntrack knows "+
+				"(ICMP, protocols other than TCP and UDP, fragments) is decided in the netfilter stage, which cannot send the reply: it is dropped without one", a.With))
+		}
+	}
+	return out
+}
+
+// parseNetfilterL2 fills in the source MAC address from the MAC header
+// the device's driver left before the network header, where the stage's
+// packet starts (r8 = 0).
+func (c *compiler) parseNetfilterL2() {
+	b := c.b
+	b.note("the packet starts at the network header; the MAC header is at skb->head + skb->mac_header")
+	c.macHeader(asm.R3)
+	b.emit(
+		movr(asm.R1, asm.R10),
+		asm.Add.Imm(asm.R1, parseBuf),
+		mov(asm.R2, ethHeaderLen),
+		asm.FnProbeReadKernel.Call(),
+		asm.JNE.Imm(asm.R0, 0, "parse_not_ip"),
+		ld(asm.R1, asm.R10, parseBuf+6, asm.Half),
+		ntoh(asm.R1, asm.Half),
+		st(asm.R7, pktMACHi, asm.R1, asm.Word),
+		ld(asm.R1, asm.R10, parseBuf+8, asm.Word),
+		ntoh(asm.R1, asm.Word),
+		st(asm.R7, pktMACLo, asm.R1, asm.Word),
+		mov(asm.R8, 0),
+		ja("parse_meta"),
+	)
+}
+
+// macHeader loads skb_mac_header(skb) into dst (not r4 or r5), with the
+// context in r6.
+func (c *compiler) macHeader(dst asm.Register) {
+	c.emitSkb(asm.R4, asm.R6)
+	c.b.emit(
+		ldField(dst, asm.R4, skbHead, asm.DWord),
+		ldField(asm.R5, asm.R4, skbMACHeader, asm.Half),
+		asm.Add.Reg(dst, asm.R5),
+	)
+}
+
+// parseNetfilterMeta stores the skb's mark and packet type, for the
+// stage of a tc-ingress program, whose rules may test them.
+func (c *compiler) parseNetfilterMeta() {
+	if !c.skbHook() {
+		return
+	}
+	b := c.b
+	b.note("skb metadata")
+	c.emitSkb(asm.R2, asm.R6)
+	shift := asm.RSh.Imm(asm.R1, 0)
+	pt := ld(asm.R1, asm.R2, 0, asm.Byte)
+	pt.Metadata.Set(kernelBitfield{}, skbPktTypeBF)
+	b.emit(
+		ldField(asm.R1, asm.R2, skbMarkField, asm.Word),
+		st(asm.R7, pktMark, asm.R1, asm.Word),
+		pt,
+		shift,
+		asm.And.Imm(asm.R1, 7),
+		st(asm.R10, parseRawType, asm.R1, asm.DWord),
+		st(asm.R7, pktPktType, asm.R1, asm.Byte),
+	)
+}
+
+// logNetfilter fills in a LOG record in r7 for the stage: the input
+// device, the mark, and the frame as the ingress program would have
+// logged it, the MAC header followed by the packet. r1 is the context.
+func (c *compiler) logNetfilter(r *ir.Rule, copied string) {
+	b := c.b
+	c.dynptr = chainDynptr
+	b.emit(movr(asm.R6, asm.R1))
+	c.emitIfindex(asm.R2)
+	b.emit(st(asm.R7, logIfindex, asm.R2, asm.Word))
+	c.emitSkb(asm.R2, asm.R6)
+	b.emit(
+		ldField(asm.R1, asm.R2, skbMarkField, asm.Word),
+		st(asm.R7, logMark, asm.R1, asm.Word),
+		ldField(asm.R8, asm.R2, skbLenField, asm.Word),
+		movr(asm.R1, asm.R8),
+		asm.Add.Imm(asm.R1, ethHeaderLen),
+		st(asm.R7, logLen, asm.R1, asm.Word),
+	)
+	capped := ruleLabel(r) + "_log_capped"
+	b.emit(
+		asm.JLE.Imm(asm.R8, LogCapture-ethHeaderLen, capped),
+		mov(asm.R8, LogCapture-ethHeaderLen),
+	)
+	b.mark(capped)
+	c.macHeader(asm.R3)
+	b.emit(
+		movr(asm.R1, asm.R7),
+		asm.Add.Imm(asm.R1, logData),
+		mov(asm.R2, ethHeaderLen),
+		asm.FnProbeReadKernel.Call(),
+		asm.JNE.Imm(asm.R0, 0, copied),
+	)
+	c.dynptrFromSkb(asm.R6, chainDynptr, copied)
+	b.emit(
+		movr(asm.R1, asm.R7),
+		asm.Add.Imm(asm.R1, logData+ethHeaderLen),
+		movr(asm.R2, asm.R8),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, chainDynptr),
+		mov(asm.R4, 0),
+		mov(asm.R5, 0),
+		asm.FnDynptrRead.Call(),
+		asm.JNE.Imm(asm.R0, 0, copied),
+		asm.Add.Imm(asm.R8, ethHeaderLen),
+		st(asm.R7, logCapLen, asm.R8, asm.Word),
+	)
+}
