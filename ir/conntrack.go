@@ -91,4 +91,3 @@ const (
 	// and CWR.
 	tcpFlagsTracked = tcpFIN | tcpSYN | tcpRST | tcpACK | tcpURG
 )
-
