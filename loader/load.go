@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/ringbuf"
 
 	"bpfwall/codegen"
@@ -37,6 +38,9 @@ type Loaded struct {
 	// VerifiedInsns is the number of instructions the verifier processed.
 	VerifiedInsns int
 	logReader     *ringbuf.Reader // see Logged
+	// nf and nfProg are the netfilter stage, when the program has one.
+	nf     *ebpf.Collection
+	nfProg *ebpf.Program
 }
 
 // ErrTooLarge is returned, wrapped, when the verifier gives up on a program
@@ -76,9 +80,10 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 		copts.Programs.LogLevel = ebpf.LogLevelBranch | ebpf.LogLevelStats
 	}
 	spec := p.Spec
+	var kernel *btf.Spec
 	if p.UsesConntrack() {
-		kernel, err := kernelBTF()
-		if err != nil {
+		var err error
+		if kernel, err = kernelBTF(); err != nil {
 			return nil, fmt.Errorf("load %s program: conntrack state matches need the kernel's BTF: %w", p.Hook, err)
 		}
 		if spec, err = p.KernelSpec(kernel); err != nil {
@@ -110,6 +115,13 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 	if err := l.setRejectConfig(); err != nil {
 		coll.Close()
 		return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
+	}
+	if p.Netfilter != nil {
+		err := l.loadNetfilter(func() (*ebpf.CollectionSpec, error) { return p.Netfilter.KernelSpec(kernel) })
+		if err != nil {
+			coll.Close()
+			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
+		}
 	}
 	if info, err := l.prog.Info(); err == nil {
 		if n, ok := info.VerifiedInstructions(); ok {
@@ -166,6 +178,9 @@ func tooLarge(err *ebpf.VerifierError) bool {
 func (l *Loaded) Close() {
 	if l.logReader != nil {
 		l.logReader.Close()
+	}
+	if l.nf != nil {
+		l.nf.Close()
 	}
 	l.coll.Close()
 }

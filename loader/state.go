@@ -193,6 +193,8 @@ type Active struct {
 	// maps are all the pinned maps, by pin name, kept open so that a swap
 	// can put their pins back if it fails after replacing some.
 	maps map[string]*ebpf.Map
+	// nfLink is the netfilter stage's link, if the filter has one.
+	nfLink link.Link
 }
 
 // Open opens the filter pinned at p. The error wraps os.ErrNotExist when
@@ -222,6 +224,9 @@ func (a *Active) open(dir string) error {
 	if err := a.openLogPins(dir); err != nil {
 		return err
 	}
+	if err := a.openNetfilterPins(dir); err != nil {
+		return err
+	}
 	a.counters, a.base = a.maps[pinCounters], a.maps[pinBase]
 	var err error
 	if a.Meta, err = readMeta(a.maps[pinMeta]); err != nil {
@@ -248,6 +253,9 @@ func (a *Active) open(dir string) error {
 func (a *Active) Close() error {
 	for _, l := range a.Links {
 		l.Close()
+	}
+	if a.nfLink != nil {
+		a.nfLink.Close()
 	}
 	if a.Program != nil {
 		a.Program.Close()

@@ -197,6 +197,8 @@ type build struct {
 	attached   []Iface
 	logPins    []string // the pins of the LOG rules' maps, if it has any
 	recentPins []string // the pins of the recent tables
+	// nfLink is the new netfilter stage's link, attached by build.
+	nfLink link.Link
 	// newPins are pins besides the program's, the maps' and the links'
 	// that commit moves into place (a first sk-lookup filter's sockets).
 	newPins []string
@@ -273,6 +275,9 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 			if err := b.loaded.SetIface(uint32(ifc.Index), ifc.Name); err != nil {
 				return b, err
 			}
+			if err := b.loaded.setNetfilterIface(uint32(ifc.Index)); err != nil {
+				return b, err
+			}
 		}
 		if s.Program.UsesConntrack() {
 			// Before the program runs: its lookups need a tracked table.
@@ -315,8 +320,21 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		pins[recentPin(i)] = b.loaded.coll.Maps[t.Map]
 		b.recentPins = append(b.recentPins, recentPin(i))
 	}
+	for name, obj := range b.loaded.netfilterPinners() {
+		pins[name] = obj
+	}
 	for name, obj := range pins {
 		if err := pinNew(obj, filepath.Join(b.dir, name)); err != nil {
+			return b, err
+		}
+	}
+	if b.loaded.nfProg != nil {
+		// The stage runs from here on: before the links switch to the
+		// program that defers packets to it (see netfilter.go).
+		if b.nfLink, err = b.loaded.attachNetfilter(); err != nil {
+			return b, err
+		}
+		if err := pinNew(b.nfLink, filepath.Join(b.dir, pinNFLink)); err != nil {
 			return b, err
 		}
 	}
@@ -353,6 +371,9 @@ func (b *build) commit(old *Active) error {
 	names := []string{pinProgram}
 	names = append(names, b.logPins...)
 	names = append(names, b.recentPins...)
+	if b.nfLink != nil {
+		names = append(names, netfilterPins...)
+	}
 	names = append(names, b.newPins...)
 	names = append(names, mapPins...)
 	for i := range b.links {
@@ -382,6 +403,14 @@ func (b *build) commit(old *Active) error {
 			os.Remove(filepath.Join(b.dir, recentPin(j)))
 		}
 	}
+	if b.nfLink == nil {
+		// So does the old stage: its link detaches when the old filter
+		// closes, after the links switched to a program that defers
+		// nothing.
+		for _, name := range netfilterPins {
+			os.Remove(filepath.Join(b.dir, name))
+		}
+	}
 	return nil
 }
 
@@ -393,6 +422,12 @@ func (b *build) restore(old *Active, names []string) {
 		switch {
 		case name == pinProgram:
 			obj = old.Program
+		case name == pinNFLink && old.nfLink != nil:
+			obj = old.nfLink
+		case name == pinNFLink:
+			// A new stage: remove its pin, so that closing it detaches it.
+			os.Remove(path)
+			continue
 		case old.maps[name] == nil:
 			// A new link: remove its pin, so that closing it detaches it.
 			os.Remove(path)
@@ -413,6 +448,10 @@ func (b *build) abort() {
 		l.Close()
 	}
 	b.links = map[int]link.Link{}
+	if b.nfLink != nil {
+		b.nfLink.Close()
+		b.nfLink = nil
+	}
 	if b.heldConntrack {
 		dropConntrackTable()
 		b.heldConntrack = false
@@ -427,6 +466,9 @@ func (b *build) abort() {
 func (b *build) close() {
 	for _, l := range b.links {
 		l.Close()
+	}
+	if b.nfLink != nil {
+		b.nfLink.Close()
 	}
 	for _, m := range []*ebpf.Map{b.base, b.meta} {
 		if m != nil {

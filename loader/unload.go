@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 )
 
@@ -38,6 +39,12 @@ func Unload(p Place, names []string) ([]Iface, error) {
 			return nil, fmt.Errorf("unload %s filter from %s: %w", p.Hook, ifc.Name, err)
 		}
 		delete(a.Links, ifc.Index)
+		// Nothing comes from there to be deferred any more.
+		if m := a.maps[pinNFIfaces]; m != nil {
+			if err := m.Delete(uint32(ifc.Index)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return nil, fmt.Errorf("unload %s filter from %s: netfilter stage: %w", p.Hook, ifc.Name, err)
+			}
+		}
 	}
 	if len(a.Links) == 0 {
 		if err := os.RemoveAll(dir); err != nil {

@@ -35,6 +35,9 @@ type filterStatus struct {
 	Log *logStatus `json:"log,omitempty"`
 	// Recent are the -m recent tables and the addresses they list.
 	Recent []loader.RecentTableState `json:"recent,omitempty"`
+	// Netfilter describes the netfilter stage of an xdp or tc-ingress
+	// filter that tests the conntrack state.
+	Netfilter *loader.NetfilterStage `json:"netfilter,omitempty"`
 }
 
 // logStatus is what status says about a filter's LOG rules.
@@ -149,6 +152,9 @@ func statusOf(p loader.Place) (filterStatus, error) {
 			st.Conntrack = fmt.Sprintf("missing: the rules test the conntrack state, but nftables table inet %s is gone; load the rule set again", loader.ConntrackTable)
 		}
 	}
+	if st.Netfilter, err = a.Netfilter(); err != nil {
+		return filterStatus{}, err
+	}
 	if len(m.Logs) > 0 {
 		lost, err := a.LogLost()
 		if err != nil {
@@ -198,6 +204,12 @@ func printStatus(w io.Writer, st filterStatus) {
 	printSockets(w, st.Sockets)
 	if st.Conntrack != "" {
 		fmt.Fprintf(w, "  conntrack %s\n", st.Conntrack)
+	}
+	if nf := st.Netfilter; nf != nil {
+		fmt.Fprintf(w, "  netfilter stage attached: link %d, program %d, %s %s priority %d (after conntrack), for ifindexes %v\n",
+			nf.Link, nf.Program, nf.Family, nf.Hook, nf.Priority, nf.Ifaces)
+		fmt.Fprintf(w, "    %d packets deferred (state only conntrack knows), %d evaluated after conntrack, %d REJECTs dropped without a reply\n",
+			nf.Counts.Deferred, nf.Counts.Evaluated, nf.Counts.RejectDropped)
 	}
 	if st.Log != nil {
 		fmt.Fprintf(w, "  log: %d LOG rules, %d events lost to a full ring buffer (read them with bpfwall log)\n", st.Log.Rules, st.Log.Lost)

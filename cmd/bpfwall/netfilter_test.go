@@ -1,0 +1,185 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/link"
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"golang.org/x/sys/unix"
+
+	"bpfwall/loader"
+)
+
+// TestNetfilterStage: an xdp filter that tests the conntrack state comes
+// with its netfilter stage, pinned beside it, which decides pings (their
+// state only conntrack knows); a swap replaces the stage, a swap to rules
+// without state matches and unload remove it.
+func TestNetfilterStage(t *testing.T) {
+	bin := buildBpfwall(t)
+	peer := freshNetns(t)
+	c := cli{t, bin}
+	pingRules := func(verdict string) string {
+		return "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+			"-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n" +
+			"-A INPUT -p icmp -m conntrack --ctstate NEW -j " + verdict + "\n" +
+			"-A INPUT -p tcp -j ACCEPT\n" +
+			"COMMIT\n"
+	}
+	ping := func() bool {
+		t.Helper()
+		got, err := pingFrom(peer, net.IPv4(10, 9, 0, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	ns, err := loader.NetNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin := filepath.Join(loader.DefaultRoot, strconv.FormatUint(ns, 10), "xdp", "netfilter_link")
+	stage := func() *loader.NetfilterStage {
+		t.Helper()
+		st := c.status()
+		if len(st) != 1 {
+			t.Fatalf("status: %d filters", len(st))
+		}
+		return st[0].Netfilter
+	}
+	// gone checks that the netfilter link id no longer exists.
+	gone := func(id link.ID) {
+		t.Helper()
+		if l, err := link.NewFromID(id); err == nil {
+			l.Close()
+			t.Errorf("netfilter link %d still exists", id)
+		}
+	}
+
+	c.ok(pingRules("ACCEPT"), "restore", "--hook", "xdp", "-i", "veth1")
+	if _, err := os.Stat(pin); err != nil {
+		t.Fatalf("netfilter link not pinned: %v", err)
+	}
+	first := stage()
+	if first == nil || first.Hook != "prerouting" || first.Priority != -199 || first.Family != "ipv4" {
+		t.Fatalf("status: netfilter stage %+v", first)
+	}
+	if l, err := link.LoadPinnedLink(pin, nil); err != nil {
+		t.Fatal(err)
+	} else {
+		info, err := l.Info()
+		l.Close()
+		if err != nil || info.ID != first.Link || info.Type != link.NetfilterType {
+			t.Errorf("pinned link: %+v, %v; status says link %d", info, err, first.Link)
+		}
+	}
+	if !ping() {
+		t.Error("ping (NEW accepted by the netfilter stage) got no reply")
+	}
+	if st := stage(); st.Counts.Deferred == 0 || st.Counts.Evaluated == 0 {
+		t.Errorf("status: the stage counted %+v", st.Counts)
+	}
+
+	// A swap attaches a new stage and lets the old one go.
+	c.ok(pingRules("DROP"), "restore")
+	second := stage()
+	if second == nil || second.Link == first.Link || second.Program == first.Program {
+		t.Fatalf("after a swap: netfilter stage %+v, was %+v", second, first)
+	}
+	gone(first.Link)
+	if ping() {
+		t.Error("ping (NEW dropped by the netfilter stage) got a reply")
+	}
+
+	// Rules without state matches need no stage.
+	c.ok(udpRules, "restore")
+	if st := stage(); st != nil {
+		t.Errorf("after a swap to rules without state matches: netfilter stage %+v", st)
+	}
+	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("netfilter link pin after a swap to rules without state matches: %v", err)
+	}
+	gone(second.Link)
+	if !ping() {
+		t.Error("ping (policy ACCEPT, no stage) got no reply")
+	}
+
+	c.ok(pingRules("ACCEPT"), "restore")
+	third := stage()
+	if third == nil {
+		t.Fatal("no netfilter stage after a swap back to rules with state matches")
+	}
+	c.ok("", "unload")
+	gone(third.Link)
+	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("netfilter link pin after unload: %v", err)
+	}
+}
+
+var pingID atomic.Uint32
+
+// pingFrom sends one ICMP echo request from the network namespace of
+// process pid to dst and reports whether the reply came within two
+// seconds.
+func pingFrom(pid string, dst net.IP) (bool, error) {
+	type result struct {
+		ok  bool
+		err error
+	}
+	done := make(chan result)
+	go func() {
+		// The thread goes into the peer's namespace and dies with the
+		// goroutine: it stays locked.
+		runtime.LockOSThread()
+		ok, err := func() (bool, error) {
+			fd, err := unix.Open("/proc/"+pid+"/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return false, err
+			}
+			defer unix.Close(fd)
+			if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+				return false, fmt.Errorf("setns: %w", err)
+			}
+			conn, err := net.ListenPacket("ip4:icmp", "0.0.0.0")
+			if err != nil {
+				return false, err
+			}
+			defer conn.Close()
+			// A new identifier each time: an echo request of a
+			// conntrack entry that saw its reply is ESTABLISHED.
+			id := uint16(pingID.Add(1))
+			req := &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0), Id: id, Seq: 1}
+			buf := gopacket.NewSerializeBuffer()
+			if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{ComputeChecksums: true}, req, gopacket.Payload("bpfwall")); err != nil {
+				return false, err
+			}
+			if _, err := conn.WriteTo(buf.Bytes(), &net.IPAddr{IP: dst}); err != nil {
+				return false, err
+			}
+			deadline := time.Now().Add(2 * time.Second)
+			b := make([]byte, 1500)
+			for {
+				conn.SetReadDeadline(deadline)
+				n, from, err := conn.ReadFrom(b)
+				if err != nil {
+					return false, nil // no reply
+				}
+				if n >= 8 && b[0] == 0 && from.(*net.IPAddr).IP.Equal(dst) && uint16(b[4])<<8|uint16(b[5]) == id {
+					return true, nil
+				}
+			}
+		}()
+		done <- result{ok, err}
+	}()
+	r := <-done
+	return r.ok, r.err
+}
