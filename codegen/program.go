@@ -157,12 +157,12 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 		return nil, fmt.Errorf("compile for %s: %d rules make %d instructions, more than the %d a BPF program may have", opts.Hook, len(p.Rules), n, maxInstructions)
 	}
 	out := &Program{
-		IR:       orig,
-		Hook:     opts.Hook,
-		Level:    opts.Level,
-		Ifaces:   c.ifaces,
-		Spec:     c.spec(insns),
-		removed:  p.Removed,
+		IR:      orig,
+		Hook:    opts.Hook,
+		Level:   opts.Level,
+		Ifaces:  c.ifaces,
+		Spec:    c.spec(insns),
+		removed: p.Removed,
 	}
 	if c.defers() {
 		if out.Netfilter, err = c.compileStage(); err != nil {
