@@ -7,6 +7,7 @@ import (
 
 	"bpfwall/codegen"
 	"bpfwall/ir"
+	"bpfwall/rules"
 )
 
 // loopbackIfindex is the device BPF_PROG_TEST_RUN gives a packet when no
@@ -20,6 +21,10 @@ type Outcome struct {
 	// Reply is the frame a REJECT rule sent back: the packet as the
 	// program left it when it transmitted it; nil otherwise.
 	Reply []byte
+	// Stage is set when the program deferred the packet (class U) and
+	// its netfilter stage decided it, as after conntrack. A test run has
+	// no conntrack: the stage sees the state INVALID.
+	Stage bool
 }
 
 // Run passes one Ethernet frame through the loaded program with
@@ -47,6 +52,9 @@ func (l *Loaded) Run(frame []byte, iface string) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, err
 	}
+	if d.Kind == codegen.Deferred && l.nfProg != nil {
+		return l.runNetfilter(frame, iface)
+	}
 	out := Outcome{Verdict: v, Decision: d}
 	if v == ir.VerdictReject {
 		out.Reply = opts.DataOut
@@ -60,6 +68,56 @@ func (l *Loaded) Run(frame []byte, iface string) (Outcome, error) {
 	}
 	return out, nil
 }
+
+// runNetfilter passes one frame through the netfilter stage with
+// BPF_PROG_TEST_RUN (bpf_prog_test_run_nf), as PRE_ROUTING would.
+func (l *Loaded) runNetfilter(frame []byte, iface string) (Outcome, error) {
+	// The test run's hook state has no input device: its ifindex reads 0.
+	if err := l.SetIface(0, iface); err != nil {
+		return Outcome{}, err
+	}
+	if err := l.setNetfilterIface(0); err != nil {
+		return Outcome{}, err
+	}
+	pf := byte(nfprotoIPv4)
+	if l.Program.IR.Family == rules.IPv6 {
+		pf = nfprotoIPv6
+	}
+	// struct nf_hook_state: hook, pf.
+	opts := &ebpf.RunOptions{Data: addressedToLoopback(frame), Context: []byte{nfInetPreRouting, pf}, Repeat: 1}
+	ret, err := l.nfProg.Run(opts)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("test run of the netfilter stage: %w", err)
+	}
+	d, err := l.takeDecision()
+	if err != nil {
+		return Outcome{}, err
+	}
+	out := Outcome{Decision: d, Stage: true}
+	switch ret {
+	case nfAccept:
+		out.Verdict = ir.VerdictAccept
+	case nfDrop:
+		out.Verdict = ir.VerdictDrop
+		if d.Kind == codegen.DecidedByRule && int(d.Rule) < len(l.Program.IR.Rules) {
+			if _, ok := l.Program.IR.Rules[d.Rule].Action.(ir.Reject); ok {
+				out.Verdict = ir.VerdictReject // dropped without a reply
+			}
+		}
+	default:
+		return Outcome{}, fmt.Errorf("test run of the netfilter stage: unexpected return code %d", ret)
+	}
+	return out, nil
+}
+
+// NFPROTO_IPV4, NFPROTO_IPV6, NF_INET_PRE_ROUTING, NF_DROP, NF_ACCEPT.
+const (
+	nfprotoIPv4      = 2
+	nfprotoIPv6      = 10
+	nfInetPreRouting = 0
+	nfDrop           = 0
+	nfAccept         = 1
+)
 
 // takeDecision reads the decision of the last test run and clears it.
 func (l *Loaded) takeDecision() (codegen.Decision, error) {

@@ -24,6 +24,9 @@ type traceLine struct {
 	// Logged are the LOG rules that logged the packet ("file:line"), in
 	// order.
 	Logged []string `json:"logged,omitempty"`
+	// Stage says that the netfilter stage decided the packet: its
+	// conntrack state only conntrack knows.
+	Stage string `json:"stage,omitempty"`
 }
 
 func runTrace(args []string, stdout, stderr io.Writer) error {
@@ -128,6 +131,9 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 // describe turns a test run's outcome into a trace line.
 func describe(p *codegen.Program, out loader.Outcome) traceLine {
 	line := traceLine{Verdict: out.Verdict.String()}
+	if out.Stage {
+		line.Stage = "netfilter: decided after conntrack, which a test run does not have (state INVALID)"
+	}
 	switch out.Decision.Kind {
 	case codegen.DecidedByRule, codegen.Hotdrop:
 		r := p.IR.Rules[out.Decision.Rule]
