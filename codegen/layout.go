@@ -39,6 +39,9 @@ const (
 	// flagFragment: an IPv4 fragment (MF or offset) or an IPv6 fragment
 	// header; set only in programs that test the conntrack state.
 	flagFragment = 1 << 3
+	// flagVLAN: the frame carried a VLAN tag; set only in programs that
+	// defer packets to the netfilter stage.
+	flagVLAN = 1 << 4
 )
 
 // At -O1 the parsed packet has room for the classifier's lookup keys after

@@ -58,8 +58,13 @@ const (
 )
 
 // Deferred is the Decision kind of a packet the ingress program passed to
-// the netfilter stage (ir.SkipDeferred).
-const Deferred = 10
+// the netfilter stage (ir.SkipDeferred); DeferredVLAN of one it dropped
+// instead, because it came in a VLAN-tagged frame (ir.SkipDeferredVLAN):
+// netfilter sees it on the VLAN's device, which the stage does not filter.
+const (
+	Deferred     = 10
+	DeferredVLAN = 11
+)
 
 // NetfilterPriority is the stage's priority at PRE_ROUTING: just after
 // conntrack (NF_IP_PRI_CONNTRACK, -200), which runs after defragmentation
@@ -142,7 +147,13 @@ func (c *compiler) stageCount(i int32, key int16) {
 func (c *compiler) deferred() {
 	b := c.b
 	b.mark(symDeferred)
-	b.note("class U: conntrack decides the state, the netfilter stage the verdict")
+	b.note("class U: conntrack decides the state, the netfilter stage the verdict (not on a VLAN device: dropped)")
+	b.emit(
+		ld(asm.R1, asm.R10, c.mainPkt()+pktFlags, asm.Byte),
+		mov(asm.R7, DeferredVLAN),
+		mov(asm.R9, c.hook.drop()),
+		asm.JSet.Imm(asm.R1, flagVLAN, symMainEnd),
+	)
 	c.stageCount(StageDeferred, c.mainKey())
 	b.emit(
 		mov(asm.R7, Deferred),

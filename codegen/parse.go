@@ -257,6 +257,12 @@ func (c *compiler) parseEthernet() {
 			ld(asm.R1, asm.R6, skbVLANPresent, asm.Word),
 			st(asm.R10, parseTmp, asm.R1, asm.DWord),
 		)
+		if c.defers() {
+			untagged := b.fresh("untagged")
+			b.emit(asm.JEq.Imm(asm.R1, 0, untagged))
+			c.setFlag(flagVLAN)
+			b.mark(untagged)
+		}
 	}
 	for range 2 {
 		tag := b.fresh("vlan")
@@ -265,6 +271,9 @@ func (c *compiler) parseEthernet() {
 			asm.JNE.Imm(asm.R9, etherTypeQinQ, "parse_ethertype"),
 		)
 		b.mark(tag)
+		if c.defers() {
+			c.setFlag(flagVLAN)
+		}
 		if c.hook.tc() {
 			b.emit(
 				ld(asm.R1, asm.R10, parseTmp, asm.DWord),
@@ -573,6 +582,13 @@ func (c *compiler) parseIPv6() {
 	if c.fragFlag() {
 		b.emit(
 			ld(asm.R2, asm.R3, extFrag, asm.DWord),
+			asm.Or.Reg(asm.R1, asm.R2),
+		)
+	}
+	if c.defers() {
+		// Keep flagVLAN.
+		b.emit(
+			ld(asm.R2, asm.R7, pktFlags, asm.Byte),
 			asm.Or.Reg(asm.R1, asm.R2),
 		)
 	}
@@ -1111,6 +1127,15 @@ func (c *compiler) tcpOptionsCallback() {
 	)
 	b.mark("opt_done")
 	b.emit(mov(asm.R0, 1), asm.Return())
+}
+
+// setFlag sets flag in the parsed packet at r7.
+func (c *compiler) setFlag(flag int32) {
+	c.b.emit(
+		ld(asm.R1, asm.R7, pktFlags, asm.Byte),
+		asm.Or.Imm(asm.R1, flag),
+		st(asm.R7, pktFlags, asm.R1, asm.Byte),
+	)
 }
 
 // fragFlag reports whether parse sets flagFragment: conntrack and the

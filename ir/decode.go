@@ -61,6 +61,7 @@ func Decode(frame []byte, meta Meta) (*Packet, error) {
 		}
 		etherType = binary.BigEndian.Uint16(frame[off+2:])
 		off += vlanTagLen
+		p.VLANTagged = true
 	}
 	switch etherType {
 	case etherTypeIPv4:

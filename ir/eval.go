@@ -91,7 +91,12 @@ func (p *Program) TraceState(st *State, pkt *Packet, counted func(*Rule)) (res R
 		return Result{Verdict: VerdictAccept, Skipped: SkipLaterFragment}
 	case pkt.CTState&ConnUnknown != 0 && p.TestsConntrack():
 		// Class U: the program's netfilter stage decides, with the state
-		// conntrack gives the packet (Packet.DeferredClass).
+		// conntrack gives the packet (Packet.DeferredClass), unless
+		// netfilter sees it on a VLAN device, where the stage does not
+		// run.
+		if pkt.VLANTagged {
+			return Result{Verdict: VerdictDrop, Skipped: SkipDeferredVLAN}
+		}
 		return Result{Verdict: VerdictAccept, Skipped: SkipDeferred}
 	case p.Reassembled && pkt.fragment():
 		if p.tinyFirstFragment(pkt) {

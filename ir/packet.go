@@ -63,6 +63,9 @@ type Packet struct {
 	// FragmentHeader is set when the IPv6 extension headers include a
 	// fragment header.
 	FragmentHeader bool
+	// VLANTagged is set when the frame carries a VLAN tag: netfilter sees
+	// the packet on the VLAN's device.
+	VLANTagged bool
 
 	// L4Len is the number of bytes from the transport header to the end of
 	// the packet; matches that need more drop the packet (hotdrop).
