@@ -271,6 +271,9 @@ func (c *compiler) mainChains() {
 			asm.JSet.Imm(asm.R1, flagFragment, symDeferred),
 		)
 	}
+	if c.defers() {
+		c.deferClassU()
+	}
 	if c.ct {
 		b.emit(
 			movr(asm.R1, asm.R6),
@@ -279,9 +282,6 @@ func (c *compiler) mainChains() {
 			call(symCTState),
 			st(asm.R10, c.mainPkt()+pktCTState, asm.R0, asm.Byte),
 		)
-		if c.defers() {
-			b.emit(asm.JSet.Imm(asm.R0, ctStateUnknown, symDeferred))
-		}
 	}
 	c.callChain(0, asm.R10, int32(c.mainPkt()), "policy", "ruled")
 	b.mark("policy")

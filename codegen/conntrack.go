@@ -284,20 +284,25 @@ func findMember(typ btf.Type, name string) (btf.Member, int, bool) {
 	return btf.Member{}, 0, false
 }
 
-// ctMatch emits a CTState match: the state ct_state stored. (A state
-// ct_state cannot know never gets here: main defers the packet to the
-// netfilter stage first.)
-func (c *compiler) ctMatch(m ir.CTState, next string) {
+// ctMatch emits a CTState match: the state ct_state stored. A state it
+// could not determine drops the packet: at xdp and tc-ingress, a TCP
+// segment whose entry it cannot replay (conntrack_tcp.go). (Class U never
+// gets here: main defers it to the netfilter stage.) It reports whether
+// it jumps to hotdrop.
+func (c *compiler) ctMatch(m ir.CTState, next, hotdrop string) bool {
 	b := c.b
-	b.emit(
-		ld(asm.R1, asm.R6, pktCTState, asm.Byte),
-		asm.And.Imm(asm.R1, int32(m.States)),
-	)
+	b.emit(ld(asm.R1, asm.R6, pktCTState, asm.Byte))
+	unknown := c.defers()
+	if unknown {
+		b.emit(asm.JSet.Imm(asm.R1, ctStateUnknown, hotdrop))
+	}
+	b.emit(asm.And.Imm(asm.R1, int32(m.States)))
 	if m.Neg {
 		b.emit(asm.JNE.Imm(asm.R1, 0, next))
 	} else {
 		b.emit(asm.JEq.Imm(asm.R1, 0, next))
 	}
+	return unknown
 }
 
 // ctState emits the function that returns the conntrack state of the
@@ -502,4 +507,27 @@ func (c *compiler) ctLookup(proto int32, found string) {
 		kfuncCall(lookup),
 		asm.JNE.Imm(asm.R0, 0, found),
 	)
+}
+
+// ingressStateWarnings names the rules whose conntrack state an ingress
+// program looks up before conntrack has seen the packet, where it still
+// cannot always know it: a TCP segment of a connection whose sequence
+// numbers NAT adjusts (conntrack_tcp.go) is dropped at the state match.
+// (What the kfuncs cannot look up, the netfilter stage decides.)
+func ingressStateWarnings(p *ir.Program, hook Hook) []*rules.Error {
+	if hook != HookXDP && hook != HookTCIngress {
+		return nil
+	}
+	var out []*rules.Error
+	for _, r := range p.Rules {
+		for _, m := range r.Matches {
+			if _, ok := m.(ir.CTState); ok {
+				out = append(out, rules.Errorf(r.Pos, "conntrack state on %s is looked up before conntrack sees the packet: "+
+					"a TCP segment of a connection whose sequence numbers NAT adjusts (a NAT helper's entry) is dropped here; "+
+					"tc-egress reads the state conntrack gave", hook))
+				break
+			}
+		}
+	}
+	return out
 }

@@ -152,7 +152,7 @@ func (c *compiler) match(r *ir.Rule, m ir.Match, next, hotdrop string) bool {
 	case ir.RateLimit:
 		c.rateLimit(m, next)
 	case ir.CTState:
-		c.ctMatch(m, next)
+		return c.ctMatch(m, next, hotdrop)
 
 	case ir.HashLimit:
 		c.hashlimit(m, next, hotdrop)

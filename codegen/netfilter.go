@@ -164,6 +164,23 @@ func (c *compiler) deferred() {
 
 const symDeferred = "deferred"
 
+// deferClassU sends the packets of class U (ir.Packet.DeferredClass) to
+// symDeferred: broken extension headers, fragments, protocols other than
+// TCP and UDP. It decides by the packet's bytes alone, as the stage does.
+func (c *compiler) deferClassU() {
+	b := c.b
+	tracked := b.fresh("tcp_or_udp")
+	pkt := c.mainPkt()
+	b.emit(
+		ld(asm.R1, asm.R10, pkt+pktFlags, asm.Byte),
+		asm.JSet.Imm(asm.R1, flagBadExtHeaders|flagFragment, symDeferred),
+		ld(asm.R1, asm.R10, pkt+pktProto, asm.Byte),
+		asm.JEq.Imm(asm.R1, protoTCP, tracked),
+		asm.JNE.Imm(asm.R1, protoUDP, symDeferred),
+	)
+	b.mark(tracked)
+}
+
 // emitSkb loads the sk_buff of the netfilter context at ctx into dst.
 func (c *compiler) emitSkb(dst, ctx asm.Register) {
 	c.b.emit(ldField(dst, ctx, nfCtxSkb, asm.DWord))

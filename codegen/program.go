@@ -43,7 +43,7 @@ type Program struct {
 
 	// Warnings say, rule by rule, where the program knows less than
 	// netfilter by design, so that some packets may get another verdict
-	// (see stageRejectWarnings).
+	// (see ingressStateWarnings and stageRejectWarnings).
 	Warnings []*rules.Error
 
 	// Netfilter is the netfilter stage of an xdp or tc-ingress program
@@ -157,18 +157,20 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 		return nil, fmt.Errorf("compile for %s: %d rules make %d instructions, more than the %d a BPF program may have", opts.Hook, len(p.Rules), n, maxInstructions)
 	}
 	out := &Program{
-		IR:      orig,
-		Hook:    opts.Hook,
-		Level:   opts.Level,
-		Ifaces:  c.ifaces,
-		Spec:    c.spec(insns),
-		removed: p.Removed,
+		IR:       orig,
+		Hook:     opts.Hook,
+		Level:    opts.Level,
+		Ifaces:   c.ifaces,
+		Spec:     c.spec(insns),
+		removed:  p.Removed,
+		Warnings: ingressStateWarnings(p, opts.Hook),
 	}
 	if c.defers() {
 		if out.Netfilter, err = c.compileStage(); err != nil {
 			return nil, fmt.Errorf("compile the netfilter stage of %s: %w", opts.Hook, err)
 		}
-		out.Warnings = stageRejectWarnings(p)
+		out.Warnings = append(out.Warnings, stageRejectWarnings(p)...)
+		rules.ErrorList(out.Warnings).Sort()
 	}
 	for _, r := range p.Rules {
 		if removed[c.b.canonical(ruleLabel(r))] {

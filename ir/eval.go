@@ -89,7 +89,7 @@ func (p *Program) TraceState(st *State, pkt *Packet, counted func(*Rule)) (res R
 		// The first fragment stands for the reassembled datagram
 		// (fragment.go).
 		return Result{Verdict: VerdictAccept, Skipped: SkipLaterFragment}
-	case pkt.CTState&ConnUnknown != 0 && p.TestsConntrack():
+	case pkt.CTState&ConnUnknown != 0 && pkt.DeferredClass() && p.TestsConntrack():
 		// Class U: the program's netfilter stage decides, with the state
 		// conntrack gives the packet (Packet.DeferredClass), unless
 		// netfilter sees it on a VLAN device, where the stage does not
@@ -344,8 +344,8 @@ func (p *Program) match(st *State, m Match, pkt *Packet) outcome {
 	case CTState:
 		state := pkt.CTState
 		if state&ConnUnknown != 0 {
-			// Only a program that tests no state gets here: unreachable
-			// (TraceState defers the packet first).
+			// bpfwall's program cannot tell the state: it drops. (Class
+			// U never gets here: TraceState defers it first.)
 			return hotdrop
 		}
 		if state == 0 {
