@@ -271,6 +271,17 @@ func BenchmarkConntrack(b *testing.B) {
 			})
 		}
 	}
+	// An ICMP echo is of class U: the xdp program passes it untouched to
+	// its netfilter stage, which decides it after conntrack (a test run
+	// has no conntrack: INVALID, dropped by the ct rule set). The stage
+	// runs for every packet the program lets through on its interfaces:
+	// it accepts a TCP segment at once.
+	echo := echoFrame(b)
+	b.Run("icmp-echo/no-ct", func(b *testing.B) { runCT(b, ns, compileLevel(b, sets[0].src, 1), echo, false) })
+	ct := compileLevel(b, sets[1].src, 1)
+	b.Run("icmp-echo/ct", func(b *testing.B) { runCT(b, ns, ct, echo, true) })
+	b.Run("icmp-echo/ct-netfilter-stage", func(b *testing.B) { runStage(b, ns, ct, echo, 0) })
+	b.Run("tcp-ack-entry/ct-netfilter-stage", func(b *testing.B) { runStage(b, ns, ct, tcpAck.frame, 1) })
 	// tc-egress reads skb->_nfct instead of looking the packet up (a test
 	// run's skb has none: INVALID, dropped).
 	for _, set := range sets {
@@ -322,6 +333,70 @@ func runCT(b *testing.B, ns *netns, p *codegen.Program, frame []byte, accept boo
 		b.Fatalf("verdict %d, want %d", ret, want[accept])
 	}
 	b.ReportMetric(float64(d.Nanoseconds()), "ns/packet")
+}
+
+// echoFrame is an ICMP echo request.
+func echoFrame(tb testing.TB) []byte {
+	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, DstMAC: make(net.HardwareAddr, 6), EthernetType: layers.EthernetTypeIPv4}
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolICMPv4, SrcIP: net.IPv4(192, 0, 2, 1).To4(), DstIP: net.IPv4(192, 0, 2, 2).To4()}
+	icmp := &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0), Id: 1, Seq: 1}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, icmp, gopacket.Payload("ping")); err != nil {
+		tb.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// runStage test-runs p's netfilter stage (bpf_prog_test_run_nf, as
+// PRE_ROUTING) on frame b.N times and reports the time per packet; the
+// run must return want (NF_DROP 0, NF_ACCEPT 1). The kernel does not
+// report the duration of netfilter test runs: this is the wall time of
+// one repeated run, whose setup b.N amortizes.
+func runStage(b *testing.B, ns *netns, p *codegen.Program, frame []byte, want uint32) {
+	kernel := kernelBTF(b)
+	spec, err := p.KernelSpec(kernel)
+	if err != nil {
+		b.Fatal(err)
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer coll.Close()
+	nfSpec, err := p.Netfilter.KernelSpec(kernel)
+	if err != nil {
+		b.Fatal(err)
+	}
+	repl := make(map[string]*ebpf.Map)
+	for name := range nfSpec.Maps {
+		if m := coll.Maps[name]; m != nil {
+			repl[name] = m
+		}
+	}
+	nf, err := ebpf.NewCollectionWithOptions(nfSpec, ebpf.CollectionOptions{MapReplacements: repl})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nf.Close()
+	// The test run's hook state has no input device: ifindex 0.
+	if err := nf.Maps[codegen.NetfilterIfacesMap].Put(uint32(0), uint32(1)); err != nil {
+		b.Fatal(err)
+	}
+	prog := nf.Programs[codegen.ProgramName]
+	var ret uint32
+	b.ResetTimer()
+	start := time.Now()
+	ns.do(func() {
+		ret, err = prog.Run(&ebpf.RunOptions{Data: frame, Context: []byte{0, 2}, Repeat: uint32(b.N)}) // PRE_ROUTING, NFPROTO_IPV4
+	})
+	elapsed := time.Since(start)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if ret != want {
+		b.Fatalf("verdict %d, want %d", ret, want)
+	}
+	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(b.N), "ns/packet")
 }
 
 // tcpConn is an open TCP connection on the loopback and a copy of the
