@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -113,10 +114,19 @@ func TestNetfilterStage(t *testing.T) {
 		t.Error("ping (policy ACCEPT, no stage) got no reply")
 	}
 
-	c.ok(pingRules("ACCEPT"), "restore")
+	c.ok(pingRules("ACCEPT"), "restore", "-i", "lo")
 	third := stage()
-	if third == nil {
-		t.Fatal("no netfilter stage after a swap back to rules with state matches")
+	veth1, err := net.InterfaceByName("veth1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if third == nil || !slices.Equal(sorted(third.Ifaces), sorted([]int{1, veth1.Index})) {
+		t.Fatalf("after a swap back to rules with state matches, on lo too: netfilter stage %+v", third)
+	}
+	// Packets from an interface the filter leaves are not the stage's.
+	c.ok("", "unload", "-i", "lo")
+	if st := stage(); st == nil || !slices.Equal(st.Ifaces, []int{veth1.Index}) {
+		t.Errorf("after unload -i lo: netfilter stage %+v", st)
 	}
 	c.ok("", "unload")
 	gone(third.Link)
@@ -182,4 +192,10 @@ func pingFrom(pid string, dst net.IP) (bool, error) {
 	}()
 	r := <-done
 	return r.ok, r.err
+}
+
+func sorted(s []int) []int {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
 }
