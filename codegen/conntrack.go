@@ -512,8 +512,9 @@ func (c *compiler) ctLookup(proto int32, found string) {
 // ingressStateWarnings names the rules whose conntrack state an ingress
 // program looks up before conntrack has seen the packet, where it still
 // cannot always know it: a TCP segment of a connection whose sequence
-// numbers NAT adjusts (conntrack_tcp.go) is dropped at the state match.
-// (What the kfuncs cannot look up, the netfilter stage decides.)
+// numbers NAT adjusts (conntrack_tcp.go), and a packet of class U in a
+// VLAN-tagged frame (deferClassU), are dropped at the state match. (What
+// the kfuncs cannot look up, the netfilter stage decides.)
 func ingressStateWarnings(p *ir.Program, hook Hook) []*rules.Error {
 	if hook != HookXDP && hook != HookTCIngress {
 		return nil
@@ -523,7 +524,8 @@ func ingressStateWarnings(p *ir.Program, hook Hook) []*rules.Error {
 		for _, m := range r.Matches {
 			if _, ok := m.(ir.CTState); ok {
 				out = append(out, rules.Errorf(r.Pos, "conntrack state on %s is looked up before conntrack sees the packet: "+
-					"a TCP segment of a connection whose sequence numbers NAT adjusts (a NAT helper's entry) is dropped here; "+
+					"a TCP segment of a connection whose sequence numbers NAT adjusts (a NAT helper's entry), "+
+					"and a packet whose state only conntrack knows (ICMP, other protocols, fragments) in a VLAN-tagged frame, are dropped here; "+
 					"tc-egress reads the state conntrack gave", hook))
 				break
 			}

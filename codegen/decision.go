@@ -13,8 +13,6 @@ func DecisionFor(r ir.Result) Decision {
 		return Decision{Kind: TinyFragment}
 	case r.Skipped == ir.SkipDeferred:
 		return Decision{Kind: Deferred}
-	case r.Skipped == ir.SkipDeferredVLAN:
-		return Decision{Kind: DeferredVLAN}
 	case r.Skipped != "" && r.Verdict == ir.VerdictDrop:
 		return Decision{Kind: SkippedInvalid}
 	case r.Skipped != "":

@@ -23,10 +23,13 @@ func (c *compiler) fragmentGate() {
 	)
 	if c.defers() {
 		// Conntrack sees the reassembled datagram: the netfilter stage
-		// decides it.
-		b.emit(ja(symDeferred))
-		b.mark(whole)
-		return
+		// decides it (not from a VLAN-tagged frame: see deferClassU).
+		b.emit(
+			ld(asm.R1, asm.R10, pkt+pktFlags, asm.Byte),
+			asm.JSet.Imm(asm.R1, flagVLAN, "fragment_tagged"),
+			ja(symDeferred),
+		)
+		b.mark("fragment_tagged")
 	}
 	if need, _ := c.orig.FirstFragmentNeed(protoTCP); need == 0 {
 		b.mark(whole) // the program reads no transport header

@@ -58,13 +58,8 @@ const (
 )
 
 // Deferred is the Decision kind of a packet the ingress program passed to
-// the netfilter stage (ir.SkipDeferred); DeferredVLAN of one it dropped
-// instead, because it came in a VLAN-tagged frame (ir.SkipDeferredVLAN):
-// netfilter sees it on the VLAN's device, which the stage does not filter.
-const (
-	Deferred     = 10
-	DeferredVLAN = 11
-)
+// the netfilter stage (ir.SkipDeferred).
+const Deferred = 10
 
 // NetfilterPriority is the stage's priority at PRE_ROUTING: just after
 // conntrack (NF_IP_PRI_CONNTRACK, -200), which runs after defragmentation
@@ -147,13 +142,7 @@ func (c *compiler) stageCount(i int32, key int16) {
 func (c *compiler) deferred() {
 	b := c.b
 	b.mark(symDeferred)
-	b.note("class U: conntrack decides the state, the netfilter stage the verdict (not on a VLAN device: dropped)")
-	b.emit(
-		ld(asm.R1, asm.R10, c.mainPkt()+pktFlags, asm.Byte),
-		mov(asm.R7, DeferredVLAN),
-		mov(asm.R9, c.hook.drop()),
-		asm.JSet.Imm(asm.R1, flagVLAN, symMainEnd),
-	)
+	b.note("class U: conntrack decides the state, the netfilter stage the verdict")
 	c.stageCount(StageDeferred, c.mainKey())
 	b.emit(
 		mov(asm.R7, Deferred),
@@ -167,12 +156,16 @@ const symDeferred = "deferred"
 // deferClassU sends the packets of class U (ir.Packet.DeferredClass) to
 // symDeferred: broken extension headers, fragments, protocols other than
 // TCP and UDP. It decides by the packet's bytes alone, as the stage does.
+// A VLAN-tagged frame stays: netfilter sees it on the VLAN's device, where
+// the stage does not run; ct_state finds its state unknown, and a state
+// match drops it.
 func (c *compiler) deferClassU() {
 	b := c.b
 	tracked := b.fresh("tcp_or_udp")
 	pkt := c.mainPkt()
 	b.emit(
 		ld(asm.R1, asm.R10, pkt+pktFlags, asm.Byte),
+		asm.JSet.Imm(asm.R1, flagVLAN, tracked),
 		asm.JSet.Imm(asm.R1, flagBadExtHeaders|flagFragment, symDeferred),
 		ld(asm.R1, asm.R10, pkt+pktProto, asm.Byte),
 		asm.JEq.Imm(asm.R1, protoTCP, tracked),

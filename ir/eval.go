@@ -89,14 +89,12 @@ func (p *Program) TraceState(st *State, pkt *Packet, counted func(*Rule)) (res R
 		// The first fragment stands for the reassembled datagram
 		// (fragment.go).
 		return Result{Verdict: VerdictAccept, Skipped: SkipLaterFragment}
-	case pkt.CTState&ConnUnknown != 0 && pkt.DeferredClass() && p.TestsConntrack():
+	case pkt.CTState&ConnUnknown != 0 && pkt.DeferredClass() && !pkt.VLANTagged && p.TestsConntrack():
 		// Class U: the program's netfilter stage decides, with the state
-		// conntrack gives the packet (Packet.DeferredClass), unless
-		// netfilter sees it on a VLAN device, where the stage does not
-		// run.
-		if pkt.VLANTagged {
-			return Result{Verdict: VerdictDrop, Skipped: SkipDeferredVLAN}
-		}
+		// conntrack gives the packet (Packet.DeferredClass). Not in a
+		// VLAN-tagged frame: netfilter sees that on the VLAN's device,
+		// where the stage does not run; its state stays unknown, and a
+		// state match drops it.
 		return Result{Verdict: VerdictAccept, Skipped: SkipDeferred}
 	case p.Reassembled && pkt.fragment():
 		if p.tinyFirstFragment(pkt) {

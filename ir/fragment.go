@@ -34,10 +34,6 @@ const (
 	// conntrack state the hook cannot know, in a program that tests it,
 	// passes to the program's netfilter stage.
 	SkipDeferred = "conntrack state unknown before conntrack: the netfilter stage decides"
-	// SkipDeferredVLAN: such a packet in a VLAN-tagged frame is dropped:
-	// netfilter sees it on the VLAN's device, not on the one the program
-	// and its netfilter stage filter.
-	SkipDeferredVLAN = "conntrack state unknown before conntrack, and a VLAN tag: dropped"
 )
 
 // TestsConntrack reports whether a rule of p tests the conntrack state.

@@ -148,8 +148,6 @@ func describe(p *codegen.Program, out loader.Outcome) traceLine {
 		line.Skipped = "not a packet of the rule set's family"
 	case codegen.LaterFragment:
 		line.Skipped = "a later fragment: netfilter sees the reassembled datagram, which the first fragment decides"
-	case codegen.DeferredVLAN:
-		line.Skipped = "its conntrack state only conntrack knows, and it came in a VLAN-tagged frame, which netfilter sees on the VLAN's device: dropped"
 	case codegen.TinyFragment:
 		line.Skipped = "a first fragment without the whole transport header: dropped"
 	}
