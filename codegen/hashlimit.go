@@ -455,3 +455,38 @@ func HashKeyOf(m ir.HashLimit, pkt *ir.Packet) HashKey {
 	}
 	return k
 }
+
+// HashLimitTable describes a hashlimit table of a program: its
+// --hashlimit-name, the HashLimitMap holding it, and the configuration
+// the kernel keeps with a table (hinfo->cfg: everything of the match but
+// the program's index, name, position and the per-rule upto/above).
+type HashLimitTable struct {
+	Name   string
+	Map    string
+	Config ir.HashLimit
+	// Pos is where the first match naming the table is written.
+	Pos rules.Pos
+}
+
+// HashLimitTables lists p's hashlimit tables by index.
+func HashLimitTables(p *Program) []HashLimitTable {
+	var out []HashLimitTable
+	for _, r := range p.IR.Rules {
+		for _, m := range r.Matches {
+			m, ok := m.(ir.HashLimit)
+			if !ok {
+				continue
+			}
+			for len(out) <= m.Table {
+				out = append(out, HashLimitTable{})
+			}
+			if out[m.Table].Map != "" {
+				continue
+			}
+			cfg := m
+			cfg.Table, cfg.Name, cfg.Pos, cfg.Above = 0, "", rules.Pos{}, false
+			out[m.Table] = HashLimitTable{Name: m.Name, Map: HashLimitMap(m.Table), Config: cfg, Pos: m.Pos}
+		}
+	}
+	return out
+}

@@ -24,7 +24,12 @@ import (
 // depends on when its collector runs; bpfwall behaves as if it ran at the
 // moment the entry expired.
 type HashLimit struct {
-	Table            int // the program's table index, one per --hashlimit-name
+	Table int // the program's table index, one per --hashlimit-name
+	// Name is the --hashlimit-name, and Pos where the match is written:
+	// the loader hands a table over to the next program by name, and
+	// refuses at Pos what the kernel would keep from the running table.
+	Name             string
+	Pos              rules.Pos
 	Mode             uint8
 	SrcMask, DstMask uint8
 	Avg, Burst       uint64
@@ -249,6 +254,7 @@ func (l *lowerer) hashlimit(ms []Match, r *rules.Rule, m *rules.HashLimit) []Mat
 		return ms
 	}
 	h := HashLimit{
+		Name: m.Table, Pos: m.Pos,
 		Mode: m.Mode, SrcMask: m.SrcMask, DstMask: m.DstMask,
 		Avg: m.Avg, Burst: m.Burst, Above: m.Above, Bytes: m.Bytes,
 		Expire:     MsecsToJiffies(m.Expire, DefaultHZ),
@@ -309,7 +315,7 @@ func (l *lowerer) hashlimit(ms []Match, r *rules.Rule, m *rules.HashLimit) []Mat
 	}
 	h.Table = t.index
 	other := t.first
-	other.Above, other.Table = h.Above, h.Table
+	other.Above, other.Table, other.Pos = h.Above, h.Table, h.Pos
 	if other != h {
 		// The kernel keys and fills the shared table as the rule that
 		// created it says.

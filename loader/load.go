@@ -28,6 +28,9 @@ type Options struct {
 	// Recent are recent tables to use rather than new, empty ones, by
 	// codegen's RecentMap name: those of the filter a swap replaces.
 	Recent map[string]*ebpf.Map
+	// HashLimit are hashlimit tables to use rather than new, empty ones,
+	// by codegen's HashLimitMap name: those of the filter a swap replaces.
+	HashLimit map[string]*ebpf.Map
 }
 
 // Loaded is a compiled program loaded into the kernel, not attached.
@@ -90,12 +93,15 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
 		}
 	}
-	if opts.Sockets != nil || len(opts.Recent) > 0 {
+	if opts.Sockets != nil || len(opts.Recent) > 0 || len(opts.HashLimit) > 0 {
 		copts.MapReplacements = map[string]*ebpf.Map{}
 		if opts.Sockets != nil {
 			copts.MapReplacements[codegen.SocketsMap] = opts.Sockets
 		}
 		for name, m := range opts.Recent {
+			copts.MapReplacements[name] = m
+		}
+		for name, m := range opts.HashLimit {
 			copts.MapReplacements[name] = m
 		}
 	}

@@ -45,6 +45,11 @@ type Meta struct {
 	// as recentPin(index), and a swap hands it to the next program whose
 	// table of that name has the same ring and mask.
 	Recent []RecentMeta `json:"recent,omitempty"`
+	// HashLimit are the program's hashlimit tables, by index: each is
+	// pinned as hashlimitPin(index) (their sweep times as pinHashGC), and
+	// a swap hands it to the next program whose table of that name has
+	// the same configuration.
+	HashLimit []HashLimitMeta `json:"hashlimit,omitempty"`
 }
 
 // RecentMeta describes a pinned recent table.
@@ -88,14 +93,15 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 		line++
 	}
 	m := Meta{
-		Table:  p.IR.Table,
-		Chain:  p.IR.Chains[0].Name,
-		File:   file,
-		Source: string(rs.Save(rules.SaveOptions{Counters: true})),
-		Lines:  make([]int, len(p.IR.Rules)),
-		Logs:   logRules(p),
-		Family: p.IR.Family.String(),
-		Recent: recentMetas(p),
+		Table:     p.IR.Table,
+		Chain:     p.IR.Chains[0].Name,
+		File:      file,
+		Source:    string(rs.Save(rules.SaveOptions{Counters: true})),
+		Lines:     make([]int, len(p.IR.Rules)),
+		Logs:      logRules(p),
+		Family:    p.IR.Family.String(),
+		Recent:    recentMetas(p),
+		HashLimit: hashlimitMetas(p),
 	}
 	counters := make([]codegen.Counter, len(p.IR.Rules)+1)
 	for _, r := range p.IR.Rules {
@@ -233,6 +239,9 @@ func (a *Active) open(dir string) error {
 		return err
 	}
 	if err := a.openRecentPins(dir); err != nil {
+		return err
+	}
+	if err := a.openHashLimitPins(dir); err != nil {
 		return err
 	}
 	idxs, err := linkPins(dir)

@@ -98,6 +98,9 @@ func (s *Swap) Run() (*Result, error) {
 	if err := checkRecentShared(s.Place, s.Program); err != nil {
 		return nil, fmt.Errorf("swap %s filter: %w", hook, err)
 	}
+	if err := checkHashLimitShared(s.Place, s.Program); err != nil {
+		return nil, fmt.Errorf("swap %s filter: %w", hook, err)
+	}
 	b, err := s.build(old)
 	if err != nil {
 		return nil, fmt.Errorf("swap %s filter: %w", hook, err)
@@ -197,6 +200,9 @@ type build struct {
 	attached   []Iface
 	logPins    []string // the pins of the LOG rules' maps, if it has any
 	recentPins []string // the pins of the recent tables
+	// hashlimitPins are the pins of the hashlimit tables and their sweep
+	// times.
+	hashlimitPins []string
 	// nfLink is the new netfilter stage's link, attached by build.
 	nfLink link.Link
 	// newPins are pins besides the program's, the maps' and the links'
@@ -268,7 +274,14 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		if err != nil {
 			return b, err
 		}
-		if b.loaded, err = Load(s.Program, Options{Recent: recent}); err != nil {
+		hl, err := carryHashLimit(s.Program, old)
+		if err != nil {
+			return b, err
+		}
+		if b.loaded, err = Load(s.Program, Options{Recent: recent, HashLimit: hl.maps}); err != nil {
+			return b, err
+		}
+		if err := b.loaded.setSweeps(hl.sweep); err != nil {
 			return b, err
 		}
 		for _, ifc := range append(ifaces, add...) {
@@ -319,6 +332,14 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 	for i, t := range codegen.RecentTables(s.Program) {
 		pins[recentPin(i)] = b.loaded.coll.Maps[t.Map]
 		b.recentPins = append(b.recentPins, recentPin(i))
+	}
+	if tables := codegen.HashLimitTables(s.Program); len(tables) > 0 {
+		for i, t := range tables {
+			pins[hashlimitPin(i)] = b.loaded.coll.Maps[t.Map]
+			b.hashlimitPins = append(b.hashlimitPins, hashlimitPin(i))
+		}
+		pins[pinHashGC] = b.loaded.coll.Maps[codegen.HashGCMap]
+		b.hashlimitPins = append(b.hashlimitPins, pinHashGC)
 	}
 	for name, obj := range b.loaded.netfilterPinners() {
 		pins[name] = obj
@@ -371,6 +392,7 @@ func (b *build) commit(old *Active) error {
 	names := []string{pinProgram}
 	names = append(names, b.logPins...)
 	names = append(names, b.recentPins...)
+	names = append(names, b.hashlimitPins...)
 	if b.nfLink != nil {
 		names = append(names, netfilterPins...)
 	}
@@ -401,6 +423,15 @@ func (b *build) commit(old *Active) error {
 		// with it, as the kernel frees a table no rule names.
 		for j := len(b.recentPins); j < len(old.Meta.Recent); j++ {
 			os.Remove(filepath.Join(b.dir, recentPin(j)))
+		}
+		// So do its hashlimit tables, as the kernel frees a table no
+		// rule names.
+		kept := max(len(b.hashlimitPins)-1, 0)
+		for j := kept; j < len(old.Meta.HashLimit); j++ {
+			os.Remove(filepath.Join(b.dir, hashlimitPin(j)))
+		}
+		if kept == 0 {
+			os.Remove(filepath.Join(b.dir, pinHashGC))
 		}
 	}
 	if b.nfLink == nil {
