@@ -245,8 +245,16 @@ func (r burstRun) elapsed() time.Duration {
 }
 
 // sendBursts sends limitBursts bursts of limitBurstSize probes from each
-// source, interleaved, and counts per source the probes delivered.
+// source, interleaved, limitGap apart, and counts per source the probes
+// delivered.
 func sendBursts(t *testing.T, topo *Topology, probes [][]byte) burstRun {
+	t.Helper()
+	return sendBurstsBetween(t, topo, probes, limitBursts, func() { time.Sleep(limitGap) })
+}
+
+// sendBurstsBetween sends n bursts as sendBursts does, calling between
+// between them.
+func sendBurstsBetween(t *testing.T, topo *Topology, probes [][]byte, n int, between func()) burstRun {
 	t.Helper()
 	var frames [][]byte
 	for range limitBurstSize {
@@ -258,9 +266,9 @@ func sendBursts(t *testing.T, topo *Topology, probes [][]byte) burstRun {
 		keys[k] = i
 	}
 	r := burstRun{perBurst: make([][]int, len(probes)), delivered: make([]int, len(probes))}
-	for i := range limitBursts {
+	for i := range n {
 		if i > 0 {
-			time.Sleep(limitGap)
+			between()
 		}
 		r.start = append(r.start, time.Now())
 		got, err := topo.sendBatch(frames)
