@@ -229,6 +229,7 @@ func (m HashLimit) String() string {
 // memory (htable_create), and the most entries bpfwall gives a table.
 const (
 	hashlimitDefaultSize = 8192
+	hashlimitMaxSize     = 1048576 // HASHLIMIT_MAX_SIZE
 	hashlimitMaxEntries  = 1 << 22
 )
 
@@ -268,17 +269,20 @@ func (l *lowerer) hashlimit(ms []Match, r *rules.Rule, m *rules.HashLimit) []Mat
 		l.errorf(m.Pos, "hashlimit: burst %d too large for the rate (the kernel refuses it)", m.Burst)
 		return ms
 	}
-	size := m.Size
+	// hashlimit_mt_check_common truncates a size or max above
+	// HASHLIMIT_MAX_SIZE to it (iptables-save then prints the truncated
+	// values); htable_create then sizes the table.
+	size, max := min(m.Size, hashlimitMaxSize), min(m.Max, hashlimitMaxSize)
 	if size == 0 {
 		size, h.MemorySized = hashlimitDefaultSize, true
 	}
 	switch {
-	case m.Max == 0:
+	case max == 0:
 		h.Max = 8 * size
-	case m.Max < size:
+	case max < size:
 		h.Max = size
 	default:
-		h.Max = m.Max
+		h.Max = max
 	}
 	if h.Max > hashlimitMaxEntries {
 		l.errorf(m.Pos, "hashlimit: a table of %d entries; bpfwall makes tables of up to %d", h.Max, hashlimitMaxEntries)

@@ -122,3 +122,32 @@ func TestHashLimitSweep(t *testing.T) {
 		}
 	}
 }
+
+// TestHashLimitTableSize: the kernel truncates --hashlimit-htable-size
+// and -max above HASHLIMIT_MAX_SIZE (1048576) before it sizes the table
+// (iptables-legacy-save prints 1048576 for both after a rule with
+// 2000000 and 3000000), and takes max = 8*size when no max is given.
+func TestHashLimitTableSize(t *testing.T) {
+	for _, c := range []struct {
+		opts string
+		max  uint32
+	}{
+		{"--hashlimit-htable-size 2000000 --hashlimit-htable-max 3000000", 1048576},
+		{"--hashlimit-htable-size 16 --hashlimit-htable-max 3000000", 1048576},
+		{"--hashlimit-htable-size 100 --hashlimit-htable-max 10", 100},
+		{"--hashlimit-htable-size 100", 800},
+	} {
+		p := lowerText(t, rules.IPv4, "INPUT", "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m hashlimit --hashlimit-upto 1/sec --hashlimit-name x "+c.opts+" -j ACCEPT\nCOMMIT\n")
+		var got uint32
+		for _, r := range p.Rules {
+			for _, m := range r.Matches {
+				if h, ok := m.(ir.HashLimit); ok {
+					got = h.Max
+				}
+			}
+		}
+		if got != c.max {
+			t.Errorf("%s: a table of %d entries, want %d", c.opts, got, c.max)
+		}
+	}
+}
