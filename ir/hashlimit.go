@@ -254,13 +254,7 @@ func (l *lowerer) hashlimit(ms []Match, r *rules.Rule, m *rules.HashLimit) []Mat
 		l.errorf(m.Pos, "hashlimit: a zero --hashlimit-htable-gcinterval or -expire (the kernel refuses it)")
 		return ms
 	}
-	h := HashLimit{
-		Name: m.Table, Pos: m.Pos,
-		Mode: m.Mode, SrcMask: m.SrcMask, DstMask: m.DstMask,
-		Avg: m.Avg, Burst: m.Burst, Above: m.Above, Bytes: m.Bytes,
-		Expire:     MsecsToJiffies(m.Expire, DefaultHZ),
-		GCInterval: MsecsToJiffies(m.GCInterval, DefaultHZ),
-	}
+	h := hashConfig(m)
 	switch c, cost := h.Credits(DefaultHZ); {
 	case m.Bytes && cost == 0:
 		l.errorf(m.Pos, "hashlimit: byte rate too high (the kernel refuses it)")
@@ -268,21 +262,6 @@ func (l *lowerer) hashlimit(ms []Match, r *rules.Rule, m *rules.HashLimit) []Mat
 	case !m.Bytes && (m.Burst == 0 || c < cost):
 		l.errorf(m.Pos, "hashlimit: burst %d too large for the rate (the kernel refuses it)", m.Burst)
 		return ms
-	}
-	// hashlimit_mt_check_common truncates a size or max above
-	// HASHLIMIT_MAX_SIZE to it (iptables-save then prints the truncated
-	// values); htable_create then sizes the table.
-	size, max := min(m.Size, hashlimitMaxSize), min(m.Max, hashlimitMaxSize)
-	if size == 0 {
-		size, h.MemorySized = hashlimitDefaultSize, true
-	}
-	switch {
-	case max == 0:
-		h.Max = 8 * size
-	case max < size:
-		h.Max = size
-	default:
-		h.Max = max
 	}
 	if h.Max > hashlimitMaxEntries {
 		l.errorf(m.Pos, "hashlimit: a table of %d entries; bpfwall makes tables of up to %d", h.Max, hashlimitMaxEntries)
@@ -309,51 +288,78 @@ func (l *lowerer) hashlimit(ms []Match, r *rules.Rule, m *rules.HashLimit) []Mat
 		l.errorf(m.Pos, "hashlimit table %q is also used at %s, by a chain of another hook or table: netfilter shares one table between them, and bpfwall compiles each hook on its own", m.Table, pos)
 		return ms
 	}
-	if l.hashTables == nil {
-		l.hashTables = make(map[string]hashTable)
-	}
-	t, seen := l.hashTables[m.Table]
-	if !seen {
-		t = hashTable{index: len(l.hashTables), first: h, pos: m.Pos}
-		l.hashTables[m.Table] = t
-	}
+	t := l.hashTable(m.Table)
 	h.Table = t.index
 	other := t.first
 	other.Above, other.Table, other.Pos = h.Above, h.Table, h.Pos
 	if other != h {
 		// The kernel keys and fills the shared table as the rule that
-		// created it says.
-		l.errorf(m.Pos, "hashlimit table %q has another configuration at %s", m.Table, t.pos)
+		// created it says, reachable or not.
+		l.errorf(m.Pos, "hashlimit table %q has another configuration at %s, the rule that creates it when the rule set loads", m.Table, t.pos)
 		return ms
 	}
 	return append(ms, h)
 }
 
-// hashTableElsewhere returns where a hashlimit match outside the program's
-// chains (another table, or a chain another builtin chain reaches) uses
-// table name.
-func (l *lowerer) hashTableElsewhere(name string) (rules.Pos, bool) {
-	l.sharedChains()
-	for _, t := range l.rs.Tables {
-		for _, c := range t.Chains {
-			other := t != l.table
-			if !other {
-				_, reached := l.shared[c.Name]
-				other = reached || (c.Builtin && c.Name != l.hook)
-			}
-			if !other {
-				continue
-			}
-			for _, r := range c.Rules {
-				for _, m := range r.Matches {
-					if h, ok := m.(*rules.HashLimit); ok && h.Table == name && !l.inProgram(r) {
-						return h.Pos, true
-					}
-				}
-			}
-		}
+// hashConfig returns the table configuration hashlimit match m gives a
+// table it creates (htable_create), with m's Above, Pos and Name.
+func hashConfig(m *rules.HashLimit) HashLimit {
+	h := HashLimit{
+		Name: m.Table, Pos: m.Pos,
+		Mode: m.Mode, SrcMask: m.SrcMask, DstMask: m.DstMask,
+		Avg: m.Avg, Burst: m.Burst, Above: m.Above, Bytes: m.Bytes,
+		Expire:     MsecsToJiffies(m.Expire, DefaultHZ),
+		GCInterval: MsecsToJiffies(m.GCInterval, DefaultHZ),
 	}
-	return rules.Pos{}, false
+	// hashlimit_mt_check_common truncates a size or max above
+	// HASHLIMIT_MAX_SIZE to it (iptables-save then prints the truncated
+	// values); htable_create then sizes the table.
+	size, max := min(m.Size, hashlimitMaxSize), min(m.Max, hashlimitMaxSize)
+	if size == 0 {
+		size, h.MemorySized = hashlimitDefaultSize, true
+	}
+	switch {
+	case max == 0:
+		h.Max = 8 * size
+	case max < size:
+		h.Max = size
+	default:
+		h.Max = max
+	}
+	return h
+}
+
+// hashTable returns the hashlimit table called name: its configuration is
+// that of the match that creates it, the first in load order over every
+// rule of the rule set, reachable or not (hashlimit_mt_check runs for each
+// rule loaded). Families have tables of their own (htable_find_get), and a
+// rule set is of one family.
+func (l *lowerer) hashTable(name string) hashTable {
+	if t, ok := l.hashTables[name]; ok {
+		return t
+	}
+	if l.hashTables == nil {
+		l.hashTables = make(map[string]hashTable)
+	}
+	t := hashTable{index: len(l.hashTables)}
+	l.eachMatchInLoadOrder(func(_ *rules.Rule, m rules.Match) bool {
+		h, ok := m.(*rules.HashLimit)
+		if ok && h.Table == name {
+			t.first, t.pos = hashConfig(h), h.Pos
+		}
+		return !ok || h.Table != name
+	})
+	l.hashTables[name] = t
+	return t
+}
+
+// hashTableElsewhere returns where a hashlimit match outside the program's
+// chains uses table name.
+func (l *lowerer) hashTableElsewhere(name string) (rules.Pos, bool) {
+	return l.matchElsewhere(func(m rules.Match) bool {
+		h, ok := m.(*rules.HashLimit)
+		return ok && h.Table == name
+	})
 }
 
 // inProgram reports whether r is a rule of the chains being lowered.

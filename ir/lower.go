@@ -97,6 +97,9 @@ type lowerer struct {
 	// recent matches.
 	recentTables map[string]*recentTableInfo
 	recentSlots  int
+	// elsewhere are the rules outside the program that another hook
+	// runs; see matchElsewhere.
+	elsewhere map[*rules.Rule]bool
 }
 
 type hashTable struct {

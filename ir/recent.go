@@ -287,10 +287,44 @@ func (m Recent) String() string {
 
 // recentTableInfo is what lowering knows of a recent table.
 type recentTableInfo struct {
-	index  int
-	mask   netip.Addr
-	pos    rules.Pos // of the first match naming it
-	stamps int
+	index int
+	mask  netip.Addr
+	pos   rules.Pos // of the match that creates the table
+	// stamps is the ring size, the largest any match naming the table
+	// asks for; bigHitCount and bigPos are that match's.
+	stamps      int
+	bigHitCount uint32
+	bigPos      rules.Pos
+}
+
+// recentTable returns the table called name, found over every recent
+// match of the rule set, reachable or not (recent_mt_check runs for each
+// rule loaded): its mask is the one of the match that creates it, the
+// first in load order, and its ring the largest any match asks for.
+func (l *lowerer) recentTable(name string) *recentTableInfo {
+	if t := l.recentTables[name]; t != nil {
+		return t
+	}
+	if l.recentTables == nil {
+		l.recentTables = make(map[string]*recentTableInfo)
+	}
+	t := &recentTableInfo{index: len(l.recentTables)}
+	created := false
+	l.eachMatchInLoadOrder(func(_ *rules.Rule, m rules.Match) bool {
+		rm, ok := m.(*rules.Recent)
+		if !ok || rm.Table != name {
+			return true
+		}
+		if !created {
+			t.mask, t.pos, created = rm.Mask, rm.Pos, true
+		}
+		if s := RecentStamps(rm.HitCount); s > t.stamps {
+			t.stamps, t.bigHitCount, t.bigPos = s, rm.HitCount, rm.Pos
+		}
+		return true
+	})
+	l.recentTables[name] = t
+	return t
 }
 
 // recent lowers -m recent: exactly, or an error saying why not.
@@ -319,21 +353,17 @@ func (l *lowerer) recent(ms []Match, r *rules.Rule, m *rules.Recent) []Match {
 			return ms
 		}
 	}
-	if l.recentTables == nil {
-		l.recentTables = make(map[string]*recentTableInfo)
-	}
-	t := l.recentTables[m.Table]
-	if t == nil {
-		t = &recentTableInfo{index: len(l.recentTables), mask: m.Mask, pos: m.Pos}
-		l.recentTables[m.Table] = t
-	}
+	t := l.recentTable(m.Table)
 	if t.mask != m.Mask {
-		// The kernel keeps the mask of the rule that created the table,
-		// which depends on the order rules are loaded in.
-		l.errorf(m.Pos, "recent table %q has --mask %s here and %s at %s", m.Table, m.Mask, t.mask, t.pos)
+		// recent_mt uses the mask of the rule that created the table,
+		// reachable or not, and ignores its own.
+		l.errorf(m.Pos, "recent table %q has --mask %s here and %s at %s, the rule that creates it when the rule set loads", m.Table, m.Mask, t.mask, t.pos)
 		return ms
 	}
-	t.stamps = max(t.stamps, RecentStamps(m.HitCount))
+	if t.stamps > RecentStamps(RecentMaxStamps) {
+		l.errorf(m.Pos, "recent table %q: --hitcount %d at %s gives every address of the table %d stamps; bpfwall keeps at most %d", m.Table, t.bigHitCount, t.bigPos, t.stamps, RecentMaxStamps)
+		return ms
+	}
 	rm := Recent{
 		Table: t.index, Name: m.Table, Slot: l.recentSlots, Command: m.Command, Invert: m.Invert,
 		Seconds: m.Seconds, Reap: m.Reap, HitCount: m.HitCount, TTL: m.TTL, Dest: m.Dest, Mask: m.Mask,
@@ -377,47 +407,13 @@ func (l *lowerer) sharedRule(r *rules.Rule) (chain, other string, ok bool) {
 	return "", "", false
 }
 
-// eachRecent calls f for the recent matches of the rule set's rules
-// outside the program's chains (another table, or a chain another builtin
-// chain reaches).
-func (l *lowerer) eachRecentElsewhere(f func(*rules.Recent) bool) {
-	l.sharedChains()
-	for _, t := range l.rs.Tables {
-		for _, c := range t.Chains {
-			other := t != l.table
-			if !other {
-				_, reached := l.shared[c.Name]
-				other = reached || (c.Builtin && c.Name != l.hook)
-			}
-			if !other {
-				continue
-			}
-			for _, r := range c.Rules {
-				if l.inProgram(r) {
-					continue
-				}
-				for _, m := range r.Matches {
-					if rm, ok := m.(*rules.Recent); ok && !f(rm) {
-						return
-					}
-				}
-			}
-		}
-	}
-}
-
 // recentElsewhere returns where a recent match outside the program's
 // chains names table name.
 func (l *lowerer) recentElsewhere(name string) (rules.Pos, bool) {
-	var pos rules.Pos
-	found := false
-	l.eachRecentElsewhere(func(m *rules.Recent) bool {
-		if m.Table == name {
-			pos, found = m.Pos, true
-		}
-		return !found
+	return l.matchElsewhere(func(m rules.Match) bool {
+		rm, ok := m.(*rules.Recent)
+		return ok && rm.Table == name
 	})
-	return pos, found
 }
 
 // recentTTLUser returns where a recent match of the rule set with --rttl

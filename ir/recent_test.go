@@ -247,6 +247,13 @@ func TestRecentLowerErrors(t *testing.T) {
 			`rules:5:12: recent table "DEFAULT" in OUTPUT, with --rttl at rules:6:12`},
 		{"too many stamps", "INPUT", "-A INPUT -m recent --rcheck --hitcount 1025\n",
 			"recent --hitcount 1025: bpfwall keeps at most 1024 stamps per address"},
+		// recent_mt_check runs for every rule loaded: the first one naming
+		// the table (builtin chains, then user chains by name) creates it
+		// with its mask, reachable or not.
+		{"mask of a rule no hook reaches", "INPUT", ":BBB - [0:0]\n:AAA - [0:0]\n-A INPUT -j BBB\n-A AAA -m recent --rcheck --name S --mask 255.255.255.0\n-A BBB -m recent --set --name S\n",
+			`rules:9:9: recent table "S" has --mask 255.255.255.255 here and 255.255.255.0 at rules:8:9`},
+		{"ring of a rule no hook reaches", "INPUT", ":AAA - [0:0]\n-A AAA -m recent --rcheck --name S --hitcount 2000\n-A INPUT -m recent --set --name S\n",
+			`rules:7:11: recent table "S": --hitcount 2000 at rules:6:9`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -259,6 +266,11 @@ func TestRecentLowerErrors(t *testing.T) {
 				t.Errorf("error %v, want one saying %q", err, tc.want)
 			}
 		})
+	}
+	// A rule no hook reaches sizes the ring of the table it names.
+	prog := lowerText(t, rules.IPv4, "INPUT", recentHead+":AAA - [0:0]\n-A INPUT -m recent --set --name S\n-A AAA -m recent --rcheck --name S --hitcount 40\nCOMMIT\n")
+	if got := prog.Rules[0].Matches[0].(ir.Recent).Stamps; got != 64 {
+		t.Errorf("ring of %d stamps, want 64 (--hitcount 40 in an unreachable chain)", got)
 	}
 	// Without --rttl, OUTPUT compiles: the TTL is never compared.
 	lowerText(t, rules.IPv4, "OUTPUT", recentHead+"-A OUTPUT -m recent --set\n-A OUTPUT -m recent --rcheck\nCOMMIT\n")

@@ -111,6 +111,11 @@ func recentCases() []recentCase {
 				{src: a}, {src: a, dport: 5354}, {src: a}, {src: a, dport: 5355}, {src: a, dport: 5355}, {src: a, dport: 5355},
 				{pause: 1300 * time.Millisecond, src: a, dport: 5355}, {src: a, dport: 5355},
 			}},
+		// recent_mt_check runs for every rule loaded: a rule in a chain no
+		// hook reaches grows the table's ring to 64 stamps.
+		{name: "ring sized by a rule no hook reaches",
+			rules: recentHead + ":AAA - [0:0]\n:BBB - [0:0]\n-A FORWARD -p udp -j BBB\n-A AAA -m recent --rcheck --name R --hitcount 40\n-A BBB -p udp -m udp --dport 5354 -m recent --set --name R\n-A BBB -p udp -m udp --dport 5353 -m recent --rcheck --name R -j DROP\n",
+			sends: cat([]recentSend{{src: a}}, repeat(40, recentSend{src: a, dport: 5354}), []recentSend{{src: a}, {src: b}})},
 		{name: "ip6 set and update --hitcount 2 /64",
 			rules: recentHead + "-A FORWARD -p udp -m recent --set --name S6 --mask ffff:ffff:ffff:ffff::\n-A FORWARD -p udp -m recent --update --hitcount 2 --name S6 --mask ffff:ffff:ffff:ffff:: -j DROP\n",
 			sends: []recentSend{
