@@ -40,6 +40,7 @@ type compiler struct {
 	forceLookups bool        // Options.ForceLookups
 	log          bool        // the program has LOG rules: chain functions take the context
 	ct           bool        // the rules test the conntrack state
+	hasRecent    bool        // the rules have recent matches: see pktRecentNow
 	pktType      *btf.Struct // see btfPkt
 	// maps are the classifier's tables and the address sets' tries, in
 	// the order the code first uses them; sets are the sets' names, the
@@ -158,6 +159,8 @@ func (c *compiler) calleesFirst() []int {
 // test.
 func (c *compiler) collect() error {
 	c.ct = usesConntrack(c.orig)
+	_, slots := c.recentTables()
+	c.hasRecent = slots > 0
 	ifaceBit := make(map[ir.Iface]int)
 	optBit := make(map[uint8]int)
 	for _, r := range c.p.Rules {

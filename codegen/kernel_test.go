@@ -289,6 +289,7 @@ func (l *loaded) run(data []byte, dev device, mark uint32) (_ ir.Verdict, _ code
 // and Nanos, for matches the packet did not reach, are the latest.
 func (l *loaded) clock(t *testing.T, st *ir.State, pkt *ir.Packet) {
 	t.Helper()
+	recentNow := make(map[int]uint64) // by table, read once per packet
 	prev := func(m ir.Match) (uint64, bool) {
 		switch m := m.(type) {
 		case ir.HashLimit:
@@ -302,9 +303,16 @@ func (l *loaded) clock(t *testing.T, st *ir.State, pkt *ir.Packet) {
 			}
 			return e.Prev, err == nil
 		case ir.Recent:
-			var now uint64
-			if err := l.coll.Maps[codegen.RecentClockMap].Lookup(uint32(m.Slot), &now); err != nil {
-				t.Fatal(err)
+			// Every recent match of the packet used the tick it read, or
+			// its table's later time: the time the table keeps.
+			now, ok := recentNow[m.Table]
+			if !ok {
+				value := make([]byte, l.coll.Maps[codegen.RecentMap(m.Table)].ValueSize())
+				if err := l.coll.Maps[codegen.RecentMap(m.Table)].Lookup(uint32(0), &value); err != nil {
+					t.Fatal(err)
+				}
+				now = codegen.RecentNow(value)
+				recentNow[m.Table] = now
 			}
 			return now, now != 0
 		case ir.Limit:

@@ -53,8 +53,20 @@ const (
 	lookupKeySize = 48
 )
 
-// pktSize is the size of the parsed packet at the compiler's level.
+// pktSize is the size of the parsed packet at the compiler's level, with
+// pktRecentNow's field in a program with recent matches.
 func (c *compiler) pktSize() int16 {
+	n := c.pktRecentNow()
+	if c.hasRecent {
+		n += 8
+	}
+	return n
+}
+
+// pktRecentNow is where a program with recent matches keeps the jiffies
+// its first recent match read for the packet (u64; 0 until then): every
+// recent match of the packet uses that tick, or its table's later time.
+func (c *compiler) pktRecentNow() int16 {
 	if c.level > 0 {
 		return pktSize + lookupKeySize
 	}

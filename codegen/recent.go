@@ -26,11 +26,6 @@ import (
 // number 0.
 func RecentMap(i int) string { return fmt.Sprintf("recent%d", i) }
 
-// RecentClockMap is an ARRAY of u64 indexed by ir.Recent's Slot: the
-// jiffies each recent match last read, for tests that set ir.State's clock
-// to the program's.
-const RecentClockMap = "recent_clock"
-
 // The header of a RecentMap value.
 const (
 	recentLock     = 0  // struct bpf_spin_lock
@@ -40,7 +35,7 @@ const (
 	recentMinSeq   = 24 // u64: scratch, the smallest sequence number seen
 	recentMinSlot  = 32 // u32: scratch, its slot
 	recentHits     = 36 // u32: scratch, the hits counted
-	recentNow      = 40 // u64: the latest time a match used (jiffies)
+	recentNow      = 40 // u64: the latest time a match used (jiffies); see RecentNow
 	recentSlotsOff = 48
 )
 
@@ -103,6 +98,11 @@ func RecentSlots(value []byte, stamps int) []RecentSlot {
 	return out
 }
 
+// RecentNow is the latest time (jiffies) a match of the table whose
+// RecentMap value is value used: the tick the packet read, or the table's
+// time when that was later.
+func RecentNow(value []byte) uint64 { return binary.NativeEndian.Uint64(value[recentNow:]) }
+
 // RecentAddrOf is a slot's address words for address a: host-order words
 // as the parsed packet holds them, zero after an IPv4 address.
 func RecentAddrOf(a netip.Addr) [4]uint32 {
@@ -131,7 +131,7 @@ func (c *compiler) recentTables() (stamps []int, slots int) {
 	return stamps, slots
 }
 
-// recentMaps are the RecentMap specs and RecentClockMap's.
+// recentMaps are the RecentMap specs.
 func (c *compiler) recentMaps() []*ebpf.MapSpec {
 	stamps, slots := c.recentTables()
 	if slots == 0 {
@@ -157,13 +157,7 @@ func (c *compiler) recentMaps() []*ebpf.MapSpec {
 			},
 		})
 	}
-	return append(out, &ebpf.MapSpec{
-		Name:       RecentClockMap,
-		Type:       ebpf.Array,
-		KeySize:    4,
-		ValueSize:  8,
-		MaxEntries: uint32(slots),
-	})
+	return out
 }
 
 // Stack slots of a chain function a recent match uses, in the area a
@@ -205,20 +199,21 @@ func (c *compiler) recent(m ir.Recent, next string) {
 		}
 		b.emit(st(asm.R10, chainRecentKey+int16(4*w), asm.R1, asm.Word))
 	}
+	// One tick per packet, read by its first recent match: the kernel
+	// reads jiffies at each match, and a packet's matches seeing the same
+	// tick is one of the orderings it allows.
+	recorded, fresh := l("ticked"), l("fresh")
 	b.emit(
 		ld(asm.R1, asm.R6, pktTTL, asm.Byte),
 		st(asm.R10, chainRecentTTL, asm.R1, asm.DWord),
+		ld(asm.R7, asm.R6, c.pktRecentNow(), asm.DWord),
+		asm.JNE.Imm(asm.R7, 0, recorded),
 		asm.FnJiffies64.Call(),
 		movr(asm.R7, asm.R0),
+		st(asm.R6, c.pktRecentNow(), asm.R7, asm.DWord),
 	)
-	recorded, fresh := l("recorded"), l("fresh")
+	b.mark(recorded)
 	b.emit(
-		stImm(asm.R10, chainKey, int32(m.Slot), asm.Word),
-		movr(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, chainKey),
-		mapRef(asm.R1, RecentClockMap),
-		asm.FnMapLookupElem.Call(),
-		st(asm.R10, chainRecentMoved, asm.R0, asm.DWord),
 		stImm(asm.R10, chainKey, 0, asm.Word),
 		movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, chainKey),
@@ -240,13 +235,7 @@ func (c *compiler) recent(m ir.Recent, next string) {
 		movr(asm.R7, asm.R1),
 	)
 	b.mark(fresh)
-	b.emit(
-		st(asm.R8, recentNow, asm.R7, asm.DWord),
-		ld(asm.R1, asm.R10, chainRecentMoved, asm.DWord),
-		asm.JEq.Imm(asm.R1, 0, recorded),
-		st(asm.R1, 0, asm.R7, asm.DWord), // the time this match used, for tests
-	)
-	b.mark(recorded)
+	b.emit(st(asm.R8, recentNow, asm.R7, asm.DWord))
 	inv := int32(0)
 	if m.Invert {
 		inv = 1

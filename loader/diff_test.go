@@ -103,6 +103,7 @@ func clock(t *testing.T, l *Loaded, st *ir.State, pkt *ir.Packet) {
 		}
 		return b.Prev, b.Started != 0
 	}
+	recentNow := make(map[int]uint64) // by table, read once per packet
 	st.Clock = func(m ir.Match) (uint64, bool) {
 		switch m := m.(type) {
 		case ir.HashLimit:
@@ -117,9 +118,17 @@ func clock(t *testing.T, l *Loaded, st *ir.State, pkt *ir.Packet) {
 		case ir.RateLimit:
 			return bucket(m.Bucket)
 		case ir.Recent:
-			var now uint64
-			if err := l.coll.Maps[codegen.RecentClockMap].Lookup(uint32(m.Slot), &now); err != nil {
-				t.Fatal(err)
+			// The time the table keeps: the tick the packet's recent
+			// matches read, or the table's later one.
+			now, ok := recentNow[m.Table]
+			if !ok {
+				rm := l.coll.Maps[codegen.RecentMap(m.Table)]
+				value := make([]byte, rm.ValueSize())
+				if err := rm.Lookup(uint32(0), &value); err != nil {
+					t.Fatal(err)
+				}
+				now = codegen.RecentNow(value)
+				recentNow[m.Table] = now
 			}
 			return now, now != 0
 		}
