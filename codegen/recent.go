@@ -34,7 +34,7 @@ const (
 	recentFound    = 20 // u32: scratch, a slot the search found
 	recentMinSeq   = 24 // u64: scratch, the smallest sequence number seen
 	recentMinSlot  = 32 // u32: scratch, its slot
-	recentHits     = 36 // u32: scratch, the hits counted
+	_              = 36 // u32: unused
 	recentNow      = 40 // u64: the latest time a match used (jiffies); see RecentNow
 	recentSlotsOff = 48
 )
@@ -243,21 +243,20 @@ func (c *compiler) recent(m ir.Recent, next string) {
 	b.emit(mov(asm.R9, inv))
 
 	// loop emits a loop over the slots in use, which are the first
-	// recentEntries: r1 the slot number, r2 the slot; body jumps to cont
-	// for the next slot, and may use r0, r3 and r4. The loop's exits must
-	// leave r1 and r2 dead, so that the verifier checks what follows once.
+	// recentEntries: r1 the slot number, r2 the slot, r3 the number of
+	// slots in use; body jumps to cont for the next slot, and may use r0
+	// and r4. The loop's exits must leave r1, r2 and r3 dead, so that
+	// the verifier checks what follows once.
 	loop := func(body func(cont string)) {
 		top, cont, done := l("loop"), l("next"), l("done")
 		b.emit(
 			mov(asm.R1, 0),
 			movr(asm.R2, asm.R8),
 			asm.Add.Imm(asm.R2, recentSlotsOff),
+			ld(asm.R3, asm.R8, recentEntries, asm.Word),
 		)
 		b.mark(top)
-		b.emit(
-			ld(asm.R3, asm.R8, recentEntries, asm.Word),
-			asm.JGE.Reg(asm.R1, asm.R3, done),
-		)
+		b.emit(asm.JGE.Reg(asm.R1, asm.R3, done))
 		body(cont)
 		b.mark(cont)
 		b.emit(
@@ -280,7 +279,7 @@ func (c *compiler) recent(m ir.Recent, next string) {
 	}
 	slot := func(none string) { slotInto(asm.R5, none) }
 	// head finds the least recently updated slot (the head of lru_list)
-	// into recentMinSlot, recentNone for an empty table. It keeps r4, r5.
+	// into recentMinSlot, recentNone for an empty table. It keeps r5.
 	head := func() {
 		b.emit(
 			stImm(asm.R8, recentMinSeq, -1, asm.DWord),
@@ -288,19 +287,21 @@ func (c *compiler) recent(m ir.Recent, next string) {
 		)
 		loop(func(cont string) {
 			b.emit(
-				ld(asm.R3, asm.R2, slotSeq, asm.DWord),
+				ld(asm.R4, asm.R2, slotSeq, asm.DWord),
 				ld(asm.R0, asm.R8, recentMinSeq, asm.DWord),
-				asm.JGE.Reg(asm.R3, asm.R0, cont),
-				st(asm.R8, recentMinSeq, asm.R3, asm.DWord),
+				asm.JGE.Reg(asm.R4, asm.R0, cont),
+				st(asm.R8, recentMinSeq, asm.R4, asm.DWord),
 				st(asm.R8, recentMinSlot, asm.R1, asm.Word),
 			)
 		})
 	}
 	// remove frees slot r5 (recent_entry_remove): the last slot in use
 	// moves into it, so that the slots in use stay the first ones; where
-	// it was is left in chainRecentMoved. It keeps r4 and r5.
+	// it was is left in chainRecentMoved. Only the stamps in use move
+	// (the ring's first nstamps: no match reads the others). It keeps r4
+	// and r5.
 	remove := func() {
-		cleared, gone, copyTop := l("cleared"), l("gone"), l("copy")
+		cleared, gone, copyTop, copied := l("cleared"), l("gone"), l("copy"), l("copied")
 		b.emit(
 			st(asm.R10, chainRecentMoved, asm.R5, asm.DWord),
 			ld(asm.R1, asm.R8, recentEntries, asm.Word),
@@ -311,19 +312,33 @@ func (c *compiler) recent(m ir.Recent, next string) {
 		b.emit(
 			st(asm.R10, chainRecentMoved, asm.R2, asm.DWord),
 			asm.JEq.Reg(asm.R2, asm.R5, cleared),
+		)
+		for off := int16(0); off < slotStamps; off += 8 {
+			b.emit(
+				ld(asm.R0, asm.R2, off, asm.DWord),
+				st(asm.R5, off, asm.R0, asm.DWord),
+			)
+		}
+		// The moved slot's nstamps, now r5's, bounds the copy.
+		b.emit(
 			movr(asm.R1, asm.R5),
+			asm.Add.Imm(asm.R1, slotStamps),
+			asm.Add.Imm(asm.R2, slotStamps),
 			mov(asm.R3, 0),
 		)
 		b.mark(copyTop)
 		b.emit(
+			ld(asm.R0, asm.R5, slotNstamps, asm.Half),
+			asm.JGE.Reg(asm.R3, asm.R0, copied),
 			ld(asm.R0, asm.R2, 0, asm.DWord),
 			st(asm.R1, 0, asm.R0, asm.DWord),
 			asm.Add.Imm(asm.R1, 8),
 			asm.Add.Imm(asm.R2, 8),
 			asm.Add.Imm(asm.R3, 1),
-			asm.JLT.Imm(asm.R3, slotSize/8, copyTop),
-			ld(asm.R2, asm.R10, chainRecentMoved, asm.DWord),
+			asm.JLT.Imm(asm.R3, int32(m.Stamps), copyTop),
 		)
+		b.mark(copied)
+		b.emit(ld(asm.R2, asm.R10, chainRecentMoved, asm.DWord))
 		b.mark(cleared)
 		b.emit(stImm(asm.R2, slotSeq, 0, asm.DWord))
 		b.mark(gone)
@@ -335,19 +350,19 @@ func (c *compiler) recent(m ir.Recent, next string) {
 	loop(func(cont string) {
 		for w := range words {
 			b.emit(
-				ld(asm.R3, asm.R2, slotAddr+int16(4*w), asm.Word),
+				ld(asm.R0, asm.R2, slotAddr+int16(4*w), asm.Word),
 				ld(asm.R4, asm.R10, chainRecentKey+int16(4*w), asm.Word),
-				asm.JNE.Reg(asm.R3, asm.R4, cont),
+				asm.JNE.Reg(asm.R0, asm.R4, cont),
 			)
 		}
 		if m.TTL {
 			hit := l("ttl_ok")
 			b.emit(
-				ld(asm.R3, asm.R10, chainRecentTTL, asm.DWord),
-				asm.JEq.Imm(asm.R3, 0, hit),
+				ld(asm.R0, asm.R10, chainRecentTTL, asm.DWord),
+				asm.JEq.Imm(asm.R0, 0, hit),
 				ld(asm.R4, asm.R2, slotTTL, asm.Byte),
 				asm.JEq.Imm(asm.R4, 0, hit),
-				asm.JNE.Reg(asm.R3, asm.R4, cont),
+				asm.JNE.Reg(asm.R0, asm.R4, cont),
 			)
 			b.mark(hit)
 		}
@@ -413,45 +428,53 @@ func (c *compiler) recent(m ir.Recent, next string) {
 	case rules.RecentCheck, rules.RecentUpdate:
 		// The window starts at now - seconds*HZ, the product in u32.
 		window := uint64(m.Seconds * uint32(ir.DefaultHZ))
-		b.note("count the stamps within %d s (%d jiffies), up to %d", m.Seconds, window, m.HitCount)
+		b.note("count the stamps within %d s (%d jiffies): %d or more flip the outcome", m.Seconds, window, max(m.HitCount, 1))
+		// The kernel stops counting at --hitcount (any stamp without
+		// it); counting every stamp in the window and comparing the
+		// count with max(hitcount, 1) flips the same outcomes. The count
+		// and the flip are branch-free: the verifier walks the ring once,
+		// and what follows once.
+		counted := l("counted")
 		b.emit(
 			movr(asm.R4, asm.R7),
 			asm.LoadImm(asm.R3, int64(window), asm.DWord),
 			asm.Sub.Reg(asm.R4, asm.R3),
-			stImm(asm.R8, recentHits, 0, asm.Word),
-			mov(asm.R1, 0),
-			movr(asm.R2, asm.R5),
 		)
-		top, cont, counted := l("stamp"), l("stamp_next"), l("counted")
-		b.mark(top)
-		b.emit(
-			ld(asm.R0, asm.R5, slotNstamps, asm.Half),
-			asm.JGE.Reg(asm.R1, asm.R0, counted),
-		)
-		if m.Seconds != 0 {
-			// time_after(time, stamp): (long)(stamp - time) < 0
+		if m.Seconds == 0 {
+			b.emit(ld(asm.R3, asm.R5, slotNstamps, asm.Half))
+		} else {
+			top := l("stamp")
 			b.emit(
+				mov(asm.R3, 0),
+				mov(asm.R1, 0),
+				movr(asm.R2, asm.R5),
+			)
+			b.mark(top)
+			b.emit(
+				ld(asm.R0, asm.R5, slotNstamps, asm.Half),
+				asm.JGE.Reg(asm.R1, asm.R0, counted),
+				// time_after(time, stamp): (long)(stamp - time) < 0, the
+				// sign bit; a stamp counts when it is clear.
 				ld(asm.R0, asm.R2, slotStamps, asm.DWord),
 				asm.Sub.Reg(asm.R0, asm.R4),
-				asm.JSLT.Imm(asm.R0, 0, cont),
+				asm.RSh.Imm(asm.R0, 63),
+				asm.Add.Imm(asm.R3, 1),
+				asm.Sub.Reg(asm.R3, asm.R0),
+				asm.Add.Imm(asm.R1, 1),
+				asm.Add.Imm(asm.R2, 8),
+				asm.JLT.Imm(asm.R1, int32(m.Stamps), top),
 			)
 		}
-		if m.HitCount != 0 {
-			b.emit(
-				ld(asm.R0, asm.R8, recentHits, asm.Word),
-				asm.Add.Imm(asm.R0, 1),
-				st(asm.R8, recentHits, asm.R0, asm.Word),
-				asm.JLT.Imm(asm.R0, int32(m.HitCount), cont),
-			)
-		}
-		b.emit(asm.Xor.Imm(asm.R9, 1), ja(counted))
-		b.mark(cont)
-		b.emit(
-			asm.Add.Imm(asm.R1, 1),
-			asm.Add.Imm(asm.R2, 8),
-			asm.JLT.Imm(asm.R1, int32(m.Stamps), top),
-		)
 		b.mark(counted)
+		// r9 ^= (hits >= max(hitcount, 1)): the sign of hits - that,
+		// both at most 65535.
+		b.emit(
+			movr(asm.R0, asm.R3),
+			asm.Sub.Imm(asm.R0, int32(max(m.HitCount, 1))),
+			asm.RSh.Imm(asm.R0, 63),
+			asm.Xor.Imm(asm.R0, 1),
+			asm.Xor.Reg(asm.R9, asm.R0),
+		)
 		if m.Reap {
 			b.note("recent_entry_reap: the least recently updated entry goes when its last stamp is out of the window")
 			reaped, reap := l("reaped"), l("reap")
@@ -459,7 +482,12 @@ func (c *compiler) recent(m ir.Recent, next string) {
 			// key's place: the key is no longer needed).
 			b.emit(st(asm.R10, chainRecentKey, asm.R5, asm.DWord))
 			head()
-			b.emit(ld(asm.R1, asm.R8, recentMinSlot, asm.Word))
+			b.emit(
+				movr(asm.R4, asm.R7), // the window's start again: head used r4
+				asm.LoadImm(asm.R3, int64(window), asm.DWord),
+				asm.Sub.Reg(asm.R4, asm.R3),
+				ld(asm.R1, asm.R8, recentMinSlot, asm.Word),
+			)
 			slot(reaped)
 			if m.Command == rules.RecentUpdate {
 				b.emit(
@@ -532,6 +560,45 @@ func (c *compiler) recent(m ir.Recent, next string) {
 		asm.FnSpinUnlock.Call(),
 		asm.JEq.Imm(asm.R9, 0, next),
 	)
+}
+
+// RecentVerifierSteps estimates how many instructions the verifier
+// processes for recent match m: its loops are bounded, and the verifier
+// walks every step of the ring's (counting the stamps in the window, and
+// moving a slot's stamps on a removal) and of the slots' (the search, the
+// lru head). The numbers are what the verifier reported on 6.18.
+func RecentVerifierSteps(m ir.Recent) int {
+	steps := 2000 + 10*ir.RecentListTot
+	if (m.Command == rules.RecentCheck || m.Command == rules.RecentUpdate) && m.Seconds != 0 {
+		steps += 11 * m.Stamps
+	}
+	switch {
+	case m.Command == rules.RecentSet, m.Command == rules.RecentRemove:
+		steps += 10 * m.Stamps
+	case m.Reap && m.Command == rules.RecentUpdate:
+		steps += 20 * m.Stamps
+	case m.Reap:
+		steps += 10 * m.Stamps
+	}
+	return steps
+}
+
+// HeaviestRecent returns the recent match of p whose code costs the
+// verifier most, with RecentVerifierSteps, and the sum over all of p's
+// recent matches; ok is false when p has none.
+func HeaviestRecent(p *Program) (m ir.Recent, steps, total int, ok bool) {
+	for _, r := range p.IR.Rules {
+		for _, x := range r.Matches {
+			if rm, is := x.(ir.Recent); is {
+				s := RecentVerifierSteps(rm)
+				total += s
+				if !ok || s > steps {
+					m, steps, ok = rm, s, true
+				}
+			}
+		}
+	}
+	return m, steps, total, ok
 }
 
 // RecentTable describes a recent table of a program: its --name, the

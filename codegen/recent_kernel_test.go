@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket/layers"
@@ -67,6 +68,51 @@ func BenchmarkRecent(b *testing.B) {
 			}
 			b.ReportMetric(float64(d.Nanoseconds()), "ns/pkt")
 			b.ReportMetric(float64(verified), "verified-insns")
+		})
+	}
+}
+
+// BenchmarkRecentFlood measures a flood of new sources against a full
+// table: every packet's --set misses, evicts the least recently updated
+// entry (the search for the lru head, and the last slot moved into its
+// place) and lists the new address. The table's ring is the default 32
+// stamps, or 1024 (a --hitcount 1000 rule names the table too). ns/pkt is
+// the kernel's time for each packet (BPF_PROG_TEST_RUN, one run each).
+func BenchmarkRecentFlood(b *testing.B) {
+	testenv.RequireRoot(b)
+	head := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -p udp -m recent --set --name F -j DROP\n"
+	for _, tc := range []struct{ name, rule string }{
+		{"ring32", ""},
+		{"ring1024", "-A INPUT -p tcp -m recent --rcheck --seconds 60 --hitcount 1000 --name F -j DROP\n"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			p := compileText(b, head+tc.rule+"COMMIT\n", rules.IPv4, codegen.HookXDP)
+			coll, err := ebpf.NewCollection(p.Spec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer coll.Close()
+			prog := coll.Programs[codegen.ProgramName]
+			src := func(i int) string { return fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255) }
+			for i := range 100 {
+				if _, err := prog.Run(&ebpf.RunOptions{Data: frame4(b, layers.IPProtocolUDP, src(i), "192.0.2.2", 40000, 53)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			frames := make([][]byte, b.N)
+			for i := range frames {
+				frames[i] = frame4(b, layers.IPProtocolUDP, src(100+i), "192.0.2.2", 40000, 53)
+			}
+			b.ResetTimer()
+			var total time.Duration
+			for _, f := range frames {
+				_, d, err := prog.Benchmark(f, 1, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				total += d
+			}
+			b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/pkt")
 		})
 	}
 }

@@ -44,6 +44,7 @@ const RecentMaxStamps = 1024
 // Invert inverts the outcome. The TTL is the packet's as it arrived: in
 // FORWARD the kernel adds one to the TTL ip_forward decremented.
 type Recent struct {
+	Pos     rules.Pos
 	Table   int    // the program's table index, one per --name
 	Name    string // the --name
 	Slot    int    // the match's number among the program's recent matches
@@ -365,7 +366,7 @@ func (l *lowerer) recent(ms []Match, r *rules.Rule, m *rules.Recent) []Match {
 		return ms
 	}
 	rm := Recent{
-		Table: t.index, Name: m.Table, Slot: l.recentSlots, Command: m.Command, Invert: m.Invert,
+		Pos: m.Pos, Table: t.index, Name: m.Table, Slot: l.recentSlots, Command: m.Command, Invert: m.Invert,
 		Seconds: m.Seconds, Reap: m.Reap, HitCount: m.HitCount, TTL: m.TTL, Dest: m.Dest, Mask: m.Mask,
 	}
 	l.recentSlots++

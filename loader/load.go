@@ -46,6 +46,10 @@ type Loaded struct {
 	nfProg *ebpf.Program
 }
 
+// verifierLimit is how many instructions the verifier processes before
+// it gives up on a program (BPF_COMPLEXITY_LIMIT_INSNS).
+const verifierLimit = 1_000_000
+
 // ErrTooLarge is returned, wrapped, when the verifier gives up on a program
 // because it is too large or too complex.
 var ErrTooLarge = errors.New("program too large for the verifier")
@@ -109,6 +113,12 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 	if err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) && tooLarge(verr) {
+			if m, steps, total, ok := codegen.HeaviestRecent(p); ok && total > verifierLimit/4 {
+				// The recent matches' loops are what the verifier
+				// spent its steps on: name the costliest.
+				return nil, fmt.Errorf("%s: recent match (a ring of %d stamps): load %s program: %w (%d rules): the program's recent matches cost the verifier about %d of its %d steps, this one about %d; use a lower --hitcount, or fewer recent rules with long rings: %w",
+					m.Pos, m.Stamps, p.Hook, ErrTooLarge, len(p.IR.Rules), total, verifierLimit, steps, err)
+			}
 			return nil, fmt.Errorf("load %s program: %w (%d rules): %w", p.Hook, ErrTooLarge, len(p.IR.Rules), err)
 		}
 		return nil, fmt.Errorf("load %s program: %w", p.Hook, err)

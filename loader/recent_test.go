@@ -1,10 +1,15 @@
 package loader
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"bpfwall/codegen"
+	"bpfwall/internal/testenv"
 )
 
 // TestRecentParameters: the loader accepts xt_recent's defaults and an
@@ -39,5 +44,32 @@ func TestRecentParameters(t *testing.T) {
 		if err := checkRecentParameters(recentParametersDir); err != nil {
 			t.Errorf("this kernel: %v", err)
 		}
+	}
+}
+
+// TestRecentTooLargeNamesRule: a program whose recent matches' loops
+// exhaust the verifier's steps is refused at the costliest recent match's
+// position, not with the verifier's log alone.
+func TestRecentTooLargeNamesRule(t *testing.T) {
+	testenv.RequireRoot(t)
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	b.WriteString("-A INPUT -p udp -m recent --rcheck --name small\n")
+	for i := range 40 {
+		fmt.Fprintf(&b, "-A INPUT -p udp -m udp --dport %d -m recent --update --seconds 60 --hitcount 1000 --reap --name T%d -j DROP\n", 1000+i, i)
+	}
+	b.WriteString("COMMIT\n")
+	_, p := compileText(t, codegen.HookXDP, b.String())
+	l, err := Load(p, Options{})
+	if err == nil {
+		l.Close()
+		t.Fatal("40 recent matches with 1024-stamp rings and --reap loaded")
+	}
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("error %v, want ErrTooLarge", err)
+	}
+	// The first of the heavy rules (line 6), at its recent match.
+	if want := "test.rules:6:38: recent match (a ring of 1024 stamps)"; !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error %.300s, want it to start with %q", err, want)
 	}
 }
