@@ -70,6 +70,9 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 		if err := checkRecentParameters(recentParametersDir); err != nil {
 			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
 		}
+		if err := checkRecentConfig(modprobeDirs, "/proc/cmdline"); err != nil {
+			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
+		}
 	}
 	if codegen.SizedByMemory(p) {
 		// A hashlimit table without --hashlimit-htable-size holds as

@@ -46,6 +46,93 @@ func checkRecentParameters(dir string) error {
 	return nil
 }
 
+// modprobeDirs are where modprobe reads its configuration, a file of one
+// name in an earlier directory hiding those of that name in later ones
+// (modprobe.d(5)).
+var modprobeDirs = []string{"/etc/modprobe.d", "/run/modprobe.d", "/usr/local/lib/modprobe.d", "/lib/modprobe.d", "/usr/lib/modprobe.d"}
+
+// checkRecentConfig refuses what would give xt_recent other parameters
+// than bpfwall's the next time the module loads (it is loaded on demand,
+// by the first rule naming -m recent, and checkRecentParameters cannot
+// see a module not yet loaded): an "options xt_recent" line of modprobe's
+// configuration in dirs, or xt_recent.PARAM=VALUE on the kernel's command
+// line (the file cmdline), with ip_list_tot or ip_pkt_list_tot other than
+// the defaults.
+func checkRecentConfig(dirs []string, cmdline string) error {
+	check := func(where, param, value string) error {
+		want := -1
+		switch strings.ReplaceAll(param, "-", "_") {
+		case "ip_list_tot":
+			want = ir.RecentListTot
+		case "ip_pkt_list_tot":
+			want = ir.RecentPktListTot
+		}
+		if want < 0 {
+			return nil
+		}
+		if v, err := strconv.Atoi(value); err != nil || v != want {
+			return fmt.Errorf("%s sets xt_recent's %s to %s, bpfwall's recent tables are built for %d", where, param, value, want)
+		}
+		return nil
+	}
+	isRecent := func(module string) bool { return strings.ReplaceAll(module, "-", "_") == "xt_recent" }
+
+	seen := make(map[string]bool)
+	for _, dir := range dirs {
+		files, err := filepath.Glob(filepath.Join(dir, "*.conf"))
+		if err != nil {
+			return err
+		}
+		for _, path := range files {
+			if seen[filepath.Base(path)] {
+				continue
+			}
+			seen[filepath.Base(path)] = true
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return fmt.Errorf("read modprobe configuration: %w", err)
+			}
+			// A line ending in a backslash goes on on the next.
+			lines := strings.Split(string(b), "\n")
+			for i := 0; i < len(lines); i++ {
+				start, line := i+1, lines[i]
+				for strings.HasSuffix(line, "\\") && i+1 < len(lines) {
+					i++
+					line = strings.TrimSuffix(line, "\\") + " " + lines[i]
+				}
+				f := strings.Fields(line)
+				if len(f) < 3 || f[0] != "options" || !isRecent(f[1]) {
+					continue
+				}
+				for _, opt := range f[2:] {
+					param, value, _ := strings.Cut(opt, "=")
+					if err := check(fmt.Sprintf("%s:%d", path, start), param, strings.Trim(value, `"`)); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	b, err := os.ReadFile(cmdline)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("read the kernel's command line: %w", err)
+	}
+	for _, arg := range strings.Fields(string(b)) {
+		if arg == "--" {
+			break // what follows is init's
+		}
+		name, value, _ := strings.Cut(arg, "=")
+		module, param, ok := strings.Cut(name, ".")
+		if !ok || !isRecent(module) {
+			continue
+		}
+		if err := check("the kernel's command line", param, strings.Trim(value, `"`)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // recentPinPrefix + the table's index names a recent table's pin in its
 // filter's directory.
 const recentPinPrefix = "recent_"
