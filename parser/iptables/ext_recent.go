@@ -112,10 +112,14 @@ func (p *recentParser) finish(ctx *ruleCtx) (rules.Match, error) {
 		return nil, rules.Errorf(at("rttl"), "recent: --rttl cannot be used with --%s", m.Command)
 	}
 	// recent_mt_check's refusals.
+	// It tests the values (a --hitcount 0 is none) and the --reap flag.
 	if m.Command == rules.RecentSet || m.Command == rules.RecentRemove {
-		for _, o := range []string{"seconds", "hitcount", "reap"} {
-			if p.seen[o] != nil {
-				return nil, rules.Errorf(at(o), "recent: --%s cannot be used with --%s (the kernel refuses it)", o, m.Command)
+		for _, o := range []struct {
+			name string
+			set  bool
+		}{{"seconds", m.Seconds != 0}, {"hitcount", m.HitCount != 0}, {"reap", m.Reap}} {
+			if o.set {
+				return nil, rules.Errorf(at(o.name), "recent: --%s cannot be used with --%s (the kernel refuses it)", o.name, m.Command)
 			}
 		}
 	}

@@ -37,6 +37,11 @@ func TestRecent(t *testing.T) {
 		{name: "rttl with set", rule: "--set --rttl", wantErr: "rules:2:26: recent: --rttl cannot be used with --set"},
 		{name: "seconds with set", rule: "--set --seconds 5", wantErr: "rules:2:26: recent: --seconds cannot be used with --set (the kernel refuses it)"},
 		{name: "hitcount with remove", rule: "--remove --hitcount 2", wantErr: "recent: --hitcount cannot be used with --remove"},
+		// recent_mt_check refuses a non-zero hit_count: 0 is none.
+		{name: "zero hitcount with set", rule: "--set --hitcount 0",
+			want: rules.Recent{Command: rules.RecentSet, Table: "DEFAULT", Mask: all4}},
+		{name: "zero hitcount with remove", rule: "--remove --hitcount 0 --name r",
+			want: rules.Recent{Command: rules.RecentRemove, Table: "r", Mask: all4}},
 		{name: "hitcount too large", rule: "--rcheck --hitcount 65536", wantErr: "hitcount (65536) is larger than allowed maximum (65535)"},
 		{name: "slash in name", rule: "--set --name a/b", wantErr: "contains a '/'"},
 		{name: "dotdot name", rule: "--set --name ..", wantErr: "invalid --name"},
