@@ -124,10 +124,8 @@ func BenchmarkRecentFlood(b *testing.B) {
 // remove an address ends empty, its count of entries exact.
 func TestRecentAcrossCPUs(t *testing.T) {
 	testenv.RequireRoot(t)
+	testenv.RequireCPUs(t, 2) // on one CPU nothing runs concurrently
 	cpus := runtime.NumCPU()
-	if cpus < 2 {
-		t.Skip("one CPU: nothing runs concurrently")
-	}
 	const perCPU = 20000
 	head := "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
 	cases := []struct {

@@ -5,6 +5,7 @@ package testenv
 import (
 	"os"
 	"os/exec"
+	"runtime"
 	"testing"
 )
 
@@ -25,6 +26,15 @@ func RequireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		skip(t, "needs root")
+	}
+}
+
+// RequireCPUs skips the test (fails it under CI) unless it may run on at
+// least n CPUs at once.
+func RequireCPUs(t testing.TB, n int) {
+	t.Helper()
+	if have := runtime.NumCPU(); have < n {
+		skip(t, "needs %d CPUs, has %d", n, have)
 	}
 }
 
