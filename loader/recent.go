@@ -210,7 +210,12 @@ func checkRecentShared(here Place, p *codegen.Program) error {
 		}
 		a, err := Open(pl)
 		if err != nil {
-			continue // not a complete filter: nothing to share
+			if _, serr := os.Stat(filepath.Join(pl.Dir(), pinProgram)); errors.Is(serr, fs.ErrNotExist) {
+				continue // unloaded meanwhile: nothing to share
+			}
+			// A filter whose pins are damaged may still run, and name
+			// the same tables.
+			return fmt.Errorf("recent tables: the %s filter of the namespace cannot be read, and may name the same tables: %w; unload it first", pl.Hook, err)
 		}
 		other := a.Meta
 		a.Close()

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
 	"bpfwall/codegen"
 	"bpfwall/ir"
 )
@@ -61,6 +63,23 @@ func TestRecentSurvivesSwap(t *testing.T) {
 	other := testPlace(t, ns, codegen.HookTCIngress)
 	if _, err := newSwap(t, other, ruleset(codegen.HookTCIngress, check), "veth1").Run(); err == nil || !strings.Contains(err.Error(), `recent table "S" is also used by the xdp filter`) {
 		t.Errorf("a second filter naming S: %v", err)
+	}
+	// A damaged filter (its Meta's pin gone) may name S too: refused, not
+	// passed over.
+	meta := filepath.Join(place.Dir(), pinMeta)
+	metaMap, err := ebpf.LoadPinnedMap(meta, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer metaMap.Close()
+	if err := metaMap.Unpin(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newSwap(t, other, ruleset(codegen.HookTCIngress, check), "veth1").Run(); err == nil || !strings.Contains(err.Error(), "the xdp filter of the namespace cannot be read") {
+		t.Errorf("a second filter naming S beside a damaged one: %v", err)
+	}
+	if err := metaMap.Pin(meta); err != nil {
+		t.Fatal(err)
 	}
 
 	// A rule that needs 64 stamps: the kernel flushes the table.
