@@ -1,9 +1,11 @@
 package codegen
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -90,11 +92,7 @@ func RecentSlots(value []byte, stamps int) []RecentSlot {
 		}
 		out = append(out, e)
 	}
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j].Seq < out[j-1].Seq; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
+	slices.SortFunc(out, func(a, b RecentSlot) int { return cmp.Compare(a.Seq, b.Seq) })
 	return out
 }
 

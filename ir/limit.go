@@ -107,11 +107,12 @@ type State struct {
 	Jiffies, Nanos uint64
 	// HZ is the kernel's tick rate; DefaultHZ when zero.
 	HZ int
-	// Clock, when set, gives the time a rate-limit match (Limit,
-	// RateLimit, HashLimit) reads, in its unit, when ok; Jiffies or Nanos
-	// otherwise. The kernel reads its clock anew at each match, so two
-	// matches one packet reaches may see different ticks; tests that read
-	// the times back from a program's buckets set it.
+	// Clock, when set, gives the time a rate-limit or recent match
+	// (Limit, RateLimit, HashLimit, Recent) reads, in its unit, when ok;
+	// Jiffies or Nanos otherwise. The kernel reads its clock anew at each
+	// match, so two matches one packet reaches may see different ticks;
+	// tests that read the times back from a program's maps (buckets,
+	// hashlimit entries, recent tables) set it.
 	Clock func(m Match) (now uint64, ok bool)
 
 	buckets map[int]*bucket

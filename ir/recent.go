@@ -1,6 +1,7 @@
 package ir
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
 	"net/netip"
@@ -257,7 +258,7 @@ func (s *State) RecentEntries(i int) []RecentEntry {
 	for _, e := range t.entries {
 		out = append(out, RecentEntry{Addr: e.addr, TTL: e.ttl, Index: e.index, NStamps: e.nstamps, Stamps: slices.Clone(e.stamps), Seq: e.seq})
 	}
-	slices.SortFunc(out, func(a, b RecentEntry) int { return int(a.Seq - b.Seq) })
+	slices.SortFunc(out, func(a, b RecentEntry) int { return cmp.Compare(a.Seq, b.Seq) })
 	return out
 }
 
