@@ -265,6 +265,15 @@ func (c *compiler) main() {
 // r8 is 0.
 func (c *compiler) mainChains() {
 	b := c.b
+	if c.p.Forward && c.hook != HookSkLookup {
+		b.note("ip_forward drops a packet with TTL (hop limit) 1 or less before FORWARD: it passes, to be dropped there")
+		b.emit(
+			ld(asm.R1, asm.R10, c.mainPkt()+pktTTL, asm.Byte),
+			mov(asm.R7, TTLExpired),
+			mov(asm.R9, c.hook.pass()),
+			asm.JLE.Imm(asm.R1, 1, symMainEnd),
+		)
+	}
 	if c.p.Reassembled {
 		c.fragmentGate()
 	} else if c.defers() {

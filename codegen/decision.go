@@ -13,6 +13,8 @@ func DecisionFor(r ir.Result) Decision {
 		return Decision{Kind: TinyFragment}
 	case r.Skipped == ir.SkipDeferred:
 		return Decision{Kind: Deferred}
+	case r.Skipped == ir.SkipTTLExpired:
+		return Decision{Kind: TTLExpired}
 	case r.Skipped != "" && r.Verdict == ir.VerdictDrop:
 		return Decision{Kind: SkippedInvalid}
 	case r.Skipped != "":

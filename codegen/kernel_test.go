@@ -372,7 +372,7 @@ func (l *loaded) counters(t *testing.T) []codegen.Counter {
 func meta(p *codegen.Program, dev device, data []byte, mark uint32) ir.Meta {
 	m := ir.Meta{InIface: dev.name, Mark: mark}
 	if p.Hook == codegen.HookTCEgress {
-		m = ir.Meta{OutIface: dev.name, Mark: mark}
+		m = ir.Meta{OutIface: dev.name, Mark: mark, Forwarded: p.IR.Forward}
 	}
 	if p.Hook != codegen.HookXDP {
 		m.PktType = dev.pktType(data[:6])

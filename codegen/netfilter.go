@@ -61,6 +61,10 @@ const (
 // the netfilter stage (ir.SkipDeferred).
 const Deferred = 10
 
+// TTLExpired: passed, in FORWARD, a packet with TTL (hop limit) 1 or less,
+// which ip_forward drops before the FORWARD hook (ir.SkipTTLExpired).
+const TTLExpired = 11
+
 // NetfilterPriority is the stage's priority at PRE_ROUTING: just after
 // conntrack (NF_IP_PRI_CONNTRACK, -200), which runs after defragmentation
 // (NF_IP_PRI_CONNTRACK_DEFRAG, -400), and before the raw (-300 is

@@ -356,6 +356,9 @@ func (c *compiler) parseIPv4() {
 		ntoh(asm.R1, asm.Word),
 		st(asm.R7, pktDst, asm.R1, asm.Word),
 		ld(asm.R1, asm.R10, parseBuf+8, asm.Byte),
+	)
+	c.forwardedTTL()
+	b.emit(
 		st(asm.R7, pktTTL, asm.R1, asm.Byte),
 		ld(asm.R1, asm.R10, parseBuf+9, asm.Byte),
 		st(asm.R7, pktProto, asm.R1, asm.Byte),
@@ -495,8 +498,9 @@ func (c *compiler) parseIPv6() {
 		asm.Add.Imm(asm.R1, 40),
 		st(asm.R7, pktLength, asm.R1, asm.Word),
 		ld(asm.R1, asm.R10, parseBuf+7, asm.Byte),
-		st(asm.R7, pktTTL, asm.R1, asm.Byte),
 	)
+	c.forwardedTTL()
+	b.emit(st(asm.R7, pktTTL, asm.R1, asm.Byte))
 	if c.skbHook() {
 		// pkttype_mt: every looped-back IPv6 packet is multicast.
 		b.emit(
@@ -1140,4 +1144,21 @@ func (c *compiler) setFlag(flag int32) {
 
 // fragFlag reports whether parse sets flagFragment: conntrack and the
 // reassembled view (ir.Program.Reassembled) need it.
+// forwardedTTL turns the TTL (hop limit) in r1 into the one the packet
+// arrived with, where it left already forwarded: a FORWARD program at
+// tc-egress sees it after ip_forward's decrement, and lowering wrote its
+// TTL matches for the TTL as the packet arrives (ir.Program.Forward).
+func (c *compiler) forwardedTTL() {
+	if c.hook != HookTCEgress || !c.p.Forward {
+		return
+	}
+	done := c.b.fresh("ttl_as_arrived")
+	c.b.note("FORWARD saw one more than the TTL that leaves")
+	c.b.emit(
+		asm.JEq.Imm(asm.R1, 255, done),
+		asm.Add.Imm(asm.R1, 1),
+	)
+	c.b.mark(done)
+}
+
 func (c *compiler) fragFlag() bool { return c.ct || c.p.Reassembled }

@@ -113,7 +113,7 @@ func decodeIPv4(p *Packet, b []byte) string {
 	p.Src = netip.AddrFrom4([4]byte(b[12:16]))
 	p.Dst = netip.AddrFrom4([4]byte(b[16:20]))
 	p.Length = total
-	p.TTL = b[8]
+	p.TTL = arrivedTTL(b[8], p.Forwarded)
 	p.Proto = b[9]
 	frag := binary.BigEndian.Uint16(b[6:])
 	p.FragOffset = (frag & 0x1fff) * 8
@@ -184,7 +184,7 @@ func decodeIPv6(p *Packet, b []byte) string {
 		}
 	}
 	p.Length = payload + ipv6HeaderLen
-	p.TTL = b[7]
+	p.TTL = arrivedTTL(b[7], p.Forwarded)
 
 	p.AuthHeader = reachesAuth(b)
 	p.FragmentHeader = reachesFragment(b)
@@ -447,4 +447,13 @@ func decodeL4(p *Packet, l4 []byte) {
 			p.ICMPCode = l4[1]
 		}
 	}
+}
+
+// arrivedTTL is the TTL (hop limit) a packet arrived with: ttl, or one
+// more for a frame seen after forwarding (Meta.Forwarded).
+func arrivedTTL(ttl uint8, forwarded bool) uint8 {
+	if forwarded && ttl < 255 {
+		return ttl + 1
+	}
+	return ttl
 }

@@ -85,6 +85,8 @@ func (p *Program) TraceState(st *State, pkt *Packet, counted func(*Rule)) (res R
 		return Result{Verdict: VerdictAccept, Skipped: fmt.Sprintf("%s packet, %s rule set", pkt.Family, p.Family)}
 	case pkt.Invalid != "":
 		return Result{Verdict: VerdictDrop, Skipped: pkt.Invalid}
+	case p.Forward && pkt.TTL <= 1:
+		return Result{Verdict: VerdictAccept, Skipped: SkipTTLExpired}
 	case p.Reassembled && pkt.FragOffset != 0:
 		// The first fragment stands for the reassembled datagram
 		// (fragment.go).

@@ -34,6 +34,10 @@ const (
 	// conntrack state the hook cannot know, in a program that tests it,
 	// passes to the program's netfilter stage.
 	SkipDeferred = "conntrack state unknown before conntrack: the netfilter stage decides"
+	// SkipTTLExpired: in FORWARD (Program.Forward), a packet whose TTL
+	// or hop limit is 1 or less passes: ip_forward drops it, and sends the
+	// time exceeded error, before the FORWARD hook runs.
+	SkipTTLExpired = "ttl expires in forwarding, before FORWARD"
 )
 
 // TestsConntrack reports whether a rule of p tests the conntrack state.

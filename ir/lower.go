@@ -58,6 +58,7 @@ func Lower(rs *rules.Ruleset, opts LowerOptions) (*Program, error) {
 	l.collectChains(entry)
 	l.checkLoops()
 	l.prog.Reassembled = t.Name == "filter" && reassembles(rs.Family, entry.Name, l.usesConntrack(rs))
+	l.prog.Forward = entry.Name == "FORWARD"
 	for i, c := range l.chains {
 		l.lowerChain(i, c)
 	}

@@ -19,6 +19,11 @@ type Meta struct {
 	// match drops the packet (see Packet.ConntrackWithoutEntry).
 	CTState ConnState
 	PktType PacketType
+	// Forwarded is set for a frame seen leaving after ip_forward
+	// decremented its TTL (hop limit), as a FORWARD program at tc-egress
+	// sees it: Decode adds the one back, so that TTL is as the packet
+	// arrived, which is what FORWARD's TTL matches test (Program.Forward).
+	Forwarded bool
 }
 
 // Packet is a packet as ip_tables or ip6_tables see it: the fields their

@@ -47,7 +47,7 @@ func Optimize(p *Program, opts OptimizeOptions) (*Program, error) {
 
 // Clone returns a deep copy of p whose rules have the same IDs.
 func (p *Program) Clone() *Program {
-	q := &Program{Family: p.Family, Table: p.Table, Reassembled: p.Reassembled, Rules: make([]*Rule, len(p.Rules))}
+	q := &Program{Family: p.Family, Table: p.Table, Reassembled: p.Reassembled, Forward: p.Forward, Rules: make([]*Rule, len(p.Rules))}
 	for i, r := range p.Rules {
 		c := *r
 		c.Matches = slices.Clone(r.Matches)

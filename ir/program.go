@@ -27,6 +27,12 @@ type Program struct {
 	// first fragment then stands for the datagram and later fragments
 	// pass (Eval, fragment.go).
 	Reassembled bool
+	// Forward is set when the entry chain is a FORWARD chain. ip_forward
+	// and ip6_forward drop a packet whose TTL (hop limit) is 1 or less
+	// before the FORWARD hook, and decrement the others' before it: such a
+	// packet passes unfiltered (SkipTTLExpired), and TTL matches are
+	// rewritten to test the TTL as the packet arrives (Decode's).
+	Forward bool
 }
 
 // Removal is a rule that never matches: every packet that reaches it is

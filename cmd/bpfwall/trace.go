@@ -150,6 +150,8 @@ func describe(p *codegen.Program, out loader.Outcome) traceLine {
 		line.Skipped = "a later fragment: netfilter sees the reassembled datagram, which the first fragment decides"
 	case codegen.TinyFragment:
 		line.Skipped = "a first fragment without the whole transport header: dropped"
+	case codegen.TTLExpired:
+		line.Skipped = "TTL 1 or less: the kernel drops it before FORWARD, with a time exceeded error"
 	}
 	return line
 }

@@ -109,6 +109,8 @@ func decision(c *Case, o loader.Outcome) string {
 		return fmt.Sprintf("%s (later fragment)", o.Verdict)
 	case codegen.TinyFragment:
 		return fmt.Sprintf("%s (tiny first fragment)", o.Verdict)
+	case codegen.TTLExpired:
+		return fmt.Sprintf("%s (ttl expires before FORWARD)", o.Verdict)
 	}
 	return fmt.Sprintf("%s (decision kind %d)", o.Verdict, d.Kind)
 }

@@ -453,6 +453,7 @@ var flowRuleSets = []struct{ name, text string }{
 -A FORWARD -p tcp -m state --state NEW -m tcp --dport 22 -j ACCEPT
 -A FORWARD -i fwin -p udp -m udp --dport 53 -j ACCEPT
 -A FORWARD -i fwin -p tcp -m tcp --dport 8080 -j ACCEPT
+-A FORWARD -p udp -m udp --dport 5353 -m ttl --ttl-eq 63 -j ACCEPT
 `},
 	{"outbound only", `-A FORWARD -m state --state ESTABLISHED -j ACCEPT
 -A FORWARD -m conntrack --ctstate RELATED -p icmp -j ACCEPT

@@ -199,8 +199,28 @@ func forwardProbes(t *testing.T, fam rules.Family) []rejectProbe {
 		}
 		f := retarget(t, p.frame, dst)
 		out = append(out, rejectProbe{name: p.name, frame: f})
+		if strings.HasPrefix(p.name, "udp to 10") || strings.HasPrefix(p.name, "tcp-reset") {
+			// ip_forward answers TTL 1 with time exceeded before
+			// FORWARD: no REJECT, no rule counts it.
+			out = append(out, rejectProbe{name: p.name + " with ttl 1", frame: withTTL1(f)})
+		}
 	}
 	return out
+}
+
+// withTTL1 returns frame with TTL (hop limit) 1 and its IPv4 header
+// checksum made right again.
+func withTTL1(frame []byte) []byte {
+	f := bytes.Clone(frame)
+	ip := ipPacket(f)
+	if ip[0]>>4 == 6 {
+		ip[7] = 1
+		return f
+	}
+	ip[8] = 1
+	binary.BigEndian.PutUint16(ip[10:], 0)
+	binary.BigEndian.PutUint16(ip[10:], ^onesSum(ip[:int(ip[0]&0xf)*4]))
+	return f
 }
 
 // forwardProbe reports whether rejectForward[fam] has a rule for the
