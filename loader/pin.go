@@ -104,6 +104,10 @@ func (p Place) makeDir() error {
 		root = DefaultRoot
 	}
 	if !onBPFFS(filepath.Dir(root)) && root == DefaultRoot {
+		if privateMounts() {
+			return fmt.Errorf("bpffs is not mounted at %s in this mount namespace, which is not the host's (ip netns exec makes one): "+
+				"a filter pinned here would go when the command exits; run bpfwall with nsenter --net=/run/netns/NAME instead, which keeps the host's mounts", bpffsMount)
+		}
 		if err := os.MkdirAll(bpffsMount, 0o755); err != nil {
 			return fmt.Errorf("mount bpffs: %w", err)
 		}
@@ -115,6 +119,19 @@ func (p Place) makeDir() error {
 		return fmt.Errorf("create pin directory: %w", err)
 	}
 	return nil
+}
+
+// privateMounts reports whether this process runs in another mount
+// namespace than the process that started it, as under ip netns exec: a
+// bpffs it mounts there, and the pins on it, go when the last process of
+// that namespace exits. (The parent, not init, whose namespace links a
+// hardened /proc may hide.)
+func privateMounts() bool {
+	var self, parent unix.Stat_t
+	if unix.Stat("/proc/self/ns/mnt", &self) != nil || unix.Stat(fmt.Sprintf("/proc/%d/ns/mnt", os.Getppid()), &parent) != nil {
+		return false
+	}
+	return self.Ino != parent.Ino || self.Dev != parent.Dev
 }
 
 func onBPFFS(dir string) bool {

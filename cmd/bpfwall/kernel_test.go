@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -348,4 +349,38 @@ func TestLockContention(t *testing.T) {
 		t.Errorf("after waiting for the lock: %+v", st)
 	}
 	c.ok("", "unload")
+}
+
+// TestPrivateMountNamespace: under ip netns exec, which gives the command
+// a mount namespace of its own without /sys/fs/bpf, a filter pinned on a
+// bpffs the command mounted would go when it exits; load refuses and
+// says what to run instead.
+func TestPrivateMountNamespace(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "ip")
+	bin := buildBpfwall(t)
+	name := fmt.Sprintf("bwmnt%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	rules := filepath.Join(t.TempDir(), "r.rules")
+	if err := os.WriteFile(rules, []byte("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -p tcp --dport 22 -j DROP\nCOMMIT\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("ip", "netns", "exec", name, "sh", "-c", `ip link set lo up && exec "$0" load --hook tc-ingress -i lo "$1"`, bin, rules).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "nsenter --net=/run/netns/NAME") {
+		t.Errorf("load under ip netns exec: %v\n%s\nwant a refusal that names nsenter", err, out)
+	}
+	// nsenter keeps the host's mounts: the filter stays after the command.
+	if out, err := exec.Command("nsenter", "--net=/run/netns/"+name, bin, "load", "--hook", "tc-ingress", "-i", "lo", rules).CombinedOutput(); err != nil {
+		t.Fatalf("load under nsenter: %v\n%s", err, out)
+	}
+	out, err = exec.Command("nsenter", "--net=/run/netns/"+name, bin, "status").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "tc-ingress") {
+		t.Errorf("status after load under nsenter: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("nsenter", "--net=/run/netns/"+name, bin, "unload").CombinedOutput(); err != nil {
+		t.Errorf("unload: %v\n%s", err, out)
+	}
 }
