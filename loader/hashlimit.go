@@ -199,28 +199,19 @@ func checkHashLimitShared(here Place, p *codegen.Program) error {
 	if len(tables) == 0 {
 		return nil
 	}
-	places, err := Places(here.Root, here.NetNS)
+	others, err := otherFilters(here, "hashlimit tables")
 	if err != nil {
 		return err
 	}
 	fam := p.IR.Family.String()
-	for _, pl := range places {
-		if pl.Hook == here.Hook {
-			continue
-		}
-		a, err := Open(pl)
-		if err != nil {
-			continue // not a complete filter: nothing to share
-		}
-		other := a.Meta
-		a.Close()
-		if other.Family != fam {
+	for _, o := range others {
+		if o.meta.Family != fam {
 			continue
 		}
 		for _, t := range tables {
-			for _, o := range other.HashLimit {
-				if o.Name == t.Name {
-					return fmt.Errorf("%s: hashlimit table %q is also used by the %s filter (%s): netfilter has one table per network namespace, family and name, bpfwall one per filter", t.Pos, t.Name, pl.Hook, other.File)
+			for _, h := range o.meta.HashLimit {
+				if h.Name == t.Name {
+					return fmt.Errorf("%s: hashlimit table %q is also used by the %s filter (%s): netfilter has one table per network namespace, family and name, bpfwall one per filter", t.Pos, t.Name, o.hook, o.meta.File)
 				}
 			}
 		}

@@ -200,10 +200,39 @@ func checkRecentShared(here Place, p *codegen.Program) error {
 	if len(tables) == 0 {
 		return nil
 	}
-	places, err := Places(here.Root, here.NetNS)
+	others, err := otherFilters(here, "recent tables")
 	if err != nil {
 		return err
 	}
+	for _, o := range others {
+		for _, t := range tables {
+			for _, r := range o.meta.Recent {
+				if r.Name == t.Name {
+					return fmt.Errorf("recent table %q is also used by the %s filter (%s, %s): netfilter has one table per network namespace and name, bpfwall one per filter", t.Name, o.hook, o.meta.File, o.meta.Family)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// otherFilter is another filter of a namespace: where it runs, and its
+// Meta.
+type otherFilter struct {
+	hook codegen.Hook
+	meta Meta
+}
+
+// otherFilters returns the other filters of here's namespace, for a check
+// of what (the tables two filters may not share). A filter whose pins
+// cannot be read may still run and name the same tables: an error; one
+// unloaded meanwhile is passed over.
+func otherFilters(here Place, what string) ([]otherFilter, error) {
+	places, err := Places(here.Root, here.NetNS)
+	if err != nil {
+		return nil, err
+	}
+	var out []otherFilter
 	for _, pl := range places {
 		if pl.Hook == here.Hook {
 			continue
@@ -213,21 +242,12 @@ func checkRecentShared(here Place, p *codegen.Program) error {
 			if _, serr := os.Stat(filepath.Join(pl.Dir(), pinProgram)); errors.Is(serr, fs.ErrNotExist) {
 				continue // unloaded meanwhile: nothing to share
 			}
-			// A filter whose pins are damaged may still run, and name
-			// the same tables.
-			return fmt.Errorf("recent tables: the %s filter of the namespace cannot be read, and may name the same tables: %w; unload it first", pl.Hook, err)
+			return nil, fmt.Errorf("%s: the %s filter of the namespace cannot be read, and may name the same tables: %w; unload it first", what, pl.Hook, err)
 		}
-		other := a.Meta
+		out = append(out, otherFilter{pl.Hook, a.Meta})
 		a.Close()
-		for _, t := range tables {
-			for _, o := range other.Recent {
-				if o.Name == t.Name {
-					return fmt.Errorf("recent table %q is also used by the %s filter (%s, %s): netfilter has one table per network namespace and name, bpfwall one per filter", t.Name, pl.Hook, other.File, other.Family)
-				}
-			}
-		}
 	}
-	return nil
+	return out, nil
 }
 
 // RecentTableState is what status says about a filter's recent table.
