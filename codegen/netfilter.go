@@ -39,8 +39,10 @@ const (
 	// program and its netfilter stage; see the Stage* indexes.
 	StageMap = "nf_stage"
 	// NetfilterIfacesMap is a HASH from a u32 ifindex to a u32, filled by
-	// the loader with the interfaces the ingress program is attached to:
-	// the stage evaluates the packets that came in on them.
+	// the loader with the interfaces the ingress program is attached to
+	// and their upper devices (VLAN, macvlan, ...), on which netfilter
+	// sees their packets: the stage evaluates the packets that came in on
+	// them.
 	NetfilterIfacesMap = "nf_ifaces"
 )
 

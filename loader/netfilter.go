@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -155,14 +156,19 @@ func (a *Active) openNetfilterPins(dir string) error {
 
 // NetfilterStage describes a filter's netfilter stage.
 type NetfilterStage struct {
-	Link     link.ID         `json:"link"`
-	Program  ebpf.ProgramID  `json:"program"`
-	Priority int32           `json:"priority"`
-	Hook     string          `json:"hook"`
-	Ifaces   []int           `json:"ifaces"`
-	Counts   NetfilterCounts `json:"counts"`
-	Family   string          `json:"family"`
-	Info     *link.Info      `json:"-"`
+	Link     link.ID        `json:"link"`
+	Program  ebpf.ProgramID `json:"program"`
+	Priority int32          `json:"priority"`
+	Hook     string         `json:"hook"`
+	Ifaces   []int          `json:"ifaces"`
+	// Uppers are the upper devices of the interfaces the stage evaluates
+	// too, as found at the load; NotFollowed are upper devices that
+	// appeared since, which it does not evaluate until the next swap.
+	Uppers      []Iface         `json:"uppers,omitempty"`
+	NotFollowed []Iface         `json:"not_followed,omitempty"`
+	Counts      NetfilterCounts `json:"counts"`
+	Family      string          `json:"family"`
+	Info        *link.Info      `json:"-"`
 }
 
 // NetfilterCounts are what the stage and the filter's program count.
@@ -201,6 +207,15 @@ func (a *Active) Netfilter() (*NetfilterStage, error) {
 		it := m.Iterate()
 		for it.Next(&k, &v) {
 			st.Ifaces = append(st.Ifaces, int(k))
+		}
+	}
+	st.Uppers = a.Meta.Uppers
+	if links, err := listLinks(); err == nil {
+		now, _ := uppersOf(links, a.ifindexes(), false)
+		for _, u := range now {
+			if !slices.ContainsFunc(st.Uppers, func(v Iface) bool { return v.Index == u.Index }) {
+				st.NotFollowed = append(st.NotFollowed, u)
+			}
 		}
 	}
 	if m := a.maps[pinNFStage]; m != nil {

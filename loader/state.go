@@ -50,6 +50,10 @@ type Meta struct {
 	// a swap hands it to the next program whose table of that name has
 	// the same configuration.
 	HashLimit []HashLimitMeta `json:"hashlimit,omitempty"`
+	// Uppers are the upper devices of the interfaces, found at the load
+	// or swap, whose packets the netfilter stage evaluates too (see
+	// stageUppers); devices created afterwards are not followed.
+	Uppers []Iface `json:"uppers,omitempty"`
 }
 
 // RecentMeta describes a pinned recent table.

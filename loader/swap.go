@@ -51,6 +51,10 @@ type Result struct {
 	Critical time.Duration
 	// Sockets are the sk-lookup rules' sockets, found or not.
 	Sockets []SocketState
+	// Stage says the filter has a netfilter stage; Uppers are the upper
+	// devices of its interfaces the stage evaluates too.
+	Stage  bool
+	Uppers []Iface
 }
 
 // ErrChanged is returned, wrapped, when the filter is not the one a
@@ -108,6 +112,7 @@ func (s *Swap) Run() (*Result, error) {
 	res.Program = programID(b.loaded.prog)
 	res.Attached = b.attached
 	res.Sockets = b.sockets
+	res.Stage, res.Uppers = b.loaded != nil && b.loaded.nfProg != nil, b.uppers
 	defer b.close()
 
 	// Critical section: the links switch to the new program one by one,
@@ -203,8 +208,10 @@ type build struct {
 	// hashlimitPins are the pins of the hashlimit tables and their sweep
 	// times.
 	hashlimitPins []string
-	// nfLink is the new netfilter stage's link, attached by build.
+	// nfLink is the new netfilter stage's link, attached by build;
+	// uppers are the upper devices it evaluates besides the interfaces.
 	nfLink link.Link
+	uppers []Iface
 	// newPins are pins besides the program's, the maps' and the links'
 	// that commit moves into place (a first sk-lookup filter's sockets).
 	newPins []string
@@ -292,6 +299,25 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 				return b, err
 			}
 		}
+		if b.loaded.nfProg != nil {
+			// Netfilter sees the packets of these interfaces on their
+			// upper devices too.
+			var idx []int
+			for _, ifc := range append(ifaces, add...) {
+				idx = append(idx, ifc.Index)
+			}
+			if b.uppers, err = stageUppers(idx); err != nil {
+				return b, err
+			}
+			for _, u := range b.uppers {
+				if err := b.loaded.SetIface(uint32(u.Index), u.Name); err != nil {
+					return b, err
+				}
+				if err := b.loaded.setNetfilterIface(uint32(u.Index)); err != nil {
+					return b, err
+				}
+			}
+		}
 		if s.Program.UsesConntrack() {
 			// Before the program runs: its lookups need a tracked table.
 			if b.heldConntrack, err = HoldConntrack(); err != nil {
@@ -377,6 +403,7 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 	meta.VerifiedInsns = b.loaded.VerifiedInsns
 	meta.Conntrack = s.Program.UsesConntrack()
 	meta.Ifaces = append(ifaces, b.attached...)
+	meta.Uppers = b.uppers
 	if b.meta, err = newMetaMap(&meta); err != nil {
 		return b, err
 	}

@@ -61,6 +61,29 @@ func Unload(p Place, names []string) ([]Iface, error) {
 	}
 	meta := a.Meta
 	meta.Ifaces = slices.DeleteFunc(slices.Clone(meta.Ifaces), func(ifc Iface) bool { return a.Links[ifc.Index] == nil })
+	if m := a.maps[pinNFIfaces]; m != nil && len(meta.Uppers) > 0 {
+		// Nor from the upper devices of the interfaces detached, unless
+		// they are upper devices of one still attached.
+		var left []int
+		for i := range a.Links {
+			left = append(left, i)
+		}
+		var still []Iface
+		if links, err := listLinks(); err == nil {
+			still, _ = uppersOf(links, left, false)
+		}
+		var keep []Iface
+		for _, u := range meta.Uppers {
+			if slices.ContainsFunc(still, func(v Iface) bool { return v.Index == u.Index }) {
+				keep = append(keep, u)
+				continue
+			}
+			if err := m.Delete(uint32(u.Index)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return detach, fmt.Errorf("unload %s filter: netfilter stage: %s: %w", p.Hook, u.Name, err)
+			}
+		}
+		meta.Uppers = keep
+	}
 	mp, err := newMetaMap(&meta)
 	if err != nil {
 		return detach, fmt.Errorf("unload %s filter: %w", p.Hook, err)

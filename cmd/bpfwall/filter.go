@@ -221,6 +221,25 @@ func swapIn(t target, rs *rules.Ruleset, prog *codegen.Program, file string, f *
 	return res, privileged(err)
 }
 
+// noteStage says, for a filter with a netfilter stage, which devices it
+// evaluates: stacked devices created later are not followed.
+func noteStage(w io.Writer, t target, res *loader.Result) {
+	if !res.Stage {
+		return
+	}
+	var names []string
+	for _, u := range res.Uppers {
+		names = append(names, u.Name)
+	}
+	also := ""
+	if len(names) > 0 {
+		also = " and on their upper devices " + strings.Join(names, ", ")
+	}
+	fmt.Fprintf(w, "bpfwall: %s: the netfilter stage decides the packets of class U (ICMP, fragments, protocols other than TCP and UDP) "+
+		"netfilter sees on the interfaces%s; a VLAN, macvlan, ipvlan, bond, team or bridge device created on them later is not followed until the next load or restore\n",
+		t.place.Hook, also)
+}
+
 // describeSwap says what a swap did, for -v.
 func describeSwap(w io.Writer, t target, res *loader.Result) {
 	if res.Replaced != 0 {

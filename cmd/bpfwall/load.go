@@ -48,6 +48,7 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	noteStage(stderr, t, res)
 	if *verbose {
 		describeSwap(stdout, t, res)
 	}

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"golang.org/x/sys/unix"
 
+	"bpfwall/internal/testenv"
 	"bpfwall/loader"
 )
 
@@ -198,4 +201,121 @@ func sorted(s []int) []int {
 	s = slices.Clone(s)
 	slices.Sort(s)
 	return s
+}
+
+// TestNetfilterStageUppers: netfilter sees the pings that came in on an
+// attached interface on its macvlan device; the stage evaluates them
+// there, as iptables-legacy does (before, it accepted them unevaluated).
+// A macvlan created after the load is named by status; a bridge with a
+// port the filter is not attached to is refused, one whose every port is
+// attached is followed.
+func TestNetfilterStageUppers(t *testing.T) {
+	testenv.RequireTool(t, "iptables-legacy-restore")
+	bin := buildBpfwall(t)
+	peer := freshNetns(t)
+	c := cli{t, bin}
+	sh := func(cmd string) {
+		t.Helper()
+		f := strings.Fields(cmd)
+		if out, err := exec.Command(f[0], f[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", cmd, err, out)
+		}
+	}
+	sh("ip link add mv0 link veth1 type macvlan mode bridge")
+	sh("ip addr add 10.9.0.3/24 dev mv0")
+	sh("ip link set mv0 up")
+	mv0, err := net.InterfaceByName("mv0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh("nsenter -t " + peer + " -n ip neigh replace 10.9.0.3 lladdr " + mv0.HardwareAddr.String() + " dev veth0 nud permanent")
+	pingRules := func(verdict string) string {
+		return "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+			"-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n" +
+			"-A INPUT -p icmp -m conntrack --ctstate NEW -j " + verdict + "\n" +
+			"-A INPUT -p tcp -j ACCEPT\n" +
+			"COMMIT\n"
+	}
+	pings := func() [2]bool {
+		t.Helper()
+		var got [2]bool
+		for i, dst := range []net.IP{net.IPv4(10, 9, 0, 2), net.IPv4(10, 9, 0, 3)} {
+			ok, err := pingFrom(peer, dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[i] = ok
+		}
+		return got
+	}
+	for _, verdict := range []string{"DROP", "ACCEPT"} {
+		cmd := exec.Command("iptables-legacy-restore")
+		cmd.Stdin = strings.NewReader(pingRules(verdict))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("iptables-legacy-restore: %v\n%s", err, out)
+		}
+		want := pings()
+		cmd = exec.Command("iptables-legacy-restore")
+		cmd.Stdin = strings.NewReader("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("iptables-legacy-restore: %v\n%s", err, out)
+		}
+		if want != [2]bool{verdict == "ACCEPT", verdict == "ACCEPT"} {
+			t.Fatalf("iptables-legacy, ICMP NEW %s: replies to veth1, mv0: %v", verdict, want)
+		}
+		_, errOut, code := c.run(pingRules(verdict), "restore", "--hook", "xdp", "-i", "veth1")
+		if code != 0 {
+			t.Fatalf("restore: exit %d\n%s", code, errOut)
+		}
+		if !strings.Contains(errOut, "upper devices mv0;") || !strings.Contains(errOut, "not followed") {
+			t.Errorf("restore does not say which upper devices the stage follows:\n%s", errOut)
+		}
+		if got := pings(); got != want {
+			t.Errorf("ICMP NEW %s: replies to veth1, mv0: bpfwall %v, iptables-legacy %v", verdict, got, want)
+		}
+		st := c.status()
+		if len(st) != 1 || st[0].Netfilter == nil || !slices.Contains(st[0].Netfilter.Ifaces, mv0.Index) ||
+			len(st[0].Netfilter.Uppers) != 1 || st[0].Netfilter.Uppers[0].Name != "mv0" {
+			t.Fatalf("status: %+v", st)
+		}
+		if verdict == "DROP" {
+			c.ok("", "unload")
+		}
+	}
+
+	// A device stacked later is not followed; status names it.
+	sh("ip link add mv1 link veth1 type macvlan mode bridge")
+	if nf := c.status()[0].Netfilter; len(nf.NotFollowed) != 1 || nf.NotFollowed[0].Name != "mv1" {
+		t.Errorf("status after mv1 appeared: not followed %+v", nf.NotFollowed)
+	}
+	if out := c.ok("", "status"); !strings.Contains(out, "not followed, created since the load: mv1") {
+		t.Errorf("status does not warn of mv1:\n%s", out)
+	}
+	c.ok("", "unload")
+
+	// A bridge: followed only when the filter is attached to every port.
+	sh("ip link add br0 type bridge")
+	sh("ip link add vb0 type veth peer name vb1")
+	for _, d := range []string{"vb0", "vb1"} {
+		sh("ip link set " + d + " master br0")
+		sh("ip link set " + d + " up")
+	}
+	_, errOut, code := c.run(pingRules("DROP"), "restore", "--hook", "xdp", "-i", "vb0")
+	if code == 0 || !strings.Contains(errOut, "br0 is the bridge of vb0, and of vb1, which this filter is not attached to") {
+		t.Errorf("restore on one port of a bridge: exit %d\n%s", code, errOut)
+	}
+	c.ok(pingRules("DROP"), "restore", "--hook", "xdp", "-i", "vb0", "-i", "vb1")
+	if nf := c.status()[0].Netfilter; len(nf.Uppers) != 1 || nf.Uppers[0].Name != "br0" {
+		t.Errorf("status on both ports of a bridge: uppers %+v", nf.Uppers)
+	}
+	// Detached from one port, the stage no longer evaluates the bridge.
+	br0, err := net.InterfaceByName("br0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ok("", "unload", "-i", "vb1")
+	if nf := c.status()[0].Netfilter; len(nf.Uppers) != 0 || slices.Contains(nf.Ifaces, br0.Index) {
+		t.Errorf("after unload -i vb1: netfilter stage %+v", nf)
+	}
+	c.ok("", "unload")
 }

@@ -123,6 +123,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		noteStage(stderr, p.t, res)
 		if *verbose {
 			describeSwap(stdout, p.t, res)
 		}

@@ -210,6 +210,20 @@ func printStatus(w io.Writer, st filterStatus) {
 			nf.Link, nf.Program, nf.Family, nf.Hook, nf.Priority, nf.Ifaces)
 		fmt.Fprintf(w, "    %d packets deferred (state only conntrack knows), %d evaluated after conntrack, %d REJECTs dropped without a reply\n",
 			nf.Counts.Deferred, nf.Counts.Evaluated, nf.Counts.RejectDropped)
+		var ups, later []string
+		for _, u := range nf.Uppers {
+			ups = append(ups, fmt.Sprintf("%s (%d)", u.Name, u.Index))
+		}
+		for _, u := range nf.NotFollowed {
+			later = append(later, fmt.Sprintf("%s (%d)", u.Name, u.Index))
+		}
+		if len(ups) > 0 {
+			fmt.Fprintf(w, "    upper devices evaluated too: %s\n", strings.Join(ups, ", "))
+		}
+		fmt.Fprintln(w, "    upper devices (VLAN, macvlan, ipvlan, bond, team, bridge) created after the load are not followed until the next load or restore")
+		if len(later) > 0 {
+			fmt.Fprintf(w, "    warning: not followed, created since the load: %s: their packets of class U pass unevaluated; load or restore again\n", strings.Join(later, ", "))
+		}
 	}
 	if st.Log != nil {
 		fmt.Fprintf(w, "  log: %d LOG rules, %d events lost to a full ring buffer (read them with bpfwall log)\n", st.Log.Rules, st.Log.Lost)
