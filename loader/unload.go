@@ -3,12 +3,18 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"bpfwall/codegen"
 )
 
 // Unload detaches the filter at p from the named interfaces, or from all
@@ -120,4 +126,149 @@ func (a *Active) iface(ifindex int) Iface {
 		}
 	}
 	return Iface{Index: ifindex, Name: fmt.Sprintf("ifindex %d", ifindex)}
+}
+
+// UnloadNetNS removes every filter pinned for the network namespace id
+// (as its pin directory under root names it) from outside it. A pinned
+// netfilter link holds a reference on its namespace: a namespace deleted
+// (ip netns del) with a filter that tests the conntrack state loaded
+// stays, with its devices and the filter, until its pins go. If the
+// namespace is still alive (a process or /run/netns holds it), the
+// filters are unloaded in it as by Unload; otherwise their links are
+// detached and the pins removed. It returns the hooks unloaded.
+func UnloadNetNS(root string, id uint64) ([]codegen.Hook, error) {
+	if root == "" {
+		root = DefaultRoot
+	}
+	here, err := NetNS()
+	if err != nil {
+		return nil, err
+	}
+	if id == here {
+		return nil, fmt.Errorf("network namespace %d is this one: use unload without --netns", id)
+	}
+	dir := filepath.Join(root, strconv.FormatUint(id, 10))
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("nothing is pinned for network namespace %d: %w", id, err)
+	}
+	places, err := Places(root, id)
+	if err != nil {
+		return nil, err
+	}
+	var hooks []codegen.Hook
+	for _, p := range places {
+		hooks = append(hooks, p.Hook)
+	}
+	if path := findNetNS(id); path != "" {
+		err := inNetNS(path, func() error {
+			for _, p := range places {
+				if _, err := Unload(p, nil); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		os.Remove(dir)
+		return hooks, nil
+	}
+	// The namespace is gone but for what the links hold: detach them
+	// (the netfilter link releases the namespace), then drop the pins.
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if l, err := link.LoadPinnedLink(path, nil); err == nil {
+			if dl, ok := l.(interface{ Detach() error }); ok {
+				dl.Detach()
+			}
+			l.Close()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("unload network namespace %d: %w", id, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("unload network namespace %d: %w", id, err)
+	}
+	return hooks, nil
+}
+
+// findNetNS returns a path to the network namespace id if a process or a
+// bind mount under /run/netns still holds it; "" if none does.
+func findNetNS(id uint64) string {
+	var paths []string
+	if ents, err := os.ReadDir("/run/netns"); err == nil {
+		for _, e := range ents {
+			paths = append(paths, filepath.Join("/run/netns", e.Name()))
+		}
+	}
+	if ents, err := os.ReadDir("/proc"); err == nil {
+		for _, e := range ents {
+			if _, err := strconv.Atoi(e.Name()); err == nil {
+				paths = append(paths, filepath.Join("/proc", e.Name(), "ns", "net"))
+			}
+		}
+	}
+	for _, p := range paths {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil && st.Ino == id {
+			return p
+		}
+	}
+	return ""
+}
+
+// inNetNS runs f on a thread in the network namespace at path. The
+// thread stays locked and dies with its goroutine.
+func inNetNS(path string, f func() error) error {
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			done <- fmt.Errorf("enter network namespace %s: %w", path, err)
+			return
+		}
+		done <- f()
+	}()
+	return <-done
+}
+
+// OtherNetNS lists the network namespaces other than the calling
+// thread's that have filters pinned under root, and whether each is
+// still held by a process or /run/netns (a deleted one is kept alive by
+// its netfilter links until bpfwall unload --netns).
+func OtherNetNS(root string) (ids []uint64, alive []bool, err error) {
+	if root == "" {
+		root = DefaultRoot
+	}
+	here, err := NetNS()
+	if err != nil {
+		return nil, nil, err
+	}
+	ents, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, e := range ents {
+		id, err := strconv.ParseUint(e.Name(), 10, 64)
+		if err != nil || id == here || !e.IsDir() {
+			continue
+		}
+		ids = append(ids, id)
+		alive = append(alive, findNetNS(id) != "")
+	}
+	return ids, alive, nil
 }

@@ -30,7 +30,7 @@ func init() {
 		{"status", "status [--json]        the filters of this network namespace", runStatus},
 		{"log", "log [--hook H] [--json] [--count N] [--timeout D]  print the LOG rules' events as the kernel's LOG lines, until interrupted", runLog},
 		{"register", "register [--target PROTO:ADDR:PORT] [--pid PID --fd N] [-w SECS]  hand sockets (LISTEN_FDS, or another process's) to the sk-lookup filter's TPROXY rules", runRegister},
-		{"unload", "unload [-i IFACE]... [--hook H] [-w SECS]  detach filters and remove their pins", runUnload},
+		{"unload", "unload [-i IFACE]... [--hook H] [-w SECS] | --netns ID  detach filters and remove their pins", runUnload},
 		{"compile", "compile [--hook H] [--chain C] [-O0|-O1] [--dump] [-v] (FILE | --from-kernel)  compile; --dump prints it, otherwise the kernel verifies it", runCompile},
 		{"bench", "bench [--e2e] [--families F,...] [--sizes N,...] [--levels 0,1] [--json] [--svg FILE] [--repeat N] [--runs K]  measure per-packet cost, size and load time as rules grow", runBench},
 		{"trace", "trace [--hook H] [--chain C] (--packets F.jsonl | --pcap F.pcap) (FILE | --from-kernel)  run packets through the program in the kernel", runTrace},

@@ -319,3 +319,75 @@ func TestNetfilterStageUppers(t *testing.T) {
 	}
 	c.ok("", "unload")
 }
+
+// TestUnloadNetNS: a deleted namespace with a stateful filter stays while
+// the filter's netfilter link holds it; unload --netns from outside
+// removes the filter and the namespace goes, its veth with it. A
+// namespace still alive is unloaded in it.
+func TestUnloadNetNS(t *testing.T) {
+	bin := buildBpfwall(t)
+	freshNetns(t)
+	c := cli{t, bin}
+	rules := "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+		"-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\nCOMMIT\n"
+	sh := func(cmd string) {
+		t.Helper()
+		f := strings.Fields(cmd)
+		if out, err := exec.Command(f[0], f[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", cmd, err, out)
+		}
+	}
+	for _, del := range []bool{true, false} {
+		name := fmt.Sprintf("bpfwall-unload-%d-%t", os.Getpid(), del)
+		sh("ip netns add " + name)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+		sh("ip link add vdh type veth peer name vdn netns " + name)
+		sh("ip -n " + name + " link set vdn up")
+		sh("ip link set vdh up")
+		var st unix.Stat_t
+		if err := unix.Stat("/run/netns/"+name, &st); err != nil {
+			t.Fatal(err)
+		}
+		id := strconv.FormatUint(st.Ino, 10)
+		cmd := exec.Command("nsenter", "--net=/run/netns/"+name, bin, "restore", "--hook", "xdp", "-i", "vdn")
+		cmd.Stdin = strings.NewReader(rules)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("restore in %s: %v\n%s", name, err, out)
+		}
+		dir := filepath.Join(loader.DefaultRoot, id)
+		if _, err := os.Stat(filepath.Join(dir, "xdp", "netfilter_link")); err != nil {
+			t.Fatalf("no netfilter stage pinned: %v", err)
+		}
+		if del {
+			sh("ip netns del " + name)
+			if out := c.ok("", "status"); !strings.Contains(out, "network namespace "+id+" has filters pinned but no process") {
+				t.Errorf("status does not name the deleted namespace %s:\n%s", id, out)
+			}
+		}
+		c.ok("", "unload", "--netns", id)
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("pins of netns %s after unload --netns: %v", id, err)
+		}
+		if !del {
+			out, err := exec.Command("nsenter", "--net=/run/netns/"+name, bin, "status").CombinedOutput()
+			if err != nil || strings.Contains(string(out), "program") {
+				t.Errorf("status in %s after unload --netns: %v\n%s", name, err, out)
+			}
+			sh("ip netns del " + name)
+		}
+		// The namespace is freed asynchronously (cleanup_net), its veth
+		// pair with it.
+		for i := 0; ; i++ {
+			if _, err := net.InterfaceByName("vdh"); err != nil {
+				break
+			}
+			if i == 200 {
+				t.Fatalf("the veth peer of deleted namespace %s (%s) is still there after unload --netns", name, id)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if _, _, code := c.run("", "unload", "--netns", "12345"); code == 0 {
+		t.Error("unload --netns of a namespace with no pins succeeded")
+	}
+}

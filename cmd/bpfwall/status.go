@@ -112,6 +112,17 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	for _, st := range out {
 		printStatus(stdout, st)
 	}
+	// Filters of other namespaces: a deleted namespace stays while a
+	// filter's netfilter link holds it.
+	if ids, alive, err := loader.OtherNetNS(""); err == nil {
+		for i, id := range ids {
+			if alive[i] {
+				fmt.Fprintf(stdout, "network namespace %d also has filters pinned\n", id)
+			} else {
+				fmt.Fprintf(stdout, "network namespace %d has filters pinned but no process or /run/netns holds it (deleted?): its netfilter links keep it alive; bpfwall unload --netns %d removes them\n", id, id)
+			}
+		}
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 
 	"bpfwall/loader"
 )
@@ -15,19 +16,31 @@ func runUnload(args []string, stdout, stderr io.Writer) error {
 	fs.Var(&ifaces, "i", "detach from `IFACE` only (repeatable)")
 	hook := fs.String("hook", "", "unload the filter at this hook only")
 	wait := fs.Float64("w", 0, "wait up to `SECS` for another bpfwall command to finish")
+	netns := fs.String("netns", "", "unload every filter pinned for the network namespace `ID` (as its pin directory names it), from outside it: a deleted namespace stays while a filter's netfilter link holds it")
 	files, err := parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(files) != 0 {
-		fmt.Fprintln(stderr, "usage: bpfwall unload [-i IFACE]... [--hook H] [-w SECS]")
+		fmt.Fprintln(stderr, "usage: bpfwall unload [-i IFACE]... [--hook H] [-w SECS] | --netns ID [-w SECS]")
 		return errUsage
+	}
+	var id uint64
+	if *netns != "" {
+		if id, err = strconv.ParseUint(*netns, 10, 64); err != nil || len(ifaces) > 0 || *hook != "" {
+			fmt.Fprintln(stderr, "usage: bpfwall unload --netns ID [-w SECS] (ID: a directory of "+loader.DefaultRoot+")")
+			return errUsage
+		}
 	}
 	lock, err := acquireLock(*wait, stderr)
 	if err != nil {
 		return err
 	}
 	defer lock.Release()
+	if *netns != "" {
+		_, err := loader.UnloadNetNS("", id)
+		return privileged(err)
+	}
 	targets, err := findTargets(*hook, nil)
 	if err != nil {
 		return err
