@@ -25,8 +25,9 @@ import (
 // EOPNOTSUPP for them, on 6.18 too), so a swap attaches the new stage
 // before the filter's links switch programs and lets the old stage go
 // after: there is no moment without a stage. In between, a packet the old
-// program deferred may be evaluated by both stages (counted twice, and
-// dropped if either drops it); never by none. A swap to rules without
+// program deferred may be evaluated by both stages (counted twice, its
+// recent tables and hashlimit buckets, which the swap carries, charged
+// twice, and dropped if either drops it); never by none. A swap to rules without
 // state matches switches the links first, so that nothing is deferred
 // any more, then removes the stage.
 const (
