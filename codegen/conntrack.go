@@ -360,11 +360,20 @@ func (c *compiler) ctState() {
 	b.mark("ct_tcp_valid")
 	c.ctPacketTuple()
 	c.ctLookup(protoTCP, "ct_tcp_found")
-	b.note("no entry: tcp_new starts a connection with a SYN, picks one up with an ACK")
-	for _, f := range []int32{0x02, 0x22, 0x10, 0x30} {
+	b.note("no entry: tcp_new starts a connection with a SYN, picks one up with an ACK when nf_conntrack_tcp_loose")
+	for _, f := range []int32{0x02, 0x22} {
 		b.emit(asm.JEq.Imm(asm.R8, f, "ct_new"))
 	}
+	for _, f := range []int32{0x10, 0x30} {
+		b.emit(asm.JEq.Imm(asm.R8, f, "ct_tcp_pickup"))
+	}
 	b.emit(ja("ct_invalid"))
+	b.mark("ct_tcp_pickup")
+	c.ctTCPLoose()
+	b.emit(
+		asm.JNE.Imm(asm.R1, 0, "ct_new"),
+		ja("ct_invalid"),
+	)
 
 	b.mark("ct_udp")
 	b.note("udp_error: the length field")
@@ -408,6 +417,38 @@ func (c *compiler) ctState() {
 		asm.Return(),
 	)
 	c.ctSackCallback()
+}
+
+// The path from the context to the namespace of the device a packet came
+// in on, the namespace the lookups search (BPF_F_CURRENT_NETNS), and its
+// nf_conntrack_tcp_loose.
+var (
+	xdpBuffRxq   = fieldRef{"xdp_buff", "rxq"}
+	xdpRxqDev    = fieldRef{"xdp_rxq_info", "dev"}
+	skbDev       = fieldRef{"sk_buff", "dev"}
+	netDeviceNet = fieldRef{"net_device", "nd_net.net"}
+	netTCPLoose  = fieldRef{"net", "ct.nf_ct_proto.tcp.tcp_loose"}
+)
+
+// ctTCPLoose loads the namespace's nf_conntrack_tcp_loose into r1,
+// reached from the context in r6 (bpf_cast_to_kern_ctx: the xdp_buff's
+// rxq->dev, the sk_buff's dev), as tcp_new reads it when the packet
+// comes: without an entry there is no nf_conn to find the namespace from.
+func (c *compiler) ctTCPLoose() {
+	b := c.b
+	b.emit(movr(asm.R1, asm.R6), kfuncCall(kfuncCastKernCtx))
+	if c.hook.tc() {
+		b.emit(ldField(asm.R1, asm.R0, skbDev, asm.DWord))
+	} else {
+		b.emit(
+			ldField(asm.R1, asm.R0, xdpBuffRxq, asm.DWord),
+			ldField(asm.R1, asm.R1, xdpRxqDev, asm.DWord),
+		)
+	}
+	b.emit(
+		ldField(asm.R1, asm.R1, netDeviceNet, asm.DWord),
+		ldField(asm.R1, asm.R1, netTCPLoose, asm.Byte),
+	)
 }
 
 // ctStateEgress emits ct_state for tc-egress: the packet has been

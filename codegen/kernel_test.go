@@ -436,7 +436,7 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 		// The namespace's conntrack table is empty; at tc-egress the
 		// test run's skb has no conntrack (INVALID, the zero state).
 		if p.Hook != codegen.HookTCEgress {
-			pkt.CTState = pkt.ConntrackWithoutEntry()
+			pkt.CTState = pkt.ConntrackWithoutEntry(true)
 		}
 		v, d, err := l.run(f.data, dev, f.mark)
 		if err != nil && p.Hook != codegen.HookXDP && errors.Is(err, unix.EINVAL) && shortIPHeader(f.data) {

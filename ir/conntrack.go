@@ -5,22 +5,25 @@ import "encoding/binary"
 // ConntrackWithoutEntry is the conntrack state bpfwall's xdp or
 // tc-ingress program gives pkt when the kernel's conntrack table holds no
 // entry its lookups (bpf_xdp_ct_lookup, bpf_skb_ct_lookup) find: what
-// nf_conntrack_in makes of the packet with an empty table, with the
-// default sysctls (nf_conntrack_tcp_loose=1), or ConnUnknown for the
-// packets of class U (see Packet.DeferredClass), which the program passes
-// to its netfilter stage. Tests set Meta.CTState from it, so that ir.Eval
-// and the program agree in a namespace whose table is empty.
+// nf_conntrack_in makes of the packet with an empty table, where loose is
+// the namespace's nf_conntrack_tcp_loose (1 by default; the program reads
+// it per packet from the namespace of the device the packet came in on),
+// or ConnUnknown for the packets of class U (see Packet.DeferredClass),
+// which the program passes to its netfilter stage. Tests set Meta.CTState
+// from it, so that ir.Eval and the program agree in a namespace whose
+// table is empty.
 //
 // The model, the same in codegen:
 //   - class U: ConnUnknown;
 //   - TCP: tcp_error (header length, tcp_valid_flags), then tcp_new: a
-//     SYN starts a connection, an ACK picks one up (loose); anything else
-//     is INVALID;
+//     SYN starts a connection, an ACK picks one up when loose (without
+//     it tcp_new refuses every segment but a SYN); anything else is
+//     INVALID;
 //   - UDP: udp_error's length checks, then NEW.
 //
 // Checksums are not verified (nf_conntrack_checksum): a packet with a bad
 // transport checksum gets the state of a good one.
-func (pkt *Packet) ConntrackWithoutEntry() ConnState {
+func (pkt *Packet) ConntrackWithoutEntry(loose bool) ConnState {
 	if pkt.NotIP || pkt.Invalid != "" {
 		return 0
 	}
@@ -32,7 +35,7 @@ func (pkt *Packet) ConntrackWithoutEntry() ConnState {
 		if len(l4) < 20 || pkt.TCPOptionsTruncated || !tcpValidFlags(pkt.TCPFlags) {
 			return ConnInvalid
 		}
-		if tcpStartsConnection(pkt.TCPFlags) {
+		if tcpStartsConnection(pkt.TCPFlags, loose) {
 			return ConnNew
 		}
 		return ConnInvalid
@@ -71,13 +74,18 @@ func tcpValidFlags(flags uint8) bool {
 	return false
 }
 
-// tcpStartsConnection is tcp_new with nf_conntrack_tcp_loose set: the
-// state tcp_conntracks gives a valid packet from TCP_CONNTRACK_NONE is not
-// sIV for a SYN (SYN_SENT) and an ACK (ESTABLISHED, picked up); it is for
-// SYN-ACK, RST and FIN.
-func tcpStartsConnection(flags uint8) bool {
+// tcpStartsConnection is tcp_new: the state tcp_conntracks gives a valid
+// packet from TCP_CONNTRACK_NONE is not sIV for a SYN (SYN_SENT) and an
+// ACK (ESTABLISHED, picked up); it is for SYN-ACK, RST and FIN. A pickup
+// needs nf_conntrack_tcp_loose (loose): without it tcp_new returns false
+// for anything but SYN_SENT, and nf_conntrack_tcp_packet -NF_ACCEPT
+// (INVALID).
+func tcpStartsConnection(flags uint8, loose bool) bool {
 	f := flags & tcpFlagsTracked
-	return f&(tcpRST|tcpFIN) == 0 && (f&(tcpSYN|tcpACK) == tcpSYN || f&(tcpSYN|tcpACK) == tcpACK)
+	if f&(tcpRST|tcpFIN) != 0 {
+		return false
+	}
+	return f&(tcpSYN|tcpACK) == tcpSYN || loose && f&(tcpSYN|tcpACK) == tcpACK
 }
 
 // TCP flags.

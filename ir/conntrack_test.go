@@ -78,7 +78,30 @@ func TestConntrackWithoutEntry(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := pkt.ConntrackWithoutEntry(); got != c.want {
+			if got := pkt.ConntrackWithoutEntry(true); got != c.want {
+				t.Errorf("state %s, want %s", got, c.want)
+			}
+		})
+	}
+	// nf_conntrack_tcp_loose=0: tcp_new refuses to pick a connection up.
+	for _, c := range []struct {
+		name  string
+		frame []byte
+		want  ir.ConnState
+	}{
+		{"tcp syn starts a connection without tcp_loose", seg(func(s *layers.TCP) {}), ir.ConnNew},
+		{"tcp syn with urg without tcp_loose", seg(func(s *layers.TCP) { s.URG = true }), ir.ConnNew},
+		{"tcp ack without tcp_loose", seg(func(s *layers.TCP) { s.SYN, s.ACK = false, true }), ir.ConnInvalid},
+		{"tcp ack with urg without tcp_loose", seg(func(s *layers.TCP) { s.SYN, s.ACK, s.URG = false, true, true }), ir.ConnInvalid},
+		{"tcp syn-ack without tcp_loose", seg(func(s *layers.TCP) { s.ACK = true }), ir.ConnInvalid},
+		{"udp without tcp_loose", udp4(t, "10.0.0.1", "198.51.100.1", 1, 2), ir.ConnNew},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pkt, err := ir.Decode(c.frame, ir.Meta{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := pkt.ConntrackWithoutEntry(false); got != c.want {
 				t.Errorf("state %s, want %s", got, c.want)
 			}
 		})

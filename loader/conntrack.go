@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf/btf"
@@ -83,24 +82,6 @@ func HoldConntrack() (created bool, err error) {
 		return false, fmt.Errorf("create nftables table inet %s to keep conntrack on: %w", ConntrackTable, err)
 	}
 	return true, nil
-}
-
-// checkTCPLoose makes sure the namespace picks up TCP connections
-// mid-stream (nf_conntrack_tcp_loose, 1 by default): the xdp and
-// tc-ingress programs give an ACK without an entry the state tcp_new
-// gives it then, NEW. (The sysctls that change the verdict on a segment
-// with an entry, nf_conntrack_tcp_be_liberal and
-// nf_conntrack_tcp_ignore_invalid_rst, the programs read from the
-// entry's namespace.) Run after HoldConntrack, which creates the sysctl.
-func checkTCPLoose() error {
-	b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_tcp_loose")
-	if err != nil {
-		return fmt.Errorf("read nf_conntrack_tcp_loose: %w", err)
-	}
-	if v := strings.TrimSpace(string(b)); v != "1" {
-		return fmt.Errorf("net.netfilter.nf_conntrack_tcp_loose is %s in this namespace: xdp and tc-ingress programs with state matches assume 1 (the default), as they give an ACK without a conntrack entry the state NEW", v)
-	}
-	return nil
 }
 
 // ReleaseConntrack removes bpfwall's conntrack table from the calling

@@ -61,7 +61,7 @@ func checkAgainstEval(t *testing.T, prog *codegen.Program, seed uint64, n int) {
 		// No conntrack entry matches a generated packet; at tc-egress
 		// the test run's skb has no conntrack (INVALID, the zero state).
 		if prog.Hook != codegen.HookTCEgress {
-			pkt.CTState = pkt.ConntrackWithoutEntry()
+			pkt.CTState = pkt.ConntrackWithoutEntry(true)
 		}
 		clock(t, l, st, pkt)
 		want := prog.IR.EvalState(st, pkt)

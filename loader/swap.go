@@ -323,11 +323,6 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 			if b.heldConntrack, err = HoldConntrack(); err != nil {
 				return b, err
 			}
-			if s.Program.Hook != codegen.HookTCEgress {
-				if err := checkTCPLoose(); err != nil {
-					return b, err
-				}
-			}
 		}
 	} else if err := b.loadLookup(s.Program); err != nil {
 		return b, err

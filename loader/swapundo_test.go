@@ -45,18 +45,6 @@ func TestFailedSwapReleasesConntrack(t *testing.T) {
 		_, err := s.Run()
 		heldAfter(t, err)
 	})
-	t.Run("tcp_loose refused", func(t *testing.T) {
-		place := testPlace(t, inFreshNetns(t), codegen.HookTCIngress)
-		// The sysctl is the namespace's own.
-		if err := os.WriteFile("/proc/sys/net/netfilter/nf_conntrack_tcp_loose", []byte("0"), 0); err != nil {
-			t.Fatal(err)
-		}
-		_, err := newSwap(t, place, stateful, "veth0").Run()
-		if err != nil && !strings.Contains(err.Error(), "tcp_loose") {
-			t.Fatalf("swap: %v, want the tcp_loose refusal", err)
-		}
-		heldAfter(t, err)
-	})
 }
 
 // TestFailedSwapKeepsSockets: a failed sk-lookup swap leaves the running

@@ -291,7 +291,8 @@ func TestConntrackHeld(t *testing.T) {
 	if got := sendUDP(t, peer, 5002, 5); got != 0 {
 		t.Errorf("udp/5002, NEW: %d of 5 arrived", got)
 	}
-	// The ingress programs assume conntrack picks up TCP mid-stream.
+	// The ingress programs read nf_conntrack_tcp_loose per packet: any
+	// value loads (TestTCPConversations compares the verdicts).
 	loose := "/proc/sys/net/netfilter/nf_conntrack_tcp_loose"
 	if err := os.WriteFile(loose, []byte("0"), 0o644); err != nil {
 		t.Fatal(err)
@@ -300,7 +301,7 @@ func TestConntrackHeld(t *testing.T) {
 	if err := os.WriteFile(loose, []byte("1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code != 1 || !strings.Contains(errOut, "nf_conntrack_tcp_loose is 0") {
+	if code != 0 {
 		t.Errorf("restore with nf_conntrack_tcp_loose 0: exit %d, %q", code, errOut)
 	}
 	// A rule set without state matches lets conntrack go.

@@ -134,7 +134,7 @@ func ConntrackNew(c *Case, frame []byte) bool {
 	if err != nil || Forwarded(pkt, frame) != "" || pkt.FragOffset != 0 || pkt.MoreFragments {
 		return false
 	}
-	if pkt.ConntrackWithoutEntry() != ir.ConnNew {
+	if pkt.ConntrackWithoutEntry(true) != ir.ConnNew {
 		return false
 	}
 	ip := ipPacket(frame)

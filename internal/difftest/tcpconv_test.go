@@ -361,36 +361,45 @@ neigh replace %s lladdr %s dev fwout nud permanent
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
 
-	// The sysctls that change the verdict on a segment with an entry,
-	// which the program reads from the namespace: the defaults for both
-	// families, then each set on its own.
+	// The sysctls that change the verdict, which the program reads from
+	// the namespace per segment: the defaults for both families, then
+	// each set on its own (nf_conntrack_tcp_loose only matters without an
+	// entry, the other two only with one).
 	for _, run := range []struct {
 		fam     rules.Family
 		sysctl  string
 		liberal string
 		rst     string
+		loose   string
 	}{
-		{rules.IPv4, "defaults", "0", "0"},
-		{rules.IPv6, "defaults", "0", "0"},
-		{rules.IPv4, "be_liberal", "1", "0"},
-		{rules.IPv4, "ignore_invalid_rst", "0", "1"},
+		{rules.IPv4, "defaults", "0", "0", "1"},
+		{rules.IPv6, "defaults", "0", "0", "1"},
+		{rules.IPv4, "be_liberal", "1", "0", "1"},
+		{rules.IPv4, "ignore_invalid_rst", "0", "1", "1"},
+		{rules.IPv4, "no_loose", "0", "0", "0"},
 	} {
 		fam := run.fam
 		t.Run(fam.String()+"/"+run.sysctl, func(t *testing.T) {
-			set := func(liberal, rst string) {
+			set := func(liberal, rst, loose string) {
 				if err := topology.Sysctl(ft.Firewall, "net/netfilter/nf_conntrack_tcp_be_liberal", liberal,
-					"net/netfilter/nf_conntrack_tcp_ignore_invalid_rst", rst); err != nil {
+					"net/netfilter/nf_conntrack_tcp_ignore_invalid_rst", rst, "net/netfilter/nf_conntrack_tcp_loose", loose); err != nil {
 					t.Fatal(err)
 				}
 			}
-			set(run.liberal, run.rst)
-			defer set("0", "0")
+			set(run.liberal, run.rst, run.loose)
+			defer set("0", "0", "1")
 			segs := tcpConversations(rand.New(rand.NewPCG(6, 18)), 60, fam == rules.IPv6)
 			frames := make([][]byte, len(segs))
 			for i, s := range segs {
 				frames[i] = s.frame(t)
 			}
 			kernel := ft.runConversationNetfilter(t, fam, segs, frames)
+			// The first segment is the pickup conversation's ACK, which
+			// finds no entry: tcp_new picks the connection up only
+			// with nf_conntrack_tcp_loose.
+			if want := map[string]string{"0": "INVALID", "1": "NEW"}[run.loose]; kernel[0] != want || segs[0].flags != "A" {
+				t.Errorf("netfilter's state for the unsolicited ACK %s with nf_conntrack_tcp_loose=%s: %s, want %s", segs[0], run.loose, kernel[0], want)
+			}
 			counts := map[string]int{}
 			for _, st := range kernel {
 				counts[st]++
