@@ -15,13 +15,29 @@ import (
 // frame, so that the entry is only read, never written.
 
 // The copies, in ct_state's frame: the sender's and the receiver's
-// ip_ct_tcp_state, then the segment.
+// ip_ct_tcp_state, the segment, and the rest of the entry. Every field of
+// the entry the replay reads is read once, at ct_tcp_found, into these
+// copies (the entry can change under the program: another CPU's packet of
+// the connection), so that one evaluation sees each field with one value.
 const (
-	ctSnd  = -136 // ip_ct_tcp_state of the segment's direction
-	ctRcv  = -160 // of the other direction
-	ctSeg  = -192 // the segment, see seg*
-	ctLoop = -216 // the SACK walk's bpf_loop context: lsCtx, lsState; a u32 map key at +16
-	ctLow  = ctLoop
+	ctSnd   = -136 // ip_ct_tcp_state of the segment's direction
+	ctRcv   = -160 // of the other direction
+	ctSeg   = -192 // the segment, see seg*
+	ctLoop  = -216 // the SACK walk's bpf_loop context: lsCtx, lsState; a u32 map key at +16
+	ctEntry = -240 // the entry's status and last_* fields, see ent*
+	ctLow   = ctEntry
+)
+
+// Offsets in the copied entry.
+const (
+	entStatus    = 0  // u32: nf_conn.status's low half
+	entLastEnd   = 4  // u32
+	entLastAck   = 8  // u32
+	entLastWin   = 12 // u16
+	entLastDir   = 14 // u8
+	entLastIndex = 15 // u8
+	entLastScale = 16 // u8: last_wscale
+	entLastFlags = 17 // u8
 )
 
 // Offsets in a copied ip_ct_tcp_state.
@@ -97,6 +113,8 @@ func (c *compiler) ctTCPFound() {
 	for off := int16(ctLow); off < ctSnd+24; off += 8 {
 		b.emit(stImm(asm.R10, off, 0, asm.DWord))
 	}
+	b.note("the entry's fields, each read once")
+	c.ctCopyEntry()
 	b.emit(
 		st(asm.R10, ctSeg+segFlags, asm.R8, asm.Byte),
 		ld(asm.R1, asm.R10, ctOpts+ctOptsDir, asm.Byte),
@@ -104,7 +122,7 @@ func (c *compiler) ctTCPFound() {
 		// resolve_normal_ct's state
 		mov(asm.R8, ctStateEstab),
 		asm.JEq.Imm(asm.R1, ipCTDirReply, "ct_tcp_resolved"),
-		ldField(asm.R2, asm.R9, nfConnStatus, asm.DWord),
+		ld(asm.R2, asm.R10, ctEntry+entStatus, asm.Word),
 		asm.JSet.Imm(asm.R2, ipsSeenReply, "ct_tcp_resolved"),
 		mov(asm.R8, ctStateRelated),
 		asm.JSet.Imm(asm.R2, ipsExpected, "ct_tcp_resolved"),
@@ -116,13 +134,12 @@ func (c *compiler) ctTCPFound() {
 		mov(asm.R8, ctStateUnknown),
 		// NAT's sequence adjustment is in an extension; a first
 		// fragment's segment length is its datagram's.
-		ldField(asm.R2, asm.R9, nfConnStatus, asm.DWord),
+		ld(asm.R2, asm.R10, ctEntry+entStatus, asm.Word),
 		asm.JSet.Imm(asm.R2, ipsSeqAdjust, "ct_release"),
 		ld(asm.R2, asm.R7, pktFlags, asm.Byte),
 		asm.JSet.Imm(asm.R2, flagFragment, "ct_release"),
-		ldField(asm.R2, asm.R9, tcpField("state"), asm.Byte),
+		ld(asm.R2, asm.R10, ctSeg+segState, asm.Byte),
 		asm.JGE.Imm(asm.R2, int32(ir.TCPSynSent2)+1, "ct_release"),
-		st(asm.R10, ctSeg+segState, asm.R2, asm.Byte),
 	)
 
 	b.note("the segment: seq, ack, window, end")
@@ -211,6 +228,32 @@ const (
 	tcpACK = 0x10
 )
 
+// ctCopyEntry copies the entry's status, TCP state and last_* fields to
+// the frame (ctEntry, segState); the windows follow once the direction is
+// known (ctCopySeen).
+func (c *compiler) ctCopyEntry() {
+	c.b.emit(
+		ldField(asm.R1, asm.R9, nfConnStatus, asm.DWord),
+		st(asm.R10, ctEntry+entStatus, asm.R1, asm.Word),
+		ldField(asm.R1, asm.R9, tcpField("state"), asm.Byte),
+		st(asm.R10, ctSeg+segState, asm.R1, asm.Byte),
+	)
+	for _, f := range []struct {
+		name string
+		off  int16
+		size asm.Size
+	}{
+		{"last_end", entLastEnd, asm.Word}, {"last_ack", entLastAck, asm.Word}, {"last_win", entLastWin, asm.Half},
+		{"last_dir", entLastDir, asm.Byte}, {"last_index", entLastIndex, asm.Byte},
+		{"last_wscale", entLastScale, asm.Byte}, {"last_flags", entLastFlags, asm.Byte},
+	} {
+		c.b.emit(
+			ldField(asm.R1, asm.R9, tcpField(f.name), f.size),
+			st(asm.R10, ctEntry+f.off, asm.R1, f.size),
+		)
+	}
+}
+
 // ctCopySeen copies nf_conn.proto.tcp.seen[i] to the frame at dst.
 func (c *compiler) ctCopySeen(i int, dst int16) {
 	for _, f := range []struct {
@@ -288,10 +331,10 @@ func (c *compiler) ctTCPTransition() {
 		ld(asm.R2, asm.R10, ctRcv+tdFlags, asm.Byte),
 		asm.Or.Reg(asm.R1, asm.R2),
 		asm.JSet.Imm(asm.R1, ir.TCPFlagCloseInit, "ct_tcp_new"),
-		ldField(asm.R1, asm.R9, tcpField("last_dir"), asm.Byte),
+		ld(asm.R1, asm.R10, ctEntry+entLastDir, asm.Byte),
 		ld(asm.R2, asm.R10, ctSeg+segDir, asm.Byte),
 		asm.JNE.Reg(asm.R1, asm.R2, "ct_tcp_ignore"),
-		ldField(asm.R1, asm.R9, tcpField("last_index"), asm.Byte),
+		ld(asm.R1, asm.R10, ctEntry+entLastIndex, asm.Byte),
 		asm.JEq.Imm(asm.R1, int32(ir.TCPRstSet), "ct_tcp_new"),
 	)
 
@@ -300,26 +343,26 @@ func (c *compiler) ctTCPTransition() {
 	b.emit(
 		ld(asm.R5, asm.R10, ctSeg+segIndex, asm.Byte),
 		asm.JNE.Imm(asm.R5, int32(ir.TCPSynAckSet), "ct_tcp_accept"),
-		ldField(asm.R1, asm.R9, tcpField("last_index"), asm.Byte),
+		ld(asm.R1, asm.R10, ctEntry+entLastIndex, asm.Byte),
 		asm.JNE.Imm(asm.R1, int32(ir.TCPSynSet), "ct_tcp_accept"),
-		ldField(asm.R1, asm.R9, tcpField("last_dir"), asm.Byte),
+		ld(asm.R1, asm.R10, ctEntry+entLastDir, asm.Byte),
 		ld(asm.R2, asm.R10, ctSeg+segDir, asm.Byte),
 		asm.JEq.Reg(asm.R1, asm.R2, "ct_tcp_accept"),
-		ldField(asm.R1, asm.R9, tcpField("last_end"), asm.Word),
+		ld(asm.R1, asm.R10, ctEntry+entLastEnd, asm.Word),
 		ld(asm.R2, asm.R10, ctSeg+segAck, asm.Word),
 		asm.JNE.Reg(asm.R1, asm.R2, "ct_tcp_accept"),
 		st(asm.R10, ctRcv+tdEnd, asm.R1, asm.Word),
 		st(asm.R10, ctRcv+tdMaxEnd, asm.R1, asm.Word),
-		ldField(asm.R1, asm.R9, tcpField("last_win"), asm.Half),
+		ld(asm.R1, asm.R10, ctEntry+entLastWin, asm.Half),
 		asm.JNE.Imm(asm.R1, 0, "ct_tcp_last_win"),
 		mov(asm.R1, 1),
 	)
 	b.mark("ct_tcp_last_win")
 	b.emit(
 		st(asm.R10, ctRcv+tdMaxWin, asm.R1, asm.Word),
-		ldField(asm.R1, asm.R9, tcpField("last_wscale"), asm.Byte),
+		ld(asm.R1, asm.R10, ctEntry+entLastScale, asm.Byte),
 		st(asm.R10, ctRcv+tdScale, asm.R1, asm.Byte),
-		ldField(asm.R1, asm.R9, tcpField("last_flags"), asm.Byte),
+		ld(asm.R1, asm.R10, ctEntry+entLastFlags, asm.Byte),
 		asm.And.Imm(asm.R1, 0xff&^ir.TCPExpChallengeAck),
 		st(asm.R10, ctRcv+tdFlags, asm.R1, asm.Byte),
 		// nf_ct_tcp_state_reset of the sender
@@ -337,12 +380,12 @@ func (c *compiler) ctTCPTransition() {
 	b.emit(
 		asm.JNE.Imm(asm.R4, int32(ir.TCPLastAck), "ct_tcp_window"),
 		asm.JNE.Imm(asm.R5, int32(ir.TCPAckSet), "ct_tcp_window"),
-		ldField(asm.R1, asm.R9, tcpField("last_dir"), asm.Byte),
+		ld(asm.R1, asm.R10, ctEntry+entLastDir, asm.Byte),
 		ld(asm.R2, asm.R10, ctSeg+segDir, asm.Byte),
 		asm.JEq.Reg(asm.R1, asm.R2, "ct_tcp_window"),
-		ldField(asm.R1, asm.R9, tcpField("last_index"), asm.Byte),
+		ld(asm.R1, asm.R10, ctEntry+entLastIndex, asm.Byte),
 		asm.JNE.Imm(asm.R1, int32(ir.TCPSynSet), "ct_tcp_window"),
-		ldField(asm.R1, asm.R9, tcpField("last_flags"), asm.Byte),
+		ld(asm.R1, asm.R10, ctEntry+entLastFlags, asm.Byte),
 		asm.JSet.Imm(asm.R1, ir.TCPExpChallengeAck, "ct_tcp_accept"),
 		ja("ct_tcp_window"),
 	)
@@ -362,7 +405,7 @@ func (c *compiler) ctTCPTransition() {
 	)
 	b.mark("ct_tcp_rst_maxack")
 	b.emit(
-		ldField(asm.R1, asm.R9, tcpField("last_index"), asm.Byte),
+		ld(asm.R1, asm.R10, ctEntry+entLastIndex, asm.Byte),
 		asm.JEq.Imm(asm.R1, int32(ir.TCPSynSet), "ct_tcp_rst_answer"),
 		ld(asm.R1, asm.R10, ctSeg+segSeq, asm.Word),
 		asm.JNE.Imm(asm.R1, 0, "ct_tcp_rst_seq"),
@@ -383,22 +426,22 @@ func (c *compiler) ctTCPTransition() {
 		ld(asm.R1, asm.R10, ctSeg+segSeq, asm.Word),
 		ld(asm.R2, asm.R10, ctRcv+tdMaxAck, asm.Word),
 		asm.JEq.Reg(asm.R1, asm.R2, "ct_tcp_window"),
-		ldField(asm.R2, asm.R9, tcpField("last_index"), asm.Byte),
+		ld(asm.R2, asm.R10, ctEntry+entLastIndex, asm.Byte),
 		asm.JNE.Imm(asm.R2, int32(ir.TCPAckSet), "ct_tcp_rst_answer"),
-		ldField(asm.R2, asm.R9, tcpField("last_dir"), asm.Byte),
+		ld(asm.R2, asm.R10, ctEntry+entLastDir, asm.Byte),
 		ld(asm.R3, asm.R10, ctSeg+segDir, asm.Byte),
 		asm.JNE.Reg(asm.R2, asm.R3, "ct_tcp_rst_answer"),
-		ldField(asm.R2, asm.R9, tcpField("last_end"), asm.Word),
+		ld(asm.R2, asm.R10, ctEntry+entLastEnd, asm.Word),
 		asm.JEq.Reg(asm.R1, asm.R2, "ct_tcp_window"),
 	)
 	b.mark("ct_tcp_rst_answer")
 	b.note("an RST answering a SYN or ACK let through, or a challenge ACK, skips the window")
 	b.emit(
-		ldField(asm.R1, asm.R9, tcpField("last_end"), asm.Word),
+		ld(asm.R1, asm.R10, ctEntry+entLastEnd, asm.Word),
 		ld(asm.R2, asm.R10, ctSeg+segAck, asm.Word),
 		asm.JNE.Reg(asm.R1, asm.R2, "ct_tcp_rst_challenge"),
-		ldField(asm.R1, asm.R9, nfConnStatus, asm.DWord),
-		ldField(asm.R2, asm.R9, tcpField("last_index"), asm.Byte),
+		ld(asm.R1, asm.R10, ctEntry+entStatus, asm.Word),
+		ld(asm.R2, asm.R10, ctEntry+entLastIndex, asm.Byte),
 		asm.JSet.Imm(asm.R1, ipsSeenReply, "ct_tcp_rst_seen_reply"),
 		ja("ct_tcp_rst_unassured"),
 	)
@@ -406,7 +449,7 @@ func (c *compiler) ctTCPTransition() {
 	b.emit(
 		asm.JNE.Imm(asm.R2, int32(ir.TCPSynSet), "ct_tcp_rst_unassured"),
 		// from the other side than the SYN (see ir.ConntrackTCP)
-		ldField(asm.R3, asm.R9, tcpField("last_dir"), asm.Byte),
+		ld(asm.R3, asm.R10, ctEntry+entLastDir, asm.Byte),
 		ld(asm.R4, asm.R10, ctSeg+segDir, asm.Byte),
 		asm.JNE.Reg(asm.R3, asm.R4, "ct_tcp_accept"),
 	)
@@ -419,11 +462,11 @@ func (c *compiler) ctTCPTransition() {
 	b.emit(
 		ld(asm.R1, asm.R10, ctSeg+segState, asm.Byte),
 		asm.JNE.Imm(asm.R1, int32(ir.TCPSynSent), "ct_tcp_window"),
-		ldField(asm.R1, asm.R9, tcpField("last_index"), asm.Byte),
+		ld(asm.R1, asm.R10, ctEntry+entLastIndex, asm.Byte),
 		asm.JNE.Imm(asm.R1, int32(ir.TCPAckSet), "ct_tcp_window"),
-		ldField(asm.R1, asm.R9, tcpField("last_dir"), asm.Byte),
+		ld(asm.R1, asm.R10, ctEntry+entLastDir, asm.Byte),
 		asm.JNE.Imm(asm.R1, ipCTDirReply, "ct_tcp_window"),
-		ldField(asm.R1, asm.R9, tcpField("last_ack"), asm.Word),
+		ld(asm.R1, asm.R10, ctEntry+entLastAck, asm.Word),
 		ld(asm.R2, asm.R10, ctSeg+segSeq, asm.Word),
 		asm.JEq.Reg(asm.R1, asm.R2, "ct_tcp_accept"),
 		ja("ct_tcp_window"),
@@ -442,7 +485,7 @@ func (c *compiler) jumpUnlessEstablished(label string) {
 	c.b.emit(
 		ld(asm.R2, asm.R10, ctSeg+segState, asm.Byte),
 		asm.JNE.Imm(asm.R2, int32(ir.TCPEstablished), label),
-		ldField(asm.R2, asm.R9, nfConnStatus, asm.DWord),
+		ld(asm.R2, asm.R10, ctEntry+entStatus, asm.Word),
 		asm.And.Imm(asm.R2, ipsAssured),
 		asm.JEq.Imm(asm.R2, 0, label),
 	)
