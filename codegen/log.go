@@ -48,6 +48,7 @@ const (
 	logMark    = 8  // u32 skb->mark (tc), 0 (xdp)
 	logLen     = 12 // u32 the frame's length
 	logCapLen  = 16 // u32 bytes of frame in the record
+	logFlags   = 20 // u32 LogNoMAC, LogMACOther (the netfilter stage)
 	logTime    = 24 // u64 bpf_ktime_get_ns
 	logData    = 32 // the first CapLen bytes of the frame
 	logSize    = logData + LogCapture
@@ -64,7 +65,21 @@ type LogRecord struct {
 	Len     uint32 // the frame's length
 	Time    uint64 // CLOCK_MONOTONIC, ns
 	Frame   []byte // the frame's first bytes, from the Ethernet header
+	// Flags are LogNoMAC and LogMACOther, which only the netfilter
+	// stage sets: Frame's first 14 bytes are then not the MAC header.
+	Flags uint32
 }
+
+// Flags of a LogRecord.
+const (
+	// LogNoMAC: the device has no MAC header for the packet (its
+	// hard_header_len is 0, or skb->mac_header is unset or equal to the
+	// network header): netfilter prints "MAC= ".
+	LogNoMAC = 1
+	// LogMACOther: the MAC header netfilter prints is not a 14-byte
+	// Ethernet header just before the network header; not recorded.
+	LogMACOther = 2
+)
 
 // ParseLogRecord decodes a record read from LogMap.
 func ParseLogRecord(b []byte) (LogRecord, error) {
@@ -78,6 +93,7 @@ func ParseLogRecord(b []byte) (LogRecord, error) {
 		Mark:    he.Uint32(b[logMark:]),
 		Len:     he.Uint32(b[logLen:]),
 		Time:    he.Uint64(b[logTime:]),
+		Flags:   he.Uint32(b[logFlags:]),
 	}
 	n := he.Uint32(b[logCapLen:])
 	if n > LogCapture || int(n) > len(b)-logData || n > r.Len {
@@ -152,6 +168,7 @@ func (c *compiler) logEvent(r *ir.Rule) {
 		movr(asm.R7, asm.R0),
 		stImm(asm.R7, logRule, int32(r.ID), asm.Word),
 		stImm(asm.R7, logCapLen, 0, asm.Word),
+		stImm(asm.R7, logFlags, 0, asm.Word),
 		asm.FnKtimeGetNs.Call(),
 		st(asm.R7, logTime, asm.R0, asm.DWord),
 		ld(asm.R1, asm.R10, chainCtx, asm.DWord),

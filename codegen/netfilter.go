@@ -1,6 +1,8 @@
 package codegen
 
 import (
+	"encoding/binary"
+
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 
@@ -83,6 +85,8 @@ var (
 	skbMarkField  = fieldRef{"sk_buff", "mark"}
 	skbHead       = fieldRef{"sk_buff", "head"}
 	skbMACHeader  = fieldRef{"sk_buff", "mac_header"}
+	skbNetHeader  = fieldRef{"sk_buff", "network_header"}
+	netdevHHLen   = fieldRef{"net_device", "hard_header_len"}
 	skbCB         = fieldRef{"sk_buff", "cb"}
 	skbPktTypeBF  = fieldRef{"sk_buff", "pkt_type"}
 	ipcbFragMax   = fieldRef{"inet_skb_parm", "frag_max_size"}
@@ -456,14 +460,7 @@ func (c *compiler) logNetfilter(r *ir.Rule, copied string) {
 		mov(asm.R8, LogCapture-ethHeaderLen),
 	)
 	b.mark(capped)
-	c.macHeader(asm.R3)
-	b.emit(
-		movr(asm.R1, asm.R7),
-		asm.Add.Imm(asm.R1, logData),
-		mov(asm.R2, ethHeaderLen),
-		asm.FnProbeReadKernel.Call(),
-		asm.JNE.Imm(asm.R0, 0, copied),
-	)
+	c.logNetfilterMAC(r, copied)
 	c.dynptrFromSkb(asm.R6, chainDynptr, copied)
 	b.emit(
 		movr(asm.R1, asm.R7),
@@ -478,4 +475,66 @@ func (c *compiler) logNetfilter(r *ir.Rule, copied string) {
 		asm.Add.Imm(asm.R8, ethHeaderLen),
 		st(asm.R7, logCapLen, asm.R8, asm.Word),
 	)
+}
+
+// logNetfilterMAC fills in the record's MAC header as dump_mac_header
+// prints it: the device's hard_header_len bytes at skb->mac_header, none
+// when that is 0, the MAC header was not set or is empty (mac_header ==
+// network_header). The record holds 14 bytes: an Ethernet header exactly
+// 14 bytes before the network header is copied; otherwise the record says
+// LogNoMAC (the line prints "MAC= ") or LogMACOther (a MAC header of
+// another length, which the line cannot show), and its 14 bytes are
+// zeros and the family's ethertype. Nothing else is read: no kernel
+// memory that is not the packet's MAC header goes into the ring. r6 is
+// the context, r7 the record; a failed read jumps to copied.
+func (c *compiler) logNetfilterMAC(r *ir.Rule, copied string) {
+	b := c.b
+	l := ruleLabel(r)
+	hhl, noMAC, other, blank, done := l+"_mac_hhl", l+"_mac_none", l+"_mac_other", l+"_mac_blank", l+"_mac_done"
+	b.note("the MAC header dump_mac_header prints")
+	b.emit(
+		stImm(asm.R7, logFlags, 0, asm.Word),
+		ldField(asm.R2, asm.R6, nfCtxState, asm.DWord),
+		ldField(asm.R2, asm.R2, hookStateIn, asm.DWord),
+		// No input device only in a test run, whose skb eth_type_trans
+		// made on lo (hard_header_len ETH_HLEN).
+		mov(asm.R3, ethHeaderLen),
+		asm.JEq.Imm(asm.R2, 0, hhl),
+		ldField(asm.R3, asm.R2, netdevHHLen, asm.Half),
+	)
+	b.mark(hhl)
+	c.emitSkb(asm.R4, asm.R6)
+	b.emit(
+		ldField(asm.R5, asm.R4, skbMACHeader, asm.Half),
+		ldField(asm.R1, asm.R4, skbNetHeader, asm.Half),
+		asm.JEq.Imm(asm.R5, 0xffff, noMAC),
+		asm.JEq.Reg(asm.R5, asm.R1, noMAC),
+		asm.JEq.Imm(asm.R3, 0, noMAC),
+		asm.JNE.Imm(asm.R3, ethHeaderLen, other),
+		asm.Sub.Reg(asm.R1, asm.R5),
+		asm.JNE.Imm(asm.R1, ethHeaderLen, other),
+		ldField(asm.R3, asm.R4, skbHead, asm.DWord),
+		asm.Add.Reg(asm.R3, asm.R5),
+		movr(asm.R1, asm.R7),
+		asm.Add.Imm(asm.R1, logData),
+		mov(asm.R2, ethHeaderLen),
+		asm.FnProbeReadKernel.Call(),
+		asm.JNE.Imm(asm.R0, 0, copied),
+		ja(done),
+	)
+	b.mark(other)
+	b.emit(stImm(asm.R7, logFlags, LogMACOther, asm.Word), ja(blank))
+	b.mark(noMAC)
+	b.emit(stImm(asm.R7, logFlags, LogNoMAC, asm.Word))
+	b.mark(blank)
+	et := []byte{0x08, 0x00} // ETH_P_IP, in network byte order
+	if c.p.Family == rules.IPv6 {
+		et = []byte{0x86, 0xdd}
+	}
+	b.emit(
+		stImm(asm.R7, logData, 0, asm.DWord),
+		stImm(asm.R7, logData+8, 0, asm.Word),
+		stImm(asm.R7, logData+12, int32(binary.NativeEndian.Uint16(et)), asm.Half),
+	)
+	b.mark(done)
 }

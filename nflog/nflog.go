@@ -28,6 +28,11 @@ type Packet struct {
 	// NotEther is set when In is not an Ethernet device (ARPHRD_ETHER):
 	// --log-macdecode then prints MAC= as without it.
 	NotEther bool
+	// NoMAC is set when netfilter has no MAC header to print for the
+	// packet (the device's hard_header_len is 0, or skb->mac_header is
+	// unset or equal to the network header): the line says "MAC= ".
+	// Frame's first 14 bytes then only give the ethertype.
+	NoMAC bool
 	// Frame is the packet from its Ethernet header, possibly cut short:
 	// Len is the whole frame's length.
 	Frame []byte
@@ -133,6 +138,14 @@ func (w *writer) add(format string, args ...any) { fmt.Fprintf(&w.b, format, arg
 // input device, after the VLAN tags have been taken off.
 func (w *writer) mac(p Packet, flags uint8, l3 int, etype uint16) {
 	f := p.Frame
+	if p.NoMAC {
+		// dump_mac_header's fallback; with --log-macdecode on an
+		// Ethernet device the kernel reads eth_hdr() only if the MAC
+		// header was set, and the stage records none for a device
+		// whose header is not Ethernet's.
+		w.add("MAC= ")
+		return
+	}
 	if flags&MACDecode != 0 && !p.NotEther {
 		w.add("MACSRC=%s MACDST=%s ", hexBytes(f[6:12], ":", "%02x"), hexBytes(f[0:6], ":", "%02x"))
 		w.add("MACPROTO=%04x ", etype)

@@ -289,7 +289,7 @@ func (f *logFollower) event(rec codegen.LogRecord) logEvent {
 	}
 	ev.Rule, ev.Chain, ev.Level, ev.Prefix = rule.Pos, rule.Chain, rule.Level, rule.Prefix
 	ifc := f.iface(rec.Ifindex)
-	p := nflog.Packet{Frame: rec.Frame, Len: int(rec.Len), Mark: rec.Mark, NotEther: !ifc.ether}
+	p := nflog.Packet{Frame: rec.Frame, Len: int(rec.Len), Mark: rec.Mark, NotEther: !ifc.ether, NoMAC: rec.Flags&codegen.LogNoMAC != 0}
 	if f.place.Hook == codegen.HookTCEgress {
 		p.Out = ifc.name
 	} else {
@@ -300,6 +300,8 @@ func (f *logFollower) event(rec codegen.LogRecord) logEvent {
 	ev.Line = line
 	if err != nil {
 		ev.Error = err.Error()
+	} else if rec.Flags&codegen.LogMACOther != 0 {
+		ev.Error = "the MAC= the kernel prints is the device's hard_header_len bytes at its MAC header, not a 14-byte Ethernet header; the netfilter stage did not record it"
 	}
 	return ev
 }

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -389,5 +392,115 @@ func TestUnloadNetNS(t *testing.T) {
 	}
 	if _, _, code := c.run("", "unload", "--netns", "12345"); code == 0 {
 		t.Error("unload --netns of a namespace with no pins succeeded")
+	}
+}
+
+// TestNetfilterStageLogNoMAC: on a device without an Ethernet header (a
+// tun device: hard_header_len 0, mac_header == network_header) the
+// stage's LOG line says "MAC= " as the kernel's does, instead of 14 bytes
+// of kernel memory before the network header.
+func TestNetfilterStageLogNoMAC(t *testing.T) {
+	testenv.RequireTool(t, "iptables-legacy-restore")
+	bin := buildBpfwall(t)
+	allowNetnsLogging(t) // in the host's namespace, where the sysctl is
+	freshNetns(t)
+	c := cli{t, bin}
+	tun, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(tun)
+	ifr, err := unix.NewIfreq("bwtun0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if err := unix.IoctlIfreq(tun, unix.TUNSETIFF, ifr); err != nil {
+		t.Fatalf("TUNSETIFF: %v", err)
+	}
+	for _, cmd := range []string{"ip addr add 10.9.9.1/24 dev bwtun0", "ip link set bwtun0 up"} {
+		f := strings.Fields(cmd)
+		if out, err := exec.Command(f[0], f[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", cmd, err, out)
+		}
+	}
+	var id [3]byte
+	rand.Read(id[:])
+	tag := "bwnm" + hex.EncodeToString(id[:])
+	rules := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+		"-A INPUT -p icmp -m conntrack --ctstate NEW -j LOG --log-prefix \"" + tag + " \"\n" +
+		"COMMIT\n"
+	var seq uint16
+	send := func() {
+		t.Helper()
+		seq++
+		ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Id: seq, Protocol: layers.IPProtocolICMPv4, SrcIP: net.IPv4(10, 9, 9, 2), DstIP: net.IPv4(10, 9, 9, 1)}
+		icmp := &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0), Id: 0x4242 + seq, Seq: 1}
+		buf := gopacket.NewSerializeBuffer()
+		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{ComputeChecksums: true, FixLengths: true}, ip, icmp, gopacket.Payload("bpfwall")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unix.Write(tun, buf.Bytes()); err != nil {
+			t.Fatalf("write to tun: %v", err)
+		}
+	}
+
+	// The kernel's line.
+	cmd := exec.Command("iptables-legacy-restore")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("iptables-legacy-restore: %v\n%s", err, out)
+	}
+	kmsg, err := os.OpenFile("/dev/kmsg", os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kmsg.Close()
+	if _, err := unix.Seek(int(kmsg.Fd()), 0, unix.SEEK_END); err != nil {
+		t.Fatal(err)
+	}
+	send()
+	var kernel string
+	buf := make([]byte, 8192)
+	for deadline := time.Now().Add(10 * time.Second); kernel == "" && time.Now().Before(deadline); {
+		n, err := unix.Read(int(kmsg.Fd()), buf)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EPIPE) {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("read /dev/kmsg: %v", err)
+		}
+		if _, text, ok := strings.Cut(string(buf[:n]), ";"); ok && strings.HasPrefix(text, tag+" ") {
+			kernel, _, _ = strings.Cut(text, "\n")
+			kernel = unescapeKmsg(kernel)
+		}
+	}
+	cmd = exec.Command("iptables-legacy-restore")
+	cmd.Stdin = strings.NewReader("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("iptables-legacy-restore: %v\n%s", err, out)
+	}
+	if !strings.Contains(kernel, " MAC= SRC=10.9.9.2 ") {
+		t.Fatalf("the kernel's line: %q", kernel)
+	}
+
+	// bpfwall's, from the netfilter stage. The echo's id differs: a new
+	// entry, NEW again.
+	c.ok(rules, "restore", "--hook", "xdp", "-i", "bwtun0")
+	defer c.run("", "unload")
+	send()
+	out := c.ok("", "log", "--json", "--hook", "xdp", "--count", "1", "--timeout", "10s")
+	var ev logEvent
+	if err := json.Unmarshal([]byte(out), &ev); err != nil {
+		t.Fatalf("bpfwall log printed %q: %v", out, err)
+	}
+	if ev.Error != "" {
+		t.Errorf("bpfwall log: %s", ev.Error)
+	}
+	// Only the echo's id and checksum, and the IP id, differ.
+	want := strings.NewReplacer(fmt.Sprintf("ID=%d ", seq-1), fmt.Sprintf("ID=%d ", seq), fmt.Sprintf("ID=%d ", 0x4242+seq-1), fmt.Sprintf("ID=%d ", 0x4242+seq)).Replace(kernel)
+	if ev.Line != want {
+		t.Errorf("LOG line on a device without a MAC header:\nkernel  %q\nbpfwall %q", want, ev.Line)
 	}
 }
