@@ -448,7 +448,8 @@ func (c *compiler) ctTCPTransition() {
 	b.mark("ct_tcp_rst_seen_reply")
 	b.emit(
 		asm.JNE.Imm(asm.R2, int32(ir.TCPSynSet), "ct_tcp_rst_unassured"),
-		// from the other side than the SYN (see ir.ConntrackTCP)
+		// from the other side than the SYN: upstream's direction check
+		// (see ir.ConntrackTCP)
 		ld(asm.R3, asm.R10, ctEntry+entLastDir, asm.Byte),
 		ld(asm.R4, asm.R10, ctSeg+segDir, asm.Byte),
 		asm.JNE.Reg(asm.R3, asm.R4, "ct_tcp_accept"),

@@ -265,10 +265,13 @@ func tcpPacket(e *TCPEntry, s *tcpSegment) tcpVerdict {
 			}
 		}
 		// An RST answering a SYN or ACK let through skips the window.
-		// For the SYN, the 6.18 kernel also wants the RST from the other
-		// side: found by TestTCPConversations (an RST from the side that
-		// sent the SYN, acknowledging it, is INVALID when out of window),
-		// not in the source read.
+		// For the SYN, only an RST from the other side than the SYN's
+		// (last_dir != dir): upstream "netfilter: conntrack: tcp: do not
+		// force CLOSE on invalid-seq RST without direction check"
+		// (H. Mahfooz, net, May 2026, Cc stable), which this 6.18.y kernel
+		// has; a kernel without it lets the SYN's own side's RST skip the
+		// window too. TestTCPConversations' scripted conversations compare
+		// both sides with the kernel.
 		if (e.Status&IPSSeenReply != 0 && e.LastIndex == TCPSynSet && e.LastDir != dir ||
 			e.Status&IPSAssured == 0 && e.LastIndex == TCPAckSet) && s.ack == e.LastEnd {
 			return tcpVerdictAccept

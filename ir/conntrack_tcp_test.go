@@ -163,7 +163,7 @@ func TestConntrackTCP(t *testing.T) {
 		{"rst answering an ignored syn skips the window", with(func(e *ir.TCPEntry) {
 			e.LastIndex, e.LastDir, e.LastEnd = ir.TCPSynSet, 0, 778
 		}), reply(seg{flags: "RA", seq: sISN + 1<<30, ack: 778}), ir.ConnEstablished},
-		{"rst from the side of the ignored syn does not", with(func(e *ir.TCPEntry) {
+		{"rst from the side of the ignored syn does not (upstream direction check)", with(func(e *ir.TCPEntry) {
 			e.LastIndex, e.LastDir, e.LastEnd = ir.TCPSynSet, 0, 778
 		}), seg{flags: "RA", seq: cISN + 1<<30, ack: 778}, ir.ConnInvalid},
 		{"rst answering an ack let through on a half-open entry", ir.TCPEntry{State: ir.TCPSynSent, Status: ir.IPSSeenReply,

@@ -321,6 +321,99 @@ func tcpConversations(r *rand.Rand, randoms int, v6 bool) []convSeg {
 	return segs
 }
 
+// convScripts are minimal conversations, each compared with the kernel
+// segment by segment like the others: cases the random segments reach
+// only by chance, kept as named reproductions.
+var convScripts = []struct {
+	name   string
+	last   string // netfilter's state for the last segment, without be_liberal
+	script func(g *convGen)
+}{
+	// A SYN in ESTABLISHED is ignored (tcp_conntracks sIG): conntrack
+	// notes it in last_index, last_dir and last_end. An RST acknowledging
+	// it (ack == last_end) skips the window check (nf_conntrack_tcp_packet,
+	// TCP_CONNTRACK_CLOSE: "RST sent to invalid SYN ... we had let
+	// through") only when it comes from the other side than the SYN
+	// (upstream's direction check, "do not force CLOSE on invalid-seq RST
+	// without direction check", in this 6.18.y); these RSTs are far out
+	// of window, so the SYN's own side's is INVALID.
+	{"rst from the ignored syn's side", "INVALID", func(g *convGen) {
+		syn := g.ignoredSyn()
+		g.send(true, "RA", g.c.nxt+1<<29, syn+1, g.c.win, 0, nil)
+	}},
+	{"rst from the other side than the ignored syn", "ESTABLISHED", func(g *convGen) {
+		syn := g.ignoredSyn()
+		g.send(false, "RA", g.s.nxt+1<<29, syn+1, g.s.win, 0, nil)
+	}},
+	{"rst from the ignored syn's side, in window", "ESTABLISHED", func(g *convGen) {
+		syn := g.ignoredSyn()
+		g.send(true, "RA", g.c.nxt, syn+1, g.c.win, 0, nil)
+	}},
+	{"rst from the other side, not acknowledging the ignored syn", "INVALID", func(g *convGen) {
+		syn := g.ignoredSyn()
+		g.send(false, "RA", g.s.nxt+1<<29, syn, g.s.win, 0, nil)
+	}},
+	// A simultaneous open: the server's SYN in SYN_SENT is let through
+	// (SYN_SENT2), so last_index is SYN with last_dir the reply
+	// direction; the same rule the other way round. Only ignored
+	// segments write last_end: it is still tcp_new's 0, which an RST
+	// with ack 0 matches.
+	{"rst from the client after a simultaneous open", "ESTABLISHED", func(g *convGen) {
+		g.opening("simultaneous")
+		g.send(true, "RA", g.c.nxt+1<<29, 0, g.c.win, 0, nil)
+	}},
+	{"rst from the server after a simultaneous open", "INVALID", func(g *convGen) {
+		g.opening("simultaneous")
+		g.send(false, "RA", g.s.nxt+1<<29, 0, g.s.win, 0, nil)
+	}},
+	// The server's SYN in TIME_WAIT: the closing side set CLOSE_INIT, so
+	// the entry is killed and the SYN starts a connection the other way
+	// (-NF_REPEAT); the client answers it.
+	{"reply-direction syn in time_wait", "INVALID", func(g *convGen) {
+		g.opening("time_wait")
+		g.s.nxt += 1 << 20
+		g.segment(false, "S", 0)
+		g.segment(true, "SA", 0)
+		g.segment(false, "A", 0)
+		g.send(true, "RA", g.c.nxt+1<<29, g.s.nxt, g.c.win, 0, nil)
+	}},
+}
+
+// ignoredSyn establishes the connection, exchanges data, then sends a
+// SYN from the client far from its sequence, which conntrack ignores in
+// ESTABLISHED, and returns the SYN's sequence number.
+func (g *convGen) ignoredSyn() uint32 {
+	g.opening("data")
+	syn := g.c.nxt + 1<<30
+	g.send(true, "S", syn, 0, g.c.win, 0, g.synOpts(g.c.scale))
+	return syn
+}
+
+// scriptedConversations writes convScripts, with and without window
+// scale and SACK, names each segment by its script, and gives the state
+// netfilter must give each script's last segment (by index).
+func scriptedConversations(v6 bool) ([]convSeg, []string, map[int]string) {
+	var segs []convSeg
+	var names []string
+	last := map[int]string{}
+	port := uint16(43000)
+	for _, sc := range convScripts {
+		for _, opts := range []bool{true, false} {
+			g := &convGen{v6: v6, port: port, opts: opts,
+				c: convEnd{nxt: 1_000_000 + uint32(port)*1000, win: 1000, scale: 2},
+				s: convEnd{nxt: 3_000_000_000 + uint32(port)*1000, win: 2000, scale: 3}}
+			sc.script(g)
+			segs = append(segs, g.segs...)
+			for range g.segs {
+				names = append(names, sc.name)
+			}
+			last[len(segs)-1] = sc.last
+			port++
+		}
+	}
+	return segs, names, last
+}
+
 // convStates are the states the rules tell apart, in rule order.
 var convStates = []string{"INVALID", "NEW", "ESTABLISHED", "RELATED"}
 
@@ -389,6 +482,10 @@ neigh replace %s lladdr %s dev fwout nud permanent
 			set(run.liberal, run.rst, run.loose)
 			defer set("0", "0", "1")
 			segs := tcpConversations(rand.New(rand.NewPCG(6, 18)), 60, fam == rules.IPv6)
+			names := make([]string, len(segs))
+			scripted, scriptNames, scriptLast := scriptedConversations(fam == rules.IPv6)
+			first := len(segs)
+			segs, names = append(segs, scripted...), append(names, scriptNames...)
 			frames := make([][]byte, len(segs))
 			for i, s := range segs {
 				frames[i] = s.frame(t)
@@ -399,6 +496,14 @@ neigh replace %s lladdr %s dev fwout nud permanent
 			// with nf_conntrack_tcp_loose.
 			if want := map[string]string{"0": "INVALID", "1": "NEW"}[run.loose]; kernel[0] != want || segs[0].flags != "A" {
 				t.Errorf("netfilter's state for the unsolicited ACK %s with nf_conntrack_tcp_loose=%s: %s, want %s", segs[0], run.loose, kernel[0], want)
+			}
+			// The scripts must reach the case they are named for.
+			if run.liberal == "0" {
+				for i, want := range scriptLast {
+					if got := kernel[first+i]; got != want {
+						t.Errorf("%s: netfilter's state for %s is %s, the script expects %s", names[first+i], segs[first+i], got, want)
+					}
+				}
 			}
 			counts := map[string]int{}
 			for _, st := range kernel {
@@ -412,13 +517,20 @@ neigh replace %s lladdr %s dev fwout nud permanent
 					if got[i] != kernel[i] {
 						mismatches++
 						if mismatches <= 20 {
-							t.Errorf("%s: segment %d (%s): netfilter %s, bpfwall %s", hook, i, segs[i], kernel[i], got[i])
+							t.Errorf("%s: segment %d (%s) %s: netfilter %s, bpfwall %s", hook, i, segs[i], names[i], kernel[i], got[i])
 						}
 					}
 				}
 			}
+			if testing.Verbose() {
+				for i, name := range names {
+					if name != "" {
+						t.Logf("%s: %s: netfilter %s", name, segs[i], kernel[i])
+					}
+				}
+			}
 			t.Logf("tcp conversations (%s, %s): %d segments in %d conversations, netfilter's states %v; %d compared on xdp and tc-ingress, %d mismatches",
-				fam, run.sysctl, len(segs), 2*len(convPhases), counts, compared, mismatches)
+				fam, run.sysctl, len(segs), 2*(len(convPhases)+len(convScripts)), counts, compared, mismatches)
 			// The scenario must exercise the states it is for.
 			for _, st := range []string{"INVALID", "NEW", "ESTABLISHED"} {
 				if counts[st] < 10 {
