@@ -65,29 +65,10 @@ func TestLimitAcrossCPUs(t *testing.T) {
 			}
 			defer coll.Close()
 			prog := coll.Programs[codegen.ProgramName]
-			var wg sync.WaitGroup
-			errs := make([]error, cpus)
-			for cpu := range cpus {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					runtime.LockOSThread()
-					defer runtime.UnlockOSThread()
-					var set unix.CPUSet
-					set.Set(cpu)
-					if err := unix.SchedSetaffinity(0, &set); err != nil {
-						errs[cpu] = err
-						return
-					}
-					_, errs[cpu] = prog.Run(&ebpf.RunOptions{Data: data, Repeat: perCPU})
-				}()
-			}
-			wg.Wait()
-			for _, err := range errs {
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
+			onEachCPU(t, cpus, func(int) error {
+				_, err := prog.Run(&ebpf.RunOptions{Data: data, Repeat: perCPU})
+				return err
+			})
 			var counts []codegen.Counter
 			if err := coll.Maps[codegen.CountersMap].Lookup(uint32(0), &counts); err != nil {
 				t.Fatal(err)
@@ -105,6 +86,35 @@ func TestLimitAcrossCPUs(t *testing.T) {
 				t.Errorf("%d packets passed, want the bucket's %d", passed, tc.burst)
 			}
 		})
+	}
+}
+
+// onEachCPU runs f(cpu) on each of the first cpus CPUs at once, each on a
+// thread pinned to its CPU, and fails t on the first error.
+func onEachCPU(t *testing.T, cpus int, f func(cpu int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, cpus)
+	for cpu := range cpus {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var set unix.CPUSet
+			set.Set(cpu)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				errs[cpu] = err
+				return
+			}
+			errs[cpu] = f(cpu)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -140,6 +150,25 @@ func BenchmarkLimit(b *testing.B) {
 	}
 }
 
+// twoKeyTable loads a hashlimit rule whose table holds two source keys
+// and expires them after expire (ms, and further table options), and
+// returns the program and a function that runs a UDP packet from an
+// address through it.
+func twoKeyTable(t *testing.T, ns *netns, expire string) (*loaded, func(from string) codegen.Decision) {
+	src := "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+		"-A INPUT -p udp -m hashlimit --hashlimit-upto 10/sec --hashlimit-mode srcip --hashlimit-name t" +
+		" --hashlimit-htable-size 2 --hashlimit-htable-max 2 --hashlimit-htable-expire " + expire + " -j ACCEPT\nCOMMIT\n"
+	l := load(t, compileText(t, src, rules.IPv4, codegen.HookXDP), ns)
+	return l, func(from string) codegen.Decision {
+		t.Helper()
+		_, d, err := l.run(frame4(t, layers.IPProtocolUDP, from, "192.0.2.2", 40000, 53), ns.devs[1], 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+}
+
 // TestHashLimitSweepInterval: a full table is swept at most once per
 // --hashlimit-htable-gcinterval, as the kernel's collector runs, not for
 // every new key: an entry that expired after a sweep stays until the
@@ -148,20 +177,7 @@ func BenchmarkLimit(b *testing.B) {
 func TestHashLimitSweepInterval(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireTool(t, "ip")
-	ns := newNetns(t)
-	src := "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
-		"-A INPUT -p udp -m hashlimit --hashlimit-upto 10/sec --hashlimit-mode srcip --hashlimit-name t" +
-		" --hashlimit-htable-size 2 --hashlimit-htable-max 2 --hashlimit-htable-expire 60000 --hashlimit-htable-gcinterval 60000 -j ACCEPT\nCOMMIT\n"
-	p := compileText(t, src, rules.IPv4, codegen.HookXDP)
-	l := load(t, p, ns)
-	send := func(from string) codegen.Decision {
-		t.Helper()
-		_, d, err := l.run(frame4(t, layers.IPProtocolUDP, from, "192.0.2.2", 40000, 53), ns.devs[1], 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	l, send := twoKeyTable(t, newNetns(t), "60000 --hashlimit-htable-gcinterval 60000")
 	for _, from := range []string{"10.0.0.1", "10.0.0.2"} {
 		if d := send(from); d.Kind != codegen.DecidedByRule {
 			t.Fatalf("%s: decision %+v, want the rule's", from, d)
@@ -215,19 +231,7 @@ func TestHashLimitTableFull(t *testing.T) {
 	ns := newNetns(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			src := "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
-				"-A INPUT -p udp -m hashlimit --hashlimit-upto 10/sec --hashlimit-mode srcip --hashlimit-name t" +
-				" --hashlimit-htable-size 2 --hashlimit-htable-max 2 --hashlimit-htable-expire " + tc.expire + " -j ACCEPT\nCOMMIT\n"
-			p := compileText(t, src, rules.IPv4, codegen.HookXDP)
-			l := load(t, p, ns)
-			send := func(from string) codegen.Decision {
-				t.Helper()
-				_, d, err := l.run(frame4(t, layers.IPProtocolUDP, from, "192.0.2.2", 40000, 53), ns.devs[1], 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return d
-			}
+			_, send := twoKeyTable(t, ns, tc.expire)
 			for _, from := range []string{"10.0.0.1", "10.0.0.2"} {
 				if d := send(from); d.Kind != codegen.DecidedByRule {
 					t.Fatalf("%s: decision %+v, want the rule's", from, d)

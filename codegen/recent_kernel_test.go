@@ -4,13 +4,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket/layers"
-	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
 	"bpfwall/internal/testenv"
@@ -145,30 +143,11 @@ func TestRecentAcrossCPUs(t *testing.T) {
 			}
 			defer coll.Close()
 			prog := coll.Programs[codegen.ProgramName]
-			var wg sync.WaitGroup
-			errs := make([]error, cpus)
-			for cpu := range cpus {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					runtime.LockOSThread()
-					defer runtime.UnlockOSThread()
-					var set unix.CPUSet
-					set.Set(cpu)
-					if err := unix.SchedSetaffinity(0, &set); err != nil {
-						errs[cpu] = err
-						return
-					}
-					data := frame4(t, layers.IPProtocolUDP, fmt.Sprintf("10.0.0.%d", cpu+1), "192.0.2.2", 40000, 53)
-					_, errs[cpu] = prog.Run(&ebpf.RunOptions{Data: data, Repeat: perCPU})
-				}()
-			}
-			wg.Wait()
-			for _, err := range errs {
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
+			onEachCPU(t, cpus, func(cpu int) error {
+				data := frame4(t, layers.IPProtocolUDP, fmt.Sprintf("10.0.0.%d", cpu+1), "192.0.2.2", 40000, 53)
+				_, err := prog.Run(&ebpf.RunOptions{Data: data, Repeat: perCPU})
+				return err
+			})
 			stamps := codegen.RecentTables(p)[0].Stamps
 			value := make([]byte, codegen.RecentValueSize(stamps))
 			if err := coll.Maps[codegen.RecentMap(0)].Lookup(uint32(0), &value); err != nil {
