@@ -617,10 +617,13 @@ func (ft *flowTopology) runNetfilter(t *testing.T, text string, steps []flowStep
 	return out
 }
 
-func (ft *flowTopology) runBPF(t *testing.T, root, text string, hook codegen.Hook, steps []flowStep) []string {
+// attachForward compiles the FORWARD chain of the rule set text (read as
+// file name with opts) for hook, with the firewall's netfilter flushed,
+// and swaps it in on both firewall interfaces as bpfwall load does.
+func (ft *flowTopology) attachForward(t *testing.T, root, name, text string, opts iptables.Options, hook codegen.Hook) loader.Place {
 	t.Helper()
 	ft.flushFirewall(t)
-	rs, err := iptables.Parse("flows.rules", []byte(text), iptables.Options{})
+	rs, err := iptables.Parse(name, []byte(text), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -632,7 +635,7 @@ func (ft *flowTopology) runBPF(t *testing.T, root, text string, hook codegen.Hoo
 	if err != nil {
 		t.Fatalf("compile for %s: %v", hook, err)
 	}
-	meta, counters, err := loader.NewMeta(rs, p, "flows.rules")
+	meta, counters, err := loader.NewMeta(rs, p, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -642,14 +645,19 @@ func (ft *flowTopology) runBPF(t *testing.T, root, text string, hook codegen.Hoo
 			return err
 		}
 		swap := loader.Swap{Place: place, Program: p, Meta: meta, Counters: counters, Ifaces: []string{"fwin", "fwout"}, XDPMode: loader.XDPGeneric}
-		err := runSwap(&swap)
-		return err
+		return runSwap(&swap)
 	})
 	if err != nil {
 		t.Fatalf("attach on %s: %v", hook, err)
 	}
+	return place
+}
+
+func (ft *flowTopology) runBPF(t *testing.T, root, text string, hook codegen.Hook, steps []flowStep) []string {
+	t.Helper()
+	place := ft.attachForward(t, root, "flows.rules", text, iptables.Options{}, hook)
 	out := ft.runSteps(t, steps)
-	err = topology.Do(ft.Firewall, func() error {
+	err := topology.Do(ft.Firewall, func() error {
 		if _, err := loader.Unload(place, nil); err != nil {
 			return err
 		}

@@ -17,7 +17,6 @@ import (
 	"bpfwall/codegen"
 	"bpfwall/internal/testenv"
 	"bpfwall/internal/topology"
-	"bpfwall/ir"
 	"bpfwall/loader"
 	"bpfwall/parser/iptables"
 	"bpfwall/rules"
@@ -613,38 +612,14 @@ func (ft *flowTopology) runConversationNetfilter(t *testing.T, fam rules.Family,
 // hook and returns each one's state, read from the rule counters.
 func (ft *flowTopology) runConversationBPF(t *testing.T, root string, fam rules.Family, hook codegen.Hook, segs []convSeg, frames [][]byte) []string {
 	t.Helper()
-	ft.flushFirewall(t)
-	rs, err := iptables.Parse("conv.rules", []byte(convFilter), iptables.Options{Family: fam, ForceFamily: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prog, err := ir.Lower(rs, ir.LowerOptions{Chain: "FORWARD"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := codegen.Compile(prog, codegen.Options{Hook: hook, Level: 1})
-	if err != nil {
-		t.Fatalf("compile for %s: %v", hook, err)
-	}
-	meta, counters, err := loader.NewMeta(rs, p, "conv.rules")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var place loader.Place
+	place := ft.attachForward(t, root, "conv.rules", convFilter, iptables.Options{Family: fam, ForceFamily: true}, hook)
 	var active *loader.Active
-	err = topology.Do(ft.Firewall, func() error {
-		if place, err = loader.Here(root, hook); err != nil {
-			return err
-		}
-		swap := loader.Swap{Place: place, Program: p, Meta: meta, Counters: counters, Ifaces: []string{"fwin", "fwout"}, XDPMode: loader.XDPGeneric}
-		if _, err := swap.Run(); err != nil {
-			return err
-		}
+	err := topology.Do(ft.Firewall, func() (err error) {
 		active, err = loader.Open(place)
 		return err
 	})
 	if err != nil {
-		t.Fatalf("attach on %s: %v", hook, err)
+		t.Fatalf("open the filter on %s: %v", hook, err)
 	}
 	defer func() {
 		active.Close()
