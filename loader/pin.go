@@ -104,9 +104,10 @@ func (p Place) makeDir() error {
 		root = DefaultRoot
 	}
 	if !onBPFFS(filepath.Dir(root)) && root == DefaultRoot {
-		if privateMounts() {
-			return fmt.Errorf("bpffs is not mounted at %s in this mount namespace, which is not the host's (ip netns exec makes one): "+
-				"a filter pinned here would go when the command exits; run bpfwall with nsenter --net=/run/netns/NAME instead, which keeps the host's mounts", bpffsMount)
+		if !initMounts() {
+			return fmt.Errorf("bpffs is not mounted at %s, and this command does not run in init's mount namespace, or cannot tell: "+
+				"a bpffs mounted here, with the filter's pins, could go when the command's mount namespace does (ip netns exec makes one per command). "+
+				"Run bpfwall with nsenter --net=/run/netns/NAME, which keeps the host's mounts, or mount bpffs at %s where it stays", bpffsMount, bpffsMount)
 		}
 		if err := os.MkdirAll(bpffsMount, 0o755); err != nil {
 			return fmt.Errorf("mount bpffs: %w", err)
@@ -121,17 +122,18 @@ func (p Place) makeDir() error {
 	return nil
 }
 
-// privateMounts reports whether this process runs in another mount
-// namespace than the process that started it, as under ip netns exec: a
-// bpffs it mounts there, and the pins on it, go when the last process of
-// that namespace exits. (The parent, not init, whose namespace links a
-// hardened /proc may hide.)
-func privateMounts() bool {
-	var self, parent unix.Stat_t
-	if unix.Stat("/proc/self/ns/mnt", &self) != nil || unix.Stat(fmt.Sprintf("/proc/%d/ns/mnt", os.Getppid()), &parent) != nil {
+// initMounts reports whether this process is known to run in init's
+// mount namespace, the one that lasts: a bpffs it mounts anywhere else
+// (ip netns exec gives every command a mount namespace of its own, and
+// so does a script it runs) goes, with the pins on it, when that
+// namespace's last process exits. When /proc hides init's namespace, it
+// cannot tell, and says no.
+func initMounts() bool {
+	var self, init unix.Stat_t
+	if unix.Stat("/proc/self/ns/mnt", &self) != nil || unix.Stat("/proc/1/ns/mnt", &init) != nil {
 		return false
 	}
-	return self.Ino != parent.Ino || self.Dev != parent.Dev
+	return self.Ino == init.Ino && self.Dev == init.Dev
 }
 
 func onBPFFS(dir string) bool {

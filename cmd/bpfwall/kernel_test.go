@@ -369,15 +369,19 @@ func TestPrivateMountNamespace(t *testing.T) {
 	if err := os.WriteFile(rules, []byte("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -p tcp --dport 22 -j DROP\nCOMMIT\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("ip", "netns", "exec", name, "sh", "-c", `ip link set lo up && exec "$0" load --hook tc-ingress -i lo "$1"`, bin, rules).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "nsenter --net=/run/netns/NAME") {
-		t.Errorf("load under ip netns exec: %v\n%s\nwant a refusal that names nsenter", err, out)
+	// bpfwall run by ip netns exec, and from a script ip netns exec runs,
+	// whose shell shares the private namespace.
+	for _, script := range []string{`exec "$0" load --hook tc-ingress -i lo "$1"`, `"$0" load --hook tc-ingress -i lo "$1"; rc=$?; "$0" status; exit $rc`} {
+		out, err := exec.Command("ip", "netns", "exec", name, "sh", "-c", "ip link set lo up && "+script, bin, rules).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "nsenter --net=/run/netns/NAME") {
+			t.Errorf("load under ip netns exec (%s): %v\n%s\nwant a refusal that names nsenter", script, err, out)
+		}
 	}
 	// nsenter keeps the host's mounts: the filter stays after the command.
 	if out, err := exec.Command("nsenter", "--net=/run/netns/"+name, bin, "load", "--hook", "tc-ingress", "-i", "lo", rules).CombinedOutput(); err != nil {
 		t.Fatalf("load under nsenter: %v\n%s", err, out)
 	}
-	out, err = exec.Command("nsenter", "--net=/run/netns/"+name, bin, "status").CombinedOutput()
+	out, err := exec.Command("nsenter", "--net=/run/netns/"+name, bin, "status").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "tc-ingress") {
 		t.Errorf("status after load under nsenter: %v\n%s", err, out)
 	}
