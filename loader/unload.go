@@ -17,6 +17,35 @@ import (
 	"bpfwall/codegen"
 )
 
+// checkUppersLeft refuses to detach a filter with a netfilter stage from
+// some of its interfaces when a bond, team or bridge the stage follows
+// would keep a port the filter stays attached to and lose one it leaves:
+// the ingress program of the port left would still defer its packets of
+// class U, which netfilter sees on the master, where the stage could no
+// longer tell them from the other port's (as load refuses it).
+func (a *Active) checkUppersLeft(detach []Iface) error {
+	if a.maps[pinNFIfaces] == nil || len(a.Meta.Uppers) == 0 {
+		return nil
+	}
+	var left []int
+	for i := range a.Links {
+		if !slices.ContainsFunc(detach, func(d Iface) bool { return d.Index == i }) {
+			left = append(left, i)
+		}
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	links, err := listLinks()
+	if err != nil {
+		return fmt.Errorf("netfilter stage: %w", err)
+	}
+	if _, err := uppersOf(links, left, true); err != nil {
+		return fmt.Errorf("%w; unload every port of it at once", err)
+	}
+	return nil
+}
+
 // Unload detaches the filter at p from the named interfaces, or from all
 // of them when names is empty. A filter attached nowhere is removed with
 // its pins. It returns the interfaces detached.
@@ -39,6 +68,9 @@ func Unload(p Place, names []string) ([]Iface, error) {
 			return nil, fmt.Errorf("unload %s filter: not attached to %s", p.Hook, name)
 		}
 		detach = append(detach, a.Meta.Ifaces[k])
+	}
+	if err := a.checkUppersLeft(detach); err != nil {
+		return nil, fmt.Errorf("unload %s filter: %w", p.Hook, err)
 	}
 	for _, ifc := range detach {
 		if err := detachLink(a.Links[ifc.Index], linkPin(dir, ifc.Index)); err != nil {
@@ -74,10 +106,11 @@ func Unload(p Place, names []string) ([]Iface, error) {
 		for i := range a.Links {
 			left = append(left, i)
 		}
-		var still []Iface
-		if links, err := listLinks(); err == nil {
-			still, _ = uppersOf(links, left, false)
+		links, err := listLinks()
+		if err != nil {
+			return detach, fmt.Errorf("unload %s filter: netfilter stage: %w", p.Hook, err)
 		}
+		still, _ := uppersOf(links, left, false)
 		var keep []Iface
 		for _, u := range meta.Uppers {
 			if slices.ContainsFunc(still, func(v Iface) bool { return v.Index == u.Index }) {
