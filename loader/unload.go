@@ -193,7 +193,7 @@ func UnloadNetNS(root string, id uint64) ([]codegen.Hook, error) {
 		hooks = append(hooks, p.Hook)
 	}
 	if path := findNetNS(id); path != "" {
-		err := inNetNS(path, func() error {
+		err := inNetNS(path, id, func() error {
 			for _, p := range places {
 				if _, err := Unload(p, nil); err != nil {
 					return err
@@ -243,6 +243,9 @@ func findNetNS(id uint64) string {
 		for _, e := range ents {
 			if _, err := strconv.Atoi(e.Name()); err == nil {
 				paths = append(paths, filepath.Join("/proc", e.Name(), "ns", "net"))
+				// A thread can hold a namespace its process is not in.
+				tasks, _ := filepath.Glob(filepath.Join("/proc", e.Name(), "task", "*", "ns", "net"))
+				paths = append(paths, tasks...)
 			}
 		}
 	}
@@ -255,9 +258,9 @@ func findNetNS(id uint64) string {
 	return ""
 }
 
-// inNetNS runs f on a thread in the network namespace at path. The
-// thread stays locked and dies with its goroutine.
-func inNetNS(path string, f func() error) error {
+// inNetNS runs f on a thread in the network namespace id, found at path.
+// The thread stays locked and dies with its goroutine.
+func inNetNS(path string, id uint64, f func() error) error {
 	done := make(chan error)
 	go func() {
 		runtime.LockOSThread()
@@ -267,6 +270,13 @@ func inNetNS(path string, f func() error) error {
 			return
 		}
 		defer unix.Close(fd)
+		// The process found at path may have gone, and its pid been
+		// reused, since: enter only the namespace the descriptor is.
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil || st.Ino != id {
+			done <- fmt.Errorf("network namespace %d is no longer at %s", id, path)
+			return
+		}
 		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
 			done <- fmt.Errorf("enter network namespace %s: %w", path, err)
 			return
