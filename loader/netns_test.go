@@ -68,7 +68,7 @@ func testPlace(t *testing.T, ns uint64, hook codegen.Hook) Place {
 	p := Place{NetNS: ns, Hook: hook}
 	t.Cleanup(func() {
 		os.RemoveAll(p.Dir())
-		os.Remove(filepath.Dir(p.Dir()))
+		removeIfOnlyMarked(filepath.Dir(p.Dir()))
 	})
 	return p
 }

@@ -3,6 +3,7 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -67,7 +68,93 @@ func Here(root string, hook codegen.Hook) (Place, error) {
 	if err != nil {
 		return Place{}, err
 	}
+	if err := reapStale(root, ns); err != nil {
+		return Place{}, err
+	}
 	return Place{Root: root, NetNS: ns, Hook: hook}, nil
+}
+
+// The pins of a namespace are under its id, the inode number of its nsfs
+// file, which the kernel gives to a new namespace once the old one is
+// gone. A directory named cookiePrefix plus the namespace's cookie, which
+// is never reused, tells them apart: pins found under this namespace's id
+// with another cookie were left by a namespace deleted with its filters
+// still pinned, whose links are severed.
+const cookiePrefix = "netns-cookie-"
+
+// netnsCookie returns the calling thread's network namespace cookie.
+func netnsCookie() (uint64, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("network namespace cookie: %w", err)
+	}
+	defer unix.Close(fd)
+	c, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+	if err != nil {
+		return 0, fmt.Errorf("network namespace cookie: %w", err)
+	}
+	return c, nil
+}
+
+// reapStale removes the pins under the calling thread's namespace id ns
+// that another namespace, gone since, left there (see cookiePrefix).
+func reapStale(root string, ns uint64) error {
+	if root == "" {
+		root = DefaultRoot
+	}
+	dir := filepath.Join(root, strconv.FormatUint(ns, 10))
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil // nothing pinned
+	}
+	c, err := netnsCookie()
+	if err != nil {
+		return err
+	}
+	mine, stale := cookiePrefix+strconv.FormatUint(c, 10), false
+	for _, e := range ents {
+		switch {
+		case e.Name() == mine:
+			return nil
+		case strings.HasPrefix(e.Name(), cookiePrefix):
+			stale = true
+		}
+	}
+	if stale {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("remove the pins of a deleted network namespace whose id this one reuses: %w", err)
+		}
+	}
+	return nil
+}
+
+// removeIfOnlyMarked removes a namespace's pin directory that holds no
+// filter any more, only its cookie mark.
+func removeIfOnlyMarked(nsDir string) {
+	ents, err := os.ReadDir(nsDir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), cookiePrefix) {
+			return
+		}
+	}
+	os.RemoveAll(nsDir)
+}
+
+// markNetNS names the calling thread's namespace's cookie in its pin
+// directory under root.
+func markNetNS(root string, ns uint64) error {
+	c, err := netnsCookie()
+	if err != nil {
+		return err
+	}
+	mark := filepath.Join(root, strconv.FormatUint(ns, 10), cookiePrefix+strconv.FormatUint(c, 10))
+	if err := os.Mkdir(mark, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("mark the pin directory with the network namespace: %w", err)
+	}
+	return nil
 }
 
 // NetNS returns the id of the calling thread's network namespace: the
@@ -84,6 +171,11 @@ func NetNS() (uint64, error) {
 // Places lists the filters pinned for the network namespace netns, in
 // hook order.
 func Places(root string, netns uint64) ([]Place, error) {
+	if here, err := NetNS(); err == nil && here == netns {
+		if err := reapStale(root, netns); err != nil {
+			return nil, err
+		}
+	}
 	var out []Place
 	for _, h := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress, codegen.HookTCEgress, codegen.HookSkLookup} {
 		p := Place{Root: root, NetNS: netns, Hook: h}
@@ -103,6 +195,15 @@ func (p Place) makeDir() error {
 	if root == "" {
 		root = DefaultRoot
 	}
+	here, err := NetNS()
+	if err != nil {
+		return err
+	}
+	if here == p.NetNS {
+		if err := reapStale(p.Root, p.NetNS); err != nil {
+			return err
+		}
+	}
 	if !onBPFFS(filepath.Dir(root)) && root == DefaultRoot {
 		if !initMounts() {
 			return fmt.Errorf("bpffs is not mounted at %s, and this command does not run in init's mount namespace, or cannot tell: "+
@@ -118,6 +219,9 @@ func (p Place) makeDir() error {
 	}
 	if err := os.MkdirAll(p.Dir(), 0o700); err != nil {
 		return fmt.Errorf("create pin directory: %w", err)
+	}
+	if here == p.NetNS {
+		return markNetNS(root, p.NetNS)
 	}
 	return nil
 }

@@ -468,3 +468,36 @@ func TestSwapChecksSnapshot(t *testing.T) {
 		t.Fatalf("swap with a stale snapshot: %v, want ErrChanged", err)
 	}
 }
+
+// TestStalePinsReaped: pins under this namespace's id that carry another
+// namespace's cookie were left by a deleted namespace whose id the kernel
+// gave to this one; they are removed instead of being taken for this
+// namespace's filter (whose links would be severed), and a load starts
+// afresh. The other namespace is simulated by renaming the cookie mark.
+func TestStalePinsReaped(t *testing.T) {
+	ns := inFreshNetns(t)
+	place := testPlace(t, ns, codegen.HookTCIngress)
+	mustSwap(t, newSwap(t, place, ruleset(place.Hook, rulesA...), "veth0"))
+	nsDir := filepath.Dir(place.Dir())
+	marks, err := filepath.Glob(filepath.Join(nsDir, cookiePrefix+"*"))
+	if err != nil || len(marks) != 1 {
+		t.Fatalf("cookie marks %v (%v), want one", marks, err)
+	}
+	if err := os.Rename(marks[0], filepath.Join(nsDir, cookiePrefix+"1")); err != nil {
+		t.Fatal(err)
+	}
+	places, err := Places("", ns)
+	if err != nil || len(places) != 0 {
+		t.Errorf("places with another namespace's pins: %v (%v), want none", places, err)
+	}
+	if _, err := os.Stat(nsDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale pins stayed: %v", err)
+	}
+	res := mustSwap(t, newSwap(t, place, ruleset(place.Hook, rulesB...), "veth0"))
+	if res.Replaced != 0 {
+		t.Errorf("a load over stale pins replaced program %d", res.Replaced)
+	}
+	if marks, _ := filepath.Glob(filepath.Join(nsDir, cookiePrefix+"*")); len(marks) != 1 || marks[0] == filepath.Join(nsDir, cookiePrefix+"1") {
+		t.Errorf("cookie marks after the load: %v", marks)
+	}
+}

@@ -89,7 +89,7 @@ func Unload(p Place, names []string) ([]Iface, error) {
 			return detach, fmt.Errorf("unload %s filter: %w", p.Hook, err)
 		}
 		// The namespace's directory goes when its last filter does.
-		os.Remove(filepath.Dir(dir))
+		removeIfOnlyMarked(filepath.Dir(dir))
 		if a.Meta.Conntrack {
 			if err := releaseConntrackAt(p); err != nil {
 				return detach, fmt.Errorf("unload %s filter: %w", p.Hook, err)
@@ -204,7 +204,7 @@ func UnloadNetNS(root string, id uint64) ([]codegen.Hook, error) {
 		if err != nil {
 			return nil, err
 		}
-		os.Remove(dir)
+		removeIfOnlyMarked(dir)
 		return hooks, nil
 	}
 	// The namespace is gone but for what the links hold: detach them
