@@ -129,18 +129,18 @@ func reapStale(root string, ns uint64) error {
 }
 
 // removeIfOnlyMarked removes a namespace's pin directory that holds no
-// filter any more, only its cookie mark.
-func removeIfOnlyMarked(nsDir string) {
+// filter any more, only its cookie mark, and says whether it did.
+func removeIfOnlyMarked(nsDir string) bool {
 	ents, err := os.ReadDir(nsDir)
 	if err != nil {
-		return
+		return false
 	}
 	for _, e := range ents {
 		if !strings.HasPrefix(e.Name(), cookiePrefix) {
-			return
+			return false
 		}
 	}
-	os.RemoveAll(nsDir)
+	return os.RemoveAll(nsDir) == nil
 }
 
 // markNetNS names the calling thread's namespace's cookie in its pin

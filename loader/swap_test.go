@@ -500,4 +500,11 @@ func TestStalePinsReaped(t *testing.T) {
 	if marks, _ := filepath.Glob(filepath.Join(nsDir, cookiePrefix+"*")); len(marks) != 1 || marks[0] == filepath.Join(nsDir, cookiePrefix+"1") {
 		t.Errorf("cookie marks after the load: %v", marks)
 	}
+	// The namespace's directory, mark and all, goes with its last filter.
+	if _, err := Unload(place, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(nsDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the namespace's pin directory stayed after unload: %v", err)
+	}
 }

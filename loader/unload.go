@@ -310,6 +310,9 @@ func OtherNetNS(root string) (ids []uint64, alive []bool, err error) {
 		if err != nil || id == here || !e.IsDir() {
 			continue
 		}
+		if removeIfOnlyMarked(filepath.Join(root, e.Name())) {
+			continue // no filter, only its cookie mark
+		}
 		ids = append(ids, id)
 		alive = append(alive, findNetNS(id) != "")
 	}
