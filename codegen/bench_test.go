@@ -128,11 +128,11 @@ func BenchmarkRun(b *testing.B) {
 		frame := fam.packet(b)
 		for _, n := range []int{1, 32, 1000, 10_000, 100_000} {
 			src := fam.rules(n)
-			for _, level := range []int{0, 1} {
-				if level == 0 && n > maxO0Rules {
+			for _, level := range codegen.Levels {
+				if level == codegen.O0 && n > maxO0Rules {
 					continue
 				}
-				b.Run(fmt.Sprintf("%s/O%d/rules=%d", fam.name, level, n), func(b *testing.B) {
+				b.Run(fmt.Sprintf("%s/%v/rules=%d", fam.name, level, n), func(b *testing.B) {
 					start := time.Now()
 					p := compileLevel(b, src, level)
 					compiled := time.Now()
@@ -176,7 +176,7 @@ func BenchmarkRun(b *testing.B) {
 }
 
 // compileLevel parses, lowers and compiles an INPUT chain for xdp.
-func compileLevel(tb testing.TB, src string, level int) *codegen.Program {
+func compileLevel(tb testing.TB, src string, level codegen.Level) *codegen.Program {
 	tb.Helper()
 	rs, err := iptables.Parse("rules", []byte(src), iptables.Options{Family: rules.IPv4, ForceFamily: true})
 	if err != nil {
@@ -296,7 +296,7 @@ func BenchmarkConntrack(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			p, err := codegen.Compile(prog, codegen.Options{Hook: codegen.HookTCEgress, Level: 1})
+			p, err := codegen.Compile(prog, codegen.Options{Hook: codegen.HookTCEgress, Level: codegen.O1})
 			if err != nil {
 				b.Fatal(err)
 			}

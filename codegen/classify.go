@@ -150,7 +150,7 @@ func kindOf(a ir.Action) uint32 {
 
 // units splits a chain into plain rules and classified segments.
 func (c *compiler) units(rs []*ir.Rule) []unit {
-	if c.level == 0 {
+	if c.level == O0 {
 		out := make([]unit, len(rs))
 		for i, r := range rs {
 			out[i] = unit{rule: r}

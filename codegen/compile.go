@@ -36,7 +36,7 @@ type compiler struct {
 	// segments are the symbols of each chain's functions, in order.
 	segments [][]string
 
-	level        int
+	level        Level
 	forceLookups bool        // Options.ForceLookups
 	log          bool        // the program has LOG rules: chain functions take the context
 	ct           bool        // the rules test the conntrack state

@@ -28,7 +28,7 @@ func TestCTEntryReadOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, hook := range []Hook{HookXDP, HookTCIngress} {
-			for _, level := range []int{0, 1} {
+			for _, level := range Levels {
 				p, err := Compile(prog, Options{Hook: hook, Level: level})
 				if err != nil {
 					t.Fatal(err)
@@ -43,7 +43,7 @@ func TestCTEntryReadOnce(t *testing.T) {
 					"proto.tcp.last_ack", "proto.tcp.last_win", "proto.tcp.last_wscale", "proto.tcp.last_flags",
 					"proto.tcp.seen[0].td_end", "proto.tcp.seen[1].td_maxack"} {
 					if reads[f] == 0 {
-						t.Errorf("%s %s -O%d: the replay does not read nf_conn.%s", fam, hook, level, f)
+						t.Errorf("%s %s %v: the replay does not read nf_conn.%s", fam, hook, level, f)
 					}
 				}
 				for f, n := range reads {
@@ -59,7 +59,7 @@ func TestCTEntryReadOnce(t *testing.T) {
 						limit = 2
 					}
 					if n > limit {
-						t.Errorf("%s %s -O%d: nf_conn.%s is read %d times, at most %d", fam, hook, level, f, n, limit)
+						t.Errorf("%s %s %v: nf_conn.%s is read %d times, at most %d", fam, hook, level, f, n, limit)
 					}
 				}
 			}

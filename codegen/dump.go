@@ -21,7 +21,7 @@ func (p *Program) Dump(w io.Writer) error {
 	var b strings.Builder
 	spec := p.Spec.Programs[ProgramName]
 	entry := p.IR.Chains[0]
-	fmt.Fprintf(&b, "; bpfwall -O%d %s program: %s table %s, chain %s (policy %s), %d rules in %d chains\n",
+	fmt.Fprintf(&b, "; bpfwall %s %s program: %s table %s, chain %s (policy %s), %d rules in %d chains\n",
 		p.Level, p.Hook, p.IR.Family, p.IR.Table, entry.Name, entry.Policy, len(p.IR.Rules), len(p.IR.Chains))
 	fmt.Fprintf(&b, "; %s, license %s, %d instructions\n", spec.Type, spec.License, rawLen(spec.Instructions))
 	b.WriteString("; maps:\n")

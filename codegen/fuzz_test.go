@@ -44,16 +44,16 @@ func FuzzKernelMatchesEval(f *testing.F) {
 		}
 		// -O0, -O1, and -O1 with every run of terminal rules classified.
 		for _, v := range []struct {
-			level    int
+			level    codegen.Level
 			classify bool
-		}{{0, false}, {1, false}, {1, true}} {
+		}{{codegen.O0, false}, {codegen.O1, false}, {codegen.O1, true}} {
 			prog, err := codegen.Compile(p, codegen.Options{Hook: hook, Level: v.level, ForceLookups: v.classify})
 			if err != nil {
-				t.Fatalf("compile for %s at -O%d: %v\n%s", hook, v.level, err, src)
+				t.Fatalf("compile for %s at %v: %v\n%s", hook, v.level, err, src)
 			}
 			checkProgram(t, prog, fuzzNetns, seed, 300)
 			if t.Failed() {
-				t.Fatalf("-O%d (classify always: %v), rule set:\n%s", v.level, v.classify, src)
+				t.Fatalf("%v (classify always: %v), rule set:\n%s", v.level, v.classify, src)
 			}
 		}
 	})

@@ -33,7 +33,7 @@ type goldenCase struct {
 	// segmentBranches, when not 0, splits chains into segments after so
 	// many conditional jumps.
 	segmentBranches int
-	level           int
+	level           codegen.Level
 	// forceLookups is Options.ForceLookups.
 	forceLookups bool
 }
@@ -47,7 +47,7 @@ func loadGolden(t *testing.T, ar *txtar.Archive) goldenCase {
 	}
 	var popts iptables.Options
 	var lopts ir.LowerOptions
-	var g goldenCase
+	g := goldenCase{level: codegen.O0} // goldens show the plain program unless they say "level 1"
 	nftInput := false
 	if opts, ok := golden.Section(ar, "options"); ok {
 		for _, line := range strings.Split(strings.TrimSpace(opts), "\n") {
@@ -74,7 +74,9 @@ func loadGolden(t *testing.T, ar *txtar.Archive) goldenCase {
 				if err != nil {
 					t.Fatalf("option %q: %v", line, err)
 				}
-				g.level = n
+				if g.level, err = codegen.ParseLevel(n); err != nil {
+					t.Fatalf("option %q: %v", line, err)
+				}
 			case "force-lookups":
 				g.forceLookups = true
 			case "format":

@@ -62,24 +62,24 @@ func TestKernelMatchesEval(t *testing.T) {
 			continue // lookups, not packets: loader's TestSkLookupMatchesEval
 		}
 		name := strings.TrimSuffix(filepath.Base(file), ".txtar")
-		for _, level := range []int{0, 1} {
+		for _, level := range codegen.Levels {
 			for _, h := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress, codegen.HookTCEgress} {
 				p, err := codegen.Compile(g.prog, codegen.Options{Hook: h, Level: level})
 				if err != nil {
 					continue // the golden test checks the errors
 				}
-				progs = append(progs, program{fmt.Sprintf("%s/O%d/%s", name, level, h), p})
+				progs = append(progs, program{fmt.Sprintf("%s/%v/%s", name, level, h), p})
 			}
 			// Every chain split into segments of about one rule each.
 			restore := codegen.SetMaxSegmentBranches(1)
 			p, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook, Level: level})
 			restore()
 			if err == nil {
-				progs = append(progs, program{fmt.Sprintf("%s/O%d/%s-segments", name, level, g.hook), p})
+				progs = append(progs, program{fmt.Sprintf("%s/%v/%s-segments", name, level, g.hook), p})
 			}
 		}
 		// Every run of terminal rules classified, every table a map.
-		p, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook, Level: 1, ForceLookups: true})
+		p, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook, Level: codegen.O1, ForceLookups: true})
 		if err == nil {
 			progs = append(progs, program{fmt.Sprintf("%s/O1/%s-classified", name, g.hook), p})
 		}

@@ -67,7 +67,7 @@ func (c *compiler) pktSize() int16 {
 // its first recent match read for the packet (u64; 0 until then): every
 // recent match of the packet uses that tick, or its table's later time.
 func (c *compiler) pktRecentNow() int16 {
-	if c.level > 0 {
+	if c.level != O0 {
 		return pktSize + lookupKeySize
 	}
 	return pktSize

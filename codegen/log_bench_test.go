@@ -38,7 +38,7 @@ func BenchmarkLog(b *testing.B) {
 	ssh := frame4(b, layers.IPProtocolTCP, "192.0.2.1", "192.0.2.2", 40000, 22)
 	web := frame4(b, layers.IPProtocolTCP, "192.0.2.1", "192.0.2.2", 40000, 80)
 	for _, hook := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress} {
-		for _, level := range []int{0, 1} {
+		for _, level := range codegen.Levels {
 			for _, c := range []struct {
 				name  string
 				log   bool
@@ -52,7 +52,7 @@ func BenchmarkLog(b *testing.B) {
 				{"web/nolog", false, web, false},
 				{"web/log", true, web, false},
 			} {
-				b.Run(fmt.Sprintf("%s/O%d/%s", hook, level, c.name), func(b *testing.B) {
+				b.Run(fmt.Sprintf("%s/%v/%s", hook, level, c.name), func(b *testing.B) {
 					p := compileLog(b, logBenchRules(c.log), hook, level)
 					coll, err := ebpf.NewCollection(p.Spec)
 					if err != nil {
@@ -135,7 +135,7 @@ func batched(b *testing.B, prog *ebpf.Program, ring *ebpf.Map, frame []byte) flo
 	return float64(total.Nanoseconds()) / float64(b.N)
 }
 
-func compileLog(tb testing.TB, src string, hook codegen.Hook, level int) *codegen.Program {
+func compileLog(tb testing.TB, src string, hook codegen.Hook, level codegen.Level) *codegen.Program {
 	tb.Helper()
 	rs, err := iptables.Parse("rules", []byte(src), iptables.Options{Family: rules.IPv4, ForceFamily: true})
 	if err != nil {

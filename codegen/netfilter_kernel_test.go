@@ -49,7 +49,7 @@ func TestNetfilterStageMatchesEval(t *testing.T) {
 			continue
 		}
 		name := strings.TrimSuffix(filepath.Base(file), ".txtar")
-		for _, level := range []int{0, 1} {
+		for _, level := range codegen.Levels {
 			for _, h := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress} {
 				p, err := codegen.Compile(g.prog, codegen.Options{Hook: h, Level: level})
 				if err != nil {
@@ -59,7 +59,7 @@ func TestNetfilterStageMatchesEval(t *testing.T) {
 					t.Fatalf("%s: %s program tests the state and has no netfilter stage", name, h)
 				}
 				n++
-				t.Run(fmt.Sprintf("%s/O%d/%s", name, level, h), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%s/%v/%s", name, level, h), func(t *testing.T) {
 					checkStage(t, p, ns, uint64(n), 3000)
 				})
 			}

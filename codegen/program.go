@@ -10,13 +10,49 @@ import (
 	"bpfwall/rules"
 )
 
-// Options control compilation.
+// Level is an optimization level. Its zero value is the default, -O1, so
+// that Options which name no level never select the plain program.
+type Level uint8
+
+const (
+	// O1 runs the ir passes and classifies runs of rules with map
+	// lookups: the default.
+	O1 Level = iota
+	// O0 is the plain rule-by-rule program, the baseline.
+	O0
+	numLevels
+)
+
+// Levels are the optimization levels, the plain one first.
+var Levels = []Level{O0, O1}
+
+// ParseLevel returns the level -On names.
+func ParseLevel(n int) (Level, error) {
+	switch n {
+	case 0:
+		return O0, nil
+	case 1:
+		return O1, nil
+	}
+	return 0, fmt.Errorf("optimization level -O%d does not exist (only -O0 and -O1)", n)
+}
+
+// Number is the level's n in -On.
+func (l Level) Number() int {
+	if l == O0 {
+		return 0
+	}
+	return 1
+}
+
+func (l Level) String() string { return fmt.Sprintf("-O%d", l.Number()) }
+
+// Options control compilation. The zero value (but for Hook) compiles
+// what a user gets by default.
 type Options struct {
 	Hook Hook
-	// Level is the optimization level: 0 (-O0) is the plain rule-by-rule
-	// program; 1 (-O1) runs the ir passes and classifies runs of terminal
-	// rules with map lookups.
-	Level int
+	// Level is the optimization level; the zero value is -O1.
+	Level Level
 	// ForceLookups makes -O1 classify every run of rules it can, however
 	// short, and look every table up in a map, whatever the cost: for
 	// tests of the classifier on small rule sets.
@@ -39,7 +75,7 @@ type Program struct {
 	// Ifaces[i]".
 	Ifaces []ir.Iface
 
-	Level int
+	Level Level
 
 	// Warnings say, rule by rule, where the program knows less than
 	// netfilter by design, so that some packets may get another verdict
@@ -126,14 +162,14 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 	if !opts.Hook.valid() || opts.Hook == HookNetfilter {
 		return nil, fmt.Errorf("compile: unknown hook %d", opts.Hook)
 	}
-	if opts.Level != 0 && opts.Level != 1 {
-		return nil, fmt.Errorf("compile for %s: optimization level -O%d does not exist (only -O0 and -O1)", opts.Hook, opts.Level)
+	if opts.Level >= numLevels {
+		return nil, fmt.Errorf("compile for %s: optimization level %d does not exist (only -O0 and -O1)", opts.Hook, opts.Level)
 	}
 	if err := ir.Verify(p); err != nil {
 		return nil, fmt.Errorf("compile for %s: invalid program: %w", opts.Hook, err)
 	}
 	orig := p
-	if opts.Level > 0 {
+	if opts.Level != O0 {
 		var err error
 		if p, err = ir.Optimize(p, ir.OptimizeOptions{}); err != nil {
 			return nil, fmt.Errorf("compile for %s: %w", opts.Hook, err)

@@ -87,8 +87,8 @@ func TestRejectReplies(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, hook := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress} {
-			for _, level := range []int{0, 1} {
-				t.Run(fmt.Sprintf("%s/%s/O%d", fam, hook, level), func(t *testing.T) {
+			for _, level := range codegen.Levels {
+				t.Run(fmt.Sprintf("%s/%s/%v", fam, hook, level), func(t *testing.T) {
 					prog, err := codegen.Compile(p, codegen.Options{Hook: hook, Level: level})
 					if err != nil {
 						t.Fatal(err)

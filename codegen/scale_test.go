@@ -77,7 +77,7 @@ func compileChain(t testing.TB, src string, fam rules.Family, chain string, hook
 	if err != nil {
 		t.Fatal(err)
 	}
-	return codegen.Compile(p, codegen.Options{Hook: hook})
+	return codegen.Compile(p, codegen.Options{Hook: hook, Level: codegen.O0})
 }
 
 // TestVerifierScales loads -O0 programs of growing size and checks that

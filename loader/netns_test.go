@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -62,10 +63,25 @@ func ip(t *testing.T, args ...string) {
 	}
 }
 
-// testPlace returns the place of hook in the test's namespace, removing
-// its pins when the test ends.
+// testRoots are the tests' pin roots.
+var testRoots sync.Map // *testing.T -> string
+
+// testRoot returns the test's pin root, on a bpffs of its own
+// (testenv.BPFFS), never the production one.
+func testRoot(t *testing.T) string {
+	if r, ok := testRoots.Load(t); ok {
+		return r.(string)
+	}
+	r := testenv.BPFFS(t)
+	testRoots.Store(t, r)
+	t.Cleanup(func() { testRoots.Delete(t) })
+	return r
+}
+
+// testPlace returns the place of hook in the test's namespace, under the
+// test's pin root, removing its pins when the test ends.
 func testPlace(t *testing.T, ns uint64, hook codegen.Hook) Place {
-	p := Place{NetNS: ns, Hook: hook}
+	p := Place{Root: testRoot(t), NetNS: ns, Hook: hook}
 	t.Cleanup(func() {
 		os.RemoveAll(p.Dir())
 		removeIfOnlyMarked(filepath.Dir(p.Dir()))

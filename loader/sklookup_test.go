@@ -421,14 +421,14 @@ func TestSkLookupMatchesEval(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d: lower: %v\n%s", seed, err, text)
 		}
-		for _, opts := range []codegen.Options{{Hook: codegen.HookSkLookup}, {Hook: codegen.HookSkLookup, Level: 1, ForceLookups: true}} {
+		for _, opts := range []codegen.Options{{Hook: codegen.HookSkLookup, Level: codegen.O0}, {Hook: codegen.HookSkLookup, ForceLookups: true}} {
 			prog, err := codegen.Compile(p, opts)
 			if err != nil {
-				t.Fatalf("seed %d -O%d: compile: %v\n%s", seed, opts.Level, err, text)
+				t.Fatalf("seed %d %v: compile: %v\n%s", seed, opts.Level, err, text)
 			}
 			l, err := Load(prog, Options{})
 			if err != nil {
-				t.Fatalf("seed %d -O%d: load: %v\n%s", seed, opts.Level, err, text)
+				t.Fatalf("seed %d %v: load: %v\n%s", seed, opts.Level, err, text)
 			}
 			if _, err := l.FillSockets(); err != nil {
 				t.Fatal(err)
@@ -461,7 +461,7 @@ func TestSkLookupMatchesEval(t *testing.T) {
 				}
 				verdicts[got.Verdict]++
 				if got.Verdict != wantV || gotRule != wantRule || (got.Verdict == ir.VerdictTProxy) != (got.Cookie != 0) {
-					t.Errorf("seed %d -O%d: lookup %+v from %s: kernel %v rule %d (decision %+v, socket %d), Eval %v\n%s",
+					t.Errorf("seed %d %v: lookup %+v from %s: kernel %v rule %d (decision %+v, socket %d), Eval %v\n%s",
 						seed, opts.Level, in.lk, in.iface, got.Verdict, gotRule, got.Decision, got.Cookie, want, text)
 				}
 			}
@@ -537,8 +537,8 @@ func BenchmarkSkLookup(b *testing.B) {
 		}
 		last := n - 1
 		hit := Lookup{Proto: 6, Src: miss.Src, Dst: netip.AddrFrom4([4]byte{10, byte(last / 256 % 256), byte(last % 256), 9}), Sport: 40000, Dport: uint16(1000 + last%50000)}
-		for _, level := range []int{0, 1} {
-			if level == 0 && n > 1000 {
+		for _, level := range codegen.Levels {
+			if level == codegen.O0 && n > 1000 {
 				continue
 			}
 			prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookSkLookup, Level: level})
@@ -555,8 +555,8 @@ func BenchmarkSkLookup(b *testing.B) {
 			if out, err := l.RunLookup(hit); err != nil || out.Verdict != ir.VerdictTProxy {
 				b.Fatalf("%d rules: the last rule's lookup: %+v %v", n, out, err)
 			}
-			b.Run(fmt.Sprintf("O%d/rules=%d/miss", level, n), func(b *testing.B) { run(b, l.prog, miss) })
-			b.Run(fmt.Sprintf("O%d/rules=%d/steer", level, n), func(b *testing.B) { run(b, l.prog, hit) })
+			b.Run(fmt.Sprintf("%v/rules=%d/miss", level, n), func(b *testing.B) { run(b, l.prog, miss) })
+			b.Run(fmt.Sprintf("%v/rules=%d/steer", level, n), func(b *testing.B) { run(b, l.prog, hit) })
 			l.Close()
 		}
 	}
@@ -597,7 +597,7 @@ func TestSkLookupNFTStatement(t *testing.T) {
 	if err != nil {
 		t.Fatalf("lower: %v", err)
 	}
-	for _, level := range []int{0, 1} {
+	for _, level := range codegen.Levels {
 		prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookSkLookup, Level: level})
 		if err != nil {
 			t.Fatalf("compile: %v", err)
@@ -674,14 +674,14 @@ func TestSkLookupNFTMatchesEval(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d: lower: %v\n%s", seed, err, text)
 		}
-		for _, opts := range []codegen.Options{{Hook: codegen.HookSkLookup}, {Hook: codegen.HookSkLookup, Level: 1, ForceLookups: true}} {
+		for _, opts := range []codegen.Options{{Hook: codegen.HookSkLookup, Level: codegen.O0}, {Hook: codegen.HookSkLookup, ForceLookups: true}} {
 			prog, err := codegen.Compile(p, opts)
 			if err != nil {
-				t.Fatalf("seed %d -O%d: compile: %v\n%s", seed, opts.Level, err, text)
+				t.Fatalf("seed %d %v: compile: %v\n%s", seed, opts.Level, err, text)
 			}
 			l, err := Load(prog, Options{})
 			if err != nil {
-				t.Fatalf("seed %d -O%d: load: %v\n%s", seed, opts.Level, err, text)
+				t.Fatalf("seed %d %v: load: %v\n%s", seed, opts.Level, err, text)
 			}
 			states, err := l.FillSockets()
 			if err != nil {
@@ -722,7 +722,7 @@ func TestSkLookupNFTMatchesEval(t *testing.T) {
 				}
 				verdicts[got.Verdict]++
 				if got.Verdict != want.Verdict || gotRule != wantRule || got.Cookie != wantCookie {
-					t.Errorf("seed %d -O%d: lookup %+v: kernel %v rule %d socket %d, Eval %v steer %v (socket %d)\n%s",
+					t.Errorf("seed %d %v: lookup %+v: kernel %v rule %d socket %d, Eval %v steer %v (socket %d)\n%s",
 						seed, opts.Level, lk, got.Verdict, gotRule, got.Cookie, want, want.Steer, wantCookie, text)
 				}
 			}

@@ -32,7 +32,12 @@ type Meta struct {
 	Lines         []int     `json:"lines"`
 	LoadedAt      time.Time `json:"loaded_at"`
 	VerifiedInsns int       `json:"verified_insns"`
-	Ifaces        []Iface   `json:"ifaces"`
+	// Level is the optimization level the program was compiled at ("-O0"
+	// or "-O1"; empty in pins of older versions), Instructions its size
+	// as compiled.
+	Level        string  `json:"level,omitempty"`
+	Instructions int     `json:"instructions,omitempty"`
+	Ifaces       []Iface `json:"ifaces"`
 	// Logs are the program's LOG rules, for `bpfwall log`.
 	Logs []LogRule `json:"logs,omitempty"`
 	// Conntrack is set when the program tests the conntrack state: the
@@ -106,6 +111,10 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 		Family:    p.IR.Family.String(),
 		Recent:    recentMetas(p),
 		HashLimit: hashlimitMetas(p),
+		Level:     p.Level.String(),
+	}
+	if spec := p.Spec.Programs[codegen.ProgramName]; spec != nil {
+		m.Instructions = len(spec.Instructions)
 	}
 	counters := make([]codegen.Counter, len(p.IR.Rules)+1)
 	for _, r := range p.IR.Rules {

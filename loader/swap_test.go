@@ -486,7 +486,7 @@ func TestStalePinsReaped(t *testing.T) {
 	if err := os.Rename(marks[0], filepath.Join(nsDir, cookiePrefix+"1")); err != nil {
 		t.Fatal(err)
 	}
-	places, err := Places("", ns)
+	places, err := Places(place.Root, ns)
 	if err != nil || len(places) != 0 {
 		t.Errorf("places with another namespace's pins: %v (%v), want none", places, err)
 	}

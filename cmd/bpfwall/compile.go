@@ -17,11 +17,10 @@ import (
 // compileFlags are the flags of every command that compiles a rule set.
 type compileFlags struct {
 	inputFlags
+	levelFlags
 	hook  string
 	chain string
 	table string
-	o0    bool
-	o1    bool
 }
 
 func (f *compileFlags) register(fs *flag.FlagSet) {
@@ -29,8 +28,26 @@ func (f *compileFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.hook, "hook", "xdp", "attach point: xdp, tc-ingress, tc-egress or sk-lookup")
 	fs.StringVar(&f.chain, "chain", "", "chain to compile (default INPUT, OUTPUT for tc-egress, PREROUTING for sk-lookup)")
 	fs.StringVar(&f.table, "table", "", "table of the chain (default filter, mangle for sk-lookup)")
+	f.levelFlags.register(fs)
+}
+
+// levelFlags are -O0 and -O1, taken by every command that compiles.
+type levelFlags struct{ o0, o1 bool }
+
+func (f *levelFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.o0, "O0", false, "the plain rule-by-rule program")
 	fs.BoolVar(&f.o1, "O1", false, "all optimizations (the default)")
+}
+
+// level is the optimization level the flags select: -O1 unless -O0.
+func (f *levelFlags) level() (codegen.Level, error) {
+	switch {
+	case f.o0 && f.o1:
+		return 0, fmt.Errorf("%w: -O0 and -O1 exclude each other", errUsage)
+	case f.o0:
+		return codegen.O0, nil
+	}
+	return codegen.O1, nil
 }
 
 // compile reads, lowers and compiles the rule set in file.
@@ -39,8 +56,9 @@ func (f *compileFlags) compile(file string, stderr io.Writer) (*codegen.Program,
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if f.o0 && f.o1 {
-		return nil, fmt.Errorf("%w: -O0 and -O1 exclude each other", errUsage)
+	level, err := f.level()
+	if err != nil {
+		return nil, err
 	}
 	chain, table := f.chain, f.table
 	if chain == "" {
@@ -66,20 +84,12 @@ func (f *compileFlags) compile(file string, stderr io.Writer) (*codegen.Program,
 	if err != nil {
 		return nil, err
 	}
-	out, err := codegen.Compile(prog, codegen.Options{Hook: hook, Level: f.level()})
+	out, err := codegen.Compile(prog, codegen.Options{Hook: hook, Level: level})
 	if err != nil {
 		return nil, err
 	}
 	printWarnings(stderr, out.Warnings)
 	return out, nil
-}
-
-// level is the optimization level the flags select: -O1 unless -O0.
-func (f *compileFlags) level() int {
-	if f.o0 {
-		return 0
-	}
-	return 1
 }
 
 func runCompile(args []string, stdout, stderr io.Writer) error {

@@ -31,8 +31,22 @@ func (l *ifaceList) Set(s string) error {
 	return nil
 }
 
-// lockFile is the lock serializing commands; tests move it.
-var lockFile = loader.DefaultLockFile
+// pinRoot is where filters are pinned and lockFile the lock that
+// serializes commands: the production paths, unless BPFWALL_ROOT (a
+// directory on a bpffs) and BPFWALL_LOCKFILE (as iptables'
+// XTABLES_LOCKFILE) name others, so that a test or a second instance
+// never touches the filters and lock of the bpfwall that runs the host.
+var (
+	pinRoot  = envOr("BPFWALL_ROOT", loader.DefaultRoot)
+	lockFile = envOr("BPFWALL_LOCKFILE", loader.DefaultLockFile)
+)
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
 
 // acquireLock takes bpfwall's lock as iptables takes the xtables lock,
 // with its messages when another command holds it.
@@ -86,8 +100,8 @@ func findTargets(hookName string, ifaces []string) ([]target, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", errUsage, err)
 		}
-		places = []loader.Place{{NetNS: ns, Hook: hook}}
-	} else if places, err = loader.Places("", ns); err != nil {
+		places = []loader.Place{{Root: pinRoot, NetNS: ns, Hook: hook}}
+	} else if places, err = loader.Places(pinRoot, ns); err != nil {
 		return nil, err
 	}
 	var out []target
@@ -149,7 +163,7 @@ func (t target) chain(flag string) string {
 
 // compileFor lowers and compiles rs's chain for t's hook, and prints the
 // program's warnings to stderr.
-func compileFor(rs *rules.Ruleset, t target, chain string, stderr io.Writer) (*codegen.Program, error) {
+func compileFor(rs *rules.Ruleset, t target, chain string, level codegen.Level, stderr io.Writer) (*codegen.Program, error) {
 	table := "filter"
 	if t.place.Hook == codegen.HookSkLookup {
 		table = "mangle"
@@ -158,7 +172,7 @@ func compileFor(rs *rules.Ruleset, t target, chain string, stderr io.Writer) (*c
 	if err != nil {
 		return nil, err
 	}
-	prog, err := codegen.Compile(p, codegen.Options{Hook: t.place.Hook})
+	prog, err := codegen.Compile(p, codegen.Options{Hook: t.place.Hook, Level: level})
 	if err != nil {
 		return nil, err
 	}
@@ -168,6 +182,7 @@ func compileFor(rs *rules.Ruleset, t target, chain string, stderr io.Writer) (*c
 
 // swapFlags are the flags of the commands that attach programs.
 type swapFlags struct {
+	levelFlags
 	ifaces  ifaceList
 	hook    string
 	chain   string
@@ -181,6 +196,7 @@ func (f *swapFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.chain, "chain", "", "entry chain (default INPUT, OUTPUT for tc-egress, or the loaded filter's)")
 	fs.StringVar(&f.xdpMode, "xdp-mode", "auto", "native, generic or auto (native, falling back to generic)")
 	fs.Float64Var(&f.wait, "w", 0, "wait up to `SECS` for another bpfwall command to finish")
+	f.levelFlags.register(fs)
 }
 
 // counterMode is where a swapped-in filter's counters come from.

@@ -23,9 +23,12 @@ import (
 // These tests run the bpfwall binary, as an operator would, in a fresh
 // network namespace: the filter must outlive each command.
 
-// buildBpfwall builds the command into a temporary directory.
+// buildBpfwall builds the command into a temporary directory, and points
+// the commands the test runs at a bpffs and a lock of the test's own
+// (testenv.Isolate).
 func buildBpfwall(t *testing.T) string {
 	t.Helper()
+	testenv.Isolate(t)
 	bin := filepath.Join(t.TempDir(), "bpfwall")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -99,7 +102,9 @@ func freshNetns(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(filepath.Join(loader.DefaultRoot, strconv.FormatUint(ns, 10))) })
+	if root := os.Getenv("BPFWALL_ROOT"); root != "" {
+		t.Cleanup(func() { os.RemoveAll(filepath.Join(root, strconv.FormatUint(ns, 10))) })
+	}
 	return pid
 }
 
@@ -326,7 +331,7 @@ func TestLockContention(t *testing.T) {
 	bin := buildBpfwall(t)
 	freshNetns(t)
 	c := cli{t, bin}
-	held, err := loader.Acquire(loader.DefaultLockFile, 0)
+	held, err := loader.Acquire(os.Getenv("BPFWALL_LOCKFILE"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +377,11 @@ func TestPrivateMountNamespace(t *testing.T) {
 	// bpfwall run by ip netns exec, and from a script ip netns exec runs,
 	// whose shell shares the private namespace.
 	for _, script := range []string{`exec "$0" load --hook tc-ingress -i lo "$1"`, `"$0" load --hook tc-ingress -i lo "$1"; rc=$?; "$0" status; exit $rc`} {
-		out, err := exec.Command("ip", "netns", "exec", name, "sh", "-c", "ip link set lo up && "+script, bin, rules).CombinedOutput()
+		// With the default pin root, whose bpffs the private mount
+		// namespace lacks.
+		cmd := exec.Command("ip", "netns", "exec", name, "sh", "-c", "ip link set lo up && "+script, bin, rules)
+		cmd.Env = withoutEnv(os.Environ(), "BPFWALL_ROOT")
+		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "nsenter --net=/run/netns/NAME") {
 			t.Errorf("load under ip netns exec (%s): %v\n%s\nwant a refusal that names nsenter", script, err, out)
 		}
@@ -388,4 +397,15 @@ func TestPrivateMountNamespace(t *testing.T) {
 	if out, err := exec.Command("nsenter", "--net=/run/netns/"+name, bin, "unload").CombinedOutput(); err != nil {
 		t.Errorf("unload: %v\n%s", err, out)
 	}
+}
+
+// withoutEnv returns env without the variable name.
+func withoutEnv(env []string, name string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

@@ -18,12 +18,16 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	level, err := f.level()
+	if err != nil {
+		return err
+	}
 	if files, err = in.inputs(files); err != nil {
 		return err
 	}
 	// sk-lookup attaches to the network namespace: no interfaces.
 	if lookup := f.hook == codegen.HookSkLookup.String(); len(files) != 1 || (len(f.ifaces) == 0) != lookup {
-		fmt.Fprintln(stderr, "usage: bpfwall load (-i IFACE... [--hook H] | --hook sk-lookup) [--chain C] [--xdp-mode M] [-w SECS] (FILE | --from-kernel)")
+		fmt.Fprintln(stderr, "usage: bpfwall load (-i IFACE... [--hook H] | --hook sk-lookup) [--chain C] [-O0|-O1] [--xdp-mode M] [-w SECS] (FILE | --from-kernel)")
 		return errUsage
 	}
 	rs, err := in.load(files[0], stderr)
@@ -40,7 +44,7 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	t := targets[0]
-	prog, err := compileFor(rs, t, t.chain(f.chain), stderr)
+	prog, err := compileFor(rs, t, t.chain(f.chain), level, stderr)
 	if err != nil {
 		return reportRuleErrors(err, false, stderr)
 	}

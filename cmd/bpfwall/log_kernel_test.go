@@ -91,8 +91,8 @@ func TestLogMatchesKernel(t *testing.T) {
 				hooks = []codegen.Hook{codegen.HookTCEgress}
 			}
 			for _, hook := range hooks {
-				for _, level := range []int{0, 1} {
-					t.Run(fmt.Sprintf("%s/O%d", hook, level), func(t *testing.T) {
+				for _, level := range codegen.Levels {
+					t.Run(fmt.Sprintf("%s/%v", hook, level), func(t *testing.T) {
 						got := bpfwallLogLines(t, bin, topo, c, hook, level, frames, len(kernel))
 						compareLogLines(t, kernel, got)
 					})
@@ -334,7 +334,7 @@ func unescapeKmsg(s string) string {
 // bpfwallLogLines compiles the case's rules for hook, attaches them to
 // the firewall's interface the frames cross, sends the frames and the end
 // marker, and returns what `bpfwall log --json` prints for n events.
-func bpfwallLogLines(t *testing.T, bin string, topo *topology.Topology, c logCase, hook codegen.Hook, level int, frames [][]byte, n int) []kmsgLine {
+func bpfwallLogLines(t *testing.T, bin string, topo *topology.Topology, c logCase, hook codegen.Hook, level codegen.Level, frames [][]byte, n int) []kmsgLine {
 	t.Helper()
 	rs, p := parseLogCase(t, c)
 	prog, err := codegen.Compile(p, codegen.Options{Hook: hook, Level: level})

@@ -24,8 +24,8 @@ func init() {
 	commands = []command{
 		{"check", "check [-6] [-n] [--ipset FILE] (FILE... | --from-kernel)  parse and validate, no kernel needed", runCheck},
 		{"fmt", "fmt [-6] [-c] [--ipset FILE] (FILE | --from-kernel)  print as canonical iptables-save text", runFmt},
-		{"load", "load -i IFACE... [--hook H] [--chain C] [--xdp-mode M] [-w SECS] (FILE | --from-kernel)  compile, load, attach or swap", runLoad},
-		{"restore", "restore [-t] [-n] [-c] [-v] [-w SECS] [-T TABLE] [-i IFACE]... [--hook H] [FILE]  iptables-restore; stdin by default", runRestore},
+		{"load", "load -i IFACE... [--hook H] [--chain C] [-O0|-O1] [--xdp-mode M] [-w SECS] (FILE | --from-kernel)  compile, load, attach or swap", runLoad},
+		{"restore", "restore [-t] [-n] [-c] [-v] [-w SECS] [-T TABLE] [-i IFACE]... [--hook H] [-O0|-O1] [FILE]  iptables-restore; stdin by default", runRestore},
 		{"save", "save [-c] [--hook H]   the active rule set as iptables-save text", runSave},
 		{"status", "status [--json]        the filters of this network namespace", runStatus},
 		{"log", "log [--hook H] [--json] [--count N] [--timeout D]  print the LOG rules' events as the kernel's LOG lines, until interrupted", runLog},
@@ -33,7 +33,7 @@ func init() {
 		{"unload", "unload [-i IFACE]... [--hook H] [-w SECS] | --netns ID  detach filters and remove their pins", runUnload},
 		{"compile", "compile [--hook H] [--chain C] [-O0|-O1] [--dump] [-v] (FILE | --from-kernel)  compile; --dump prints it, otherwise the kernel verifies it", runCompile},
 		{"bench", "bench [--e2e] [--families F,...] [--sizes N,...] [--levels 0,1] [--json] [--svg FILE] [--repeat N] [--runs K]  measure per-packet cost, size and load time as rules grow", runBench},
-		{"trace", "trace [--hook H] [--chain C] (--packets F.jsonl | --pcap F.pcap) (FILE | --from-kernel)  run packets through the program in the kernel", runTrace},
+		{"trace", "trace [--hook H] [--chain C] [-O0|-O1] (--packets F.jsonl | --pcap F.pcap) (FILE | --from-kernel)  run packets through the program in the kernel", runTrace},
 	}
 }
 

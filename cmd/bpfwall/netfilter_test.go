@@ -54,7 +54,7 @@ func TestNetfilterStage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pin := filepath.Join(loader.DefaultRoot, strconv.FormatUint(ns, 10), "xdp", "netfilter_link")
+	pin := filepath.Join(os.Getenv("BPFWALL_ROOT"), strconv.FormatUint(ns, 10), "xdp", "netfilter_link")
 	stage := func() *loader.NetfilterStage {
 		t.Helper()
 		st := c.status()
@@ -362,7 +362,7 @@ func TestUnloadNetNS(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("restore in %s: %v\n%s", name, err, out)
 		}
-		dir := filepath.Join(loader.DefaultRoot, id)
+		dir := filepath.Join(os.Getenv("BPFWALL_ROOT"), id)
 		if _, err := os.Stat(filepath.Join(dir, "xdp", "netfilter_link")); err != nil {
 			t.Fatalf("no netfilter stage pinned: %v", err)
 		}

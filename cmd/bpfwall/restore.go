@@ -10,7 +10,7 @@ import (
 	"bpfwall/rules"
 )
 
-const restoreUsage = "usage: bpfwall restore [-t] [-n] [-c] [-v] [-w SECS] [-T TABLE] [-i IFACE]... [--hook H] [FILE]"
+const restoreUsage = "usage: bpfwall restore [-t] [-n] [-c] [-v] [-w SECS] [-T TABLE] [-i IFACE]... [--hook H] [-O0|-O1] [FILE]"
 
 // runRestore is iptables-restore: the input replaces the tables it names,
 // at once, in every filter of the namespace (or the one -i and --hook
@@ -26,6 +26,10 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 	table := fs.String("T", "", "restore only `TABLE` of the input")
 	ipv6 := fs.Bool("6", false, "read the input as ip6tables input")
 	files, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	level, err := f.level()
 	if err != nil {
 		return err
 	}
@@ -98,7 +102,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 				}
 			}
 		}
-		prog, err := compileFor(rs, t, t.chain(f.chain), stderr)
+		prog, err := compileFor(rs, t, t.chain(f.chain), level, stderr)
 		if err != nil {
 			return reportRuleErrors(err, true, stderr)
 		}

@@ -122,7 +122,7 @@ func runRegister(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer lock.Release()
-	place, err := loader.Here("", codegen.HookSkLookup)
+	place, err := loader.Here(pinRoot, codegen.HookSkLookup)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,8 @@ type filterStatus struct {
 	File          string         `json:"file"`
 	LoadedAt      time.Time      `json:"loaded_at"`
 	VerifiedInsns int            `json:"verified_insns"`
+	Level         string         `json:"level"` // "-O0" or "-O1"
+	Instructions  int            `json:"instructions"`
 	Ifaces        []ifaceStatus  `json:"ifaces"`
 	Counters      countersStatus `json:"counters"`
 	// Sockets are the sk-lookup filter's TPROXY targets.
@@ -69,7 +71,7 @@ func pinnedPlaces() (uint64, []loader.Place, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	places, err := loader.Places("", ns)
+	places, err := loader.Places(pinRoot, ns)
 	if err != nil {
 		return 0, nil, privileged(err)
 	}
@@ -114,7 +116,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	}
 	// Filters of other namespaces: a deleted namespace stays while a
 	// filter's netfilter link holds it.
-	if ids, alive, err := loader.OtherNetNS(""); err == nil {
+	if ids, alive, err := loader.OtherNetNS(pinRoot); err == nil {
 		for i, id := range ids {
 			if alive[i] {
 				fmt.Fprintf(stdout, "network namespace %d also has filters pinned\n", id)
@@ -141,7 +143,7 @@ func statusOf(p loader.Place) (filterStatus, error) {
 	st := filterStatus{
 		NetNS: p.NetNS, Hook: p.Hook.String(), Program: uint32(id), Tag: info.Tag,
 		Rules: len(m.Lines), Table: m.Table, Chain: m.Chain, File: m.File,
-		LoadedAt: m.LoadedAt, VerifiedInsns: m.VerifiedInsns,
+		LoadedAt: m.LoadedAt, VerifiedInsns: m.VerifiedInsns, Level: m.Level, Instructions: m.Instructions,
 	}
 	for _, ifc := range m.Ifaces {
 		is := ifaceStatus{Name: ifc.Name, Index: ifc.Index, Mode: ifc.Mode}
@@ -197,8 +199,12 @@ func statusOf(p loader.Place) (filterStatus, error) {
 }
 
 func printStatus(w io.Writer, st filterStatus) {
-	fmt.Fprintf(w, "netns %d %s: program %d tag %s, %d rules of %s %s, %d instructions verified\n",
-		st.NetNS, st.Hook, st.Program, st.Tag, st.Rules, st.Table, st.Chain, st.VerifiedInsns)
+	level := st.Level
+	if level == "" {
+		level = "level unknown"
+	}
+	fmt.Fprintf(w, "netns %d %s: program %d tag %s, %d rules of %s %s, %s, %d instructions, %d processed by the verifier\n",
+		st.NetNS, st.Hook, st.Program, st.Tag, st.Rules, st.Table, st.Chain, level, st.Instructions, st.VerifiedInsns)
 	fmt.Fprintf(w, "  loaded %s from %s\n", st.LoadedAt.Local().Format(time.DateTime), st.File)
 	var ifs []string
 	for _, ifc := range st.Ifaces {

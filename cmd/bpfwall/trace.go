@@ -44,7 +44,7 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if len(files) != 1 || (*jsonl == "") == (*pcap == "") {
-		fmt.Fprintln(stderr, "usage: bpfwall trace [--hook H] [--chain C] (--packets F.jsonl | --pcap F.pcap) (FILE | --from-kernel)")
+		fmt.Fprintln(stderr, "usage: bpfwall trace [--hook H] [--chain C] [-O0|-O1] (--packets F.jsonl | --pcap F.pcap) (FILE | --from-kernel)")
 		return errUsage
 	}
 	if cf.hook == codegen.HookSkLookup.String() {

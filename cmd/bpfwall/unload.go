@@ -28,7 +28,7 @@ func runUnload(args []string, stdout, stderr io.Writer) error {
 	var id uint64
 	if *netns != "" {
 		if id, err = strconv.ParseUint(*netns, 10, 64); err != nil || len(ifaces) > 0 || *hook != "" {
-			fmt.Fprintln(stderr, "usage: bpfwall unload --netns ID [-w SECS] (ID: a directory of "+loader.DefaultRoot+")")
+			fmt.Fprintln(stderr, "usage: bpfwall unload --netns ID [-w SECS] (ID: a directory of "+pinRoot+")")
 			return errUsage
 		}
 	}
@@ -38,7 +38,7 @@ func runUnload(args []string, stdout, stderr io.Writer) error {
 	}
 	defer lock.Release()
 	if *netns != "" {
-		_, err := loader.UnloadNetNS("", id)
+		_, err := loader.UnloadNetNS(pinRoot, id)
 		return privileged(err)
 	}
 	targets, err := findTargets(*hook, nil)

@@ -38,7 +38,11 @@ func compile(w *Workload, level int) (*rules.Ruleset, *codegen.Program, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookXDP, Level: level})
+	l, err := codegen.ParseLevel(level)
+	if err != nil {
+		return nil, nil, err
+	}
+	prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookXDP, Level: l})
 	return rs, prog, err
 }
 

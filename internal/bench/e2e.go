@@ -13,6 +13,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
 	"bpfwall/internal/topology"
@@ -31,7 +32,8 @@ type E2EConfig struct {
 	Runs     int
 	Seed     uint64
 	// BPFFS is the directory of bpffs where bpfwall's filters are pinned
-	// while they run; it is removed after.
+	// while they run; it is removed after. When empty, a bpffs of the
+	// run's own is mounted in a temporary directory.
 	BPFFS string
 	Log   io.Writer
 }
@@ -80,7 +82,16 @@ func engines(levels []int, bpffs string) []engine {
 // workload's Flood frame, for each engine in turn.
 func EndToEnd(cfg E2EConfig) ([]E2EResult, error) {
 	if cfg.BPFFS == "" {
-		cfg.BPFFS = fmt.Sprintf("/sys/fs/bpf/bpfwall-bench-%d", os.Getpid())
+		dir, err := os.MkdirTemp("", "bpfwall-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
+			return nil, fmt.Errorf("mount a bpffs for the benchmark: %w", err)
+		}
+		defer unix.Unmount(dir, unix.MNT_DETACH)
+		cfg.BPFFS = filepath.Join(dir, "bpfwall")
 	}
 	defer os.RemoveAll(cfg.BPFFS)
 	var out []E2EResult

@@ -45,10 +45,7 @@ func (s TestRun) Name() string { return "test-run" + optsSuffix(s.Opts) }
 
 // optsSuffix tells the sources of the optimized programs apart.
 func optsSuffix(o codegen.Options) string {
-	s := ""
-	if o.Level != 0 {
-		s = fmt.Sprintf(" -O%d", o.Level)
-	}
+	s := " " + o.Level.String()
 	if o.ForceLookups {
 		s += " lookups"
 	}

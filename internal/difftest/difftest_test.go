@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 
 	"bpfwall/codegen"
-	"bpfwall/loader"
 
 	"bpfwall/internal/testenv"
 	"bpfwall/rules"
@@ -35,10 +33,10 @@ func newBench(t *testing.T, opts TopologyOptions) *bench {
 	t.Helper()
 	topo := NewTopology(t, opts)
 	return &bench{topo: topo, ref: Netfilter{topo}, others: []Source{
-		Eval{}, TestRun{}, TestRun{Opts: codegen.Options{Level: 1}},
+		Eval{}, TestRun{Opts: codegen.Options{Level: codegen.O0}}, TestRun{},
 		// Every run of rules the classifier can take, whatever its cost.
-		TestRun{Opts: codegen.Options{Level: 1, ForceLookups: true}},
-		NewAttached(t, opts, codegen.Options{}), NewAttached(t, opts, codegen.Options{Level: 1}),
+		TestRun{Opts: codegen.Options{ForceLookups: true}},
+		NewAttached(t, opts, codegen.Options{Level: codegen.O0}), NewAttached(t, opts, codegen.Options{}),
 	}}
 }
 
@@ -47,10 +45,7 @@ func newBench(t *testing.T, opts TopologyOptions) *bench {
 // program's pins.
 func NewAttached(t *testing.T, opts TopologyOptions, copts codegen.Options) Attached {
 	t.Helper()
-	root, err := os.MkdirTemp(bpffs, "bwdt-")
-	if err != nil {
-		t.Fatalf("pin directory: %v", err)
-	}
+	root := testenv.BPFFS(t)
 	// The cleanups run last first: the pins go before the namespaces.
 	a := Attached{Topo: NewTopology(t, opts), Root: root, Opts: copts}
 	t.Cleanup(func() {
@@ -64,9 +59,6 @@ func NewAttached(t *testing.T, opts TopologyOptions, copts codegen.Options) Atta
 	})
 	return a
 }
-
-// bpffs is where bpffs is mounted; the loader's pins go below it.
-var bpffs = filepath.Dir(loader.DefaultRoot)
 
 // logTotals prints one line of totals per source.
 func logTotals(t *testing.T, what string, tots []Totals) {

@@ -523,10 +523,7 @@ func TestConntrackFlows(t *testing.T) {
 	ft := newFlowTopology(t)
 	serve(t, ft.Receiver, flowReceiverAddr, []int{portSSH, portHTTP}, []int{portDNS, portUDPAlt})
 	serve(t, ft.Sender, flowSenderAddr.AsSlice(), []int{portSenderT}, []int{portSenderU})
-	root, err := os.MkdirTemp(bpffs, "bwct-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testenv.BPFFS(t)
 	t.Cleanup(func() { os.RemoveAll(root) })
 
 	sets := flowRuleSets
@@ -631,7 +628,7 @@ func (ft *flowTopology) attachForward(t *testing.T, root, name, text string, opt
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := codegen.Compile(prog, codegen.Options{Hook: hook, Level: 1})
+	p, err := codegen.Compile(prog, codegen.Options{Hook: hook, Level: codegen.O1})
 	if err != nil {
 		t.Fatalf("compile for %s: %v", hook, err)
 	}

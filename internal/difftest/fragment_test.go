@@ -380,10 +380,7 @@ func TestFragmentsAtInput(t *testing.T) {
 	testenv.RequireTool(t, "iptables-legacy-restore")
 	testenv.RequireTool(t, "ip6tables-legacy-restore")
 	ft := newFragTopology(t)
-	root, err := os.MkdirTemp(bpffs, "bwfr-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testenv.BPFFS(t)
 	t.Cleanup(func() { os.RemoveAll(root) })
 	compared, known := 0, 0
 	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
@@ -398,21 +395,21 @@ func TestFragmentsAtInput(t *testing.T) {
 					probes := fragProbes(t, fam, conflict, rs.conntrack)
 					nf := ft.runNetfilter(t, fam, text, probes)
 					for _, hook := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress} {
-						for _, level := range []int{0, 1} {
+						for _, level := range codegen.Levels {
 							probes := fragProbes(t, fam, conflict, rs.conntrack)
 							bw := ft.runBPF(t, root, fam, text, hook, level, rs.conntrack, probes)
 							for i, pr := range probes {
 								if pr.bpfDiffers != "" {
 									known++
-									t.Logf("%s: netfilter %v, bpfwall on %s -O%d %v (by design: %s)", pr.name, nf[i], hook, level, bw[i], pr.bpfDiffers)
+									t.Logf("%s: netfilter %v, bpfwall on %s %v %v (by design: %s)", pr.name, nf[i], hook, level, bw[i], pr.bpfDiffers)
 									if bw[i] != pr.want {
-										t.Errorf("%s on %s -O%d: bpfwall %v, want %v (%s)", pr.name, hook, level, bw[i], pr.want, pr.bpfDiffers)
+										t.Errorf("%s on %s %v: bpfwall %v, want %v (%s)", pr.name, hook, level, bw[i], pr.want, pr.bpfDiffers)
 									}
 									continue
 								}
 								compared++
 								if nf[i] != bw[i] {
-									t.Errorf("%s on %s -O%d: netfilter received %v, bpfwall %v\nrules:\n%s", pr.name, hook, level, nf[i], bw[i], text)
+									t.Errorf("%s on %s %v: netfilter received %v, bpfwall %v\nrules:\n%s", pr.name, hook, level, nf[i], bw[i], text)
 								}
 							}
 						}
@@ -453,7 +450,7 @@ func (ft *fragTopology) runNetfilter(t *testing.T, fam rules.Family, text string
 	return ft.deliver(t, fam, probes)
 }
 
-func (ft *fragTopology) runBPF(t *testing.T, root string, fam rules.Family, text string, hook codegen.Hook, level int, conntrack bool, probes []fragProbe) []bool {
+func (ft *fragTopology) runBPF(t *testing.T, root string, fam rules.Family, text string, hook codegen.Hook, level codegen.Level, conntrack bool, probes []fragProbe) []bool {
 	t.Helper()
 	rs, err := iptables.Parse("frag.rules", []byte(text), iptables.Options{Family: fam, ForceFamily: true})
 	if err != nil {

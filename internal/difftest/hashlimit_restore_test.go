@@ -1,6 +1,7 @@
 package difftest
 
 import (
+	"bpfwall/internal/testenv"
 	"fmt"
 	"net/netip"
 	"os"
@@ -48,10 +49,7 @@ const restoreGap = 500 * time.Millisecond
 func TestHashLimitAcrossRestore(t *testing.T) {
 	requireKernel(t)
 	topo := NewTopology(t, TopologyOptions{})
-	root, err := os.MkdirTemp(bpffs, "bwdt-")
-	if err != nil {
-		t.Fatalf("pin directory: %v", err)
-	}
+	root := testenv.BPFFS(t)
 	t.Cleanup(func() {
 		if err := os.RemoveAll(root); err != nil {
 			t.Error(err)

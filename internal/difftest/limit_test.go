@@ -134,10 +134,7 @@ func TestLimitBursts(t *testing.T) {
 	requireKernel(t)
 	testenv.RequireTool(t, "nft")
 	topo := NewTopology(t, TopologyOptions{})
-	root, err := os.MkdirTemp(bpffs, "bwdt-")
-	if err != nil {
-		t.Fatalf("pin directory: %v", err)
-	}
+	root := testenv.BPFFS(t)
 	t.Cleanup(func() {
 		if err := os.RemoveAll(root); err != nil {
 			t.Error(err)

@@ -146,10 +146,7 @@ func TestRecentSequences(t *testing.T) {
 	requireKernel(t)
 	testenv.RequireTool(t, "iptables-legacy-restore")
 	topo := NewTopology(t, TopologyOptions{})
-	root, err := os.MkdirTemp(bpffs, "bwdt-")
-	if err != nil {
-		t.Fatalf("pin directory: %v", err)
-	}
+	root := testenv.BPFFS(t)
 	t.Cleanup(func() {
 		if err := os.RemoveAll(root); err != nil {
 			t.Error(err)

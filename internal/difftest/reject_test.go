@@ -1,6 +1,7 @@
 package difftest
 
 import (
+	"bpfwall/internal/testenv"
 	"bytes"
 	"encoding/binary"
 	"fmt"
@@ -120,10 +121,7 @@ func TestRejectAgainstKernel(t *testing.T) {
 	requireKernel(t)
 	topo := NewTopology(t, TopologyOptions{})
 	topo.rejectSetup(t)
-	root, err := os.MkdirTemp(bpffs, "bwrj-")
-	if err != nil {
-		t.Fatalf("pin directory: %v", err)
-	}
+	root := testenv.BPFFS(t)
 	t.Cleanup(func() {
 		if err := os.RemoveAll(root); err != nil {
 			t.Error(err)
@@ -832,10 +830,7 @@ func TestRejectRandomAgainstKernel(t *testing.T) {
 	requireKernel(t)
 	topo := NewTopology(t, TopologyOptions{})
 	topo.rejectSetup(t)
-	root, err := os.MkdirTemp(bpffs, "bwrj-")
-	if err != nil {
-		t.Fatalf("pin directory: %v", err)
-	}
+	root := testenv.BPFFS(t)
 	t.Cleanup(func() { os.RemoveAll(root) })
 	const n = 300
 	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {

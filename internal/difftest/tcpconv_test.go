@@ -447,10 +447,7 @@ neigh replace %s lladdr %s dev fwout nud permanent
 	if err := topology.RunInput([]byte(setup), "ip", "-n", ft.Firewall, "-batch", "-"); err != nil {
 		t.Fatal(err)
 	}
-	root, err := os.MkdirTemp(bpffs, "bwtcp-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testenv.BPFFS(t)
 	t.Cleanup(func() { os.RemoveAll(root) })
 
 	// The sysctls that change the verdict, which the program reads from

@@ -5,8 +5,11 @@ package testenv
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // InCI reports whether the tests run in CI, where nothing may be skipped.
@@ -61,4 +64,31 @@ func Corpus(t testing.TB, rel string) string {
 	}
 	t.Skipf("corpus folder shared/corpora/%s is absent", rel)
 	return ""
+}
+
+// BPFFS mounts a bpffs instance of the test's own and returns a pin root
+// below it (for loader.Place.Root, or BPFWALL_ROOT): the test's pins are
+// its alone, never under /sys/fs/bpf where a production bpfwall pins, and
+// the instance goes when the test ends, detaching what is still pinned.
+func BPFFS(t testing.TB) string {
+	t.Helper()
+	RequireRoot(t)
+	dir := t.TempDir()
+	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatalf("mount a bpffs of the test's own: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	return filepath.Join(dir, "bpfwall")
+}
+
+// Isolate points the bpfwall commands the test runs at a bpffs and a
+// lock file of the test's own (BPFWALL_ROOT, BPFWALL_LOCKFILE), and
+// returns the pin root: the test neither waits for nor disturbs a
+// bpfwall that runs on the same host. The test must not be parallel.
+func Isolate(t *testing.T) string {
+	t.Helper()
+	root := BPFFS(t)
+	t.Setenv("BPFWALL_ROOT", root)
+	t.Setenv("BPFWALL_LOCKFILE", filepath.Join(t.TempDir(), "bpfwall.lock"))
+	return root
 }
