@@ -347,7 +347,7 @@ func bpfwallLogLines(t *testing.T, bin string, topo *topology.Topology, c logCas
 	}
 	var place loader.Place
 	err = topology.Do(topo.Firewall, func() error {
-		if place, err = loader.Here("", hook); err != nil {
+		if place, err = loader.Here(os.Getenv("BPFWALL_ROOT"), hook); err != nil {
 			return err
 		}
 		meta, counters, err := loader.NewMeta(rs, prog, "log.rules")
