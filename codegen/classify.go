@@ -23,6 +23,16 @@ import (
 // in the order of their earliest rule, and the lookups stop as soon as no
 // later table can hold an earlier rule.
 //
+// A rule's matches that no tuple expresses (negations, interfaces, TCP
+// flags, ICMP types, lengths, marks, ...) are its residual: they are
+// tested once per table, before its lookup, as part of the table's guard,
+// so that a table holds only rules with the same residual. A packet the
+// residual fails for skips the table: every rule in it fails too, and no
+// candidate is lost. Only matches without effects take part (pureMatch):
+// a rule with a stateful or hotdropping match beyond its tuples stays
+// plain code. REJECT is a terminal verdict like DROP: main sends the
+// reply of the rule the classifier found.
+//
 // A rule can also drop a packet whose headers it finds cut short
 // (hotdrop) when only its matches before that point hold. Those matches
 // are tuples too, in tables of their own that apply only to such packets:
@@ -36,6 +46,10 @@ const (
 	kindDrop    = codeDrop
 	kindHotdrop = codeHotdrop
 	kindReturn  = 4
+	// kindReject is a REJECT in the netfilter stage, which drops the
+	// packet and counts StageRejectDropped; elsewhere a REJECT is
+	// kindDrop and main sends its reply.
+	kindReject = 5
 )
 
 // maxTuplesPerRule bounds a rule's expansion into tuples; a rule with more
@@ -79,6 +93,9 @@ type guard struct {
 	// l4Len and tiny are the rules' L4Header (0 without one).
 	l4Len int
 	tiny  bool
+	// residual names the rules' residual matches that apply to the
+	// mode, in compiler.residuals; "" for none.
+	residual string
 }
 
 // entry is one tuple of a rule in a table.
@@ -124,6 +141,8 @@ func (c *compiler) eligible(r *ir.Rule) (ir.Form, bool) {
 	case ir.Accept, ir.Drop, ir.Return:
 	case ir.TProxy:
 		// An ACCEPT to the classifier: main tells them apart.
+	case ir.Reject:
+		// A DROP to the classifier, whose reply main sends (see kindOf).
 	default:
 		return ir.Form{}, false
 	}
@@ -135,14 +154,59 @@ func (c *compiler) eligible(r *ir.Rule) (ir.Form, bool) {
 			}
 		}
 	}
-	return c.p.Normalize(r, maxTuplesPerRule)
+	f, ok := c.p.NormalizeResidual(r, maxTuplesPerRule)
+	if !ok {
+		return ir.Form{}, false
+	}
+	for _, m := range f.Residual {
+		if !c.pureMatch(m) {
+			return ir.Form{}, false
+		}
+	}
+	return f, true
 }
 
-func kindOf(a ir.Action) uint32 {
+// pureMatch reports whether m can be tested apart from the rest of its
+// rule, as a table's guard: it has no effect (no state, no hotdrop) and
+// reads only the parsed packet, so that testing it for a packet whose
+// other fields fail the rule, or that an earlier rule decides, changes
+// nothing.
+func (c *compiler) pureMatch(m ir.Match) bool {
+	switch m.(type) {
+	case ir.Addr, ir.AddrRange, ir.AddrSet, ir.Ports, ir.Fragment, ir.Iface, ir.L4Proto, ir.Transport,
+		ir.TCPFlags, ir.ICMP, ir.Length, ir.TTL, ir.SrcMAC, ir.Mark, ir.PktType:
+		return true
+	case ir.Proto:
+		// ip6_packet_match drops a packet whose extension headers cannot
+		// be walked, whatever the protocol tested.
+		return c.p.Family == rules.IPv4
+	}
+	return false
+}
+
+// residualKey names the residual matches ms in c.residuals.
+func (c *compiler) residualKey(ms []ir.Match) string {
+	if len(ms) == 0 {
+		return ""
+	}
+	k := fmt.Sprintf("%#v", ms)
+	if c.residuals == nil {
+		c.residuals = make(map[string][]ir.Match)
+	}
+	c.residuals[k] = ms
+	return k
+}
+
+func (c *compiler) kindOf(a ir.Action) uint32 {
 	switch a.(type) {
 	case ir.Accept, ir.TProxy:
 		return kindAccept
 	case ir.Drop:
+		return kindDrop
+	case ir.Reject:
+		if c.hook == HookNetfilter {
+			return kindReject
+		}
 		return kindDrop
 	}
 	return kindReturn
@@ -163,6 +227,7 @@ func (c *compiler) units(rs []*ir.Rule) []unit {
 	flush := func() {
 		if plan := c.plan(run, forms); plan != nil {
 			out = append(out, unit{seg: plan})
+			c.classifiedRules += len(run)
 		} else {
 			for _, r := range run {
 				out = append(out, unit{rule: r})
@@ -218,12 +283,12 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
 		f := forms[i]
 		id := uint32(r.ID)
 		v6proto := v6 && f.Proto
-		add(guard{mode: modeFull, v6proto: v6proto, l4Len: f.L4Len, tiny: f.Tiny}, f.Tuples, id, kindOf(r.Action))
+		add(guard{mode: modeFull, v6proto: v6proto, l4Len: f.L4Len, tiny: f.Tiny, residual: c.residualKey(f.Residual)}, f.Tuples, id, c.kindOf(r.Action))
 		if f.L4Len > 0 {
-			add(guard{mode: modePreL4, v6proto: v6proto, l4Len: f.L4Len, tiny: f.Tiny}, f.PreL4, id, kindHotdrop)
+			add(guard{mode: modePreL4, v6proto: v6proto, l4Len: f.L4Len, tiny: f.Tiny, residual: c.residualKey(f.Residual[:f.ResidualPreL4])}, f.PreL4, id, kindHotdrop)
 		}
 		if v6proto {
-			add(guard{mode: modePreProto, v6proto: true}, f.PreProto, id, kindHotdrop)
+			add(guard{mode: modePreProto, v6proto: true, residual: c.residualKey(f.Residual[:f.ResidualPreProto])}, f.PreProto, id, kindHotdrop)
 		}
 	}
 	taken := make(map[shapeKey]bool)
@@ -298,7 +363,7 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
 			if t.guard.mode != modeFull {
 				continue
 			}
-			cost += t.cost()
+			cost += t.cost() + costPlainRule*len(c.residuals[t.guard.residual])
 		}
 		if cost >= plain {
 			return nil
@@ -315,11 +380,21 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
 	}
 	for _, t := range tables {
 		if !t.inline {
-			t.name = fmt.Sprintf("cls%d", c.ntables)
+			t.name = fmt.Sprintf("%s%d", c.tablePrefix(), c.ntables)
 			c.ntables++
 		}
 	}
 	return &segmentPlan{rules: run, tables: tables}
+}
+
+// tablePrefix names the classifier's tables: the netfilter stage's are
+// its own, since the loader gives the stage the ingress program's maps of
+// the same name, and the stage's tables differ (kindReject).
+func (c *compiler) tablePrefix() string {
+	if c.hook == HookNetfilter {
+		return "ncls"
+	}
+	return "cls"
 }
 
 // lookupCost estimates what a table of n tuples costs a packet, when a

@@ -35,12 +35,17 @@ func (c *compiler) classified(s *segmentPlan, next string) {
 			b.emit(asm.JLT.Imm(asm.R7, int32(t.first), done))
 		}
 		c.tableGuard(t.guard, skip)
-		if proto, ok := t.proto(); ok && !t.inline {
-			// Cheaper than a lookup that cannot hit.
+		if proto, ok := t.proto(); ok && (!t.inline || t.guard.residual != "") {
+			// Cheaper than a lookup, or a residual, that cannot hit.
 			b.emit(
 				ld(asm.R1, asm.R6, pktProto, asm.Byte),
 				asm.JNE.Imm(asm.R1, int32(proto), skip),
 			)
+		}
+		for _, m := range c.residuals[t.guard.residual] {
+			if c.match(nil, m, skip, "") {
+				panic(fmt.Sprintf("codegen: residual match %T drops packets", m))
+			}
 		}
 		if t.inline {
 			c.inlineTable(t, skip)
@@ -56,6 +61,14 @@ func (c *compiler) classified(s *segmentPlan, next string) {
 		asm.JEq.Imm(asm.R8, kindHotdrop, hot),
 	)
 	c.countReg(asm.R7)
+	if c.hook == HookNetfilter {
+		// The stage cannot send a REJECT's reply: it drops and counts.
+		counted := b.fresh("reject_counted")
+		b.emit(asm.JNE.Imm(asm.R8, kindReject, counted))
+		c.stageCount(StageRejectDropped, chainKey)
+		b.emit(mov(asm.R8, kindDrop))
+		b.mark(counted)
+	}
 	b.emit(
 		asm.JEq.Imm(asm.R8, kindReturn, ret),
 		movr(asm.R0, asm.R7),
@@ -104,6 +117,13 @@ func (c *compiler) describeTable(t *table) string {
 		if t.guard.l4Len > 0 {
 			when = append(when, fmt.Sprintf("transport header of %d bytes", t.guard.l4Len))
 		}
+	}
+	if ms := c.residuals[t.guard.residual]; len(ms) > 0 {
+		var texts []string
+		for _, m := range ms {
+			texts = append(texts, ir.MatchString(c.p.Family, m))
+		}
+		when = append(when, "if "+strings.Join(texts, ", "))
 	}
 	how := "inline"
 	switch {

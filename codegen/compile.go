@@ -48,6 +48,11 @@ type compiler struct {
 	maps    []*ebpf.MapSpec
 	sets    []string
 	ntables int
+	// classifiedRules counts the rules in classified segments.
+	classifiedRules int
+	// residuals are the matches the classifier tests before a table's
+	// lookup, by guard.residual.
+	residuals map[string][]ir.Match
 	// rejects are the --reject-with types of the REJECT rules, indexed by
 	// their reject function.
 	rejects []string

@@ -1,4 +1,50 @@
 // Package codegen compiles an ir.Program into an eBPF collection spec for
 // the XDP and tc hooks: a pure, deterministic description that the loader
 // turns into kernel objects.
+//
+// # Levels
+//
+// Options' zero value compiles at -O1, what every command uses unless
+// told -O0: forgetting a field never selects the plain program.
+//
+// -O0 is the plain program: every rule's matches in order, as ipt_do_table
+// walks them.
+//
+// -O1 runs the ir passes, then splits each chain into units: classified
+// segments, maximal runs of rules the classifier can decide, and plain
+// rules between them (classify.go). A segment answers "which is the
+// earliest rule of the run that decides this packet?" with a few lookups
+// whose number depends on the shapes of the rules, not their count:
+//
+//   - Each rule is normalized (ir.NormalizeResidual) into tuples, one
+//     prefix per field of source, destination, protocol and ports
+//     (ranges, multiport lists and sets expand into prefixes), and its
+//     residual: the matches no tuple expresses (negations, interfaces,
+//     TCP flags, ICMP types, lengths, TTLs, marks, MACs, fragments, ...).
+//   - Tuples of one shape and guard go into one table: a hash keyed by the
+//     packet's fields cut to the shape, an LPM trie when shapes differ in
+//     one field's length, a port array, or a ranges table (a hash of
+//     sorted runs). A table's value is the earliest rule with that key and
+//     what it does; a trie stores at each prefix the earliest rule whose
+//     prefix covers it.
+//   - A table's guard is what must hold for its rules to apply: the
+//     transport header they read (or, for the tables of hotdrop tuples,
+//     the lack of it), and their residual, tested once before the lookup.
+//     Rules with different residuals go into different tables, so a packet
+//     the residual fails for skips a table none of whose rules it matches:
+//     no candidate is lost. Only matches without effects may be residual
+//     (pureMatch); a rule with a stateful or hotdropping match beyond its
+//     tuples stays plain.
+//   - Tables are looked up in the order of their earliest rule, keeping
+//     the earliest hit, and the lookups stop as soon as no later table can
+//     hold an earlier rule.
+//
+// ACCEPT, DROP, REJECT, RETURN and TPROXY are the verdicts a segment
+// decides: REJECT is a DROP whose reply main sends for the rule found (the
+// netfilter stage, which cannot send it, counts it instead). Rules with
+// other targets (jumps, gotos, LOG, no target) and rules whose residual
+// has effects (conntrack state, limits, recent, hashlimit, TCP options)
+// stand alone between segments as plain code: each costs what it costs
+// at -O0, so a chain is as flat as its runs are long. A cost estimate
+// keeps short runs plain, where a few compares beat a lookup.
 package codegen

@@ -76,6 +76,9 @@ type Program struct {
 	Ifaces []ir.Iface
 
 	Level Level
+	// Classified is how many of the rules (after the ir passes) the
+	// classifier decides by its tables rather than in plain code.
+	Classified int
 
 	// Warnings say, rule by rule, where the program knows less than
 	// netfilter by design, so that some packets may get another verdict
@@ -193,13 +196,14 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 		return nil, fmt.Errorf("compile for %s: %d rules make %d instructions, more than the %d a BPF program may have", opts.Hook, len(p.Rules), n, maxInstructions)
 	}
 	out := &Program{
-		IR:       orig,
-		Hook:     opts.Hook,
-		Level:    opts.Level,
-		Ifaces:   c.ifaces,
-		Spec:     c.spec(insns),
-		removed:  p.Removed,
-		Warnings: ingressStateWarnings(p, opts.Hook),
+		IR:         orig,
+		Hook:       opts.Hook,
+		Level:      opts.Level,
+		Ifaces:     c.ifaces,
+		Spec:       c.spec(insns),
+		Classified: c.classifiedRules,
+		removed:    p.Removed,
+		Warnings:   ingressStateWarnings(p, opts.Hook),
 	}
 	if c.defers() {
 		if out.Netfilter, err = c.compileStage(); err != nil {

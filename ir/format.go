@@ -289,3 +289,6 @@ func tcpFlagNames(f uint8) string {
 	}
 	return strings.Join(names, ",")
 }
+
+// MatchString prints a match as Format does, for dumps and messages.
+func MatchString(fam rules.Family, m Match) string { return string(appendMatch(nil, fam, m)) }

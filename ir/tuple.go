@@ -85,6 +85,12 @@ type Form struct {
 	L4Len int
 	Tiny  bool
 	PreL4 []Tuple
+	// Residual are the rule's matches that no tuple expresses, in the
+	// rule's order (NormalizeResidual); ResidualPreProto and ResidualPreL4
+	// are how many of them come before the Proto and the L4Header match,
+	// and so hold for the packets PreProto and PreL4 drop.
+	Residual                        []Match
+	ResidualPreProto, ResidualPreL4 int
 }
 
 // Normalize returns the rule's normal form, and false when a match of the
@@ -92,25 +98,39 @@ type Form struct {
 // entries, matches on other fields, more than one L4Header) or when the
 // rule expands into more than limit tuples.
 func (p *Program) Normalize(r *Rule, limit int) (Form, bool) {
+	f, ok := p.NormalizeResidual(r, limit)
+	if !ok || len(f.Residual) > 0 {
+		return Form{}, false
+	}
+	return f, true
+}
+
+// NormalizeResidual is Normalize that leaves the matches without a normal
+// form in Form.Residual instead of failing: the rule matches the packets
+// its tuples and its residual matches all hold for. It fails only for
+// more than one L4Header or more than limit tuples.
+func (p *Program) NormalizeResidual(r *Rule, limit int) (Form, bool) {
 	var f Form
 	cur := []Tuple{{}}
 	for _, m := range r.Matches {
 		switch m := m.(type) {
 		case Proto:
 			if m.Neg || m.Proto == 0 || f.Proto {
-				return Form{}, false
+				f.Residual = append(f.Residual, m)
+				continue
 			}
-			f.Proto, f.PreProto = true, slices.Clone(cur)
+			f.Proto, f.PreProto, f.ResidualPreProto = true, slices.Clone(cur), len(f.Residual)
 			cur = restrict(cur, []alt{{FieldProto, prefixOf([]byte{m.Proto}, 8)}})
 		case L4Header:
 			if f.L4Len != 0 {
 				return Form{}, false
 			}
-			f.L4Len, f.Tiny, f.PreL4 = m.Len, m.TinyFragDrop, slices.Clone(cur)
+			f.L4Len, f.Tiny, f.PreL4, f.ResidualPreL4 = m.Len, m.TinyFragDrop, slices.Clone(cur), len(f.Residual)
 		default:
 			alts, ok := p.alternatives(m, limit)
 			if !ok {
-				return Form{}, false
+				f.Residual = append(f.Residual, m)
+				continue
 			}
 			cur = restrict(cur, alts)
 		}

@@ -125,8 +125,8 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer l.Close()
-	fmt.Fprintf(stdout, "%s: %s program verified: %d rules, %d instructions, %d processed by the verifier\n",
-		files[0], prog.Hook, len(prog.IR.Rules), len(prog.Spec.Programs[codegen.ProgramName].Instructions), l.VerifiedInsns)
+	fmt.Fprintf(stdout, "%s: %s %s program verified: %d rules, %d instructions, %d processed by the verifier; %d rules decided by lookups\n",
+		files[0], prog.Level, prog.Hook, len(prog.IR.Rules), len(prog.Spec.Programs[codegen.ProgramName].Instructions), l.VerifiedInsns, prog.Classified)
 	return nil
 }
 

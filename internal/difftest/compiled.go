@@ -181,3 +181,26 @@ func (a Attached) Detach() error {
 	})
 	return errors.Join(err, os.RemoveAll(a.Root))
 }
+
+// Share counts the rules a compiled program decides by the classifier's
+// tables, to tell how much of a run tested the classifier rather than
+// plain code.
+type Share struct{ Classified, Rules int }
+
+// AddShare compiles c with opts and adds its rules to s; a case the
+// hook cannot compile adds nothing.
+func (s *Share) AddShare(c *Case, opts codegen.Options) {
+	p, err := compile(c, opts)
+	if err != nil {
+		return
+	}
+	s.Classified += p.Classified
+	s.Rules += len(c.Program.Rules)
+}
+
+func (s Share) String() string {
+	if s.Rules == 0 {
+		return "no rules"
+	}
+	return fmt.Sprintf("%d of %d rules (%.0f%%) in lookups", s.Classified, s.Rules, 100*float64(s.Classified)/float64(s.Rules))
+}

@@ -164,6 +164,7 @@ func TestRandom(t *testing.T) {
 	topo := b.topo
 	var totals []Totals
 	var cover, before Coverage
+	var o1, forced Share
 	refused := 0
 	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 		for seed := seed0; seed < seed0+uint64(seeds); seed++ {
@@ -185,9 +186,15 @@ func TestRandom(t *testing.T) {
 			totals = addTotals(totals, check(t, c, b.ref, b.others...))
 			cover.Add(MeasureCoverage(c, c.Probes))
 			before.Add(MeasureCoverage(c, RandomProbes(c, seed, probes)))
+			o1.AddShare(c, codegen.Options{})
+			forced.AddShare(c, codegen.Options{ForceLookups: true})
 		}
 	}
 	logTotals(t, "random", totals)
+	t.Logf("difftest random: -O1 decides %s; -O1 with every run classified, %s", o1, forced)
+	if 2*forced.Classified < forced.Rules {
+		t.Errorf("the random rule sets test the classifier too little: %s with every run classified", forced)
+	}
 	t.Logf("difftest random: %d rule sets refused by iptables and bpfwall alike", refused)
 	t.Logf("coverage: %s; random probes alone: %s", cover, before)
 	for _, tot := range totals {
