@@ -33,7 +33,7 @@ const (
 )
 
 func (f *benchFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.families, "families", "", "comma-separated rule set families (default all; bpfilter with --e2e): bpfilter, blocklist, allowlist, mixed, tum")
+	fs.StringVar(&f.families, "families", "", "comma-separated rule set families (default all; bpfilter with --e2e): bpfilter, blocklist, allowlist, mixed, realistic, tum")
 	fs.StringVar(&f.sizes, "sizes", "", "comma-separated rule counts (default "+defaultSizes+"; "+defaultE2ESizes+" with --e2e)")
 	fs.StringVar(&f.levels, "levels", "0,1", "comma-separated optimization levels")
 	fs.BoolVar(&f.json, "json", false, "print the results as JSON instead of tables")

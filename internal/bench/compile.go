@@ -118,12 +118,19 @@ func findProbes(w *Workload, p *ir.Program, seed uint64) (probes, error) {
 			return out, fmt.Errorf("%s/%d: the last-rule frame is decided by %v", w.Family, w.N, res)
 		}
 	}
+	// A program that tests the conntrack state passes packets of class U
+	// (neither TCP nor UDP, or fragments) to its netfilter stage: their
+	// verdict at xdp is not the rule set's.
+	defers := usesConntrack(p)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	for range randomProbes {
 		r := p.Rules[rng.IntN(len(p.Rules))]
 		f := addressed(g.Aim(r, packets.AimOptions{Meta: meta})[0].Frame)
 		res, err := eval(f)
 		if err != nil {
+			continue
+		}
+		if pkt, err := ir.Decode(f, meta); defers && (err != nil || pkt.Proto != 6 && pkt.Proto != 17 || pkt.FragOffset != 0 || pkt.MoreFragments) {
 			continue
 		}
 		out.random = append(out.random, probe{f, res.Verdict})
@@ -174,4 +181,16 @@ func reason(err error) string {
 		msgs[i] = fmt.Sprintf("%d× %s", count[m], m)
 	}
 	return strings.Join(msgs, "; ")
+}
+
+// usesConntrack reports whether a rule of p tests the conntrack state.
+func usesConntrack(p *ir.Program) bool {
+	for _, r := range p.Rules {
+		for _, m := range r.Matches {
+			if _, ok := m.(ir.CTState); ok {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -63,6 +63,7 @@ func Families(tum string) []Family {
 		{Name: "blocklist", Desc: "-s PREFIX -j DROP ×N, disjoint prefixes of mixed lengths", gen: genBlocklist},
 		{Name: "allowlist", Desc: "tcp/udp port, range and multiport ACCEPTs, policy DROP", gen: genAllowlist},
 		{Name: "mixed", Desc: "six rule shapes interleaved at random", gen: genMixed},
+		{Name: "realistic", Desc: "ESTABLISHED,RELATED first, jumps to user chains (limit, REJECT), then service ACCEPTs, multiport, REJECTs, blocks, negations, tcp flags and icmp interleaved, policy DROP", gen: genRealistic},
 		{Name: "tum", Desc: "the TUM chair's 5,556-rule dump (2016), FORWARD", Fixed: true, gen: func(int, *rand.Rand) (*Workload, error) { return loadTUM(tum) }},
 	}
 }
@@ -282,6 +283,62 @@ func genMixed(n int, rng *rand.Rand) (*Workload, error) {
 		}
 	}
 	rs.add("-s %s/32 -p udp -m udp --dport %d -j DROP", lastSrc, lastPort)
+	w := rs.workload()
+	w.NoMatch = udpFrame(probeSrc, probeDst, probePort, noPort)
+	w.Last = udpFrame(lastSrc, probeDst, probePort, lastPort)
+	w.Flood = w.Last
+	return w, nil
+}
+
+// genRealistic writes a router's FORWARD chain as people write them:
+// conntrack first, a few jumps to user chains that rate-limit and REJECT,
+// then the rules that grow with the rule set, interleaved. (It has no
+// LOG rule: xdp cannot print a FORWARD line's OUT=.)
+func genRealistic(n int, rng *rand.Rand) (*Workload, error) {
+	rs := &ruleset{chain: "FORWARD"}
+	rs.buf.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n:SSH - [0:0]\n:BLOCKED - [0:0]\n")
+	a := addrs{rng: rng, seen: make(map[netip.Addr]bool)}
+	p := prefixes{rng: rng, used: make(map[netip.Prefix]bool), covered: make(map[netip.Prefix]bool)}
+	head := []string{
+		"-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+		"-p tcp -m tcp --tcp-flags FIN,SYN,RST,PSH,ACK,URG NONE -j DROP",
+		"-p icmp -m icmp --icmp-type 8 -j ACCEPT",
+		fmt.Sprintf("-i %s -p tcp -m tcp --dport 22 -j SSH", inIface),
+		fmt.Sprintf("-s %s -j BLOCKED", p.next()),
+	}
+	for _, r := range head[:min(n-1, len(head))] {
+		rs.add("%s", r)
+	}
+	for i := len(head); i < n-1; i++ {
+		switch r := rng.IntN(20); {
+		case r < 7:
+			rs.add("-d %s/32 -p tcp -m tcp --dport %d -j ACCEPT", a.next(), port(rng))
+		case r < 9:
+			rs.add("-d %s/32 -p udp -m multiport --dports %d,%d,%d -j ACCEPT", a.next(), port(rng), port(rng), port(rng))
+		case r < 11:
+			rs.add("-s %s -p tcp -j REJECT --reject-with tcp-reset", p.next())
+		case r < 14:
+			rs.add("-s %s -j DROP", p.next())
+		case r < 15:
+			rs.add("-s %s ! -d 10.0.0.0/8 -j DROP", p.next())
+		case r < 16:
+			rs.add("-d %s/32 -p tcp -m tcp --dport %d --tcp-flags SYN,RST SYN,RST -j DROP", a.next(), port(rng))
+		case r < 17:
+			rs.add("-s %s -p icmp -m icmp --icmp-type 13 -j DROP", p.next())
+		default:
+			rs.add("! -i %s -d %s/32 -p tcp -m tcp --dport %d -j ACCEPT", inIface, a.next(), port(rng))
+		}
+	}
+	var ssh []string
+	for range 8 {
+		ssh = append(ssh, fmt.Sprintf("-s %s/32 -j ACCEPT", a.next()))
+	}
+	rs.add("-s %s/32 -p udp -m udp --dport %d -j DROP", lastSrc, lastPort)
+	// No LOG: xdp cannot print a FORWARD line's OUT=.
+	for _, r := range append(ssh, "-m limit --limit 5/min -j RETURN", "-j REJECT --reject-with icmp-port-unreachable") {
+		fmt.Fprintf(&rs.buf, "-A SSH %s\n", r)
+	}
+	rs.buf.WriteString("-A BLOCKED -p tcp -j REJECT --reject-with tcp-reset\n-A BLOCKED -j DROP\n")
 	w := rs.workload()
 	w.NoMatch = udpFrame(probeSrc, probeDst, probePort, noPort)
 	w.Last = udpFrame(lastSrc, probeDst, probePort, lastPort)

@@ -11,6 +11,7 @@ import (
 const (
 	xdpDrop = 1
 	xdpPass = 2
+	xdpTx   = 3
 )
 
 // bareXDP loads an XDP program that returns ret and does nothing else:

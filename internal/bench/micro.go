@@ -252,7 +252,13 @@ func checkVerdict(ret uint32, want ir.Verdict) error {
 	switch ret {
 	case xdpPass:
 	case xdpDrop:
+		// A REJECT without a reply (none to an RST, say) drops.
 		got = ir.VerdictDrop
+		if want == ir.VerdictReject {
+			got = want
+		}
+	case xdpTx:
+		got = ir.VerdictReject // the reply goes back out
 	default:
 		return fmt.Errorf("test run returned %d", ret)
 	}
