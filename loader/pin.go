@@ -61,9 +61,43 @@ func (p Place) Dir() string {
 
 func (p Place) String() string { return fmt.Sprintf("%s in netns %d", p.Hook, p.NetNS) }
 
+// ErrRootNotOwned marks a pin root that another user could change.
+var ErrRootNotOwned = errors.New("pin directory not owned")
+
+// checkRoot refuses a pin root that is not a directory of this user's
+// (root's) with mode 0700: on a bpffs mounted with mode 1777, a local user
+// who made the directory first could rename a namespace's pins away, so
+// that status says nothing is loaded while the hidden filter still runs.
+// A root not made yet passes; makeDir makes it 0700.
+func checkRoot(root string) error {
+	if root == "" {
+		root = DefaultRoot
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(root, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("pin directory %s: %w", root, err)
+	}
+	euid := uint32(os.Geteuid())
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		return fmt.Errorf("%w: %s is not a directory (a symbolic link?); remove it", ErrRootNotOwned, root)
+	case st.Uid != euid || st.Mode&0o077 != 0:
+		return fmt.Errorf("%w: %s has owner uid %d and mode %#o; bpfwall keeps its filters only in a directory of uid %d with mode 0700, "+
+			"since another user could move pins away in it and hide a running filter: check what is in it, then remove it or fix its owner and mode",
+			ErrRootNotOwned, root, st.Uid, st.Mode&0o7777, euid)
+	}
+	return nil
+}
+
 // Here returns the place of hook in the calling thread's network
 // namespace.
 func Here(root string, hook codegen.Hook) (Place, error) {
+	if err := checkRoot(root); err != nil {
+		return Place{}, err
+	}
 	ns, err := NetNS()
 	if err != nil {
 		return Place{}, err
@@ -171,6 +205,9 @@ func NetNS() (uint64, error) {
 // Places lists the filters pinned for the network namespace netns, in
 // hook order.
 func Places(root string, netns uint64) ([]Place, error) {
+	if err := checkRoot(root); err != nil {
+		return nil, err
+	}
 	if here, err := NetNS(); err == nil && here == netns {
 		if err := reapStale(root, netns); err != nil {
 			return nil, err
@@ -194,6 +231,9 @@ func (p Place) makeDir() error {
 	root := p.Root
 	if root == "" {
 		root = DefaultRoot
+	}
+	if err := checkRoot(root); err != nil {
+		return err
 	}
 	here, err := NetNS()
 	if err != nil {

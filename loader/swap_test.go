@@ -508,3 +508,61 @@ func TestStalePinsReaped(t *testing.T) {
 		t.Errorf("the namespace's pin directory stayed after unload: %v", err)
 	}
 }
+
+// TestRootOwnership: a pin root another user owns, or that others may
+// write (a squatter's, on a bpffs of mode 1777), or that is a symbolic
+// link, is refused by every way in, with the reason; a root of the
+// user's own with mode 0700 is used.
+func TestRootOwnership(t *testing.T) {
+	ns := inFreshNetns(t)
+	place := testPlace(t, ns, codegen.HookTCIngress)
+	root := place.Root
+	if err := os.Mkdir(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(filepath.Dir(root), "elsewhere")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		setup func() error
+	}{
+		{"world-writable", func() error { return os.Chmod(root, 0o1777) }},
+		{"group-readable", func() error { return os.Chmod(root, 0o750) }},
+		{"another owner", func() error { return os.Chown(root, 65534, 65534) }},
+		{"symbolic link", func() error {
+			if err := os.Remove(root); err != nil {
+				return err
+			}
+			return os.Symlink(other, root)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.setup(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := newSwap(t, place, ruleset(place.Hook, rulesA...), "veth0").Run(); !errors.Is(err, ErrRootNotOwned) {
+				t.Errorf("swap: %v, want %v", err, ErrRootNotOwned)
+			}
+			if _, err := Places(root, ns); !errors.Is(err, ErrRootNotOwned) || !strings.Contains(err.Error(), root) {
+				t.Errorf("places: %v, want %v naming %s", err, ErrRootNotOwned, root)
+			}
+			if _, err := Here(root, place.Hook); !errors.Is(err, ErrRootNotOwned) {
+				t.Errorf("here: %v", err)
+			}
+			if _, _, err := OtherNetNS(root); !errors.Is(err, ErrRootNotOwned) {
+				t.Errorf("other namespaces: %v", err)
+			}
+			// Put it right again.
+			os.Remove(root)
+			if err := os.Mkdir(root, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	mustSwap(t, newSwap(t, place, ruleset(place.Hook, rulesA...), "veth0"))
+	if places, err := Places(root, ns); err != nil || len(places) != 1 {
+		t.Errorf("places of a root of mode 0700: %v (%v)", places, err)
+	}
+}

@@ -173,6 +173,9 @@ func UnloadNetNS(root string, id uint64) ([]codegen.Hook, error) {
 	if root == "" {
 		root = DefaultRoot
 	}
+	if err := checkRoot(root); err != nil {
+		return nil, err
+	}
 	here, err := NetNS()
 	if err != nil {
 		return nil, err
@@ -293,6 +296,9 @@ func inNetNS(path string, id uint64, f func() error) error {
 func OtherNetNS(root string) (ids []uint64, alive []bool, err error) {
 	if root == "" {
 		root = DefaultRoot
+	}
+	if err := checkRoot(root); err != nil {
+		return nil, nil, err
 	}
 	here, err := NetNS()
 	if err != nil {
