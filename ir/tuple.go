@@ -230,7 +230,7 @@ func addrField(d Dir) Field {
 // restrict returns the tuples of ts that also hold one of alts: the
 // intersection of prefixes of one field is the longer one, or empty.
 func restrict(ts []Tuple, alts []alt) []Tuple {
-	var out []Tuple
+	out := make([]Tuple, 0, len(ts)*len(alts))
 	for _, t := range ts {
 		for _, a := range alts {
 			f := a.field
@@ -249,6 +249,15 @@ func restrict(ts []Tuple, alts []alt) []Tuple {
 }
 
 func dedupTuples(ts []Tuple) []Tuple {
+	switch len(ts) {
+	case 0, 1:
+		return ts
+	case 2:
+		if ts[0] == ts[1] {
+			return ts[:1]
+		}
+		return ts
+	}
 	seen := make(map[Tuple]bool, len(ts))
 	out := ts[:0:0]
 	for _, t := range ts {
