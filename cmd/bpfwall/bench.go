@@ -120,16 +120,31 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	return bench.WriteTable(stdout, report.Micro)
 }
 
-// tumPath is the TUM dump's path: --tum, or the shared corpus found from
-// the working directory up.
+// tumPath is the TUM dump's path: --tum, or the shared corpus found in a
+// shared/corpora/real beside the working directory or any directory above
+// it, or above the executable.
 func (f *benchFlags) tumPath() string {
 	if f.tum != "" {
 		return f.tum
 	}
-	for _, up := range []string{".", "..", "../.."} {
-		p := filepath.Join(up, "../shared/corpora/real", bench.TUMDump)
-		if _, err := os.Stat(p); err == nil {
-			return p
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if exe, err := os.Executable(); err == nil {
+		starts = append(starts, filepath.Dir(exe))
+	}
+	for _, dir := range starts {
+		for {
+			p := filepath.Join(dir, "shared/corpora/real", bench.TUMDump)
+			if _, err := os.Stat(p); err == nil {
+				return p
+			}
+			up := filepath.Dir(dir)
+			if up == dir {
+				break
+			}
+			dir = up
 		}
 	}
 	return filepath.Join("../shared/corpora/real", bench.TUMDump)

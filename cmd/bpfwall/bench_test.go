@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"bpfwall/internal/bench"
@@ -43,5 +45,25 @@ func TestBenchJSON(t *testing.T) {
 	}
 	if len(r.Micro) != 1 || r.Micro[0].Skipped != "" || r.Micro[0].NoMatchNs <= 0 {
 		t.Errorf("want one measured row, got %+v", r.Micro)
+	}
+}
+
+// TestTUMPathFromAnyDirectory: the TUM dump is found in a shared/corpora
+// above the working directory, however deep.
+func TestTUMPathFromAnyDirectory(t *testing.T) {
+	top := t.TempDir()
+	want := filepath.Join(top, "shared/corpora/real", bench.TUMDump)
+	deep := filepath.Join(top, "work/main/codegen/testdata")
+	for _, d := range []string{filepath.Dir(want), deep} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(want, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(deep)
+	if got := (&benchFlags{}).tumPath(); got != want {
+		t.Errorf("tumPath from %s = %s, want %s", deep, got, want)
 	}
 }
