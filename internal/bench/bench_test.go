@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,14 +127,22 @@ func TestSVG(t *testing.T) {
 	if root != "svg" {
 		t.Errorf("root element %q, want svg", root)
 	}
-	// bpfilter -O0, bpfilter -O1, tum -O0, and the floor.
+	// bpfilter -O0, bpfilter -O1, tum -O0, tum -O1 (not measured: no
+	// line) and the floor.
 	series := ChartSeries(sampleResults())
-	if len(series) != 4 || polylines != len(series) {
-		t.Errorf("%d series, %d polylines; want 4 of each", len(series), polylines)
+	if len(series) != 5 || polylines != 4 {
+		t.Errorf("%d series, %d polylines; want 5 series and 4 lines", len(series), polylines)
 	}
 	for _, s := range series {
-		if s.Name == "bpfilter -O0" && len(s.Points) != 2 {
-			t.Errorf("bpfilter -O0 has %d points, want 2 (the skipped row left out)", len(s.Points))
+		switch s.Name {
+		case "bpfilter -O0":
+			if len(s.Points) != 2 || !slices.Equal(s.Missing, []float64{100000}) {
+				t.Errorf("bpfilter -O0: %d points, missing %v; want 2 and the skipped N=100000 marked", len(s.Points), s.Missing)
+			}
+		case "tum -O1":
+			if len(s.Points) != 0 || !slices.Equal(s.Missing, []float64{5556}) {
+				t.Errorf("tum -O1: %d points, missing %v; want none and N=5556 marked", len(s.Points), s.Missing)
+			}
 		}
 	}
 }
@@ -161,9 +170,19 @@ func TestE2ESVG(t *testing.T) {
 		t.Errorf("%d polylines, want 2 (xdp-drop, iptables-legacy):\n%s", n, svg)
 	}
 	for _, s := range E2EChartSeries(r.E2E) {
-		if len(s.Points) != 2 {
-			t.Errorf("%s has %d points, want 2", s.Name, len(s.Points))
+		want := 2
+		if s.Name == "nftables" {
+			want = 0
+			if len(s.Missing) != 2 {
+				t.Errorf("nftables marks %v as not measured, want both sizes", s.Missing)
+			}
 		}
+		if len(s.Points) != want {
+			t.Errorf("%s has %d points, want %d", s.Name, len(s.Points), want)
+		}
+	}
+	if !strings.Contains(string(svg), "not measured") {
+		t.Errorf("the chart does not mark the sizes it could not measure:\n%s", svg)
 	}
 	if !strings.Contains(string(svg), "packets per second") {
 		t.Errorf("the chart does not say it shows packets per second:\n%s", svg)

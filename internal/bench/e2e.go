@@ -113,6 +113,9 @@ func EndToEnd(cfg E2EConfig) ([]E2EResult, error) {
 			}
 			for _, e := range engines(cfg.Levels, cfg.BPFFS) {
 				r := E2EResult{Family: fam.Name, N: w.N, Engine: e.name()}
+				if cfg.Log != nil {
+					fmt.Fprintf(cfg.Log, "e2e %-10s N=%-6d %-16s ...\n", r.Family, r.N, r.Engine)
+				}
 				if w.Flood == nil {
 					r.Skipped = "no frame that the rules drop"
 				} else if err := measureE2E(&r, cfg, e, w); err != nil {

@@ -100,6 +100,7 @@ func Sweep(cfg Config) ([]Result, error) {
 			}
 			for _, level := range cfg.Levels {
 				r := Result{Family: fam.Name, N: w.N, Level: level}
+				m.logf("%-10s N=%-6d -O%d ...", r.Family, r.N, r.Level)
 				if lerr != nil {
 					r.Skipped = "does not compile: " + reason(lerr)
 				} else if err := m.measure(&r, w, pr, floor); err != nil {

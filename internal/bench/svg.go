@@ -14,24 +14,24 @@ import (
 type Series struct {
 	Name   string
 	Points [][2]float64 // N, ns
-	color  string
-	dashed bool
+	// Missing are the Ns the series could not be measured at (too large
+	// to compile or load, say), drawn as crosses on the N axis.
+	Missing []float64
+	color   string
+	dashed  bool
 }
 
 var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"}
 
 // ChartSeries returns the series the chart draws: the no-match time of
 // every family at every level, and the floor, the median floor of the
-// rows at each N. Skipped rows leave a gap.
+// rows at each N. Skipped rows leave a gap, marked on the N axis.
 func ChartSeries(results []Result) []Series {
 	var families []string
 	byKey := make(map[string]*Series)
 	var order []string
 	floors := make(map[int][]float64)
 	for _, r := range results {
-		if r.Skipped != "" || r.NoMatchNs == 0 {
-			continue
-		}
 		fi := index(&families, r.Family)
 		key := fmt.Sprintf("%s -O%d", r.Family, r.Level)
 		s, ok := byKey[key]
@@ -39,6 +39,10 @@ func ChartSeries(results []Result) []Series {
 			s = &Series{Name: key, color: palette[fi%len(palette)], dashed: r.Level == 0}
 			byKey[key] = s
 			order = append(order, key)
+		}
+		if r.Skipped != "" || r.NoMatchNs == 0 {
+			s.Missing = append(s.Missing, float64(r.N))
+			continue
 		}
 		s.Points = append(s.Points, [2]float64{float64(r.N), r.NoMatchNs})
 		if r.FloorNs > 0 {
@@ -90,8 +94,8 @@ func E2EChartSeries(results []E2EResult) []Series {
 	byKey := make(map[string]*Series)
 	var order []string
 	for _, r := range results {
-		if r.Skipped != "" || r.Handled() == 0 {
-			continue
+		if r.Engine == "" {
+			continue // the family's generation failed: no engine ran
 		}
 		ei := index(&engines, r.Engine)
 		key := r.Engine
@@ -103,6 +107,10 @@ func E2EChartSeries(results []E2EResult) []Series {
 			s = &Series{Name: key, color: palette[ei%len(palette)], dashed: strings.HasSuffix(r.Engine, "-O0")}
 			byKey[key] = s
 			order = append(order, key)
+		}
+		if r.Skipped != "" || r.Handled() == 0 {
+			s.Missing = append(s.Missing, float64(r.N))
+			continue
 		}
 		s.Points = append(s.Points, [2]float64{float64(r.N), r.Handled()})
 	}
@@ -157,6 +165,14 @@ func writeChart(w io.Writer, c chart) error {
 			ylo, yhi = math.Min(ylo, p[1]), math.Max(yhi, p[1])
 		}
 	}
+	missing := false
+	for _, s := range series {
+		for _, n := range s.Missing {
+			if n > 0 {
+				xlo, xhi, missing = math.Min(xlo, n), math.Max(xhi, n), true
+			}
+		}
+	}
 	// Whole decades, at least one wide.
 	x0, x1 := math.Floor(math.Log10(xlo)), math.Ceil(math.Log10(xhi))
 	y0, y1 := math.Floor(math.Log10(ylo)), math.Ceil(math.Log10(yhi))
@@ -197,17 +213,35 @@ func writeChart(w io.Writer, c chart) error {
 		if s.dashed {
 			dash = ` stroke-dasharray="6 4"`
 		}
-		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"><title>%s</title></polyline>`+"\n",
-			s.color, dash, strings.Join(pts, " "), html.EscapeString(s.Name))
+		if len(pts) > 0 {
+			fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"><title>%s</title></polyline>`+"\n",
+				s.color, dash, strings.Join(pts, " "), html.EscapeString(s.Name))
+		}
 		for _, p := range s.Points {
 			fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", px(p[0]), py(p[1]), s.color)
+		}
+		for k, n := range s.Missing {
+			if n <= 0 {
+				continue
+			}
+			// A cross just above the N axis, stacked per series.
+			x, y := px(n), float64(plotB-8-6*((i+k)%6))
+			fmt.Fprintf(b, `<path d="M%.1f %.1fl6 6m0 -6l-6 6" stroke="%s" stroke-width="2"><title>%s: not measured at N=%g</title></path>`+"\n",
+				x-3, y-3, s.color, html.EscapeString(s.Name), n)
 		}
 		ly := plotT + 10 + i*20
 		fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>`+"\n", plotR+20, ly, plotR+50, ly, s.color, dash)
 		fmt.Fprintf(b, `<text x="%d" y="%d">%s</text>`+"\n", plotR+56, ly+4, html.EscapeString(s.Name))
 	}
-	if c.note != "" {
-		fmt.Fprintf(b, `<text x="%d" y="%d" fill="#555">%s</text>`+"\n", plotR+20, plotT+10+len(series)*20+8, html.EscapeString(c.note))
+	note := c.note
+	if missing {
+		if note != "" {
+			note += "; "
+		}
+		note += "×: not measured (too large)"
+	}
+	if note != "" {
+		fmt.Fprintf(b, `<text x="%d" y="%d" fill="#555">%s</text>`+"\n", plotR+20, plotT+10+len(series)*20+8, html.EscapeString(note))
 	}
 	fmt.Fprintln(b, "</svg>")
 	return b.Flush()
