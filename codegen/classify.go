@@ -225,14 +225,7 @@ func (c *compiler) units(rs []*ir.Rule) []unit {
 	var run []*ir.Rule
 	var forms []ir.Form
 	flush := func() {
-		if plan := c.plan(run, forms); plan != nil {
-			out = append(out, unit{seg: plan})
-			c.classifiedRules += len(run)
-		} else {
-			for _, r := range run {
-				out = append(out, unit{rule: r})
-			}
-		}
+		out = append(out, c.classifyRun(run, forms)...)
 		run, forms = nil, nil
 	}
 	for _, r := range rs {
@@ -249,6 +242,27 @@ func (c *compiler) units(rs []*ir.Rule) []unit {
 	return out
 }
 
+// classifyRun classifies a run of eligible rules: one segment, or, when its
+// tables would be more than the program may have, its halves in turn,
+// so that a run of many kinds of rules does not fall back to plain code
+// whole; rules that no segment takes stay plain.
+func (c *compiler) classifyRun(run []*ir.Rule, forms []ir.Form) []unit {
+	plan, tooMany := c.plan(run, forms)
+	switch {
+	case plan != nil:
+		c.classifiedRules += len(run)
+		return []unit{{seg: plan}}
+	case tooMany && len(run) > 1:
+		h := len(run) / 2
+		return append(c.classifyRun(run[:h], forms[:h]), c.classifyRun(run[h:], forms[h:])...)
+	}
+	out := make([]unit, len(run))
+	for i, r := range run {
+		out[i] = unit{rule: r}
+	}
+	return out
+}
+
 // unit is a plain rule or a classified segment.
 type unit struct {
 	rule *ir.Rule
@@ -256,10 +270,11 @@ type unit struct {
 }
 
 // plan builds the tables of a run of eligible rules, or returns nil when
-// plain code is expected to be cheaper.
-func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
+// plain code is expected to be cheaper, or when the tables would be more
+// than the program has left (tooMany).
+func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, tooMany bool) {
 	if len(run) == 0 {
-		return nil
+		return nil, false
 	}
 	v6 := c.p.Family == rules.IPv6
 	shapes := make(map[shapeKey]map[ir.Tuple]entry)
@@ -366,7 +381,7 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
 			cost += t.cost() + costPlainRule*len(c.residuals[t.guard.residual])
 		}
 		if cost >= plain {
-			return nil
+			return nil, false
 		}
 	}
 	lookups := 0
@@ -376,7 +391,7 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
 		}
 	}
 	if c.ntables+lookups > maxLookupTables {
-		return nil
+		return nil, true
 	}
 	for _, t := range tables {
 		if !t.inline {
@@ -384,7 +399,7 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) *segmentPlan {
 			c.ntables++
 		}
 	}
-	return &segmentPlan{rules: run, tables: tables}
+	return &segmentPlan{rules: run, tables: tables}, false
 }
 
 // tablePrefix names the classifier's tables: the netfilter stage's are

@@ -128,3 +128,33 @@ func TestVerifierScales(t *testing.T) {
 		})
 	}
 }
+
+// TestManyTablesSplitRun: a run whose tables would be more than a program
+// may have is classified in parts rather than falling back to plain code
+// whole.
+func TestManyTablesSplitRun(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	// 64 residuals (a TTL each), 16 rules each: a table per residual.
+	for k := range 64 {
+		for i := range 16 {
+			fmt.Fprintf(&b, "-A INPUT -s 10.%d.%d.1/32 -m ttl --ttl-eq %d -j DROP\n", k, i, k+1)
+		}
+	}
+	b.WriteString("COMMIT\n")
+	rs, err := iptables.Parse("rules", []byte(b.String()), iptables.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ir.Lower(rs, ir.LowerOptions{Chain: "INPUT"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookXDP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prog.Classified < len(p.Rules)/2 {
+		t.Errorf("%d of %d rules classified, want most", prog.Classified, len(p.Rules))
+	}
+}
