@@ -204,20 +204,6 @@ type fieldPath []fieldRef
 // bitfield, followed by the right shift that KernelSpec sets.
 type kernelBitfield struct{}
 
-// fieldOffset is the byte offset of f in the kernel's BTF. f.Field may
-// be a path through nested structs, unions and arrays:
-// "proto.tcp.seen[1].td_end".
-func fieldOffset(kernel *btf.Spec, f fieldRef) (int16, error) {
-	bits, _, err := fieldBits(kernel, f)
-	if err != nil {
-		return 0, err
-	}
-	if bits%8 != 0 || bits/8 > 1<<15-1 {
-		return 0, fmt.Errorf("field %s.%s at bit %d cannot be loaded", f.Struct, f.Field, bits)
-	}
-	return int16(bits / 8), nil
-}
-
 // fieldBits is the bit offset of f in the kernel's BTF, and its bitfield
 // size (0 for a field that is not a bitfield). A name not found in a
 // struct is looked for in its anonymous structs and unions, as C does.

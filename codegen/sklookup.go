@@ -119,7 +119,7 @@ func steerTarget(r *ir.Rule) (t ir.TProxy, terminal, ok bool) {
 	}
 	if n := len(r.Matches); n > 0 {
 		if m, ok := r.Matches[n-1].(ir.TProxyTo); ok {
-			return ir.TProxy{Proto: m.Proto, Addr: m.Addr, Port: m.Port}, false, true
+			return ir.TProxy(m), false, true
 		}
 	}
 	return ir.TProxy{}, false, false

@@ -40,14 +40,13 @@ func TestConntrackTCP(t *testing.T) {
 		return e
 	}
 	type seg struct {
-		reply        bool
-		flags        string // of "SAFRU"
-		seq, ack     uint32
-		win          uint16
-		data         int
-		opts         []layers.TCPOption
-		firstFrag    bool
-		invalidFlags bool
+		reply     bool
+		flags     string // of "SAFRU"
+		seq, ack  uint32
+		win       uint16
+		data      int
+		opts      []layers.TCPOption
+		firstFrag bool
 	}
 	frame := func(s seg) []byte {
 		src, dst, sport, dport := "10.0.0.1", "198.51.100.1", uint16(1000), uint16(22)

@@ -72,7 +72,7 @@ func TestSkLookupOperatorPath(t *testing.T) {
 		t.Fatalf("ip route: %v\n%s", err, out)
 	}
 	a, gotA := tcpListener(t, "127.0.0.1:0")
-	b, gotB := tcpListener(t, "127.0.0.1:0")
+	b, _ := tcpListener(t, "127.0.0.1:0")
 	portB := lnPort(b)
 	b.Close() // not there at load time
 	rulesText := fmt.Sprintf(`*mangle
@@ -105,7 +105,7 @@ COMMIT
 	}
 
 	// Registered by descriptor: the rule for port 81 steers to it.
-	b, gotB = tcpListener(t, fmt.Sprintf("127.0.0.1:%d", portB))
+	b, gotB := tcpListener(t, fmt.Sprintf("127.0.0.1:%d", portB))
 	rc, err := b.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
