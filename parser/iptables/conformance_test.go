@@ -1,6 +1,7 @@
 package iptables_test
 
 import (
+	"bpfwall/internal/testenv"
 	"bufio"
 	"fmt"
 	"os"
@@ -174,9 +175,7 @@ func checkTCase(c tCase) string {
 // load must print back as iptables-save prints them, rules iptables
 // rejects must be rejected.
 func TestConformance(t *testing.T) {
-	if _, err := os.Stat(iptablesTestDir); err != nil {
-		t.Skipf("iptables .t corpus not available: %v", err)
-	}
+	testenv.Corpus(t, "iptables-t")
 	type tally struct{ pass, total, skipped int }
 	results := map[string]*tally{}
 	var failures []string

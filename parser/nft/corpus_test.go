@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"bpfwall/internal/testenv"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,18 +14,13 @@ import (
 	"bpfwall/rules"
 )
 
-const corpora = "../../../shared/corpora"
-
 // corpusFiles lists the .nft files under the shared corpora, skipping the
 // test when they are absent.
 func corpusFiles(t *testing.T, dirs ...string) []string {
 	t.Helper()
 	var files []string
 	for _, d := range dirs {
-		root := filepath.Join(corpora, d)
-		if _, err := os.Stat(root); err != nil {
-			t.Skipf("corpus %s is absent: %v", root, err)
-		}
+		root := testenv.Corpus(t, d)
 		filepath.WalkDir(root, func(p string, de os.DirEntry, err error) error {
 			if err == nil && !de.IsDir() && strings.HasSuffix(p, ".nft") {
 				files = append(files, p)
