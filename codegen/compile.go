@@ -163,7 +163,7 @@ func (c *compiler) calleesFirst() []int {
 // collect numbers the interface patterns and TCP option kinds the rules
 // test.
 func (c *compiler) collect() error {
-	c.ct = usesConntrack(c.orig)
+	c.ct = c.orig.TestsConntrack()
 	_, slots := c.recentTables()
 	c.hasRecent = slots > 0
 	ifaceBit := make(map[ir.Iface]int)

@@ -96,22 +96,10 @@ const (
 	ctPorts = -112 // 8 bytes: the inner transport header's ports, a UDP header
 )
 
-// usesConntrack reports whether a rule tests the conntrack state.
-func usesConntrack(p *ir.Program) bool {
-	for _, r := range p.Rules {
-		for _, m := range r.Matches {
-			if _, ok := m.(ir.CTState); ok {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // UsesConntrack reports whether the program looks packets up in the
 // kernel's conntrack table: the loader must make sure conntrack tracks
 // connections in the namespace.
-func (p *Program) UsesConntrack() bool { return usesConntrack(p.IR) }
+func (p *Program) UsesConntrack() bool { return p.IR.TestsConntrack() }
 
 // kfuncCall is a call of the kfunc called name; KernelSpec sets its BTF ID.
 func kfuncCall(name string) asm.Instruction {

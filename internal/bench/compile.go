@@ -121,7 +121,7 @@ func findProbes(w *Workload, p *ir.Program, seed uint64) (probes, error) {
 	// A program that tests the conntrack state passes packets of class U
 	// (neither TCP nor UDP, or fragments) to its netfilter stage: their
 	// verdict at xdp is not the rule set's.
-	defers := usesConntrack(p)
+	defers := p.TestsConntrack()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	for range randomProbes {
 		r := p.Rules[rng.IntN(len(p.Rules))]
@@ -181,16 +181,4 @@ func reason(err error) string {
 		msgs[i] = fmt.Sprintf("%d× %s", count[m], m)
 	}
 	return strings.Join(msgs, "; ")
-}
-
-// usesConntrack reports whether a rule of p tests the conntrack state.
-func usesConntrack(p *ir.Program) bool {
-	for _, r := range p.Rules {
-		for _, m := range r.Matches {
-			if _, ok := m.(ir.CTState); ok {
-				return true
-			}
-		}
-	}
-	return false
 }
