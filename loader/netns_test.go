@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,19 +113,27 @@ func entryChain(hook codegen.Hook) string {
 // compileText parses and compiles a rule set for hook.
 func compileText(t testing.TB, hook codegen.Hook, text string) (*rules.Ruleset, *codegen.Program) {
 	t.Helper()
+	rs, prog, err := compileRules(hook, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs, prog
+}
+
+func compileRules(hook codegen.Hook, text string) (*rules.Ruleset, *codegen.Program, error) {
 	rs, err := iptables.Parse("test.rules", []byte(text), iptables.Options{Counters: true})
 	if err != nil {
-		t.Fatalf("parse: %v", err)
+		return nil, nil, fmt.Errorf("parse: %w", err)
 	}
 	p, err := ir.Lower(rs, ir.LowerOptions{Chain: entryChain(hook)})
 	if err != nil {
-		t.Fatalf("lower: %v", err)
+		return nil, nil, fmt.Errorf("lower: %w", err)
 	}
 	prog, err := codegen.Compile(p, codegen.Options{Hook: hook})
 	if err != nil {
-		t.Fatalf("compile: %v", err)
+		return nil, nil, fmt.Errorf("compile: %w", err)
 	}
-	return rs, prog
+	return rs, prog, nil
 }
 
 // newSwap returns a swap of text into place, attaching to ifaces.

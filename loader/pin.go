@@ -202,6 +202,10 @@ func NetNS() (uint64, error) {
 	return st.Ino, nil
 }
 
+// Hooks are the hooks a filter can be loaded at, in the order commands
+// list them.
+var Hooks = []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress, codegen.HookTCEgress, codegen.HookSkLookup}
+
 // Places lists the filters pinned for the network namespace netns, in
 // hook order.
 func Places(root string, netns uint64) ([]Place, error) {
@@ -214,7 +218,7 @@ func Places(root string, netns uint64) ([]Place, error) {
 		}
 	}
 	var out []Place
-	for _, h := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress, codegen.HookTCEgress, codegen.HookSkLookup} {
+	for _, h := range Hooks {
 		p := Place{Root: root, NetNS: netns, Hook: h}
 		if _, err := os.Stat(filepath.Join(p.Dir(), pinProgram)); err == nil {
 			out = append(out, p)

@@ -91,7 +91,6 @@ func (b *build) loadLookup(p *codegen.Program) error {
 		if err := pinNew(b.loaded.coll.Maps[codegen.SocketsMap], path); err != nil {
 			return err
 		}
-		b.newPins = append(b.newPins, pinSockets)
 	}
 	if err := b.loaded.SetIfaces(); err != nil {
 		return err

@@ -55,6 +55,10 @@ type Meta struct {
 	// a swap hands it to the next program whose table of that name has
 	// the same configuration.
 	HashLimit []HashLimitMeta `json:"hashlimit,omitempty"`
+	// Pins are the names of the pins the swap that loaded the program made
+	// (the links of interfaces attached before it stay too; empty in pins
+	// of older versions): a swap removes the others (see dropOldPins).
+	Pins []string `json:"pins,omitempty"`
 	// Uppers are the upper devices of the interfaces, found at the load
 	// or swap, whose packets the netfilter stage evaluates too (see
 	// stageUppers); devices created afterwards are not followed.

@@ -76,8 +76,9 @@ func (s *Swap) Run() (*Result, error) {
 	if err := s.Place.makeDir(); err != nil {
 		return nil, err
 	}
-	dir := s.Place.Dir()
-	removeNewPins(dir)
+	if _, err := Recover(s.Place); err != nil {
+		return nil, err
+	}
 	old, err := Open(s.Place)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -132,6 +133,7 @@ func (s *Swap) Run() (*Result, error) {
 			return nil, fmt.Errorf("swap %s filter on %s: %w", hook, ifaceName(i), err)
 		}
 		switched = append(switched, l)
+		reached("switch " + filepath.Base(linkPin(s.Place.Dir(), i)))
 	}
 	res.Critical = time.Since(start)
 	// End of the critical section.
@@ -145,11 +147,13 @@ func (s *Swap) Run() (*Result, error) {
 		if err := releaseConntrackAt(s.Place); err != nil {
 			return res, fmt.Errorf("swap %s filter: the new program runs, but: %w", hook, err)
 		}
+		reached("release conntrack")
 	}
 	if s.Since != nil {
 		if err := s.carry(old, b); err != nil {
 			return res, fmt.Errorf("swap %s filter: the new program runs, but: %w", hook, err)
 		}
+		reached("carry counters")
 	}
 	return res, nil
 }
@@ -193,28 +197,22 @@ func (s *Swap) carry(old *Active, b *build) error {
 
 // build is a new filter, loaded and pinned beside the running one.
 type build struct {
-	dir      string
-	loaded   *Loaded
-	base     *ebpf.Map
-	meta     *ebpf.Map
-	counters []codegen.Counter
-	// keep are the interfaces whose links switch programs; gone are those
-	// whose links outlived their interface, dropped by the swap.
-	keep, gone []int
-	links      map[int]link.Link // new links, on interfaces not yet filtered
-	attached   []Iface
-	logPins    []string // the pins of the LOG rules' maps, if it has any
-	recentPins []string // the pins of the recent tables
-	// hashlimitPins are the pins of the hashlimit tables and their sweep
-	// times.
-	hashlimitPins []string
+	dir    string
+	loaded *Loaded
+	base   *ebpf.Map
+	meta   *ebpf.Map
+	// described is what the meta map holds.
+	described *Meta
+	counters  []codegen.Counter
+	// keep are the interfaces whose links switch programs. (The links
+	// that outlived their interface are dropped with the old pins.)
+	keep     []int
+	links    map[int]link.Link // new links, on interfaces not yet filtered
+	attached []Iface
 	// nfLink is the new netfilter stage's link, attached by build;
 	// uppers are the upper devices it evaluates besides the interfaces.
-	nfLink link.Link
-	uppers []Iface
-	// newPins are pins besides the program's, the maps' and the links'
-	// that commit moves into place (a first sk-lookup filter's sockets).
-	newPins []string
+	nfLink  link.Link
+	uppers  []Iface
 	sockets []SocketState
 	// heldConntrack says the build created bpfwall's conntrack table,
 	// which abort removes; addedSockets are the keys it put into a
@@ -245,7 +243,6 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 			}
 			ifi, err := net.InterfaceByIndex(i)
 			if err != nil {
-				b.gone = append(b.gone, i)
 				continue
 			}
 			b.keep = append(b.keep, i)
@@ -348,19 +345,15 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 	}
 	for name, obj := range b.loaded.logPinners() {
 		pins[name] = obj
-		b.logPins = append(b.logPins, name)
 	}
 	for i, t := range codegen.RecentTables(s.Program) {
 		pins[recentPin(i)] = b.loaded.coll.Maps[t.Map]
-		b.recentPins = append(b.recentPins, recentPin(i))
 	}
 	if tables := codegen.HashLimitTables(s.Program); len(tables) > 0 {
 		for i, t := range tables {
 			pins[hashlimitPin(i)] = b.loaded.coll.Maps[t.Map]
-			b.hashlimitPins = append(b.hashlimitPins, hashlimitPin(i))
 		}
 		pins[pinHashGC] = b.loaded.coll.Maps[codegen.HashGCMap]
-		b.hashlimitPins = append(b.hashlimitPins, pinHashGC)
 	}
 	for name, obj := range b.loaded.netfilterPinners() {
 		pins[name] = obj
@@ -369,6 +362,7 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		if err := pinNew(obj, filepath.Join(b.dir, name)); err != nil {
 			return b, err
 		}
+		reached("pin " + name)
 	}
 	if b.loaded.nfProg != nil {
 		// The stage runs from here on: before the links switch to the
@@ -379,6 +373,7 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		if err := pinNew(b.nfLink, filepath.Join(b.dir, pinNFLink)); err != nil {
 			return b, err
 		}
+		reached("pin " + pinNFLink)
 	}
 	for _, ifc := range add {
 		l, mode, err := attach(b.loaded.prog, s.Program.Hook, ifc, s.XDPMode)
@@ -389,6 +384,7 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		if err := pinNew(l, linkPin(b.dir, ifc.Index)); err != nil {
 			return b, err
 		}
+		reached("pin " + filepath.Base(linkPin(b.dir, ifc.Index)))
 		ifc.Mode = mode
 		b.attached = append(b.attached, ifc)
 	}
@@ -399,70 +395,43 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 	meta.Conntrack = s.Program.UsesConntrack()
 	meta.Ifaces = append(ifaces, b.attached...)
 	meta.Uppers = b.uppers
+	pending, err := pendingPins(b.dir)
+	if err != nil {
+		return b, err
+	}
+	meta.Pins = append(pending, pinMeta)
 	if b.meta, err = newMetaMap(&meta); err != nil {
 		return b, err
 	}
+	b.described = &meta
 	if err := pinNew(b.meta, filepath.Join(b.dir, pinMeta)); err != nil {
 		return b, err
 	}
+	reached("pin " + pinMeta)
 	return b, nil
 }
 
-// commit moves the new pins over the old ones, links first and the meta
-// map last. If a pin cannot be moved, the old objects are pinned back.
+// commit moves the new pins over the old ones: the program first, which
+// decides the swap (see Recover), and the meta map last. The old filter's
+// pins the new one has no use for go before the meta map moves. If a pin
+// cannot be moved, the old objects are pinned back.
 func (b *build) commit(old *Active) error {
-	names := []string{pinProgram}
-	names = append(names, b.logPins...)
-	names = append(names, b.recentPins...)
-	names = append(names, b.hashlimitPins...)
-	if b.nfLink != nil {
-		names = append(names, netfilterPins...)
-	}
-	names = append(names, b.newPins...)
-	names = append(names, mapPins...)
-	for i := range b.links {
-		names = append([]string{filepath.Base(linkPin(b.dir, i))}, names...)
+	names, err := pendingPins(b.dir)
+	if err != nil {
+		return err
 	}
 	for k, name := range names {
+		if name == pinMeta {
+			dropOldPins(b.dir, b.described)
+			reached("drop old pins")
+		}
 		if err := commitPin(filepath.Join(b.dir, name)); err != nil {
 			if old != nil {
 				b.restore(old, names[:k])
 			}
 			return err
 		}
-	}
-	for _, i := range b.gone {
-		os.Remove(linkPin(b.dir, i))
-	}
-	if len(b.logPins) == 0 {
-		// The old program's LOG maps go with it.
-		for _, name := range logPins {
-			os.Remove(filepath.Join(b.dir, name))
-		}
-	}
-	if old != nil {
-		// The old program's recent tables the new one does not name go
-		// with it, as the kernel frees a table no rule names.
-		for j := len(b.recentPins); j < len(old.Meta.Recent); j++ {
-			os.Remove(filepath.Join(b.dir, recentPin(j)))
-		}
-		// So do its hashlimit tables, as the kernel frees a table no
-		// rule names.
-		kept := max(len(b.hashlimitPins)-1, 0)
-		for j := kept; j < len(old.Meta.HashLimit); j++ {
-			os.Remove(filepath.Join(b.dir, hashlimitPin(j)))
-		}
-		if kept == 0 {
-			os.Remove(filepath.Join(b.dir, pinHashGC))
-		}
-	}
-	if b.nfLink == nil {
-		// So does the old stage: its link detaches when the old filter
-		// closes, after the links switched to a program that defers
-		// nothing.
-		for _, name := range netfilterPins {
-			os.Remove(filepath.Join(b.dir, name))
-		}
+		reached("commit " + name)
 	}
 	return nil
 }

@@ -60,7 +60,48 @@ func acquireLock(wait float64, stderr io.Writer) (*loader.Lock, error) {
 		}
 		return nil, exitError{1}
 	}
-	return l, privileged(err)
+	if err != nil {
+		return nil, privileged(err)
+	}
+	if err := recoverSwaps(stderr); err != nil {
+		l.Release()
+		return nil, err
+	}
+	return l, nil
+}
+
+// recoverSwaps finishes or undoes the swaps of this network namespace
+// that a command killed in the middle left (see loader.Recover), and says
+// so. The caller holds the lock.
+func recoverSwaps(stderr io.Writer) error {
+	ns, err := loader.NetNS()
+	if err != nil {
+		return err
+	}
+	done, err := loader.RecoverNetNS(pinRoot, ns)
+	for _, h := range loader.Hooks {
+		if r, ok := done[loader.Place{Root: pinRoot, NetNS: ns, Hook: h}]; ok {
+			fmt.Fprintf(stderr, "bpfwall: a command that was killed while it swapped the %s filter left the swap half done: %s\n", h, r)
+		}
+	}
+	return privileged(err)
+}
+
+// recoverIdle recovers, as recoverSwaps, for a command that reads the
+// filters without the lock, so that what it reads is what runs: if a
+// swap was left half done and no other command holds the lock.
+func recoverIdle(stderr io.Writer) error {
+	ns, err := loader.NetNS()
+	if err != nil || !loader.Interrupted(pinRoot, ns) {
+		return nil
+	}
+	l, err := loader.Acquire(lockFile, 0)
+	if err != nil {
+		// A command that holds the lock swaps, or will recover.
+		return nil
+	}
+	defer l.Release()
+	return recoverSwaps(stderr)
 }
 
 // privileged adds what bpfwall needs to an error that says permission
@@ -85,7 +126,10 @@ type target struct {
 // network namespace (at hookName, if given). Each comes with a snapshot.
 // (An interface named "" asks for the place at hookName, loaded or not:
 // see attachTo.)
-func findTargets(hookName string, ifaces []string) ([]target, error) {
+func findTargets(hookName string, ifaces []string, stderr io.Writer) ([]target, error) {
+	if err := recoverIdle(stderr); err != nil {
+		return nil, err
+	}
 	ns, err := loader.NetNS()
 	if err != nil {
 		return nil, err

@@ -39,7 +39,7 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer lock.Release()
-	targets, err := findTargets(f.hook, attachTo(f.hook, f.ifaces))
+	targets, err := findTargets(f.hook, attachTo(f.hook, f.ifaces), stderr)
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ func runLog(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: bpfwall log [--hook H] [--json] [--count N] [--timeout D]")
 		return errUsage
 	}
-	ns, places, err := pinnedPlaces()
+	ns, places, err := pinnedPlaces(stderr)
 	if err != nil {
 		return err
 	}

@@ -52,10 +52,10 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 		}
 		defer lock.Release()
 	}
-	targets, err := findTargets(f.hook, attachTo(f.hook, f.ifaces))
+	targets, err := findTargets(f.hook, attachTo(f.hook, f.ifaces), stderr)
 	if err != nil && *test && len(f.ifaces) == 0 {
 		// Nothing loaded: -t checks the input for the hook asked for.
-		targets, err = findTargets(f.hook, []string{""})
+		targets, err = findTargets(f.hook, []string{""}, stderr)
 	}
 	if err != nil {
 		return err

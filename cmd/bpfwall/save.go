@@ -23,7 +23,7 @@ func runSave(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: bpfwall save [-c] [--hook H]")
 		return errUsage
 	}
-	targets, err := findTargets(*hook, nil)
+	targets, err := findTargets(*hook, nil, stderr)
 	if err != nil {
 		return err
 	}

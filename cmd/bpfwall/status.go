@@ -66,7 +66,10 @@ type countersStatus struct {
 
 // pinnedPlaces names this network namespace and lists the filters pinned
 // for it.
-func pinnedPlaces() (uint64, []loader.Place, error) {
+func pinnedPlaces(stderr io.Writer) (uint64, []loader.Place, error) {
+	if err := recoverIdle(stderr); err != nil {
+		return 0, nil, err
+	}
 	ns, err := loader.NetNS()
 	if err != nil {
 		return 0, nil, err
@@ -90,7 +93,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: bpfwall status [--json]")
 		return errUsage
 	}
-	ns, places, err := pinnedPlaces()
+	ns, places, err := pinnedPlaces(stderr)
 	if err != nil {
 		return err
 	}

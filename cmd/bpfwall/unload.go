@@ -41,7 +41,7 @@ func runUnload(args []string, stdout, stderr io.Writer) error {
 		_, err := loader.UnloadNetNS(pinRoot, id)
 		return privileged(err)
 	}
-	targets, err := findTargets(*hook, nil)
+	targets, err := findTargets(*hook, nil, stderr)
 	if err != nil {
 		return err
 	}

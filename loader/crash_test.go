@@ -1,0 +1,277 @@
+package loader
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"bpfwall/codegen"
+	"bpfwall/ir"
+)
+
+// The crash helper is this test binary run again with crashEnv set: it
+// swaps a rule set in and kills itself with SIGKILL at one step of the
+// swap, as the OOM killer or a systemd stop timeout would.
+const (
+	crashEnv    = "BPFWALL_TEST_CRASH_AT" // the step to die at; "list" prints them
+	crashRoot   = "BPFWALL_TEST_CRASH_ROOT"
+	crashHook   = "BPFWALL_TEST_CRASH_HOOK"
+	crashRules  = "BPFWALL_TEST_CRASH_RULES" // a file
+	crashIfaces = "BPFWALL_TEST_CRASH_IFACES"
+)
+
+func TestMain(m *testing.M) {
+	if at := os.Getenv(crashEnv); at != "" {
+		if err := crashHelper(at); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(3)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func crashHelper(at string) error {
+	n, list := 0, at == "list"
+	stop, _ := strconv.Atoi(at)
+	swapStep = func(step string) {
+		if list {
+			fmt.Println(step)
+			return
+		}
+		if n == stop {
+			unix.Kill(os.Getpid(), unix.SIGKILL)
+			select {}
+		}
+		n++
+	}
+	hook, err := codegen.ParseHook(os.Getenv(crashHook))
+	if err != nil {
+		return err
+	}
+	text, err := os.ReadFile(os.Getenv(crashRules))
+	if err != nil {
+		return err
+	}
+	rs, prog, err := compileRules(hook, string(text))
+	if err != nil {
+		return err
+	}
+	meta, counters, err := NewMeta(rs, prog, "B.rules")
+	if err != nil {
+		return err
+	}
+	ns, err := NetNS()
+	if err != nil {
+		return err
+	}
+	s := &Swap{
+		Place: Place{Root: os.Getenv(crashRoot), NetNS: ns, Hook: hook}, Program: prog, Meta: meta, Counters: counters,
+		Ifaces: strings.Fields(os.Getenv(crashIfaces)), XDPMode: XDPGeneric,
+	}
+	_, err = s.Run()
+	return err
+}
+
+// runCrashHelper swaps rules into place, attaching to ifaces, in a new
+// process in the calling thread's network namespace that dies at step at
+// ("list": it does not die, and the steps are returned).
+func runCrashHelper(t *testing.T, place Place, rules string, ifaces []string, at string) []string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "B.rules")
+	if err := os.WriteFile(file, []byte(rules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), crashEnv+"="+at, crashRoot+"="+place.Root, crashHook+"="+place.Hook.String(),
+		crashRules+"="+file, crashIfaces+"="+strings.Join(ifaces, " "))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case at == "list" && err != nil:
+		t.Fatalf("crash helper: %v\n%s", err, stderr.Bytes())
+	case at == "list":
+		var steps []string
+		for sc := bufio.NewScanner(&stdout); sc.Scan(); {
+			steps = append(steps, sc.Text())
+		}
+		return steps
+	case !errors.As(err, &exit):
+		t.Fatalf("crash helper at step %s: %v, want it killed\n%s", at, err, stderr.Bytes())
+	}
+	if ws, ok := exit.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("crash helper at step %s: %v, want it killed\n%s", at, err, stderr.Bytes())
+	}
+	return nil
+}
+
+// TestSwapSurvivesKill kills a swap at every one of its steps, a first
+// load and a swap that adds an interface, LOG maps and conntrack and
+// drops a recent table. After the next command recovers, exactly one rule
+// set runs on every link, the old one if the swap died before its new
+// filter was complete and the new one from then on; the pins, and so
+// status and save, describe it; nothing is left behind; and the next swap
+// succeeds.
+func TestSwapSurvivesKill(t *testing.T) {
+	old := []string{"-p udp -m udp --dport 53 -m recent --set --name S", "-p tcp -m tcp --dport 22 -j DROP"}
+	next := []string{
+		"-m conntrack --ctstate ESTABLISHED -j ACCEPT",
+		"-p tcp -m tcp --dport 80 -j LOG --log-prefix web",
+		"-p tcp -m tcp --dport 22 -j ACCEPT",
+		"-p tcp -j DROP",
+	}
+	cases := []struct {
+		name string
+		old  []string // empty: a first load
+	}{
+		{"first load", nil},
+		{"swap", old},
+	}
+	for _, hook := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress} {
+		for _, c := range cases {
+			t.Run(hook.String()+"/"+c.name, func(t *testing.T) {
+				ifaces := []string{"veth0", "veth1"}
+				if c.old != nil {
+					ifaces = []string{"veth1"} // besides veth0, where the old filter runs
+				}
+				var steps []string
+				t.Run("steps", func(t *testing.T) {
+					ns := inFreshNetns(t)
+					place := testPlace(t, ns, hook)
+					crashSetup(t, place, c.old)
+					steps = runCrashHelper(t, place, ruleset(hook, next...), ifaces, "list")
+					checkRunning(t, place, "B.rules", []string{"veth0", "veth1"})
+				})
+				decided, done := slices.Index(steps, "pin "+pinMeta), slices.Index(steps, "commit "+pinMeta)
+				if decided < 0 || done < decided {
+					t.Fatalf("steps %q: no meta pinned before the commit", steps)
+				}
+				for k, step := range steps {
+					t.Run(fmt.Sprintf("%02d %s", k, step), func(t *testing.T) {
+						ns := inFreshNetns(t)
+						place := testPlace(t, ns, hook)
+						crashSetup(t, place, c.old)
+						runCrashHelper(t, place, ruleset(hook, next...), ifaces, strconv.Itoa(k))
+						r, err := Recover(place)
+						if err != nil {
+							t.Fatalf("recover: %v", err)
+						}
+						switch {
+						case k >= decided:
+							if want := map[bool]Recovery{false: Completed, true: NothingToRecover}[k >= done]; r != want {
+								t.Errorf("recovery %v, want %v", r, want)
+							}
+							checkRunning(t, place, "B.rules", []string{"veth0", "veth1"})
+						case c.old != nil:
+							if r != RolledBack {
+								t.Errorf("recovery %v, want %v", r, RolledBack)
+							}
+							checkRunning(t, place, "A.rules", []string{"veth0"})
+						default:
+							checkRunning(t, place, "", nil)
+						}
+						if r, err := Recover(place); r != NothingToRecover || err != nil {
+							t.Errorf("second recovery: %v, %v", r, err)
+						}
+						s := newSwap(t, place, ruleset(hook, old...), "veth0", "veth1")
+						s.Meta.File = "C.rules"
+						mustSwap(t, s)
+						checkRunning(t, place, "C.rules", []string{"veth0", "veth1"})
+					})
+				}
+			})
+		}
+	}
+}
+
+// crashSetup loads rules, if any, from "A.rules" at place on veth0.
+func crashSetup(t *testing.T, place Place, rules []string) {
+	t.Helper()
+	if rules == nil {
+		return
+	}
+	s := newSwap(t, place, ruleset(place.Hook, rules...), "veth0")
+	s.Meta.File = "A.rules"
+	mustSwap(t, s)
+}
+
+// checkRunning checks that the filter loaded from file runs at place on
+// exactly ifaces and nowhere else, as its pins say, with nothing left
+// from another; file "" checks that none runs.
+func checkRunning(t *testing.T, place Place, file string, ifaces []string) {
+	t.Helper()
+	ents, _ := os.ReadDir(place.Dir())
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+		if strings.HasSuffix(e.Name(), newSuffix) {
+			t.Errorf("pin %s left behind", e.Name())
+		}
+	}
+	if n := attachedPrograms(t, place.Hook); n != len(ifaces) {
+		t.Errorf("%d programs attached to veth0 and veth1, want %d", n, len(ifaces))
+	}
+	a, err := Open(place)
+	if file == "" {
+		if !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("open: %v, want nothing loaded; pins %q", err, names)
+		}
+		if err == nil {
+			a.Close()
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("open: %v; pins %q", err, names)
+	}
+	defer a.Close()
+	if a.Meta.File != file {
+		t.Errorf("pins describe %s, want %s", a.Meta.File, file)
+	}
+	id := programID(a.Program)
+	var attached []string
+	for _, ifc := range a.Meta.Ifaces {
+		attached = append(attached, ifc.Name)
+		l := a.Links[ifc.Index]
+		if l == nil {
+			t.Errorf("no link pinned for %s", ifc.Name)
+			continue
+		}
+		if info, err := l.Info(); err != nil || info.Program != id {
+			t.Errorf("link on %s runs program %v (%v), want the pinned %d", ifc.Name, info, err, id)
+		}
+	}
+	slices.Sort(attached)
+	if len(a.Links) != len(a.Meta.Ifaces) || !slices.Equal(attached, ifaces) {
+		t.Errorf("meta names interfaces %q, %d links pinned; want %q", attached, len(a.Links), ifaces)
+	}
+	for _, name := range names {
+		if !slices.Contains(a.Meta.Pins, name) && !strings.HasPrefix(name, pinLink) {
+			t.Errorf("pin %s is not the filter's", name)
+		}
+	}
+	held, err := ConntrackHeld()
+	if err != nil || held != a.Meta.Conntrack {
+		t.Errorf("conntrack held %v (%v), want %v", held, err, a.Meta.Conntrack)
+	}
+	want := ir.VerdictDrop // tcp/22 in A.rules and C.rules
+	if file == "B.rules" {
+		want = ir.VerdictAccept
+	}
+	if v := pinnedVerdict(t, place, frame(t, "tcp", 22)); v != want {
+		t.Errorf("tcp/22: %v, want %v", v, want)
+	}
+}

@@ -1,0 +1,248 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// A swap can die at any moment: a SIGKILL, the OOM killer, a systemd
+// stop timeout. The kernel then closes its descriptors, and what is left
+// is what it pinned. A swap pins the new filter's objects beside the old
+// ones with newSuffix, the meta map last; switches the links; and then
+// moves the new pins over the old ones, the program first and the meta
+// map last (see build.commit). So the pins alone say how far it got:
+//
+//   - no pin with newSuffix: no swap was under way, or it finished;
+//   - new pins but no new meta map: it died building the new filter,
+//     before any link switched. The new links, attached only to
+//     interfaces not filtered yet, and the new netfilter stage are held
+//     only by their new pins: removing those detaches them, and the old
+//     filter is as it was;
+//   - a new meta map: the new filter was complete, and links may already
+//     run it. The swap is decided: Recover switches the links that still
+//     run the old program and finishes the commit, so that the new filter
+//     runs everywhere and the pins describe it.
+//
+// Recovery itself can die at any moment too and is done again by the next
+// command, since each step is idempotent.
+
+// Recovery says what Recover found and did.
+type Recovery int
+
+const (
+	// NothingToRecover: no swap was interrupted there.
+	NothingToRecover Recovery = iota
+	// RolledBack: a swap died before its links switched; its objects are
+	// gone and the filter that ran before it runs.
+	RolledBack
+	// Completed: a swap died after the new filter was complete; it now
+	// runs on every link, and the pins describe it.
+	Completed
+)
+
+func (r Recovery) String() string {
+	switch r {
+	case RolledBack:
+		return "rolled back"
+	case Completed:
+		return "completed"
+	}
+	return "nothing to recover"
+}
+
+// Recover finishes or undoes a swap at p that its process died in. The
+// caller holds the lock exclusively (Acquire). Swap.Run calls it first.
+func Recover(p Place) (Recovery, error) {
+	dir := p.Dir()
+	pending, err := pendingPins(dir)
+	if err != nil || len(pending) == 0 {
+		return NothingToRecover, err
+	}
+	if pending[len(pending)-1] != pinMeta {
+		removeNewPins(dir)
+		// The build may have turned conntrack on for its program.
+		if err := releaseConntrackAt(p); err != nil {
+			return RolledBack, fmt.Errorf("recover an interrupted %s swap: %w", p.Hook, err)
+		}
+		return RolledBack, nil
+	}
+	if err := finishSwap(dir, pending); err != nil {
+		return NothingToRecover, fmt.Errorf("recover an interrupted %s swap: %w", p.Hook, err)
+	}
+	if err := releaseConntrackAt(p); err != nil {
+		return Completed, fmt.Errorf("recover an interrupted %s swap: %w", p.Hook, err)
+	}
+	return Completed, nil
+}
+
+// RecoverNetNS recovers the interrupted swaps at every hook of network
+// namespace ns, the calling thread's, under root; it returns the places
+// that had one, with what was done.
+func RecoverNetNS(root string, ns uint64) (map[Place]Recovery, error) {
+	if err := checkRoot(root); err != nil {
+		return nil, err
+	}
+	out := make(map[Place]Recovery)
+	for _, h := range Hooks {
+		p := Place{Root: root, NetNS: ns, Hook: h}
+		r, err := Recover(p)
+		if err != nil {
+			return out, err
+		}
+		if r != NothingToRecover {
+			out[p] = r
+		}
+	}
+	return out, nil
+}
+
+// Interrupted says whether a swap at a hook of network namespace ns under
+// root has pins it did not commit: it is under way, or its process died.
+func Interrupted(root string, ns uint64) bool {
+	for _, h := range Hooks {
+		if pending, _ := pendingPins(Place{Root: root, NetNS: ns, Hook: h}.Dir()); len(pending) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// finishSwap completes a swap whose new filter, pinned in dir with the
+// pending pins, was complete.
+func finishSwap(dir string, pending []string) error {
+	mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinMeta+newSuffix), nil)
+	if err != nil {
+		return err
+	}
+	meta, err := readMeta(mp)
+	mp.Close()
+	if err != nil {
+		return err
+	}
+	if pending[0] == pinProgram {
+		if err := commitPin(filepath.Join(dir, pinProgram)); err != nil {
+			return err
+		}
+		pending = pending[1:]
+	}
+	prog, err := ebpf.LoadPinnedProgram(filepath.Join(dir, pinProgram), nil)
+	if err != nil {
+		return err
+	}
+	defer prog.Close()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), pinLink) {
+			continue
+		}
+		if err := runOn(filepath.Join(dir, e.Name()), prog); err != nil {
+			return err
+		}
+	}
+	for _, name := range pending[:len(pending)-1] {
+		if err := commitPin(filepath.Join(dir, name)); err != nil {
+			return err
+		}
+	}
+	dropOldPins(dir, &meta)
+	return commitPin(filepath.Join(dir, pinMeta))
+}
+
+// runOn makes the link pinned at path run prog if it runs another
+// program.
+func runOn(path string, prog *ebpf.Program) error {
+	l, err := link.LoadPinnedLink(path, nil)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	running, want, ok := programIDs(l, prog)
+	if !ok {
+		return fmt.Errorf("%s: cannot tell which program it runs", filepath.Base(path))
+	}
+	if running == want {
+		return nil
+	}
+	old, err := ebpf.NewProgramFromID(running)
+	if err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	defer old.Close()
+	return ReplaceProgram(l, prog, old)
+}
+
+// pendingPins returns the names, without newSuffix, of the pins in dir
+// that a swap made and has not committed, in the order a commit moves
+// them: the program first, whose move decides the swap, and the meta
+// map, which describes the rest, last.
+func pendingPins(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list pins: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		if name, ok := strings.CutSuffix(e.Name(), newSuffix); ok {
+			out = append(out, name)
+		}
+	}
+	rank := func(name string) int {
+		switch name {
+		case pinProgram:
+			return 0
+		case pinMeta:
+			return 2
+		}
+		return 1
+	}
+	slices.SortStableFunc(out, func(a, b string) int { return rank(a) - rank(b) })
+	return out, nil
+}
+
+// dropOldPins removes the pins in dir that the filter m describes does
+// not have: those of the old filter's objects the new one has no use for
+// (its LOG ring, recent and hashlimit tables no rule names any more, its
+// netfilter stage, whose link detaches with its pin) and the links of
+// interfaces that are gone. Pins of older versions name no Pins: then it
+// removes nothing.
+func dropOldPins(dir string, m *Meta) {
+	if len(m.Pins) == 0 {
+		return
+	}
+	keep := map[string]bool{pinSockets: true}
+	for _, name := range m.Pins {
+		keep[name] = true
+	}
+	for _, ifc := range m.Ifaces {
+		keep[filepath.Base(linkPin(dir, ifc.Index))] = true
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if name := e.Name(); !keep[name] && !strings.HasSuffix(name, newSuffix) {
+			os.Remove(filepath.Join(dir, name))
+		}
+	}
+}
+
+// swapStep, when set, is called as a swap reaches each of its steps: the
+// crash tests kill the process there.
+var swapStep func(step string)
+
+func reached(step string) {
+	if swapStep != nil {
+		swapStep(step)
+	}
+}
