@@ -115,3 +115,25 @@ func programIDs(l link.Link, want *ebpf.Program) (running, wantID ebpf.ProgramID
 	id, ok := pi.ID()
 	return li.Program, id, ok
 }
+
+// GoneIfaces returns the interfaces the filter was attached to that are
+// gone, deleted or moved to another namespace: the kernel detached their
+// links, which name no device any more.
+func (a *Active) GoneIfaces() []Iface {
+	var out []Iface
+	for _, ifc := range a.Meta.Ifaces {
+		l := a.Links[ifc.Index]
+		if l == nil || ifc.Index == netnsIndex {
+			continue
+		}
+		info, err := l.Info()
+		if err != nil {
+			continue
+		}
+		switch {
+		case info.XDP() != nil && info.XDP().Ifindex == 0, info.TCX() != nil && info.TCX().Ifindex == 0:
+			out = append(out, ifc)
+		}
+	}
+	return out
+}

@@ -248,7 +248,7 @@ func (p Place) makeDir() error {
 			return err
 		}
 	}
-	if !onBPFFS(filepath.Dir(root)) && root == DefaultRoot {
+	if !OnBPFFS(filepath.Dir(root)) && root == DefaultRoot {
 		if !initMounts() {
 			return fmt.Errorf("bpffs is not mounted at %s, and this command does not run in init's mount namespace, or cannot tell: "+
 				"a bpffs mounted here, with the filter's pins, could go when the command's mount namespace does (ip netns exec makes one per command). "+
@@ -260,6 +260,9 @@ func (p Place) makeDir() error {
 		if err := unix.Mount("bpf", bpffsMount, "bpf", 0, "mode=0700"); err != nil {
 			return fmt.Errorf("mount bpffs at %s: %w", bpffsMount, err)
 		}
+	}
+	if err := checkLasts(root); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(p.Dir(), 0o700); err != nil {
 		return fmt.Errorf("create pin directory: %w", err)
@@ -274,17 +277,35 @@ func (p Place) makeDir() error {
 // mount namespace, the one that lasts: a bpffs it mounts anywhere else
 // (ip netns exec gives every command a mount namespace of its own, and
 // so does a script it runs) goes, with the pins on it, when that
-// namespace's last process exits. When /proc hides init's namespace, it
-// cannot tell, and says no.
+// namespace's last process exits. Where /proc hides init's namespace
+// file, the mount IDs of the root in both mount tables tell, as a copied
+// namespace numbers its mounts anew; when neither can be read, it cannot
+// tell, and says no.
 func initMounts() bool {
 	var self, init unix.Stat_t
-	if unix.Stat("/proc/self/ns/mnt", &self) != nil || unix.Stat("/proc/1/ns/mnt", &init) != nil {
-		return false
+	if unix.Stat("/proc/self/ns/mnt", &self) == nil && unix.Stat("/proc/1/ns/mnt", &init) == nil {
+		return self.Ino == init.Ino && self.Dev == init.Dev
 	}
-	return self.Ino == init.Ino && self.Dev == init.Dev
+	mine, theirs := rootMountID("/proc/self/mountinfo"), rootMountID(initMountInfo)
+	return mine != "" && mine == theirs
 }
 
-func onBPFFS(dir string) bool {
+// rootMountID returns the ID of the mount at / in a mount table.
+func rootMountID(mountinfo string) string {
+	b, err := os.ReadFile(mountinfo)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == "/" {
+			return f[0]
+		}
+	}
+	return ""
+}
+
+// OnBPFFS says whether dir is on a bpffs.
+func OnBPFFS(dir string) bool {
 	var st unix.Statfs_t
 	return unix.Statfs(dir, &st) == nil && st.Type == unix.BPF_FS_MAGIC
 }

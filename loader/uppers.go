@@ -50,6 +50,7 @@ type netLink struct {
 	lower  int  // IFLA_LINK: the lower device of a stacked device
 	master int  // IFLA_MASTER
 	remote bool // IFLA_LINK_NETNSID: lower is in another namespace
+	xdp    uint32 // IFLA_XDP_PROG_ID: the XDP program attached, if any
 }
 
 // listLinks lists the network devices of the calling thread's namespace.
@@ -87,6 +88,15 @@ func listLinks() (map[int]*netLink, error) {
 				l.master = int(ad.Uint32())
 			case unix.IFLA_LINK_NETNSID:
 				l.remote = true
+			case unix.IFLA_XDP:
+				ad.Nested(func(nad *netlink.AttributeDecoder) error {
+					for nad.Next() {
+						if nad.Type() == unix.IFLA_XDP_PROG_ID {
+							l.xdp = nad.Uint32()
+						}
+					}
+					return nil
+				})
 			case unix.IFLA_LINKINFO:
 				ad.Nested(func(nad *netlink.AttributeDecoder) error {
 					for nad.Next() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -408,4 +409,105 @@ func withoutEnv(env []string, name string) []string {
 		}
 	}
 	return out
+}
+
+// TestVanishingBpffs: a bpffs mounted in a private mount namespace goes,
+// with the filter pinned on it, when the namespace ends; load refuses it
+// and says why.
+func TestVanishingBpffs(t *testing.T) {
+	testenv.RequireTool(t, "unshare")
+	bin := buildBpfwall(t)
+	freshNetns(t)
+	mnt := t.TempDir()
+	rules := filepath.Join(t.TempDir(), "r.rules")
+	if err := os.WriteFile(rules, []byte(udpRules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", `mount -t bpf bpf "$2" && chmod 700 "$2" && BPFWALL_ROOT="$2/bpfwall" exec "$0" restore -i veth1 "$1"`, bin, rules, mnt)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "mounted only in this command's mount namespace") {
+		t.Errorf("restore onto a private bpffs: %v\n%s\nwant a refusal", err, out)
+	}
+	if st := (cli{t, bin}).status(); len(st) != 0 {
+		t.Errorf("status after the refusal: %+v", st)
+	}
+}
+
+// TestStrayFilter: a command that cannot see a running filter's pins
+// (ip netns exec hides /sys/fs/bpf) says that a bpfwall program runs
+// that no pin describes, and fails, instead of "no filter loaded".
+func TestStrayFilter(t *testing.T) {
+	bin := buildBpfwall(t)
+	freshNetns(t)
+	c := cli{t, bin}
+	c.ok(udpRules, "restore", "-i", "veth1")
+	id := c.status()[0].Program
+	other := testenv.BPFFS(t)    // a bpffs without these pins
+	plain := t.TempDir() + "/bf" // not on a bpffs at all
+	for root, hint := range map[string]string{other: "its pins are on a bpffs this command does not see", plain: "bpffs is not mounted at " + filepath.Dir(plain)} {
+		for _, args := range [][]string{{"status"}, {"status", "--json"}} {
+			cmd := exec.Command(bin, args...)
+			cmd.Env = append(os.Environ(), "BPFWALL_ROOT="+root)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			want := fmt.Sprintf("a bpfwall program (id %d) runs at xdp on veth1", id)
+			if err == nil || !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), hint) {
+				t.Errorf("%v with pins under %s: %v\n%s\nwant %q and %q", args, root, err, stderr.Bytes(), want, hint)
+			}
+		}
+	}
+	// With its pins in sight, the filter is no stray.
+	if _, errOut, code := c.run("", "status"); code != 0 || errOut != "" {
+		t.Errorf("status: exit %d, %s", code, errOut)
+	}
+	c.ok("", "unload")
+}
+
+// TestDeletedInterface: an interface deleted under a filter shows as
+// gone in status, and the next restore drops it: the link of a filter
+// that keeps other interfaces, the filter whose every interface is gone.
+func TestDeletedInterface(t *testing.T) {
+	bin := buildBpfwall(t)
+	peer := freshNetns(t)
+	c := cli{t, bin}
+	for _, name := range []string{"vk1", "vk2"} {
+		for _, args := range [][]string{{"link", "add", name, "type", "veth", "peer", "name", name + "p"}, {"link", "set", name, "up"}} {
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+				t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+		}
+	}
+	c.ok(udpRules, "restore", "-i", "veth1", "-i", "vk1")
+	c.ok(udpRules, "restore", "--hook", "tc-ingress", "-i", "vk2")
+	for _, name := range []string{"vk1", "vk2"} {
+		if out, err := exec.Command("ip", "link", "del", name).CombinedOutput(); err != nil {
+			t.Fatalf("ip link del: %v\n%s", err, out)
+		}
+	}
+	gone := map[string]bool{}
+	for _, st := range c.status() {
+		for _, ifc := range st.Ifaces {
+			gone[st.Hook+" "+ifc.Name] = ifc.Gone
+		}
+	}
+	if want := map[string]bool{"xdp veth1": false, "xdp vk1": true, "tc-ingress vk2": true}; !maps.Equal(gone, want) {
+		t.Errorf("status says gone: %v, want %v", gone, want)
+	}
+	if out := c.ok("", "status"); !strings.Contains(out, "every interface is gone") {
+		t.Errorf("status does not say the tc-ingress filter filters nothing:\n%s", out)
+	}
+	_, errOut, code := c.run(udpRules, "restore")
+	if code != 0 || !strings.Contains(errOut, "the tc-ingress filter was attached only to interfaces that are gone, vk2") {
+		t.Fatalf("restore: exit %d\n%s", code, errOut)
+	}
+	st := c.status()
+	if len(st) != 1 || st[0].Hook != "xdp" || len(st[0].Ifaces) != 1 || st[0].Ifaces[0].Name != "veth1" {
+		t.Errorf("status after restore: %+v, want the xdp filter on veth1 alone", st)
+	}
+	if got := sendUDP(t, peer, 5002, 10); got != 0 {
+		t.Errorf("udp/5002: %d of 10 arrived through DROP", got)
+	}
+	c.ok(udpRules, "restore")
+	c.ok("", "unload")
 }

@@ -60,6 +60,11 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if !*test && len(f.ifaces) == 0 {
+		if targets, err = dropDefunct(targets, stderr); err != nil {
+			return err
+		}
+	}
 
 	// Everything is parsed and compiled before anything is swapped.
 	type plan struct {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,6 +55,9 @@ type ifaceStatus struct {
 	Index int    `json:"ifindex"`
 	Mode  string `json:"mode,omitempty"`
 	Link  uint32 `json:"link_id"`
+	// Gone says the interface was deleted or moved to another namespace:
+	// the filter no longer runs there.
+	Gone bool `json:"gone,omitempty"`
 }
 
 // countersStatus sums a filter's counters.
@@ -105,11 +110,18 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		}
 		out = append(out, st)
 	}
+	stray, err := loader.Stray(pinRoot, ns)
+	if err != nil {
+		return privileged(err)
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
-		return enc.Encode(out)
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+		return reportStray(stray, stderr)
 	}
 	if len(out) == 0 {
 		fmt.Fprintf(stdout, "no filter loaded in network namespace %d\n", ns)
@@ -128,7 +140,25 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	return nil
+	return reportStray(stray, stderr)
+}
+
+// reportStray says which bpfwall programs run that no pin this command
+// sees describes, and fails the command if any do: "no filter loaded"
+// would be false.
+func reportStray(stray []loader.StrayProgram, stderr io.Writer) error {
+	if len(stray) == 0 {
+		return nil
+	}
+	for _, s := range stray {
+		fmt.Fprintf(stderr, "bpfwall: a bpfwall program (id %d) runs at %s on %s, and no pin under %s describes it\n", s.Program, s.Hook, s.Iface, pinRoot)
+	}
+	hint := "its pins are on a bpffs this command does not see, or were removed"
+	if !loader.OnBPFFS(filepath.Dir(pinRoot)) {
+		hint = fmt.Sprintf("bpffs is not mounted at %s in this command's mount namespace (ip netns exec hides it: run bpfwall with nsenter --net=/run/netns/NAME)", filepath.Dir(pinRoot))
+	}
+	fmt.Fprintf(stderr, "bpfwall: %s; bpftool net shows what is attached\n", hint)
+	return exitError{1}
 }
 
 func statusOf(p loader.Place) (filterStatus, error) {
@@ -148,8 +178,9 @@ func statusOf(p loader.Place) (filterStatus, error) {
 		Rules: len(m.Lines), Table: m.Table, Chain: m.Chain, File: m.File,
 		LoadedAt: m.LoadedAt, VerifiedInsns: m.VerifiedInsns, Level: m.Level, Instructions: m.Instructions,
 	}
+	gone := a.GoneIfaces()
 	for _, ifc := range m.Ifaces {
-		is := ifaceStatus{Name: ifc.Name, Index: ifc.Index, Mode: ifc.Mode}
+		is := ifaceStatus{Name: ifc.Name, Index: ifc.Index, Mode: ifc.Mode, Gone: slices.Contains(gone, ifc)}
 		if l := a.Links[ifc.Index]; l != nil {
 			if li, err := l.Info(); err == nil {
 				is.Link = uint32(li.ID)
@@ -210,14 +241,22 @@ func printStatus(w io.Writer, st filterStatus) {
 		st.NetNS, st.Hook, st.Program, st.Tag, st.Rules, st.Table, st.Chain, level, st.Instructions, st.VerifiedInsns)
 	fmt.Fprintf(w, "  loaded %s from %s\n", st.LoadedAt.Local().Format(time.DateTime), st.File)
 	var ifs []string
+	gone := 0
 	for _, ifc := range st.Ifaces {
 		s := fmt.Sprintf("%s (ifindex %d, link %d", ifc.Name, ifc.Index, ifc.Link)
 		if ifc.Mode != "" {
 			s += ", " + ifc.Mode
 		}
+		if ifc.Gone {
+			s += ", gone: deleted or moved to another namespace"
+			gone++
+		}
 		ifs = append(ifs, s+")")
 	}
 	fmt.Fprintf(w, "  attached to %s\n", strings.Join(ifs, ", "))
+	if gone > 0 && gone == len(st.Ifaces) {
+		fmt.Fprintf(w, "  every interface is gone: the filter filters nothing; the next restore, or bpfwall unload --hook %s, removes it\n", st.Hook)
+	}
 	c := st.Counters
 	fmt.Fprintf(w, "  counters: %d of %d rules matched, %d packets %d bytes; policy %d packets %d bytes\n",
 		c.RulesHit, st.Rules, c.RulePackets, c.RuleBytes, c.PolicyPackets, c.PolicyBytes)
