@@ -47,9 +47,9 @@ type netLink struct {
 	index  int
 	name   string
 	kind   string
-	lower  int  // IFLA_LINK: the lower device of a stacked device
-	master int  // IFLA_MASTER
-	remote bool // IFLA_LINK_NETNSID: lower is in another namespace
+	lower  int    // IFLA_LINK: the lower device of a stacked device
+	master int    // IFLA_MASTER
+	remote bool   // IFLA_LINK_NETNSID: lower is in another namespace
 	xdp    uint32 // IFLA_XDP_PROG_ID: the XDP program attached, if any
 }
 
