@@ -65,9 +65,9 @@ func (f *inputFlags) loadKernel() (*rules.Ruleset, error) {
 // readFile reads a named file, or stdin for "-".
 func readFile(name string) ([]byte, error) {
 	if name == "-" {
-		return io.ReadAll(os.Stdin)
+		return rules.ReadSource("<stdin>", os.Stdin)
 	}
-	return os.ReadFile(name)
+	return rules.ReadFile(name)
 }
 
 // load reads and parses one rule set file.

@@ -185,3 +185,20 @@ func TestTrace(t *testing.T) {
 		t.Errorf("trace:\n%s\nwant:\n%s", out, want)
 	}
 }
+
+// TestBoundedInput: endless input is refused after rules.MaxSource bytes,
+// not read until memory runs out.
+func TestBoundedInput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads 256 MiB")
+	}
+	_, errOut, code := runCmd(t, "check", "/dev/zero")
+	if code != 1 || !strings.Contains(errOut, "input too large: more than 256 MiB") {
+		t.Errorf("check /dev/zero: exit %d, %q", code, errOut)
+	}
+	nft := writeFile(t, "r.nft", "include \"/dev/zero\"\n")
+	_, errOut, code = runCmd(t, "check", nft)
+	if code != 1 || !strings.Contains(errOut, "/dev/zero: not a regular file") {
+		t.Errorf("include /dev/zero: exit %d, %q", code, errOut)
+	}
+}

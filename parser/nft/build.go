@@ -13,7 +13,7 @@ type Options struct {
 	// Family selects the packets the model is for: an inet table
 	// contributes to both, ip and ip6 tables to one.
 	Family rules.Family
-	// ReadFile reads included files; os.ReadFile when nil.
+	// ReadFile reads included files; rules.ReadRegular when nil.
 	ReadFile func(string) ([]byte, error)
 }
 

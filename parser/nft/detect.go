@@ -6,6 +6,17 @@ import (
 	"strings"
 )
 
+// hasStatement reports whether src holds anything but blank lines and
+// comments.
+func hasStatement(src []byte) bool {
+	for _, line := range bytes.Split(src, []byte("\n")) {
+		if line = bytes.TrimSpace(line); len(line) > 0 && line[0] != '#' {
+			return true
+		}
+	}
+	return false
+}
+
 // Detect reports whether src looks like nft input rather than
 // iptables-save text: its first statement is an nft keyword.
 func Detect(src []byte) bool {

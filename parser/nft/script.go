@@ -3,7 +3,6 @@ package nft
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -224,6 +223,12 @@ func (rd *reader) include(pos rules.Pos, name string, e *env) *env {
 		src, err := rd.readFile(f)
 		if err != nil {
 			rd.errorf(pos, "include: %v", err)
+			continue
+		}
+		if hasStatement(src) && !Detect(src) {
+			// Do not echo what a file that is no rule set holds: as root,
+			// bpfwall can read any file.
+			rd.errorf(pos, "include %q: not an nft rule set: its first statement is no nft command", f)
 			continue
 		}
 		rd.depth++
@@ -647,7 +652,7 @@ func (rd *reader) ruleCommand(c *Command, pos rules.Pos, e *env) {
 // readRuleset reads a script into the nftables state it describes.
 func readRuleset(name string, src []byte, readFile func(string) ([]byte, error)) (*ruleset, error) {
 	if readFile == nil {
-		readFile = os.ReadFile
+		readFile = rules.ReadRegular
 	}
 	rd := &reader{rs: &ruleset{}, readFile: readFile}
 	rd.readScript(name, src, &env{vars: map[string]*Value{}, envs: map[string]*env{}})
