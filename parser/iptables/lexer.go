@@ -6,6 +6,9 @@ import "strings"
 type token struct {
 	text string
 	col  int
+	// unclosed is the column of a double quote that the line ends
+	// before closing, 0 if none.
+	unclosed int
 }
 
 // tokenize splits a command line the way iptables-restore's
@@ -32,8 +35,12 @@ func tokenize(line string, col0 int) []token {
 			i = j
 			continue
 		}
-		text, next := quotedWord(line, i)
-		toks = append(toks, token{text: text, col: col0 + i})
+		text, next, open := quotedWord(line, i)
+		tok := token{text: text, col: col0 + i}
+		if open >= 0 {
+			tok.unclosed = col0 + open
+		}
+		toks = append(toks, tok)
 		i = next
 	}
 	return toks
@@ -42,10 +49,11 @@ func tokenize(line string, col0 int) []token {
 // quotedWord reads a word starting at line[start] that contains a double
 // quote; it returns the word and the index after it. The closing quote ends
 // the word; an unterminated quote runs to the end of the line, as in
-// iptables.
-func quotedWord(line string, start int) (string, int) {
+// iptables, and open is its index (-1 when every quote closes).
+func quotedWord(line string, start int) (word string, next, open int) {
 	var b strings.Builder
 	inQuote, escaped := false, false
+	open = -1
 	i := start
 	for ; i < len(line); i++ {
 		c := line[i]
@@ -57,7 +65,7 @@ func quotedWord(line string, start int) (string, int) {
 			case c == '\\':
 				escaped = true
 			case c == '"':
-				return b.String(), i + 1
+				return b.String(), i + 1, -1
 			default:
 				b.WriteByte(c)
 			}
@@ -65,12 +73,15 @@ func quotedWord(line string, start int) (string, int) {
 		}
 		switch c {
 		case '"':
-			inQuote = true
+			inQuote, open = true, i
 		case ' ', '\t', '\n':
-			return b.String(), i
+			return b.String(), i, -1
 		default:
 			b.WriteByte(c)
 		}
 	}
-	return b.String(), i
+	if !inQuote {
+		open = -1
+	}
+	return b.String(), i, open
 }

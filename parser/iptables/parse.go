@@ -300,6 +300,15 @@ func (p *parser) commandLine(l string) error {
 	if err != nil {
 		return p.fail(err)
 	}
+	if n := len(toks); n > 0 && toks[n-1].unclosed > 0 {
+		// iptables-restore takes it too, but what follows the quote is
+		// lost to the argument: often the rule's -j.
+		msg := fmt.Sprintf("this double quote is not closed: the rest of the line, %q, is one argument, as iptables-restore reads it", toks[n-1].text)
+		if len(cmd.spec) > 0 && cmd.spec[0].Target == nil {
+			msg += "; the rule has no target and only counts packets"
+		}
+		p.warnf(p.pos(toks[n-1].unclosed), "%s", msg)
+	}
 	if cmd.skip {
 		return nil
 	}

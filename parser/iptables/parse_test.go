@@ -323,3 +323,25 @@ func TestRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// TestUnclosedQuote: as iptables-restore does, a double quote the line
+// does not close takes the rest of the line into one argument, here the
+// rule's -j DROP; the rule is kept, with a warning at the quote.
+func TestUnclosedQuote(t *testing.T) {
+	src := []byte("*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp --dport 22 -m comment --comment \"ssh -j DROP\n-A INPUT -m comment --comment \"closed\" -j DROP\nCOMMIT\n")
+	rs, err := Parse("q", src, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rs.Tables[0].Chains[0].Rules
+	if len(r) != 2 || r[0].Target != nil || r[1].Target == nil {
+		t.Fatalf("rules %+v: want the first without a target", r)
+	}
+	if len(rs.Warnings) != 1 {
+		t.Fatalf("warnings %v, want one", rs.Warnings)
+	}
+	w := rs.Warnings[0]
+	if w.Pos.Line != 3 || w.Pos.Col != 49 || !strings.Contains(w.Msg, `"ssh -j DROP"`) || !strings.Contains(w.Msg, "no target") {
+		t.Errorf("warning %v, want one at 3:49 naming the argument and the lost target", w)
+	}
+}
