@@ -67,6 +67,27 @@ func Corpus(t testing.TB, rel string) string {
 	return ""
 }
 
+// CorpusFiles returns the files of corpus folder shared/corpora/rel
+// whose names match pattern, for tests that add them to what they check
+// (fuzz seeds): none when the folder is absent, but under CI it must be
+// there.
+func CorpusFiles(t testing.TB, rel, pattern string) []string {
+	t.Helper()
+	for _, dir := range []string{"../../../shared/corpora/", "../../shared/corpora/", "../shared/corpora/"} {
+		if _, err := os.Stat(dir + rel); err == nil {
+			files, err := filepath.Glob(filepath.Join(dir+rel, pattern))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return files
+		}
+	}
+	if InCI() {
+		t.Fatalf("CI=true but corpus folder shared/corpora/%s is absent", rel)
+	}
+	return nil
+}
+
 // BPFFS mounts a bpffs instance of the test's own and returns a pin root
 // below it (for loader.Place.Root, or BPFWALL_ROOT): the test's pins are
 // its alone, never under /sys/fs/bpf where a production bpfwall pins, and

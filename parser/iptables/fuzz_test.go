@@ -3,8 +3,11 @@ package iptables
 import (
 	"bytes"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
+	"bpfwall/internal/testenv"
 	"bpfwall/rules"
 )
 
@@ -14,9 +17,22 @@ func FuzzParse(f *testing.F) {
 	for _, tc := range restoreCases {
 		f.Add([]byte(tc.input), false)
 	}
-	if src, err := os.ReadFile("../../testdata/examples/web-server.rules.v4"); err == nil {
-		f.Add(src, false)
+	// Real rule sets, and the damage a review did to them by hand.
+	files, _ := filepath.Glob("../../testdata/examples/*.rules.v4")
+	files = append(files, testenv.CorpusFiles(f, "real", "*")...)
+	for _, name := range files {
+		src, err := os.ReadFile(name)
+		if err != nil || filepath.Ext(name) == ".md" {
+			continue
+		}
+		v6 := strings.Contains(name, "ip6") || strings.HasSuffix(name, ".v6")
+		f.Add(src, v6)
+		for _, m := range testenv.Mutations(src) {
+			f.Add(m, v6)
+		}
 	}
+	f.Add(testenv.DeepChains(300), false)
+	f.Add(testenv.DeepChains(3000), false)
 	f.Add([]byte("*filter\n-A INPUT -s 2001:db8::/32 -p ipv6-icmp -m icmp6 --icmpv6-type 128 -j ACCEPT\nCOMMIT\n"), true)
 	f.Add([]byte("*filter\n-A INPUT -p tcp --dport 22 -m recent --set --name SSH\n-A INPUT -m recent ! --update --seconds 60 --hitcount 4 --rttl --reap --name SSH -j DROP\n-A INPUT -m recent --rcheck --mask 255.255.0.0 --rdest -j DROP\nCOMMIT\n"), false)
 	f.Add([]byte("*filter\n-A INPUT -m recent --remove --name \"a b\" --mask ffff:ffff:ffff:ffff:: -j ACCEPT\nCOMMIT\n"), true)
