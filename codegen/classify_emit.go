@@ -77,7 +77,7 @@ func (c *compiler) classified(s *segmentPlan, next string) {
 		asm.Return(),
 	)
 	b.mark(ret)
-	b.emit(mov(asm.R0, codeReturn), asm.Return())
+	c.chainReturn()
 	b.mark(hot)
 	b.emit(
 		movr(asm.R0, asm.R7),

@@ -54,7 +54,7 @@ func TestSpec(t *testing.T) {
 		{"INPUT", codegen.HookTCIngress, ebpf.SchedCLS, ebpf.AttachTCXIngress, false, 3, 0b001, 0b110, 0, 0},
 		{"OUTPUT", codegen.HookTCEgress, ebpf.SchedCLS, ebpf.AttachTCXEgress, false, 3, 0b001, 0b110, 0, 0},
 	} {
-		p, err := compileChain(t, smallRules, rules.IPv4, tc.chain, tc.hook)
+		p, err := compileChain(t, smallRules, rules.IPv4, tc.chain, tc.hook, codegen.O0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,7 +141,7 @@ func TestIngressStateWarnings(t *testing.T) {
 			t.Errorf("%s: warnings on lines %v, want [5 7]", hook, lines)
 		}
 	}
-	p, err := compileChain(t, src, rules.IPv4, "OUTPUT", codegen.HookTCEgress)
+	p, err := compileChain(t, src, rules.IPv4, "OUTPUT", codegen.HookTCEgress, codegen.O0)
 	if err != nil {
 		t.Fatal(err)
 	}

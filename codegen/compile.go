@@ -35,6 +35,11 @@ type compiler struct {
 	optKinds []uint8
 	// segments are the symbols of each chain's functions, in order.
 	segments [][]string
+	// inlined marks the chains emitted at their one call site instead of
+	// as functions (see inlineChains); ret is where the RETURN, or the
+	// end, of the inlined chain being emitted goes ("" in a function).
+	inlined []bool
+	ret     string
 
 	level        Level
 	forceLookups bool        // Options.ForceLookups
@@ -101,14 +106,20 @@ func ruleLabel(r *ir.Rule) string { return fmt.Sprintf("rule%d", r.ID) }
 // program emits the whole program: main, the chain functions, parse and
 // its loop callbacks. Chains are emitted called ones first, so that every
 // call site knows how many segments it calls, and laid out in order.
-func (c *compiler) program() (asm.Instructions, error) {
+func (c *compiler) program() (_ asm.Instructions, err error) {
 	if err := c.collect(); err != nil {
 		return nil, err
 	}
 	root := c.b
 	c.segments = make([][]string, len(c.p.Chains))
+	if c.inlined, err = c.inlineChains(); err != nil {
+		return nil, err
+	}
 	chains := make([]*builder, len(c.p.Chains))
 	for _, ci := range c.calleesFirst() {
+		if c.inlined[ci] {
+			continue
+		}
 		chains[ci] = root.sub()
 		c.b = chains[ci]
 		c.chain(ci)
@@ -116,7 +127,9 @@ func (c *compiler) program() (asm.Instructions, error) {
 	c.b = root
 	c.main()
 	for _, cb := range chains {
-		root.splice(cb)
+		if cb != nil {
+			root.splice(cb)
+		}
 	}
 	if c.hook == HookSkLookup {
 		c.parseLookup()
@@ -524,18 +537,26 @@ func (c *compiler) rule(r *ir.Rule, next string) {
 		// main finds the rule's socket in TargetsMap and SocketsMap.
 		b.emit(mov(asm.R0, code(r, codeAccept)), asm.Return())
 	case ir.Return:
-		b.emit(mov(asm.R0, codeReturn), asm.Return())
+		c.chainReturn()
 	case ir.Jump:
 		// The called chain's RETURN, or its end, continues with the next
 		// rule; its decision is this chain's.
+		if c.inlined[a.Chain] {
+			c.inlineChain(a.Chain, next)
+			break
+		}
 		c.callChain(a.Chain, asm.R6, 0, next, "")
 	case ir.Goto:
 		// Whatever ends the called chain ends this one: its RETURN
 		// returns from this chain too.
 		done := ruleLabel(r) + "_returned"
-		c.callChain(a.Chain, asm.R6, 0, done, "")
+		if c.inlined[a.Chain] {
+			c.inlineChain(a.Chain, done)
+		} else {
+			c.callChain(a.Chain, asm.R6, 0, done, "")
+		}
 		b.mark(done)
-		b.emit(mov(asm.R0, codeReturn), asm.Return())
+		c.chainReturn()
 	case ir.Log:
 		c.logEvent(r)
 		fallsThrough = true

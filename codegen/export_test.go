@@ -12,3 +12,11 @@ func SetMaxSegmentBranches(n int) (restore func()) {
 func RecentStampOffset(stamps, slot, i int) int {
 	return recentSlotsOff + slot*recentSlotSize(stamps) + slotStamps + 8*i
 }
+
+// SetMaxChainFunctions makes programs with more than n chains inline the
+// chains they can, until the returned function restores the limit.
+func SetMaxChainFunctions(n int) (restore func()) {
+	old := maxChainFunctions
+	maxChainFunctions = n
+	return func() { maxChainFunctions = old }
+}

@@ -83,6 +83,16 @@ func TestKernelMatchesEval(t *testing.T) {
 		if err == nil {
 			progs = append(progs, program{fmt.Sprintf("%s/O1/%s-classified", name, g.hook), p})
 		}
+		if len(g.prog.Chains) > 1 {
+			// Every chain that can be inlined inlined, at both levels.
+			restore := codegen.SetMaxChainFunctions(1)
+			for _, level := range codegen.Levels {
+				if p, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook, Level: level}); err == nil {
+					progs = append(progs, program{fmt.Sprintf("%s/%v/%s-inlined", name, level, g.hook), p})
+				}
+			}
+			restore()
+		}
 	}
 	if len(progs) < 20 {
 		t.Fatalf("only %d programs compiled from the golden files", len(progs))

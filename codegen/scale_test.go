@@ -63,11 +63,11 @@ func compileText(t testing.TB, src string, fam rules.Family, hook codegen.Hook) 
 // compileTextErr is compileText that returns the compile error.
 func compileTextErr(t testing.TB, src string, fam rules.Family, hook codegen.Hook) (*codegen.Program, error) {
 	t.Helper()
-	return compileChain(t, src, fam, "INPUT", hook)
+	return compileChain(t, src, fam, "INPUT", hook, codegen.O0)
 }
 
 // compileChain parses, lowers and compiles a chain.
-func compileChain(t testing.TB, src string, fam rules.Family, chain string, hook codegen.Hook) (*codegen.Program, error) {
+func compileChain(t testing.TB, src string, fam rules.Family, chain string, hook codegen.Hook, level codegen.Level) (*codegen.Program, error) {
 	t.Helper()
 	rs, err := iptables.Parse("rules", []byte(src), iptables.Options{Family: fam, ForceFamily: true})
 	if err != nil {
@@ -77,7 +77,7 @@ func compileChain(t testing.TB, src string, fam rules.Family, chain string, hook
 	if err != nil {
 		t.Fatal(err)
 	}
-	return codegen.Compile(p, codegen.Options{Hook: hook, Level: codegen.O0})
+	return codegen.Compile(p, codegen.Options{Hook: hook, Level: level})
 }
 
 // TestVerifierScales loads -O0 programs of growing size and checks that
