@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -510,4 +511,73 @@ func TestDeletedInterface(t *testing.T) {
 	}
 	c.ok(udpRules, "restore")
 	c.ok("", "unload")
+}
+
+// TestMemoryGuard: in a memory cgroup too small for the rule set, the
+// command stops with a message saying so, instead of the OOM killer's
+// silent SIGKILL.
+func TestMemoryGuard(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildBpfwall(t)
+	dir := memoryCgroup(t, 150<<20)
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	for i := range 100000 {
+		fmt.Fprintf(&b, "-A INPUT -s 10.%d.%d.%d/32 -p tcp -m tcp --dport %d -j DROP\n", i>>16&255, i>>8&255, i&255, 1+i%60000)
+	}
+	b.WriteString("COMMIT\n")
+	rules := filepath.Join(t.TempDir(), "big.rules")
+	if err := os.WriteFile(rules, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && exec "$0" compile "$2"`, bin, dir, rules)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "bpfwall: out of memory") || !strings.Contains(string(out), "memory cgroup") {
+		t.Fatalf("compile in a 150 MiB cgroup: %v\n%s\nwant exit 1 and the memory guard's message", err, out)
+	}
+	t.Logf("%s", out)
+}
+
+// memoryCgroup makes a memory cgroup with a limit of limit bytes below
+// the test's own (cgroup v2 or v1) and returns its directory.
+func memoryCgroup(t *testing.T, limit int) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("bpfwall-test-%d", os.Getpid())
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		var dir, file string
+		switch {
+		case len(f) == 3 && f[1] == "memory":
+			dir, file = filepath.Join("/sys/fs/cgroup/memory", f[2], name), "memory.limit_in_bytes"
+		case len(f) == 3 && f[0] == "0" && f[1] == "":
+			if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", f[2], "memory.max")); err != nil {
+				continue
+			}
+			dir, file = filepath.Join("/sys/fs/cgroup", f[2], name), "memory.max"
+		default:
+			continue
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			continue
+		}
+		t.Cleanup(func() {
+			for range 50 {
+				if os.Remove(dir) == nil {
+					return
+				}
+				time.Sleep(20 * time.Millisecond) // its process is exiting
+			}
+		})
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(strconv.Itoa(limit)), 0o644); err != nil {
+			t.Fatalf("memory limit: %v", err)
+		}
+		return dir
+	}
+	testenv.Unavailable(t, "no memory cgroup controller to make a cgroup in")
+	return ""
 }

@@ -24,6 +24,13 @@ func skip(t testing.TB, format string, args ...any) {
 	t.Skipf(format, args...)
 }
 
+// Unavailable skips the test, or fails it under CI, saying what it
+// lacks.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	skip(t, format, args...)
+}
+
 // RequireRoot skips the test (fails it under CI) unless it runs as root.
 func RequireRoot(t testing.TB) {
 	t.Helper()
