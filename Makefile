@@ -21,13 +21,14 @@ test-short:
 	$(GO) test -count=1 -short ./...
 
 lint:
-	gofmt -l . | tee /dev/stderr | (! read)
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 # Each fuzz target runs for FUZZTIME.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./parser/iptables
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./parser/nft
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEval$$' -fuzztime $(FUZZTIME) ./ir
 	$(GO) test -run '^$$' -fuzz '^FuzzKernelMatchesEval$$' -fuzztime $(FUZZTIME) ./codegen
 	$(GO) test -run '^$$' -fuzz '^FuzzLine$$' -fuzztime $(FUZZTIME) ./nflog

@@ -36,10 +36,6 @@ const (
 	pinNFIfaces = "netfilter_ifaces"
 )
 
-// netfilterPins are the pins of the stage, in the order a swap commits
-// them: the link, which starts running the new stage's program, last.
-var netfilterPins = []string{pinNFStage, pinNFIfaces, pinNFLink}
-
 // bpfNetfilterIPDefrag is BPF_F_NETFILTER_IP_DEFRAG: the link holds
 // defragmentation, so that the stage sees reassembled datagrams whatever
 // else runs in the namespace. (cilium/ebpf's NetfilterIPDefrag is 0.)
