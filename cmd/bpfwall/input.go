@@ -111,7 +111,15 @@ func (f *inputFlags) load(name string, stderr io.Writer) (*rules.Ruleset, error)
 		if f.ipset != "" || f.fragment {
 			return nil, fmt.Errorf("%s: --ipset and fragments apply to iptables input only", displayName)
 		}
-		return nft.Parse(displayName, src, nft.Options{Family: opts.Family})
+		fam := opts.Family
+		if !f.ipv6 {
+			// An ip6-only rule set is for IPv6 packets: read as IPv4 it
+			// would compile to nothing and pass them all.
+			if fam, err = nft.Family(displayName, src, nft.Options{}); err != nil {
+				return nil, err
+			}
+		}
+		return nft.Parse(displayName, src, nft.Options{Family: fam})
 	case "iptables":
 	default:
 		return nil, fmt.Errorf("unknown --format %q: want iptables or nft", format)

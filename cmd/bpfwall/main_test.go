@@ -202,3 +202,14 @@ func TestBoundedInput(t *testing.T) {
 		t.Errorf("include /dev/zero: exit %d, %q", code, errOut)
 	}
 }
+
+// TestNFTFamilyFromContent: an ip6-only nft rule set read without -6 is
+// compiled for IPv6 packets, not to an empty IPv4 program that passes
+// them all.
+func TestNFTFamilyFromContent(t *testing.T) {
+	file := writeFile(t, "v6.nft", "table ip6 t {\n chain c {\n  type filter hook input priority 0;\n  tcp dport 22 drop\n }\n}\n")
+	out, errOut, code := runCmd(t, "check", file)
+	if code != 0 || !strings.Contains(out, "ipv6, 1 tables, 3 chains, 1 rules") {
+		t.Errorf("check: exit %d, %q %q", code, out, errOut)
+	}
+}

@@ -308,3 +308,41 @@ func TestRealNFT(t *testing.T) {
 		t.Fatal("no nft-real or nft-dumps file was run")
 	}
 }
+
+// TestEmptySetsNFT: a set with no element matches no packet, and "!="
+// one every packet whose keys nft can load, concatenations too: a
+// transport key restricts the rule to its protocol, a network key to its
+// family.
+func TestEmptySetsNFT(t *testing.T) {
+	requireNFT(t)
+	b := newNFTBench(t, TopologyOptions{})
+	const head = "add table inet bw\n" +
+		"add set inet bw pair { type ipv4_addr . ipv4_addr; }\n" +
+		"add set inet bw svc { type ipv4_addr . inet_service; }\n" +
+		"add set inet bw svc6 { type ipv6_addr . inet_service; }\n" +
+		"add set inet bw port { type inet_service; }\n" +
+		"add set inet bw addr { type ipv4_addr; }\n" +
+		"add chain inet bw fwchain { type filter hook forward priority 0; policy accept; }\n"
+	for _, rule := range []string{
+		"ip saddr . ip daddr @pair drop",
+		"ip saddr . tcp dport @svc drop",
+		"ip saddr . tcp dport != @svc drop",
+		"ip6 saddr . udp dport != @svc6 drop",
+		"ip saddr . ip daddr != @pair drop",
+		"tcp dport != @port drop",
+		"udp dport @port drop",
+		"ip saddr != @addr drop",
+	} {
+		for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+			text := []byte(head + "add rule inet bw fwchain " + rule + "\n")
+			if err := b.topo.LoadNFT(fam, text); err != nil {
+				t.Fatalf("nft -f: %v", err)
+			}
+			c, err := nftCase(rule, fam, text, b.topo, 1, 200)
+			if err != nil {
+				t.Fatalf("%s: %v", rule, err)
+			}
+			logTotals(t, fmt.Sprintf("%s (%s)", rule, fam), check(t, c, b.ref, b.others...))
+		}
+	}
+}

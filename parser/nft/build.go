@@ -88,6 +88,29 @@ var hookTargets = map[string][2]string{
 	"ingress":     {"netdev", "INGRESS"},
 }
 
+// Family is the IP family whose packets a rule set is for when no
+// family is asked for: IPv6 when its only IP tables are ip6 tables, else
+// IPv4.
+func Family(name string, src []byte, opts Options) (rules.Family, error) {
+	nrs, err := readRuleset(name, src, opts.ReadFile)
+	if err != nil {
+		return rules.IPv4, err
+	}
+	v6 := false
+	for _, t := range nrs.tables {
+		switch t.family {
+		case "ip", "inet":
+			return rules.IPv4, nil
+		case "ip6":
+			v6 = true
+		}
+	}
+	if v6 {
+		return rules.IPv6, nil
+	}
+	return rules.IPv4, nil
+}
+
 func familyApplies(tableFamily string, fam rules.Family) bool {
 	switch tableFamily {
 	case "inet", "netdev":
@@ -112,6 +135,11 @@ func build(nrs *ruleset, fam rules.Family) (*rules.Ruleset, error) {
 	// Base chains by model hook, in the order they were declared.
 	byHook := map[[2]string][]*chain{}
 	for _, t := range nrs.tables {
+		if t.family == "arp" || t.family == "bridge" {
+			// Not IP hooks: refused by name rather than left unenforced.
+			b.errs = append(b.errs, rules.Errorf(t.pos, "table %s %s: %s tables are not supported (bpfwall compiles ip, ip6, inet and netdev tables)", t.family, t.name, t.family))
+			continue
+		}
 		if !familyApplies(t.family, fam) {
 			continue
 		}

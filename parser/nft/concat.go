@@ -25,7 +25,23 @@ func (b *ruleBuilder) concat(pos rules.Pos, keys []string, op string, val rhs) {
 		b.unsupported(pos, "concatenation "+op)
 		return
 	}
+	nerrs, nconds := len(*b.errs), len(b.conds)
 	elems := b.setElems(pos, val)
+	if len(*b.errs) > nerrs || len(b.conds) > nconds {
+		return // reported, or unsupported
+	}
+	if len(elems) == 0 {
+		// No element: "==" matches no packet, "!=" every packet where
+		// nft can load each key.
+		if op == "!=" {
+			for _, k := range keys {
+				b.keyLoaded(k)
+			}
+			return
+		}
+		b.add(choice{})
+		return
+	}
 	if op == "!=" {
 		// Not in the set: for each element, NOT(k1 == v1 AND k2 == v2 ...),
 		// the disjoint "k1 != v1", "k1 == v1 AND k2 != v2", ...
@@ -38,7 +54,7 @@ func (b *ruleBuilder) concat(pos rules.Pos, keys []string, op string, val rhs) {
 		}
 		return
 	}
-	if len(elems) == 0 || !b.disjointTuples(pos, keys, elems) {
+	if !b.disjointTuples(pos, keys, elems) {
 		return
 	}
 	var out choice
@@ -50,6 +66,31 @@ func (b *ruleBuilder) concat(pos rules.Pos, keys []string, op string, val rhs) {
 		out = append(out, alts...)
 	}
 	b.add(out)
+}
+
+// keyLoaded adds what nft needs to load key, as the dependencies it
+// adds to a payload expression: the packet's family for the network
+// header's fields, and the transport protocol for the transport
+// header's.
+func (b *ruleBuilder) keyLoaded(key string) {
+	proto, _, _ := strings.Cut(key, " ")
+	switch proto {
+	case "ip":
+		b.needFamily(rules.IPv4)
+	case "ip6":
+		b.needFamily(rules.IPv6)
+	case "icmp":
+		if b.needFamily(rules.IPv4) {
+			b.add(always1(needProto(1)))
+		}
+	case "icmpv6":
+		if b.needFamily(rules.IPv6) {
+			b.add(always1(needProto(58)))
+		}
+	case "tcp", "udp", "sctp":
+		p, _ := parseProto(proto)
+		b.add(always1(needProto(p)))
+	}
 }
 
 // tuple returns the alternatives of one element of a concatenation.

@@ -92,8 +92,10 @@ func TestCorpus(t *testing.T) {
 	for _, k := range keys {
 		t.Logf("%4d files: %s", counts[k], k)
 	}
-	if clean < 350 {
-		t.Errorf("only %d corpus files compile for every hook and family, 358 did", clean)
+	// 358 did while arp and bridge tables were skipped, unenforced; they
+	// are refused now.
+	if clean < 340 {
+		t.Errorf("only %d corpus files compile for every hook and family, 341 did", clean)
 	}
 }
 

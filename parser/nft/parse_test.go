@@ -356,3 +356,40 @@ func TestUnreadRuleInScript(t *testing.T) {
 		t.Errorf("lower: %v", err)
 	}
 }
+
+// TestFamilyFromContent: an ip6-only rule set is for IPv6 packets, one
+// with ip or inet tables for IPv4 unless asked; arp and bridge tables,
+// whose hooks bpfwall has no program for, are refused by name.
+func TestFamilyFromContent(t *testing.T) {
+	for src, want := range map[string]rules.Family{
+		"table ip6 t { chain c { type filter hook input priority 0; tcp dport 22 drop; } }\n":                                             rules.IPv6,
+		"table ip6 t { }\ntable inet u { chain c { type filter hook input priority 0; } }\n":                                              rules.IPv4,
+		"table ip t { chain c { type filter hook input priority 0; } }\ntable ip6 t { chain c { type filter hook input priority 0; } }\n": rules.IPv4,
+		"# nothing\n": rules.IPv4,
+	} {
+		if got, err := Family("t.nft", []byte(src), Options{}); err != nil || got != want {
+			t.Errorf("Family(%q) = %v, %v; want %v", src, got, err, want)
+		}
+	}
+	for _, fam := range []string{"bridge", "arp"} {
+		src := "table " + fam + " b { chain c { type filter hook input priority 0; } }\ntable ip t { chain c { type filter hook input priority 0; } }\n"
+		_, err := Parse("t.nft", []byte(src), Options{Family: rules.IPv4})
+		if err == nil || !strings.Contains(err.Error(), "t.nft:1:1: table "+fam+" b: "+fam+" tables are not supported") {
+			t.Errorf("%s table: %v, want a refusal that names it", fam, err)
+		}
+	}
+}
+
+// TestUnsupportedSetNotSwallowed: a set bpfwall cannot compile (a
+// timeout set, whose elements come and go) is refused at the rule, not
+// taken for an empty set that the rule never matches.
+func TestUnsupportedSetNotSwallowed(t *testing.T) {
+	src := "table ip t {\n set s { type inet_service; flags timeout; }\n chain c {\n  type filter hook input priority 0;\n  tcp dport @s drop\n }\n}\n"
+	rs, err := Parse("t.nft", []byte(src), Options{Family: rules.IPv4})
+	if err == nil {
+		_, err = ir.Lower(rs, ir.LowerOptions{Table: "filter", Chain: "INPUT"})
+	}
+	if err == nil || !strings.Contains(err.Error(), "t.nft:5:3") || !strings.Contains(err.Error(), "timeout") {
+		t.Errorf("tcp dport @timeoutset: %v, want a refusal at 5:3", err)
+	}
+}

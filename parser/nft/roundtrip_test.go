@@ -71,8 +71,10 @@ func TestRoundTrip(t *testing.T) {
 	for _, k := range keys {
 		t.Logf("%4d files: %s", counts[k], k)
 	}
-	if good < 350 {
-		t.Errorf("only %d of %d files round-trip, 351 did", good, len(files))
+	// 351 did while arp and bridge tables were skipped; they are refused
+	// now.
+	if good < 338 {
+		t.Errorf("only %d of %d files round-trip, 339 did", good, len(files))
 	}
 	t.Run("nft-check", func(t *testing.T) { nftCheck(t, printed) })
 }

@@ -69,6 +69,10 @@ type ruleBuilder struct {
 	// rest is set after a statement the model does not interpret: the
 	// terms after it may belong to it, and the rule is an error anyway.
 	rest bool
+	// unsupported is set once the rule has a construct the model cannot
+	// express: it must reach lowering, which rejects it, even if another
+	// term says it matches nothing.
+	hasUnsupported bool
 }
 
 type icmpTerm struct {
@@ -87,6 +91,7 @@ func (b *ruleBuilder) errorf(pos rules.Pos, format string, args ...any) {
 // unsupported records a construct the model cannot express: it becomes a
 // generic match, which lowering rejects at its position.
 func (b *ruleBuilder) unsupported(pos rules.Pos, what string) {
+	b.hasUnsupported = true
 	b.add(always1(func(r *rules.Rule) bool {
 		r.Matches = append(r.Matches, &rules.Generic{Located: rules.Located{Pos: pos}, Ext: what})
 		return true
@@ -116,6 +121,9 @@ func (b *ruleBuilder) emit(a action) {
 		ok := true
 		empty := false
 		for i, c := range b.conds {
+			if len(c) == 0 && b.hasUnsupported {
+				continue // the rule is rejected anyway
+			}
 			if len(c) == 0 {
 				empty = true
 				break
@@ -1027,7 +1035,10 @@ func (b *ruleBuilder) portMatch(pos rules.Pos, key, op string, val rhs) {
 	if len(ranges) == 0 {
 		if !neg {
 			b.add(choice{})
+			return
 		}
+		// Not in an empty set: every packet nft can load the port of.
+		b.add(always1(needProto(p)))
 		return
 	}
 	loc := rules.Located{Pos: pos}
