@@ -309,11 +309,14 @@ func TestRealNFT(t *testing.T) {
 	}
 }
 
-// TestEmptySetsNFT: a set with no element matches no packet, and "!="
-// one every packet whose keys nft can load, concatenations too: a
-// transport key restricts the rule to its protocol, a network key to its
-// family.
-func TestEmptySetsNFT(t *testing.T) {
+// TestConstructsNFT compares netfilter with the model and the programs
+// on single nft rules the issues found wrong. A set with no element
+// matches no packet, and "!=" one every packet whose keys nft can load,
+// concatenations too: a transport key restricts the rule to its
+// protocol, a network key to its family. "tcp flags ! a,b" is how nft
+// lists --tcp-flags A,B NONE. nft takes ct states as numbers of the
+// kernel's bits, and MAC octets of one digit.
+func TestConstructsNFT(t *testing.T) {
 	requireNFT(t)
 	b := newNFTBench(t, TopologyOptions{})
 	const head = "add table inet bw\n" +
@@ -332,6 +335,10 @@ func TestEmptySetsNFT(t *testing.T) {
 		"tcp dport != @port drop",
 		"udp dport @port drop",
 		"ip saddr != @addr drop",
+		"tcp flags ! syn,rst drop",
+		"tcp flags ! fin drop",
+		"ct state 8 drop",
+		"ether saddr 0:1:2:3:4:5 drop",
 	} {
 		for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 			text := []byte(head + "add rule inet bw fwchain " + rule + "\n")

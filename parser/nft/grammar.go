@@ -371,7 +371,7 @@ type Match struct {
 	Mask  *Prim     `parser:"( ( '&' | 'and' ) @@ )?"`
 	Set   *Value    `parser:"(  'set' @@"`
 	VMap  *Prim     `parser:" | 'vmap' @@"`
-	Op    string    `parser:" | @('==' | '!=' | '<=' | '>=' | '<' | '>' | 'eq' | 'ne' | 'le' | 'ge' | 'lt' | 'gt')?"`
+	Op    string    `parser:" | @('==' | '!=' | '<=' | '>=' | '<' | '>' | 'eq' | 'ne' | 'le' | 'ge' | 'lt' | 'gt' | '!')?"`
 	Right *List     `parser:"   @@ )"`
 }
 

@@ -393,3 +393,33 @@ func TestUnsupportedSetNotSwallowed(t *testing.T) {
 		t.Errorf("tcp dport @timeoutset: %v, want a refusal at 5:3", err)
 	}
 }
+
+// TestNFTSpellings: what nft accepts, read as nft reads it.
+func TestNFTSpellings(t *testing.T) {
+	for rule, want := range map[string]string{
+		"tcp flags ! syn,rst drop":     "-A INPUT -p tcp -m tcp --tcp-flags SYN,RST NONE -j DROP",
+		"ct state 8 drop":              "-A INPUT -m conntrack --ctstate NEW -j DROP",
+		"ct state 6 accept":            "-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+		"ether saddr 0:1:2:3:4:5 drop": "-A INPUT -m mac --mac-source 00:01:02:03:04:05 -j DROP",
+	} {
+		src := "table ip t {\n chain c {\n  type filter hook input priority 0;\n  " + rule + "\n }\n}\n"
+		rs, err := Parse("t.nft", []byte(src), Options{Family: rules.IPv4})
+		if err != nil {
+			t.Errorf("%s: %v", rule, err)
+			continue
+		}
+		if got := string(rs.Save(rules.SaveOptions{})); !strings.Contains(got, want+"\n") {
+			t.Errorf("%s reads as\n%s\nwant %s", rule, got, want)
+		}
+	}
+	for _, rule := range []string{"ether saddr 0:1:2:3:4 drop", "ether saddr 0:1:2:3:4:100 drop", "ct state 16 drop", "ct state ! established drop"} {
+		src := "table ip t {\n chain c {\n  type filter hook input priority 0;\n  " + rule + "\n }\n}\n"
+		rs, err := Parse("t.nft", []byte(src), Options{Family: rules.IPv4})
+		if err == nil {
+			_, err = ir.Lower(rs, ir.LowerOptions{Table: "filter", Chain: "INPUT"})
+		}
+		if err == nil {
+			t.Errorf("%s: accepted", rule)
+		}
+	}
+}

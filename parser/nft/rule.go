@@ -666,6 +666,11 @@ func (b *ruleBuilder) relation(pos rules.Pos, key, op string, mask *rhs, val rhs
 		b.unsupported(pos, key+" &")
 		return
 	}
+	if op == "!" && key != "tcp flags" {
+		// nft's "!" tests that none of a bitmask's flags is set.
+		b.unsupported(pos, key+" !")
+		return
+	}
 	switch key {
 	case "meta nfproto", "nfproto", "meta protocol":
 		b.nfproto(pos, key, op, val)
@@ -1272,8 +1277,9 @@ func (b *ruleBuilder) tcpFlags(pos rules.Pos, op string, mask *rhs, val rhs) {
 		b.flagValues(pos, op, m, val, flags)
 		return
 	}
-	if op == "" && !val.set {
-		// Implicit: (flags & value) != 0, any of the flags.
+	if (op == "" || op == "!") && !val.set {
+		// Implicit: (flags & value) != 0, any of the flags; "!" none of
+		// them, (flags & value) == 0, as nft lists --tcp-flags X NONE.
 		var all uint8
 		for _, e := range val.elems {
 			v, err := flagValue(e)
@@ -1282,6 +1288,10 @@ func (b *ruleBuilder) tcpFlags(pos rules.Pos, op string, mask *rhs, val rhs) {
 				return
 			}
 			all |= v
+		}
+		if op == "!" {
+			b.add(always1(flags(all, 0, false)))
+			return
 		}
 		var c choice
 		var seen uint8
@@ -1432,6 +1442,27 @@ func (b *ruleBuilder) flushICMP() {
 	}
 }
 
+// ctStateNumber reads a ct state given as a number of the kernel's bits
+// (NF_CT_STATE_BIT, ctStateBits), as nft takes it too: "ct state 8" is
+// new. Any of them with the implicit operator; with == and != (a packet
+// has one state) exactly one.
+func ctStateNumber(s, op string) (uint16, bool) {
+	v, err := parseNum(s, 32)
+	if err != nil || v == 0 {
+		return 0, false
+	}
+	var st uint16
+	n := 0
+	for _, b := range ctStateBits {
+		if v&uint64(b.bit) != 0 {
+			st |= ctStateNames[b.name]
+			v &^= uint64(b.bit)
+			n++
+		}
+	}
+	return st, v == 0 && (op == "" || n == 1)
+}
+
 func (b *ruleBuilder) ctState(pos rules.Pos, op string, val rhs) {
 	if op != "" && op != "==" && op != "!=" {
 		b.unsupported(pos, "ct state "+op)
@@ -1445,6 +1476,9 @@ func (b *ruleBuilder) ctState(pos rules.Pos, op string, val rhs) {
 		}
 		for _, n := range names {
 			s, ok := ctStateNames[n]
+			if !ok {
+				s, ok = ctStateNumber(n, op)
+			}
 			if !ok || e.hasRange || e.hasMask {
 				b.errorf(e.pos, "unknown ct state %q", n)
 				return
@@ -1788,13 +1822,31 @@ func (b *ruleBuilder) length(pos rules.Pos, op string, val rhs, add uint64) {
 	b.add(c)
 }
 
+// parseMAC reads an Ethernet address as nft does: six octets of one or
+// two hex digits, separated by colons.
+func parseMAC(s string) (net.HardwareAddr, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 6 {
+		return nil, fmt.Errorf("bad mac address %q", s)
+	}
+	hw := make(net.HardwareAddr, 6)
+	for i, p := range parts {
+		v, err := strconv.ParseUint(p, 16, 8)
+		if err != nil || len(p) == 0 || len(p) > 2 {
+			return nil, fmt.Errorf("bad mac address %q", s)
+		}
+		hw[i] = byte(v)
+	}
+	return hw, nil
+}
+
 func (b *ruleBuilder) etherSaddr(pos rules.Pos, op string, val rhs) {
 	if (op != "" && op != "==" && op != "!=") || len(val.elems) != 1 || val.set {
 		b.unsupported(pos, "ether saddr set or comparison")
 		return
 	}
-	hw, err := net.ParseMAC(val.elems[0].lo)
-	if err != nil || len(hw) != 6 {
+	hw, err := parseMAC(val.elems[0].lo)
+	if err != nil {
 		b.errorf(pos, "bad mac address %q", val.elems[0].lo)
 		return
 	}
