@@ -315,7 +315,8 @@ func TestRealNFT(t *testing.T) {
 // concatenations too: a transport key restricts the rule to its
 // protocol, a network key to its family. "tcp flags ! a,b" is how nft
 // lists --tcp-flags A,B NONE. nft takes ct states as numbers of the
-// kernel's bits, and MAC octets of one digit.
+// kernel's bits, and MAC octets of one digit. meta length is what -m
+// length tests at the IP hooks.
 func TestConstructsNFT(t *testing.T) {
 	requireNFT(t)
 	b := newNFTBench(t, TopologyOptions{})
@@ -339,6 +340,8 @@ func TestConstructsNFT(t *testing.T) {
 		"tcp flags ! fin drop",
 		"ct state 8 drop",
 		"ether saddr 0:1:2:3:4:5 drop",
+		"meta length 60-100 drop",
+		"meta length < 80 drop",
 	} {
 		for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 			text := []byte(head + "add rule inet bw fwchain " + rule + "\n")

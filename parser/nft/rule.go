@@ -655,7 +655,7 @@ func init() {
 		"ip protocol,meta l4proto,l4proto,tcp sport,tcp dport,udp sport,udp dport,sctp sport,sctp dport,"+
 		"tcp flags,icmp type,icmp code,icmpv6 type,icmpv6 code,ct state,meta iifname,iifname,meta oifname,"+
 		"oifname,meta iif,iif,meta oif,oif,meta mark,mark,meta pkttype,pkttype,ip ttl,ip6 hoplimit,"+
-		"ip length,ip6 length,ether saddr", ",") {
+		"ip length,ip6 length,meta length,length,ether saddr", ",") {
 		knownKeys[k] = true
 	}
 }
@@ -719,6 +719,16 @@ func (b *ruleBuilder) relation(pos rules.Pos, key, op string, mask *rhs, val rhs
 		if b.needFamily(rules.IPv4) {
 			b.length(pos, op, val, 0)
 		}
+	case "meta length", "length":
+		// skb->len: at the IP hooks the packet from its network header,
+		// trimmed to the header's length, so what -m length tests (and
+		// iptables-translate writes for it). At netdev ingress it counts
+		// Ethernet padding too.
+		if b.tbl.family == "netdev" {
+			b.unsupported(pos, "meta length in a netdev table")
+			return
+		}
+		b.length(pos, op, val, 0)
 	case "ip6 length":
 		// The payload length; the model's length adds the header.
 		if b.needFamily(rules.IPv6) {
