@@ -316,7 +316,8 @@ func TestRealNFT(t *testing.T) {
 // protocol, a network key to its family. "tcp flags ! a,b" is how nft
 // lists --tcp-flags A,B NONE. nft takes ct states as numbers of the
 // kernel's bits, and MAC octets of one digit. meta length is what -m
-// length tests at the IP hooks.
+// length tests at the IP hooks. "ip saddr & MASK == VALUE" is -s with a
+// mask that need not be a prefix.
 func TestConstructsNFT(t *testing.T) {
 	requireNFT(t)
 	b := newNFTBench(t, TopologyOptions{})
@@ -342,6 +343,9 @@ func TestConstructsNFT(t *testing.T) {
 		"ether saddr 0:1:2:3:4:5 drop",
 		"meta length 60-100 drop",
 		"meta length < 80 drop",
+		"ip saddr & 255.0.255.0 == 10.0.2.0 drop",
+		"ip daddr & 255.255.0.255 != 10.0.0.2 drop",
+		"ip6 saddr & ffff::ffff == 2001::1 drop",
 	} {
 		for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 			text := []byte(head + "add rule inet bw fwchain " + rule + "\n")

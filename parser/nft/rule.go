@@ -662,7 +662,8 @@ func init() {
 
 // relation translates one comparison.
 func (b *ruleBuilder) relation(pos rules.Pos, key, op string, mask *rhs, val rhs) {
-	if mask != nil && key != "tcp flags" && key != "meta mark" && key != "mark" {
+	addrKey := key == "ip saddr" || key == "ip daddr" || key == "ip6 saddr" || key == "ip6 daddr"
+	if mask != nil && key != "tcp flags" && key != "meta mark" && key != "mark" && !addrKey {
 		b.unsupported(pos, key+" &")
 		return
 	}
@@ -675,11 +676,15 @@ func (b *ruleBuilder) relation(pos rules.Pos, key, op string, mask *rhs, val rhs
 	case "meta nfproto", "nfproto", "meta protocol":
 		b.nfproto(pos, key, op, val)
 	case "ip saddr", "ip daddr":
-		if b.needFamily(rules.IPv4) {
+		if b.needFamily(rules.IPv4) && mask != nil {
+			b.addrMaskMatch(pos, key, op, *mask, val)
+		} else if b.fam == rules.IPv4 {
 			b.addrMatch(pos, key, op, val)
 		}
 	case "ip6 saddr", "ip6 daddr":
-		if b.needFamily(rules.IPv6) {
+		if b.needFamily(rules.IPv6) && mask != nil {
+			b.addrMaskMatch(pos, key, op, *mask, val)
+		} else if b.fam == rules.IPv6 {
 			b.addrMatch(pos, key, op, val)
 		}
 	case "ip protocol", "meta l4proto", "l4proto":
@@ -837,6 +842,51 @@ func (b *ruleBuilder) addrMatch(pos rules.Pos, key, op string, val rhs) {
 	}
 	b.add(always1(func(r *rules.Rule) bool {
 		r.Matches = append(r.Matches, &rules.Set{Located: rules.Located{Pos: pos}, SetName: name, Dirs: []rules.SetDir{dir}, Neg: neg})
+		return true
+	}))
+}
+
+// addrMaskMatch translates "ip saddr & MASK == VALUE", which
+// iptables-translate writes for -s ADDR/MASK with a mask that is no
+// prefix: -s/-d with that mask. A value with bits outside the mask is
+// never equal.
+func (b *ruleBuilder) addrMaskMatch(pos rules.Pos, key, op string, mask, val rhs) {
+	one := func(v rhs) (netip.Addr, bool) {
+		if len(v.elems) != 1 || v.set {
+			return netip.Addr{}, false
+		}
+		e := v.elems[0]
+		a, err := netip.ParseAddr(e.lo)
+		return a, err == nil && !e.hasRange && !e.hasMask && e.ref == "" && a.BitLen() == b.fam.Bits()
+	}
+	m, ok1 := one(mask)
+	v, ok2 := one(val)
+	if !ok1 || !ok2 || (op != "" && op != "==" && op != "!=") {
+		b.unsupported(pos, key+" & with a set, range or comparison")
+		return
+	}
+	neg := op == "!="
+	mb, vb := m.AsSlice(), v.AsSlice()
+	for i := range vb {
+		if vb[i]&^mb[i] != 0 {
+			if !neg {
+				b.add(choice{}) // never equal
+			}
+			return
+		}
+	}
+	dst := strings.HasSuffix(key, "daddr")
+	n := rules.Net{Addr: v, Mask: m}
+	b.add(always1(func(r *rules.Rule) bool {
+		switch {
+		case !dst && r.Src.IsAny() && !r.SrcNeg:
+			r.Src, r.SrcNeg = n, neg
+		case dst && r.Dst.IsAny() && !r.DstNeg:
+			r.Dst, r.DstNeg = n, neg
+		default:
+			// Lowering refuses it at its position.
+			r.Matches = append(r.Matches, &rules.Generic{Located: rules.Located{Pos: pos}, Ext: key + " & besides another " + key})
+		}
 		return true
 	}))
 }
