@@ -317,7 +317,7 @@ func TestRealNFT(t *testing.T) {
 // lists --tcp-flags A,B NONE. nft takes ct states as numbers of the
 // kernel's bits, and MAC octets of one digit. meta length is what -m
 // length tests at the IP hooks. "ip saddr & MASK == VALUE" is -s with a
-// mask that need not be a prefix.
+// mask that need not be a prefix. A map is a set of its keys.
 func TestConstructsNFT(t *testing.T) {
 	requireNFT(t)
 	b := newNFTBench(t, TopologyOptions{})
@@ -327,6 +327,8 @@ func TestConstructsNFT(t *testing.T) {
 		"add set inet bw svc6 { type ipv6_addr . inet_service; }\n" +
 		"add set inet bw port { type inet_service; }\n" +
 		"add set inet bw addr { type ipv4_addr; }\n" +
+		"add map inet bw vm { type ipv4_addr : verdict; elements = { 10.0.0.1 : drop, 10.0.2.2 : accept } }\n" +
+		"add map inet bw pm { type inet_service : ipv4_addr; elements = { 80 : 10.0.0.1, 443 : 10.0.0.2 } }\n" +
 		"add chain inet bw fwchain { type filter hook forward priority 0; policy accept; }\n"
 	for _, rule := range []string{
 		"ip saddr . ip daddr @pair drop",
@@ -346,6 +348,8 @@ func TestConstructsNFT(t *testing.T) {
 		"ip saddr & 255.0.255.0 == 10.0.2.0 drop",
 		"ip daddr & 255.255.0.255 != 10.0.0.2 drop",
 		"ip6 saddr & ffff::ffff == 2001::1 drop",
+		"ip saddr @vm drop",
+		"tcp dport @pm drop",
 	} {
 		for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 			text := []byte(head + "add rule inet bw fwchain " + rule + "\n")

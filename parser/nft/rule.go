@@ -928,10 +928,8 @@ func (b *ruleBuilder) addrSetPrefixes(pos rules.Pos, val rhs) ([]netip.Prefix, s
 			b.errorf(pos, "set @%s does not exist in table %s %s", ref, b.tbl.family, b.tbl.name)
 			return nil, "", false
 		}
-		if s.isMap {
-			b.errorf(pos, "@%s is a map", ref)
-			return nil, "", false
-		}
+		// A map is a set of its keys to a lookup (nft_lookup without a
+		// destination register).
 		for _, f := range s.flags {
 			if f == "timeout" || f == "dynamic" {
 				b.unsupported(pos, "set with flag "+f)
@@ -1191,7 +1189,7 @@ func (b *ruleBuilder) setElems(pos rules.Pos, val rhs) []elem {
 	}
 	ref := val.elems[0].ref
 	s := b.tbl.sets[ref]
-	if s == nil || s.isMap {
+	if s == nil { // a map is looked up by its keys
 		b.errorf(pos, "set @%s does not exist in table %s %s", ref, b.tbl.family, b.tbl.name)
 		return nil
 	}
