@@ -317,7 +317,8 @@ func TestRealNFT(t *testing.T) {
 // lists --tcp-flags A,B NONE. nft takes ct states as numbers of the
 // kernel's bits, and MAC octets of one digit. meta length is what -m
 // length tests at the IP hooks. "ip saddr & MASK == VALUE" is -s with a
-// mask that need not be a prefix. A map is a set of its keys.
+// mask that need not be a prefix. A map is a set of its keys. "ip
+// frag-off & 0x1fff != 0" is how iptables-translate writes -f.
 func TestConstructsNFT(t *testing.T) {
 	requireNFT(t)
 	b := newNFTBench(t, TopologyOptions{})
@@ -350,6 +351,8 @@ func TestConstructsNFT(t *testing.T) {
 		"ip6 saddr & ffff::ffff == 2001::1 drop",
 		"ip saddr @vm drop",
 		"tcp dport @pm drop",
+		"ip frag-off & 0x1fff != 0 drop",
+		"ip frag-off & 0x1fff == 0 drop",
 	} {
 		for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 			text := []byte(head + "add rule inet bw fwchain " + rule + "\n")
@@ -359,6 +362,11 @@ func TestConstructsNFT(t *testing.T) {
 			c, err := nftCase(rule, fam, text, b.topo, 1, 200)
 			if err != nil {
 				t.Fatalf("%s: %v", rule, err)
+			}
+			if !nftConntrack.Match(text) {
+				// Non-first fragments, which frag-off tells apart (with
+				// conntrack the kernel holds them for reassembly).
+				c.Probes = append(c.Probes, fragment(t, fam, 53, 0), fragment(t, fam, 54, 53))
 			}
 			logTotals(t, fmt.Sprintf("%s (%s)", rule, fam), check(t, c, b.ref, b.others...))
 		}

@@ -663,7 +663,7 @@ func init() {
 // relation translates one comparison.
 func (b *ruleBuilder) relation(pos rules.Pos, key, op string, mask *rhs, val rhs) {
 	addrKey := key == "ip saddr" || key == "ip daddr" || key == "ip6 saddr" || key == "ip6 daddr"
-	if mask != nil && key != "tcp flags" && key != "meta mark" && key != "mark" && !addrKey {
+	if mask != nil && key != "tcp flags" && key != "meta mark" && key != "mark" && key != "ip frag-off" && !addrKey {
 		b.unsupported(pos, key+" &")
 		return
 	}
@@ -724,6 +724,10 @@ func (b *ruleBuilder) relation(pos rules.Pos, key, op string, mask *rhs, val rhs
 		if b.needFamily(rules.IPv4) {
 			b.length(pos, op, val, 0)
 		}
+	case "ip frag-off":
+		if b.needFamily(rules.IPv4) {
+			b.fragOff(pos, op, mask, val)
+		}
 	case "meta length", "length":
 		// skb->len: at the IP hooks the packet from its network header,
 		// trimmed to the header's length, so what -m length tests (and
@@ -759,6 +763,34 @@ func (b *ruleBuilder) needFamily(f rules.Family) bool {
 		return false
 	}
 	return true
+}
+
+// fragOff translates "ip frag-off & 0x1fff != 0", the non-first
+// fragments, as iptables-translate writes -f (and "== 0" for ! -f):
+// xt's -f tests the same offset bits.
+func (b *ruleBuilder) fragOff(pos rules.Pos, op string, mask *rhs, val rhs) {
+	one := func(v *rhs) (uint64, bool) {
+		if v == nil || len(v.elems) != 1 || v.set {
+			return 0, false
+		}
+		e := v.elems[0]
+		n, err := parseNum(e.lo, 16)
+		return n, err == nil && !e.hasRange && !e.hasMask && e.ref == ""
+	}
+	m, ok1 := one(mask)
+	v, ok2 := one(&val)
+	if !ok1 || !ok2 || m != 0x1fff || v != 0 || (op != "!=" && op != "==" && op != "") {
+		b.unsupported(pos, "ip frag-off other than & 0x1fff != 0 (-f) or == 0")
+		return
+	}
+	neg := op != "!=" // == 0: ! -f
+	b.add(always1(func(r *rules.Rule) bool {
+		if r.Fragment && r.FragmentNeg != neg {
+			return false // -f and ! -f: never
+		}
+		r.Fragment, r.FragmentNeg = true, neg
+		return true
+	}))
 }
 
 func (b *ruleBuilder) nfproto(pos rules.Pos, key, op string, val rhs) {
