@@ -353,6 +353,9 @@ func TestConstructsNFT(t *testing.T) {
 		"tcp dport @pm drop",
 		"ip frag-off & 0x1fff != 0 drop",
 		"ip frag-off & 0x1fff == 0 drop",
+		"ct state == 6 drop",
+		"ct state != 6 drop",
+		"tcp dport vmap { 1-100 : drop, 101-200 : accept }",
 	} {
 		for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 			text := []byte(head + "add rule inet bw fwchain " + rule + "\n")

@@ -412,7 +412,9 @@ func TestNFTSpellings(t *testing.T) {
 			t.Errorf("%s reads as\n%s\nwant %s", rule, got, want)
 		}
 	}
-	for _, rule := range []string{"ether saddr 0:1:2:3:4 drop", "ether saddr 0:1:2:3:4:100 drop", "ct state 16 drop", "ct state ! established drop"} {
+	// What nft refuses too.
+	for _, rule := range []string{"ether saddr 0:1:2:3:4 drop", "ether saddr 0:1:2:3:4:100 drop", "ct state 16 drop", "ct state ! established drop",
+		`meta iifname "" drop`, `oifname "" drop`, "tcp dport vmap { 1-100 : drop, 50-200 : accept }", "ip saddr vmap { 10.0.0.0/8 : drop, 10.1.0.0/16 : accept }"} {
 		src := "table ip t {\n chain c {\n  type filter hook input priority 0;\n  " + rule + "\n }\n}\n"
 		rs, err := Parse("t.nft", []byte(src), Options{Family: rules.IPv4})
 		if err == nil {

@@ -1,7 +1,9 @@
 package nft
 
 import (
+	"bytes"
 	"fmt"
+	"math/bits"
 	"net"
 	"net/netip"
 	"slices"
@@ -607,6 +609,9 @@ func (b *ruleBuilder) vmap(m *Match, keys []string, pos rules.Pos) {
 	if len(keys) > 1 && !b.disjointTuples(pos, keys, elems) {
 		return
 	}
+	if len(keys) == 1 && !b.disjointKeys(keys[0], elems) {
+		return
+	}
 	// A key in the map ends the rule with the element's verdict, but for
 	// "continue", which goes on to the rule's next statement; a key not
 	// in it breaks the rule (nft_lookup_eval).
@@ -645,6 +650,36 @@ func (b *ruleBuilder) vmap(m *Match, keys []string, pos rules.Pos) {
 		b.emit(a)
 	}
 	b.conds = append(slices.Clone(base), cont)
+}
+
+// disjointKeys refuses a verdict map two of whose keys overlap, as nft
+// does ("conflicting intervals"). Keys it cannot place are left to the
+// model.
+func (b *ruleBuilder) disjointKeys(key string, elems []elem) bool {
+	for i, x := range elems {
+		xl, xh, ok := partRange(key, x)
+		if !ok {
+			continue
+		}
+		for _, y := range elems[i+1:] {
+			yl, yh, ok := partRange(key, y)
+			if ok && bytes.Compare(xh, yl) >= 0 && bytes.Compare(yh, xl) >= 0 {
+				b.errorf(y.pos, "conflicting intervals in the verdict map: %s overlaps %s", elemText(y), elemText(x))
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func elemText(e elem) string {
+	switch {
+	case e.hasRange:
+		return e.lo + "-" + e.hi
+	case e.hasMask:
+		return e.lo + "/" + e.mask
+	}
+	return e.lo
 }
 
 // knownKeys are the keys relation translates.
@@ -1558,6 +1593,21 @@ func (b *ruleBuilder) ctState(pos rules.Pos, op string, val rhs) {
 		b.unsupported(pos, "ct state "+op)
 		return
 	}
+	if len(val.elems) == 1 && !val.set && (op == "==" || op == "!=") {
+		// "== 6": no packet has two states at once.
+		if v, err := parseNum(val.elems[0].lo, 32); err == nil && bits.OnesCount64(v) > 1 {
+			if _, ok := ctStateNumber(val.elems[0].lo, ""); ok {
+				if op == "==" {
+					b.add(choice{})
+					return
+				}
+				// Every state, still tested: conntrack stays on.
+				all := &rules.Conntrack{Located: rules.Located{Pos: pos}, State: rules.CTInvalid | rules.CTEstablished | rules.CTRelated | rules.CTNew | rules.CTUntracked}
+				b.add(always1(func(r *rules.Rule) bool { r.Matches = append(r.Matches, all); return true }))
+				return
+			}
+		}
+	}
 	var st uint16
 	for _, e := range b.expandRef(pos, val) {
 		names := e.or
@@ -1604,6 +1654,10 @@ func (b *ruleBuilder) ifname(pos rules.Pos, key, op string, val rhs) {
 			return
 		}
 		n := e.lo
+		if n == "" {
+			b.errorf(e.pos, "%s \"\": an empty interface name is not allowed", key)
+			return
+		}
 		if byIndex {
 			if _, err := strconv.ParseUint(n, 0, 32); err == nil && !e.quoted {
 				b.unsupported(e.pos, key+" by number (bpfwall matches the interface by the name it has when loaded)")
