@@ -442,6 +442,19 @@ func (c *compiler) callChain(ci int, pkt asm.Register, off int32, done, decided 
 	}
 }
 
+// unit emits a classified segment or a rule, and returns the label of
+// what follows it, where its failing matches go.
+func (c *compiler) unit(u unit) string {
+	if u.seg != nil {
+		next := ruleLabel(u.seg.rules[len(u.seg.rules)-1]) + "_next"
+		c.classified(u.seg, next)
+		return next
+	}
+	next := ruleLabel(u.rule) + "_next"
+	c.rule(u.rule, next)
+	return next
+}
+
 // chain emits the functions of chain ci. They take the parsed packet in r1
 // and keep it in r6.
 func (c *compiler) chain(ci int) {
@@ -454,14 +467,7 @@ func (c *compiler) chain(ci int) {
 		// segment when the next rule starts another.
 		rb := root.sub()
 		c.b = rb
-		var next string
-		if u.seg != nil {
-			next = ruleLabel(u.seg.rules[len(u.seg.rules)-1]) + "_next"
-			c.classified(u.seg, next)
-		} else {
-			next = ruleLabel(u.rule) + "_next"
-			c.rule(u.rule, next)
-		}
+		next := c.unit(u)
 		c.b = root
 		n := branches(rb.insns)
 		if inSegment > 0 && inSegment+n > maxSegmentBranches {

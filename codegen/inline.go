@@ -89,15 +89,7 @@ func (c *compiler) inlineChain(ci int, ret string) {
 	ch := c.p.Chains[ci]
 	c.b.note("chain %s, inlined", ch.Name)
 	for _, u := range c.units(ch.Rules) {
-		var next string
-		if u.seg != nil {
-			next = ruleLabel(u.seg.rules[len(u.seg.rules)-1]) + "_next"
-			c.classified(u.seg, next)
-		} else {
-			next = ruleLabel(u.rule) + "_next"
-			c.rule(u.rule, next)
-		}
-		c.b.mark(next)
+		c.b.mark(c.unit(u))
 	}
 	c.b.emit(ja(ret))
 	c.b, c.ret = outer, outerRet

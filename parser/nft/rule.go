@@ -880,13 +880,7 @@ func (b *ruleBuilder) addrMatch(pos rules.Pos, key, op string, val rhs) {
 			return
 		}
 		b.add(always1(func(r *rules.Rule) bool {
-			n := rules.NetFromPrefix(p)
-			switch {
-			case !dst && r.Src.IsAny() && !r.SrcNeg:
-				r.Src, r.SrcNeg = n, neg
-			case dst && r.Dst.IsAny() && !r.DstNeg:
-				r.Dst, r.DstNeg = n, neg
-			default:
+			if !setAddr(r, dst, rules.NetFromPrefix(p), neg) {
 				from, to := prefixRange(p)
 				return addrRangeCond(pos, dst, from, to, neg)(r)
 			}
@@ -945,17 +939,26 @@ func (b *ruleBuilder) addrMaskMatch(pos rules.Pos, key, op string, mask, val rhs
 	dst := strings.HasSuffix(key, "daddr")
 	n := rules.Net{Addr: v, Mask: m}
 	b.add(always1(func(r *rules.Rule) bool {
-		switch {
-		case !dst && r.Src.IsAny() && !r.SrcNeg:
-			r.Src, r.SrcNeg = n, neg
-		case dst && r.Dst.IsAny() && !r.DstNeg:
-			r.Dst, r.DstNeg = n, neg
-		default:
+		if !setAddr(r, dst, n, neg) {
 			// Lowering refuses it at its position.
 			r.Matches = append(r.Matches, &rules.Generic{Located: rules.Located{Pos: pos}, Ext: key + " & besides another " + key})
 		}
 		return true
 	}))
+}
+
+// setAddr makes n the rule's -s (-d when dst), and says whether it could:
+// not when the rule has one already.
+func setAddr(r *rules.Rule, dst bool, n rules.Net, neg bool) bool {
+	switch {
+	case !dst && r.Src.IsAny() && !r.SrcNeg:
+		r.Src, r.SrcNeg = n, neg
+	case dst && r.Dst.IsAny() && !r.DstNeg:
+		r.Dst, r.DstNeg = n, neg
+	default:
+		return false
+	}
+	return true
 }
 
 func addrRangeCond(pos rules.Pos, dst bool, from, to netip.Addr, neg bool) cond {
