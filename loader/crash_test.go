@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
+	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 )
 
@@ -126,6 +127,7 @@ func runCrashHelper(t *testing.T, place Place, rules string, ifaces []string, at
 // status and save, describe it; nothing is left behind; and the next swap
 // succeeds.
 func TestSwapSurvivesKill(t *testing.T) {
+	testenv.RequireRoot(t)
 	old := []string{"-p udp -m udp --dport 53 -m recent --set --name S", "-p tcp -m tcp --dport 22 -j DROP"}
 	next := []string{
 		"-m conntrack --ctstate ESTABLISHED -j ACCEPT",
