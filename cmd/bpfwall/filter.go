@@ -174,40 +174,31 @@ func findTargets(hookName string, ifaces []string, stderr io.Writer) ([]target, 
 	return out, nil
 }
 
-// dropDefunct unloads the filters among targets whose every interface
-// is gone (deleted, or moved to another namespace), which filter
-// nothing, and returns the others: a restore of the namespace's filters
-// swaps those.
-func dropDefunct(targets []target, stderr io.Writer) ([]target, error) {
-	var out []target
-	for _, t := range targets {
-		if t.snap == nil {
-			out = append(out, t)
-			continue
-		}
-		a, err := loader.Open(t.place)
-		if err != nil {
-			return nil, privileged(err)
-		}
-		gone := a.GoneIfaces()
-		a.Close()
-		if len(gone) == 0 || len(gone) < len(t.snap.Meta.Ifaces) {
-			out = append(out, t)
-			continue
-		}
-		if _, err := loader.Unload(t.place, nil); err != nil {
-			return nil, err
-		}
-		var names []string
-		for _, ifc := range gone {
-			names = append(names, fmt.Sprintf("%s (ifindex %d)", ifc.Name, ifc.Index))
-		}
-		fmt.Fprintf(stderr, "bpfwall: the %s filter was attached only to interfaces that are gone, %s: unloaded it\n", t.place.Hook, strings.Join(names, ", "))
+// goneEverywhere unloads the filter at t if every interface it is
+// attached to is gone (deleted, or moved to another namespace), since it
+// filters nothing, and says whether it did.
+func goneEverywhere(t target, stderr io.Writer) (bool, error) {
+	if t.snap == nil {
+		return false, nil
 	}
-	if len(out) == 0 {
-		return nil, errors.New("no filter is loaded in this network namespace on an interface that exists; name interfaces with -i")
+	a, err := loader.Open(t.place)
+	if err != nil {
+		return false, privileged(err)
 	}
-	return out, nil
+	gone := a.GoneIfaces()
+	a.Close()
+	if len(gone) == 0 || len(gone) < len(t.snap.Meta.Ifaces) {
+		return false, nil
+	}
+	if _, err := loader.Unload(t.place, nil); err != nil {
+		return false, err
+	}
+	var names []string
+	for _, ifc := range gone {
+		names = append(names, fmt.Sprintf("%s (ifindex %d)", ifc.Name, ifc.Index))
+	}
+	fmt.Fprintf(stderr, "bpfwall: the %s filter was attached only to interfaces that are gone, %s: unloaded it\n", t.place.Hook, strings.Join(names, ", "))
+	return true, nil
 }
 
 // active returns the rule set running at t, with its live counters.

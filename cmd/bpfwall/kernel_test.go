@@ -498,6 +498,11 @@ func TestDeletedInterface(t *testing.T) {
 	if out := c.ok("", "status"); !strings.Contains(out, "every interface is gone") {
 		t.Errorf("status does not say the tc-ingress filter filters nothing:\n%s", out)
 	}
+	// Bad input changes nothing, not even the filter that filters
+	// nothing.
+	if _, errOut, code := c.run(strings.Replace(udpRules, "-j DROP", "-j NOSUCH", 1), "restore"); code != 1 || len(c.status()) != 2 {
+		t.Fatalf("restore of bad input: exit %d, %d filters left, want 1 and 2\n%s", code, len(c.status()), errOut)
+	}
 	_, errOut, code := c.run(udpRules, "restore")
 	if code != 0 || !strings.Contains(errOut, "the tc-ingress filter was attached only to interfaces that are gone, vk2") {
 		t.Fatalf("restore: exit %d\n%s", code, errOut)

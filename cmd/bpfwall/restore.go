@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -60,12 +61,6 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if !*test && len(f.ifaces) == 0 {
-		if targets, err = dropDefunct(targets, stderr); err != nil {
-			return err
-		}
-	}
-
 	// Everything is parsed and compiled before anything is swapped.
 	type plan struct {
 		t    target
@@ -127,15 +122,29 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
+	swapped := 0
 	for _, p := range plans {
+		if len(f.ifaces) == 0 {
+			// A filter whose every interface is gone filters nothing.
+			if gone, err := goneEverywhere(p.t, stderr); err != nil || gone {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		res, err := swapIn(p.t, p.rs, p.prog, display, &f, p.mode)
 		if err != nil {
 			return err
 		}
+		swapped++
 		noteStage(stderr, p.t, res)
 		if *verbose {
 			describeSwap(stdout, p.t, res)
 		}
+	}
+	if swapped == 0 {
+		return errors.New("no filter is loaded in this network namespace on an interface that exists; name interfaces with -i")
 	}
 	return nil
 }
