@@ -78,6 +78,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
+	if args[0] == "--version" || args[0] == "-V" || args[0] == "version" {
+		// As iptables -V: the version on stdout.
+		printVersion(stdout)
+		return nil
+	}
 	for _, c := range commands {
 		if c.name == args[0] {
 			return c.run(args[1:], stdout, stderr)
@@ -90,6 +95,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 
 func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: bpfwall COMMAND [options] FILE")
+	fmt.Fprintln(w, "       bpfwall --version")
 	fmt.Fprintln(w)
 	sorted := append([]command(nil), commands...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].name < sorted[j].name })

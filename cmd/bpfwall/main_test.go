@@ -213,3 +213,14 @@ func TestNFTFamilyFromContent(t *testing.T) {
 		t.Errorf("check: exit %d, %q %q", code, out, errOut)
 	}
 }
+
+// TestVersion: bpfwall --version, -V and version print the build's
+// version on stdout, as iptables -V does.
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"--version", "-V", "version"} {
+		out, errOut, code := runCmd(t, arg)
+		if code != 0 || errOut != "" || !strings.HasPrefix(out, "bpfwall ") || !strings.Contains(out, ", go1.") {
+			t.Errorf("%s: exit %d, %q %q", arg, code, out, errOut)
+		}
+	}
+}
