@@ -84,7 +84,7 @@ func (c *compiler) inlineChains() ([]bool, error) {
 // inlineChain emits chain ci at its one call site: its RETURN and its end
 // go to ret.
 func (c *compiler) inlineChain(ci int, ret string) {
-	outer, outerRet := c.b, c.ret
+	outerRet := c.ret
 	c.ret = ret
 	ch := c.p.Chains[ci]
 	c.b.note("chain %s, inlined", ch.Name)
@@ -92,7 +92,7 @@ func (c *compiler) inlineChain(ci int, ret string) {
 		c.b.mark(c.unit(u))
 	}
 	c.b.emit(ja(ret))
-	c.b, c.ret = outer, outerRet
+	c.ret = outerRet
 }
 
 // chainReturn emits the RETURN of the chain being emitted: from its

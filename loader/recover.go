@@ -149,13 +149,25 @@ func finishSwap(dir string, pending []string) error {
 			return err
 		}
 	}
-	for _, name := range pending[:len(pending)-1] {
-		if err := commitPin(filepath.Join(dir, name)); err != nil {
-			return err
+	_, err = commitPins(dir, pending, &meta)
+	return err
+}
+
+// commitPins moves the pending pins names, in pendingPins' order, into
+// place; before the meta map, the last, it drops the old filter's pins
+// that m, the new meta, does not name. It returns how many it moved.
+func commitPins(dir string, names []string, m *Meta) (int, error) {
+	for k, name := range names {
+		if name == pinMeta {
+			dropOldPins(dir, m)
+			reached("drop old pins")
 		}
+		if err := commitPin(filepath.Join(dir, name)); err != nil {
+			return k, err
+		}
+		reached("commit " + name)
 	}
-	dropOldPins(dir, &meta)
-	return commitPin(filepath.Join(dir, pinMeta))
+	return len(names), nil
 }
 
 // runOn makes the link pinned at path run prog if it runs another

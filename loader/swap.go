@@ -420,18 +420,11 @@ func (b *build) commit(old *Active) error {
 	if err != nil {
 		return err
 	}
-	for k, name := range names {
-		if name == pinMeta {
-			dropOldPins(b.dir, b.described)
-			reached("drop old pins")
+	if k, err := commitPins(b.dir, names, b.described); err != nil {
+		if old != nil {
+			b.restore(old, names[:k])
 		}
-		if err := commitPin(filepath.Join(b.dir, name)); err != nil {
-			if old != nil {
-				b.restore(old, names[:k])
-			}
-			return err
-		}
-		reached("commit " + name)
+		return err
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -113,21 +114,20 @@ func Stray(root string, ns uint64) ([]StrayProgram, error) {
 		}
 		out = append(out, StrayProgram{Hook: hook, Iface: iface, Program: id})
 	}
-	idx := make([]int, 0, len(links))
-	for i := range links {
-		idx = append(idx, i)
-	}
-	slices.Sort(idx)
-	for _, i := range idx {
+	tcx := []struct {
+		hook codegen.Hook
+		at   ebpf.AttachType
+	}{{codegen.HookTCIngress, ebpf.AttachTCXIngress}, {codegen.HookTCEgress, ebpf.AttachTCXEgress}}
+	for _, i := range slices.Sorted(maps.Keys(links)) {
 		l := links[i]
 		add(codegen.HookXDP, l.name, ebpf.ProgramID(l.xdp))
-		for hook, at := range map[codegen.Hook]ebpf.AttachType{codegen.HookTCIngress: ebpf.AttachTCXIngress, codegen.HookTCEgress: ebpf.AttachTCXEgress} {
-			res, err := link.QueryPrograms(link.QueryOptions{Target: i, Attach: at})
+		for _, t := range tcx {
+			res, err := link.QueryPrograms(link.QueryOptions{Target: i, Attach: t.at})
 			if err != nil {
 				continue // no tcx here
 			}
 			for _, p := range res.Programs {
-				add(hook, l.name, p.ID)
+				add(t.hook, l.name, p.ID)
 			}
 		}
 	}

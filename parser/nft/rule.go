@@ -710,16 +710,16 @@ func (b *ruleBuilder) relation(pos rules.Pos, key, op string, mask *rhs, val rhs
 	switch key {
 	case "meta nfproto", "nfproto", "meta protocol":
 		b.nfproto(pos, key, op, val)
-	case "ip saddr", "ip daddr":
-		if b.needFamily(rules.IPv4) && mask != nil {
-			b.addrMaskMatch(pos, key, op, *mask, val)
-		} else if b.fam == rules.IPv4 {
-			b.addrMatch(pos, key, op, val)
+	case "ip saddr", "ip daddr", "ip6 saddr", "ip6 daddr":
+		fam := rules.IPv4
+		if strings.HasPrefix(key, "ip6 ") {
+			fam = rules.IPv6
 		}
-	case "ip6 saddr", "ip6 daddr":
-		if b.needFamily(rules.IPv6) && mask != nil {
+		switch {
+		case !b.needFamily(fam):
+		case mask != nil:
 			b.addrMaskMatch(pos, key, op, *mask, val)
-		} else if b.fam == rules.IPv6 {
+		default:
 			b.addrMatch(pos, key, op, val)
 		}
 	case "ip protocol", "meta l4proto", "l4proto":
@@ -1598,17 +1598,15 @@ func (b *ruleBuilder) ctState(pos rules.Pos, op string, val rhs) {
 	}
 	if len(val.elems) == 1 && !val.set && (op == "==" || op == "!=") {
 		// "== 6": no packet has two states at once.
-		if v, err := parseNum(val.elems[0].lo, 32); err == nil && bits.OnesCount64(v) > 1 {
-			if _, ok := ctStateNumber(val.elems[0].lo, ""); ok {
-				if op == "==" {
-					b.add(choice{})
-					return
-				}
-				// Every state, still tested: conntrack stays on.
-				all := &rules.Conntrack{Located: rules.Located{Pos: pos}, State: rules.CTInvalid | rules.CTEstablished | rules.CTRelated | rules.CTNew | rules.CTUntracked}
-				b.add(always1(func(r *rules.Rule) bool { r.Matches = append(r.Matches, all); return true }))
+		if st, ok := ctStateNumber(val.elems[0].lo, ""); ok && bits.OnesCount16(st) > 1 {
+			if op == "==" {
+				b.add(choice{})
 				return
 			}
+			// Every state, still tested: conntrack stays on.
+			all := &rules.Conntrack{Located: rules.Located{Pos: pos}, State: rules.CTInvalid | rules.CTEstablished | rules.CTRelated | rules.CTNew | rules.CTUntracked}
+			b.add(always1(func(r *rules.Rule) bool { r.Matches = append(r.Matches, all); return true }))
+			return
 		}
 	}
 	var st uint16
