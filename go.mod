@@ -8,6 +8,7 @@ require (
 	github.com/google/nftables v0.3.0
 	github.com/gopacket/gopacket v1.7.7
 	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42
+	github.com/spf13/pflag v1.1.0
 	golang.org/x/sys v0.48.0
 	golang.org/x/tools v0.51.0
 )

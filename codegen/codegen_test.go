@@ -133,7 +133,7 @@ func TestIngressStateWarnings(t *testing.T) {
 			// cannot (ICMP, other protocols, fragments): only NAT's
 			// sequence adjustment and VLAN-tagged frames are left to warn
 			// of.
-			if !strings.Contains(w.Msg, "NAT adjusts") || !strings.Contains(w.Msg, "VLAN-tagged") || strings.Contains(w.Msg, "window") {
+			if !strings.Contains(w.Msg, "NAT helper renumbers") || !strings.Contains(w.Msg, "VLAN-tagged") || strings.Contains(w.Msg, "window") {
 				t.Errorf("%s: warning %q does not name the ingress limit, or names one that is gone", hook, w.Msg)
 			}
 		}

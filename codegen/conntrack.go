@@ -539,9 +539,7 @@ func ingressStateWarnings(p *ir.Program, hook Hook) []*rules.Error {
 		for _, m := range r.Matches {
 			if _, ok := m.(ir.CTState); ok {
 				out = append(out, rules.Errorf(r.Pos, "conntrack state on %s is looked up before conntrack sees the packet: "+
-					"a TCP segment of a connection whose sequence numbers NAT adjusts (a NAT helper's entry), "+
-					"and a packet whose state only conntrack knows (ICMP, other protocols, fragments) in a VLAN-tagged frame, are dropped here; "+
-					"tc-egress reads the state conntrack gave", hook))
+					"it drops TCP that a NAT helper renumbers, and VLAN-tagged ICMP, fragments and other protocols whose state only conntrack knows", hook))
 				break
 			}
 		}

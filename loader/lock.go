@@ -28,16 +28,25 @@ type Lock struct{ f *os.File }
 // Acquire takes the lock in file path (DefaultLockFile when empty),
 // waiting up to wait for another command to release it.
 func Acquire(path string, wait time.Duration) (*Lock, error) {
-	return acquire(path, wait, unix.LOCK_EX)
+	return acquire(path, wait, lockInterval, unix.LOCK_EX)
+}
+
+// AcquireEvery is Acquire, trying every interval (lockInterval if 0); a
+// negative wait waits for as long as it takes.
+func AcquireEvery(path string, wait, interval time.Duration) (*Lock, error) {
+	if interval <= 0 {
+		interval = lockInterval
+	}
+	return acquire(path, wait, interval, unix.LOCK_EX)
 }
 
 // AcquireShared takes the lock in file path as a reader: readers hold it
 // together, and no command changes a filter meanwhile.
 func AcquireShared(path string, wait time.Duration) (*Lock, error) {
-	return acquire(path, wait, unix.LOCK_SH)
+	return acquire(path, wait, lockInterval, unix.LOCK_SH)
 }
 
-func acquire(path string, wait time.Duration, how int) (*Lock, error) {
+func acquire(path string, wait, interval time.Duration, how int) (*Lock, error) {
 	if path == "" {
 		path = DefaultLockFile
 	}
@@ -58,11 +67,15 @@ func acquire(path string, wait time.Duration, how int) (*Lock, error) {
 			f.Close()
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
+		if wait < 0 {
+			time.Sleep(interval)
+			continue
+		}
 		if !time.Now().Before(deadline) {
 			f.Close()
 			return nil, fmt.Errorf("lock %s: %w", path, ErrLocked)
 		}
-		time.Sleep(min(lockInterval, time.Until(deadline)))
+		time.Sleep(min(interval, time.Until(deadline)))
 	}
 }
 

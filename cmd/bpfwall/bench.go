@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"bpfwall/internal/bench"
 )
@@ -32,7 +33,7 @@ const (
 	defaultE2ESizes = "1,32,1000,10000"
 )
 
-func (f *benchFlags) register(fs *flag.FlagSet) {
+func (f *benchFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.families, "families", "", "comma-separated rule set families (default all; bpfilter with --e2e): bpfilter, blocklist, allowlist, mixed, realistic, tum")
 	fs.StringVar(&f.sizes, "sizes", "", "comma-separated rule counts (default "+defaultSizes+"; "+defaultE2ESizes+" with --e2e)")
 	fs.StringVar(&f.levels, "levels", "0,1", "comma-separated optimization levels")
@@ -45,11 +46,11 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.duration, "duration", time.Second, "how long each --e2e run floods")
 	fs.StringVar(&f.tum, "tum", "", "the TUM dump for the tum family (default: found under ../shared/corpora/real)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the generated rule sets and frames")
-	fs.BoolVar(&f.quiet, "q", false, "no progress lines on stderr")
+	fs.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines on stderr")
 }
 
 func runBench(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench", stderr)
+	fs := newFlagSet("bench", stdout, stderr)
 	var f benchFlags
 	f.register(fs)
 	rest, err := parseFlags(fs, args)

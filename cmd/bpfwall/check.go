@@ -10,10 +10,10 @@ import (
 )
 
 func runCheck(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("check", stderr)
+	fs := newFlagSet("check", stdout, stderr)
 	var in inputFlags
 	in.register(fs)
-	noflush := fs.Bool("n", false, "read fragments applied with iptables-restore -n: each on top of the previous files, chains defined elsewhere allowed")
+	noflush := fs.BoolP("noflush", "n", false, "read fragments applied with iptables-restore -n: each on top of the previous files, chains defined elsewhere allowed")
 	files, err := parseFlags(fs, args)
 	if err != nil {
 		return err

@@ -2,11 +2,11 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
 	"github.com/cilium/ebpf"
+	"github.com/spf13/pflag"
 
 	"bpfwall/codegen"
 	"bpfwall/ir"
@@ -23,31 +23,12 @@ type compileFlags struct {
 	table string
 }
 
-func (f *compileFlags) register(fs *flag.FlagSet) {
+func (f *compileFlags) register(fs *pflag.FlagSet) {
 	f.inputFlags.register(fs)
 	fs.StringVar(&f.hook, "hook", "xdp", "attach point: xdp, tc-ingress, tc-egress or sk-lookup")
 	fs.StringVar(&f.chain, "chain", "", "chain to compile (default INPUT, OUTPUT for tc-egress, PREROUTING for sk-lookup)")
 	fs.StringVar(&f.table, "table", "", "table of the chain (default filter, mangle for sk-lookup)")
 	f.levelFlags.register(fs)
-}
-
-// levelFlags are -O0 and -O1, taken by every command that compiles.
-type levelFlags struct{ o0, o1 bool }
-
-func (f *levelFlags) register(fs *flag.FlagSet) {
-	fs.BoolVar(&f.o0, "O0", false, "the plain rule-by-rule program")
-	fs.BoolVar(&f.o1, "O1", false, "all optimizations (the default)")
-}
-
-// level is the optimization level the flags select: -O1 unless -O0.
-func (f *levelFlags) level() (codegen.Level, error) {
-	switch {
-	case f.o0 && f.o1:
-		return 0, fmt.Errorf("%w: -O0 and -O1 exclude each other", errUsage)
-	case f.o0:
-		return codegen.O0, nil
-	}
-	return codegen.O1, nil
 }
 
 // compile reads, lowers and compiles the rule set in file.
@@ -88,16 +69,16 @@ func (f *compileFlags) compile(file string, stderr io.Writer) (*codegen.Program,
 	if err != nil {
 		return nil, err
 	}
-	printWarnings(stderr, out.Warnings)
+	f.print(stderr, out.Warnings)
 	return out, nil
 }
 
 func runCompile(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("compile", stderr)
+	fs := newFlagSet("compile", stdout, stderr)
 	var cf compileFlags
 	cf.register(fs)
 	dump := fs.Bool("dump", false, "print the annotated eBPF assembly; load nothing")
-	verbose := fs.Bool("v", false, "print the verifier's whole log when it rejects the program")
+	verbose := fs.BoolP("verbose", "v", false, "print the verifier's whole log when it rejects the program")
 	files, err := parseFlags(fs, args)
 	if err != nil {
 		return err

@@ -2,14 +2,13 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/spf13/pflag"
 
 	"bpfwall/codegen"
 	"bpfwall/ir"
@@ -25,6 +24,8 @@ import (
 type ifaceList []string
 
 func (l *ifaceList) String() string { return strings.Join(*l, ",") }
+
+func (l *ifaceList) Type() string { return "IFACE" }
 
 func (l *ifaceList) Set(s string) error {
 	*l = append(*l, s)
@@ -50,15 +51,16 @@ func envOr(name, def string) string {
 
 // acquireLock takes bpfwall's lock as iptables takes the xtables lock,
 // with its messages when another command holds it.
-func acquireLock(wait float64, stderr io.Writer) (*loader.Lock, error) {
-	l, err := loader.Acquire(lockFile, time.Duration(wait*float64(time.Second)))
+func acquireLock(wait waitFlags, stderr io.Writer) (*loader.Lock, error) {
+	l, err := loader.AcquireEvery(lockFile, wait.timeout(), wait.interval)
 	if errors.Is(err, loader.ErrLocked) {
-		if wait > 0 {
-			fmt.Fprintf(stderr, "Another app is currently holding the bpfwall lock. Stopped waiting after %gs.\n", wait)
+		if wait.timeout() > 0 {
+			fmt.Fprintf(stderr, "Another app is currently holding the bpfwall lock. Stopped waiting after %ss.\n", wait.wait.String())
 		} else {
 			fmt.Fprintln(stderr, "Another app is currently holding the bpfwall lock. Perhaps you want to use the -w option?")
 		}
-		return nil, exitError{1}
+		// As iptables: 4, a resource problem.
+		return nil, exitError{4}
 	}
 	if err != nil {
 		return nil, privileged(err)
@@ -155,7 +157,7 @@ func findTargets(hookName string, ifaces []string, stderr io.Writer) ([]target, 
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 			if len(ifaces) == 0 {
-				return nil, fmt.Errorf("no %s filter is loaded in this network namespace; name interfaces with -i", p.Hook)
+				return nil, nothingLoaded(fmt.Sprintf("no %s filter is loaded in this network namespace; name interfaces with -i", p.Hook))
 			}
 		case err != nil:
 			return nil, privileged(err)
@@ -169,7 +171,7 @@ func findTargets(hookName string, ifaces []string, stderr io.Writer) ([]target, 
 		out = append(out, t)
 	}
 	if len(out) == 0 {
-		return nil, errors.New("no filter is loaded in this network namespace; name interfaces with -i")
+		return nil, nothingLoaded("no filter is loaded in this network namespace; name interfaces with -i")
 	}
 	return out, nil
 }
@@ -203,7 +205,8 @@ func goneEverywhere(t target, stderr io.Writer) (bool, error) {
 
 // active returns the rule set running at t, with its live counters.
 func (t target) active() (*rules.Ruleset, error) {
-	rs, err := iptables.Parse(activeName, []byte(t.snap.Meta.Source), iptables.Options{Counters: true})
+	fam := metaFamily(&t.snap.Meta)
+	rs, err := iptables.Parse(activeName, []byte(t.snap.Meta.Source), iptables.Options{Counters: true, Family: fam, ForceFamily: fam == rules.IPv6})
 	if err != nil {
 		return nil, fmt.Errorf("read the active %s rule set: %w", t.place.Hook, err)
 	}
@@ -211,6 +214,17 @@ func (t target) active() (*rules.Ruleset, error) {
 		return nil, err
 	}
 	return rs, nil
+}
+
+// nothingLoaded is why findTargets found no filter.
+type nothingLoaded string
+
+func (e nothingLoaded) Error() string { return string(e) }
+
+// isNothingLoaded says whether err is findTargets finding no filter.
+func isNothingLoaded(err error) bool {
+	var e nothingLoaded
+	return errors.As(err, &e)
 }
 
 // activeName is the file name of the active rule set in positions.
@@ -234,7 +248,7 @@ func (t target) chain(flag string) string {
 
 // compileFor lowers and compiles rs's chain for t's hook, and prints the
 // program's warnings to stderr.
-func compileFor(rs *rules.Ruleset, t target, chain string, level codegen.Level, stderr io.Writer) (*codegen.Program, error) {
+func compileFor(rs *rules.Ruleset, t target, chain string, level codegen.Level, warn *warner, stderr io.Writer) (*codegen.Program, error) {
 	table := "filter"
 	if t.place.Hook == codegen.HookSkLookup {
 		table = "mangle"
@@ -247,7 +261,7 @@ func compileFor(rs *rules.Ruleset, t target, chain string, level codegen.Level, 
 	if err != nil {
 		return nil, err
 	}
-	printWarnings(stderr, prog.Warnings)
+	warn.print(stderr, prog.Warnings)
 	return prog, nil
 }
 
@@ -258,15 +272,15 @@ type swapFlags struct {
 	hook    string
 	chain   string
 	xdpMode string
-	wait    float64
+	waitFlags
 }
 
-func (f *swapFlags) register(fs *flag.FlagSet) {
-	fs.Var(&f.ifaces, "i", "attach to `IFACE` (repeatable)")
+func (f *swapFlags) register(fs *pflag.FlagSet) {
+	fs.VarP(&f.ifaces, "interface", "i", "attach to `IFACE` (repeatable)")
 	fs.StringVar(&f.hook, "hook", "", "xdp, tc-ingress, tc-egress or sk-lookup (default xdp; without -i, every loaded filter)")
 	fs.StringVar(&f.chain, "chain", "", "entry chain (default INPUT, OUTPUT for tc-egress, or the loaded filter's)")
 	fs.StringVar(&f.xdpMode, "xdp-mode", "auto", "native, generic or auto (native, falling back to generic)")
-	fs.Float64Var(&f.wait, "w", 0, "wait up to `SECS` for another bpfwall command to finish")
+	f.waitFlags.register(fs)
 	f.levelFlags.register(fs)
 }
 

@@ -9,10 +9,10 @@ import (
 )
 
 func runFmt(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("fmt", stderr)
+	fs := newFlagSet("fmt", stdout, stderr)
 	var in inputFlags
 	in.register(fs)
-	counters := fs.Bool("c", false, "print rule counters")
+	counters := fs.BoolP("counters", "c", false, "print rule counters")
 	asNFT := fs.Bool("nft", false, "print nft text (\"nft list ruleset\" form) of a rule set read from nftables")
 	files, err := parseFlags(fs, args)
 	if err != nil {

@@ -1,10 +1,13 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
 
 	"bpfwall/parser/iptables"
 	"bpfwall/parser/nft"
@@ -13,7 +16,8 @@ import (
 
 // inputFlags are the flags every command that reads a rule set takes.
 type inputFlags struct {
-	ipv6   bool
+	familyFlags
+	warner
 	ipset  string
 	format string // iptables, nft, or empty to detect
 	// fragment inputs apply on top of a rule set not known here (check -n);
@@ -28,8 +32,9 @@ type inputFlags struct {
 // kernelInput names the kernel's rule set where a file name would be.
 const kernelInput = "kernel"
 
-func (f *inputFlags) register(fs *flag.FlagSet) {
-	fs.BoolVar(&f.ipv6, "6", false, "read the input as ip6tables input")
+func (f *inputFlags) register(fs *pflag.FlagSet) {
+	f.familyFlags.register(fs, "read the input as")
+	f.warner.register(fs)
 	fs.StringVar(&f.ipset, "ipset", "", "read ipset definitions from `FILE` (ipset save output)")
 	fs.StringVar(&f.format, "format", "", "input format: `iptables` or nft (detected from the content by default)")
 	fs.BoolVar(&f.fromKernel, "from-kernel", false, "compile the nftables rule set of this network namespace, read from the kernel over netlink, instead of FILE")
@@ -38,6 +43,9 @@ func (f *inputFlags) register(fs *flag.FlagSet) {
 // inputs returns the rule sets the command reads: the files named, or,
 // with --from-kernel, which excludes them, the kernel's.
 func (f *inputFlags) inputs(files []string) ([]string, error) {
+	if err := f.familyFlags.check(); err != nil {
+		return nil, err
+	}
 	if !f.fromKernel {
 		return files, nil
 	}
@@ -112,28 +120,87 @@ func (f *inputFlags) load(name string, stderr io.Writer) (*rules.Ruleset, error)
 			return nil, fmt.Errorf("%s: --ipset and fragments apply to iptables input only", displayName)
 		}
 		fam := opts.Family
-		if !f.ipv6 {
+		if !f.ipv6 && !f.ipv4 {
 			// An ip6-only rule set is for IPv6 packets: read as IPv4 it
 			// would compile to nothing and pass them all.
 			if fam, err = nft.Family(displayName, src, nft.Options{}); err != nil {
 				return nil, err
 			}
 		}
-		return nft.Parse(displayName, src, nft.Options{Family: fam})
+		rs, err := nft.Parse(displayName, src, nft.Options{Family: fam})
+		if rs != nil {
+			f.print(stderr, rs.Warnings)
+		}
+		return rs, err
 	case "iptables":
 	default:
 		return nil, fmt.Errorf("unknown --format %q: want iptables or nft", format)
 	}
 	rs, err = iptables.Parse(displayName, src, opts)
 	if rs != nil {
-		printWarnings(stderr, rs.Warnings)
+		f.print(stderr, rs.Warnings)
 	}
 	return rs, err
 }
 
-// printWarnings writes warnings as FILE:LINE:COL: warning: MESSAGE.
-func printWarnings(w io.Writer, warnings []*rules.Error) {
+// warner prints warnings as FILE:LINE:COL: warning: MESSAGE, one line
+// per cause: a message given for several rules is printed at the first,
+// saying how many more it applies to, and a command that compiles the
+// rule set for several hooks prints it once. -q silences warnings.
+type warner struct {
+	quiet bool
+	seen  map[string]bool
+}
+
+func (w *warner) register(fs *pflag.FlagSet) {
+	fs.BoolVarP(&w.quiet, "quiet", "q", false, "print no warnings")
+}
+
+// maxListed is how many more rules' lines a warning names.
+const maxListed = 5
+
+func (w *warner) print(out io.Writer, warnings []*rules.Error) {
+	if w.quiet || len(warnings) == 0 {
+		return
+	}
+	if w.seen == nil {
+		w.seen = make(map[string]bool)
+	}
+	byMsg := make(map[string][]*rules.Error)
+	var order []string
 	for _, x := range warnings {
-		fmt.Fprintf(w, "%s: warning: %s\n", x.Pos, x.Msg)
+		if byMsg[x.Msg] == nil {
+			order = append(order, x.Msg)
+		}
+		byMsg[x.Msg] = append(byMsg[x.Msg], x)
+	}
+	for _, msg := range order {
+		xs := byMsg[msg]
+		key := xs[0].Pos.String() + "\x00" + msg
+		if w.seen[key] {
+			continue
+		}
+		w.seen[key] = true
+		line := fmt.Sprintf("%s: warning: %s", xs[0].Pos, msg)
+		if more := xs[1:]; len(more) > 0 {
+			var lines []string
+			for _, x := range more[:min(len(more), maxListed)] {
+				if x.Pos.File == xs[0].Pos.File {
+					lines = append(lines, strconv.Itoa(x.Pos.Line))
+				} else {
+					lines = append(lines, x.Pos.String())
+				}
+			}
+			list := strings.Join(lines, ", ")
+			if len(more) > maxListed {
+				list += fmt.Sprintf(", and %d more", len(more)-maxListed)
+			}
+			rule := "rules"
+			if len(more) == 1 {
+				rule = "rule"
+			}
+			line += fmt.Sprintf(" (also %d more %s: line %s)", len(more), rule, list)
+		}
+		fmt.Fprintln(out, line)
 	}
 }

@@ -337,13 +337,16 @@ func TestLockContention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As iptables: a held lock is exit 4, a resource problem.
 	_, errOut, code := c.run(udpRules, "restore", "-i", "veth1")
-	if code != 1 || !strings.Contains(errOut, "Perhaps you want to use the -w option?") {
+	if code != 4 || !strings.Contains(errOut, "Perhaps you want to use the -w option?") {
 		t.Errorf("locked, no -w: exit %d, %q", code, errOut)
 	}
-	_, errOut, code = c.run(udpRules, "restore", "-w", "0.3", "-i", "veth1")
-	if code != 1 || !strings.Contains(errOut, "Stopped waiting after 0.3s") {
-		t.Errorf("locked, -w 0.3: exit %d, %q", code, errOut)
+	for _, wait := range [][]string{{"-w", "0.3"}, {"-w0.3"}, {"--wait=0.3"}, {"--wait", "0.3", "-W", "1000"}} {
+		_, errOut, code = c.run(udpRules, append([]string{"restore", "-i", "veth1"}, wait...)...)
+		if code != 4 || !strings.Contains(errOut, "Stopped waiting after 0.3s") {
+			t.Errorf("locked, %s: exit %d, %q", strings.Join(wait, " "), code, errOut)
+		}
 	}
 	if st := c.status(); len(st) != 0 {
 		t.Fatalf("a locked-out restore loaded a filter: %+v", st)
@@ -356,7 +359,18 @@ func TestLockContention(t *testing.T) {
 	if st := c.status(); len(st) != 1 {
 		t.Errorf("after waiting for the lock: %+v", st)
 	}
-	c.ok("", "unload")
+	// -w without a number waits for as long as it takes.
+	if held, err = loader.Acquire(os.Getenv("BPFWALL_LOCKFILE"), 0); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		held.Release()
+	}()
+	c.ok("", "unload", "-w")
+	if st := c.status(); len(st) != 0 {
+		t.Errorf("after unload -w: %+v", st)
+	}
 }
 
 // TestPrivateMountNamespace: under ip netns exec, which gives the command
@@ -585,4 +599,69 @@ func memoryCgroup(t *testing.T, limit int) string {
 	}
 	testenv.Unavailable(t, "no memory cgroup controller to make a cgroup in")
 	return ""
+}
+
+// TestIptablesOptions: restore and save take iptables-restore's and
+// iptables-save's options, long and short, bundled; nothing loaded is
+// no error for save and unload.
+func TestIptablesOptions(t *testing.T) {
+	bin := buildBpfwall(t)
+	freshNetns(t)
+	c := cli{t, bin}
+	// Nothing loaded: save prints nothing, unload succeeds, as
+	// iptables-save and iptables -F on empty tables.
+	if out, errOut, code := c.run("", "save"); code != 0 || out != "" || errOut != "" {
+		t.Errorf("save with nothing loaded: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	c.ok("", "unload")
+
+	// -tv: a test run says what it verified and loads nothing.
+	for _, args := range [][]string{{"-tv"}, {"--test", "--verbose"}, {"-t", "-v", "-M", "/sbin/modprobe", "-4"}} {
+		out := c.ok(udpRules, append([]string{"restore", "-i", "veth1"}, args...)...)
+		if !strings.Contains(out, "rules verified") {
+			t.Errorf("restore %s: %q", strings.Join(args, " "), out)
+		}
+		if st := c.status(); len(st) != 0 {
+			t.Fatalf("restore %s loaded a filter: %+v", strings.Join(args, " "), st)
+		}
+	}
+	withCounters := strings.Replace(udpRules, "-A INPUT -p udp -m udp --dport 5001", "[7:700] -A INPUT -p udp -m udp --dport 5001", 1)
+	c.ok(withCounters, "restore", "--counters", "--table=filter", "-i", "veth1")
+	if out := c.ok("", "save", "--counters"); !strings.Contains(out, "[7:700] -A INPUT -p udp -m udp --dport 5001") {
+		t.Errorf("restore --counters, save --counters:\n%s", out)
+	}
+	// --noflush adds to the active rule set.
+	c.ok("*filter\n-A INPUT -p udp -m udp --dport 5003 -j DROP\nCOMMIT\n", "restore", "--noflush")
+	out := c.ok("", "save", "-t", "filter")
+	if !strings.Contains(out, "--dport 5001") || !strings.Contains(out, "--dport 5003") {
+		t.Errorf("after restore --noflush, save -t filter:\n%s", out)
+	}
+	file := filepath.Join(t.TempDir(), "saved")
+	c.ok("", "save", "-f", file)
+	if b, err := os.ReadFile(file); err != nil || string(b) != out {
+		t.Errorf("save -f wrote %q (%v), want %q", b, err, out)
+	}
+	if _, errOut, code := c.run("", "save", "-t", "nat"); code != 1 || !strings.Contains(errOut, `table "nat"`) {
+		t.Errorf("save -t nat: exit %d, %q", code, errOut)
+	}
+	// -T restores one table of the input and leaves the others.
+	c.ok("*raw\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n"+strings.Replace(udpRules, "5002", "5004", 1), "restore", "-T", "raw")
+	if out := c.ok("", "save"); !strings.Contains(out, "*raw") || !strings.Contains(out, "--dport 5003") {
+		t.Errorf("after restore -T raw:\n%s", out)
+	}
+	// The IPv6 family is ip6tables-save's: save -6, not save.
+	if out, errOut, code := c.run("", "save", "-6"); code != 0 || out != "" {
+		t.Errorf("save -6 with only IPv4 loaded: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	c.ok("", "unload")
+	c.ok("", "unload")
+	v6 := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -s 2001:db8::1/128 -j DROP\nCOMMIT\n"
+	c.ok(v6, "restore", "-6", "-i", "veth1")
+	if out := c.ok("", "save", "--ipv6"); !strings.Contains(out, "-A INPUT -s 2001:db8::1/128 -j DROP") {
+		t.Errorf("save --ipv6:\n%s", out)
+	}
+	if out, errOut, code := c.run("", "save"); code != 0 || out != "" || !strings.Contains(errOut, "save -6") {
+		t.Errorf("save with only IPv6 loaded: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	c.ok("", "unload")
 }

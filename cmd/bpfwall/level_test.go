@@ -78,8 +78,8 @@ func TestRestoreCompilesAsCompile(t *testing.T) {
 	if out := c.ok("", "status"); !strings.Contains(out, "-O0, ") {
 		t.Errorf("status does not show the level:\n%s", out)
 	}
-	if _, errOut, code := c.run("", "restore", "-O0", "-O1", small); code != 2 {
-		t.Errorf("restore -O0 -O1: exit %d, want 2 (usage)\n%s", code, errOut)
+	if _, errOut, code := c.run("", "restore", "-O2", small); code != 2 {
+		t.Errorf("restore -O2: exit %d, want 2 (usage)\n%s", code, errOut)
 	}
 	c.ok("", "unload")
 }

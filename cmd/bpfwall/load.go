@@ -8,12 +8,12 @@ import (
 )
 
 func runLoad(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("load", stderr)
+	fs := newFlagSet("load", stdout, stderr)
 	var in inputFlags
 	in.register(fs)
 	var f swapFlags
 	f.register(fs)
-	verbose := fs.Bool("v", false, "say what was loaded and replaced")
+	verbose := fs.BoolP("verbose", "v", false, "say what was loaded and replaced")
 	files, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -34,7 +34,7 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return reportRuleErrors(err, false, stderr)
 	}
-	lock, err := acquireLock(f.wait, stderr)
+	lock, err := acquireLock(f.waitFlags, stderr)
 	if err != nil {
 		return err
 	}
@@ -44,7 +44,7 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	t := targets[0]
-	prog, err := compileFor(rs, t, t.chain(f.chain), level, stderr)
+	prog, err := compileFor(rs, t, t.chain(f.chain), level, &in.warner, stderr)
 	if err != nil {
 		return reportRuleErrors(err, false, stderr)
 	}

@@ -44,7 +44,7 @@ const logPoll = codegen.LogPoll
 // as the kernel's LOG target prints them, until interrupted, --count
 // events or --timeout.
 func runLog(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("log", stderr)
+	fs := newFlagSet("log", stdout, stderr)
 	hook := fs.String("hook", "", "read only this hook's filter")
 	asJSON := fs.Bool("json", false, "print one JSON object per event")
 	count := fs.Int("count", 0, "exit after this many events (0: no limit)")

@@ -4,7 +4,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,15 +21,15 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"check", "check [-6] [-n] [--ipset FILE] (FILE... | --from-kernel)  parse and validate, no kernel needed", runCheck},
-		{"fmt", "fmt [-6] [-c] [--ipset FILE] (FILE | --from-kernel)  print as canonical iptables-save text", runFmt},
-		{"load", "load -i IFACE... [--hook H] [--chain C] [-O0|-O1] [--xdp-mode M] [-w SECS] (FILE | --from-kernel)  compile, load, attach or swap", runLoad},
-		{"restore", "restore [-t] [-n] [-c] [-v] [-w SECS] [-T TABLE] [-i IFACE]... [--hook H] [-O0|-O1] [FILE]  iptables-restore; stdin by default", runRestore},
-		{"save", "save [-c] [--hook H]   the active rule set as iptables-save text", runSave},
+		{"check", "check [-4|-6] [-n] [--ipset FILE] (FILE... | --from-kernel)  parse and validate, no kernel needed", runCheck},
+		{"fmt", "fmt [-4|-6] [-c] [--ipset FILE] (FILE | --from-kernel)  print as canonical iptables-save text", runFmt},
+		{"load", "load -i IFACE... [--hook H] [--chain C] [-O0|-O1] [--xdp-mode M] [-w [SECS]] (FILE | --from-kernel)  compile, load, attach or swap", runLoad},
+		{"restore", "restore [-chntvV] [-w [SECS]] [-W USECS] [-T TABLE] [-4|-6] [-i IFACE]... [--hook H] [-O0|-O1] [FILE]  iptables-restore; stdin by default", runRestore},
+		{"save", "save [-cV] [-t TABLE] [-f FILE] [-4|-6] [--hook H]  the active rule set as iptables-save text", runSave},
 		{"status", "status [--json]        the filters of this network namespace", runStatus},
 		{"log", "log [--hook H] [--json] [--count N] [--timeout D]  print the LOG rules' events as the kernel's LOG lines, until interrupted", runLog},
-		{"register", "register [--target PROTO:ADDR:PORT] [--pid PID --fd N] [-w SECS]  hand sockets (LISTEN_FDS, or another process's) to the sk-lookup filter's TPROXY rules", runRegister},
-		{"unload", "unload [-i IFACE]... [--hook H] [-w SECS] | --netns ID  detach filters and remove their pins", runUnload},
+		{"register", "register [--target PROTO:ADDR:PORT] [--pid PID --fd N] [-w [SECS]]  hand sockets (LISTEN_FDS, or another process's) to the sk-lookup filter's TPROXY rules", runRegister},
+		{"unload", "unload [-i IFACE]... [--hook H] [-w [SECS]] | --netns ID  detach filters and remove their pins", runUnload},
 		{"compile", "compile [--hook H] [--chain C] [-O0|-O1] [--dump] [-v] (FILE | --from-kernel)  compile; --dump prints it, otherwise the kernel verifies it", runCompile},
 		{"bench", "bench [--e2e] [--families F,...] [--sizes N,...] [--levels 0,1] [--json] [--svg FILE] [--repeat N] [--runs K]  measure per-packet cost, size and load time as rules grow", runBench},
 		{"trace", "trace [--hook H] [--chain C] [-O0|-O1] (--packets F.jsonl | --pcap F.pcap) (FILE | --from-kernel)  run packets through the program in the kernel", runTrace},
@@ -58,10 +57,12 @@ func exitCode(err error, stderr io.Writer) int {
 		return 0
 	case errors.As(err, &ee):
 		return ee.code
-	case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errHelp):
+		return 0
+	case errors.Is(err, errUsage):
 		// A bare errUsage follows a usage line already printed; a wrapped
 		// one says what was wrong.
-		if err != errUsage && err != flag.ErrHelp {
+		if err != errUsage {
 			fmt.Fprintf(stderr, "bpfwall: %v\n", err)
 		}
 		return 2
@@ -71,11 +72,13 @@ func exitCode(err error, stderr io.Writer) int {
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		printUsage(stderr)
-		if len(args) == 0 {
-			return errUsage
-		}
+		return errUsage
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		// As iptables -h: the help on stdout, exit 0.
+		printUsage(stdout)
 		return nil
 	}
 	if args[0] == "--version" || args[0] == "-V" || args[0] == "version" {
@@ -101,28 +104,5 @@ func printUsage(w io.Writer) {
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].name < sorted[j].name })
 	for _, c := range sorted {
 		fmt.Fprintf(w, "  bpfwall %s\n", c.usage)
-	}
-}
-
-// newFlagSet returns a flag set that reports errors as usage errors.
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("bpfwall "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
-}
-
-// parseFlags parses flags given before and after the positional arguments.
-func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, errUsage
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
 	}
 }

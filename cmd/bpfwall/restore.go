@@ -11,32 +11,42 @@ import (
 	"bpfwall/rules"
 )
 
-const restoreUsage = "usage: bpfwall restore [-t] [-n] [-c] [-v] [-w SECS] [-T TABLE] [-i IFACE]... [--hook H] [-O0|-O1] [FILE]"
-
 // runRestore is iptables-restore: the input replaces the tables it names,
 // at once, in every filter of the namespace (or the one -i and --hook
 // name); bad input changes nothing.
 func runRestore(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("restore", stderr)
+	fs := newFlagSet("restore", stdout, stderr)
 	var f swapFlags
 	f.register(fs)
-	test := fs.Bool("t", false, "parse, compile and verify the input; change nothing")
-	noflush := fs.Bool("n", false, "apply the input on top of the active rule set instead of replacing its tables")
-	counters := fs.Bool("c", false, "restore the counters given in the input")
-	verbose := fs.Bool("v", false, "say what was loaded and replaced")
-	table := fs.String("T", "", "restore only `TABLE` of the input")
-	ipv6 := fs.Bool("6", false, "read the input as ip6tables input")
+	test := fs.BoolP("test", "t", false, "parse, compile and verify the input; change nothing")
+	noflush := fs.BoolP("noflush", "n", false, "apply the input on top of the active rule set instead of replacing its tables")
+	counters := fs.BoolP("counters", "c", false, "restore the counters given in the input")
+	verbose := fs.CountP("verbose", "v", "say what was loaded and replaced")
+	table := fs.StringP("table", "T", "", "restore only `TABLE` of the input")
+	var fam familyFlags
+	fam.register(fs, "read the input as")
+	var warn warner
+	warn.register(fs)
+	version := versionFlag(fs)
+	modprobeFlag(fs)
 	files, err := parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
+	if *version {
+		printVersion(stdout)
+		return nil
+	}
+	if err := fam.check(); err != nil {
+		return err
+	}
+	ipv6 := &fam.ipv6
 	level, err := f.level()
 	if err != nil {
 		return err
 	}
 	if len(files) > 1 {
-		fmt.Fprintln(stderr, restoreUsage)
-		return errUsage
+		return fmt.Errorf("%w: restore reads one FILE, or stdin", errUsage)
 	}
 	name, display := "-", "<stdin>"
 	if len(files) == 1 && files[0] != "-" {
@@ -47,7 +57,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if !*test {
-		lock, err := acquireLock(f.wait, stderr)
+		lock, err := acquireLock(f.waitFlags, stderr)
 		if err != nil {
 			return err
 		}
@@ -86,7 +96,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 		}
 		rs, err := iptables.Parse(display, src, opts)
 		if rs != nil {
-			printWarnings(stderr, rs.Warnings)
+			warn.print(stderr, rs.Warnings)
 		}
 		if err != nil {
 			return reportRuleErrors(err, true, stderr)
@@ -102,7 +112,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 				}
 			}
 		}
-		prog, err := compileFor(rs, t, t.chain(f.chain), level, stderr)
+		prog, err := compileFor(rs, t, t.chain(f.chain), level, &warn, stderr)
 		if err != nil {
 			return reportRuleErrors(err, true, stderr)
 		}
@@ -115,7 +125,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return privileged(err)
 			}
-			if *verbose {
+			if *verbose > 0 {
 				fmt.Fprintf(stdout, "%s: %d rules verified, %d instructions processed\n", p.t.place.Hook, len(p.prog.IR.Rules), l.VerifiedInsns)
 			}
 			l.Close()
@@ -139,7 +149,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 		}
 		swapped++
 		noteStage(stderr, p.t, res)
-		if *verbose {
+		if *verbose > 0 {
 			describeSwap(stdout, p.t, res)
 		}
 	}

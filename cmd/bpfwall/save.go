@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
+	"bpfwall/loader"
 	"bpfwall/parser/iptables"
 	"bpfwall/rules"
 )
@@ -12,30 +14,75 @@ import (
 // runSave prints the active rule set as iptables-save does; with -c the
 // counters of compiled rules are the kernel's, summed over CPUs.
 func runSave(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("save", stderr)
-	counters := fs.Bool("c", false, "print packet and byte counters")
+	fs := newFlagSet("save", stdout, stderr)
+	counters := fs.BoolP("counters", "c", false, "print packet and byte counters")
+	table := fs.StringP("table", "t", "", "print only `TABLE`")
+	file := fs.StringP("file", "f", "", "write to `FILE` instead of stdout")
+	var fam familyFlags
+	fam.register(fs, "print the rule set of")
 	hook := fs.String("hook", "", "the filter to print when several hold different rule sets")
+	version := versionFlag(fs)
+	modprobeFlag(fs)
 	files, err := parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(files) != 0 {
-		fmt.Fprintln(stderr, "usage: bpfwall save [-c] [--hook H]")
-		return errUsage
+	if *version {
+		printVersion(stdout)
+		return nil
 	}
-	targets, err := findTargets(*hook, nil, stderr)
+	if len(files) != 0 {
+		return fmt.Errorf("%w: save takes no FILE (-f FILE writes to one)", errUsage)
+	}
+	if err := fam.check(); err != nil {
+		return err
+	}
+	family := rules.IPv4
+	if fam.ipv6 {
+		family = rules.IPv6
+	}
+	out, err := saveText(*hook, family, *table, *counters, stderr)
 	if err != nil {
 		return err
+	}
+	if *file != "" {
+		return os.WriteFile(*file, out, 0o600)
+	}
+	_, err = stdout.Write(out)
+	return err
+}
+
+// saveText is the active rule set of family as iptables-save prints it:
+// nothing when no filter of family is loaded.
+func saveText(hook string, family rules.Family, table string, counters bool, stderr io.Writer) ([]byte, error) {
+	all, err := findTargets(hook, nil, stderr)
+	if isNothingLoaded(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var targets []target
+	for _, t := range all {
+		if metaFamily(&t.snap.Meta) == family {
+			targets = append(targets, t)
+		}
+	}
+	if len(targets) == 0 {
+		if family == rules.IPv4 {
+			fmt.Fprintln(stderr, "bpfwall: no IPv4 filter is loaded; save -6 prints the IPv6 ones")
+		}
+		return nil, nil
 	}
 	src := targets[0].snap.Meta.Source
 	for _, t := range targets[1:] {
 		if t.snap.Meta.Source != src {
-			return fmt.Errorf("the %s and %s filters hold different rule sets; choose one with --hook", targets[0].place.Hook, t.place.Hook)
+			return nil, fmt.Errorf("the %s and %s filters hold different rule sets; choose one with --hook", targets[0].place.Hook, t.place.Hook)
 		}
 	}
-	rs, err := iptables.Parse(activeName, []byte(src), iptables.Options{Counters: true})
+	rs, err := iptables.Parse(activeName, []byte(src), iptables.Options{Counters: true, Family: family, ForceFamily: family == rules.IPv6})
 	if err != nil {
-		return fmt.Errorf("read the active rule set: %w", err)
+		return nil, fmt.Errorf("read the active rule set: %w", err)
 	}
 	// Filters compiled from the same rule set count for it together, as
 	// netfilter counts a user chain's rules on every path through them.
@@ -43,14 +90,29 @@ func runSave(args []string, stdout, stderr io.Writer) error {
 	for _, t := range targets {
 		live, err := t.active()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := addCounters(rs, live, t.snap.Meta.Lines, t.snap.Meta.Table, t.snap.Meta.Chain, counted); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	_, err = stdout.Write(rs.Save(rules.SaveOptions{Counters: *counters}))
-	return err
+	if table != "" {
+		t := rs.Table(table)
+		if t == nil {
+			return nil, fmt.Errorf("table %q is not in the active rule set", table)
+		}
+		rs.Tables = []*rules.Table{t}
+	}
+	return rs.Save(rules.SaveOptions{Counters: counters}), nil
+}
+
+// metaFamily is the family of the filter meta describes (IPv4 in pins
+// of versions that did not record it).
+func metaFamily(m *loader.Meta) rules.Family {
+	if m.Family == rules.IPv6.String() {
+		return rules.IPv6
+	}
+	return rules.IPv4
 }
 
 // addCounters sets (or, for lines already counted, adds) the counters of

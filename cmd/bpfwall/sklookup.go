@@ -87,11 +87,12 @@ func printSockets(w io.Writer, ss []socketStatus) {
 // runRegister hands sockets to the sk-lookup filter: those systemd passes
 // (LISTEN_FDS), or descriptor --fd of process --pid.
 func runRegister(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("register", stderr)
+	fs := newFlagSet("register", stdout, stderr)
 	pid := fs.Int("pid", 0, "take the socket from process `PID` (with --fd)")
 	fd := fs.Int("fd", -1, "the socket's descriptor `N` in --pid")
 	as := fs.String("target", "", "serve the TPROXY rules of `PROTO:ADDR:PORT` (default: the socket's own address; 0.0.0.0 or :: for rules without --on-ip)")
-	wait := fs.Float64("w", 0, "wait up to `SECS` for another bpfwall command to finish")
+	var wait waitFlags
+	wait.register(fs)
 	files, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -117,7 +118,7 @@ func runRegister(args []string, stdout, stderr io.Writer) error {
 			f.Close()
 		}
 	}()
-	lock, err := acquireLock(*wait, stderr)
+	lock, err := acquireLock(wait, stderr)
 	if err != nil {
 		return err
 	}

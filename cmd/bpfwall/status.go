@@ -88,7 +88,7 @@ func pinnedPlaces(stderr io.Writer) (uint64, []loader.Place, error) {
 
 // runStatus describes the filters of this network namespace.
 func runStatus(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("status", stderr)
+	fs := newFlagSet("status", stdout, stderr)
 	asJSON := fs.Bool("json", false, "print JSON")
 	files, err := parseFlags(fs, args)
 	if err != nil {

@@ -30,12 +30,12 @@ type traceLine struct {
 }
 
 func runTrace(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("trace", stderr)
+	fs := newFlagSet("trace", stdout, stderr)
 	var cf compileFlags
 	cf.register(fs)
 	jsonl := fs.String("packets", "", "packets to run, one JSON description per line (`FILE`)")
 	pcap := fs.String("pcap", "", "packets to run from a pcap `FILE`")
-	iface := fs.String("i", "eth0", "interface the --pcap packets arrive on")
+	iface := fs.StringP("interface", "i", "eth0", "interface the --pcap packets arrive on")
 	files, err := parseFlags(fs, args)
 	if err != nil {
 		return err

@@ -11,11 +11,12 @@ import (
 
 // runUnload detaches filters and removes their pins.
 func runUnload(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("unload", stderr)
+	fs := newFlagSet("unload", stdout, stderr)
 	var ifaces ifaceList
-	fs.Var(&ifaces, "i", "detach from `IFACE` only (repeatable)")
+	fs.VarP(&ifaces, "interface", "i", "detach from `IFACE` only (repeatable)")
 	hook := fs.String("hook", "", "unload the filter at this hook only")
-	wait := fs.Float64("w", 0, "wait up to `SECS` for another bpfwall command to finish")
+	var wait waitFlags
+	wait.register(fs)
 	netns := fs.String("netns", "", "unload every filter pinned for the network namespace `ID` (as its pin directory names it), from outside it: a deleted namespace stays while a filter's netfilter link holds it")
 	files, err := parseFlags(fs, args)
 	if err != nil {
@@ -32,7 +33,7 @@ func runUnload(args []string, stdout, stderr io.Writer) error {
 			return errUsage
 		}
 	}
-	lock, err := acquireLock(*wait, stderr)
+	lock, err := acquireLock(wait, stderr)
 	if err != nil {
 		return err
 	}
@@ -41,7 +42,12 @@ func runUnload(args []string, stdout, stderr io.Writer) error {
 		_, err := loader.UnloadNetNS(pinRoot, id)
 		return privileged(err)
 	}
+	// As iptables -F, unloading what is not loaded succeeds: an ExecStop
+	// or a second unload finds the state it asks for.
 	targets, err := findTargets(*hook, nil, stderr)
+	if isNothingLoaded(err) {
+		targets, err = nil, nil
+	}
 	if err != nil {
 		return err
 	}
@@ -66,7 +72,7 @@ func runUnload(args []string, stdout, stderr io.Writer) error {
 	}
 	for _, name := range ifaces {
 		if !found[name] {
-			return fmt.Errorf("no filter is attached to %s", name)
+			fmt.Fprintf(stderr, "bpfwall: no filter is attached to %s\n", name)
 		}
 	}
 	return nil
