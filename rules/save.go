@@ -11,6 +11,10 @@ import (
 type SaveOptions struct {
 	// Counters prints "[packets:bytes]" before every rule, as iptables-save -c.
 	Counters bool
+	// Fragment prints an input for iptables-restore -n: a builtin chain's
+	// policy line only where the input declared it, since applied with -n
+	// every policy line sets the policy.
+	Fragment bool
 }
 
 // Save prints rs as iptables-save does: per table the chain lines (builtin
@@ -24,6 +28,9 @@ func (rs *Ruleset) Save(opts SaveOptions) []byte {
 		b = append(b, '\n')
 		chains := t.SaveOrder()
 		for _, c := range chains {
+			if opts.Fragment && c.Builtin && c.Pos == (Pos{}) {
+				continue
+			}
 			b = append(b, ':')
 			b = append(b, c.Name...)
 			b = append(b, ' ')

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -11,8 +12,9 @@ import (
 
 func runCheck(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("check", stdout, stderr)
-	var in inputFlags
-	in.register(fs)
+	var cf compileFlags
+	cf.register(fs)
+	in := &cf.inputFlags
 	noflush := fs.BoolP("noflush", "n", false, "read fragments applied with iptables-restore -n: each on top of the previous files, chains defined elsewhere allowed")
 	files, err := parseFlags(fs, args)
 	if err != nil {
@@ -41,6 +43,23 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 			continue
 		}
 		base = rs
+		// What restore would refuse, check refuses: the chain restore
+		// enforces at the hook must compile (the kernel's verifier is
+		// restore -t's part).
+		if *noflush {
+			// A fragment applies to a rule set not known here.
+		} else if _, err := cf.compileRuleset(rs, stderr); err != nil {
+			if rerr := reportRuleErrors(err, false, stderr); errors.Is(rerr, errUsage) {
+				return rerr
+			} else if _, ok := rerr.(exitError); !ok {
+				fmt.Fprintf(stderr, "%s: %v\n", name, rerr)
+			}
+			if line := iptables.FailedLine(err); line > 0 {
+				fmt.Fprintf(stderr, "%s: line %d failed\n", name, line)
+			}
+			failed++
+			continue
+		}
 		tables, chains, nrules := count(rs)
 		fmt.Fprintf(stdout, "%s: %s, %d tables, %d chains, %d rules\n", name, rs.Family, tables, chains, nrules)
 		for _, w := range shadowWarnings(rs) {

@@ -33,6 +33,19 @@ func (f *compileFlags) register(fs *pflag.FlagSet) {
 
 // compile reads, lowers and compiles the rule set in file.
 func (f *compileFlags) compile(file string, stderr io.Writer) (*codegen.Program, error) {
+	if _, err := codegen.ParseHook(f.hook); err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	rs, err := f.load(file, stderr)
+	if err != nil {
+		return nil, err
+	}
+	return f.compileRuleset(rs, stderr)
+}
+
+// compileRuleset lowers and compiles rs for the hook, chain and level the
+// flags name.
+func (f *compileFlags) compileRuleset(rs *rules.Ruleset, stderr io.Writer) (*codegen.Program, error) {
 	hook, err := codegen.ParseHook(f.hook)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
@@ -56,10 +69,6 @@ func (f *compileFlags) compile(file string, stderr io.Writer) (*codegen.Program,
 		if hook == codegen.HookSkLookup {
 			table = "mangle"
 		}
-	}
-	rs, err := f.load(file, stderr)
-	if err != nil {
-		return nil, err
 	}
 	prog, err := ir.Lower(rs, ir.LowerOptions{Table: table, Chain: chain})
 	if err != nil {

@@ -13,6 +13,7 @@ func runFmt(args []string, stdout, stderr io.Writer) error {
 	var in inputFlags
 	in.register(fs)
 	counters := fs.BoolP("counters", "c", false, "print rule counters")
+	fs.BoolVarP(&in.fragment, "noflush", "n", false, "read a fragment applied with iptables-restore -n: chains defined elsewhere allowed")
 	asNFT := fs.Bool("nft", false, "print nft text (\"nft list ruleset\" form) of a rule set read from nftables")
 	files, err := parseFlags(fs, args)
 	if err != nil {
@@ -22,8 +23,7 @@ func runFmt(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if len(files) != 1 {
-		fmt.Fprintln(stderr, "usage: bpfwall fmt [-6] [-c] [--nft] [--ipset FILE] (FILE | --from-kernel)")
-		return errUsage
+		return fmt.Errorf("%w: fmt reads one FILE, or --from-kernel", errUsage)
 	}
 	rs, err := in.load(files[0], stderr)
 	if err != nil {
@@ -37,6 +37,6 @@ func runFmt(args []string, stdout, stderr io.Writer) error {
 		_, err = stdout.Write(text)
 		return err
 	}
-	_, err = stdout.Write(rs.Save(rules.SaveOptions{Counters: *counters}))
+	_, err = stdout.Write(rs.Save(rules.SaveOptions{Counters: *counters, Fragment: in.fragment}))
 	return err
 }

@@ -224,3 +224,40 @@ func TestVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckRefusesWhatRestoreRefuses: check answers whether restore would
+// take the input: a match the code generator refuses fails check too, at
+// its position, and --hook checks the chain of that hook.
+func TestCheckRefusesWhatRestoreRefuses(t *testing.T) {
+	f := writeFile(t, "string.rules", "*filter\n-A INPUT -p tcp --dport 22 -j ACCEPT\n-A INPUT -m string --string foo --algo bm -j DROP\nCOMMIT\n")
+	_, errOut, code := runCmd(t, "check", f)
+	if code != 1 || !strings.Contains(errOut, f+":3:") || !strings.Contains(errOut, "string match is not supported") {
+		t.Errorf("check of -m string: exit %d, stderr %q", code, errOut)
+	}
+	// The rule is in INPUT: tc-egress runs OUTPUT, which compiles.
+	if out, errOut, code := runCmd(t, "check", "--hook", "tc-egress", f); code != 0 {
+		t.Errorf("check --hook tc-egress: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if _, errOut, code := runCmd(t, "check", "--hook", "nosuch", f); code != 2 {
+		t.Errorf("check --hook nosuch: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestFmtFragment: fmt -n prints a fragment for iptables-restore -n as
+// one: it may jump to chains defined elsewhere, and it declares only the
+// policies the input set, since with -n every policy line sets one.
+func TestFmtFragment(t *testing.T) {
+	f := writeFile(t, "frag.rules", "*filter\n:INPUT DROP [0:0]\n:mine - [0:0]\n-A mine -p tcp -j DROP\n-A FORWARD -j elsewhere\nCOMMIT\n")
+	want := "*filter\n:INPUT DROP [0:0]\n:mine - [0:0]\n-A FORWARD -j elsewhere\n-A mine -p tcp -j DROP\nCOMMIT\n"
+	out, errOut, code := runCmd(t, "fmt", "-nq", f)
+	if code != 0 || out != want || errOut != "" {
+		t.Fatalf("fmt -n: exit %d, stderr %q, stdout\n%s\nwant\n%s", code, errOut, out, want)
+	}
+	again, _, code := runCmd(t, "fmt", "-nq", writeFile(t, "again.rules", out))
+	if code != 0 || again != out {
+		t.Errorf("fmt -n is not stable:\n%s\nthen\n%s", out, again)
+	}
+	if _, _, code := runCmd(t, "fmt", f); code != 1 {
+		t.Errorf("fmt without -n of a fragment: exit %d, want 1", code)
+	}
+}
