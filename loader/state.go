@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,7 +30,11 @@ type Meta struct {
 	Source string `json:"source"`
 	// Lines holds the line in Source of each rule of the program, by rule
 	// ID.
-	Lines         []int     `json:"lines"`
+	Lines []int `json:"lines"`
+	// Origins holds where each rule of the program was written, by rule
+	// ID, as FILE:LINE (empty in pins of older versions): what metrics
+	// and traces name a rule by.
+	Origins       []string  `json:"origins,omitempty"`
 	LoadedAt      time.Time `json:"loaded_at"`
 	VerifiedInsns int       `json:"verified_insns"`
 	// Level is the optimization level the program was compiled at ("-O0"
@@ -111,6 +116,7 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 		File:      file,
 		Source:    string(rs.Save(rules.SaveOptions{Counters: true})),
 		Lines:     make([]int, len(p.IR.Rules)),
+		Origins:   make([]string, len(p.IR.Rules)),
 		Logs:      logRules(p),
 		Family:    p.IR.Family.String(),
 		Recent:    recentMetas(p),
@@ -129,6 +135,7 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 		pl := pls[0]
 		at[r.Pos] = pls[1:]
 		m.Lines[r.ID] = pl.line
+		m.Origins[r.ID] = r.Pos.File + ":" + strconv.Itoa(r.Pos.Line)
 		counters[r.ID] = codegen.Counter{Packets: pl.c.Packets, Bytes: pl.c.Bytes}
 	}
 	if t := rs.Table(m.Table); t != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strconv"
 	"slices"
 	"strings"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"bpfwall/codegen"
 	"bpfwall/ir"
 	"bpfwall/loader"
+	"bpfwall/parser/iptables"
+	"bpfwall/rules"
 )
 
 // filterStatus is what status says about one filter.
@@ -28,13 +31,21 @@ type filterStatus struct {
 	VerifiedInsns int            `json:"verified_insns"`
 	Level         string         `json:"level"` // "-O0" or "-O1"
 	Instructions  int            `json:"instructions"`
+	Family        string         `json:"family"`
 	Ifaces        []ifaceStatus  `json:"ifaces"`
 	Counters      countersStatus `json:"counters"`
+	// Policy is the entry chain's policy, which the policy counters count.
+	Policy string `json:"policy"`
+	// RuleCounters are the counters of each compiled rule (status --json
+	// --rules, and metrics).
+	RuleCounters []ruleCounter `json:"rule_counters,omitempty"`
 	// Sockets are the sk-lookup filter's TPROXY targets.
 	Sockets []socketStatus `json:"sockets,omitempty"`
 	// Conntrack says, for a program that tests the conntrack state, how
-	// conntrack is kept on in the namespace.
-	Conntrack string `json:"conntrack,omitempty"`
+	// conntrack is kept on in the namespace; ConntrackHeld says whether
+	// it is.
+	Conntrack     string `json:"conntrack,omitempty"`
+	ConntrackHeld *bool  `json:"conntrack_held,omitempty"`
 	// Log describes the LOG rules' ring buffer, when there are LOG rules.
 	Log *logStatus `json:"log,omitempty"`
 	// Recent are the -m recent tables and the addresses they list.
@@ -58,6 +69,19 @@ type ifaceStatus struct {
 	// Gone says the interface was deleted or moved to another namespace:
 	// the filter no longer runs there.
 	Gone bool `json:"gone,omitempty"`
+}
+
+// ruleCounter is what one compiled rule counted.
+type ruleCounter struct {
+	// Rule is where the rule was written, FILE:LINE; a rule that iptables
+	// made several of (-s a,b) is FILE:LINE#2 from its second on.
+	Rule   string `json:"rule"`
+	Chain  string `json:"chain"`
+	Target string `json:"target"` // empty for a rule without -j
+	// Line is the rule's line in the text bpfwall save prints.
+	Line    int    `json:"save_line"`
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
 }
 
 // countersStatus sums a filter's counters.
@@ -90,6 +114,7 @@ func pinnedPlaces(stderr io.Writer) (uint64, []loader.Place, error) {
 func runStatus(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("status", stdout, stderr)
 	asJSON := fs.Bool("json", false, "print JSON")
+	withRules := fs.Bool("rules", false, "with --json, the counters of every compiled rule too")
 	files, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -104,7 +129,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	}
 	out := []filterStatus{}
 	for _, p := range places {
-		st, err := statusOf(p)
+		st, err := statusOf(p, *withRules && *asJSON)
 		if err != nil {
 			return privileged(err)
 		}
@@ -161,7 +186,9 @@ func reportStray(stray []loader.StrayProgram, stderr io.Writer) error {
 	return exitError{1}
 }
 
-func statusOf(p loader.Place) (filterStatus, error) {
+// statusOf describes the filter at p; withRules reads every rule's
+// counters too.
+func statusOf(p loader.Place, withRules bool) (filterStatus, error) {
 	a, err := loader.Open(p)
 	if err != nil {
 		return filterStatus{}, err
@@ -177,6 +204,7 @@ func statusOf(p loader.Place) (filterStatus, error) {
 		NetNS: p.NetNS, Hook: p.Hook.String(), Program: uint32(id), Tag: info.Tag,
 		Rules: len(m.Lines), Table: m.Table, Chain: m.Chain, File: m.File,
 		LoadedAt: m.LoadedAt, VerifiedInsns: m.VerifiedInsns, Level: m.Level, Instructions: m.Instructions,
+		Family: metaFamily(&m).String(),
 	}
 	gone := a.GoneIfaces()
 	for _, ifc := range m.Ifaces {
@@ -190,6 +218,7 @@ func statusOf(p loader.Place) (filterStatus, error) {
 	}
 	if m.Conntrack {
 		held, err := loader.ConntrackHeld()
+		st.ConntrackHeld = &held
 		switch {
 		case err != nil:
 			return filterStatus{}, err
@@ -224,6 +253,9 @@ func statusOf(p loader.Place) (filterStatus, error) {
 		st.Counters.RuleBytes += rc.Bytes
 	}
 	st.Counters.PolicyPackets, st.Counters.PolicyBytes = c[len(c)-1].Packets, c[len(c)-1].Bytes
+	if st.Policy, st.RuleCounters, err = ruleCounters(&m, c, withRules); err != nil {
+		return filterStatus{}, err
+	}
 	if p.Hook == codegen.HookSkLookup {
 		if st.Sockets, err = lookupSockets(a); err != nil {
 			return filterStatus{}, err
@@ -290,4 +322,58 @@ func printStatus(w io.Writer, st filterStatus) {
 	for _, t := range st.Recent {
 		fmt.Fprintf(w, "  recent table %s: %d of %d addresses\n", t.Name, t.Entries, ir.RecentListTot)
 	}
+}
+
+// ruleCounters returns the entry chain's policy and, with withRules, the
+// counters c of each rule the program m describes compiled, in rule ID
+// order.
+func ruleCounters(m *loader.Meta, c []codegen.Counter, withRules bool) (string, []ruleCounter, error) {
+	fam := metaFamily(m)
+	rs, err := iptables.Parse(activeName, []byte(m.Source), iptables.Options{Counters: true, Family: fam, ForceFamily: fam == rules.IPv6})
+	if err != nil {
+		return "", nil, fmt.Errorf("read the active rule set: %w", err)
+	}
+	t := rs.Table(m.Table)
+	if t == nil {
+		return "", nil, fmt.Errorf("read the active rule set: no table %s", m.Table)
+	}
+	policy := "-"
+	if ch := t.Chain(m.Chain); ch != nil {
+		policy = ch.Policy.String()
+	}
+	if !withRules {
+		return policy, nil, nil
+	}
+	type placed struct {
+		chain string
+		rule  *rules.Rule
+	}
+	byLine := make(map[int]placed)
+	for _, ch := range t.Chains {
+		for _, r := range ch.Rules {
+			byLine[r.Pos.Line] = placed{ch.Name, r}
+		}
+	}
+	out := make([]ruleCounter, len(m.Lines))
+	seen := make(map[string]int)
+	for id, line := range m.Lines {
+		pl, ok := byLine[line]
+		if !ok {
+			return "", nil, fmt.Errorf("read the active rule set: rule %d is not on line %d", id, line)
+		}
+		origin := fmt.Sprintf("%s:%d", activeName, line)
+		if id < len(m.Origins) {
+			origin = m.Origins[id]
+		}
+		seen[origin]++
+		if n := seen[origin]; n > 1 {
+			origin += "#" + strconv.Itoa(n)
+		}
+		target := ""
+		if pl.rule.Target != nil {
+			target = pl.rule.Target.Name()
+		}
+		out[id] = ruleCounter{Rule: origin, Chain: pl.chain, Target: target, Line: line, Packets: c[id].Packets, Bytes: c[id].Bytes}
+	}
+	return policy, out, nil
 }
