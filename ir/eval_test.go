@@ -373,6 +373,30 @@ COMMIT
 	}
 }
 
+// TestSetsRefused: a set whose matches depend on more than its entries
+// (an entry that expires, a timeout default, a type other than hash:ip
+// and hash:net) is refused, not compiled as it is now.
+func TestSetsRefused(t *testing.T) {
+	for _, tc := range []struct{ sets, want string }{
+		{"create s hash:ip family inet\nadd s 10.0.0.1 timeout 60\n", "entries with a timeout"},
+		{"create s hash:ip family inet timeout 60\nadd s 10.0.0.1\n", "create option timeout"},
+		{"create s hash:ip,port family inet\nadd s 10.0.0.1,tcp:80\n", "set type hash:ip,port"},
+		{"create s hash:ip family inet\nadd s 10.0.0.1 nomatch\n", "nomatch entries"},
+	} {
+		sets, err := iptables.ParseIPSets("ipset", []byte(tc.sets))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := iptables.Parse("rules", []byte("*filter\n-A INPUT -m set --match-set s src -j DROP\nCOMMIT\n"), iptables.Options{Sets: sets})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ir.Lower(rs, ir.LowerOptions{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error about %s", tc.sets, err, tc.want)
+		}
+	}
+}
+
 func TestEvalSets(t *testing.T) {
 	sets, err := iptables.ParseIPSets("ipset", []byte(`create blocklist hash:net family inet hashsize 1024 maxelem 65536
 add blocklist 10.0.0.0/8

@@ -50,7 +50,7 @@ func (l *lowerer) set(ms []Match, m *rules.Set) []Match {
 			l.errorf(e.Pos, "set %q: entry %s is not an %s address", s.Name, e.Addr, l.fam)
 			return ms
 		}
-		if slices.Contains(e.Rest, "timeout") {
+		if slices.Contains(e.Options, "timeout") || slices.Contains(e.Rest, "timeout") {
 			l.errorf(e.Pos, "set %q: entries with a timeout are not supported", s.Name)
 			return ms
 		}

@@ -66,6 +66,8 @@ func parseSetEntry(s *rules.IPSet, elem string, opts []string, pos rules.Pos) ([
 	for _, o := range opts {
 		if o == "nomatch" {
 			base.NoMatch = true
+		} else {
+			base.Options = append(base.Options, o)
 		}
 	}
 	kind, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(s.Type, "hash:"), "bitmap:"), ",")
