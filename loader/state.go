@@ -31,6 +31,9 @@ type Meta struct {
 	// Lines holds the line in Source of each rule of the program, by rule
 	// ID.
 	Lines []int `json:"lines"`
+	// Sets are the ipsets the rules may name, as ipset save prints them
+	// (rules.SaveSets), for reading Source back.
+	Sets string `json:"sets,omitempty"`
 	// Origins holds where each rule of the program was written, by rule
 	// ID, as FILE:LINE (empty in pins of older versions): what metrics
 	// and traces name a rule by.
@@ -125,6 +128,9 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 	}
 	if spec := p.Spec.Programs[codegen.ProgramName]; spec != nil {
 		m.Instructions = len(spec.Instructions)
+	}
+	if len(rs.Sets) > 0 {
+		m.Sets = string(rules.SaveSets(rs.Sets))
 	}
 	counters := make([]codegen.Counter, len(p.IR.Rules)+1)
 	for _, r := range p.IR.Rules {

@@ -205,8 +205,7 @@ func goneEverywhere(t target, stderr io.Writer) (bool, error) {
 
 // active returns the rule set running at t, with its live counters.
 func (t target) active() (*rules.Ruleset, error) {
-	fam := metaFamily(&t.snap.Meta)
-	rs, err := iptables.Parse(activeName, []byte(t.snap.Meta.Source), iptables.Options{Counters: true, Family: fam, ForceFamily: fam == rules.IPv6})
+	rs, err := activeRuleset(&t.snap.Meta)
 	if err != nil {
 		return nil, fmt.Errorf("read the active %s rule set: %w", t.place.Hook, err)
 	}
@@ -214,6 +213,21 @@ func (t target) active() (*rules.Ruleset, error) {
 		return nil, err
 	}
 	return rs, nil
+}
+
+// activeRuleset parses the rule set the filter that m describes was
+// compiled from, with its counters as read then and the ipsets it names.
+func activeRuleset(m *loader.Meta) (*rules.Ruleset, error) {
+	fam := metaFamily(m)
+	opts := iptables.Options{Counters: true, Family: fam, ForceFamily: fam == rules.IPv6}
+	if m.Sets != "" {
+		sets, err := iptables.ParseIPSets(activeName, []byte(m.Sets))
+		if err != nil {
+			return nil, fmt.Errorf("read the active rule set's ipsets: %w", err)
+		}
+		opts.Sets = sets
+	}
+	return iptables.Parse(activeName, []byte(m.Source), opts)
 }
 
 // nothingLoaded is why findTargets found no filter.

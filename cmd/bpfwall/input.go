@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"maps"
 	"io"
 	"os"
 	"strconv"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"bpfwall/loader"
 	"bpfwall/parser/iptables"
 	"bpfwall/parser/nft"
 	"bpfwall/rules"
@@ -18,7 +21,7 @@ import (
 type inputFlags struct {
 	familyFlags
 	warner
-	ipset  string
+	sets   setFlags
 	format string // iptables, nft, or empty to detect
 	// fragment inputs apply on top of a rule set not known here (check -n);
 	// base is what the previous inputs built.
@@ -35,7 +38,7 @@ const kernelInput = "kernel"
 func (f *inputFlags) register(fs *pflag.FlagSet) {
 	f.familyFlags.register(fs, "read the input as")
 	f.warner.register(fs)
-	fs.StringVar(&f.ipset, "ipset", "", "read ipset definitions from `FILE` (ipset save output)")
+	f.sets.register(fs, &f.warner)
 	fs.StringVar(&f.format, "format", "", "input format: `iptables` or nft (detected from the content by default)")
 	fs.BoolVar(&f.fromKernel, "from-kernel", false, "compile the nftables rule set of this network namespace, read from the kernel over netlink, instead of FILE")
 }
@@ -57,7 +60,7 @@ func (f *inputFlags) inputs(files []string) ([]string, error) {
 
 // loadKernel reads the nftables rule set of the network namespace.
 func (f *inputFlags) loadKernel() (*rules.Ruleset, error) {
-	if f.ipset != "" || f.fragment {
+	if f.sets.file != "" || f.fragment {
 		return nil, fmt.Errorf("%s: --ipset and fragments apply to iptables input only", kernelInput)
 	}
 	if f.format != "" && f.format != "nft" {
@@ -87,21 +90,19 @@ func (f *inputFlags) load(name string, stderr io.Writer) (*rules.Ruleset, error)
 	if f.ipv6 {
 		opts.Family = rules.IPv6
 	}
-	if f.ipset != "" {
-		src, err := readFile(f.ipset)
-		if err != nil {
-			return nil, err
-		}
-		sets, err := iptables.ParseIPSets(f.ipset, src)
-		if err != nil {
-			return nil, err
-		}
-		opts.Sets = sets
-	}
 	src, err := readFile(name)
 	if err != nil {
 		return nil, err
 	}
+	var base map[string]*rules.IPSet
+	if f.base != nil {
+		base = f.base.Sets
+	}
+	sets, err := f.sets.read(src, stderr)
+	if err != nil {
+		return nil, err
+	}
+	opts.Sets = overSets(base, sets)
 	displayName := name
 	if name == "-" {
 		displayName = "<stdin>"
@@ -116,7 +117,7 @@ func (f *inputFlags) load(name string, stderr io.Writer) (*rules.Ruleset, error)
 	var rs *rules.Ruleset
 	switch format {
 	case "nft":
-		if f.ipset != "" || f.fragment {
+		if f.sets.file != "" || f.fragment {
 			return nil, fmt.Errorf("%s: --ipset and fragments apply to iptables input only", displayName)
 		}
 		fam := opts.Family
@@ -203,4 +204,55 @@ func (w *warner) print(out io.Writer, warnings []*rules.Error) {
 		}
 		fmt.Fprintln(out, line)
 	}
+}
+
+// setFlags are --ipset FILE: where the ipsets that rules name come from.
+type setFlags struct {
+	file string
+	warn *warner
+}
+
+func (f *setFlags) register(fs *pflag.FlagSet, warn *warner) {
+	f.warn = warn
+	fs.StringVar(&f.file, "ipset", "", "read the ipsets that rules name from `FILE` (ipset save output) instead of the kernel")
+}
+
+// read returns the ipsets rules in src may name: --ipset FILE's or, as
+// iptables finds its sets in the kernel, without one the kernel's when src
+// names a set.
+func (f *setFlags) read(src []byte, stderr io.Writer) (map[string]*rules.IPSet, error) {
+	var sets map[string]*rules.IPSet
+	switch {
+	case f.file != "":
+		text, err := readFile(f.file)
+		if err != nil {
+			return nil, err
+		}
+		if sets, err = iptables.ParseIPSets(f.file, text); err != nil {
+			return nil, err
+		}
+	case bytes.Contains(src, []byte("--match-set")):
+		text, err := loader.SaveKernelSets()
+		if err != nil {
+			return nil, privileged(err)
+		}
+		if sets, err = iptables.ParseIPSets("kernel ipsets", text); err != nil {
+			return nil, err
+		}
+		if len(sets) > 0 && (f.warn == nil || !f.warn.quiet) {
+			fmt.Fprintln(stderr, "bpfwall: warning: the rules' ipsets are compiled as the kernel holds them now: a later ipset add or del reaches the filter at the next restore")
+		}
+	}
+	return sets, nil
+}
+
+// overSets returns sets over base (the active rule set's sets, for those
+// sets does not give).
+func overSets(base, sets map[string]*rules.IPSet) map[string]*rules.IPSet {
+	if len(base) == 0 {
+		return sets
+	}
+	out := maps.Clone(base)
+	maps.Copy(out, sets)
+	return out
 }

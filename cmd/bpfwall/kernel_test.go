@@ -665,3 +665,70 @@ func TestIptablesOptions(t *testing.T) {
 	}
 	c.ok("", "unload")
 }
+
+// TestIPSets: rules that name ipsets take them from --ipset FILE, in
+// every command that reads rules, or from the kernel without one, as
+// iptables does; the filter keeps them, so that save, save -c and
+// restore -n read the active rule set back.
+func TestIPSets(t *testing.T) {
+	testenv.RequireTool(t, "ipset")
+	bin := buildBpfwall(t)
+	peer := freshNetns(t)
+	c := cli{t, bin}
+	setRules := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+		"-A INPUT -p udp -m set --match-set block src -j DROP\nCOMMIT\n"
+	file := filepath.Join(t.TempDir(), "sets")
+	if err := os.WriteFile(file, []byte("create block hash:net family inet\nadd block 10.9.0.0/24\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.ok(setRules, "restore", "--ipset", file, "-i", "veth1")
+	if got := sendUDP(t, peer, 5001, 5); got != 0 {
+		t.Errorf("from 10.9.0.1 in set block: %d of 5 arrived", got)
+	}
+	if out := c.ok("", "save", "-c"); !strings.Contains(out, "[5:300] -A INPUT -p udp -m set --match-set block src -j DROP") {
+		t.Errorf("save -c after restore --ipset:\n%s", out)
+	}
+	// restore -n reads the active rule set, sets included.
+	c.ok("*filter\n-A INPUT -p udp -m udp --dport 5009 -j DROP\nCOMMIT\n", "restore", "-n")
+	if got := sendUDP(t, peer, 5001, 3); got != 0 {
+		t.Errorf("after restore -n: %d of 3 arrived from the set", got)
+	}
+	c.ok("", "metrics")
+
+	// Without --ipset, the kernel's sets: first one that does not hold
+	// the peer, then, restored again, one that does.
+	c.ok("", "unload")
+	ipset := func(script string) {
+		t.Helper()
+		cmd := exec.Command("ipset", "restore", "-exist")
+		cmd.Stdin = strings.NewReader(script)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("ipset restore: %v\n%s", err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("ipset", "destroy").Run() })
+	ipset("create block hash:net family inet\nadd block 192.0.2.0/24\n")
+	_, errOut, _ := c.run(setRules, "restore", "-i", "veth1")
+	if !strings.Contains(errOut, "as the kernel holds them now") {
+		t.Errorf("restore with the kernel's sets does not say they are a snapshot: %q", errOut)
+	}
+	if got := sendUDP(t, peer, 5001, 4); got != 4 {
+		t.Errorf("peer not in the kernel's set: %d of 4 arrived", got)
+	}
+	ipset("add block 10.9.0.1\n")
+	c.ok(setRules, "restore", "-q")
+	if got := sendUDP(t, peer, 5001, 4); got != 0 {
+		t.Errorf("peer added to the kernel's set, restored: %d of 4 arrived", got)
+	}
+	if out := c.ok("", "save"); !strings.Contains(out, "--match-set block src -j DROP") {
+		t.Errorf("save:\n%s", out)
+	}
+	if out, errOut, code := c.run(setRules, "check", "-"); code != 0 || !strings.Contains(out, "1 rules") {
+		t.Errorf("check with the kernel's set: exit %d, %q %q", code, out, errOut)
+	}
+	exec.Command("ipset", "destroy").Run()
+	if _, errOut, code := c.run(setRules, "check", "-"); code != 1 || !strings.Contains(errOut, `set "block" does not exist`) {
+		t.Errorf("check without the set: exit %d, %q", code, errOut)
+	}
+	c.ok("", "unload")
+}

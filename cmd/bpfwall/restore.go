@@ -27,6 +27,8 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 	fam.register(fs, "read the input as")
 	var warn warner
 	warn.register(fs)
+	var ipsets setFlags
+	ipsets.register(fs, &warn)
 	version := versionFlag(fs)
 	modprobeFlag(fs)
 	files, err := parseFlags(fs, args)
@@ -53,6 +55,10 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 		name, display = files[0], files[0]
 	}
 	src, err := readFile(name)
+	if err != nil {
+		return err
+	}
+	sets, err := ipsets.read(src, stderr)
 	if err != nil {
 		return err
 	}
@@ -89,6 +95,12 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 			if active, err = t.active(); err != nil {
 				return err
 			}
+		}
+		if active != nil {
+			// Sets the input does not give stay as the active rule set has them.
+			opts.Sets = overSets(active.Sets, sets)
+		} else {
+			opts.Sets = sets
 		}
 		mode := countersFromRuleset
 		if *noflush && active != nil {

@@ -7,7 +7,6 @@ import (
 	"os"
 
 	"bpfwall/loader"
-	"bpfwall/parser/iptables"
 	"bpfwall/rules"
 )
 
@@ -80,7 +79,7 @@ func saveText(hook string, family rules.Family, table string, counters bool, std
 			return nil, fmt.Errorf("the %s and %s filters hold different rule sets; choose one with --hook", targets[0].place.Hook, t.place.Hook)
 		}
 	}
-	rs, err := iptables.Parse(activeName, []byte(src), iptables.Options{Counters: true, Family: family, ForceFamily: family == rules.IPv6})
+	rs, err := activeRuleset(&targets[0].snap.Meta)
 	if err != nil {
 		return nil, fmt.Errorf("read the active rule set: %w", err)
 	}

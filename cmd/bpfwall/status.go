@@ -13,7 +13,6 @@ import (
 	"bpfwall/codegen"
 	"bpfwall/ir"
 	"bpfwall/loader"
-	"bpfwall/parser/iptables"
 	"bpfwall/rules"
 )
 
@@ -328,8 +327,7 @@ func printStatus(w io.Writer, st filterStatus) {
 // counters c of each rule the program m describes compiled, in rule ID
 // order.
 func ruleCounters(m *loader.Meta, c []codegen.Counter, withRules bool) (string, []ruleCounter, error) {
-	fam := metaFamily(m)
-	rs, err := iptables.Parse(activeName, []byte(m.Source), iptables.Options{Counters: true, Family: fam, ForceFamily: fam == rules.IPv6})
+	rs, err := activeRuleset(m)
 	if err != nil {
 		return "", nil, fmt.Errorf("read the active rule set: %w", err)
 	}
