@@ -3,8 +3,8 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"maps"
 	"io"
+	"maps"
 	"os"
 	"strconv"
 	"strings"

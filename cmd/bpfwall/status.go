@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
