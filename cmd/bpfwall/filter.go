@@ -110,11 +110,31 @@ func recoverIdle(stderr io.Writer) error {
 // was denied; a verifier's rejection is not such an error.
 func privileged(err error) error {
 	var verr *ebpf.VerifierError
-	if err == nil || !errors.Is(err, os.ErrPermission) || errors.As(err, &verr) {
+	var perr privilegeError
+	if err == nil || !errors.Is(err, os.ErrPermission) || errors.As(err, &verr) || errors.As(err, &perr) {
 		return err
 	}
-	return fmt.Errorf("%w (bpfwall needs root, or CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN)", err)
+	return privilegeError{err}
 }
+
+// privilegeError is a permission error, with what bpfwall needs.
+type privilegeError struct{ err error }
+
+// memlockHint is what cilium/ebpf adds to every EPERM of a load: since
+// Linux 5.11 BPF memory is charged to the memory cgroup, not
+// RLIMIT_MEMLOCK, and a user without the capabilities gets EPERM for
+// lacking them.
+const memlockHint = " (MEMLOCK may be too low, consider rlimit.RemoveMemlock)"
+
+func (e privilegeError) Error() string {
+	msg := e.err.Error()
+	if os.Geteuid() != 0 {
+		msg = strings.ReplaceAll(msg, memlockHint, "")
+	}
+	return msg + " (bpfwall needs root, or CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN)"
+}
+
+func (e privilegeError) Unwrap() error { return e.err }
 
 // target is one filter a command changes: where it runs, and a snapshot
 // of what runs there now (nil when nothing does).

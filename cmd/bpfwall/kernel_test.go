@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -618,7 +619,7 @@ func TestIptablesOptions(t *testing.T) {
 	// -tv: a test run says what it verified and loads nothing.
 	for _, args := range [][]string{{"-tv"}, {"--test", "--verbose"}, {"-t", "-v", "-M", "/sbin/modprobe", "-4"}} {
 		out := c.ok(udpRules, append([]string{"restore", "-i", "veth1"}, args...)...)
-		if !strings.Contains(out, "rules verified") {
+		if !strings.Contains(out, "rules verified") || !strings.Contains(out, "] xdp: compiled 2 rules of INPUT into ") {
 			t.Errorf("restore %s: %q", strings.Join(args, " "), out)
 		}
 		if st := c.status(); len(st) != 0 {
@@ -626,13 +627,18 @@ func TestIptablesOptions(t *testing.T) {
 		}
 	}
 	withCounters := strings.Replace(udpRules, "-A INPUT -p udp -m udp --dport 5001", "[7:700] -A INPUT -p udp -m udp --dport 5001", 1)
-	c.ok(withCounters, "restore", "--counters", "--table=filter", "-i", "veth1")
+	out := c.ok(withCounters, "restore", "--counters", "--table=filter", "-v", "-i", "veth1")
+	for _, want := range []string{"] read <stdin>: ", "] xdp: parsed 2 rules", "] xdp: loading (the kernel verifies the program) and swapping", "xdp: program "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("restore -v does not say %q:\n%s", want, out)
+		}
+	}
 	if out := c.ok("", "save", "--counters"); !strings.Contains(out, "[7:700] -A INPUT -p udp -m udp --dport 5001") {
 		t.Errorf("restore --counters, save --counters:\n%s", out)
 	}
 	// --noflush adds to the active rule set.
 	c.ok("*filter\n-A INPUT -p udp -m udp --dport 5003 -j DROP\nCOMMIT\n", "restore", "--noflush")
-	out := c.ok("", "save", "-t", "filter")
+	out = c.ok("", "save", "-t", "filter")
 	if !strings.Contains(out, "--dport 5001") || !strings.Contains(out, "--dport 5003") {
 		t.Errorf("after restore --noflush, save -t filter:\n%s", out)
 	}
@@ -731,4 +737,44 @@ func TestIPSets(t *testing.T) {
 		t.Errorf("check without the set: exit %d, %q", code, errOut)
 	}
 	c.ok("", "unload")
+}
+
+// TestWithoutRoot: a command run without the capabilities says what it
+// needs, not cilium/ebpf's RLIMIT_MEMLOCK hint, which does not apply to
+// kernels that charge BPF memory to the memory cgroup.
+func TestWithoutRoot(t *testing.T) {
+	freshNetns(t)
+	// The test's temporary directories are root's alone: nobody runs a
+	// copy of the binary and reads the example from one it can enter.
+	dir, err := os.MkdirTemp("", "bpfwall-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "bpfwall")
+	example := filepath.Join(dir, "rules.v4")
+	for from, to := range map[string]string{buildBpfwall(t): bin, "../../testdata/examples/web-server.rules.v4": example} {
+		b, err := os.ReadFile(from)
+		if err == nil {
+			err = os.WriteFile(to, b, 0o755)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"compile", example}, {"bench", "--sizes", "1", "--families", "bpfilter", "--levels", "1", "-q"}, {"status"}} {
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+			t.Errorf("bpfwall %s as nobody: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		if !strings.Contains(string(out), "bpfwall needs root, or CAP_BPF") || strings.Contains(string(out), "MEMLOCK") {
+			t.Errorf("bpfwall %s as nobody:\n%s", strings.Join(args, " "), out)
+		}
+	}
 }

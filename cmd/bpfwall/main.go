@@ -24,7 +24,7 @@ func init() {
 		{"check", "check [-4|-6] [-n] [--hook H] [--ipset FILE] (FILE... | --from-kernel)  would restore take the input: parse, lower and compile for the hook; no kernel needed", runCheck},
 		{"fmt", "fmt [-4|-6] [-cn] [--ipset FILE] (FILE | --from-kernel)  print as canonical iptables-save text", runFmt},
 		{"load", "load -i IFACE... [--hook H] [--chain C] [-O0|-O1] [--xdp-mode M] [-w [SECS]] (FILE | --from-kernel)  compile, load, attach or swap", runLoad},
-		{"restore", "restore [-chntvV] [-w [SECS]] [-W USECS] [-T TABLE] [-4|-6] [-i IFACE]... [--hook H] [-O0|-O1] [FILE]  iptables-restore; stdin by default", runRestore},
+		{"restore", "restore [-chntvV] [-w [SECS]] [-W USECS] [-T TABLE] [-4|-6] [-i IFACE]... [--hook H] [-O0|-O1] [--ipset FILE] [FILE]  iptables-restore; stdin by default", runRestore},
 		{"save", "save [-cV] [-t TABLE] [-f FILE] [-4|-6] [--hook H]  the active rule set as iptables-save text", runSave},
 		{"status", "status [--json [--rules]]  the filters of this network namespace", runStatus},
 		{"metrics", "metrics [--listen ADDR]  the filters' counters and facts as Prometheus metrics, printed or served at /metrics", runMetrics},
@@ -68,7 +68,7 @@ func exitCode(err error, stderr io.Writer) int {
 		}
 		return 2
 	}
-	fmt.Fprintf(stderr, "bpfwall: %v\n", err)
+	fmt.Fprintf(stderr, "bpfwall: %v\n", privileged(err))
 	return 1
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"bpfwall/codegen"
 	"bpfwall/loader"
@@ -54,10 +55,18 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 	if len(files) == 1 && files[0] != "-" {
 		name, display = files[0], files[0]
 	}
+	// -v says what it does as it goes: a large restore takes seconds.
+	start := time.Now()
+	progress := func(format string, args ...any) {
+		if *verbose > 0 {
+			fmt.Fprintf(stdout, "[%5.2fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+		}
+	}
 	src, err := readFile(name)
 	if err != nil {
 		return err
 	}
+	progress("read %s: %d bytes", display, len(src))
 	sets, err := ipsets.read(src, stderr)
 	if err != nil {
 		return err
@@ -124,15 +133,18 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 				}
 			}
 		}
+		progress("%s: parsed %d rules", t.place.Hook, countRules(rs))
 		prog, err := compileFor(rs, t, t.chain(f.chain), level, &warn, stderr)
 		if err != nil {
 			return reportRuleErrors(err, true, stderr)
 		}
+		progress("%s: compiled %d rules of %s into %d instructions (%s)", t.place.Hook, len(prog.IR.Rules), t.chain(f.chain), programSize(prog), prog.Level)
 		plans = append(plans, plan{t, rs, prog, mode})
 	}
 
 	if *test {
 		for _, p := range plans {
+			progress("%s: verifying", p.t.place.Hook)
 			l, err := loader.Load(p.prog, loader.Options{})
 			if err != nil {
 				return privileged(err)
@@ -155,6 +167,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 				continue
 			}
 		}
+		progress("%s: loading (the kernel verifies the program) and swapping", p.t.place.Hook)
 		res, err := swapIn(p.t, p.rs, p.prog, display, &f, p.mode)
 		if err != nil {
 			return err
@@ -169,4 +182,18 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 		return errors.New("no filter is loaded in this network namespace on an interface that exists; name interfaces with -i")
 	}
 	return nil
+}
+
+// countRules counts the rules of every chain of rs.
+func countRules(rs *rules.Ruleset) int {
+	_, _, n := count(rs)
+	return n
+}
+
+// programSize is the number of instructions of prog's main program.
+func programSize(prog *codegen.Program) int {
+	if spec := prog.Spec.Programs[codegen.ProgramName]; spec != nil {
+		return len(spec.Instructions)
+	}
+	return 0
 }
