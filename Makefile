@@ -2,10 +2,34 @@
 GO ?= go
 FUZZTIME ?= 10s
 
-.PHONY: build test test-short lint fuzz bench difftest
+.PHONY: build test test-short lint fuzz bench difftest install uninstall
 
 build:
 	$(GO) build -o bpfwall ./cmd/bpfwall
+
+# The binary, its man pages and bash completion (which it writes) and the
+# systemd units, whose /usr/local/bin becomes $(PREFIX)/bin. DESTDIR
+# stages the tree for a package.
+PREFIX ?= /usr/local
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+MAN8DIR = $(PREFIX)/share/man/man8
+BASHCOMPDIR = $(PREFIX)/share/bash-completion/completions
+UNITS = bpfwall.service bpfwall6.service
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(MAN8DIR) $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(SYSTEMDUNITDIR)
+	install -m 0755 bpfwall $(DESTDIR)$(PREFIX)/bin/bpfwall
+	./bpfwall man --dir $(DESTDIR)$(MAN8DIR)
+	chmod 0644 $(DESTDIR)$(MAN8DIR)/bpfwall.8 $(DESTDIR)$(MAN8DIR)/bpfwall-*.8
+	./bpfwall completion bash >$(DESTDIR)$(BASHCOMPDIR)/bpfwall
+	chmod 0644 $(DESTDIR)$(BASHCOMPDIR)/bpfwall
+	for u in $(UNITS); do \
+		sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' dist/systemd/$$u >$(DESTDIR)$(SYSTEMDUNITDIR)/$$u && \
+		chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$$u || exit 1; \
+	done
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/bpfwall $(DESTDIR)$(MAN8DIR)/bpfwall.8 $(DESTDIR)$(MAN8DIR)/bpfwall-*.8 \
+		$(DESTDIR)$(BASHCOMPDIR)/bpfwall $(addprefix $(DESTDIR)$(SYSTEMDUNITDIR)/,$(UNITS))
 
 # Kernel tests need root; under CI=true they run and never skip. Each
 # package gets an explicit budget: the slowest (codegen) takes about six
