@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -153,4 +154,58 @@ func isBpfwall(id ebpf.ProgramID) bool {
 	defer p.Close()
 	info, err := p.Info()
 	return err == nil && info.Name == codegen.ProgramName
+}
+
+// HostRoot returns the pin root a command uses for root. It is root,
+// except when this command's mount namespace hides the bpffs that holds
+// root (its parent directory), as ip netns exec does for /sys/fs/bpf (it
+// remounts /sys for the network namespace): then it is the same
+// directory reached through the root of the nearest ancestor process
+// that has that bpffs, if init's mount namespace has it too, so that it
+// lasts. The path goes through a descriptor held open for the life of
+// the process, /proc/self/fd/N/..., so that it stays valid when the
+// ancestor exits.
+func HostRoot(root string) string {
+	mount := filepath.Dir(root)
+	if !filepath.IsAbs(root) || OnBPFFS(mount) || initMounts() {
+		return root
+	}
+	for pid := os.Getppid(); pid > 0; {
+		dir := fmt.Sprintf("/proc/%d/root%s", pid, mount)
+		if OnBPFFS(dir) {
+			if lasts, _ := bpffsLasts(dir); lasts {
+				fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+				if err == nil {
+					return fmt.Sprintf("/proc/self/fd/%d/%s", fd, filepath.Base(root))
+				}
+			}
+		}
+		if pid == 1 {
+			break
+		}
+		next, err := parentPID(pid)
+		if err != nil {
+			next = 1
+		}
+		pid = next
+	}
+	return root
+}
+
+// parentPID returns the parent of process pid, from /proc/PID/stat.
+func parentPID(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	return strconv.Atoi(f[1])
 }

@@ -37,8 +37,12 @@ func (l *ifaceList) Set(s string) error {
 // directory on a bpffs) and BPFWALL_LOCKFILE (as iptables'
 // XTABLES_LOCKFILE) name others, so that a test or a second instance
 // never touches the filters and lock of the bpfwall that runs the host.
+//
+// Under ip netns exec, whose mount namespace hides the host's bpffs, the
+// default root is reached through an ancestor's (loader.HostRoot), so
+// that filters pinned there stay after the command, as iptables rules do.
 var (
-	pinRoot  = envOr("BPFWALL_ROOT", loader.DefaultRoot)
+	pinRoot  = loader.HostRoot(envOr("BPFWALL_ROOT", loader.DefaultRoot))
 	lockFile = envOr("BPFWALL_LOCKFILE", loader.DefaultLockFile)
 )
 

@@ -375,13 +375,33 @@ func TestLockContention(t *testing.T) {
 }
 
 // TestPrivateMountNamespace: under ip netns exec, which gives the command
-// a mount namespace of its own without /sys/fs/bpf, a filter pinned on a
-// bpffs the command mounted would go when it exits; load refuses and
-// says what to run instead.
+// a mount namespace of its own with /sys remounted, hiding the bpffs, a
+// filter is pinned on the host's bpffs, reached through an ancestor
+// process, and stays after the command, as iptables rules do; the next
+// command under ip netns exec, or under nsenter, finds it.
 func TestPrivateMountNamespace(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireTool(t, "ip")
 	bin := buildBpfwall(t)
+	// A bpffs of the test's own under /sys/fs/bpf, which ip netns exec
+	// hides as it hides /sys/fs/bpf, so that the test never pins under
+	// the production root.
+	if !loader.OnBPFFS("/sys/fs/bpf") {
+		if err := unix.Mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700"); err != nil {
+			t.Fatalf("mount bpffs at /sys/fs/bpf: %v", err)
+		}
+	}
+	mnt := fmt.Sprintf("/sys/fs/bpf/bwmnt%d", os.Getpid())
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(mnt) })
+	if err := unix.Mount("bpf", mnt, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+	env := append(withoutEnv(os.Environ(), "BPFWALL_ROOT"), "BPFWALL_ROOT="+mnt+"/bpfwall")
+
 	name := fmt.Sprintf("bwmnt%d", os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v\n%s", err, out)
@@ -391,28 +411,31 @@ func TestPrivateMountNamespace(t *testing.T) {
 	if err := os.WriteFile(rules, []byte("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -p tcp --dport 22 -j DROP\nCOMMIT\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
 	// bpfwall run by ip netns exec, and from a script ip netns exec runs,
 	// whose shell shares the private namespace.
-	for _, script := range []string{`exec "$0" load --hook tc-ingress -i lo "$1"`, `"$0" load --hook tc-ingress -i lo "$1"; rc=$?; "$0" status; exit $rc`} {
-		// With the default pin root, whose bpffs the private mount
-		// namespace lacks.
-		cmd := exec.Command("ip", "netns", "exec", name, "sh", "-c", "ip link set lo up && "+script, bin, rules)
-		cmd.Env = withoutEnv(os.Environ(), "BPFWALL_ROOT")
-		out, err := cmd.CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "nsenter --net=/run/netns/NAME") {
-			t.Errorf("load under ip netns exec (%s): %v\n%s\nwant a refusal that names nsenter", script, err, out)
+	for _, script := range []string{`exec "$0" load --hook tc-ingress -i lo "$1"`, `"$0" load --hook tc-ingress -i lo "$1" && "$0" status`} {
+		if out, err := run("ip", "netns", "exec", name, "sh", "-c", "ip link set lo up && "+script, bin, rules); err != nil {
+			t.Fatalf("load under ip netns exec (%s): %v\n%s", script, err, out)
 		}
-	}
-	// nsenter keeps the host's mounts: the filter stays after the command.
-	if out, err := exec.Command("nsenter", "--net=/run/netns/"+name, bin, "load", "--hook", "tc-ingress", "-i", "lo", rules).CombinedOutput(); err != nil {
-		t.Fatalf("load under nsenter: %v\n%s", err, out)
-	}
-	out, err := exec.Command("nsenter", "--net=/run/netns/"+name, bin, "status").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "tc-ingress") {
-		t.Errorf("status after load under nsenter: %v\n%s", err, out)
-	}
-	if out, err := exec.Command("nsenter", "--net=/run/netns/"+name, bin, "unload").CombinedOutput(); err != nil {
-		t.Errorf("unload: %v\n%s", err, out)
+		// The command and its mount namespace are gone; the filter stays.
+		for _, status := range [][]string{{"ip", "netns", "exec", name, bin, "status"}, {"nsenter", "--net=/run/netns/" + name, bin, "status"}} {
+			out, err := run(status...)
+			if err != nil || !strings.Contains(out, "tc-ingress: program") || !strings.Contains(out, "attached to lo") {
+				t.Errorf("%s after load under ip netns exec (%s): %v\n%s", strings.Join(status[:len(status)-2], " "), script, err, out)
+			}
+		}
+		if out, err := run("ip", "netns", "exec", name, bin, "unload"); err != nil {
+			t.Errorf("unload under ip netns exec: %v\n%s", err, out)
+		}
+		if out, err := run("nsenter", "--net=/run/netns/"+name, bin, "status"); err != nil || !strings.Contains(out, "no filter loaded") {
+			t.Errorf("status after unload: %v\n%s", err, out)
+		}
 	}
 }
 
