@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/syslog"
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -49,6 +51,8 @@ func runLog(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print one JSON object per event")
 	count := fs.Int("count", 0, "exit after this many events (0: no limit)")
 	timeout := fs.Duration("timeout", 0, "exit after this long (0: no limit)")
+	sysl := fs.String("syslog", "", "write the lines to syslog instead of stdout, as the kernel's LOG writes them to its log: facility kern, the rule's --log-level; at the socket `ADDR` (default /dev/log, the journal's)")
+	fs.Lookup("syslog").NoOptDefVal = "/dev/log"
 	files, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -110,11 +114,24 @@ func runLog(args []string, stdout, stderr io.Writer) error {
 	}
 	go func() { wg.Wait(); close(events) }()
 
+	var sink *syslog.Writer
+	if *sysl != "" {
+		if sink, err = syslog.Dial("unixgram", *sysl, syslog.LOG_KERN|syslog.LOG_WARNING, "bpfwall"); err != nil {
+			halt()
+			return fmt.Errorf("log --syslog: %w", err)
+		}
+		defer sink.Close()
+	}
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
 	n := 0
 	for ev := range events {
-		if *asJSON {
+		if sink != nil {
+			if err := writeSyslog(sink, ev); err != nil {
+				halt()
+				return fmt.Errorf("log --syslog: %w", err)
+			}
+		} else if *asJSON {
 			if err := enc.Encode(ev); err != nil {
 				halt()
 				return err
@@ -141,11 +158,23 @@ func runLog(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// writeSyslog writes ev's line at its rule's level, as the kernel's LOG
+// target writes it with printk: the prefix, then the packet's fields.
+func writeSyslog(w *syslog.Writer, ev logEvent) error {
+	line := ev.Line
+	if ev.Error != "" {
+		line += "[bpfwall: " + ev.Error + "]"
+	}
+	write := []func(string) error{w.Emerg, w.Alert, w.Crit, w.Err, w.Warning, w.Notice, w.Info, w.Debug}
+	return write[min(int(ev.Level), len(write)-1)](line)
+}
+
 // logFollower reads one filter's events, and follows the filter across
 // swaps: when the pinned program changes, it drains the old ring buffer
 // and opens the new one.
 type logFollower struct {
 	place  loader.Place
+	reader *os.File // holds the filter's reader lock
 	rd     *loader.LogReader
 	lost   uint64
 	ifaces map[uint32]ifaceInfo
@@ -157,11 +186,16 @@ type ifaceInfo struct {
 }
 
 func openFollower(p loader.Place) (*logFollower, error) {
-	rd, err := openLog(p, logOpenWait)
+	reader, err := lockReader(p)
 	if err != nil {
 		return nil, err
 	}
-	f := &logFollower{place: p, rd: rd, ifaces: make(map[uint32]ifaceInfo)}
+	rd, err := openLog(p, logOpenWait)
+	if err != nil {
+		reader.Close()
+		return nil, err
+	}
+	f := &logFollower{place: p, reader: reader, rd: rd, ifaces: make(map[uint32]ifaceInfo)}
 	f.lost, _ = rd.Lost()
 	return f, nil
 }
@@ -191,6 +225,32 @@ func (f *logFollower) close() {
 	if f.rd != nil {
 		f.rd.Close()
 	}
+	f.reader.Close()
+}
+
+// lockReader takes the reader lock of the filter at p's events, beside
+// bpfwall's lock file, and writes this process's ID into it. A ring
+// buffer hands each event to one reader: a second bpfwall log would get
+// some of the events and take the others from the first, so it is
+// refused, naming the reader that has them.
+func lockReader(p loader.Place) (*os.File, error) {
+	path := fmt.Sprintf("%s.log-%d-%s", lockFile, p.NetNS, p.Hook)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("log reader lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		owner, _ := io.ReadAll(f)
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another bpfwall log (pid %s) reads the %s filter's events, and each event goes to one reader: stop it, or read its output", strings.TrimSpace(string(owner)), p.Hook)
+		}
+		return nil, fmt.Errorf("log reader lock: %w", err)
+	}
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
 }
 
 func (f *logFollower) follow(out chan<- logEvent, stop <-chan struct{}, stderr io.Writer) error {

@@ -2,12 +2,16 @@ package main
 
 import (
 	"bufio"
+	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestLogFollowsSwap runs `bpfwall log` as an operator would while the
@@ -52,6 +56,10 @@ func TestLogFollowsSwap(t *testing.T) {
 		t.Fatalf("udp/5001: %d of 1 arrived", got)
 	}
 	first := next()
+	// A second reader would take some of the first one's events.
+	if _, errOut, code := c.run("", "log", "--timeout", "1s"); code != 1 || !strings.Contains(errOut, fmt.Sprintf("another bpfwall log (pid %d) reads the xdp filter's events", cmd.Process.Pid)) {
+		t.Errorf("a second bpfwall log: exit %d, %q; want a refusal naming the first", code, errOut)
+	}
 	c.ok("", "load", "-i", "veth1", two)
 	if got := sendUDP(t, peer, 5001, 1); got != 1 {
 		t.Fatalf("udp/5001 after the swap: %d of 1 arrived", got)
@@ -78,6 +86,55 @@ func TestLogFollowsSwap(t *testing.T) {
 	sendUDP(t, peer, 5001, 2500) // the receiving socket's buffer overflows too
 	if st := c.status(); st[0].Log == nil || st[0].Log.Lost < 500 {
 		t.Errorf("status after 2500 events unread: %+v", st[0].Log)
+	}
+	c.ok("", "unload")
+}
+
+// TestLogSyslog: log --syslog writes each line to a syslog socket as the
+// kernel's LOG writes it to its log: facility kern, the rule's level.
+func TestLogSyslog(t *testing.T) {
+	bin := buildBpfwall(t)
+	peer := freshNetns(t)
+	c := cli{t, bin}
+	rules := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+		"-A INPUT -p udp -m udp --dport 5001 -j LOG --log-prefix \"in: \" --log-level 6\nCOMMIT\n"
+	c.ok(rules, "restore", "-i", "veth1")
+	sock := filepath.Join(t.TempDir(), "log")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cmd := exec.Command(bin, "log", "--count", "1", "--timeout", "30s", "--syslog="+sock)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	// Until the reader has the ring buffer open, events wait in it.
+	if got := sendUDP(t, peer, 5001, 1); got != 1 {
+		t.Fatalf("udp/5001: %d of 1 arrived", got)
+	}
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	buf := make([]byte, 4096)
+	n, err := conn.Read(buf)
+	if err != nil {
+		t.Fatalf("no syslog message: %v", err)
+	}
+	msg := string(buf[:n])
+	// <6>: facility kern (0), level info (6).
+	if !regexp.MustCompile(`^<6>[^\n]*? bpfwall\[\d+\]: in: IN=veth1 OUT= MAC=\S+ SRC=10\.9\.0\.1 DST=10\.9\.0\.2 .*DPT=5001 LEN=40 \n?$`).MatchString(msg) {
+		t.Errorf("syslog message %q", msg)
+	}
+	rest, _ := io.ReadAll(out)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("bpfwall log --syslog: %v", err)
+	}
+	if len(rest) != 0 {
+		t.Errorf("log --syslog printed on stdout too: %q", rest)
 	}
 	c.ok("", "unload")
 }

@@ -28,7 +28,7 @@ func init() {
 		{"save", "save [-cV] [-t TABLE] [-f FILE] [-4|-6] [--hook H]  the active rule set as iptables-save text", runSave},
 		{"status", "status [--json [--rules]]  the filters of this network namespace", runStatus},
 		{"metrics", "metrics [--listen ADDR]  the filters' counters and facts as Prometheus metrics, printed or served at /metrics", runMetrics},
-		{"log", "log [--hook H] [--json] [--count N] [--timeout D]  print the LOG rules' events as the kernel's LOG lines, until interrupted", runLog},
+		{"log", "log [--hook H] [--json] [--count N] [--timeout D] [--syslog[=ADDR]]  print the LOG rules' events as the kernel's LOG lines, until interrupted", runLog},
 		{"register", "register [--target PROTO:ADDR:PORT] [--pid PID --fd N] [-w [SECS]]  hand sockets (LISTEN_FDS, or another process's) to the sk-lookup filter's TPROXY rules", runRegister},
 		{"unload", "unload [-i IFACE]... [--hook H] [-w [SECS]] | --netns ID  detach filters and remove their pins", runUnload},
 		{"compile", "compile [--hook H] [--chain C] [-O0|-O1] [--dump] [-v] (FILE | --from-kernel)  compile; --dump prints it, otherwise the kernel verifies it", runCompile},
