@@ -32,9 +32,9 @@ COMMIT
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	want := strings.ReplaceAll(`{"verdict":"ACCEPT","rule":"R:7","chain":"INPUT","logged":["R:6"]}
-{"verdict":"DROP","rule":"R:11","chain":"LOGDROP","logged":["R:10"]}
-{"verdict":"DROP","rule":"policy","chain":"INPUT","logged":["R:9"]}
+	want := strings.ReplaceAll(`{"packet":1,"summary":"IP 10.0.0.1.1234 > 10.0.0.2.22: Flags [S], length 24","verdict":"ACCEPT","rule":"R:7","chain":"INPUT","logged":["R:6"]}
+{"packet":2,"summary":"IP 10.0.0.1.1234 > 10.0.0.2.53: UDP, length 36","verdict":"DROP","rule":"R:11","chain":"LOGDROP","logged":["R:10"]}
+{"packet":3,"summary":"IP 10.0.0.1 > 10.0.0.2: ICMP type 8 code 0","verdict":"DROP","rule":"policy","chain":"INPUT","logged":["R:9"]}
 `, "R:", rules+":")
 	if out != want {
 		t.Errorf("trace:\n%s\nwant:\n%s", out, want)

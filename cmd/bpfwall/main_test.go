@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gopacket/gopacket/layers"
+
+	"bpfwall/internal/packets"
 	"bpfwall/internal/testenv"
 )
 
@@ -259,5 +262,48 @@ func TestFmtFragment(t *testing.T) {
 	}
 	if _, _, code := runCmd(t, "fmt", f); code != 1 {
 		t.Errorf("fmt without -n of a fragment: exit %d, want 1", code)
+	}
+}
+
+// TestTraceCookedPcap: trace reads tcpdump -i any captures (Linux cooked,
+// SLL and SLL2), which hold both directions: an ingress hook traces the
+// packets that arrived and says it never sees those that left, tc-egress
+// the other way round; each line names its packet.
+func TestTraceCookedPcap(t *testing.T) {
+	testenv.RequireRoot(t)
+	in, err := packets.Desc{DPort: 22}.Frame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := packets.Desc{Proto: "udp", DPort: 53}.Frame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := writeFile(t, "r.rules", "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"+
+		"-A INPUT -p tcp -m tcp --dport 22 -j DROP\n-A OUTPUT -p udp -m udp --dport 53 -j DROP\nCOMMIT\n")
+	for _, lt := range []layers.LinkType{layers.LinkTypeLinuxSLL, layers.LinkTypeLinuxSLL2} {
+		var buf bytes.Buffer
+		if err := packets.WriteCooked(&buf, lt, []packets.Captured{{Frame: in}, {Frame: out, Outgoing: true}}); err != nil {
+			t.Fatal(err)
+		}
+		pcap := writeFile(t, "any.pcap", buf.String())
+		for _, tc := range []struct {
+			hook string
+			want []string
+		}{
+			{"xdp", []string{
+				`{"packet":1,"summary":"IP 10.0.0.1.1234 > 10.0.0.2.22: Flags [S], length 24","verdict":"DROP","rule":"` + rules + `:5","chain":"INPUT"}`,
+				`{"packet":2,"summary":"IP 10.0.0.1.1234 > 10.0.0.2.53: UDP, length 36","skipped":"captured leaving the host: the xdp hook sees arriving packets"}`,
+			}},
+			{"tc-egress", []string{
+				`{"packet":1,"summary":"IP 10.0.0.1.1234 > 10.0.0.2.22: Flags [S], length 24","skipped":"captured arriving: the tc-egress hook sees leaving packets"}`,
+				`{"packet":2,"summary":"IP 10.0.0.1.1234 > 10.0.0.2.53: UDP, length 36","verdict":"DROP","rule":"` + rules + `:6","chain":"OUTPUT"}`,
+			}},
+		} {
+			got, errOut, code := runCmd(t, "trace", "--hook", tc.hook, "--pcap", pcap, rules)
+			if want := strings.Join(tc.want, "\n") + "\n"; code != 0 || got != want {
+				t.Errorf("%s capture at %s: exit %d, stderr %q\n%s\nwant\n%s", lt, tc.hook, code, errOut, got, want)
+			}
+		}
 	}
 }

@@ -14,7 +14,11 @@ import (
 
 // traceLine is one line of trace output.
 type traceLine struct {
-	Verdict string `json:"verdict"`
+	// Packet is the packet's number in the input, from 1; Summary says
+	// what it is, as tcpdump would.
+	Packet  int    `json:"packet"`
+	Summary string `json:"summary"`
+	Verdict string `json:"verdict,omitempty"`
 	// Rule is "file:line" of the deciding rule, "policy", or absent when
 	// the packet never reached the rules (Skipped says why).
 	Rule    string `json:"rule,omitempty"`
@@ -65,6 +69,8 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	type input struct {
 		frame []byte
 		iface string
+		// skip says why the hook never sees the packet.
+		skip string
 	}
 	var inputs []input
 	if *jsonl != "" {
@@ -81,20 +87,30 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 			if iface == "" {
 				iface = packets.Default.Iface
 			}
-			inputs = append(inputs, input{frame, iface})
+			inputs = append(inputs, input{frame: frame, iface: iface})
 		}
 	} else {
 		f, err := os.Open(*pcap)
 		if err != nil {
 			return err
 		}
-		frames, err := packets.ReadPcap(f)
+		captured, err := packets.ReadPcap(f)
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("%s: %w", *pcap, err)
 		}
-		for _, fr := range frames {
-			inputs = append(inputs, input{fr, *iface})
+		// A cooked capture (tcpdump -i any) holds both directions; each
+		// hook sees one.
+		egress := cf.hook == codegen.HookTCEgress.String()
+		for _, c := range captured {
+			in := input{frame: c.Frame, iface: *iface}
+			switch {
+			case c.Cooked && c.Outgoing && !egress:
+				in.skip = "captured leaving the host: the " + cf.hook + " hook sees arriving packets"
+			case c.Cooked && !c.Outgoing && egress:
+				in.skip = "captured arriving: the tc-egress hook sees leaving packets"
+			}
+			inputs = append(inputs, in)
 		}
 	}
 	prog, err := cf.compile(files[0], stderr)
@@ -107,12 +123,20 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	}
 	defer l.Close()
 	enc := json.NewEncoder(stdout)
-	for _, in := range inputs {
+	enc.SetEscapeHTML(false)
+	for i, in := range inputs {
+		if in.skip != "" {
+			if err := enc.Encode(traceLine{Packet: i + 1, Summary: packets.Summary(in.frame), Skipped: in.skip}); err != nil {
+				return err
+			}
+			continue
+		}
 		out, err := l.Run(in.frame, in.iface)
 		if err != nil {
 			return err
 		}
 		line := describe(prog, out)
+		line.Packet, line.Summary = i+1, packets.Summary(in.frame)
 		logged, err := l.Logged()
 		if err != nil {
 			return err

@@ -221,9 +221,19 @@ func protoNumber(s string, v6 bool) (uint8, error) {
 	return uint8(n), nil
 }
 
-// ReadPcap returns the frames of a pcap or pcapng file with Ethernet link
-// type.
-func ReadPcap(r io.Reader) ([][]byte, error) {
+// Captured is one packet of a capture, as an Ethernet frame.
+type Captured struct {
+	Frame []byte
+	// Cooked says the capture was a Linux cooked one (tcpdump -i any),
+	// which says which way each packet went: Outgoing, it left the host.
+	Cooked, Outgoing bool
+}
+
+// ReadPcap returns the packets of a pcap or pcapng file with Ethernet
+// link type, or Linux cooked captures (SLL and SLL2, what tcpdump -i any
+// writes), whose packets become Ethernet frames: from the cooked
+// header's link-layer address, if it has six bytes, to a made-up one.
+func ReadPcap(r io.Reader) ([]Captured, error) {
 	br := bufio.NewReader(r)
 	magic, err := br.Peek(4)
 	if err != nil {
@@ -247,18 +257,137 @@ func ReadPcap(r io.Reader) ([][]byte, error) {
 		}
 		src = pr
 	}
-	if lt := src.LinkType(); lt != layers.LinkTypeEthernet {
-		return nil, fmt.Errorf("read pcap: link type %s, want Ethernet", lt)
+	lt := src.LinkType()
+	if lt != layers.LinkTypeEthernet && lt != layers.LinkTypeLinuxSLL && lt != layers.LinkTypeLinuxSLL2 {
+		return nil, fmt.Errorf("read pcap: link type %s, want Ethernet or Linux cooked (SLL, SLL2)", lt)
 	}
-	var frames [][]byte
-	for {
+	var out []Captured
+	for n := 1; ; n++ {
 		data, _, err := src.ReadPacketData()
 		if errors.Is(err, io.EOF) {
-			return frames, nil
+			return out, nil
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read pcap: %w", err)
 		}
-		frames = append(frames, bytes.Clone(data))
+		c := Captured{Frame: bytes.Clone(data)}
+		if lt != layers.LinkTypeEthernet {
+			if c, err = uncook(lt, data); err != nil {
+				return nil, fmt.Errorf("read pcap: packet %d: %w", n, err)
+			}
+		}
+		out = append(out, c)
 	}
+}
+
+// uncook turns a Linux cooked capture's packet into an Ethernet frame.
+func uncook(lt layers.LinkType, data []byte) (Captured, error) {
+	var (
+		proto   layers.EthernetType
+		ptype   layers.LinuxSLLPacketType
+		addr    []byte
+		payload []byte
+	)
+	if lt == layers.LinkTypeLinuxSLL {
+		var h layers.LinuxSLL
+		if err := h.DecodeFromBytes(data, gopacket.NilDecodeFeedback); err != nil {
+			return Captured{}, err
+		}
+		proto, ptype, addr, payload = h.EthernetType, h.PacketType, h.Addr, h.Payload
+	} else {
+		var h layers.LinuxSLL2
+		if err := h.DecodeFromBytes(data, gopacket.NilDecodeFeedback); err != nil {
+			return Captured{}, err
+		}
+		proto, ptype, addr, payload = h.ProtocolType, layers.LinuxSLLPacketType(h.PacketType), h.Addr, h.Payload
+	}
+	src := net.HardwareAddr{0x02, 0, 0, 0, 0, 1}
+	if len(addr) == 6 {
+		src = net.HardwareAddr(addr)
+	}
+	frame := make([]byte, 14, 14+len(payload))
+	copy(frame, []byte{0x02, 0, 0, 0, 0, 2})
+	copy(frame[6:], src)
+	frame[12], frame[13] = byte(proto>>8), byte(proto)
+	return Captured{Frame: append(frame, payload...), Cooked: true, Outgoing: ptype == layers.LinuxSLLPacketTypeOutgoing}, nil
+}
+
+// WriteCooked writes the Ethernet frames of packets as a Linux cooked
+// capture (SLL or SLL2) would hold them, each arriving or Outgoing, as
+// tcpdump -i any writes one.
+func WriteCooked(w io.Writer, lt layers.LinkType, packets []Captured) error {
+	pw := pcapgo.NewWriter(w)
+	if err := pw.WriteFileHeader(65535, lt); err != nil {
+		return err
+	}
+	for _, c := range packets {
+		if len(c.Frame) < 14 {
+			return fmt.Errorf("a frame of %d bytes", len(c.Frame))
+		}
+		mac, proto, payload := c.Frame[6:12], c.Frame[12:14], c.Frame[14:]
+		ptype := byte(layers.LinuxSLLPacketTypeHost)
+		if c.Outgoing {
+			ptype = byte(layers.LinuxSLLPacketTypeOutgoing)
+		}
+		var h []byte
+		if lt == layers.LinkTypeLinuxSLL {
+			// type, ARPHRD_ETHER, address length, address (8), protocol
+			h = append([]byte{0, ptype, 0, 1, 0, 6}, mac...)
+			h = append(append(h, 0, 0), proto...)
+		} else {
+			// protocol, reserved, ifindex, ARPHRD_ETHER, type, address length, address (8)
+			h = append(append([]byte{}, proto...), 0, 0, 0, 0, 0, 1, 0, 1, ptype, 6)
+			h = append(append(h, mac...), 0, 0)
+		}
+		pkt := append(h, payload...)
+		if err := pw.WritePacket(gopacket.CaptureInfo{CaptureLength: len(pkt), Length: len(pkt)}, pkt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Summary is a one-line description of an Ethernet frame's packet, as
+// tcpdump writes one: addresses, ports, TCP flags, ICMP type and code.
+func Summary(frame []byte) string {
+	pkt := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.DecodeOptions{Lazy: true, NoCopy: true})
+	var src, dst, proto string
+	switch ip := pkt.NetworkLayer().(type) {
+	case *layers.IPv4:
+		src, dst, proto = ip.SrcIP.String(), ip.DstIP.String(), "IP"
+		if ip.Flags&layers.IPv4MoreFragments != 0 || ip.FragOffset != 0 {
+			return fmt.Sprintf("IP %s > %s: fragment offset %d%s, proto %s", src, dst, int(ip.FragOffset)*8, map[bool]string{true: "+"}[ip.Flags&layers.IPv4MoreFragments != 0], ip.Protocol)
+		}
+	case *layers.IPv6:
+		src, dst, proto = ip.SrcIP.String(), ip.DstIP.String(), "IP6"
+	default:
+		if eth, ok := pkt.LinkLayer().(*layers.Ethernet); ok {
+			return fmt.Sprintf("%s > %s, ethertype %s, length %d", eth.SrcMAC, eth.DstMAC, eth.EthernetType, len(frame))
+		}
+		return fmt.Sprintf("length %d, not Ethernet", len(frame))
+	}
+	switch l := pkt.TransportLayer().(type) {
+	case *layers.TCP:
+		flags := ""
+		for _, f := range []struct {
+			on bool
+			c  string
+		}{{l.SYN, "S"}, {l.FIN, "F"}, {l.RST, "R"}, {l.PSH, "P"}, {l.ACK, "."}, {l.URG, "U"}, {l.ECE, "E"}, {l.CWR, "W"}} {
+			if f.on {
+				flags += f.c
+			}
+		}
+		return fmt.Sprintf("%s %s.%d > %s.%d: Flags [%s], length %d", proto, src, l.SrcPort, dst, l.DstPort, flags, len(l.Payload))
+	case *layers.UDP:
+		return fmt.Sprintf("%s %s.%d > %s.%d: UDP, length %d", proto, src, l.SrcPort, dst, l.DstPort, len(l.Payload))
+	case *layers.SCTP:
+		return fmt.Sprintf("%s %s.%d > %s.%d: SCTP", proto, src, l.SrcPort, dst, l.DstPort)
+	}
+	if icmp, ok := pkt.Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4); ok {
+		return fmt.Sprintf("%s %s > %s: ICMP type %d code %d", proto, src, dst, icmp.TypeCode.Type(), icmp.TypeCode.Code())
+	}
+	if icmp, ok := pkt.Layer(layers.LayerTypeICMPv6).(*layers.ICMPv6); ok {
+		return fmt.Sprintf("%s %s > %s: ICMP6 type %d code %d", proto, src, dst, icmp.TypeCode.Type(), icmp.TypeCode.Code())
+	}
+	return fmt.Sprintf("%s %s > %s: length %d", proto, src, dst, len(frame)-14)
 }

@@ -99,7 +99,54 @@ func TestReadPcap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(frames) != 2 || !bytes.Equal(frames[1], frame) {
+	if len(frames) != 2 || !bytes.Equal(frames[1].Frame, frame) || frames[1].Cooked {
 		t.Errorf("read %d frames", len(frames))
+	}
+}
+
+// TestReadCookedPcap: the packets of a tcpdump -i any capture become
+// Ethernet frames from the captured link-layer address, with their
+// direction.
+func TestReadCookedPcap(t *testing.T) {
+	frame, err := Desc{}.Frame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lt := range []layers.LinkType{layers.LinkTypeLinuxSLL, layers.LinkTypeLinuxSLL2} {
+		var buf bytes.Buffer
+		if err := WriteCooked(&buf, lt, []Captured{{Frame: frame}, {Frame: frame, Outgoing: true}}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadPcap(&buf)
+		if err != nil {
+			t.Fatalf("%s: %v", lt, err)
+		}
+		if len(got) != 2 || !got[0].Cooked || got[0].Outgoing || !got[1].Outgoing {
+			t.Fatalf("%s: %+v", lt, got)
+		}
+		// The destination MAC is made up; the rest is the packet.
+		if f := got[0].Frame; !bytes.Equal(f[6:], frame[6:]) {
+			t.Errorf("%s: frame\n% x\nwant\n% x", lt, f, frame)
+		}
+	}
+}
+
+func TestSummary(t *testing.T) {
+	flags := uint8(0x12)
+	for _, tc := range []struct {
+		d    Desc
+		want string
+	}{
+		{Desc{Flags: &flags}, "IP 10.0.0.1.1234 > 10.0.0.2.80: Flags [S.], length 24"},
+		{Desc{Proto: "udp", DPort: 53}, "IP 10.0.0.1.1234 > 10.0.0.2.53: UDP, length 36"},
+		{Desc{Proto: "icmpv6", Src: "2001:db8::1", Dst: "2001:db8::2", Type: 128}, "IP6 2001:db8::1 > 2001:db8::2: ICMP6 type 128 code 0"},
+	} {
+		frame, err := tc.d.Frame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Summary(frame); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.d, got, tc.want)
+		}
 	}
 }
