@@ -43,9 +43,41 @@ func (c *compiler) ctxType() *btf.Pointer {
 	return &btf.Pointer{Target: &btf.Struct{Name: "xdp_md"}}
 }
 
+// objectName is the program's name in the kernel, as bpftool shows it:
+// bpfwall_HOOK_CHAIN, in the characters an object name may hold. The
+// kernel keeps 15; bpftool prints the whole name from the BTF of the
+// main function, which has it.
+func (c *compiler) objectName() string {
+	name := []byte("bpfwall_" + c.hook.String() + "_" + c.p.Chains[0].Name)
+	for i, ch := range name {
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '_') {
+			name[i] = '_'
+		}
+	}
+	return string(name)
+}
+
+// The value types of the maps that bpftool map dump shows as structures.
+var (
+	// btfCounter is a Counter: what one rule (or, last, the policy)
+	// counted, per CPU.
+	btfCounter = &btf.Struct{Name: "bpfwall_counter", Size: 16, Members: []btf.Member{
+		{Name: "packets", Type: btfU64},
+		{Name: "bytes", Type: btfU64, Offset: 64},
+	}}
+	// btfDecision is a Decision.
+	btfDecision = &btf.Struct{Name: "bpfwall_decision", Size: 8, Members: []btf.Member{
+		{Name: "rule", Type: btfU32},
+		{Name: "kind", Type: btfU32, Offset: 32},
+	}}
+	// btfIfaceMask is an IfacesMap value: the interface patterns an
+	// interface's name matches, as bits.
+	btfIfaceMask = &btf.Typedef{Name: "bpfwall_iface_mask", Type: btfU64}
+)
+
 func (c *compiler) funcMain() *btf.Func {
 	return &btf.Func{
-		Name:    ProgramName,
+		Name:    c.objectName(),
 		Linkage: btf.GlobalFunc,
 		Type: &btf.FuncProto{
 			Return: btfInt,

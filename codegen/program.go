@@ -242,7 +242,7 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 	spec := &ebpf.CollectionSpec{
 		Programs: map[string]*ebpf.ProgramSpec{
 			ProgramName: {
-				Name:         ProgramName,
+				Name:         c.objectName()[:min(len(c.objectName()), 15)],
 				Type:         typ,
 				AttachType:   attach,
 				Flags:        flags,
@@ -253,6 +253,8 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 		Maps: map[string]*ebpf.MapSpec{
 			CountersMap: {
 				Name:       CountersMap,
+				Key:        btfU32,
+				Value:      btfCounter,
 				Type:       ebpf.PerCPUArray,
 				KeySize:    4,
 				ValueSize:  16,
@@ -260,6 +262,8 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 			},
 			DecisionMap: {
 				Name:       DecisionMap,
+				Key:        btfU32,
+				Value:      btfDecision,
 				Type:       ebpf.PerCPUArray,
 				KeySize:    4,
 				ValueSize:  8,
@@ -274,6 +278,8 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 			},
 			IfacesMap: {
 				Name:       IfacesMap,
+				Key:        btfU32,
+				Value:      btfIfaceMask,
 				Type:       ebpf.Hash,
 				KeySize:    4,
 				ValueSize:  8,

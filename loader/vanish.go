@@ -153,7 +153,8 @@ func isBpfwall(id ebpf.ProgramID) bool {
 	}
 	defer p.Close()
 	info, err := p.Info()
-	return err == nil && info.Name == codegen.ProgramName
+	// "bpfwall", or "bpfwall_HOOK_CHAIN" cut to the kernel's 15 bytes.
+	return err == nil && (info.Name == codegen.ProgramName || strings.HasPrefix(info.Name, codegen.ProgramName+"_"))
 }
 
 // HostRoot returns the pin root a command uses for root. It is root,

@@ -801,3 +801,44 @@ func TestWithoutRoot(t *testing.T) {
 		}
 	}
 }
+
+// TestBpftoolNames: bpftool shows each program by its hook and chain, and
+// dumps the counters as structures rather than bytes.
+func TestBpftoolNames(t *testing.T) {
+	testenv.RequireTool(t, "bpftool")
+	bin := buildBpfwall(t)
+	freshNetns(t)
+	c := cli{t, bin}
+	c.ok(udpRules, "restore", "-i", "veth1")
+	c.ok(udpRules, "restore", "--hook", "tc-egress", "-i", "veth1")
+	want := map[string]string{"xdp": "bpfwall_xdp_INPUT", "tc-egress": "bpfwall_tc_egress_OUTPUT"}
+	for _, st := range c.status() {
+		out, err := exec.Command("bpftool", "prog", "show", "id", strconv.Itoa(int(st.Program))).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), " name "+want[st.Hook]+" ") {
+			t.Errorf("bpftool prog show of the %s program: %v\n%s\nwant the name %s", st.Hook, err, out, want[st.Hook])
+		}
+		var prog struct {
+			Maps []int `json:"map_ids"`
+		}
+		out, err = exec.Command("bpftool", "-j", "prog", "show", "id", strconv.Itoa(int(st.Program))).Output()
+		if err != nil || json.Unmarshal(out, &prog) != nil {
+			t.Fatalf("bpftool -j prog show: %v\n%s", err, out)
+		}
+		found := false
+		for _, id := range prog.Maps {
+			out, err := exec.Command("bpftool", "map", "show", "id", strconv.Itoa(id)).Output()
+			if err != nil || !strings.Contains(string(out), " name counters ") {
+				continue
+			}
+			found = true
+			dump, err := exec.Command("bpftool", "map", "dump", "id", strconv.Itoa(id)).Output()
+			if err != nil || !strings.Contains(string(dump), `"packets": `) || !strings.Contains(string(dump), `"bytes": `) {
+				t.Errorf("bpftool map dump of the %s counters: %v\n%.400s", st.Hook, err, dump)
+			}
+		}
+		if !found {
+			t.Errorf("the %s program has no counters map among %v", st.Hook, prog.Maps)
+		}
+	}
+	c.ok("", "unload")
+}

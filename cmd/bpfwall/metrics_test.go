@@ -4,9 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -122,27 +119,7 @@ func TestMetrics(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("metrics --listen said nothing for 10s")
 	}
-	// Dialled from this thread, which is in the test's network namespace
-	// (http.Get would dial from another).
-	conn, err := net.Dial("tcp", strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/metrics"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	req, _ := http.NewRequest("GET", url, nil)
-	if err := req.Write(conn); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
-	}
-	served := parseMetrics(t, string(body))
+	served := parseMetrics(t, fetch(t, url))
 	for name, mf := range families {
 		if s := served[name]; s == nil || len(s.Metric) != len(mf.Metric) {
 			t.Errorf("served %s: %v, printed %d series", name, s, len(mf.Metric))
