@@ -33,7 +33,7 @@ func init() {
 		{"unload", "unload [-i IFACE]... [--hook H] [-w [SECS]] | --netns ID  detach filters and remove their pins", runUnload},
 		{"compile", "compile [--hook H] [--chain C] [-O0|-O1] [--dump] [-v] (FILE | --from-kernel)  compile; --dump prints it, otherwise the kernel verifies it", runCompile},
 		{"bench", "bench [--e2e] [--families F,...] [--sizes N,...] [--levels 0,1] [--json] [--svg FILE] [--repeat N] [--runs K]  measure per-packet cost, size and load time as rules grow", runBench},
-		{"trace", "trace [--hook H] [--chain C] [-O0|-O1] (--packets F.jsonl | --pcap F.pcap) (FILE | --from-kernel)  run packets through the program in the kernel", runTrace},
+		{"trace", "trace [--hook H] [--chain C] [-O0|-O1] [--no-conntrack] [-i IFACE] (--packets F.jsonl | --pcap F.pcap) (FILE | --from-kernel)  run packets through the program in the kernel, where conntrack sees them", runTrace},
 		{"man", "man [--dir DIR]  the man pages: bpfwall(8) on stdout, or every page written into DIR", runMan},
 		{"completion", "completion bash|zsh|fish  print the completion script of the shell", runCompletion},
 	}

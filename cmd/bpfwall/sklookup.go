@@ -232,7 +232,7 @@ func traceLookups(prog *codegen.Program, descs []packets.Desc, stdout io.Writer)
 		if err != nil {
 			return err
 		}
-		line := lookupLine{traceLine: describe(prog, out.Outcome), Socket: out.Cookie}
+		line := lookupLine{traceLine: describe(prog, out.Outcome, false), Socket: out.Cookie}
 		switch out.Decision.Kind {
 		case codegen.NoSocket:
 			line.Reason = "the rule's socket does not exist"

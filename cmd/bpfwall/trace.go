@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 
 	"bpfwall/codegen"
 	"bpfwall/internal/packets"
@@ -40,6 +41,7 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	jsonl := fs.String("packets", "", "packets to run, one JSON description per line (`FILE`)")
 	pcap := fs.String("pcap", "", "packets to run from a pcap `FILE`")
 	iface := fs.StringP("interface", "i", "eth0", "interface the --pcap packets arrive on")
+	plain := fs.Bool("no-conntrack", false, "run each packet alone (BPF_PROG_TEST_RUN): conntrack does not see the packets, and lookups find what this namespace's table holds now")
 	files, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -122,6 +124,24 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer l.Close()
+	// A rule set that tests the conntrack state is traced where conntrack
+	// sees the packets, one after the other, as on the host: a reply of a
+	// flow is ESTABLISHED there.
+	run := l.Run
+	replayed := false
+	if prog.IR.TestsConntrack() && !*plain && (prog.Hook == codegen.HookXDP || prog.Hook == codegen.HookTCIngress) {
+		runtime.LockOSThread()
+		r, err := l.Replay(*iface)
+		if err != nil {
+			return privileged(err)
+		}
+		defer func() {
+			if r.Close() == nil {
+				runtime.UnlockOSThread()
+			}
+		}()
+		run, replayed = r.Run, true
+	}
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
 	for i, in := range inputs {
@@ -131,11 +151,11 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 			}
 			continue
 		}
-		out, err := l.Run(in.frame, in.iface)
+		out, err := run(in.frame, in.iface)
 		if err != nil {
 			return err
 		}
-		line := describe(prog, out)
+		line := describe(prog, out, replayed)
 		line.Packet, line.Summary = i+1, packets.Summary(in.frame)
 		logged, err := l.Logged()
 		if err != nil {
@@ -153,9 +173,12 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 }
 
 // describe turns a test run's outcome into a trace line.
-func describe(p *codegen.Program, out loader.Outcome) traceLine {
+func describe(p *codegen.Program, out loader.Outcome, replayed bool) traceLine {
 	line := traceLine{Verdict: out.Verdict.String()}
-	if out.Stage {
+	switch {
+	case out.Stage && replayed:
+		line.Stage = "netfilter: decided after conntrack"
+	case out.Stage:
 		line.Stage = "netfilter: decided after conntrack, which a test run does not have (state INVALID)"
 	}
 	switch out.Decision.Kind {
