@@ -141,7 +141,10 @@ func kernelDecisions(t *testing.T, rules string, flow []packets.Desc) []string {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("iptables-legacy-restore: %v\n%s", err, out)
 	}
-	t.Cleanup(func() { exec.Command("iptables-legacy", "-F").Run(); exec.Command("iptables-legacy", "-t", "raw", "-F").Run() })
+	t.Cleanup(func() {
+		exec.Command("iptables-legacy", "-F").Run()
+		exec.Command("iptables-legacy", "-t", "raw", "-F").Run()
+	})
 	// The lines of the INPUT rules, in order.
 	var lines []string
 	for i, l := range strings.Split(rules, "\n") {
