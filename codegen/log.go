@@ -118,7 +118,7 @@ func (c *compiler) hasLog() bool {
 func logMaps() []*ebpf.MapSpec {
 	return []*ebpf.MapSpec{
 		{Name: LogMap, Type: ebpf.RingBuf, MaxEntries: logRingSize},
-		{Name: LogLostMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
+		{Name: LogLostMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1, Key: btfU32, Value: btfU64},
 	}
 }
 

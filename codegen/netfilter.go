@@ -122,10 +122,10 @@ func (c *compiler) defers() bool {
 func (c *compiler) stageMaps() []*ebpf.MapSpec {
 	var out []*ebpf.MapSpec
 	if c.defers() || c.hook == HookNetfilter {
-		out = append(out, &ebpf.MapSpec{Name: StageMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: stageCounters})
+		out = append(out, &ebpf.MapSpec{Name: StageMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: stageCounters, Key: btfU32, Value: btfU64})
 	}
 	if c.hook == HookNetfilter {
-		out = append(out, &ebpf.MapSpec{Name: NetfilterIfacesMap, Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: ifacesMapSize})
+		out = append(out, &ebpf.MapSpec{Name: NetfilterIfacesMap, Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: ifacesMapSize, Key: btfU32, Value: btfU32})
 	}
 	return out
 }
