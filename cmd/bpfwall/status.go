@@ -327,6 +327,9 @@ func printStatus(w io.Writer, st filterStatus) {
 // counters c of each rule the program m describes compiled, in rule ID
 // order.
 func ruleCounters(m *loader.Meta, c []codegen.Counter, withRules bool) (string, []ruleCounter, error) {
+	if !withRules {
+		return policyOf(m), nil, nil
+	}
 	rs, err := activeRuleset(m)
 	if err != nil {
 		return "", nil, fmt.Errorf("read the active rule set: %w", err)
@@ -338,9 +341,6 @@ func ruleCounters(m *loader.Meta, c []codegen.Counter, withRules bool) (string, 
 	policy := "-"
 	if ch := t.Chain(m.Chain); ch != nil {
 		policy = ch.Policy.String()
-	}
-	if !withRules {
-		return policy, nil, nil
 	}
 	type placed struct {
 		chain string
@@ -374,4 +374,21 @@ func ruleCounters(m *loader.Meta, c []codegen.Counter, withRules bool) (string, 
 		out[id] = ruleCounter{Rule: origin, Chain: pl.chain, Target: target, Line: line, Packets: c[id].Packets, Bytes: c[id].Bytes}
 	}
 	return policy, out, nil
+}
+
+// policyOf is the entry chain's policy, from its line in m.Source, which
+// is iptables-save text: a status need not parse a large rule set.
+func policyOf(m *loader.Meta) string {
+	table := false
+	for _, line := range strings.Split(m.Source, "\n") {
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table = line[1:] == m.Table
+		case table && strings.HasPrefix(line, ":"+m.Chain+" "):
+			if f := strings.Fields(line); len(f) > 1 {
+				return f[1]
+			}
+		}
+	}
+	return "-"
 }
