@@ -348,7 +348,7 @@ func (c *compiler) rejectFunction(k int, with string) {
 	if c.p.Reassembled {
 		// Netfilter rejects the reassembled datagram here, answering
 		// about (and quoting) the whole of it; the program has only its
-		// first fragment, and sends nothing (README, REJECT).
+		// first fragment, and sends nothing (docs/reject.md).
 		b.emit(
 			ld(asm.R1, asm.R7, pktFlags, asm.Byte),
 			asm.And.Imm(asm.R1, flagFragment),
@@ -411,7 +411,7 @@ func (c *compiler) rejectFunction(k int, with string) {
 	// broadcast (skb->pkt_type != PACKET_HOST). nf_send_reset and
 	// nf_send_reset6 do reset such a frame when its IP destination is
 	// unicast, from the device's MAC address, which the program does not
-	// know: it sends nothing (a divergence, see the README).
+	// know: it sends nothing (a divergence, see docs/reject.md).
 	c.rejectNotHost(noReply)
 
 	if t.tcpReset {
@@ -440,7 +440,7 @@ func (c *compiler) rejectFunction(k int, with string) {
 // fails, and neither nf_send_unreach nor nf_send_reset replies. (When the
 // option has no room left, or the device vouched for the checksum, the
 // kernel does reply, an ICMP error with the options echoed, which the
-// program does not build: it sends nothing; see the README.)
+// program does not build: it sends nothing; see docs/reject.md.)
 func (c *compiler) rejectIPOptions(noReply string) {
 	b := c.b
 	done := b.fresh("no_ip_options")
@@ -1177,7 +1177,7 @@ func (c *compiler) rejectBuildUnreach(sym string, code uint8, noReply string) {
 // destination in rjOrig, where rejectIPHeader takes the reply's source
 // from; the next hop's MAC addresses stay in rjFib. Without a route, a
 // resolved neighbour, or with a route through another device, the
-// program sends nothing (see the README).
+// program sends nothing (see docs/reject.md).
 func (c *compiler) rejectRoute(noReply string) {
 	b := c.b
 	mtuDone := b.fresh("route_mtu")
