@@ -94,8 +94,8 @@ func TestCompileErrors(t *testing.T) {
 		opts codegen.Options
 		want string
 	}{
-		{codegen.Options{Hook: codegen.HookXDP, Level: 7}, "optimization level 7 does not exist"},
-		{codegen.Options{Hook: codegen.Hook(9)}, "unknown hook 9"},
+		{codegen.Options{Trace: true, Hook: codegen.HookXDP, Level: 7}, "optimization level 7 does not exist"},
+		{codegen.Options{Trace: true, Hook: codegen.Hook(9)}, "unknown hook 9"},
 	} {
 		if _, err := codegen.Compile(p, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Compile(%+v) = %v, want %q", tc.opts, err, tc.want)

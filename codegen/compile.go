@@ -43,6 +43,7 @@ type compiler struct {
 
 	level        Level
 	forceLookups bool        // Options.ForceLookups
+	trace        bool        // Options.Trace
 	log          bool        // the program has LOG rules: chain functions take the context
 	ct           bool        // the rules test the conntrack state
 	hasRecent    bool        // the rules have recent matches: see pktRecentNow
@@ -353,16 +354,18 @@ func (c *compiler) mainChains() {
 		c.rejectDecided()
 	}
 	b.mark(symMainEnd)
-	b.emit(
-		stImm(asm.R10, c.mainKey(), 0, asm.Word),
-		movr(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, int32(c.mainKey())),
-		mapRef(asm.R1, DecisionMap),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "verdict"),
-		st(asm.R0, 0, asm.R8, asm.Word),
-		st(asm.R0, 4, asm.R7, asm.Word),
-	)
+	if c.trace {
+		b.emit(
+			stImm(asm.R10, c.mainKey(), 0, asm.Word),
+			movr(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, int32(c.mainKey())),
+			mapRef(asm.R1, DecisionMap),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "verdict"),
+			st(asm.R0, 0, asm.R8, asm.Word),
+			st(asm.R0, 4, asm.R7, asm.Word),
+		)
+	}
 	b.mark("verdict")
 	b.emit(
 		movr(asm.R0, asm.R9),

@@ -29,7 +29,7 @@ func TestCTEntryReadOnce(t *testing.T) {
 		}
 		for _, hook := range []Hook{HookXDP, HookTCIngress} {
 			for _, level := range Levels {
-				p, err := Compile(prog, Options{Hook: hook, Level: level})
+				p, err := Compile(prog, Options{Trace: true, Hook: hook, Level: level})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -62,7 +62,7 @@ func TestRealDumpsLoad(t *testing.T) {
 			p, err := ir.Lower(rs, ir.LowerOptions{Chain: h.chain})
 			if err == nil {
 				var prog *codegen.Program
-				if prog, err = codegen.Compile(p, codegen.Options{Hook: h.hook}); err == nil {
+				if prog, err = codegen.Compile(p, codegen.Options{Trace: true, Hook: h.hook}); err == nil {
 					insns, verified := loadProgram(t, prog)
 					t.Logf("%-52s %-10s %4d rules: %6d instructions, %6d verified", base, h.hook, len(p.Rules), insns, verified)
 					loaded++

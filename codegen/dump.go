@@ -27,6 +27,9 @@ func (p *Program) Dump(w io.Writer) error {
 	b.WriteString("; maps:\n")
 	for _, name := range []string{CountersMap, DecisionMap, IfacesMap, ScratchMap} {
 		m := p.Spec.Maps[name]
+		if m == nil {
+			continue // DecisionMap without Options.Trace
+		}
 		fmt.Fprintf(&b, ";   %-8s %-12s key %d, value %d, max_entries %d\n", name, m.Type, m.KeySize, m.ValueSize, m.MaxEntries)
 	}
 	for _, name := range slices.Sorted(maps.Keys(p.Spec.Maps)) {

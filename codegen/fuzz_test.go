@@ -47,7 +47,7 @@ func FuzzKernelMatchesEval(f *testing.F) {
 			level    codegen.Level
 			classify bool
 		}{{codegen.O0, false}, {codegen.O1, false}, {codegen.O1, true}} {
-			prog, err := codegen.Compile(p, codegen.Options{Hook: hook, Level: v.level, ForceLookups: v.classify})
+			prog, err := codegen.Compile(p, codegen.Options{Trace: true, Hook: hook, Level: v.level, ForceLookups: v.classify})
 			if err != nil {
 				t.Fatalf("compile for %s at %v: %v\n%s", hook, v.level, err, src)
 			}

@@ -127,7 +127,7 @@ func compileGolden(t *testing.T, g goldenCase) (string, string) {
 	if g.segmentBranches != 0 {
 		defer codegen.SetMaxSegmentBranches(g.segmentBranches)()
 	}
-	opts := codegen.Options{Hook: g.hook, Level: g.level, ForceLookups: g.forceLookups}
+	opts := codegen.Options{Trace: true, Hook: g.hook, Level: g.level, ForceLookups: g.forceLookups}
 	p, err := codegen.Compile(g.prog, opts)
 	if err != nil {
 		return err.Error() + "\n", "errors"

@@ -64,7 +64,7 @@ func TestKernelMatchesEval(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(file), ".txtar")
 		for _, level := range codegen.Levels {
 			for _, h := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress, codegen.HookTCEgress} {
-				p, err := codegen.Compile(g.prog, codegen.Options{Hook: h, Level: level})
+				p, err := codegen.Compile(g.prog, codegen.Options{Trace: true, Hook: h, Level: level})
 				if err != nil {
 					continue // the golden test checks the errors
 				}
@@ -72,14 +72,14 @@ func TestKernelMatchesEval(t *testing.T) {
 			}
 			// Every chain split into segments of about one rule each.
 			restore := codegen.SetMaxSegmentBranches(1)
-			p, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook, Level: level})
+			p, err := codegen.Compile(g.prog, codegen.Options{Trace: true, Hook: g.hook, Level: level})
 			restore()
 			if err == nil {
 				progs = append(progs, program{fmt.Sprintf("%s/%v/%s-segments", name, level, g.hook), p})
 			}
 		}
 		// Every run of terminal rules classified, every table a map.
-		p, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook, Level: codegen.O1, ForceLookups: true})
+		p, err := codegen.Compile(g.prog, codegen.Options{Trace: true, Hook: g.hook, Level: codegen.O1, ForceLookups: true})
 		if err == nil {
 			progs = append(progs, program{fmt.Sprintf("%s/O1/%s-classified", name, g.hook), p})
 		}
@@ -87,7 +87,7 @@ func TestKernelMatchesEval(t *testing.T) {
 			// Every chain that can be inlined inlined, at both levels.
 			restore := codegen.SetMaxChainFunctions(1)
 			for _, level := range codegen.Levels {
-				if p, err := codegen.Compile(g.prog, codegen.Options{Hook: g.hook, Level: level}); err == nil {
+				if p, err := codegen.Compile(g.prog, codegen.Options{Trace: true, Hook: g.hook, Level: level}); err == nil {
 					progs = append(progs, program{fmt.Sprintf("%s/%v/%s-inlined", name, level, g.hook), p})
 				}
 			}

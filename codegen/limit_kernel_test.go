@@ -53,7 +53,7 @@ func TestLimitAcrossCPUs(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if p, err = codegen.Compile(prog, codegen.Options{Hook: codegen.HookXDP}); err != nil {
+				if p, err = codegen.Compile(prog, codegen.Options{Trace: true, Hook: codegen.HookXDP}); err != nil {
 					t.Fatal(err)
 				}
 			} else {

@@ -348,7 +348,7 @@ func (c *compiler) ctStateNetfilter() {
 // compileStage compiles the netfilter stage of the ingress program c
 // compiled.
 func (c *compiler) compileStage() (*Program, error) {
-	s := &compiler{p: c.p, orig: c.orig, hook: HookNetfilter, ingress: c.hook, b: newBuilder(), level: c.level, forceLookups: c.forceLookups}
+	s := &compiler{p: c.p, orig: c.orig, hook: HookNetfilter, ingress: c.hook, b: newBuilder(), level: c.level, forceLookups: c.forceLookups, trace: c.trace}
 	s.log = s.hasLog()
 	s.check()
 	if err := s.errs.Err(); err != nil {

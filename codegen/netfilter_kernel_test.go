@@ -51,7 +51,7 @@ func TestNetfilterStageMatchesEval(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(file), ".txtar")
 		for _, level := range codegen.Levels {
 			for _, h := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress} {
-				p, err := codegen.Compile(g.prog, codegen.Options{Hook: h, Level: level})
+				p, err := codegen.Compile(g.prog, codegen.Options{Trace: true, Hook: h, Level: level})
 				if err != nil {
 					continue
 				}

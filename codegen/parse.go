@@ -60,14 +60,80 @@ func (c *compiler) loadHelper() asm.BuiltinFunc {
 
 // load copies n bytes of packet (r4 holds the length when n is 0) from the
 // offset in r2 to frame+buf, with the context in r1; it jumps to fail when
-// the packet is shorter.
+// the packet is shorter. It clobbers r0-r5, as a helper call does.
+//
+// A fixed length at xdp and tc is read in place when the bytes are in the
+// packet's linear data (direct packet access, a few loads), and through
+// the load helper only past it (a multi-buffer frame's fragments, a
+// nonlinear skb): a helper call costs more than the rest of a rule.
 func (c *compiler) load(frame asm.Register, buf int16, n int32, fail string) {
+	if n > 0 && c.hook != HookNetfilter {
+		c.directLoad(frame, buf, n, fail)
+		return
+	}
 	c.b.emit(movr(asm.R3, frame), asm.Add.Imm(asm.R3, int32(buf)))
 	if n > 0 {
 		c.b.emit(mov(asm.R4, n))
 	}
 	c.loadCall()
 	c.b.emit(asm.JNE.Imm(asm.R0, 0, fail))
+}
+
+// Where the context holds the packet's linear data: xdp_md.data and
+// data_end, __sk_buff.data and data_end.
+const (
+	xdpData    = 0
+	xdpDataEnd = 4
+	skbData    = 76
+	skbDataEnd = 80
+	// maxDirectOffset bounds the offset of a direct read, for the
+	// verifier: past it, the helper reads.
+	maxDirectOffset = 0x3fff
+)
+
+// directLoad is load's fixed-length copy: in place from the linear data
+// when all n bytes are there, else through the helper.
+func (c *compiler) directLoad(frame asm.Register, buf int16, n int32, fail string) {
+	b := c.b
+	slow, done := b.fresh("load_helper"), b.fresh("loaded")
+	data, end := int16(xdpData), int16(xdpDataEnd)
+	if c.hook.tc() {
+		data, end = skbData, skbDataEnd
+	}
+	b.emit(
+		asm.JGT.Imm(asm.R2, maxDirectOffset, slow),
+		ld(asm.R5, asm.R1, data, asm.Word),
+		ld(asm.R0, asm.R1, end, asm.Word),
+		asm.Add.Reg(asm.R5, asm.R2),
+		movr(asm.R4, asm.R5),
+		asm.Add.Imm(asm.R4, n),
+		asm.JGT.Reg(asm.R4, asm.R0, slow),
+	)
+	for i := int32(0); i < n; {
+		// The largest access that fits and that the destination's
+		// alignment allows (the verifier refuses misaligned stack
+		// access).
+		w, size := int32(8), asm.DWord
+		for w > n-i || (int32(buf)+i)%w != 0 {
+			w /= 2
+		}
+		switch w {
+		case 4:
+			size = asm.Word
+		case 2:
+			size = asm.Half
+		case 1:
+			size = asm.Byte
+		}
+		b.emit(ld(asm.R4, asm.R5, int16(i), size), st(frame, buf+int16(i), asm.R4, size))
+		i += w
+	}
+	b.emit(mov(asm.R0, 0), ja(done))
+	b.mark(slow)
+	b.emit(movr(asm.R3, frame), asm.Add.Imm(asm.R3, int32(buf)), mov(asm.R4, n))
+	c.loadCall()
+	b.emit(asm.JNE.Imm(asm.R0, 0, fail))
+	b.mark(done)
 }
 
 // ifindex loads the index of the device the program runs on into dst.
@@ -397,30 +463,40 @@ func (c *compiler) parseIPv4() {
 	// parseL4 follows.
 }
 
-// ipv4Checksum drops a header whose checksum is wrong, as ip_rcv_core
-// does (the netfilter stage sees packets it has checked; netfilter
-// programs cannot call bpf_csum_diff).
+// ipv4Checksum checks the header checksum of the IPv4 header of
+// parseTmp bytes at parseBuf, as ip_rcv_core does: the ones' complement
+// sum of the header's 16-bit words is 0xffff. It sums the header as 32-bit
+// words in a 64-bit register and folds the sum to 16 bits, in line: a
+// helper call (bpf_csum_diff) costs more than the 5 to 15 additions.
 func (c *compiler) ipv4Checksum() {
-	c.b.emit(
-		mov(asm.R1, 0),
-		mov(asm.R2, 0),
-		movr(asm.R3, asm.R10),
-		asm.Add.Imm(asm.R3, parseBuf),
+	b := c.b
+	folded := b.fresh("csum_folded")
+	b.emit(
 		ld(asm.R4, asm.R10, parseTmp, asm.DWord),
-		mov(asm.R5, 0),
-		asm.FnCsumDiff.Call(),
-		// Fold the 32-bit sum: a valid header sums to 0xffff.
-		asm.Mov.Reg32(asm.R0, asm.R0),
-		movr(asm.R1, asm.R0),
-		asm.And.Imm(asm.R1, 0xffff),
-		asm.RSh.Imm(asm.R0, 16),
-		asm.Add.Reg(asm.R0, asm.R1),
-		movr(asm.R1, asm.R0),
-		asm.And.Imm(asm.R1, 0xffff),
-		asm.RSh.Imm(asm.R0, 16),
-		asm.Add.Reg(asm.R0, asm.R1),
-		asm.JNE.Imm(asm.R0, 0xffff, "parse_invalid"),
+		mov(asm.R0, 0),
 	)
+	for i := int16(0); i < 15; i++ {
+		if i >= 5 {
+			b.emit(asm.JLE.Imm(asm.R4, int32(i)*4, folded))
+		}
+		b.emit(
+			ld(asm.R1, asm.R10, parseBuf+4*i, asm.Word),
+			asm.Add.Reg(asm.R0, asm.R1),
+		)
+	}
+	b.mark(folded)
+	// At most 15 words: the sum is below 2^36, and five folds bring it
+	// to 16 bits. The words' byte order does not change the test: 0xffff
+	// reads the same either way.
+	for range 5 {
+		b.emit(
+			movr(asm.R1, asm.R0),
+			asm.And.Imm(asm.R1, 0xffff),
+			asm.RSh.Imm(asm.R0, 16),
+			asm.Add.Reg(asm.R0, asm.R1),
+		)
+	}
+	b.emit(asm.JNE.Imm(asm.R0, 0xffff, "parse_invalid"))
 }
 
 // parseIPv6 is ir's decodeIPv6: ip6_rcv_core's checks, the hop-by-hop

@@ -57,13 +57,18 @@ type Options struct {
 	// short, and look every table up in a map, whatever the cost: for
 	// tests of the classifier on small rule sets.
 	ForceLookups bool
+	// Trace records how each packet was decided in DecisionMap, for
+	// trace and the test runs that ask (loader.Loaded.Run). The zero
+	// value, what restore and load attach, records nothing: a per-packet
+	// map write that only trace reads.
+	Trace bool
 }
 
 // Program is a compiled rule set: a pure, deterministic description;
 // nothing is loaded.
 type Program struct {
 	// Spec holds the program ProgramName and the maps CountersMap,
-	// DecisionMap, IfacesMap and ScratchMap, LogMap and LogLostMap when
+	// DecisionMap (with Options.Trace), IfacesMap and ScratchMap, LogMap and LogLostMap when
 	// there are LOG rules, and at -O1 the classifier's tables; address
 	// sets are LPM tries. Those maps come with their contents.
 	Spec *ebpf.CollectionSpec
@@ -178,7 +183,7 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 			return nil, fmt.Errorf("compile for %s: %w", opts.Hook, err)
 		}
 	}
-	c := &compiler{p: p, orig: orig, hook: opts.Hook, b: newBuilder(), level: opts.Level, forceLookups: opts.ForceLookups}
+	c := &compiler{p: p, orig: orig, hook: opts.Hook, b: newBuilder(), level: opts.Level, forceLookups: opts.ForceLookups, trace: opts.Trace}
 	c.log = c.hasLog()
 	c.check()
 	if err := c.errs.Err(); err != nil {
@@ -260,15 +265,6 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 				ValueSize:  16,
 				MaxEntries: uint32(len(c.p.Rules) + 1),
 			},
-			DecisionMap: {
-				Name:       DecisionMap,
-				Key:        btfU32,
-				Value:      btfDecision,
-				Type:       ebpf.PerCPUArray,
-				KeySize:    4,
-				ValueSize:  8,
-				MaxEntries: 1,
-			},
 			ScratchMap: {
 				Name:       ScratchMap,
 				Type:       ebpf.PerCPUArray,
@@ -286,6 +282,17 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 				MaxEntries: ifacesMapSize,
 			},
 		},
+	}
+	if c.trace {
+		spec.Maps[DecisionMap] = &ebpf.MapSpec{
+			Name:       DecisionMap,
+			Key:        btfU32,
+			Value:      btfDecision,
+			Type:       ebpf.PerCPUArray,
+			KeySize:    4,
+			ValueSize:  8,
+			MaxEntries: 1,
+		}
 	}
 	for _, m := range c.maps {
 		spec.Maps[m.Name] = m

@@ -89,7 +89,7 @@ func TestRejectReplies(t *testing.T) {
 		for _, hook := range []codegen.Hook{codegen.HookXDP, codegen.HookTCIngress} {
 			for _, level := range codegen.Levels {
 				t.Run(fmt.Sprintf("%s/%s/%v", fam, hook, level), func(t *testing.T) {
-					prog, err := codegen.Compile(p, codegen.Options{Hook: hook, Level: level})
+					prog, err := codegen.Compile(p, codegen.Options{Trace: true, Hook: hook, Level: level})
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -77,7 +77,7 @@ func compileChain(t testing.TB, src string, fam rules.Family, chain string, hook
 	if err != nil {
 		t.Fatal(err)
 	}
-	return codegen.Compile(p, codegen.Options{Hook: hook, Level: level})
+	return codegen.Compile(p, codegen.Options{Trace: true, Hook: hook, Level: level})
 }
 
 // TestVerifierScales loads -O0 programs of growing size and checks that
@@ -150,7 +150,7 @@ func TestManyTablesSplitRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookXDP})
+	prog, err := codegen.Compile(p, codegen.Options{Trace: true, Hook: codegen.HookXDP})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -162,7 +162,7 @@ func compileFile(path string, src []byte, hook codegen.Hook, chain string) (*cod
 	if err != nil {
 		return nil, err
 	}
-	return codegen.Compile(p, codegen.Options{Hook: hook})
+	return codegen.Compile(p, codegen.Options{Trace: true, Hook: hook})
 }
 
 var hooks = []struct {

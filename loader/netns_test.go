@@ -129,7 +129,7 @@ func compileRules(hook codegen.Hook, text string) (*rules.Ruleset, *codegen.Prog
 	if err != nil {
 		return nil, nil, fmt.Errorf("lower: %w", err)
 	}
-	prog, err := codegen.Compile(p, codegen.Options{Hook: hook})
+	prog, err := codegen.Compile(p, codegen.Options{Trace: true, Hook: hook})
 	if err != nil {
 		return nil, nil, fmt.Errorf("compile: %w", err)
 	}

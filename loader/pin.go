@@ -25,7 +25,7 @@ const bpffsMount = "/sys/fs/bpf"
 const (
 	pinProgram  = "program"
 	pinCounters = "counters"
-	pinDecision = "decision"
+	pinDecision = "decision" // a program compiled with codegen.Options.Trace
 	pinIfaces   = "ifaces"
 	pinBase     = "base"  // counters carried over from earlier programs
 	pinMeta     = "meta"  // the Meta, as JSON
@@ -40,7 +40,7 @@ const (
 
 // mapPins are the pins of the maps, in the order a swap replaces them:
 // the meta map, which describes the others, last.
-var mapPins = []string{pinCounters, pinDecision, pinIfaces, pinBase, pinMeta}
+var mapPins = []string{pinCounters, pinIfaces, pinBase, pinMeta}
 
 // Place is where a filter lives: a hook of a network namespace, and the
 // directory of bpffs holding its pins.

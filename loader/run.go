@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/cilium/ebpf"
@@ -121,8 +122,12 @@ const (
 
 // takeDecision reads the decision of the last test run and clears it.
 func (l *Loaded) takeDecision() (codegen.Decision, error) {
+	m := l.coll.Maps[codegen.DecisionMap]
+	if m == nil {
+		return codegen.Decision{}, errors.New("read decision: the program records none: compile it with codegen.Options.Trace")
+	}
 	var perCPU []codegen.Decision
-	if err := l.coll.Maps[codegen.DecisionMap].Lookup(uint32(0), &perCPU); err != nil {
+	if err := m.Lookup(uint32(0), &perCPU); err != nil {
 		return codegen.Decision{}, fmt.Errorf("read decision: %w", err)
 	}
 	// The test run happens on this CPU; the other slots hold older
@@ -134,7 +139,7 @@ func (l *Loaded) takeDecision() (codegen.Decision, error) {
 		}
 	}
 	zero := make([]codegen.Decision, len(perCPU))
-	if err := l.coll.Maps[codegen.DecisionMap].Put(uint32(0), zero); err != nil {
+	if err := m.Put(uint32(0), zero); err != nil {
 		return codegen.Decision{}, fmt.Errorf("clear decision: %w", err)
 	}
 	return out, nil

@@ -50,7 +50,7 @@ func lookupSwap(t testing.TB, place Place, fam rules.Family, text string) *Swap 
 	if err != nil {
 		t.Fatalf("lower: %v", err)
 	}
-	prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookSkLookup})
+	prog, err := codegen.Compile(p, codegen.Options{Trace: true, Hook: codegen.HookSkLookup})
 	if err != nil {
 		t.Fatalf("compile: %v", err)
 	}
@@ -421,7 +421,7 @@ func TestSkLookupMatchesEval(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d: lower: %v\n%s", seed, err, text)
 		}
-		for _, opts := range []codegen.Options{{Hook: codegen.HookSkLookup, Level: codegen.O0}, {Hook: codegen.HookSkLookup, ForceLookups: true}} {
+		for _, opts := range []codegen.Options{{Hook: codegen.HookSkLookup, Level: codegen.O0, Trace: true}, {Hook: codegen.HookSkLookup, ForceLookups: true, Trace: true}} {
 			prog, err := codegen.Compile(p, opts)
 			if err != nil {
 				t.Fatalf("seed %d %v: compile: %v\n%s", seed, opts.Level, err, text)
@@ -541,7 +541,7 @@ func BenchmarkSkLookup(b *testing.B) {
 			if level == codegen.O0 && n > 1000 {
 				continue
 			}
-			prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookSkLookup, Level: level})
+			prog, err := codegen.Compile(p, codegen.Options{Trace: true, Hook: codegen.HookSkLookup, Level: level})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -598,7 +598,7 @@ func TestSkLookupNFTStatement(t *testing.T) {
 		t.Fatalf("lower: %v", err)
 	}
 	for _, level := range codegen.Levels {
-		prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookSkLookup, Level: level})
+		prog, err := codegen.Compile(p, codegen.Options{Trace: true, Hook: codegen.HookSkLookup, Level: level})
 		if err != nil {
 			t.Fatalf("compile: %v", err)
 		}
@@ -674,7 +674,7 @@ func TestSkLookupNFTMatchesEval(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d: lower: %v\n%s", seed, err, text)
 		}
-		for _, opts := range []codegen.Options{{Hook: codegen.HookSkLookup, Level: codegen.O0}, {Hook: codegen.HookSkLookup, ForceLookups: true}} {
+		for _, opts := range []codegen.Options{{Hook: codegen.HookSkLookup, Level: codegen.O0, Trace: true}, {Hook: codegen.HookSkLookup, ForceLookups: true, Trace: true}} {
 			prog, err := codegen.Compile(p, opts)
 			if err != nil {
 				t.Fatalf("seed %d %v: compile: %v\n%s", seed, opts.Level, err, text)

@@ -339,9 +339,11 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 	pins := map[string]pinner{
 		pinProgram:  b.loaded.prog,
 		pinCounters: b.loaded.coll.Maps[codegen.CountersMap],
-		pinDecision: b.loaded.coll.Maps[codegen.DecisionMap],
 		pinIfaces:   b.loaded.coll.Maps[codegen.IfacesMap],
 		pinBase:     b.base,
+	}
+	if m := b.loaded.coll.Maps[codegen.DecisionMap]; m != nil {
+		pins[pinDecision] = m
 	}
 	for name, obj := range b.loaded.logPinners() {
 		pins[name] = obj

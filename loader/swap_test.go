@@ -279,7 +279,7 @@ func TestSwapFailureLeavesFilter(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if s.Program, err = codegen.Compile(p, codegen.Options{Hook: s.Place.Hook}); err != nil {
+				if s.Program, err = codegen.Compile(p, codegen.Options{Trace: true, Hook: s.Place.Hook}); err != nil {
 					t.Fatal(err)
 				}
 				if s.Meta, s.Counters, err = NewMeta(rs, s.Program, "test.rules.v6"); err != nil {

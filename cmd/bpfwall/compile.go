@@ -18,6 +18,9 @@ import (
 type compileFlags struct {
 	inputFlags
 	levelFlags
+	// trace compiles the program trace runs, which records each
+	// packet's decision.
+	trace bool
 	hook  string
 	chain string
 	table string
@@ -74,7 +77,7 @@ func (f *compileFlags) compileRuleset(rs *rules.Ruleset, stderr io.Writer) (*cod
 	if err != nil {
 		return nil, err
 	}
-	out, err := codegen.Compile(prog, codegen.Options{Hook: hook, Level: level})
+	out, err := codegen.Compile(prog, codegen.Options{Hook: hook, Level: level, Trace: f.trace})
 	if err != nil {
 		return nil, err
 	}

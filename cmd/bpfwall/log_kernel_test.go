@@ -337,7 +337,7 @@ func unescapeKmsg(s string) string {
 func bpfwallLogLines(t *testing.T, bin string, topo *topology.Topology, c logCase, hook codegen.Hook, level codegen.Level, frames [][]byte, n int) []kmsgLine {
 	t.Helper()
 	rs, p := parseLogCase(t, c)
-	prog, err := codegen.Compile(p, codegen.Options{Hook: hook, Level: level})
+	prog, err := codegen.Compile(p, codegen.Options{Trace: true, Hook: hook, Level: level})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ type traceLine struct {
 
 func runTrace(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("trace", stdout, stderr)
-	var cf compileFlags
+	cf := compileFlags{trace: true}
 	cf.register(fs)
 	jsonl := fs.String("packets", "", "packets to run, one JSON description per line (`FILE`)")
 	pcap := fs.String("pcap", "", "packets to run from a pcap `FILE`")

@@ -53,7 +53,9 @@ func optsSuffix(o codegen.Options) string {
 }
 
 func (s TestRun) Outcomes(c *Case) ([]Outcome, error) {
-	p, err := compile(c, s.Opts)
+	opts := s.Opts
+	opts.Trace = true // the decision says which rule decided
+	p, err := compile(c, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -33,9 +33,9 @@ func newBench(t *testing.T, opts TopologyOptions) *bench {
 	t.Helper()
 	topo := NewTopology(t, opts)
 	return &bench{topo: topo, ref: Netfilter{topo}, others: []Source{
-		Eval{}, TestRun{Opts: codegen.Options{Level: codegen.O0}}, TestRun{},
+		Eval{}, TestRun{Opts: codegen.Options{Trace: true, Level: codegen.O0}}, TestRun{},
 		// Every run of rules the classifier can take, whatever its cost.
-		TestRun{Opts: codegen.Options{ForceLookups: true}},
+		TestRun{Opts: codegen.Options{Trace: true, ForceLookups: true}},
 		NewAttached(t, opts, codegen.Options{Level: codegen.O0}), NewAttached(t, opts, codegen.Options{}),
 	}}
 }
@@ -186,8 +186,8 @@ func TestRandom(t *testing.T) {
 			totals = addTotals(totals, check(t, c, b.ref, b.others...))
 			cover.Add(MeasureCoverage(c, c.Probes))
 			before.Add(MeasureCoverage(c, RandomProbes(c, seed, probes)))
-			o1.AddShare(c, codegen.Options{})
-			forced.AddShare(c, codegen.Options{ForceLookups: true})
+			o1.AddShare(c, codegen.Options{Trace: true})
+			forced.AddShare(c, codegen.Options{Trace: true, ForceLookups: true})
 		}
 	}
 	logTotals(t, "random", totals)

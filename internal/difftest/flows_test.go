@@ -628,7 +628,7 @@ func (ft *flowTopology) attachForward(t *testing.T, root, name, text string, opt
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := codegen.Compile(prog, codegen.Options{Hook: hook, Level: codegen.O1})
+	p, err := codegen.Compile(prog, codegen.Options{Trace: true, Hook: hook, Level: codegen.O1})
 	if err != nil {
 		t.Fatalf("compile for %s: %v", hook, err)
 	}

@@ -463,7 +463,7 @@ func (ft *fragTopology) runBPF(t *testing.T, root string, fam rules.Family, text
 	if want := fam == rules.IPv4 || conntrack; prog.Reassembled != want {
 		t.Fatalf("%s INPUT: Reassembled %v, want %v", fam, prog.Reassembled, want)
 	}
-	p, err := codegen.Compile(prog, codegen.Options{Hook: hook, Level: level})
+	p, err := codegen.Compile(prog, codegen.Options{Trace: true, Hook: hook, Level: level})
 	if err != nil {
 		t.Fatalf("compile for %s: %v", hook, err)
 	}

@@ -80,12 +80,12 @@ func TestHashLimitAcrossRestore(t *testing.T) {
 					}
 				}
 			}
-			p, err := codegen.Compile(prog, codegen.Options{Hook: codegen.HookXDP})
+			p, err := codegen.Compile(prog, codegen.Options{Trace: true, Hook: codegen.HookXDP})
 			if err != nil {
 				t.Fatal(err)
 			}
 			rsAfter, progAfter := limitProgram(t, limitCase{name: "after", rules: c.after}, rules.IPv4)
-			pAfter, err := codegen.Compile(progAfter, codegen.Options{Hook: codegen.HookXDP})
+			pAfter, err := codegen.Compile(progAfter, codegen.Options{Trace: true, Hook: codegen.HookXDP})
 			if err != nil {
 				t.Fatal(err)
 			}

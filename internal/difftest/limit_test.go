@@ -185,7 +185,7 @@ func TestLimitBursts(t *testing.T) {
 			}
 
 			// The compiled program, alone on the path.
-			p, err := codegen.Compile(prog, codegen.Options{Hook: codegen.HookXDP})
+			p, err := codegen.Compile(prog, codegen.Options{Trace: true, Hook: codegen.HookXDP})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -34,8 +34,8 @@ func newNFTBench(t *testing.T, opts TopologyOptions) *bench {
 	t.Helper()
 	topo := NewTopology(t, opts)
 	return &bench{topo: topo, ref: Netfilter{topo}, others: []Source{
-		Eval{}, TestRun{Opts: codegen.Options{Level: codegen.O0}}, TestRun{},
-		TestRun{Opts: codegen.Options{ForceLookups: true}},
+		Eval{}, TestRun{Opts: codegen.Options{Trace: true, Level: codegen.O0}}, TestRun{},
+		TestRun{Opts: codegen.Options{Trace: true, ForceLookups: true}},
 	}}
 }
 

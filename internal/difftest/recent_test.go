@@ -156,7 +156,7 @@ func TestRecentSequences(t *testing.T) {
 		t.Run(rc.name, func(t *testing.T) {
 			fam, probes := recentProbes(t, rc)
 			rs, prog := limitProgram(t, limitCase{name: rc.name, rules: rc.rules + "COMMIT\n"}, fam)
-			p, err := codegen.Compile(prog, codegen.Options{Hook: codegen.HookXDP})
+			p, err := codegen.Compile(prog, codegen.Options{Trace: true, Hook: codegen.HookXDP})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -350,7 +350,7 @@ func (topo *Topology) compareRejects(t *testing.T, root string, rc rejectCase) {
 	}{{"xdp", codegen.HookXDP, loader.XDPGeneric}, {"xdp-native", codegen.HookXDP, loader.XDPNative}, {"tc-ingress", codegen.HookTCIngress, 0}} {
 		hook := run.hook
 		t.Run(run.name, func(t *testing.T) {
-			p, err := codegen.Compile(prog, codegen.Options{Hook: hook})
+			p, err := codegen.Compile(prog, codegen.Options{Trace: true, Hook: hook})
 			if err != nil {
 				t.Fatal(err)
 			}

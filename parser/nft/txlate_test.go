@@ -368,7 +368,7 @@ func (c *txlateCompiled) load(t *testing.T, pr *txlatePair, chain string, progs 
 		var cp *codegen.Program
 		var err error
 		for _, h := range hooks {
-			if cp, err = codegen.Compile(p, codegen.Options{Hook: h}); err == nil {
+			if cp, err = codegen.Compile(p, codegen.Options{Trace: true, Hook: h}); err == nil {
 				break
 			}
 		}
