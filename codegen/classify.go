@@ -222,11 +222,13 @@ func (c *compiler) units(rs []*ir.Rule) []unit {
 		return out
 	}
 	var out []unit
-	var run []*ir.Rule
-	var forms []ir.Form
+	// One allocation for every run: a run's slices are the next part of
+	// these (a Form is large, and growing a slice of them copies them).
+	run := make([]*ir.Rule, 0, len(rs))
+	forms := make([]ir.Form, 0, len(rs))
 	flush := func() {
 		out = append(out, c.classifyRun(run, forms)...)
-		run, forms = nil, nil
+		run, forms = run[len(run):], forms[len(forms):]
 	}
 	for _, r := range rs {
 		f, ok := c.eligible(r)
@@ -339,6 +341,11 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, too
 			}
 			t := &table{guard: g.g, lens: g.lens, lpm: int(f)}
 			t.lens[f] = uint8(8 * f.Width(c.p.Family))
+			n := 0
+			for _, k := range ks {
+				n += len(shapes[k])
+			}
+			t.entries = make([]entry, 0, n)
 			for _, k := range ks {
 				taken[k] = true
 				for _, e := range shapes[k] {
@@ -352,7 +359,7 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, too
 		if taken[k] {
 			continue
 		}
-		t := &table{guard: k.g, lens: k.lens, lpm: -1}
+		t := &table{guard: k.g, lens: k.lens, lpm: -1, entries: make([]entry, 0, len(shapes[k]))}
 		for _, e := range shapes[k] {
 			t.entries = append(t.entries, e)
 		}
@@ -607,6 +614,7 @@ func (c *compiler) mapSpec(t *table) *ebpf.MapSpec {
 	}
 	var kvs []ebpf.MapKV
 	if t.lpm < 0 {
+		kvs = make([]ebpf.MapKV, 0, len(t.entries))
 		seen := make(map[string]bool, len(t.entries))
 		for _, e := range t.entries { // the earliest rule first
 			k := key(e.t, 0)

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
 	"bpfwall/ir"
@@ -112,7 +114,14 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 			copts.MapReplacements[name] = m
 		}
 	}
+	spec, contents := deferContents(spec)
 	coll, err := ebpf.NewCollectionWithOptions(spec, copts)
+	if err == nil {
+		if err = fillContents(coll, contents); err != nil {
+			coll.Close()
+			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
+		}
+	}
 	if err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) && tooLarge(verr) {
@@ -228,6 +237,71 @@ func (l *Loaded) Counters() ([]codegen.Counter, error) {
 func (l *Loaded) SetIface(ifindex uint32, name string) error {
 	if err := l.coll.Maps[codegen.IfacesMap].Put(ifindex, l.Program.IfaceMask(name)); err != nil {
 		return fmt.Errorf("set interface %s (%d): %w", name, ifindex, err)
+	}
+	return nil
+}
+
+// batchContents is the size from which a map's contents are written in
+// batches after the collection is created, rather than one syscall per
+// entry by cilium/ebpf: 100k classifier entries took half a second so.
+const batchContents = 256
+
+// deferContents returns spec without the contents of its large maps, and
+// those contents, for fillContents. The program is not attached before
+// they are in.
+func deferContents(spec *ebpf.CollectionSpec) (*ebpf.CollectionSpec, map[string][]ebpf.MapKV) {
+	var out map[string][]ebpf.MapKV
+	for name, m := range spec.Maps {
+		// Read-only maps are frozen with their contents; per-CPU values
+		// take another layout.
+		if len(m.Contents) < batchContents || m.Flags&unix.BPF_F_RDONLY_PROG != 0 ||
+			m.Type == ebpf.PerCPUArray || m.Type == ebpf.PerCPUHash || m.Type == ebpf.LRUCPUHash {
+			continue
+		}
+		if out == nil {
+			out, spec = make(map[string][]ebpf.MapKV), spec.Copy()
+		}
+		out[name] = spec.Maps[name].Contents
+		spec.Maps[name].Contents = nil
+	}
+	return spec, out
+}
+
+// fillContents writes contents into coll's maps, in batches of byte keys
+// and values (what codegen's map contents are).
+func fillContents(coll *ebpf.Collection, contents map[string][]ebpf.MapKV) error {
+	for name, kvs := range contents {
+		m := coll.Maps[name]
+		if m == nil {
+			continue // replaced by a map carried over
+		}
+		ks, vs := int(m.KeySize()), int(m.ValueSize())
+		keys := reflect.MakeSlice(reflect.SliceOf(reflect.ArrayOf(ks, reflect.TypeFor[byte]())), len(kvs), len(kvs))
+		vals := reflect.MakeSlice(reflect.SliceOf(reflect.ArrayOf(vs, reflect.TypeFor[byte]())), len(kvs), len(kvs))
+		for i, kv := range kvs {
+			k, ok1 := kv.Key.([]byte)
+			v, ok2 := kv.Value.([]byte)
+			if !ok1 || !ok2 || len(k) != ks || len(v) != vs {
+				return fmt.Errorf("map %s: contents are not %d- and %d-byte slices", name, ks, vs)
+			}
+			reflect.Copy(keys.Index(i), reflect.ValueOf(k))
+			reflect.Copy(vals.Index(i), reflect.ValueOf(v))
+		}
+		for off := 0; off < len(kvs); off += counterBatch {
+			end := min(off+counterBatch, len(kvs))
+			_, err := m.BatchUpdate(keys.Slice(off, end).Interface(), vals.Slice(off, end).Interface(), nil)
+			if errors.Is(err, ebpf.ErrNotSupported) {
+				for _, kv := range kvs[off:] {
+					if err := m.Put(kv.Key, kv.Value); err != nil {
+						return fmt.Errorf("map %s: %w", name, err)
+					}
+				}
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("map %s: %w", name, err)
+			}
+		}
 	}
 	return nil
 }

@@ -145,6 +145,9 @@ func (e privilegeError) Unwrap() error { return e.err }
 type target struct {
 	place loader.Place
 	snap  *loader.Snapshot
+	// gone are the interfaces of the filter that are gone (deleted, or
+	// moved to another namespace), as found with the snapshot.
+	gone []loader.Iface
 }
 
 // findTargets returns the filters a command acts on: at hookName (xdp
@@ -187,6 +190,7 @@ func findTargets(hookName string, ifaces []string, stderr io.Writer) ([]target, 
 			return nil, privileged(err)
 		default:
 			t.snap, err = a.Snapshot()
+			t.gone = a.GoneIfaces()
 			a.Close()
 			if err != nil {
 				return nil, err
@@ -204,16 +208,8 @@ func findTargets(hookName string, ifaces []string, stderr io.Writer) ([]target, 
 // attached to is gone (deleted, or moved to another namespace), since it
 // filters nothing, and says whether it did.
 func goneEverywhere(t target, stderr io.Writer) (bool, error) {
-	if t.snap == nil {
-		return false, nil
-	}
-	a, err := loader.Open(t.place)
-	if err != nil {
-		return false, privileged(err)
-	}
-	gone := a.GoneIfaces()
-	a.Close()
-	if len(gone) == 0 || len(gone) < len(t.snap.Meta.Ifaces) {
+	gone := t.gone
+	if t.snap == nil || len(gone) == 0 || len(gone) < len(t.snap.Meta.Ifaces) {
 		return false, nil
 	}
 	if _, err := loader.Unload(t.place, nil); err != nil {
@@ -243,15 +239,23 @@ func (t target) active() (*rules.Ruleset, error) {
 // compiled from, with its counters as read then and the ipsets it names.
 func activeRuleset(m *loader.Meta) (*rules.Ruleset, error) {
 	fam := metaFamily(m)
-	opts := iptables.Options{Counters: true, Family: fam, ForceFamily: fam == rules.IPv6}
-	if m.Sets != "" {
-		sets, err := iptables.ParseIPSets(activeName, []byte(m.Sets))
-		if err != nil {
-			return nil, fmt.Errorf("read the active rule set's ipsets: %w", err)
-		}
-		opts.Sets = sets
+	sets, err := metaSets(m)
+	if err != nil {
+		return nil, err
 	}
-	return iptables.Parse(activeName, []byte(m.Source), opts)
+	return iptables.Parse(activeName, []byte(m.Source), iptables.Options{Counters: true, Family: fam, ForceFamily: fam == rules.IPv6, Sets: sets})
+}
+
+// metaSets are the ipsets the filter m describes was compiled with.
+func metaSets(m *loader.Meta) (map[string]*rules.IPSet, error) {
+	if m.Sets == "" {
+		return nil, nil
+	}
+	sets, err := iptables.ParseIPSets(activeName, []byte(m.Sets))
+	if err != nil {
+		return nil, fmt.Errorf("read the active rule set's ipsets: %w", err)
+	}
+	return sets, nil
 }
 
 // nothingLoaded is why findTargets found no filter.

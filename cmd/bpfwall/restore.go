@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"bpfwall/codegen"
@@ -99,18 +100,23 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 		if *ipv6 {
 			opts.Family = rules.IPv6
 		}
+		// The active rule set is parsed only when it is needed (restore
+		// -n, or tables the input does not name): at 100k rules a parse
+		// takes half a second.
 		var active *rules.Ruleset
+		var activeSets map[string]*rules.IPSet
 		if t.snap != nil {
-			if active, err = t.active(); err != nil {
+			if *noflush {
+				if active, err = t.active(); err != nil {
+					return err
+				}
+				activeSets = active.Sets
+			} else if activeSets, err = metaSets(&t.snap.Meta); err != nil {
 				return err
 			}
 		}
-		if active != nil {
-			// Sets the input does not give stay as the active rule set has them.
-			opts.Sets = overSets(active.Sets, sets)
-		} else {
-			opts.Sets = sets
-		}
+		// Sets the input does not give stay as the active rule set has them.
+		opts.Sets = overSets(activeSets, sets)
 		mode := countersFromRuleset
 		if *noflush && active != nil {
 			opts.Base, mode = active, countersFollowRuleset
@@ -122,8 +128,11 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return reportRuleErrors(err, true, stderr)
 		}
-		if !*noflush && active != nil {
+		if !*noflush && t.snap != nil && keepsTables(t.snap.Meta.Source, rs) {
 			// As iptables-restore, tables the input does not name stay.
+			if active, err = t.active(); err != nil {
+				return err
+			}
 			for _, at := range active.Tables {
 				if rs.Table(at.Name) == nil {
 					rs.Tables = append(rs.Tables, at)
@@ -196,4 +205,15 @@ func programSize(prog *codegen.Program) int {
 		return len(spec.Instructions)
 	}
 	return 0
+}
+
+// keepsTables says whether the active rule set, as iptables-save text,
+// has a table rs does not name, which a restore keeps.
+func keepsTables(source string, rs *rules.Ruleset) bool {
+	for line := range strings.Lines(source) {
+		if name, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), "*"); ok && rs.Table(name) == nil {
+			return true
+		}
+	}
+	return false
 }
