@@ -220,6 +220,7 @@ func traceLookups(prog *codegen.Program, descs []packets.Desc, stdout io.Writer)
 		return privileged(err)
 	}
 	enc := json.NewEncoder(stdout)
+	enc.SetEscapeHTML(false)
 	for i, d := range descs {
 		lk, err := lookupOf(d)
 		if err != nil {
@@ -233,6 +234,10 @@ func traceLookups(prog *codegen.Program, descs []packets.Desc, stdout io.Writer)
 			return err
 		}
 		line := lookupLine{traceLine: describe(prog, out.Outcome, false), Socket: out.Cookie}
+		line.Packet = i + 1
+		if frame, err := d.Frame(); err == nil {
+			line.Summary = "lookup of " + packets.Summary(frame)
+		}
 		switch out.Decision.Kind {
 		case codegen.NoSocket:
 			line.Reason = "the rule's socket does not exist"

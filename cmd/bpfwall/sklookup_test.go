@@ -181,6 +181,7 @@ COMMIT
 	out := c.ok("", "trace", "--hook", "sk-lookup", "--packets", packets, rulesFile)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[0], `"verdict":"TPROXY"`) || !strings.Contains(lines[0], "tproxy.rules:8") ||
+		!strings.HasPrefix(lines[1], `{"packet":2,"summary":"lookup of IP 10.1.1.1.1234 > 192.0.2.7.83: Flags [S], length 24"`) ||
 		!strings.Contains(lines[1], `"verdict":"ACCEPT","rule":"policy"`) {
 		t.Errorf("trace:\n%s", out)
 	}
