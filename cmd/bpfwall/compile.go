@@ -28,9 +28,9 @@ type compileFlags struct {
 
 func (f *compileFlags) register(fs *pflag.FlagSet) {
 	f.inputFlags.register(fs)
-	fs.StringVar(&f.hook, "hook", "xdp", "attach point: xdp, tc-ingress, tc-egress or sk-lookup")
-	fs.StringVar(&f.chain, "chain", "", "chain to compile (default INPUT, OUTPUT for tc-egress, PREROUTING for sk-lookup)")
-	fs.StringVar(&f.table, "table", "", "table of the chain (default filter, mangle for sk-lookup)")
+	fs.StringVar(&f.hook, "hook", "xdp", "attach point `HOOK`: xdp, tc-ingress, tc-egress or sk-lookup")
+	fs.StringVar(&f.chain, "chain", "", "`CHAIN` to compile (default INPUT, OUTPUT for tc-egress, PREROUTING for sk-lookup)")
+	fs.StringVar(&f.table, "table", "", "`TABLE` of the chain (default filter, mangle for sk-lookup)")
 	f.levelFlags.register(fs)
 }
 

@@ -33,7 +33,9 @@ func newFlagSet(name string, stdout, stderr io.Writer) *pflag.FlagSet {
 		if u := commandUsage(name); u != "" {
 			fmt.Fprintf(stdout, "usage: bpfwall %s\n\n", u)
 		}
-		fmt.Fprint(stdout, fs.FlagUsages())
+		// pflag writes a switch as --name[=true|false]; iptables' help, as
+		// --name. Blanks keep the columns.
+		fmt.Fprint(stdout, strings.ReplaceAll(fs.FlagUsages(), "[=true|false]", "             "))
 	}
 	return fs
 }

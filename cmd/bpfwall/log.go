@@ -47,7 +47,7 @@ const logPoll = codegen.LogPoll
 // events or --timeout.
 func runLog(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("log", stdout, stderr)
-	hook := fs.String("hook", "", "read only this hook's filter")
+	hook := fs.String("hook", "", "read only the filter at `HOOK`")
 	asJSON := fs.Bool("json", false, "print one JSON object per event")
 	count := fs.Int("count", 0, "exit after this many events (0: no limit)")
 	timeout := fs.Duration("timeout", 0, "exit after this long (0: no limit)")

@@ -19,7 +19,7 @@ func runSave(args []string, stdout, stderr io.Writer) error {
 	file := fs.StringP("file", "f", "", "write to `FILE` instead of stdout")
 	var fam familyFlags
 	fam.register(fs, "print the rule set of")
-	hook := fs.String("hook", "", "the filter to print when several hold different rule sets")
+	hook := fs.String("hook", "", "the filter at `HOOK`, when several hold different rule sets")
 	version := versionFlag(fs)
 	modprobeFlag(fs)
 	files, err := parseFlags(fs, args)

@@ -14,7 +14,7 @@ func runUnload(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("unload", stdout, stderr)
 	var ifaces ifaceList
 	fs.VarP(&ifaces, "interface", "i", "detach from `IFACE` only (repeatable)")
-	hook := fs.String("hook", "", "unload the filter at this hook only")
+	hook := fs.String("hook", "", "unload the filter at `HOOK` only")
 	var wait waitFlags
 	wait.register(fs)
 	netns := fs.String("netns", "", "unload every filter pinned for the network namespace `ID` (as its pin directory names it), from outside it: a deleted namespace stays while a filter's netfilter link holds it")
