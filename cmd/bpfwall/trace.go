@@ -133,7 +133,7 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 		runtime.LockOSThread()
 		r, err := l.Replay(*iface)
 		if err != nil {
-			return privileged(err)
+			return privileged(fmt.Errorf("%w (--no-conntrack runs each packet alone, without conntrack)", err))
 		}
 		defer func() {
 			if r.Close() == nil {
