@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -233,6 +234,11 @@ func (f *setFlags) read(src []byte, stderr io.Writer) (map[string]*rules.IPSet, 
 		}
 	case bytes.Contains(src, []byte("--match-set")):
 		text, err := loader.SaveKernelSets()
+		if errors.Is(err, os.ErrPermission) {
+			// check without root: the rules' sets are not known.
+			fmt.Fprintln(stderr, "bpfwall: warning: reading the kernel's ipsets needs root (CAP_NET_ADMIN): the rules' sets are taken as missing; --ipset FILE gives them")
+			return nil, nil
+		}
 		if err != nil {
 			return nil, privileged(err)
 		}
