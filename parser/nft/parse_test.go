@@ -425,3 +425,22 @@ func TestNFTSpellings(t *testing.T) {
 		}
 	}
 }
+
+// TestTwoNegatedProtocols: "ip protocol != tcp ip protocol != udp" needs
+// two negations, which a model rule does not hold: it is refused, where
+// it once read as a rule that matches nothing, and every packet it was
+// written to drop passed.
+func TestTwoNegatedProtocols(t *testing.T) {
+	src := "table ip f { chain in { type filter hook input priority 0;\n ip protocol != tcp ip protocol != udp drop\n ip protocol != tcp meta l4proto != tcp drop\n } }"
+	rs, err := Parse("t.nft", []byte(src), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ir.Lower(rs, ir.LowerOptions{})
+	if err == nil || !strings.Contains(err.Error(), "t.nft:2:21: second negated protocol match is not supported") {
+		t.Errorf("error %v, want the second negation refused", err)
+	}
+	if err != nil && strings.Contains(err.Error(), "t.nft:3:") {
+		t.Errorf("the same protocol negated twice is refused: %v", err)
+	}
+}

@@ -75,6 +75,9 @@ type ruleBuilder struct {
 	// express: it must reach lowering, which rejects it, even if another
 	// term says it matches nothing.
 	hasUnsupported bool
+	// negProto is the protocol a "!=" term of the rule excludes: a model
+	// rule holds one (! -p), so a second, other one is refused.
+	negProto *uint8
 }
 
 type icmpTerm struct {
@@ -1097,6 +1100,13 @@ func (b *ruleBuilder) protoMatch(pos rules.Pos, op string, val rhs) {
 			return
 		}
 		p := protos[0]
+		if b.negProto != nil && *b.negProto != p {
+			// It would need two negations in one model rule: taken as
+			// impossible, the rule would match nothing.
+			b.unsupported(pos, "second negated protocol")
+			return
+		}
+		b.negProto = &p
 		b.add(always1(func(r *rules.Rule) bool {
 			switch {
 			case r.Proto == 0 && !r.ProtoNeg:
