@@ -114,7 +114,7 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 			copts.MapReplacements[name] = m
 		}
 	}
-	spec, contents := deferContents(spec)
+	spec, contents := deferContents(spec, copts.MapReplacements)
 	coll, err := ebpf.NewCollectionWithOptions(spec, copts)
 	if err == nil {
 		if err = fillContents(coll, contents); err != nil {
@@ -249,14 +249,20 @@ const batchContents = 256
 // deferContents returns spec without the contents of its large maps, and
 // those contents, for fillContents. The program is not attached before
 // they are in.
-func deferContents(spec *ebpf.CollectionSpec) (*ebpf.CollectionSpec, map[string][]ebpf.MapKV) {
+func deferContents(spec *ebpf.CollectionSpec, replaced map[string]*ebpf.Map) (*ebpf.CollectionSpec, map[string][]ebpf.MapKV) {
 	var out map[string][]ebpf.MapKV
 	for name, m := range spec.Maps {
+		if replaced[name] != nil {
+			continue // a map carried over keeps what it holds
+		}
 		// Read-only maps are frozen with their contents; per-CPU values
 		// take another layout.
 		if len(m.Contents) < batchContents || m.Flags&unix.BPF_F_RDONLY_PROG != 0 ||
 			m.Type == ebpf.PerCPUArray || m.Type == ebpf.PerCPUHash || m.Type == ebpf.LRUCPUHash {
 			continue
+		}
+		if !byteContents(m) {
+			continue // cilium/ebpf marshals them
 		}
 		if out == nil {
 			out, spec = make(map[string][]ebpf.MapKV), spec.Copy()
@@ -267,13 +273,26 @@ func deferContents(spec *ebpf.CollectionSpec) (*ebpf.CollectionSpec, map[string]
 	return spec, out
 }
 
+// byteContents says whether every entry of m's contents is a key and a
+// value of m's sizes as byte slices, what fillContents writes.
+func byteContents(m *ebpf.MapSpec) bool {
+	for _, kv := range m.Contents {
+		k, ok1 := kv.Key.([]byte)
+		v, ok2 := kv.Value.([]byte)
+		if !ok1 || !ok2 || len(k) != int(m.KeySize) || len(v) != int(m.ValueSize) {
+			return false
+		}
+	}
+	return true
+}
+
 // fillContents writes contents into coll's maps, in batches of byte keys
 // and values (what codegen's map contents are).
 func fillContents(coll *ebpf.Collection, contents map[string][]ebpf.MapKV) error {
 	for name, kvs := range contents {
 		m := coll.Maps[name]
 		if m == nil {
-			continue // replaced by a map carried over
+			return fmt.Errorf("map %s: not in the collection", name)
 		}
 		ks, vs := int(m.KeySize()), int(m.ValueSize())
 		keys := reflect.MakeSlice(reflect.SliceOf(reflect.ArrayOf(ks, reflect.TypeFor[byte]())), len(kvs), len(kvs))
