@@ -316,6 +316,15 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 	return spec
 }
 
+// Size is the number of instructions of the main program, as the
+// loader records it (Meta.Instructions) and status and restore -v show it.
+func (p *Program) Size() int {
+	if spec := p.Spec.Programs[ProgramName]; spec != nil {
+		return len(spec.Instructions)
+	}
+	return 0
+}
+
 // IfaceMask returns the IfacesMap value of an interface called name: the
 // patterns of Ifaces that its name matches.
 func (p *Program) IfaceMask(name string) uint64 {

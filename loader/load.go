@@ -216,20 +216,7 @@ func (l *Loaded) Close() {
 // Counters returns every rule's counters summed over CPUs, indexed by rule
 // ID; the last entry counts the entry chain's policy.
 func (l *Loaded) Counters() ([]codegen.Counter, error) {
-	m := l.coll.Maps[codegen.CountersMap]
-	n := len(l.Program.IR.Rules) + 1
-	out := make([]codegen.Counter, n)
-	var perCPU []codegen.Counter
-	for i := range n {
-		if err := m.Lookup(uint32(i), &perCPU); err != nil {
-			return nil, fmt.Errorf("read counters: %w", err)
-		}
-		for _, c := range perCPU {
-			out[i].Packets += c.Packets
-			out[i].Bytes += c.Bytes
-		}
-	}
-	return out, nil
+	return readCounters(l.coll.Maps[codegen.CountersMap])
 }
 
 // SetIface records which of the program's interface patterns the name of

@@ -126,9 +126,7 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 		HashLimit: hashlimitMetas(p),
 		Level:     p.Level.String(),
 	}
-	if spec := p.Spec.Programs[codegen.ProgramName]; spec != nil {
-		m.Instructions = len(spec.Instructions)
-	}
+	m.Instructions = p.Size()
 	if len(rs.Sets) > 0 {
 		m.Sets = string(rules.SaveSets(rs.Sets))
 	}

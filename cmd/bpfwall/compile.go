@@ -119,7 +119,7 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 	}
 	defer l.Close()
 	fmt.Fprintf(stdout, "%s: %s %s program verified: %d rules, %d instructions, %d processed by the verifier; %d rules decided by lookups\n",
-		files[0], prog.Level, prog.Hook, len(prog.IR.Rules), len(prog.Spec.Programs[codegen.ProgramName].Instructions), l.VerifiedInsns, prog.Classified)
+		files[0], prog.Level, prog.Hook, len(prog.IR.Rules), prog.Size(), l.VerifiedInsns, prog.Classified)
 	return nil
 }
 

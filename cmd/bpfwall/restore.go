@@ -147,7 +147,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return reportRuleErrors(err, true, stderr)
 		}
-		progress("%s: compiled %d rules of %s into %d instructions (%s)", t.place.Hook, len(prog.IR.Rules), t.chain(f.chain), programSize(prog), prog.Level)
+		progress("%s: compiled %d rules of %s into %d instructions (%s)", t.place.Hook, len(prog.IR.Rules), t.chain(f.chain), prog.Size(), prog.Level)
 		plans = append(plans, plan{t, rs, prog, mode})
 	}
 
@@ -197,14 +197,6 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 func countRules(rs *rules.Ruleset) int {
 	_, _, n := count(rs)
 	return n
-}
-
-// programSize is the number of instructions of prog's main program.
-func programSize(prog *codegen.Program) int {
-	if spec := prog.Spec.Programs[codegen.ProgramName]; spec != nil {
-		return len(spec.Instructions)
-	}
-	return 0
 }
 
 // keepsTables says whether the active rule set, as iptables-save text,
