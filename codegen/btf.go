@@ -37,7 +37,7 @@ func (c *compiler) ctxType() *btf.Pointer {
 	if c.hook == HookSkLookup {
 		return &btf.Pointer{Target: &btf.Struct{Name: "bpf_sk_lookup"}}
 	}
-	if c.hook == HookNetfilter {
+	if c.hook.nf() {
 		return &btf.Pointer{Target: &btf.Struct{Name: "bpf_nf_ctx"}}
 	}
 	return &btf.Pointer{Target: &btf.Struct{Name: "xdp_md"}}
@@ -48,7 +48,11 @@ func (c *compiler) ctxType() *btf.Pointer {
 // kernel keeps 15; bpftool prints the whole name from the BTF of the
 // main function, which has it.
 func (c *compiler) objectName() string {
-	name := []byte("bpfwall_" + c.hook.String() + "_" + c.p.Chains[0].Name)
+	where := c.hook.String()
+	if c.hook == HookNetfilter {
+		where = c.p.Table // bpfwall_filter_INPUT, bpfwall_mangle_FORWARD
+	}
+	name := []byte("bpfwall_" + where + "_" + c.p.Chains[0].Name)
 	for i, ch := range name {
 		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '_') {
 			name[i] = '_'

@@ -204,7 +204,7 @@ func (c *compiler) kindOf(a ir.Action) uint32 {
 	case ir.Drop:
 		return kindDrop
 	case ir.Reject:
-		if c.hook == HookNetfilter {
+		if c.hook == HookStage {
 			return kindReject
 		}
 		return kindDrop
@@ -413,7 +413,7 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, too
 // its own, since the loader gives the stage the ingress program's maps of
 // the same name, and the stage's tables differ (kindReject).
 func (c *compiler) tablePrefix() string {
-	if c.hook == HookNetfilter {
+	if c.hook == HookStage {
 		return "ncls"
 	}
 	return "cls"

@@ -61,7 +61,7 @@ func (c *compiler) classified(s *segmentPlan, next string) {
 		asm.JEq.Imm(asm.R8, kindHotdrop, hot),
 	)
 	c.countReg(asm.R7)
-	if c.hook == HookNetfilter {
+	if c.hook == HookStage {
 		// The stage cannot send a REJECT's reply: it drops and counts.
 		counted := b.fresh("reject_counted")
 		b.emit(asm.JNE.Imm(asm.R8, kindReject, counted))

@@ -18,7 +18,7 @@ type compiler struct {
 	// decides how much of a first fragment the program needs.
 	orig *ir.Program
 	hook Hook
-	// ingress is, for the netfilter stage (HookNetfilter), the hook of
+	// ingress is, for the netfilter stage (HookStage), the hook of
 	// the program whose packets it decides.
 	ingress Hook
 	// dynptr is the stack slot of the bpf_dynptr over the packet in the
@@ -138,7 +138,7 @@ func (c *compiler) program() (_ asm.Instructions, err error) {
 		c.parse()
 	}
 	switch {
-	case c.ct && c.hook == HookNetfilter:
+	case c.ct && c.hook.nf():
 		c.ctStateNetfilter()
 	case c.ct:
 		c.ctState()
@@ -186,10 +186,10 @@ func (c *compiler) collect() error {
 		for _, m := range r.Matches {
 			switch m := m.(type) {
 			case ir.Iface:
-				if m.Dir != c.presentIface() || (m.Name == "" && m.Prefix) {
+				if !c.knowsIface(m.Dir) || (m.Name == "" && m.Prefix) {
 					continue // constant: see ifaceMatch
 				}
-				key := ir.Iface{Name: m.Name, Prefix: m.Prefix}
+				key := c.ifaceKey(m)
 				if _, ok := ifaceBit[key]; !ok {
 					ifaceBit[key] = len(c.ifaces)
 					c.ifaces = append(c.ifaces, key)
@@ -205,8 +205,8 @@ func (c *compiler) collect() error {
 	if len(c.ifaces) > 64 {
 		return fmt.Errorf("the rules test %d interface names, more than the 64 bpfwall supports", len(c.ifaces))
 	}
-	if c.hook != HookNetfilter {
-		c.collectRejects() // the netfilter stage sends no replies
+	if !c.hook.nf() {
+		c.collectRejects() // a netfilter program sends no replies
 	}
 	if len(c.optKinds) > 64 {
 		return fmt.Errorf("the rules test %d TCP option kinds, more than the 64 bpfwall supports", len(c.optKinds))
@@ -228,9 +228,49 @@ func (c *compiler) presentIface() ir.IfaceDir {
 	return ir.IfaceIn
 }
 
+// knowsIface reports whether the program knows the interface of
+// direction dir. At a chain's own netfilter hook it knows what netfilter
+// knows there: the input device before routing and at INPUT, the output
+// device at OUTPUT and POSTROUTING, both at FORWARD; elsewhere the device
+// the program runs on.
+func (c *compiler) knowsIface(dir ir.IfaceDir) bool {
+	if c.hook != HookNetfilter {
+		return dir == c.presentIface()
+	}
+	in, out := netfilterDevices(c.p.Chains[0].Name)
+	if dir == ir.IfaceIn {
+		return in
+	}
+	return out
+}
+
+// netfilterDevices reports which devices netfilter gives the chains of
+// a builtin chain's hook.
+func netfilterDevices(chain string) (in, out bool) {
+	switch chain {
+	case "PREROUTING", "INPUT":
+		return true, false
+	case "FORWARD":
+		return true, true
+	}
+	return false, true // OUTPUT, POSTROUTING
+}
+
+// ifaceKey is the pattern of m that Program.Ifaces holds: its name and
+// whether it is a prefix, and at a chain's netfilter hook, which knows
+// both devices of FORWARD, its direction.
+func (c *compiler) ifaceKey(m ir.Iface) ir.Iface {
+	key := ir.Iface{Name: m.Name, Prefix: m.Prefix}
+	if c.hook == HookNetfilter {
+		key.Dir = m.Dir
+	}
+	return key
+}
+
 func (c *compiler) ifaceBit(m ir.Iface) int {
+	key := c.ifaceKey(m)
 	for i, p := range c.ifaces {
-		if p.Name == m.Name && p.Prefix == m.Prefix {
+		if p == key {
 			return i
 		}
 	}
@@ -251,7 +291,7 @@ func (c *compiler) optBit(kind uint8) int {
 //
 //	r6 ctx, r7 decision kind, r8 deciding rule, r9 return code
 func (c *compiler) main() {
-	if c.hook == HookNetfilter {
+	if c.hook == HookStage {
 		c.nfMain()
 		return
 	}
@@ -284,7 +324,7 @@ func (c *compiler) main() {
 // r8 is 0.
 func (c *compiler) mainChains() {
 	b := c.b
-	if c.p.Forward && c.hook != HookSkLookup {
+	if c.p.Forward && c.hook != HookSkLookup && c.hook != HookNetfilter {
 		b.note("ip_forward drops a packet with TTL (hop limit) 1 or less before FORWARD: it passes, to be dropped there")
 		b.emit(
 			ld(asm.R1, asm.R10, c.mainPkt()+pktTTL, asm.Byte),
@@ -293,7 +333,9 @@ func (c *compiler) mainChains() {
 			asm.JLE.Imm(asm.R1, 1, symMainEnd),
 		)
 	}
-	if c.p.Reassembled {
+	if c.p.Reassembled && c.hook != HookNetfilter {
+		// (At a chain's own hook the program sees the packet netfilter
+		// sees: a reassembled datagram where the kernel reassembles.)
 		c.fragmentGate()
 	} else if c.defers() {
 		// Without the gate, every fragment is of class U.
@@ -538,7 +580,7 @@ func (c *compiler) rule(r *ir.Rule, next string) {
 	case ir.Drop, ir.Reject:
 		// main sends a REJECT rule's reply (rejectDecided); the netfilter
 		// stage cannot, and counts the packet it drops instead.
-		if _, ok := a.(ir.Reject); ok && c.hook == HookNetfilter {
+		if _, ok := a.(ir.Reject); ok && c.hook == HookStage {
 			c.stageCount(StageRejectDropped, chainKey)
 		}
 		b.emit(mov(asm.R0, code(r, codeDrop)), asm.Return())

@@ -101,6 +101,11 @@ const (
 // connections in the namespace.
 func (p *Program) UsesConntrack() bool { return p.IR.TestsConntrack() }
 
+// NeedsKernelBTF reports whether the program calls kfuncs or reads kernel
+// structs, whose BTF IDs and offsets KernelSpec takes from the running
+// kernel: a program that looks up conntrack, and every netfilter program.
+func (p *Program) NeedsKernelBTF() bool { return p.UsesConntrack() || p.Hook.nf() }
+
 // kfuncCall is a call of the kfunc called name; KernelSpec sets its BTF ID.
 func kfuncCall(name string) asm.Instruction {
 	ins := asm.Instruction{
@@ -124,11 +129,11 @@ func ldField(dst, src asm.Register, f fieldRef, size asm.Size) asm.Instruction {
 // offsets are those of kernel, the running kernel's BTF
 // (btf.LoadKernelSpec); Spec itself when the program needs none.
 func (p *Program) KernelSpec(kernel *btf.Spec) (*ebpf.CollectionSpec, error) {
-	if !p.UsesConntrack() {
+	if !p.NeedsKernelBTF() {
 		return p.Spec, nil
 	}
 	if kernel == nil {
-		return nil, fmt.Errorf("conntrack state matches need the kernel's BTF: %w", ebpf.ErrNotSupported)
+		return nil, fmt.Errorf("the %s program needs the kernel's BTF: %w", p.Hook, ebpf.ErrNotSupported)
 	}
 	spec := p.Spec.Copy()
 	insns := spec.Programs[ProgramName].Instructions

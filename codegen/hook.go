@@ -14,14 +14,19 @@ const (
 	// HookSkLookup is the socket lookup of a network namespace
 	// (BPF_PROG_TYPE_SK_LOOKUP): the program sees a lookup, not a packet.
 	HookSkLookup
-	// HookNetfilter is the netfilter stage of an xdp or tc-ingress program
+	// HookNetfilter is a chain's own netfilter hook: a
+	// BPF_PROG_TYPE_NETFILTER program that runs the entry chain of its
+	// table where netfilter runs it (NetfilterPoint), at the table's
+	// priority, for every packet of the family that reaches the hook.
+	HookNetfilter
+	// HookStage is the netfilter stage of an xdp or tc-ingress program
 	// that tests the conntrack state (Program.Netfilter): a
 	// BPF_PROG_TYPE_NETFILTER program at PRE_ROUTING, just after conntrack.
 	// It is internal: no command line names it.
-	HookNetfilter
+	HookStage
 )
 
-var hookNames = []string{"xdp", "tc-ingress", "tc-egress", "sk-lookup", "netfilter"}
+var hookNames = []string{"xdp", "tc-ingress", "tc-egress", "sk-lookup", "netfilter", "netfilter-stage"}
 
 func (h Hook) String() string {
 	if int(h) < len(hookNames) {
@@ -32,12 +37,12 @@ func (h Hook) String() string {
 
 // ParseHook returns the hook called name.
 func ParseHook(name string) (Hook, error) {
-	for i, n := range hookNames[:HookNetfilter] {
+	for i, n := range hookNames[:HookStage] {
 		if n == name {
 			return Hook(i), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown hook %q (want xdp, tc-ingress, tc-egress or sk-lookup)", name)
+	return 0, fmt.Errorf("unknown hook %q (want xdp, tc-ingress, tc-egress, sk-lookup or netfilter)", name)
 }
 
 // valid reports whether h is one of the hooks.
@@ -45,6 +50,10 @@ func (h Hook) valid() bool { return int(h) < len(hookNames) }
 
 // tc reports whether h is a tc hook, whose context is a __sk_buff.
 func (h Hook) tc() bool { return h == HookTCIngress || h == HookTCEgress }
+
+// nf reports whether h is a netfilter hook, whose context is a
+// bpf_nf_ctx: a chain's own hook or the stage.
+func (h Hook) nf() bool { return h == HookNetfilter || h == HookStage }
 
 // Return codes of the hooks.
 const (
@@ -65,7 +74,7 @@ func (h Hook) pass() int32 {
 		return xdpPass
 	case HookSkLookup:
 		return skPass
-	case HookNetfilter:
+	case HookNetfilter, HookStage:
 		return nfAccept
 	}
 	return tcActOK
@@ -77,7 +86,7 @@ func (h Hook) drop() int32 {
 		return xdpDrop
 	case HookSkLookup:
 		return skDrop
-	case HookNetfilter:
+	case HookNetfilter, HookStage:
 		return nfDrop
 	}
 	return tcActShot

@@ -132,6 +132,8 @@ func (c *compiler) checkLog(r *ir.Rule, a ir.Log) string {
 		// socket's file: no packet hook can read them (and at INPUT the
 		// socket is the one early demux found, if any).
 		return "--log-uid (nft: log flags skuid, or all) is not supported: the hook cannot read the uid and gid of the socket's file"
+	case c.netfilterLog(chain) != "":
+		return c.netfilterLog(chain)
 	case c.p.Table == "netdev":
 		// nf_log_netdev_packet logs ARP and other frames too, which the
 		// program passes without running the chain.
@@ -173,7 +175,7 @@ func (c *compiler) logEvent(r *ir.Rule) {
 		st(asm.R7, logTime, asm.R0, asm.DWord),
 		ld(asm.R1, asm.R10, chainCtx, asm.DWord),
 	)
-	if c.hook == HookNetfilter {
+	if c.hook.nf() {
 		// r6, the parsed packet, is not needed after the LOG.
 		b.emit(st(asm.R10, chainDynptr-8, asm.R6, asm.DWord))
 		c.logNetfilter(r, copied)

@@ -312,7 +312,7 @@ func (c *compiler) compareWords(off int16, bound []uint32, within, beyond asm.Ju
 // name, which only "+" matches; the one it knows is looked up in
 // IfacesMap by parse, and "+" matches every name.
 func (c *compiler) iface(m ir.Iface, next string) {
-	if m.Dir != c.presentIface() {
+	if !c.knowsIface(m.Dir) {
 		c.constant((m.Name == "") != m.Neg, next)
 		return
 	}

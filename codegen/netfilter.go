@@ -121,10 +121,10 @@ func (c *compiler) defers() bool {
 // stageMaps are the maps of the stage the program needs.
 func (c *compiler) stageMaps() []*ebpf.MapSpec {
 	var out []*ebpf.MapSpec
-	if c.defers() || c.hook == HookNetfilter {
+	if c.defers() || c.hook == HookStage {
 		out = append(out, &ebpf.MapSpec{Name: StageMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: stageCounters, Key: btfU32, Value: btfU64})
 	}
-	if c.hook == HookNetfilter {
+	if c.hook == HookStage {
 		out = append(out, &ebpf.MapSpec{Name: NetfilterIfacesMap, Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: ifacesMapSize, Key: btfU32, Value: btfU32})
 	}
 	return out
@@ -208,7 +208,7 @@ func (c *compiler) dynptrFromSkb(ctx asm.Register, slot int16, fail string) {
 // netfilter stage, bpf_dynptr_read from the dynptr of the current
 // function (c.dynptr). r0 is 0 when the bytes were copied.
 func (c *compiler) loadCall() {
-	if c.hook != HookNetfilter {
+	if !c.hook.nf() {
 		c.b.emit(c.loadHelper().Call())
 		return
 	}
@@ -227,7 +227,7 @@ func (c *compiler) loadCall() {
 // emitIfindex loads the index of the packet's input device into dst; r6
 // is the context.
 func (c *compiler) emitIfindex(dst asm.Register) {
-	if c.hook != HookNetfilter {
+	if !c.hook.nf() {
 		c.b.emit(c.ifindex(dst))
 		return
 	}
@@ -348,7 +348,7 @@ func (c *compiler) ctStateNetfilter() {
 // compileStage compiles the netfilter stage of the ingress program c
 // compiled.
 func (c *compiler) compileStage() (*Program, error) {
-	s := &compiler{p: c.p, orig: c.orig, hook: HookNetfilter, ingress: c.hook, b: newBuilder(), level: c.level, forceLookups: c.forceLookups, trace: c.trace}
+	s := &compiler{p: c.p, orig: c.orig, hook: HookStage, ingress: c.hook, b: newBuilder(), level: c.level, forceLookups: c.forceLookups, trace: c.trace}
 	s.log = s.hasLog()
 	s.check()
 	if err := s.errs.Err(); err != nil {
@@ -362,7 +362,7 @@ func (c *compiler) compileStage() (*Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Program{IR: c.orig, Hook: HookNetfilter, Level: c.level, Ifaces: s.ifaces, Spec: s.spec(insns), removed: c.p.Removed}, nil
+	return &Program{IR: c.orig, Hook: HookStage, Level: c.level, Ifaces: s.ifaces, Spec: s.spec(insns), removed: c.p.Removed}, nil
 }
 
 // stageRejectWarnings names the REJECT rules a packet of class U can

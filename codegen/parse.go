@@ -67,7 +67,7 @@ func (c *compiler) loadHelper() asm.BuiltinFunc {
 // the load helper only past it (a multi-buffer frame's fragments, a
 // nonlinear skb): a helper call costs more than the rest of a rule.
 func (c *compiler) load(frame asm.Register, buf int16, n int32, fail string) {
-	if n > 0 && c.hook != HookNetfilter {
+	if n > 0 && !c.hook.nf() {
 		c.directLoad(frame, buf, n, fail)
 		return
 	}
@@ -186,7 +186,7 @@ func (c *compiler) callbackPrologue() {
 		st(asm.R10, cbCtx, asm.R1, asm.DWord),
 		ld(asm.R6, asm.R2, lsState, asm.DWord),
 	)
-	if c.hook == HookNetfilter {
+	if c.hook.nf() {
 		c.dynptr = cbDynptr
 		// Every step reads from a dynptr of its own frame.
 		c.b.emit(ld(asm.R1, asm.R10, cbCtx, asm.DWord))
@@ -223,7 +223,7 @@ func (c *compiler) parse() {
 		b.emit(stImm(asm.R10, off, 0, asm.DWord))
 	}
 	switch {
-	case c.hook == HookNetfilter:
+	case c.hook.nf():
 		c.dynptr = parseDynptr
 		c.dynptrFromSkb(asm.R6, parseDynptr, "parse_not_ip")
 		c.emitSkb(asm.R9, asm.R6)
@@ -234,13 +234,17 @@ func (c *compiler) parse() {
 		b.emit(movr(asm.R1, asm.R6), asm.FnXdpGetBuffLen.Call(), movr(asm.R9, asm.R0))
 	}
 	b.emit(st(asm.R10, parseFrameLen, asm.R9, asm.DWord))
-	if c.hook == HookNetfilter {
+	switch c.hook {
+	case HookStage:
 		c.parseNetfilterL2()
-	} else {
+	case HookNetfilter:
+		b.note("the packet starts at the network header")
+		b.emit(mov(asm.R8, 0))
+	default:
 		c.parseEthernet()
 	}
 
-	if c.hook == HookNetfilter {
+	if c.hook.nf() {
 		b.mark("parse_meta")
 		c.parseNetfilterMeta()
 	}
@@ -255,7 +259,9 @@ func (c *compiler) parse() {
 			asm.JEq.Imm(asm.R1, packetOtherHost, "parse_invalid"),
 		)
 	}
-	if len(c.ifaces) > 0 {
+	if len(c.ifaces) > 0 && c.hook == HookNetfilter {
+		c.netfilterIfaces()
+	} else if len(c.ifaces) > 0 {
 		b.note("the interface's name patterns, from %s", IfacesMap)
 		c.emitIfindex(asm.R1)
 		b.emit(
@@ -398,8 +404,8 @@ func (c *compiler) parseIPv4() {
 	)
 	c.load(asm.R10, parseBuf+20, 0, "parse_invalid")
 	b.mark("ipv4_checksum")
-	if c.hook != HookNetfilter {
-		c.ipv4Checksum()
+	if !c.hook.nf() {
+		c.ipv4Checksum() // netfilter's packets passed ip_rcv_core
 	}
 	b.emit(
 		ld(asm.R1, asm.R10, parseBuf+2, asm.Half),
@@ -520,6 +526,11 @@ func (c *compiler) parseIPv6() {
 			st(asm.R7, pktSrc+4*i, asm.R1, asm.Word),
 		)
 	}
+	if c.hook == HookNetfilter {
+		// ip6_rcv_core checked these before any hook; OUTPUT's packets
+		// are the stack's own.
+		b.emit(ja("ipv6_src_checked"))
+	}
 	// ipv6_addr_loopback (::1) and ipv6_addr_is_multicast (ff00::/8).
 	loopbackDev := c.hook != HookTCEgress
 	if loopbackDev {
@@ -552,6 +563,9 @@ func (c *compiler) parseIPv6() {
 	b.emit(ja("parse_invalid"))
 	b.mark("ipv6_src")
 	c.ipv6Multicast(pktSrc, "parse_invalid")
+	if c.hook == HookNetfilter {
+		b.mark("ipv6_src_checked")
+	}
 
 	b.note("payload length; the packet ends there unless a jumbo option says otherwise")
 	b.emit(
@@ -1225,7 +1239,7 @@ func (c *compiler) setFlag(flag int32) {
 // tc-egress sees it after ip_forward's decrement, and lowering wrote its
 // TTL matches for the TTL as the packet arrives (ir.Program.Forward).
 func (c *compiler) forwardedTTL() {
-	if c.hook != HookTCEgress || !c.p.Forward {
+	if c.hook != HookTCEgress && c.hook != HookNetfilter || !c.p.Forward {
 		return
 	}
 	done := c.b.fresh("ttl_as_arrived")

@@ -167,7 +167,7 @@ const maxChainDepth = 6
 // Compile compiles p for opts.Hook. Rules the hook cannot express are
 // errors at their positions, collected in a rules.ErrorList.
 func Compile(p *ir.Program, opts Options) (*Program, error) {
-	if !opts.Hook.valid() || opts.Hook == HookNetfilter {
+	if !opts.Hook.valid() || opts.Hook == HookStage {
 		return nil, fmt.Errorf("compile: unknown hook %d", opts.Hook)
 	}
 	if opts.Level >= numLevels {
@@ -234,7 +234,7 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 		typ, attach = ebpf.SchedCLS, ebpf.AttachTCXEgress
 	case HookSkLookup:
 		typ, attach = ebpf.SkLookup, ebpf.AttachSkLookup
-	case HookNetfilter:
+	case HookNetfilter, HookStage:
 		typ, attach = ebpf.Netfilter, ebpf.AttachNetfilter
 	}
 	var flags uint32
@@ -369,8 +369,12 @@ func (c *compiler) check() {
 				c.errs = append(c.errs, rules.Errorf(r.Pos, "TPROXY target is only supported on sk-lookup"))
 			}
 		case ir.Reject:
-			if c.hook == HookNetfilter {
+			if c.hook == HookStage {
 				break // dropped: stageRejectWarnings
+			}
+			if c.hook == HookNetfilter {
+				c.errs = append(c.errs, rules.Errorf(r.Pos, "REJECT is not supported on netfilter: a BPF netfilter program cannot send the reply (load the chain at xdp or tc with -i and --hook)"))
+				break
 			}
 			if why := c.checkReject(a); why != "" {
 				c.errs = append(c.errs, rules.Errorf(r.Pos, "%s", why))
@@ -391,6 +395,9 @@ func (c *compiler) check() {
 func (c *compiler) unsupportedMatch(m ir.Match) string {
 	if c.hook == HookSkLookup {
 		return unsupportedLookupMatch(m)
+	}
+	if what := c.checkNetfilterMatch(m); what != "" {
+		return what
 	}
 	switch m := m.(type) {
 	case ir.TProxyTo:
@@ -418,7 +425,7 @@ func (c *compiler) unsupportedMatch(m ir.Match) string {
 // skbHook reports whether the program sees the packet's sk_buff: a tc
 // program, or the netfilter stage of one.
 func (c *compiler) skbHook() bool {
-	return c.hook.tc() || c.hook == HookNetfilter && c.ingress.tc()
+	return c.hook.tc() || c.hook == HookNetfilter || c.hook == HookStage && c.ingress.tc()
 }
 
 // unknownIface reports whether m tests the interface the hook does not
@@ -426,8 +433,11 @@ func (c *compiler) skbHook() bool {
 // an empty name only where netfilter does too (no output interface in
 // PREROUTING and INPUT, no input interface in OUTPUT).
 func (c *compiler) unknownIface(m ir.Iface) bool {
-	if m.Dir == c.presentIface() || (m.Name == "" && m.Prefix) {
+	if c.knowsIface(m.Dir) || (m.Name == "" && m.Prefix) {
 		return false // known, or "+", which every name matches
+	}
+	if c.hook == HookNetfilter {
+		return false // netfilter gives the chain the same empty name
 	}
 	switch c.p.Chains[0].Name {
 	case "PREROUTING", "INPUT":

@@ -93,10 +93,10 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 	}
 	spec := p.Spec
 	var kernel *btf.Spec
-	if p.UsesConntrack() {
+	if p.NeedsKernelBTF() {
 		var err error
 		if kernel, err = kernelBTF(); err != nil {
-			return nil, fmt.Errorf("load %s program: conntrack state matches need the kernel's BTF: %w", p.Hook, err)
+			return nil, fmt.Errorf("load %s program: it needs the kernel's BTF: %w", p.Hook, err)
 		}
 		if spec, err = p.KernelSpec(kernel); err != nil {
 			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)

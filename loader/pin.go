@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
+	"bpfwall/rules"
 )
 
 // DefaultRoot is the directory of bpffs under which bpfwall pins its
@@ -48,6 +49,11 @@ type Place struct {
 	Root  string // DefaultRoot when empty
 	NetNS uint64 // network namespace id, from NetNS
 	Hook  codegen.Hook
+	// Family, Table and Chain say which chain a filter at
+	// codegen.HookNetfilter runs (see ChainPlace); a namespace has one
+	// such filter per family and chain.
+	Family       rules.Family
+	Table, Chain string
 }
 
 // Dir is the directory of the filter's pins.
@@ -56,10 +62,28 @@ func (p Place) Dir() string {
 	if root == "" {
 		root = DefaultRoot
 	}
-	return filepath.Join(root, strconv.FormatUint(p.NetNS, 10), p.Hook.String())
+	return filepath.Join(root, strconv.FormatUint(p.NetNS, 10), p.dirName())
 }
 
-func (p Place) String() string { return fmt.Sprintf("%s in netns %d", p.Hook, p.NetNS) }
+// dirName is the name of the place's directory: the hook's, or for a
+// chain at its netfilter hook netfilter-FAMILY-TABLE-CHAIN.
+func (p Place) dirName() string {
+	if p.Hook != codegen.HookNetfilter {
+		return p.Hook.String()
+	}
+	return fmt.Sprintf("netfilter-%s-%s-%s", p.Family, p.Table, p.Chain)
+}
+
+// Name names the place's filter in messages: its hook, or for a chain at
+// its netfilter hook "netfilter ipv4 filter INPUT".
+func (p Place) Name() string {
+	if p.Hook != codegen.HookNetfilter {
+		return p.Hook.String()
+	}
+	return fmt.Sprintf("netfilter %s %s %s", p.Family, p.Table, p.Chain)
+}
+
+func (p Place) String() string { return fmt.Sprintf("%s in netns %d", p.Name(), p.NetNS) }
 
 // ErrRootNotOwned marks a pin root that another user could change.
 var ErrRootNotOwned = errors.New("pin directory not owned")
@@ -218,8 +242,7 @@ func Places(root string, netns uint64) ([]Place, error) {
 		}
 	}
 	var out []Place
-	for _, h := range Hooks {
-		p := Place{Root: root, NetNS: netns, Hook: h}
+	for _, p := range allPlaces(root, netns) {
 		if _, err := os.Stat(filepath.Join(p.Dir(), pinProgram)); err == nil {
 			out = append(out, p)
 		} else if !errors.Is(err, os.ErrNotExist) {

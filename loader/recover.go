@@ -90,8 +90,7 @@ func RecoverNetNS(root string, ns uint64) (map[Place]Recovery, error) {
 		return nil, err
 	}
 	out := make(map[Place]Recovery)
-	for _, h := range Hooks {
-		p := Place{Root: root, NetNS: ns, Hook: h}
+	for _, p := range allPlaces(root, ns) {
 		r, err := Recover(p)
 		if err != nil {
 			return out, err
@@ -106,8 +105,8 @@ func RecoverNetNS(root string, ns uint64) (map[Place]Recovery, error) {
 // Interrupted says whether a swap at a hook of network namespace ns under
 // root has pins it did not commit: it is under way, or its process died.
 func Interrupted(root string, ns uint64) bool {
-	for _, h := range Hooks {
-		if pending, _ := pendingPins(Place{Root: root, NetNS: ns, Hook: h}.Dir()); len(pending) > 0 {
+	for _, p := range allPlaces(root, ns) {
+		if pending, _ := pendingPins(p.Dir()); len(pending) > 0 {
 			return true
 		}
 	}
@@ -137,6 +136,13 @@ func finishSwap(dir string, pending []string) error {
 		return err
 	}
 	defer prog.Close()
+	if ok, err := finishDispatch(dir, prog); ok || err != nil {
+		if err != nil {
+			return err
+		}
+		_, err = commitPins(dir, pending, &meta)
+		return err
+	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return err
@@ -234,7 +240,8 @@ func dropOldPins(dir string, m *Meta) {
 	if len(m.Pins) == 0 {
 		return
 	}
-	keep := map[string]bool{pinSockets: true}
+	// The sockets map and a chain's dispatcher outlive programs.
+	keep := map[string]bool{pinSockets: true, pinDispatcher: true, pinDispatch: true}
 	for _, name := range m.Pins {
 		keep[name] = true
 	}

@@ -229,6 +229,9 @@ type Active struct {
 	maps map[string]*ebpf.Map
 	// nfLink is the netfilter stage's link, if the filter has one.
 	nfLink link.Link
+	// dispatcher is the program a chain's netfilter link runs, and
+	// maps[pinDispatch] its slot (nfchain.go); nil at other hooks.
+	dispatcher *ebpf.Program
 }
 
 // Open opens the filter pinned at p. The error wraps os.ErrNotExist when
@@ -259,6 +262,9 @@ func (a *Active) open(dir string) error {
 		return err
 	}
 	if err := a.openNetfilterPins(dir); err != nil {
+		return err
+	}
+	if err := a.openDispatchPins(dir); err != nil {
 		return err
 	}
 	a.counters, a.base = a.maps[pinCounters], a.maps[pinBase]
@@ -293,6 +299,9 @@ func (a *Active) Close() error {
 	}
 	if a.nfLink != nil {
 		a.nfLink.Close()
+	}
+	if a.dispatcher != nil {
+		a.dispatcher.Close()
 	}
 	if a.Program != nil {
 		a.Program.Close()

@@ -69,10 +69,50 @@ var ErrFamily = errors.New("the filter there is of the other IP family")
 
 // Run performs the swap.
 func (s *Swap) Run() (*Result, error) {
+	p, err := s.Prepare()
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	if err := p.Switch(); err != nil {
+		return nil, err
+	}
+	return p.Commit()
+}
+
+// Prepared is a swap whose new filter is built, verified and pinned
+// beside the running one (Swap.Prepare), and not yet switched to: a
+// restore prepares the swaps of every place it changes before it
+// switches any, so that a failure changes nothing. Its methods are
+// called in order: Switch, then Commit; Abort at any point undoes what
+// Switch did and drops the new filter; Close releases descriptors.
+type Prepared struct {
+	s   *Swap
+	old *Active
+	b   *build
+	res *Result
+	// real switches one link for good; update is Swap.Update or real.
+	real, update func(l link.Link, new, old *ebpf.Program) error
+	switched     []link.Link
+	// filled says Switch put the program into a new dispatcher's slot.
+	filled bool
+	done   bool
+}
+
+// Prepare builds, verifies and pins the new filter beside the running
+// one. A chain at its netfilter hook that nothing ran gets its link, whose
+// dispatcher's slot stays empty (and passes every packet, as before)
+// until Switch.
+func (s *Swap) Prepare() (*Prepared, error) {
 	hook := s.Program.Hook
 	if hook != s.Place.Hook {
-		return nil, fmt.Errorf("swap %s filter: program is for %s", s.Place.Hook, hook)
+		return nil, fmt.Errorf("swap %s filter: program is for %s", s.Place.Name(), hook)
 	}
+	if ir := s.Program.IR; hook == codegen.HookNetfilter &&
+		(s.Place.Family != ir.Family || s.Place.Table != ir.Table || s.Place.Chain != ir.Chains[0].Name) {
+		return nil, fmt.Errorf("swap %s filter: program is for %s %s %s", s.Place.Name(), ir.Family, ir.Table, ir.Chains[0].Name)
+	}
+	name := s.Place.Name()
 	if err := s.Place.makeDir(); err != nil {
 		return nil, err
 	}
@@ -85,85 +125,136 @@ func (s *Swap) Run() (*Result, error) {
 		old = nil
 	case err != nil:
 		return nil, err
-	default:
-		defer old.Close()
+	}
+	fail := func(err error) (*Prepared, error) {
+		if old != nil {
+			old.Close()
+		}
+		return nil, err
 	}
 	res := &Result{}
 	if old != nil {
 		res.Replaced = programID(old.Program)
 	}
 	if s.Since != nil && (old == nil || res.Replaced != s.Since.Program) {
-		return nil, fmt.Errorf("swap %s filter: %w", hook, ErrChanged)
+		return fail(fmt.Errorf("swap %s filter: %w", name, ErrChanged))
 	}
 	if fam := s.Program.IR.Family.String(); old != nil && old.Meta.Family != "" && old.Meta.Family != fam {
-		return nil, fmt.Errorf("swap %s filter: %w: it filters %s (from %s), these rules %s; bpfwall unload --hook %s first, or put the %s rules on another hook",
-			hook, ErrFamily, old.Meta.Family, old.Meta.File, fam, hook, fam)
+		return fail(fmt.Errorf("swap %s filter: %w: it filters %s (from %s), these rules %s; bpfwall unload --hook %s first, or put the %s rules on another hook",
+			name, ErrFamily, old.Meta.Family, old.Meta.File, fam, hook, fam))
 	}
-
 	if err := checkRecentShared(s.Place, s.Program); err != nil {
-		return nil, fmt.Errorf("swap %s filter: %w", hook, err)
+		return fail(fmt.Errorf("swap %s filter: %w", name, err))
 	}
 	if err := checkHashLimitShared(s.Place, s.Program); err != nil {
-		return nil, fmt.Errorf("swap %s filter: %w", hook, err)
+		return fail(fmt.Errorf("swap %s filter: %w", name, err))
 	}
 	b, err := s.build(old)
 	if err != nil {
-		return nil, fmt.Errorf("swap %s filter: %w", hook, err)
+		return fail(fmt.Errorf("swap %s filter: %w", name, err))
 	}
 	res.Program = programID(b.loaded.prog)
 	res.Attached = b.attached
 	res.Sockets = b.sockets
 	res.Stage, res.Uppers = b.loaded != nil && b.loaded.nfProg != nil, b.uppers
-	defer b.close()
-
-	// Critical section: the links switch to the new program one by one,
-	// each atomically; the kernel refuses a link that no longer runs the
-	// old program. On failure the links switched so far switch back.
-	var switched []link.Link
-	update := s.Update
-	if update == nil {
-		update = ReplaceProgram
+	p := &Prepared{s: s, old: old, b: b, res: res, real: ReplaceProgram}
+	if old != nil && old.dispatcher != nil {
+		p.real = dispatchUpdate(old.maps[pinDispatch])
 	}
+	p.update = s.Update
+	if p.update == nil {
+		p.update = p.real
+	}
+	return p, nil
+}
+
+// Switch makes the links run the new program, one by one, each
+// atomically; the kernel refuses a link that no longer runs the old
+// program. On failure the links switched so far switch back and the new
+// filter goes.
+func (p *Prepared) Switch() error {
+	s, old, b := p.s, p.old, p.b
 	start := time.Now()
+	if b.slot != nil {
+		// A chain's new dispatcher, attached by build: from here on its
+		// slot runs the program.
+		if err := b.slot.Put(uint32(0), b.loaded.prog); err != nil {
+			p.Abort()
+			return fmt.Errorf("swap %s filter: dispatcher slot: %w", s.Place.Name(), err)
+		}
+		p.filled = true
+		reached("fill " + pinDispatch)
+	}
 	for _, i := range b.keep {
 		l := old.Links[i]
-		if err := update(l, b.loaded.prog, old.Program); err != nil {
-			s.switchBack(switched, old, b)
-			b.abort()
-			return nil, fmt.Errorf("swap %s filter on %s: %w", hook, ifaceName(i), err)
+		if err := p.update(l, b.loaded.prog, old.Program); err != nil {
+			p.Abort()
+			return fmt.Errorf("swap %s filter on %s: %w", s.Place.Name(), ifaceName(i), err)
 		}
-		switched = append(switched, l)
+		p.switched = append(p.switched, l)
 		reached("switch " + filepath.Base(linkPin(s.Place.Dir(), i)))
 	}
-	res.Critical = time.Since(start)
-	// End of the critical section.
+	p.res.Critical = time.Since(start)
+	return nil
+}
 
-	if err := b.commit(old); err != nil {
-		s.switchBack(switched, old, b)
-		b.abort()
-		return nil, fmt.Errorf("swap %s filter: %w", hook, err)
+// Abort switches back what Switch switched and removes the new filter;
+// the old one runs as before. It does nothing after Commit.
+func (p *Prepared) Abort() {
+	if p.done {
+		return
 	}
+	p.done = true
+	switchBack(p.real, p.switched, p.old, p.b)
+	p.switched = nil
+	if p.filled {
+		// Empty again: the dispatcher passes every packet until its link
+		// goes with the new pins.
+		p.b.slot.Delete(uint32(0))
+	}
+	p.b.abort()
+}
+
+// Commit moves the new pins over the old ones, after Switch; the swap is
+// then done. A failure to move the pins switches back.
+func (p *Prepared) Commit() (*Result, error) {
+	s, old, b, res := p.s, p.old, p.b, p.res
+	name := s.Place.Name()
+	if err := b.commit(old); err != nil {
+		p.Abort()
+		return nil, fmt.Errorf("swap %s filter: %w", name, err)
+	}
+	p.done = true
 	if !s.Program.UsesConntrack() && old != nil && old.Meta.Conntrack {
 		if err := releaseConntrackAt(s.Place); err != nil {
-			return res, fmt.Errorf("swap %s filter: the new program runs, but: %w", hook, err)
+			return res, fmt.Errorf("swap %s filter: the new program runs, but: %w", name, err)
 		}
 		reached("release conntrack")
 	}
 	if s.Since != nil {
 		if err := s.carry(old, b); err != nil {
-			return res, fmt.Errorf("swap %s filter: the new program runs, but: %w", hook, err)
+			return res, fmt.Errorf("swap %s filter: the new program runs, but: %w", name, err)
 		}
 		reached("carry counters")
 	}
 	return res, nil
 }
 
-// switchBack returns the links to the old program after a failed swap.
-func (s *Swap) switchBack(links []link.Link, old *Active, b *build) {
+// Close releases the descriptors of the swap; pinned objects stay.
+func (p *Prepared) Close() {
+	p.b.close()
+	if p.old != nil {
+		p.old.Close()
+	}
+}
+
+// switchBack returns the links to the old program after a failed swap,
+// with update, which switches one.
+func switchBack(update func(l link.Link, new, old *ebpf.Program) error, links []link.Link, old *Active, b *build) {
 	for _, l := range links {
 		// Nothing else can be done if this fails; the error of the swap
 		// is reported.
-		_ = ReplaceProgram(l, old.Program, b.loaded.prog)
+		_ = update(l, old.Program, b.loaded.prog)
 	}
 }
 
@@ -211,9 +302,13 @@ type build struct {
 	attached []Iface
 	// nfLink is the new netfilter stage's link, attached by build;
 	// uppers are the upper devices it evaluates besides the interfaces.
-	nfLink  link.Link
-	uppers  []Iface
-	sockets []SocketState
+	nfLink link.Link
+	// dispatcher and slot are a chain's new dispatcher and its slot
+	// (nfchain.go), made when no filter ran the chain.
+	dispatcher *ebpf.Program
+	slot       *ebpf.Map
+	uppers     []Iface
+	sockets    []SocketState
 	// heldConntrack says the build created bpfwall's conntrack table,
 	// which abort removes; addedSockets are the keys it put into a
 	// sockets map the running filter shares, which abort deletes.
@@ -233,9 +328,13 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 	}()
 	var ifaces []Iface
 	attached := make(map[int]bool)
+	lookup := s.Program.Hook == codegen.HookSkLookup
+	// An sk-lookup filter, and a chain at its netfilter hook, attach to
+	// the network namespace, which netnsIndex stands for.
+	nsWide := lookup || s.Program.Hook == codegen.HookNetfilter
 	if old != nil {
 		for _, i := range old.ifindexes() {
-			if i == netnsIndex && s.Program.Hook == codegen.HookSkLookup {
+			if i == netnsIndex && nsWide {
 				b.keep = append(b.keep, i)
 				attached[i] = true
 				ifaces = append(ifaces, netnsIface)
@@ -250,9 +349,8 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 			ifaces = append(ifaces, Iface{Index: i, Name: ifi.Name, Mode: oldMode(old, i)})
 		}
 	}
-	lookup := s.Program.Hook == codegen.HookSkLookup
-	if lookup && len(s.Ifaces) > 0 {
-		return b, fmt.Errorf("an sk-lookup filter attaches to the network namespace, not to interfaces (%s)", strings.Join(s.Ifaces, ", "))
+	if nsWide && len(s.Ifaces) > 0 {
+		return b, fmt.Errorf("a %s filter attaches to the network namespace, not to interfaces (%s)", s.Program.Hook, strings.Join(s.Ifaces, ", "))
 	}
 	var add []Iface
 	for _, name := range s.Ifaces {
@@ -266,7 +364,7 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		attached[ifi.Index] = true
 		add = append(add, Iface{Index: ifi.Index, Name: ifi.Name})
 	}
-	if lookup && !attached[netnsIndex] {
+	if nsWide && !attached[netnsIndex] {
 		add = append(add, netnsIface)
 	}
 	if len(ifaces)+len(add) == 0 {
@@ -289,6 +387,9 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 			return b, err
 		}
 		for _, ifc := range append(ifaces, add...) {
+			if ifc.Index == netnsIndex {
+				continue
+			}
 			if err := b.loaded.SetIface(uint32(ifc.Index), ifc.Name); err != nil {
 				return b, err
 			}
@@ -360,6 +461,15 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 	for name, obj := range b.loaded.netfilterPinners() {
 		pins[name] = obj
 	}
+	if s.Program.Hook == codegen.HookNetfilter {
+		// A dispatcher that runs stays pinned as it is (nfchain.go).
+		if old == nil || old.dispatcher == nil {
+			if b.dispatcher, b.slot, err = newDispatch("bpfwall_dispatch"); err != nil {
+				return b, err
+			}
+			pins[pinDispatcher], pins[pinDispatch] = b.dispatcher, b.slot
+		}
+	}
 	for name, obj := range pins {
 		if err := pinNew(obj, filepath.Join(b.dir, name)); err != nil {
 			return b, err
@@ -378,7 +488,13 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		reached("pin " + pinNFLink)
 	}
 	for _, ifc := range add {
-		l, mode, err := attach(b.loaded.prog, s.Program.Hook, ifc, s.XDPMode)
+		var l link.Link
+		var mode string
+		if s.Program.Hook == codegen.HookNetfilter {
+			l, err = attachChain(b.dispatcher, s.Place, s.Program.UsesConntrack())
+		} else {
+			l, mode, err = attach(b.loaded.prog, s.Program.Hook, ifc, s.XDPMode)
+		}
 		if err != nil {
 			return b, err
 		}
@@ -487,7 +603,10 @@ func (b *build) close() {
 	if b.nfLink != nil {
 		b.nfLink.Close()
 	}
-	for _, m := range []*ebpf.Map{b.base, b.meta} {
+	if b.dispatcher != nil {
+		b.dispatcher.Close()
+	}
+	for _, m := range []*ebpf.Map{b.base, b.meta, b.slot} {
 		if m != nil {
 			m.Close()
 		}
@@ -520,4 +639,56 @@ func programID(p *ebpf.Program) ebpf.ProgramID {
 	}
 	id, _ := info.ID()
 	return id
+}
+
+// SwapAll performs swaps at several places as one: it prepares every new
+// filter, then switches each, then commits each. A failure before the
+// commits switches back and removes every new filter, so that the old
+// ones run everywhere as before; the places it had not reached were not
+// touched. (Between the first switch and the last, a packet may meet
+// new filters at some hooks and old ones at others, as when
+// iptables-restore replaces one table after another.)
+func SwapAll(swaps []*Swap) ([]*Result, error) {
+	var prepared []*Prepared
+	defer func() {
+		for _, p := range prepared {
+			p.Close()
+		}
+	}()
+	abort := func() {
+		for _, p := range prepared {
+			p.Abort()
+		}
+	}
+	for _, s := range swaps {
+		p, err := s.Prepare()
+		if err != nil {
+			abort()
+			return nil, err
+		}
+		prepared = append(prepared, p)
+		reached("prepared " + s.Place.Name())
+	}
+	for _, p := range prepared {
+		if err := p.Switch(); err != nil {
+			abort()
+			return nil, err
+		}
+		reached("switched " + p.s.Place.Name())
+	}
+	out := make([]*Result, len(prepared))
+	var errs []error
+	for i, p := range prepared {
+		res, err := p.Commit()
+		if err != nil && res == nil && i == 0 {
+			// Nothing committed yet: the rest can still go back.
+			abort()
+			return nil, err
+		}
+		out[i] = res
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return out, errors.Join(errs...)
 }

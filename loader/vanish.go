@@ -94,10 +94,10 @@ type StrayProgram struct {
 // pinned under root for namespace ns.
 func Stray(root string, ns uint64) ([]StrayProgram, error) {
 	pinned := map[ebpf.ProgramID]bool{}
-	for _, h := range Hooks {
+	for _, p := range allPlaces(root, ns) {
 		// The program of a swap under way counts: its new links run it.
-		dir := Place{Root: root, NetNS: ns, Hook: h}.Dir()
-		for _, name := range []string{pinProgram, pinProgram + newSuffix} {
+		dir := p.Dir()
+		for _, name := range []string{pinProgram, pinProgram + newSuffix, pinDispatcher, pinDispatcher + newSuffix} {
 			if p, err := ebpf.LoadPinnedProgram(filepath.Join(dir, name), nil); err == nil {
 				pinned[programID(p)] = true
 				p.Close()

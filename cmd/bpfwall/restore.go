@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,7 +80,25 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 		}
 		defer lock.Release()
 	}
+	nf, err := netfilterMode(&f)
+	if err != nil {
+		return err
+	}
+	if nf {
+		opts := iptables.Options{Counters: *counters, Noflush: *noflush, Table: *table, ForceFamily: *ipv6}
+		family := rules.IPv4
+		if *ipv6 {
+			opts.Family, family = rules.IPv6, rules.IPv6
+		}
+		return restoreNetfilter(restoreRequest{
+			src: src, display: display, family: family, sets: sets, opts: opts, level: level,
+			test: *test, verbose: *verbose > 0, progress: progress, warn: &warn, flags: &f,
+		}, stdout, stderr)
+	}
 	targets, err := findTargets(f.hook, attachTo(f.hook, f.ifaces), stderr)
+	// A namespace whose filters were loaded with -i: a restore without
+	// it swaps those.
+	targets = slices.DeleteFunc(targets, func(t target) bool { return t.place.Hook == codegen.HookNetfilter })
 	if err != nil && *test && len(f.ifaces) == 0 {
 		// Nothing loaded: -t checks the input for the hook asked for.
 		targets, err = findTargets(f.hook, []string{""}, stderr)

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+
+	"bpfwall/codegen"
+	"bpfwall/ir"
+	"bpfwall/loader"
+	"bpfwall/parser/iptables"
+	"bpfwall/rules"
+)
+
+// A restore without -i enforces the whole rule set of its family where
+// netfilter runs it: each builtin chain of filter, raw and mangle that
+// has rules, or a DROP policy, becomes a BPF netfilter program at the
+// chain's hook and its table's priority (loader.NetfilterChains). Every
+// chain is compiled before anything changes, then all are swapped as one
+// (loader.SwapAll); the chains the new rule set leaves with nothing to do
+// are unloaded last. The other family's chains are not touched: IPv4 and
+// IPv6 run side by side, as iptables-restore and ip6tables-restore.
+
+// restoreRequest is what runRestore read from its flags and input.
+type restoreRequest struct {
+	src      []byte
+	display  string
+	family   rules.Family
+	sets     map[string]*rules.IPSet
+	opts     iptables.Options
+	level    codegen.Level
+	test     bool
+	verbose  bool
+	progress func(format string, args ...any)
+	warn     *warner
+	flags    *swapFlags
+}
+
+// netfilterMode reports whether a restore applies its input at the
+// chains' netfilter hooks: with --hook netfilter, or without -i and
+// --hook when no filter is loaded at an interface hook (xdp, tc,
+// sk-lookup) of this network namespace. (A namespace whose filters were
+// loaded with -i keeps them: a restore without -i swaps those.)
+func netfilterMode(f *swapFlags) (bool, error) {
+	if f.hook == codegen.HookNetfilter.String() {
+		if len(f.ifaces) > 0 {
+			return false, fmt.Errorf("%w: --hook netfilter runs every chain at its netfilter hook, in the whole network namespace; it takes no -i", errUsage)
+		}
+		return true, nil
+	}
+	if f.hook != "" || len(f.ifaces) > 0 {
+		return false, nil
+	}
+	ns, err := loader.NetNS()
+	if err != nil {
+		return false, err
+	}
+	places, err := loader.Places(pinRoot, ns)
+	if err != nil {
+		return false, privileged(err)
+	}
+	for _, p := range places {
+		if p.Hook != codegen.HookNetfilter {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// chainPlan is one chain of a netfilter restore.
+type chainPlan struct {
+	t    target
+	prog *codegen.Program
+	mode counterMode
+}
+
+// restoreNetfilter applies req at the chains' netfilter hooks.
+func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
+	ns, err := loader.NetNS()
+	if err != nil {
+		return err
+	}
+	// The chains of this family that run now.
+	loaded := make(map[loader.Place]target)
+	var first *target
+	for _, c := range loader.NetfilterChains {
+		p := loader.ChainPlace(pinRoot, ns, req.family, c.Table, c.Chain)
+		a, err := loader.Open(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return privileged(err)
+		}
+		t := target{place: p}
+		t.snap, err = a.Snapshot()
+		a.Close()
+		if err != nil {
+			return err
+		}
+		loaded[p] = t
+		if first == nil {
+			first = &t
+		}
+	}
+	// The active rule set, with its live counters, when the input needs
+	// it: restore -n, or tables the input does not name, which stay.
+	var active *rules.Ruleset
+	activeRS := func() (*rules.Ruleset, error) {
+		if active != nil || first == nil {
+			return active, nil
+		}
+		rs, err := activeRuleset(&first.snap.Meta)
+		if err != nil {
+			return nil, fmt.Errorf("read the active rule set: %w", err)
+		}
+		for _, t := range loaded {
+			if err := t.snap.Apply(rs); err != nil {
+				return nil, err
+			}
+		}
+		active = rs
+		return rs, nil
+	}
+	opts := req.opts
+	var activeSets map[string]*rules.IPSet
+	if first != nil {
+		if activeSets, err = metaSets(&first.snap.Meta); err != nil {
+			return err
+		}
+	}
+	opts.Sets = overSets(activeSets, req.sets)
+	fromInput := countersFromRuleset
+	if opts.Noflush && first != nil {
+		a, err := activeRS()
+		if err != nil {
+			return err
+		}
+		opts.Base, fromInput = a, countersFollowRuleset
+	}
+	rs, err := iptables.Parse(req.display, req.src, opts)
+	if rs != nil {
+		req.warn.print(stderr, rs.Warnings)
+	}
+	if err != nil {
+		return reportRuleErrors(err, true, stderr)
+	}
+	kept := make(map[string]bool)
+	if !opts.Noflush && first != nil && keepsTables(first.snap.Meta.Source, rs) {
+		a, err := activeRS()
+		if err != nil {
+			return err
+		}
+		for _, at := range a.Tables {
+			if rs.Table(at.Name) == nil {
+				rs.Tables = append(rs.Tables, at)
+				kept[at.Name] = true
+			}
+		}
+	}
+	req.progress("netfilter %s: parsed %d rules", req.family, countRules(rs))
+	if err := refuseTables(rs); err != nil {
+		return reportRuleErrors(err, true, stderr)
+	}
+
+	// Everything is compiled before anything is swapped.
+	var plans []chainPlan
+	var errs rules.ErrorList
+	var drop []target
+	for _, c := range loader.NetfilterChains {
+		p := loader.ChainPlace(pinRoot, ns, req.family, c.Table, c.Chain)
+		t, ok := loaded[p]
+		if !ok {
+			t = target{place: p}
+		}
+		if !enforces(rs, c.Table, c.Chain) {
+			if ok {
+				drop = append(drop, t)
+			}
+			continue
+		}
+		prog, err := compileChain(rs, c.Table, c.Chain, req.level)
+		if err != nil {
+			var list rules.ErrorList
+			var one *rules.Error
+			switch {
+			case errors.As(err, &list):
+				errs = append(errs, list...)
+			case errors.As(err, &one):
+				errs = append(errs, one)
+			default:
+				return fmt.Errorf("%s %s: %w", c.Table, c.Chain, err)
+			}
+			continue
+		}
+		req.warn.print(stderr, prog.Warnings)
+		mode := fromInput
+		if kept[c.Table] && ok {
+			mode = countersFollowRuleset
+		}
+		if t.snap == nil {
+			mode = countersFromRuleset
+		}
+		req.progress("netfilter %s %s %s: compiled %d rules into %d instructions (%s)", req.family, c.Table, c.Chain, len(prog.IR.Rules), prog.Size(), prog.Level)
+		plans = append(plans, chainPlan{t, prog, mode})
+	}
+	if len(errs) > 0 {
+		errs.Sort()
+		return reportRuleErrors(errs, true, stderr)
+	}
+
+	if req.test {
+		for _, p := range plans {
+			l, err := loader.Load(p.prog, loader.Options{})
+			if err != nil {
+				return privileged(err)
+			}
+			if req.verbose {
+				fmt.Fprintf(stdout, "%s: %d rules verified, %d instructions processed\n", p.t.place.Name(), len(p.prog.IR.Rules), l.VerifiedInsns)
+			}
+			l.Close()
+		}
+		return nil
+	}
+	var swaps []*loader.Swap
+	for _, p := range plans {
+		meta, counters, err := loader.NewMeta(rs, p.prog, req.display)
+		if err != nil {
+			return err
+		}
+		s := &loader.Swap{Place: p.t.place, Program: p.prog, Meta: meta, Counters: counters}
+		if p.t.snap != nil && p.mode == countersFollowRuleset {
+			s.Since = p.t.snap
+		}
+		swaps = append(swaps, s)
+	}
+	req.progress("netfilter %s: loading %d chains (the kernel verifies each) and swapping", req.family, len(swaps))
+	results, err := loader.SwapAll(swaps)
+	if err != nil && results == nil {
+		return privileged(err)
+	}
+	for i, res := range results {
+		if req.verbose && res != nil {
+			describeSwap(stdout, plans[i].t, res)
+		}
+	}
+	if err != nil {
+		return privileged(err)
+	}
+	for _, t := range drop {
+		if _, err := loader.Unload(t.place, nil); err != nil {
+			return privileged(err)
+		}
+		if req.verbose {
+			fmt.Fprintf(stdout, "%s: unloaded: the rule set leaves it nothing to do\n", t.place.Name())
+		}
+	}
+	return nil
+}
+
+// enforces reports whether chain of table has anything to enforce: a
+// rule, or a policy other than ACCEPT.
+func enforces(rs *rules.Ruleset, table, chain string) bool {
+	t := rs.Table(table)
+	if t == nil {
+		return false
+	}
+	c := t.Chain(chain)
+	return c != nil && (len(c.Rules) > 0 || c.Policy != rules.PolicyAccept)
+}
+
+// compileChain lowers and compiles chain of table for its netfilter hook.
+func compileChain(rs *rules.Ruleset, table, chain string, level codegen.Level) (*codegen.Program, error) {
+	p, err := ir.Lower(rs, ir.LowerOptions{Table: table, Chain: chain})
+	if err != nil {
+		return nil, err
+	}
+	return codegen.Compile(p, codegen.Options{Hook: codegen.HookNetfilter, Level: level})
+}
+
+// refuseTables names the tables of rs that bpfwall does not enforce at
+// netfilter hooks and that hold something to enforce: a rule, or a
+// policy other than ACCEPT. Nothing a user wrote is left unenforced.
+func refuseTables(rs *rules.Ruleset) error {
+	var errs rules.ErrorList
+	for _, t := range rs.Tables {
+		if slices.ContainsFunc(loader.NetfilterChains, func(c loader.NetfilterChain) bool { return c.Table == t.Name }) {
+			continue
+		}
+		// The first rule says it, once per table.
+	chains:
+		for _, c := range t.Chains {
+			for _, r := range c.Rules {
+				errs = append(errs, rules.Errorf(r.Pos, "table %s is not supported: bpfwall runs the chains of filter, raw and mangle at their netfilter hooks; %s", t.Name, tableWhy(t.Name)))
+				break chains
+			}
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs
+}
+
+// tableWhy says why bpfwall does not run a table.
+func tableWhy(table string) string {
+	if table == "nat" {
+		return "no BPF program here rewrites addresses (restore the nat table with iptables-restore --noflush -T nat)"
+	}
+	return "no BPF program here can do what its targets do"
+}
