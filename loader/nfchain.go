@@ -40,6 +40,24 @@ type NetfilterChain struct {
 	Priority     int32
 }
 
+// Netfilter refuses a BPF program at a priority that any other hook
+// function of the hook holds (EBUSY), and the kernel's own table (an
+// iptables or nft table, or one bpfwall delegated) holds its table's
+// priority. The chain then takes the nearest free priority within slack
+// of its table's, which keeps it between the same neighbours: conntrack
+// (-200), nat (-100 before routing, 100 after) and security (50) are
+// farther away than slack.
+const prioritySlack = 40
+
+// priorities are the priorities the chain may take, nearest first.
+func (c NetfilterChain) priorities() []int32 {
+	out := []int32{c.Priority}
+	for d := int32(1); d <= prioritySlack; d++ {
+		out = append(out, c.Priority+d, c.Priority-d)
+	}
+	return out
+}
+
 // NetfilterChains are the chains bpfwall runs at their netfilter hooks, in
 // the order netfilter runs them: by hook, then by the tables' priorities
 // (NF_IP_PRI_RAW -300, NF_IP_PRI_MANGLE -150, NF_IP_PRI_FILTER 0; IPv6's
@@ -136,14 +154,21 @@ func attachChain(disp *ebpf.Program, p Place, defrag bool) (link.Link, error) {
 	if defrag {
 		flags = bpfNetfilterIPDefrag
 	}
-	l, err := link.AttachNetfilter(link.NetfilterOptions{Program: disp, ProtocolFamily: pf, Hook: c.Hook, Priority: c.Priority, NetfilterFlags: flags})
+	var err error
+	for _, prio := range c.priorities() {
+		var l link.Link
+		l, err = link.AttachNetfilter(link.NetfilterOptions{Program: disp, ProtocolFamily: pf, Hook: c.Hook, Priority: prio, NetfilterFlags: flags})
+		if err == nil {
+			return l, nil
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			break
+		}
+	}
 	if errors.Is(err, unix.EBUSY) {
-		return nil, fmt.Errorf("attach %s: another BPF program holds priority %d of the hook: %w", p.Name(), c.Priority, err)
+		return nil, fmt.Errorf("attach %s: every priority within %d of %d is held by another hook function: %w", p.Name(), prioritySlack, c.Priority, err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("attach %s: %w", p.Name(), err)
-	}
-	return l, nil
+	return nil, fmt.Errorf("attach %s: %w", p.Name(), err)
 }
 
 // dispatchUpdate returns the Swap.Update of a chain whose slot is slot:

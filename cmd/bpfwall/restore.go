@@ -32,6 +32,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 	warn.register(fs)
 	var ipsets setFlags
 	ipsets.register(fs, &warn)
+	noDelegate := fs.Bool("no-delegate", false, "refuse the nat and security tables instead of leaving them to the kernel's netfilter (without -i)")
 	version := versionFlag(fs)
 	modprobeFlag(fs)
 	files, err := parseFlags(fs, args)
@@ -92,7 +93,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 		}
 		return restoreNetfilter(restoreRequest{
 			src: src, display: display, family: family, sets: sets, opts: opts, level: level,
-			test: *test, verbose: *verbose > 0, progress: progress, warn: &warn, flags: &f,
+			test: *test, verbose: *verbose > 0, progress: progress, warn: &warn, flags: &f, noDelegate: *noDelegate,
 		}, stdout, stderr)
 	}
 	targets, err := findTargets(f.hook, attachTo(f.hook, f.ifaces), stderr)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 
 	"bpfwall/codegen"
 	"bpfwall/ir"
@@ -36,6 +37,9 @@ type restoreRequest struct {
 	progress func(format string, args ...any)
 	warn     *warner
 	flags    *swapFlags
+	// noDelegate refuses the tables bpfwall would leave to the kernel's
+	// netfilter (delegate.go).
+	noDelegate bool
 }
 
 // netfilterMode reports whether a restore applies its input at the
@@ -161,8 +165,18 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 		}
 	}
 	req.progress("netfilter %s: parsed %d rules", req.family, countRules(rs))
-	if err := refuseTables(rs); err != nil {
-		return reportRuleErrors(err, true, stderr)
+	deleg := newDelegation(req.family)
+	why := make(map[string]rules.ErrorList)
+	if req.noDelegate {
+		if err := refuseTables(rs); err != nil {
+			return reportRuleErrors(err, true, stderr)
+		}
+	} else {
+		for _, t := range rs.Tables {
+			if delegable(t.Name) {
+				deleg.table(t)
+			}
+		}
 	}
 
 	// Everything is compiled before anything is swapped.
@@ -187,11 +201,20 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 			var one *rules.Error
 			switch {
 			case errors.As(err, &list):
-				errs = append(errs, list...)
 			case errors.As(err, &one):
-				errs = append(errs, one)
+				list = rules.ErrorList{one}
 			default:
 				return fmt.Errorf("%s %s: %w", c.Table, c.Chain, err)
+			}
+			if req.noDelegate {
+				errs = append(errs, list...)
+				continue
+			}
+			// The kernel runs it; the BPF program that ran it goes.
+			deleg.chain(rs.Table(c.Table), c.Chain)
+			why[c.Table+" "+c.Chain] = list
+			if ok {
+				drop = append(drop, t)
 			}
 			continue
 		}
@@ -211,7 +234,11 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 		return reportRuleErrors(errs, true, stderr)
 	}
 
+	deleg.note(stderr, why)
 	if req.test {
+		if err := deleg.check(); err != nil {
+			return err
+		}
 		for _, p := range plans {
 			l, err := loader.Load(p.prog, loader.Options{})
 			if err != nil {
@@ -236,9 +263,18 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 		}
 		swaps = append(swaps, s)
 	}
+	if len(deleg.chains) > 0 {
+		req.progress("netfilter %s: handing %s to the kernel's netfilter", req.family, strings.Join(deleg.chains, ", "))
+	}
+	if err := deleg.apply(opts.Counters); err != nil {
+		return err
+	}
 	req.progress("netfilter %s: loading %d chains (the kernel verifies each) and swapping", req.family, len(swaps))
 	results, err := loader.SwapAll(swaps)
 	if err != nil && results == nil {
+		if uerr := deleg.undo(); uerr != nil {
+			return errors.Join(privileged(err), fmt.Errorf("put back the delegated tables: %w", uerr))
+		}
 		return privileged(err)
 	}
 	for i, res := range results {
@@ -280,9 +316,9 @@ func compileChain(rs *rules.Ruleset, table, chain string, level codegen.Level) (
 	return codegen.Compile(p, codegen.Options{Hook: codegen.HookNetfilter, Level: level})
 }
 
-// refuseTables names the tables of rs that bpfwall does not enforce at
-// netfilter hooks and that hold something to enforce: a rule, or a
-// policy other than ACCEPT. Nothing a user wrote is left unenforced.
+// refuseTables names the tables of rs that bpfwall does not run at
+// netfilter hooks and that hold a rule, for restore --no-delegate.
+// Nothing a user wrote is left unenforced.
 func refuseTables(rs *rules.Ruleset) error {
 	var errs rules.ErrorList
 	for _, t := range rs.Tables {
@@ -306,8 +342,9 @@ func refuseTables(rs *rules.Ruleset) error {
 
 // tableWhy says why bpfwall does not run a table.
 func tableWhy(table string) string {
+	hint := " (without --no-delegate, bpfwall leaves it to the kernel's netfilter)"
 	if table == "nat" {
-		return "no BPF program here rewrites addresses (restore the nat table with iptables-restore --noflush -T nat)"
+		return "no BPF program here rewrites addresses" + hint
 	}
-	return "no BPF program here can do what its targets do"
+	return "no BPF program here can do what its targets do" + hint
 }

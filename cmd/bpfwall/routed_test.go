@@ -160,11 +160,15 @@ var routedProbes = []probe{
 	{"router", "server", 80}, {"router", "server", 443}, {"router", "client", 8080}, {"router", "client", 22},
 }
 
-// outcomes runs every probe for family fam (0 IPv4, 1 IPv6).
-func (r *routed) outcomes(fam int) []string {
+// outcomes runs every probe of probes (routedProbes when nil) for family
+// fam (0 IPv4, 1 IPv6).
+func (r *routed) outcomes(fam int, probes ...probe) []string {
+	if probes == nil {
+		probes = routedProbes
+	}
 	ns := map[string]string{"client": r.client, "router": r.router, "server": r.server}
 	var out []string
-	for _, p := range routedProbes {
+	for _, p := range probes {
 		out = append(out, fmt.Sprintf("%s -> %s:%d %s", p.from, routedAddrs[p.to][fam], p.port, r.connect(ns[p.from], routedAddrs[p.to][fam], p.port)))
 	}
 	return out
@@ -273,4 +277,93 @@ func TestRestoreWholeRuleSet(t *testing.T) {
 		}
 		t.Logf("family %d: %d probes agree with the kernel: %v", fam, len(want), kinds)
 	}
+}
+
+// delegatedRules need the kernel: a DNAT, which no BPF program here
+// does, and a REJECT in INPUT, which a BPF netfilter program cannot
+// answer; FORWARD and OUTPUT run in bpfwall, after the DNAT.
+const delegatedRules = `*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+-A PREROUTING -d 10.71.1.1/32 -p tcp --dport 8081 -j DNAT --to-destination 10.71.2.2:80
+-A PREROUTING -d 10.71.1.1/32 -p tcp --dport 8082 -j DNAT --to-destination 10.71.2.2:443
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -p tcp --dport 22 -j REJECT --reject-with tcp-reset
+-A FORWARD -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT
+-A FORWARD -i rc0 -o rs0 -p tcp --dport 80 -j ACCEPT
+-A OUTPUT -p tcp --dport 8080 -j DROP
+COMMIT
+`
+
+// TestRestoreDelegates restores a rule set with a nat table and a REJECT:
+// bpfwall leaves those to the kernel's netfilter, says so, and the
+// connections meet what they meet under iptables-legacy; unload removes
+// what it delegated.
+func TestRestoreDelegates(t *testing.T) {
+	testenv.RequireTool(t, "iptables-legacy-restore", "iptables-restore", "iptables-save")
+	bin := buildBpfwall(t)
+	r := newRouted(t)
+	r.listen(r.server, 22, 80, 443)
+	r.listen(r.router, 22, 80)
+	r.listen(r.client, 8080)
+	rules := writeFile(t, "rules.v4", delegatedRules)
+	probes := []probe{
+		{"client", "rc", 8081}, {"client", "rc", 8082}, {"client", "rc", 22}, {"client", "rc", 80},
+		{"client", "server", 80}, {"client", "server", 443}, {"router", "client", 8080},
+	}
+	run := func(stdin string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command("ip", append([]string{"netns", "exec", r.router}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	out := run("", bin, "restore", rules)
+	for _, want := range []string{"nat runs in the kernel's netfilter", "filter INPUT runs in the kernel's netfilter", "rules.v4:13:2: REJECT"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("restore does not say %q:\n%s", want, out)
+		}
+	}
+	got := r.outcomes(0, probes...)
+	kernel := run("", "iptables-save")
+	if strings.Count(kernel, ":"+delegatedMark+" ") != 2 || !strings.Contains(kernel, "--dport 22 -j REJECT") || strings.Contains(kernel, "--dport 8080 -j DROP") {
+		t.Errorf("the kernel's tables are not nat and filter INPUT, marked:\n%s", kernel)
+	}
+	// A restore whose INPUT bpfwall can compile takes it back from the
+	// kernel.
+	noReject := strings.Replace(delegatedRules, "-A INPUT -p tcp --dport 22 -j REJECT --reject-with tcp-reset\n", "-A INPUT -p tcp --dport 22 -j DROP\n", 1)
+	run(noReject, bin, "restore")
+	if kernel := run("", "iptables-save", "-t", "filter"); strings.Contains(kernel, "REJECT") || strings.Contains(kernel, delegatedMark) {
+		t.Errorf("filter INPUT is still in the kernel:\n%s", kernel)
+	}
+	if got := r.connect(r.client, "10.71.1.1", 22); got != "timeout" {
+		t.Errorf("after the REJECT became a DROP, a connection to port 22 meets %s", got)
+	}
+	run("", bin, "unload")
+	if kernel := run("", "iptables-save"); strings.Contains(kernel, delegatedMark) || strings.Contains(kernel, "DNAT") {
+		t.Errorf("unload left delegated tables:\n%s", kernel)
+	}
+
+	run(delegatedRules, "iptables-legacy-restore")
+	want := r.outcomes(0, probes...)
+	kinds := map[string]int{}
+	for i := range want {
+		kinds[want[i][strings.LastIndexByte(want[i], ' ')+1:]]++
+		if got[i] != want[i] {
+			t.Errorf("bpfwall: %s; iptables: %s", got[i], want[i])
+		}
+	}
+	if kinds["open"] == 0 || kinds["timeout"] == 0 || kinds["refused"] == 0 {
+		t.Errorf("the kernel's outcomes %v do not test the rules", kinds)
+	}
+	t.Logf("%d probes agree with the kernel: %v", len(want), kinds)
 }

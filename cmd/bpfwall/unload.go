@@ -6,11 +6,13 @@ import (
 	"slices"
 	"strconv"
 
+	"bpfwall/codegen"
 	"bpfwall/loader"
+	"bpfwall/rules"
 )
 
 // runUnload detaches filters and removes their pins.
-func runUnload(args []string, stdout, stderr io.Writer) error {
+func runUnload(args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlagSet("unload", stdout, stderr)
 	var ifaces ifaceList
 	fs.VarP(&ifaces, "interface", "i", "detach from `IFACE` only (repeatable)")
@@ -50,6 +52,16 @@ func runUnload(args []string, stdout, stderr io.Writer) error {
 	}
 	if err != nil {
 		return err
+	}
+	// What a netfilter restore left to the kernel goes with its chains.
+	if len(ifaces) == 0 && (*hook == "" || *hook == codegen.HookNetfilter.String()) {
+		defer func() {
+			for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+				if ferr := flushDelegated(fam); ferr != nil && err == nil {
+					err = ferr
+				}
+			}
+		}()
 	}
 	found := make(map[string]bool)
 	for _, t := range targets {

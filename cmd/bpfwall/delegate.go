@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+
+	"bpfwall/rules"
+)
+
+// What no BPF program here can run, a restore without -i leaves to the
+// kernel's own netfilter, through the distribution's iptables-restore
+// (ip6tables-restore), in the same restore:
+//
+//   - the nat table, which rewrites addresses, and security, which labels
+//     packets for SELinux: whole;
+//   - a builtin chain of filter, raw or mangle that bpfwall cannot compile
+//     (a REJECT, which a BPF netfilter program cannot answer; a MARK; a
+//     match it does not support): the chain, with the user chains of its
+//     table, in a table whose other builtin chains are empty and accept.
+//
+// Each runs at its own hook and priority (nat -100 before routing and at
+// OUTPUT, 100 after; filter 0; ...), so that bpfwall's chains are ordered
+// against it by construction. The restore says which chains it delegated
+// and why. Every table bpfwall writes holds an empty user chain named
+// delegatedMark, so that the next restore, unload and status find the
+// tables it wrote in the kernel. The rule set bpfwall pins holds the
+// delegated rules too: save prints them. With --no-delegate a restore
+// refuses instead.
+const delegatedMark = "bpfwall-delegated"
+
+// delegatedTables run whole in the kernel.
+var delegatedTables = []string{"nat", "security"}
+
+// delegable reports whether bpfwall delegates table whole.
+func delegable(table string) bool { return slices.Contains(delegatedTables, table) }
+
+// delegation is what a restore hands to the kernel's netfilter.
+type delegation struct {
+	family rules.Family
+	// tables are the delegated tables, by name: whole, or with the
+	// delegated builtin chains only.
+	tables map[string]*rules.Table
+	// chains names the delegated builtin chains, "filter INPUT", in
+	// order; whole tables appear as their name.
+	chains []string
+	// backup is what the kernel held in the tables apply wrote.
+	backup []byte
+	wrote  bool
+}
+
+func newDelegation(family rules.Family) *delegation {
+	return &delegation{family: family, tables: make(map[string]*rules.Table)}
+}
+
+// table delegates table t whole.
+func (d *delegation) table(t *rules.Table) {
+	d.tables[t.Name] = t
+	d.chains = append(d.chains, t.Name)
+}
+
+// chain delegates builtin chain of table t, with t's user chains.
+func (d *delegation) chain(t *rules.Table, chain string) {
+	dt := d.tables[t.Name]
+	if dt == nil {
+		dt = &rules.Table{Name: t.Name, Pos: t.Pos}
+		for _, c := range t.Chains {
+			if c.Builtin {
+				dt.Chains = append(dt.Chains, &rules.Chain{Name: c.Name, Pos: c.Pos, Builtin: true, Policy: rules.PolicyAccept})
+			} else {
+				dt.Chains = append(dt.Chains, c)
+			}
+		}
+		d.tables[t.Name] = dt
+	}
+	for i, c := range t.Chains {
+		if c.Name == chain {
+			dt.Chains[i] = c
+		}
+	}
+	d.chains = append(d.chains, t.Name+" "+chain)
+}
+
+// text is the iptables-restore input that writes the delegated tables,
+// and flushes those of flush that it does not write; counters says
+// whether it carries the rules' counters.
+func (d *delegation) text(flush []string, counters bool) []byte {
+	var b []byte
+	for _, name := range tableOrder(d.names(flush)) {
+		t := d.tables[name]
+		if t == nil {
+			b = append(b, "*"+name+"\nCOMMIT\n"...)
+			continue
+		}
+		one := rules.Ruleset{Tables: []*rules.Table{t}}
+		saved := one.Save(rules.SaveOptions{Counters: counters})
+		// The mark, a user chain nothing jumps to, after the table line.
+		head, rest, _ := bytes.Cut(saved, []byte("\n"))
+		b = append(b, head...)
+		b = append(b, "\n:"+delegatedMark+" - [0:0]\n"...)
+		b = append(b, rest...)
+	}
+	return b
+}
+
+// names are the delegated tables' names and flush's.
+func (d *delegation) names(flush []string) []string {
+	var out []string
+	for name := range d.tables {
+		out = append(out, name)
+	}
+	for _, name := range flush {
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// tool is the kernel's iptables command of the family with suffix
+// (-restore, -save).
+func toolFor(family rules.Family, suffix string) (string, error) {
+	name := "iptables" + suffix
+	if family == rules.IPv6 {
+		name = "ip6tables" + suffix
+	}
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("bpfwall leaves what it cannot compile to the kernel's netfilter through %s, which is not installed: install iptables, or restore with --no-delegate, which refuses instead", name)
+	}
+	return path, nil
+}
+
+// runTool runs the family's iptables command with stdin.
+func runTool(family rules.Family, stdin []byte, suffix string, args ...string) ([]byte, error) {
+	path, err := toolFor(family, suffix)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%s %s: %v: %s", path, strings.Join(args, " "), err, strings.TrimSpace(errOut.String()))
+	}
+	return out.Bytes(), nil
+}
+
+// kernelDelegated returns the tables of the family in the kernel that
+// hold bpfwall's mark, with iptables-save's text of each; nil when the
+// family's iptables is not installed (nothing can have been delegated).
+func kernelDelegated(family rules.Family) (map[string][]byte, error) {
+	if _, err := toolFor(family, "-save"); err != nil {
+		return nil, nil
+	}
+	out, err := runTool(family, nil, "-save", "-c")
+	if err != nil {
+		return nil, err
+	}
+	tables := make(map[string][]byte)
+	for _, part := range bytes.Split(out, []byte("\n*"))[1:] {
+		name, _, _ := bytes.Cut(part, []byte("\n"))
+		if bytes.Contains(part, []byte("\n:"+delegatedMark+" ")) {
+			tables[string(name)] = append([]byte("*"), part...)
+		}
+	}
+	return tables, nil
+}
+
+// check has the kernel's iptables-restore check the delegated tables
+// without applying them.
+func (d *delegation) check() error {
+	if len(d.tables) == 0 {
+		return nil
+	}
+	_, err := runTool(d.family, d.text(nil, false), "-restore", "--test")
+	return err
+}
+
+// apply writes the delegated tables into the kernel and flushes the
+// tables an earlier restore delegated that this one does not, after
+// saving what they held, which undo puts back.
+func (d *delegation) apply(counters bool) error {
+	old, err := kernelDelegated(d.family)
+	if err != nil {
+		return err
+	}
+	var flush []string
+	for name := range old {
+		flush = append(flush, name)
+	}
+	if len(d.tables) == 0 && len(flush) == 0 {
+		return nil
+	}
+	var backup []byte
+	for _, name := range tableOrder(d.names(flush)) {
+		if text, ok := old[name]; ok {
+			backup = append(backup, text...)
+			continue
+		}
+		out, err := runTool(d.family, nil, "-save", "-c", "-t", name)
+		if err != nil {
+			return err
+		}
+		if len(bytes.TrimSpace(out)) == 0 {
+			out = []byte("*" + name + "\nCOMMIT\n")
+		}
+		backup = append(backup, out...)
+	}
+	if _, err := runTool(d.family, d.text(flush, counters), "-restore", "-w", "-c"); err != nil {
+		return err
+	}
+	d.backup, d.wrote = backup, true
+	return nil
+}
+
+// undo puts back what apply replaced.
+func (d *delegation) undo() error {
+	if !d.wrote {
+		return nil
+	}
+	_, err := runTool(d.family, d.backup, "-restore", "-w", "-c")
+	return err
+}
+
+// note says which chains the restore leaves to the kernel, and why.
+func (d *delegation) note(w io.Writer, why map[string]rules.ErrorList) {
+	for _, c := range d.chains {
+		reasons := why[c]
+		if len(reasons) == 0 {
+			fmt.Fprintf(w, "bpfwall: %s runs in the kernel's netfilter (delegated through %s-restore)\n", c, d.toolName())
+			continue
+		}
+		fmt.Fprintf(w, "bpfwall: %s runs in the kernel's netfilter (delegated through %s-restore), since bpfwall cannot compile it:\n", c, d.toolName())
+		for _, e := range reasons {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
+	}
+}
+
+func (d *delegation) toolName() string {
+	if d.family == rules.IPv6 {
+		return "ip6tables"
+	}
+	return "iptables"
+}
+
+// flushDelegated flushes the tables of family that bpfwall delegated
+// (those holding its mark): what unload does for them.
+func flushDelegated(family rules.Family) error {
+	old, err := kernelDelegated(family)
+	if err != nil || len(old) == 0 {
+		return err
+	}
+	d := newDelegation(family)
+	var names []string
+	for name := range old {
+		names = append(names, name)
+	}
+	_, err = runTool(family, d.text(names, false), "-restore", "-w")
+	return err
+}
+
+// tableOrder sorts table names as iptables-save prints the tables.
+func tableOrder(names []string) []string {
+	rank := func(n string) int {
+		if i := slices.Index([]string{"raw", "mangle", "nat", "filter", "security"}, n); i >= 0 {
+			return i
+		}
+		return 5
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if ra, rb := rank(a), rank(b); ra != rb {
+			return ra - rb
+		}
+		return strings.Compare(a, b)
+	})
+	return names
+}
