@@ -224,3 +224,42 @@ func (a *Active) openDispatchPins(dir string) error {
 	a.maps[pinDispatch] = slot
 	return nil
 }
+
+// ChainHook describes where a chain's netfilter link runs it.
+type ChainHook struct {
+	Link       link.ID        `json:"link"`
+	Dispatcher ebpf.ProgramID `json:"dispatcher"`
+	Family     string         `json:"family"`
+	Hook       string         `json:"hook"`
+	Priority   int32          `json:"priority"`
+}
+
+// nfHookNames are the NF_INET_* hooks' names.
+var nfHookNames = map[link.NetfilterInetHook]string{
+	link.NetfilterInetPreRouting:  "prerouting",
+	link.NetfilterInetLocalIn:     "input",
+	link.NetfilterInetForward:     "forward",
+	link.NetfilterInetLocalOut:    "output",
+	link.NetfilterInetPostRouting: "postrouting",
+}
+
+// ChainHook describes the netfilter link of a chain's filter; nil at
+// other hooks.
+func (a *Active) ChainHook() (*ChainHook, error) {
+	l := a.Links[netnsIndex]
+	if a.dispatcher == nil || l == nil {
+		return nil, nil
+	}
+	info, err := l.Info()
+	if err != nil {
+		return nil, fmt.Errorf("netfilter link: %w", err)
+	}
+	h := &ChainHook{Link: info.ID, Dispatcher: info.Program, Family: a.Place.Family.String(), Hook: "unknown"}
+	if nf := info.Netfilter(); nf != nil {
+		h.Priority = nf.Priority
+		if name, ok := nfHookNames[nf.Hook]; ok {
+			h.Hook = name
+		}
+	}
+	return h, nil
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"bpfwall/codegen"
 	"bpfwall/ir"
 	"bpfwall/parser/iptables"
 	"bpfwall/rules"
@@ -16,6 +17,7 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	cf.register(fs)
 	in := &cf.inputFlags
 	noflush := fs.BoolP("noflush", "n", false, "read fragments applied with iptables-restore -n: each on top of the previous files, chains defined elsewhere allowed")
+	noDelegate := fs.Bool("no-delegate", false, "as restore --no-delegate: what bpfwall cannot compile is an error, not left to the kernel's netfilter")
 	files, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -48,7 +50,7 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 		// restore -t's part).
 		if *noflush {
 			// A fragment applies to a rule set not known here.
-		} else if _, err := cf.compileRuleset(rs, stderr); err != nil {
+		} else if err := checkCompiles(&cf, fs.Changed("hook"), *noDelegate, rs, stderr); err != nil {
 			if rerr := reportRuleErrors(err, false, stderr); errors.Is(rerr, errUsage) {
 				return rerr
 			} else if _, ok := rerr.(exitError); !ok {
@@ -68,6 +70,31 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	}
 	if failed > 0 {
 		return exitError{1}
+	}
+	return nil
+}
+
+// checkCompiles compiles rs as restore would: without --hook every chain
+// at its netfilter hook, saying what would go to the kernel; with --hook
+// the chain of that hook.
+func checkCompiles(cf *compileFlags, hookGiven, noDelegate bool, rs *rules.Ruleset, stderr io.Writer) error {
+	if hookGiven && cf.hook != codegen.HookNetfilter.String() {
+		_, err := cf.compileRuleset(rs, stderr)
+		return err
+	}
+	level, err := cf.level()
+	if err != nil {
+		return err
+	}
+	cc, err := compileChains(rs, rs.Family, level, noDelegate)
+	if err != nil {
+		return err
+	}
+	for _, p := range cc.progs {
+		cf.print(stderr, p.Warnings)
+	}
+	if !cf.quiet {
+		cc.deleg.note(stderr, cc.why)
 	}
 	return nil
 }

@@ -242,8 +242,11 @@ func (d *delegation) note(w io.Writer, why map[string]rules.ErrorList) {
 	}
 }
 
-func (d *delegation) toolName() string {
-	if d.family == rules.IPv6 {
+func (d *delegation) toolName() string { return toolOf(d.family) }
+
+// toolOf is the iptables command of family.
+func toolOf(family rules.Family) string {
+	if family == rules.IPv6 {
 		return "ip6tables"
 	}
 	return "iptables"

@@ -219,7 +219,7 @@ func goneEverywhere(t target, stderr io.Writer) (bool, error) {
 	for _, ifc := range gone {
 		names = append(names, fmt.Sprintf("%s (ifindex %d)", ifc.Name, ifc.Index))
 	}
-	fmt.Fprintf(stderr, "bpfwall: the %s filter was attached only to interfaces that are gone, %s: unloaded it\n", t.place.Hook, strings.Join(names, ", "))
+	fmt.Fprintf(stderr, "bpfwall: the %s filter was attached only to interfaces that are gone, %s: unloaded it\n", t.place.Name(), strings.Join(names, ", "))
 	return true, nil
 }
 
@@ -227,7 +227,7 @@ func goneEverywhere(t target, stderr io.Writer) (bool, error) {
 func (t target) active() (*rules.Ruleset, error) {
 	rs, err := activeRuleset(&t.snap.Meta)
 	if err != nil {
-		return nil, fmt.Errorf("read the active %s rule set: %w", t.place.Hook, err)
+		return nil, fmt.Errorf("read the active %s rule set: %w", t.place.Name(), err)
 	}
 	if err := t.snap.Apply(rs); err != nil {
 		return nil, err
@@ -380,15 +380,15 @@ func noteStage(w io.Writer, t target, res *loader.Result) {
 	}
 	fmt.Fprintf(w, "bpfwall: %s: the netfilter stage decides the packets of class U (ICMP, fragments, protocols other than TCP and UDP) "+
 		"netfilter sees on the interfaces%s; a VLAN, macvlan, ipvlan, bond, team or bridge device created on them later is not followed until the next load or restore\n",
-		t.place.Hook, also)
+		t.place.Name(), also)
 }
 
 // describeSwap says what a swap did, for -v.
 func describeSwap(w io.Writer, t target, res *loader.Result) {
 	if res.Replaced != 0 {
-		fmt.Fprintf(w, "%s: program %d replaced program %d in %v", t.place.Hook, res.Program, res.Replaced, res.Critical)
+		fmt.Fprintf(w, "%s: program %d replaced program %d in %v", t.place.Name(), res.Program, res.Replaced, res.Critical)
 	} else {
-		fmt.Fprintf(w, "%s: program %d loaded", t.place.Hook, res.Program)
+		fmt.Fprintf(w, "%s: program %d loaded", t.place.Name(), res.Program)
 	}
 	for _, ifc := range res.Attached {
 		fmt.Fprintf(w, "; attached to %s", ifc.Name)

@@ -282,7 +282,7 @@ func (f *logFollower) follow(out chan<- logEvent, stop <-chan struct{}, stderr i
 func (f *logFollower) reportLost(stderr io.Writer) {
 	n, err := f.rd.Lost()
 	if err == nil && n > f.lost {
-		fmt.Fprintf(stderr, "bpfwall: log: %d events of the %s filter lost: the ring buffer was full\n", n-f.lost, f.place.Hook)
+		fmt.Fprintf(stderr, "bpfwall: log: %d events of the %s filter lost: the ring buffer was full\n", n-f.lost, f.place.Name())
 		f.lost = n
 	}
 }
@@ -295,7 +295,7 @@ func (f *logFollower) reopenIfSwapped() error {
 		if f.rd.Pending() > 0 {
 			return nil // the old ring buffer still has events
 		}
-		return fmt.Errorf("the %s filter was unloaded", f.place.Hook)
+		return fmt.Errorf("the %s filter was unloaded", f.place.Name())
 	}
 	if err != nil {
 		return err

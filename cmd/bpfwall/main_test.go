@@ -38,9 +38,14 @@ func TestCheck(t *testing.T) {
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
-	// Without -q, the conntrack rule's one warning for xdp.
-	if _, errOut, _ := runCmd(t, "check", example); strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, ":10:2: warning: conntrack state on xdp") {
-		t.Errorf("check without -q: stderr %q", errOut)
+	// Checked for restore without -i, every chain at its netfilter hook,
+	// the example has nothing to warn about; for xdp, the conntrack
+	// rule's one warning.
+	if _, errOut, _ := runCmd(t, "check", example); errOut != "" {
+		t.Errorf("check: stderr %q", errOut)
+	}
+	if _, errOut, _ := runCmd(t, "check", "--hook", "xdp", example); strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, ":10:2: warning: conntrack state on xdp") {
+		t.Errorf("check --hook xdp: stderr %q", errOut)
 	}
 	if want := example + ": ipv4, 1 tables, 4 chains, 9 rules\n"; out != want {
 		t.Errorf("stdout %q, want %q", out, want)
@@ -233,13 +238,21 @@ func TestVersion(t *testing.T) {
 }
 
 // TestCheckRefusesWhatRestoreRefuses: check answers whether restore would
-// take the input: a match the code generator refuses fails check too, at
-// its position, and --hook checks the chain of that hook.
+// take the input: a match the code generator refuses makes restore leave
+// its chain to the kernel, and check says so; with --no-delegate, or for
+// an interface hook, it fails check at its position; --hook checks the
+// chain of that hook.
 func TestCheckRefusesWhatRestoreRefuses(t *testing.T) {
 	f := writeFile(t, "string.rules", "*filter\n-A INPUT -p tcp --dport 22 -j ACCEPT\n-A INPUT -m string --string foo --algo bm -j DROP\nCOMMIT\n")
 	_, errOut, code := runCmd(t, "check", f)
-	if code != 1 || !strings.Contains(errOut, f+":3:") || !strings.Contains(errOut, "string match is not supported") {
+	if code != 0 || !strings.Contains(errOut, "filter INPUT runs in the kernel's netfilter") || !strings.Contains(errOut, f+":3:11: string match is not supported") {
 		t.Errorf("check of -m string: exit %d, stderr %q", code, errOut)
+	}
+	for _, args := range [][]string{{"--no-delegate"}, {"--hook", "xdp"}} {
+		_, errOut, code := runCmd(t, append(append([]string{"check"}, args...), f)...)
+		if code != 1 || !strings.Contains(errOut, f+":3:") || !strings.Contains(errOut, "string match is not supported") {
+			t.Errorf("check %v of -m string: exit %d, stderr %q", args, code, errOut)
+		}
 	}
 	// The rule is in INPUT: tc-egress runs OUTPUT, which compiles.
 	if out, errOut, code := runCmd(t, "check", "--hook", "tc-egress", f); code != 0 {

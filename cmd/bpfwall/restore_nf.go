@@ -165,23 +165,13 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 		}
 	}
 	req.progress("netfilter %s: parsed %d rules", req.family, countRules(rs))
-	deleg := newDelegation(req.family)
-	why := make(map[string]rules.ErrorList)
-	if req.noDelegate {
-		if err := refuseTables(rs); err != nil {
-			return reportRuleErrors(err, true, stderr)
-		}
-	} else {
-		for _, t := range rs.Tables {
-			if delegable(t.Name) {
-				deleg.table(t)
-			}
-		}
+	cc, err := compileChains(rs, req.family, req.level, req.noDelegate)
+	if err != nil {
+		return reportRuleErrors(err, true, stderr)
 	}
-
+	deleg := cc.deleg
 	// Everything is compiled before anything is swapped.
 	var plans []chainPlan
-	var errs rules.ErrorList
 	var drop []target
 	for _, c := range loader.NetfilterChains {
 		p := loader.ChainPlace(pinRoot, ns, req.family, c.Table, c.Chain)
@@ -189,30 +179,10 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 		if !ok {
 			t = target{place: p}
 		}
-		if !enforces(rs, c.Table, c.Chain) {
-			if ok {
-				drop = append(drop, t)
-			}
-			continue
-		}
-		prog, err := compileChain(rs, c.Table, c.Chain, req.level)
-		if err != nil {
-			var list rules.ErrorList
-			var one *rules.Error
-			switch {
-			case errors.As(err, &list):
-			case errors.As(err, &one):
-				list = rules.ErrorList{one}
-			default:
-				return fmt.Errorf("%s %s: %w", c.Table, c.Chain, err)
-			}
-			if req.noDelegate {
-				errs = append(errs, list...)
-				continue
-			}
-			// The kernel runs it; the BPF program that ran it goes.
-			deleg.chain(rs.Table(c.Table), c.Chain)
-			why[c.Table+" "+c.Chain] = list
+		prog := cc.progs[c]
+		if prog == nil {
+			// Nothing to do, or the kernel runs it: the BPF program
+			// that ran it goes.
 			if ok {
 				drop = append(drop, t)
 			}
@@ -229,12 +199,8 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 		req.progress("netfilter %s %s %s: compiled %d rules into %d instructions (%s)", req.family, c.Table, c.Chain, len(prog.IR.Rules), prog.Size(), prog.Level)
 		plans = append(plans, chainPlan{t, prog, mode})
 	}
-	if len(errs) > 0 {
-		errs.Sort()
-		return reportRuleErrors(errs, true, stderr)
-	}
 
-	deleg.note(stderr, why)
+	deleg.note(stderr, cc.why)
 	if req.test {
 		if err := deleg.check(); err != nil {
 			return err
@@ -294,6 +260,68 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// compiledChains are a rule set's chains, compiled for their netfilter
+// hooks, and what goes to the kernel instead.
+type compiledChains struct {
+	// progs are the chains' programs; a chain with nothing to enforce,
+	// or delegated, has none.
+	progs map[loader.NetfilterChain]*codegen.Program
+	deleg *delegation
+	// why holds, by delegated chain ("filter INPUT"), the rules bpfwall
+	// cannot compile.
+	why map[string]rules.ErrorList
+}
+
+// compileChains compiles every chain of rs that bpfwall runs at its
+// netfilter hook, and delegates the nat and security tables and the
+// chains it cannot compile; with noDelegate those are errors at their
+// rules' positions.
+func compileChains(rs *rules.Ruleset, family rules.Family, level codegen.Level, noDelegate bool) (*compiledChains, error) {
+	cc := &compiledChains{progs: make(map[loader.NetfilterChain]*codegen.Program), deleg: newDelegation(family), why: make(map[string]rules.ErrorList)}
+	var errs rules.ErrorList
+	if noDelegate {
+		if err := refuseTables(rs); err != nil {
+			errs = append(errs, err.(rules.ErrorList)...)
+		}
+	} else {
+		for _, t := range rs.Tables {
+			if delegable(t.Name) {
+				cc.deleg.table(t)
+			}
+		}
+	}
+	for _, c := range loader.NetfilterChains {
+		if !enforces(rs, c.Table, c.Chain) {
+			continue
+		}
+		prog, err := compileChain(rs, c.Table, c.Chain, level)
+		if err == nil {
+			cc.progs[c] = prog
+			continue
+		}
+		var list rules.ErrorList
+		var one *rules.Error
+		switch {
+		case errors.As(err, &list):
+		case errors.As(err, &one):
+			list = rules.ErrorList{one}
+		default:
+			return nil, fmt.Errorf("%s %s: %w", c.Table, c.Chain, err)
+		}
+		if noDelegate {
+			errs = append(errs, list...)
+			continue
+		}
+		cc.deleg.chain(rs.Table(c.Table), c.Chain)
+		cc.why[c.Table+" "+c.Chain] = list
+	}
+	if len(errs) > 0 {
+		errs.Sort()
+		return nil, errs
+	}
+	return cc, nil
 }
 
 // enforces reports whether chain of table has anything to enforce: a

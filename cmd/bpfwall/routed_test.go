@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -366,4 +367,57 @@ func TestRestoreDelegates(t *testing.T) {
 		t.Errorf("the kernel's outcomes %v do not test the rules", kinds)
 	}
 	t.Logf("%d probes agree with the kernel: %v", len(want), kinds)
+}
+
+// TestRealDumpsRestore: every real-world dump that iptables-restore
+// --test (ip6tables-restore) accepts, bpfwall restore -t takes whole:
+// each chain compiled and verified by the kernel, or left to the
+// kernel's netfilter, which checks it. It logs, per dump, how many
+// chains run in BPF and which go to the kernel.
+func TestRealDumpsRestore(t *testing.T) {
+	testenv.RequireTool(t, "iptables-legacy-restore", "ip6tables-legacy-restore", "iptables-restore", "unshare")
+	files := testenv.CorpusFiles(t, "real", "*")
+	if len(files) == 0 {
+		t.Skip("the corpus of real rule sets (../shared/corpora/real) is absent")
+	}
+	bin := buildBpfwall(t)
+	whole, tried := 0, 0
+	for _, f := range files {
+		if fi, err := os.Stat(f); err != nil || fi.IsDir() || strings.HasSuffix(f, "README.md") {
+			continue
+		}
+		fam, oracle := []string{}, "iptables-legacy-restore"
+		if base := filepath.Base(f); strings.Contains(base, "ip6tables") || strings.Contains(base, "ipv6") || strings.Contains(base, ".v6") {
+			fam, oracle = []string{"-6"}, "ip6tables-legacy-restore"
+		}
+		text, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check := exec.Command("unshare", "-n", oracle, "--test")
+		check.Stdin = strings.NewReader(string(text))
+		if check.Run() != nil {
+			continue // not a rule set iptables takes
+		}
+		tried++
+		cmd := exec.Command("unshare", append([]string{"-n", bin, "restore", "-t", "-v"}, append(fam, f)...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("%s: %v\n%s", filepath.Base(f), err, out)
+			continue
+		}
+		whole++
+		compiled := strings.Count(string(out), ": compiled ")
+		var delegated []string
+		for line := range strings.Lines(string(out)) {
+			if name, _, ok := strings.Cut(strings.TrimPrefix(line, "bpfwall: "), " runs in the kernel's netfilter"); ok && strings.HasPrefix(line, "bpfwall: ") {
+				delegated = append(delegated, name)
+			}
+		}
+		t.Logf("%-55s %2d chains in BPF; in the kernel: %s", filepath.Base(f), compiled, strings.Join(delegated, ", "))
+	}
+	if tried < 20 {
+		t.Errorf("only %d dumps that iptables takes", tried)
+	}
+	t.Logf("%d of %d dumps restore whole", whole, tried)
 }

@@ -76,7 +76,7 @@ func saveText(hook string, family rules.Family, table string, counters bool, std
 	src := targets[0].snap.Meta.Source
 	for _, t := range targets[1:] {
 		if t.snap.Meta.Source != src {
-			return nil, fmt.Errorf("the %s and %s filters hold different rule sets; choose one with --hook", targets[0].place.Hook, t.place.Hook)
+			return nil, fmt.Errorf("the %s and %s filters hold different rule sets; choose one with --hook", targets[0].place.Name(), t.place.Name())
 		}
 	}
 	rs, err := activeRuleset(&targets[0].snap.Meta)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -52,6 +53,8 @@ type filterStatus struct {
 	// Netfilter describes the netfilter stage of an xdp or tc-ingress
 	// filter that tests the conntrack state.
 	Netfilter *loader.NetfilterStage `json:"netfilter,omitempty"`
+	// ChainHook says where a chain run at its own netfilter hook runs.
+	ChainHook *loader.ChainHook `json:"netfilter_hook,omitempty"`
 }
 
 // logStatus is what status says about a filter's LOG rules.
@@ -153,6 +156,21 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	for _, st := range out {
 		printStatus(stdout, st)
 	}
+	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+		tables, err := kernelDelegated(fam)
+		if err != nil {
+			return err
+		}
+		for _, name := range tableOrder(slices.Collect(maps.Keys(tables))) {
+			n := 0
+			for line := range strings.Lines(string(tables[name])) {
+				if strings.HasPrefix(line, "-A ") || strings.Contains(line, "] -A ") {
+					n++
+				}
+			}
+			fmt.Fprintf(stdout, "%s table %s: %d rules run by the kernel's netfilter, delegated by bpfwall restore (%s-save -t %s shows them)\n", fam, name, n, toolOf(fam), name)
+		}
+	}
 	// Filters of other namespaces: a deleted namespace stays while a
 	// filter's netfilter link holds it.
 	if ids, alive, err := loader.OtherNetNS(pinRoot); err == nil {
@@ -230,6 +248,9 @@ func statusOf(p loader.Place, withRules bool) (filterStatus, error) {
 	if st.Netfilter, err = a.Netfilter(); err != nil {
 		return filterStatus{}, err
 	}
+	if st.ChainHook, err = a.ChainHook(); err != nil {
+		return filterStatus{}, err
+	}
 	if len(m.Logs) > 0 {
 		lost, err := a.LogLost()
 		if err != nil {
@@ -284,7 +305,12 @@ func printStatus(w io.Writer, st filterStatus) {
 		}
 		ifs = append(ifs, s+")")
 	}
-	fmt.Fprintf(w, "  attached to %s\n", strings.Join(ifs, ", "))
+	if h := st.ChainHook; h != nil {
+		fmt.Fprintf(w, "  runs at netfilter %s %s, priority %d (link %d, dispatcher program %d), for every packet of the network namespace\n",
+			h.Family, h.Hook, h.Priority, h.Link, h.Dispatcher)
+	} else {
+		fmt.Fprintf(w, "  attached to %s\n", strings.Join(ifs, ", "))
+	}
 	if gone > 0 && gone == len(st.Ifaces) {
 		fmt.Fprintf(w, "  every interface is gone: the filter filters nothing; the next restore, or bpfwall unload --hook %s, removes it\n", st.Hook)
 	}

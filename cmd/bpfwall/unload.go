@@ -17,6 +17,8 @@ func runUnload(args []string, stdout, stderr io.Writer) (err error) {
 	var ifaces ifaceList
 	fs.VarP(&ifaces, "interface", "i", "detach from `IFACE` only (repeatable)")
 	hook := fs.String("hook", "", "unload the filter at `HOOK` only")
+	var fam familyFlags
+	fam.register(fs, "unload only the filters of")
 	var wait waitFlags
 	wait.register(fs)
 	netns := fs.String("netns", "", "unload every filter pinned for the network namespace `ID` (as its pin directory names it), from outside it: a deleted namespace stays while a filter's netfilter link holds it")
@@ -34,6 +36,16 @@ func runUnload(args []string, stdout, stderr io.Writer) (err error) {
 			fmt.Fprintln(stderr, "usage: bpfwall unload --netns ID [-w SECS] (ID: a directory of "+pinRoot+")")
 			return errUsage
 		}
+	}
+	if err := fam.check(); err != nil {
+		return err
+	}
+	families := []rules.Family{rules.IPv4, rules.IPv6}
+	switch {
+	case fam.ipv4:
+		families = families[:1]
+	case fam.ipv6:
+		families = families[1:]
 	}
 	lock, err := acquireLock(wait, stderr)
 	if err != nil {
@@ -56,12 +68,15 @@ func runUnload(args []string, stdout, stderr io.Writer) (err error) {
 	// What a netfilter restore left to the kernel goes with its chains.
 	if len(ifaces) == 0 && (*hook == "" || *hook == codegen.HookNetfilter.String()) {
 		defer func() {
-			for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+			for _, fam := range families {
 				if ferr := flushDelegated(fam); ferr != nil && err == nil {
 					err = ferr
 				}
 			}
 		}()
+	}
+	if len(families) == 1 {
+		targets = slices.DeleteFunc(targets, func(t target) bool { return metaFamily(&t.snap.Meta) != families[0] })
 	}
 	found := make(map[string]bool)
 	for _, t := range targets {
