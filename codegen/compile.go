@@ -205,8 +205,8 @@ func (c *compiler) collect() error {
 	if len(c.ifaces) > 64 {
 		return fmt.Errorf("the rules test %d interface names, more than the 64 bpfwall supports", len(c.ifaces))
 	}
-	if !c.hook.nf() {
-		c.collectRejects() // a netfilter program sends no replies
+	if c.hook != HookStage {
+		c.collectRejects() // the stage drops: stageRejectWarnings
 	}
 	if len(c.optKinds) > 64 {
 		return fmt.Errorf("the rules test %d TCP option kinds, more than the 64 bpfwall supports", len(c.optKinds))
@@ -347,6 +347,7 @@ func (c *compiler) mainChains() {
 	if c.defers() {
 		c.deferClassU()
 	}
+	c.rejectForgetCall()
 	if c.ct {
 		b.emit(
 			movr(asm.R1, asm.R6),
@@ -393,7 +394,11 @@ func (c *compiler) mainChains() {
 	b.emit(mov(asm.R7, Hotdrop))
 	if len(c.rejects) > 0 {
 		b.emit(ja(symMainEnd))
-		c.rejectDecided()
+		if c.hook == HookNetfilter {
+			c.nfRejectDecided()
+		} else {
+			c.rejectDecided()
+		}
 	}
 	b.mark(symMainEnd)
 	if c.trace {

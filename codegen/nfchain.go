@@ -3,10 +3,14 @@ package codegen
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 
 	"bpfwall/ir"
+	"bpfwall/rules"
 )
 
 // A chain at its own netfilter hook (HookNetfilter). The program is a
@@ -132,4 +136,288 @@ func (c *compiler) netfilterLog(chain string) string {
 		return ""
 	}
 	return fmt.Sprintf("LOG in chain %s is not supported on netfilter: the line names the output interface, which bpfwall's LOG records do not carry yet", chain)
+}
+
+// REJECT at a chain's own netfilter hook. A BPF netfilter program cannot
+// send packets, so the kernel's own REJECT target answers, by
+// construction as iptables would: the program decides the REJECT, notes
+// the packet in RejectPendingMap (its --reject-with, its length and its
+// first network-header bytes) and accepts it; the chain's own table in
+// the kernel, which the restore writes (cmd/bpfwall delegate.go) and which
+// runs just after the program (the loader attaches it below the table's
+// priority), holds for each --reject-with a rule
+//
+//	-A CHAIN -m bpf --object-pinned ANSWER -j REJECT --reject-with WITH
+//
+// whose socket filter ANSWER (RejectAnswer) matches the packet noted with
+// that --reject-with. The note is per CPU: netfilter runs a packet's hook
+// functions one after the other on one CPU. A packet whose note is left
+// from an earlier, identical packet (same length and header bytes) clears
+// it first, so that only a packet the program rejects now finds one;
+// two identical packets interleaved on a CPU (a preempted OUTPUT) both
+// find it, and the program gives identical packets one verdict.
+
+// RejectPendingMap is a PERCPU_ARRAY of one pendingReject record,
+// shared by a chain's programs and its answers.
+const RejectPendingMap = "reject_pending"
+
+// The pendingReject record: the --reject-with's code (rejectCode, 0:
+// none), the packet's length, and its first pendingHdr bytes (an IPv4
+// packet's first 20, zeros after).
+const (
+	pendingKind   = 0
+	pendingLen    = 4
+	pendingBytes  = 8
+	pendingHdr    = 40
+	pendingRecord = pendingBytes + pendingHdr
+)
+
+// RejectNames are the --reject-with values, by code - 1.
+var RejectNames = func() []string {
+	var out []string
+	for name := range rejectTypes {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}()
+
+// rejectCode is the code of --reject-with with in pendingReject records.
+func rejectCode(with string) int32 { return int32(slices.Index(RejectNames, with) + 1) }
+
+// headerBytes is how many header bytes a pendingReject record holds.
+func headerBytes(fam rules.Family) int32 {
+	if fam == rules.IPv6 {
+		return 40
+	}
+	return 20
+}
+
+// Rejects are the --reject-with values of the program's REJECT rules,
+// which the kernel answers for a program at a chain's netfilter hook.
+func (p *Program) Rejects() []string {
+	if p.Hook != HookNetfilter {
+		return nil
+	}
+	var out []string
+	for _, r := range p.IR.Rules {
+		if a, ok := r.Action.(ir.Reject); ok && !slices.Contains(out, a.With) {
+			out = append(out, a.With)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// btfPending is the pendingReject record, for bpftool map dump.
+var btfPending = &btf.Struct{
+	Name: "bpfwall_pending_reject",
+	Size: pendingRecord,
+	Members: []btf.Member{
+		{Name: "reject_with", Type: btfU32, Offset: pendingKind * 8},
+		{Name: "len", Type: btfU32, Offset: pendingLen * 8},
+		{Name: "header", Type: &btf.Array{Index: btfInt, Type: &btf.Int{Name: "unsigned char", Size: 1}, Nelems: pendingHdr}, Offset: pendingBytes * 8},
+	},
+}
+
+func pendingMapSpec() *ebpf.MapSpec {
+	return &ebpf.MapSpec{Name: RejectPendingMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: pendingRecord, MaxEntries: 1, Key: btfU32, Value: btfPending}
+}
+
+const (
+	symRejectNote   = "reject_note"
+	symRejectForget = "reject_forget"
+)
+
+// funcCtxCode describes a global function int name(ctx, int code).
+func (c *compiler) funcCtxCode(name string) *btf.Func {
+	return &btf.Func{
+		Name:    name,
+		Linkage: btf.GlobalFunc,
+		Type: &btf.FuncProto{
+			Return: btfInt,
+			Params: []btf.FuncParam{{Name: "ctx", Type: c.ctxType()}, {Name: "code", Type: btfInt}},
+		},
+	}
+}
+
+// nfRejectDecided emits main's label ruled_drop for a chain at its
+// netfilter hook: a REJECT rule's packet is noted and accepted, for the
+// kernel's rule to answer; a DROP drops.
+func (c *compiler) nfRejectDecided() {
+	b := c.b
+	b.mark("ruled_drop")
+	b.note("a DROP; a REJECT is noted and accepted, and the kernel's REJECT rule after this program answers it")
+	b.emit(
+		st(asm.R10, c.mainKey(), asm.R8, asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, int32(c.mainKey())),
+		mapRef(asm.R1, RejectRulesMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, symMainEnd),
+		ld(asm.R1, asm.R0, 0, asm.Word),
+		asm.JEq.Imm(asm.R1, 0, symMainEnd),
+	)
+	for k, with := range c.rejects {
+		next := b.fresh("not_reject")
+		b.emit(
+			asm.JNE.Imm(asm.R1, int32(k+1), next),
+			movr(asm.R1, asm.R6),
+			mov(asm.R2, rejectCode(with)),
+			call(symRejectNote),
+			mov(asm.R9, nfAccept),
+			ja(symMainEnd),
+		)
+		b.mark(next)
+	}
+	b.emit(ja(symMainEnd))
+}
+
+// rejectForgetCall emits main's call of reject_forget, before the chains.
+func (c *compiler) rejectForgetCall() {
+	if c.hook != HookNetfilter || len(c.rejects) == 0 {
+		return
+	}
+	c.b.emit(movr(asm.R1, asm.R6), mov(asm.R2, 0), call(symRejectForget))
+}
+
+// nfRejectFunctions emits reject_note and reject_forget.
+func (c *compiler) nfRejectFunctions() {
+	b := c.b
+	const dp, buf = -16, -16 - pendingHdr
+	hdr := headerBytes(c.p.Family)
+	lookup := func(none string) {
+		b.emit(
+			stImm(asm.R10, dp-4-pendingHdr, 0, asm.Word),
+			movr(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, dp-4-pendingHdr),
+			mapRef(asm.R1, RejectPendingMap),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, none),
+			movr(asm.R8, asm.R0),
+		)
+	}
+
+	b.function(c.funcCtxCode(symRejectNote), "note the packet a REJECT rule decided, for the kernel's REJECT rule to answer")
+	b.emit(movr(asm.R6, asm.R1), movr(asm.R7, asm.R2))
+	lookup("note_done")
+	b.emit(st(asm.R8, pendingKind, asm.R7, asm.Word))
+	c.emitSkb(asm.R1, asm.R6)
+	b.emit(ldField(asm.R1, asm.R1, skbLenField, asm.Word), st(asm.R8, pendingLen, asm.R1, asm.Word))
+	for off := int16(0); off < pendingHdr; off += 8 {
+		b.emit(stImm(asm.R8, pendingBytes+off, 0, asm.DWord))
+	}
+	c.dynptrFromSkb(asm.R6, dp, "note_failed")
+	b.emit(
+		movr(asm.R1, asm.R8),
+		asm.Add.Imm(asm.R1, pendingBytes),
+		mov(asm.R2, hdr),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, dp),
+		mov(asm.R4, 0),
+		mov(asm.R5, 0),
+		asm.FnDynptrRead.Call(),
+		asm.JEq.Imm(asm.R0, 0, "note_done"),
+	)
+	b.mark("note_failed")
+	b.emit(stImm(asm.R8, pendingKind, 0, asm.Word))
+	b.mark("note_done")
+	b.emit(mov(asm.R0, 0), asm.Return())
+
+	b.function(c.funcCtxCode(symRejectForget), "clear a note an identical earlier packet left")
+	b.emit(movr(asm.R6, asm.R1))
+	lookup("forget_done")
+	b.emit(
+		ld(asm.R1, asm.R8, pendingKind, asm.Word),
+		asm.JEq.Imm(asm.R1, 0, "forget_done"),
+	)
+	c.emitSkb(asm.R1, asm.R6)
+	b.emit(
+		ldField(asm.R1, asm.R1, skbLenField, asm.Word),
+		ld(asm.R2, asm.R8, pendingLen, asm.Word),
+		asm.JNE.Reg(asm.R1, asm.R2, "forget_done"),
+	)
+	for off := int16(0); off < pendingHdr; off += 8 {
+		b.emit(stImm(asm.R10, buf+off, 0, asm.DWord))
+	}
+	c.dynptrFromSkb(asm.R6, dp, "forget_done")
+	b.emit(
+		movr(asm.R1, asm.R10),
+		asm.Add.Imm(asm.R1, buf),
+		mov(asm.R2, hdr),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, dp),
+		mov(asm.R4, 0),
+		mov(asm.R5, 0),
+		asm.FnDynptrRead.Call(),
+		asm.JNE.Imm(asm.R0, 0, "forget_done"),
+	)
+	for off := int16(0); off < pendingHdr; off += 8 {
+		b.emit(
+			ld(asm.R1, asm.R10, buf+off, asm.DWord),
+			ld(asm.R2, asm.R8, pendingBytes+off, asm.DWord),
+			asm.JNE.Reg(asm.R1, asm.R2, "forget_done"),
+		)
+	}
+	b.emit(stImm(asm.R8, pendingKind, 0, asm.Word))
+	b.mark("forget_done")
+	b.emit(mov(asm.R0, 0), asm.Return())
+}
+
+// skbLenOff is offsetof(struct __sk_buff, len).
+const skbLenOff = 0
+
+// RejectAnswer is the socket filter of --reject-with with, for the
+// kernel's rule that answers a chain's REJECT (-m bpf --object-pinned):
+// it matches the packet its chain's program noted with that
+// --reject-with. Its RejectPendingMap is the chain's.
+func RejectAnswer(fam rules.Family, with string) *ebpf.CollectionSpec {
+	const key, buf = -4, -4 - 4 - pendingHdr
+	no := "answer_no"
+	insns := asm.Instructions{
+		movr(asm.R6, asm.R1),
+		stImm(asm.R10, key, 0, asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, key),
+		mapRef(asm.R1, RejectPendingMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, no),
+		movr(asm.R7, asm.R0),
+		ld(asm.R1, asm.R7, pendingKind, asm.Word),
+		asm.JNE.Imm(asm.R1, rejectCode(with), no),
+		ld(asm.R1, asm.R6, skbLenOff, asm.Word),
+		ld(asm.R2, asm.R7, pendingLen, asm.Word),
+		asm.JNE.Reg(asm.R1, asm.R2, no),
+	}
+	for off := int16(0); off < pendingHdr; off += 8 {
+		insns = append(insns, stImm(asm.R10, buf+off, 0, asm.DWord))
+	}
+	insns = append(insns,
+		movr(asm.R1, asm.R6),
+		mov(asm.R2, 0),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, buf),
+		mov(asm.R4, headerBytes(fam)),
+		asm.FnSkbLoadBytes.Call(),
+		asm.JNE.Imm(asm.R0, 0, no),
+	)
+	for off := int16(0); off < pendingHdr; off += 8 {
+		insns = append(insns,
+			ld(asm.R1, asm.R10, buf+off, asm.DWord),
+			ld(asm.R2, asm.R7, pendingBytes+off, asm.DWord),
+			asm.JNE.Reg(asm.R1, asm.R2, no),
+		)
+	}
+	insns = append(insns,
+		mov(asm.R0, 1),
+		asm.Return(),
+		mov(asm.R0, 0).WithSymbol(no),
+		asm.Return(),
+	)
+	return &ebpf.CollectionSpec{
+		Programs: map[string]*ebpf.ProgramSpec{
+			ProgramName: {Name: "bpfwall_answer", Type: ebpf.SocketFilter, License: "GPL", Instructions: insns},
+		},
+		Maps: map[string]*ebpf.MapSpec{RejectPendingMap: pendingMapSpec()},
+	}
 }

@@ -373,7 +373,10 @@ func (c *compiler) check() {
 				break // dropped: stageRejectWarnings
 			}
 			if c.hook == HookNetfilter {
-				c.errs = append(c.errs, rules.Errorf(r.Pos, "REJECT is not supported on netfilter: a BPF netfilter program cannot send the reply (load the chain at xdp or tc with -i and --hook)"))
+				// The kernel's REJECT answers (nfchain.go).
+				if _, ok := rejectTypes[a.With]; !ok || strings6(a.With) != (c.p.Family == rules.IPv6) && a.With != "tcp-reset" {
+					c.errs = append(c.errs, rules.Errorf(r.Pos, "REJECT --reject-with %s is not supported for %s", a.With, c.p.Family))
+				}
 				break
 			}
 			if why := c.checkReject(a); why != "" {

@@ -126,15 +126,20 @@ func (c *compiler) rejectMaps() []*ebpf.MapSpec {
 			contents = append(contents, ebpf.MapKV{Key: uint32(r.ID), Value: uint32(c.rejectIndex(a.With) + 1)})
 		}
 	}
+	rulesMap := &ebpf.MapSpec{
+		Name:       RejectRulesMap,
+		Type:       ebpf.Array,
+		KeySize:    4,
+		ValueSize:  4,
+		MaxEntries: uint32(len(c.p.Rules)),
+		Contents:   contents,
+	}
+	if c.hook == HookNetfilter {
+		// The kernel answers: no reply is built here (nfchain.go).
+		return []*ebpf.MapSpec{rulesMap, pendingMapSpec()}
+	}
 	return []*ebpf.MapSpec{
-		{
-			Name:       RejectRulesMap,
-			Type:       ebpf.Array,
-			KeySize:    4,
-			ValueSize:  4,
-			MaxEntries: uint32(len(c.p.Rules)),
-			Contents:   contents,
-		},
+		rulesMap,
 		{
 			Name:       RejectScratchMap,
 			Type:       ebpf.PerCPUArray,
@@ -239,6 +244,10 @@ func (c *compiler) rejectDecided() {
 // rejectFunctions emits the reject functions and their loop callback.
 func (c *compiler) rejectFunctions() {
 	if len(c.rejects) == 0 {
+		return
+	}
+	if c.hook == HookNetfilter {
+		c.nfRejectFunctions()
 		return
 	}
 	for k, with := range c.rejects {

@@ -33,6 +33,10 @@ type Options struct {
 	// HashLimit are hashlimit tables to use rather than new, empty ones,
 	// by codegen's HashLimitMap name: those of the filter a swap replaces.
 	HashLimit map[string]*ebpf.Map
+	// Pending, for a chain at its netfilter hook with REJECT rules, is
+	// the chain's pinned codegen.RejectPendingMap, which its answers read
+	// (see EnsureAnswers).
+	Pending *ebpf.Map
 }
 
 // Loaded is a compiled program loaded into the kernel, not attached.
@@ -102,8 +106,11 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
 		}
 	}
-	if opts.Sockets != nil || len(opts.Recent) > 0 || len(opts.HashLimit) > 0 {
+	if opts.Sockets != nil || len(opts.Recent) > 0 || len(opts.HashLimit) > 0 || opts.Pending != nil {
 		copts.MapReplacements = map[string]*ebpf.Map{}
+		if opts.Pending != nil {
+			copts.MapReplacements[codegen.RejectPendingMap] = opts.Pending
+		}
 		if opts.Sockets != nil {
 			copts.MapReplacements[codegen.SocketsMap] = opts.Sockets
 		}

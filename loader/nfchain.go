@@ -49,11 +49,14 @@ type NetfilterChain struct {
 // farther away than slack.
 const prioritySlack = 40
 
-// priorities are the priorities the chain may take, nearest first.
+// priorities are the priorities the chain may take, nearest first: its
+// table's, or below, so that it runs before the kernel's table of that
+// name, which answers its REJECT rules (EnsureAnswers). (A kernel table
+// registered after it at its priority runs after it too.)
 func (c NetfilterChain) priorities() []int32 {
 	out := []int32{c.Priority}
 	for d := int32(1); d <= prioritySlack; d++ {
-		out = append(out, c.Priority+d, c.Priority-d)
+		out = append(out, c.Priority-d)
 	}
 	return out
 }
@@ -262,4 +265,74 @@ func (a *Active) ChainHook() (*ChainHook, error) {
 		}
 	}
 	return h, nil
+}
+
+// A chain whose program has REJECT rules has, beside its pins, the
+// record its programs note a rejected packet in (codegen.RejectPendingMap)
+// and a socket filter per --reject-with that matches it
+// (codegen.RejectAnswer), for the kernel's rules that answer. Both outlive
+// programs: the kernel's rules hold the answers, which hold the record.
+const (
+	pinPending = "reject_pending"
+	pinAnswer  = "answer_"
+)
+
+// openPending opens the record pinned in dir for prog, a chain's program
+// with REJECT rules; nil for another program, or when none is pinned.
+func openPending(dir string, prog *codegen.Program) (*ebpf.Map, error) {
+	if len(prog.Rejects()) == 0 {
+		return nil, nil
+	}
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinPending), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return m, err
+}
+
+// EnsureAnswers makes sure that the chain at p has the record and an
+// answer for every --reject-with of prog, pinned, and returns the
+// answers' pin paths by --reject-with, for the kernel's rules
+// (-m bpf --object-pinned PATH -j REJECT --reject-with WITH). It changes
+// nothing that runs: an answer matches only what a program notes.
+func EnsureAnswers(p Place, prog *codegen.Program) (map[string]string, error) {
+	withs := prog.Rejects()
+	if len(withs) == 0 {
+		return nil, nil
+	}
+	if err := p.makeDir(); err != nil {
+		return nil, err
+	}
+	dir := p.Dir()
+	pending, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinPending), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		spec := codegen.RejectAnswer(p.Family, withs[0]).Maps[codegen.RejectPendingMap]
+		if pending, err = ebpf.NewMap(spec); err == nil {
+			if err = pending.Pin(filepath.Join(dir, pinPending)); err != nil {
+				pending.Close()
+			}
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: reject record: %w", p.Name(), err)
+	}
+	defer pending.Close()
+	paths := make(map[string]string)
+	for _, with := range withs {
+		path := filepath.Join(dir, pinAnswer+with)
+		paths[with] = path
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		coll, err := ebpf.NewCollectionWithOptions(codegen.RejectAnswer(p.Family, with), ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{codegen.RejectPendingMap: pending}})
+		if err != nil {
+			return nil, fmt.Errorf("%s: answer of REJECT --reject-with %s: %w", p.Name(), with, err)
+		}
+		err = coll.Programs[codegen.ProgramName].Pin(path)
+		coll.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: answer of REJECT --reject-with %s: %w", p.Name(), with, err)
+		}
+	}
+	return paths, nil
 }

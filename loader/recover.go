@@ -241,7 +241,7 @@ func dropOldPins(dir string, m *Meta) {
 		return
 	}
 	// The sockets map and a chain's dispatcher outlive programs.
-	keep := map[string]bool{pinSockets: true, pinDispatcher: true, pinDispatch: true}
+	keep := map[string]bool{pinSockets: true, pinDispatcher: true, pinDispatch: true, pinPending: true}
 	for _, name := range m.Pins {
 		keep[name] = true
 	}
@@ -250,7 +250,7 @@ func dropOldPins(dir string, m *Meta) {
 	}
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		if name := e.Name(); !keep[name] && !strings.HasSuffix(name, newSuffix) {
+		if name := e.Name(); !keep[name] && !strings.HasPrefix(name, pinAnswer) && !strings.HasSuffix(name, newSuffix) {
 			os.Remove(filepath.Join(dir, name))
 		}
 	}

@@ -380,7 +380,14 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		if err != nil {
 			return b, err
 		}
-		if b.loaded, err = Load(s.Program, Options{Recent: recent, HashLimit: hl.maps}); err != nil {
+		pending, err := openPending(b.dir, s.Program)
+		if err != nil {
+			return b, err
+		}
+		if pending != nil {
+			defer pending.Close()
+		}
+		if b.loaded, err = Load(s.Program, Options{Recent: recent, HashLimit: hl.maps, Pending: pending}); err != nil {
 			return b, err
 		}
 		if err := b.loaded.setSweeps(hl.sweep); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -47,13 +48,40 @@ type delegation struct {
 	// chains names the delegated builtin chains, "filter INPUT", in
 	// order; whole tables appear as their name.
 	chains []string
+	// answers are, by table, the rules that answer the REJECT rules of
+	// the chains bpfwall runs (codegen's nfchain.go): the kernel's
+	// REJECT, for the packets their answer programs match.
+	answers map[string][]string
 	// backup is what the kernel held in the tables apply wrote.
 	backup []byte
 	wrote  bool
 }
 
 func newDelegation(family rules.Family) *delegation {
-	return &delegation{family: family, tables: make(map[string]*rules.Table)}
+	return &delegation{family: family, tables: make(map[string]*rules.Table), answers: make(map[string][]string)}
+}
+
+// answer adds the kernel's rules that answer the REJECT rules of chain of
+// table t, which bpfwall runs: one per --reject-with, whose answer
+// program is pinned at paths[with].
+func (d *delegation) answer(t *rules.Table, chain string, paths map[string]string) {
+	if d.tables[t.Name] == nil {
+		dt := &rules.Table{Name: t.Name, Pos: t.Pos}
+		for _, c := range t.Chains {
+			if c.Builtin {
+				dt.Chains = append(dt.Chains, &rules.Chain{Name: c.Name, Pos: c.Pos, Builtin: true, Policy: rules.PolicyAccept})
+			}
+		}
+		d.tables[t.Name] = dt
+	}
+	withs := slices.Sorted(maps.Keys(paths))
+	for _, with := range withs {
+		proto := ""
+		if with == "tcp-reset" {
+			proto = "-p tcp " // as the REJECT target requires; so did the rule
+		}
+		d.answers[t.Name] = append(d.answers[t.Name], fmt.Sprintf("-A %s %s-m bpf --object-pinned %s -j REJECT --reject-with %s", chain, proto, paths[with], with))
+	}
 }
 
 // table delegates table t whole.
@@ -85,9 +113,10 @@ func (d *delegation) chain(t *rules.Table, chain string) {
 }
 
 // text is the iptables-restore input that writes the delegated tables,
-// and flushes those of flush that it does not write; counters says
-// whether it carries the rules' counters.
-func (d *delegation) text(flush []string, counters bool) []byte {
+// with the answers of REJECT rules unless check, and flushes those of
+// flush that it does not write; counters says whether it carries the
+// rules' counters.
+func (d *delegation) text(flush []string, counters, check bool) []byte {
 	var b []byte
 	for _, name := range tableOrder(d.names(flush)) {
 		t := d.tables[name]
@@ -101,7 +130,14 @@ func (d *delegation) text(flush []string, counters bool) []byte {
 		head, rest, _ := bytes.Cut(saved, []byte("\n"))
 		b = append(b, head...)
 		b = append(b, "\n:"+delegatedMark+" - [0:0]\n"...)
+		rest = bytes.TrimSuffix(rest, []byte("COMMIT\n"))
 		b = append(b, rest...)
+		if !check {
+			for _, line := range d.answers[name] {
+				b = append(b, line+"\n"...)
+			}
+		}
+		b = append(b, "COMMIT\n"...)
 	}
 	return b
 }
@@ -177,7 +213,8 @@ func (d *delegation) check() error {
 	if len(d.tables) == 0 {
 		return nil
 	}
-	_, err := runTool(d.family, d.text(nil, false), "-restore", "--test")
+	// (The answers' programs are pinned by the restore itself.)
+	_, err := runTool(d.family, d.text(nil, false, true), "-restore", "--test")
 	return err
 }
 
@@ -211,10 +248,14 @@ func (d *delegation) apply(counters bool) error {
 		}
 		backup = append(backup, out...)
 	}
-	if _, err := runTool(d.family, d.text(flush, counters), "-restore", "-w", "-c"); err != nil {
+	d.backup, d.wrote = backup, true
+	if _, err := runTool(d.family, d.text(flush, counters, false), "-restore", "-w", "-c"); err != nil {
+		// iptables-nft-restore may have committed some tables.
+		if uerr := d.undo(); uerr != nil {
+			return fmt.Errorf("%w; putting back the tables it changed: %v", err, uerr)
+		}
 		return err
 	}
-	d.backup, d.wrote = backup, true
 	return nil
 }
 
@@ -264,7 +305,7 @@ func flushDelegated(family rules.Family) error {
 	for name := range old {
 		names = append(names, name)
 	}
-	_, err = runTool(family, d.text(names, false), "-restore", "-w")
+	_, err = runTool(family, d.text(names, false, false), "-restore", "-w")
 	return err
 }
 

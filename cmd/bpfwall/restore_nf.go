@@ -229,6 +229,18 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 		}
 		swaps = append(swaps, s)
 	}
+	// The kernel's REJECT answers the REJECT rules of the chains bpfwall
+	// runs: their answers are pinned before the kernel's rules name them.
+	for _, p := range plans {
+		paths, err := loader.EnsureAnswers(p.t.place, p.prog)
+		if err != nil {
+			return privileged(err)
+		}
+		if len(paths) > 0 {
+			deleg.answer(rs.Table(p.t.place.Table), p.t.place.Chain, paths)
+			req.progress("netfilter %s %s %s: the kernel answers its REJECT rules", req.family, p.t.place.Table, p.t.place.Chain)
+		}
+	}
 	if len(deleg.chains) > 0 {
 		req.progress("netfilter %s: handing %s to the kernel's netfilter", req.family, strings.Join(deleg.chains, ", "))
 	}

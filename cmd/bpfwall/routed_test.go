@@ -177,7 +177,8 @@ func (r *routed) outcomes(fam int, probes ...probe) []string {
 
 // The rule set of the routed test: every chain of filter, raw and mangle
 // that bpfwall runs, interfaces in both directions, conntrack states,
-// user chains and DROP policies. ICMPPROTO is icmp or ipv6-icmp (neighbour
+// user chains, DROP policies and REJECTs, which the kernel answers.
+// ICMPPROTO is icmp or ipv6-icmp (neighbour
 // discovery goes through INPUT).
 const routedRules = `*raw
 :PREROUTING ACCEPT [0:0]
@@ -204,6 +205,7 @@ COMMIT
 -A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
 -A INPUT -i lo -j ACCEPT
 -A INPUT -p ICMPPROTO -j ACCEPT
+-A INPUT -p tcp --dport 22 -j REJECT --reject-with tcp-reset
 -A INPUT -p tcp -j services
 -A services -p tcp --dport 80 -j ACCEPT
 -A services -p tcp --dport 8080 -j ACCEPT
@@ -211,6 +213,7 @@ COMMIT
 -A FORWARD -i rc0 -o rs0 -p tcp --dport 80 -j ACCEPT
 -A FORWARD -i rc0 -o rs+ -p tcp --dport 8080 -j ACCEPT
 -A FORWARD -i rs0 -o rc0 -p tcp -j ACCEPT
+-A FORWARD -i rc0 -p tcp --dport 22 -j REJECT
 -A OUTPUT -o rc0 -p tcp --dport 22 -j DROP
 COMMIT
 `
@@ -273,17 +276,26 @@ func TestRestoreWholeRuleSet(t *testing.T) {
 		}
 		// The probes must tell filters apart: some connections open,
 		// some dropped.
-		if kinds["open"] == 0 || kinds["timeout"] == 0 {
+		if kinds["open"] == 0 || kinds["timeout"] == 0 || kinds["refused"] == 0 {
 			t.Errorf("family %d: the kernel's outcomes %v do not test the filter", fam, kinds)
 		}
 		t.Logf("family %d: %d probes agree with the kernel: %v", fam, len(want), kinds)
 	}
 }
 
-// delegatedRules need the kernel: a DNAT, which no BPF program here
-// does, and a REJECT in INPUT, which a BPF netfilter program cannot
-// answer; FORWARD and OUTPUT run in bpfwall, after the DNAT.
-const delegatedRules = `*nat
+// delegatedRules need the kernel: a DNAT and a MARK, which no BPF
+// program here does, and a REJECT in INPUT, whose reply a BPF netfilter
+// program cannot send: bpfwall runs filter INPUT and the kernel's REJECT
+// answers. FORWARD and OUTPUT run in bpfwall, after the DNAT.
+const delegatedRules = `*mangle
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+-A PREROUTING -p tcp --dport 8082 -j MARK --set-mark 0x1
+COMMIT
+*nat
 :PREROUTING ACCEPT [0:0]
 :INPUT ACCEPT [0:0]
 :OUTPUT ACCEPT [0:0]
@@ -329,18 +341,19 @@ func TestRestoreDelegates(t *testing.T) {
 		return string(out)
 	}
 	out := run("", bin, "restore", rules)
-	for _, want := range []string{"nat runs in the kernel's netfilter", "filter INPUT runs in the kernel's netfilter", "rules.v4:13:2: REJECT"} {
+	for _, want := range []string{"nat runs in the kernel's netfilter", "mangle PREROUTING runs in the kernel's netfilter", "rules.v4:7:38: MARK target is not supported"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("restore does not say %q:\n%s", want, out)
 		}
 	}
 	got := r.outcomes(0, probes...)
 	kernel := run("", "iptables-save")
-	if strings.Count(kernel, ":"+delegatedMark+" ") != 2 || !strings.Contains(kernel, "--dport 22 -j REJECT") || strings.Contains(kernel, "--dport 8080 -j DROP") {
-		t.Errorf("the kernel's tables are not nat and filter INPUT, marked:\n%s", kernel)
+	if strings.Count(kernel, ":"+delegatedMark+" ") != 3 || !strings.Contains(kernel, "-m bpf --object-pinned ") || !strings.Contains(kernel, "-j REJECT --reject-with tcp-reset") ||
+		!strings.Contains(kernel, "--set-xmark 0x1") || strings.Contains(kernel, "--dport 22") || strings.Contains(kernel, "--dport 8080 -j DROP") {
+		t.Errorf("the kernel's tables are not mangle, nat and filter INPUT's REJECT answer, marked:\n%s", kernel)
 	}
-	// A restore whose INPUT bpfwall can compile takes it back from the
-	// kernel.
+	// Without the REJECT, the kernel answers nothing: its filter table
+	// goes.
 	noReject := strings.Replace(delegatedRules, "-A INPUT -p tcp --dport 22 -j REJECT --reject-with tcp-reset\n", "-A INPUT -p tcp --dport 22 -j DROP\n", 1)
 	run(noReject, bin, "restore")
 	if kernel := run("", "iptables-save", "-t", "filter"); strings.Contains(kernel, "REJECT") || strings.Contains(kernel, delegatedMark) {
