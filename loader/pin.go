@@ -74,6 +74,10 @@ func (p Place) dirName() string {
 	return fmt.Sprintf("netfilter-%s-%s-%s", p.Family, p.Table, p.Chain)
 }
 
+// ID names the place uniquely within its network namespace: its hook, or
+// netfilter-FAMILY-TABLE-CHAIN (the name of its directory).
+func (p Place) ID() string { return p.dirName() }
+
 // Name names the place's filter in messages: its hook, or for a chain at
 // its netfilter hook "netfilter ipv4 filter INPUT".
 func (p Place) Name() string {

@@ -234,7 +234,7 @@ func (f *logFollower) close() {
 // some of the events and take the others from the first, so it is
 // refused, naming the reader that has them.
 func lockReader(p loader.Place) (*os.File, error) {
-	path := fmt.Sprintf("%s.log-%d-%s", lockFile, p.NetNS, p.Hook)
+	path := fmt.Sprintf("%s.log-%d-%s", lockFile, p.NetNS, p.ID())
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("log reader lock: %w", err)
@@ -243,7 +243,7 @@ func lockReader(p loader.Place) (*os.File, error) {
 		owner, _ := io.ReadAll(f)
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("another bpfwall log (pid %s) reads the %s filter's events, and each event goes to one reader: stop it, or read its output", strings.TrimSpace(string(owner)), p.Hook)
+			return nil, fmt.Errorf("another bpfwall log (pid %s) reads the %s filter's events, and each event goes to one reader: stop it, or read its output", strings.TrimSpace(string(owner)), p.Name())
 		}
 		return nil, fmt.Errorf("log reader lock: %w", err)
 	}
