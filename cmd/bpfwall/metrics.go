@@ -116,7 +116,7 @@ func (c *filterCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range places {
 		st, err := statusOf(p, true)
 		if err != nil {
-			ch <- prometheus.NewInvalidMetric(descScrapeError, fmt.Errorf("%s filter: %w", p.Hook, privileged(err)))
+			ch <- prometheus.NewInvalidMetric(descScrapeError, fmt.Errorf("%s filter: %w", p.Name(), privileged(err)))
 			continue
 		}
 		collectFilter(ch, st)
@@ -125,7 +125,13 @@ func (c *filterCollector) Collect(ch chan<- prometheus.Metric) {
 
 // collectFilter sends the metrics of the filter st describes.
 func collectFilter(ch chan<- prometheus.Metric, st filterStatus) {
-	fl := []string{strconv.FormatUint(st.NetNS, 10), st.Hook, st.Family}
+	// A namespace has a chain at its netfilter hook per table and chain:
+	// the hook label names both (netfilter-filter-INPUT).
+	hook := st.Hook
+	if st.ChainHook != nil {
+		hook = fmt.Sprintf("%s-%s-%s", st.Hook, st.Table, st.Chain)
+	}
+	fl := []string{strconv.FormatUint(st.NetNS, 10), hook, st.Family}
 	with := func(more ...string) []string { return append(fl[:len(fl):len(fl)], more...) }
 	counter := func(d *prometheus.Desc, v uint64, labels []string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)

@@ -253,6 +253,13 @@ func TestRestoreWholeRuleSet(t *testing.T) {
 			t.Errorf("status does not say %q:\n%s", want, status)
 		}
 	}
+	// One series per chain: the hook label names table and chain.
+	metrics := run("", bin, "metrics")
+	for _, want := range []string{`bpfwall_program_rules{family="ipv6",hook="netfilter-filter-FORWARD"`, `hook="netfilter-raw-OUTPUT"`, `chain="services"`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics do not hold %s:\n%s", want, metrics)
+		}
+	}
 	for fam, flag := range []string{"-4", "-6"} {
 		if saved := run("", bin, "save", flag); !strings.Contains(saved, "-A FORWARD -i rc0 -o rs+ -p tcp -m tcp --dport 8080 -j ACCEPT") || !strings.Contains(saved, "*raw") {
 			t.Errorf("save %s (family %d) does not print the rule set:\n%s", flag, fam, saved)
