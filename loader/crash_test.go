@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
+	"bpfwall/rules"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 )
@@ -77,8 +78,12 @@ func crashHelper(at string) error {
 	if err != nil {
 		return err
 	}
+	place := Place{Root: os.Getenv(crashRoot), NetNS: ns, Hook: hook}
+	if hook == codegen.HookNetfilter {
+		place = ChainPlace(place.Root, ns, rules.IPv4, "filter", "INPUT")
+	}
 	s := &Swap{
-		Place: Place{Root: os.Getenv(crashRoot), NetNS: ns, Hook: hook}, Program: prog, Meta: meta, Counters: counters,
+		Place: place, Program: prog, Meta: meta, Counters: counters,
 		Ifaces: strings.Fields(os.Getenv(crashIfaces)), XDPMode: XDPGeneric,
 	}
 	_, err = s.Run()

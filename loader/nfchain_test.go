@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -264,4 +266,115 @@ func netfilterLinks(t *testing.T, progs map[ebpf.ProgramID]bool) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestNetfilterSwapSurvivesKill kills a chain's swap at its netfilter
+// hook at every one of its steps, a first load and a swap: after the next
+// command recovers, the slot runs the program the pins describe, the old
+// rules if the swap died before its new filter was complete and the new
+// ones from then on, one link runs the chain, and the next swap succeeds.
+func TestNetfilterSwapSurvivesKill(t *testing.T) {
+	for _, first := range []bool{true, false} {
+		name := map[bool]string{true: "first load", false: "swap"}[first]
+		t.Run(name, func(t *testing.T) {
+			var steps []string
+			var a, b int
+			setup := func(t *testing.T) Place {
+				ns := inFreshNetns(t)
+				root := testRoot(t)
+				t.Cleanup(func() { os.RemoveAll(filepath.Join(root, fmt.Sprint(ns))) })
+				la, _ := listenTCP(t, "127.0.0.1:0")
+				lb, _ := listenTCP(t, "127.0.0.1:0")
+				a, b = port(la.Addr()), port(lb.Addr())
+				place := ChainPlace(root, ns, rules.IPv4, "filter", "INPUT")
+				if !first {
+					s := chainSwaps(t, root, ns, rules.IPv4, ruleset(codegen.HookXDP, fmt.Sprintf("-p tcp --dport %d -j DROP", a)))[0]
+					s.Meta.File = "A.rules"
+					if _, err := SwapAll([]*Swap{s}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return place
+			}
+			next := func() string { return ruleset(codegen.HookXDP, fmt.Sprintf("-p tcp --dport %d -j DROP", b)) }
+			check := func(t *testing.T, place Place, file string) {
+				t.Helper()
+				ents, _ := os.ReadDir(place.Dir())
+				for _, e := range ents {
+					if strings.HasSuffix(e.Name(), newSuffix) {
+						t.Errorf("pin %s left behind", e.Name())
+					}
+				}
+				act, err := Open(place)
+				if file == "" {
+					if !errors.Is(err, os.ErrNotExist) {
+						t.Errorf("open: %v, want nothing loaded", err)
+						if err == nil {
+							act.Close()
+						}
+					}
+					if dialOutcome(a) != "open" || dialOutcome(b) != "open" {
+						t.Errorf("nothing loaded, but ports %d, %d meet %s, %s", a, b, dialOutcome(a), dialOutcome(b))
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("open: %v", err)
+				}
+				defer act.Close()
+				if act.Meta.File != file {
+					t.Errorf("the pins describe %s, want %s", act.Meta.File, file)
+				}
+				if got, want := slotProgram(t, place), programID(act.Program); got != want {
+					t.Errorf("the slot runs program %d, the pins describe %d", got, want)
+				}
+				if n := netfilterLinks(t, map[ebpf.ProgramID]bool{pinnedDispatcher(t, place): true}); n != 1 {
+					t.Errorf("%d links run the dispatcher, want 1", n)
+				}
+				dropped, open := a, b
+				if file == "B.rules" {
+					dropped, open = b, a
+				}
+				if got := dialOutcome(dropped); got != "timeout" {
+					t.Errorf("%s drops port %d: it meets %s", file, dropped, got)
+				}
+				if got := dialOutcome(open); got != "open" {
+					t.Errorf("%s lets port %d through: it meets %s", file, open, got)
+				}
+			}
+			t.Run("steps", func(t *testing.T) {
+				place := setup(t)
+				steps = runCrashHelper(t, place, next(), nil, "list")
+				check(t, place, "B.rules")
+			})
+			decided := slices.Index(steps, "pin "+pinMeta)
+			done := slices.Index(steps, "commit "+pinMeta)
+			if decided < 0 || done < decided || !slices.Contains(steps, "fill "+pinDispatch) == first {
+				t.Fatalf("steps %q", steps)
+			}
+			for k, step := range steps {
+				t.Run(fmt.Sprintf("%02d %s", k, step), func(t *testing.T) {
+					place := setup(t)
+					runCrashHelper(t, place, next(), nil, strconv.Itoa(k))
+					if _, err := Recover(place); err != nil {
+						t.Fatalf("recover: %v", err)
+					}
+					switch {
+					case k >= decided:
+						check(t, place, "B.rules")
+					case !first:
+						check(t, place, "A.rules")
+					default:
+						check(t, place, "")
+					}
+					s := chainSwaps(t, place.Root, place.NetNS, rules.IPv4, ruleset(codegen.HookXDP, fmt.Sprintf("-p tcp --dport %d -j DROP", a)))[0]
+					s.Meta.File = "A.rules"
+					if _, err := SwapAll([]*Swap{s}); err != nil {
+						t.Fatal(err)
+					}
+					check(t, place, "A.rules")
+				})
+			}
+		})
+	}
 }
