@@ -17,9 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
-	"bpfwall/rules"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
+	"bpfwall/rules"
 )
 
 // The crash helper is this test binary run again with crashEnv set: it
