@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -354,6 +355,15 @@ func TestRestoreDelegates(t *testing.T) {
 		}
 	}
 	got := r.outcomes(0, probes...)
+	// save -c counts what the kernel runs too: the MARK, the DNATs, and
+	// filter INPUT's REJECT, decided in BPF.
+	saved := run("", bin, "save", "-c")
+	for _, re := range []string{`\[[1-9][0-9]*:[0-9]+\] -A PREROUTING -p tcp -m tcp --dport 8082 -j MARK`, `\[[1-9][0-9]*:[0-9]+\] -A PREROUTING -d 10.71.1.1/32 -p tcp -m tcp --dport 8081 -j DNAT`,
+		`\[[1-9][0-9]*:[0-9]+\] -A INPUT -p tcp -m tcp --dport 22 -j REJECT`} {
+		if !regexp.MustCompile(re).MatchString(saved) {
+			t.Errorf("save -c does not match %s:\n%s", re, saved)
+		}
+	}
 	kernel := run("", "iptables-save")
 	if strings.Count(kernel, ":"+delegatedMark+" ") != 3 || !strings.Contains(kernel, "-m bpf --object-pinned ") || !strings.Contains(kernel, "-j REJECT --reject-with tcp-reset") ||
 		!strings.Contains(kernel, "--set-xmark 0x1") || strings.Contains(kernel, "--dport 22") || strings.Contains(kernel, "--dport 8080 -j DROP") {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"bpfwall/loader"
 	"bpfwall/rules"
@@ -95,6 +96,11 @@ func saveText(hook string, family rules.Family, table string, counters bool, std
 			return nil, err
 		}
 	}
+	if counters {
+		if err := addKernelCounters(rs, family, targets); err != nil {
+			return nil, err
+		}
+	}
 	if table != "" {
 		t := rs.Table(table)
 		if t == nil {
@@ -152,4 +158,101 @@ func sum(a, b rules.Counters, add bool) rules.Counters {
 		return b
 	}
 	return rules.Counters{Packets: a.Packets + b.Packets, Bytes: a.Bytes + b.Bytes}
+}
+
+// addKernelCounters adds to rs the counters of what a netfilter restore
+// left to the kernel (delegate.go): the kernel's counters of each rule of
+// a delegated chain, paired by place and target with the rules bpfwall
+// wrote there. A builtin chain that no filter of targets runs takes them, as
+// its policy's; a user chain adds them to what the filters counted.
+func addKernelCounters(rs *rules.Ruleset, family rules.Family, targets []target) error {
+	kernel, err := kernelDelegated(family)
+	if err != nil || len(kernel) == 0 {
+		return err
+	}
+	runs := make(map[string]bool)
+	for _, t := range targets {
+		runs[t.snap.Meta.Table+" "+t.snap.Meta.Chain] = true
+	}
+	for _, t := range rs.Tables {
+		text, ok := kernel[t.Name]
+		if !ok {
+			continue
+		}
+		kr, kp := kernelRules(text)
+		for _, c := range t.Chains {
+			if c.Builtin && runs[t.Name+" "+c.Name] {
+				continue // bpfwall's: its counters are the filter's
+			}
+			lines := kr[c.Name]
+			if c.Builtin {
+				if pc, ok := kp[c.Name]; ok {
+					c.Counters = pc
+				}
+			}
+			one := rules.Ruleset{Tables: []*rules.Table{{Name: t.Name, Chains: []*rules.Chain{{Name: c.Name, Builtin: c.Builtin, Policy: c.Policy, Rules: c.Rules}}}}}
+			ours, _ := kernelRules(one.Save(rules.SaveOptions{}))
+			if len(ours[c.Name]) != len(lines) {
+				continue // not the rules bpfwall wrote
+			}
+			for i, r := range c.Rules {
+				// The kernel prints some targets' options its own way
+				// (MARK --set-mark as --set-xmark): the rules bpfwall
+				// wrote pair by place and target.
+				if ruleTarget(ours[c.Name][i].text) != ruleTarget(lines[i].text) {
+					break
+				}
+				r.Counters = sum(r.Counters, lines[i].c, !c.Builtin)
+			}
+		}
+	}
+	return nil
+}
+
+// ruleTarget is the target of an iptables-save rule line.
+func ruleTarget(line string) string {
+	_, t, _ := strings.Cut(line, " -j ")
+	name, _, _ := strings.Cut(t, " ")
+	return name
+}
+
+// kernelRule is a rule line of iptables-save -c output.
+type kernelRule struct {
+	text string // without its counters
+	c    rules.Counters
+}
+
+// kernelRules splits one table's iptables-save text into its rules by
+// chain, without bpfwall's answers of REJECT rules, and its builtin
+// chains' policy counters.
+func kernelRules(text []byte) (map[string][]kernelRule, map[string]rules.Counters) {
+	out := make(map[string][]kernelRule)
+	policies := make(map[string]rules.Counters)
+	for line := range strings.Lines(string(text)) {
+		line = strings.TrimRight(line, "\n")
+		var c rules.Counters
+		if strings.HasPrefix(line, "[") {
+			head, rest, ok := strings.Cut(line, "] ")
+			if !ok {
+				continue
+			}
+			fmt.Sscanf(head, "[%d:%d", &c.Packets, &c.Bytes)
+			line = rest
+		}
+		if name, ok := strings.CutPrefix(line, ":"); ok {
+			f := strings.Fields(name)
+			if len(f) == 3 && f[1] != "-" {
+				fmt.Sscanf(f[2], "[%d:%d]", &c.Packets, &c.Bytes)
+				policies[f[0]] = c
+			}
+			continue
+		}
+		rest, ok := strings.CutPrefix(line, "-A ")
+		if !ok || strings.Contains(line, " -m bpf --object-pinned ") {
+			continue
+		}
+		chain, _, _ := strings.Cut(rest, " ")
+		out[chain] = append(out[chain], kernelRule{text: line, c: c})
+	}
+	return out, policies
 }
