@@ -164,7 +164,21 @@ func findTargets(hookName string, ifaces []string, stderr io.Writer) ([]target, 
 		return nil, err
 	}
 	var places []loader.Place
-	if len(ifaces) > 0 || hookName != "" {
+	if hookName == codegen.HookNetfilter.String() && len(ifaces) == 0 {
+		// Every chain run at its netfilter hook, of both families.
+		all, err := loader.Places(pinRoot, ns)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range all {
+			if p.Hook == codegen.HookNetfilter {
+				places = append(places, p)
+			}
+		}
+		if len(places) == 0 {
+			return nil, nothingLoaded("no chain runs at its netfilter hook in this network namespace")
+		}
+	} else if len(ifaces) > 0 || hookName != "" {
 		name := hookName
 		if name == "" {
 			name = "xdp"

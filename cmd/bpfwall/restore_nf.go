@@ -47,15 +47,14 @@ type restoreRequest struct {
 // --hook when no filter is loaded at an interface hook (xdp, tc,
 // sk-lookup) of this network namespace. (A namespace whose filters were
 // loaded with -i keeps them: a restore without -i swaps those.)
+//
+// The two kinds do not mix, but for sk-lookup, which steers sockets: an
+// INPUT chain at xdp would also judge the forwarded packets netfilter's
+// INPUT never sees, and run beside the chain at its netfilter hook.
 func netfilterMode(f *swapFlags) (bool, error) {
-	if f.hook == codegen.HookNetfilter.String() {
-		if len(f.ifaces) > 0 {
-			return false, fmt.Errorf("%w: --hook netfilter runs every chain at its netfilter hook, in the whole network namespace; it takes no -i", errUsage)
-		}
-		return true, nil
-	}
-	if f.hook != "" || len(f.ifaces) > 0 {
-		return false, nil
+	explicit := f.hook == codegen.HookNetfilter.String()
+	if explicit && len(f.ifaces) > 0 {
+		return false, fmt.Errorf("%w: --hook netfilter runs every chain at its netfilter hook, in the whole network namespace; it takes no -i", errUsage)
 	}
 	ns, err := loader.NetNS()
 	if err != nil {
@@ -65,12 +64,32 @@ func netfilterMode(f *swapFlags) (bool, error) {
 	if err != nil {
 		return false, privileged(err)
 	}
+	var chains, ifaceHooks []string
 	for _, p := range places {
-		if p.Hook != codegen.HookNetfilter {
-			return false, nil
+		switch p.Hook {
+		case codegen.HookNetfilter:
+			chains = append(chains, p.Name())
+		case codegen.HookSkLookup:
+		default:
+			if !slices.Contains(ifaceHooks, p.Hook.String()) {
+				ifaceHooks = append(ifaceHooks, p.Hook.String())
+			}
 		}
 	}
-	return true, nil
+	hook := f.hook
+	if hook == "" && len(f.ifaces) > 0 {
+		hook = codegen.HookXDP.String()
+	}
+	switch {
+	case explicit || hook == "" && len(ifaceHooks) == 0:
+		if len(ifaceHooks) > 0 {
+			return false, fmt.Errorf("filters loaded with -i run at %s in this network namespace: a restore without -i would run the chains at their netfilter hooks beside them; bpfwall unload --hook %s first", strings.Join(ifaceHooks, ", "), ifaceHooks[0])
+		}
+		return true, nil
+	case hook != codegen.HookSkLookup.String() && len(chains) > 0:
+		return false, fmt.Errorf("%s runs at its netfilter hook in this network namespace (restore without -i): a filter at %s would run beside it, and judge packets that chain never sees; bpfwall unload --hook netfilter first", chains[0], hook)
+	}
+	return false, nil
 }
 
 // chainPlan is one chain of a netfilter restore.

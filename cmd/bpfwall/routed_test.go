@@ -266,10 +266,16 @@ func TestRestoreWholeRuleSet(t *testing.T) {
 			t.Errorf("save %s (family %d) does not print the rule set:\n%s", flag, fam, saved)
 		}
 	}
-	run("", bin, "unload")
+	// As bpfwall6.service stops: the IPv6 chains go, the IPv4 ones stay.
+	run("", bin, "unload", "--hook", "netfilter", "-6")
+	if out := run("", bin, "status"); strings.Contains(out, "netfilter ipv6") || !strings.Contains(out, "netfilter ipv4 forward") {
+		t.Errorf("after unload --hook netfilter -6:\n%s", out)
+	}
+	run("", bin, "unload", "--hook", "netfilter", "-4")
 	if out := run("", bin, "status"); !strings.Contains(out, "no filter loaded") {
 		t.Fatalf("after unload:\n%s", out)
 	}
+	run("", bin, "unload", "--hook", "netfilter", "-4") // nothing loaded: succeeds
 
 	run(text[0], "iptables-legacy-restore")
 	run(text[1], "ip6tables-legacy-restore")
