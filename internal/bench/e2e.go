@@ -75,6 +75,9 @@ func engines(levels []int, bpffs string) []engine {
 	for _, l := range levels {
 		out = append(out, &bpfwallEngine{level: l, root: bpffs})
 	}
+	for _, l := range levels {
+		out = append(out, &bpfwallEngine{level: l, root: bpffs, netfilter: true})
+	}
 	return out
 }
 
@@ -308,17 +311,27 @@ func (nftEngine) install(topo *topology.Topology, w *Workload) error {
 func (nftEngine) close() error { return nil }
 
 // bpfwallEngine compiles the rules and loads them as `bpfwall load` does,
-// on XDP in the driver's (veth's) native mode.
+// on XDP in the driver's (veth's) native mode; with netfilter, as
+// `bpfwall restore` without -i does, at the chain's own netfilter hook.
 type bpfwallEngine struct {
-	level int
-	root  string
-	place *loader.Place
-	ns    string
+	level     int
+	root      string
+	netfilter bool
+	place     *loader.Place
+	ns        string
 }
 
-func (e *bpfwallEngine) name() string { return fmt.Sprintf("bpfwall -O%d", e.level) }
+func (e *bpfwallEngine) name() string {
+	if e.netfilter {
+		return fmt.Sprintf("bpfwall-nf -O%d", e.level)
+	}
+	return fmt.Sprintf("bpfwall -O%d", e.level)
+}
 
 func (e *bpfwallEngine) install(topo *topology.Topology, w *Workload) error {
+	if e.netfilter {
+		return e.installNetfilter(topo, w)
+	}
 	rs, prog, err := compile(w, e.level)
 	if err != nil {
 		return skipError{"does not compile: " + reason(err)}
@@ -336,6 +349,41 @@ func (e *bpfwallEngine) install(topo *topology.Topology, w *Workload) error {
 		e.place = &place
 		swap := loader.Swap{Place: place, Program: prog, Meta: meta, Counters: counters, Ifaces: []string{topo.InIface}, XDPMode: loader.XDPNative}
 		_, err = swap.Run()
+		return err
+	})
+	if errors.Is(err, loader.ErrTooLarge) {
+		return skipError{"does not load: " + firstLine(err.Error())}
+	}
+	return err
+}
+
+// installNetfilter loads the workload's chain at its netfilter hook.
+func (e *bpfwallEngine) installNetfilter(topo *topology.Topology, w *Workload) error {
+	rs, p, err := lower(w)
+	if err != nil {
+		return skipError{"does not compile: " + reason(err)}
+	}
+	l, err := codegen.ParseLevel(e.level)
+	if err != nil {
+		return err
+	}
+	prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookNetfilter, Level: l})
+	if err != nil {
+		return skipError{"does not compile: " + reason(err)}
+	}
+	meta, counters, err := loader.NewMeta(rs, prog, w.Family)
+	if err != nil {
+		return err
+	}
+	e.ns = topo.Firewall
+	err = topology.Do(topo.Firewall, func() error {
+		ns, err := loader.NetNS()
+		if err != nil {
+			return err
+		}
+		place := loader.ChainPlace(e.root, ns, rs.Family, p.Table, w.Chain)
+		e.place = &place
+		_, err = loader.SwapAll([]*loader.Swap{{Place: place, Program: prog, Meta: meta, Counters: counters}})
 		return err
 	})
 	if errors.Is(err, loader.ErrTooLarge) {
