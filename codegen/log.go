@@ -50,7 +50,8 @@ const (
 	logCapLen  = 16 // u32 bytes of frame in the record
 	logFlags   = 20 // u32 LogNoMAC, LogMACOther (the netfilter stage)
 	logTime    = 24 // u64 bpf_ktime_get_ns
-	logData    = 32 // the first CapLen bytes of the frame
+	logOut     = 32 // u32 the output device, at a chain's netfilter hook; 0 elsewhere
+	logData    = 40 // the first CapLen bytes of the frame
 	logSize    = logData + LogCapture
 	// logRecordLen is what a record takes in the ring: its 8-byte header
 	// and the record, 8-byte aligned.
@@ -59,8 +60,11 @@ const (
 
 // LogRecord is one event of a LOG rule.
 type LogRecord struct {
-	Rule    uint32 // rule ID
+	Rule uint32 // rule ID
+	// Ifindex is the device the program runs on; at a chain's netfilter
+	// hook the input device (0: none), Out the output device (0: none).
 	Ifindex uint32
+	Out     uint32
 	Mark    uint32
 	Len     uint32 // the frame's length
 	Time    uint64 // CLOCK_MONOTONIC, ns
@@ -94,6 +98,7 @@ func ParseLogRecord(b []byte) (LogRecord, error) {
 		Len:     he.Uint32(b[logLen:]),
 		Time:    he.Uint64(b[logTime:]),
 		Flags:   he.Uint32(b[logFlags:]),
+		Out:     he.Uint32(b[logOut:]),
 	}
 	n := he.Uint32(b[logCapLen:])
 	if n > LogCapture || int(n) > len(b)-logData || n > r.Len {
@@ -132,12 +137,12 @@ func (c *compiler) checkLog(r *ir.Rule, a ir.Log) string {
 		// socket's file: no packet hook can read them (and at INPUT the
 		// socket is the one early demux found, if any).
 		return "--log-uid (nft: log flags skuid, or all) is not supported: the hook cannot read the uid and gid of the socket's file"
-	case c.netfilterLog(chain) != "":
-		return c.netfilterLog(chain)
 	case c.p.Table == "netdev":
 		// nf_log_netdev_packet logs ARP and other frames too, which the
 		// program passes without running the chain.
 		return fmt.Sprintf("log in netdev chain %s is not supported on %s: nft logs every frame there, and the program runs the rules for IP packets only", chain, c.hook)
+	case c.hook == HookNetfilter:
+		// The hook state gives both devices netfilter prints.
 	case c.hook == HookTCEgress && chain != "OUTPUT" && chain != "POSTROUTING":
 		return fmt.Sprintf("LOG in chain %s is not supported on %s: the line names the input interface, which the hook does not know", chain, c.hook)
 	case c.hook != HookTCEgress && chain != "INPUT" && chain != "PREROUTING":
@@ -171,6 +176,7 @@ func (c *compiler) logEvent(r *ir.Rule) {
 		stImm(asm.R7, logRule, int32(r.ID), asm.Word),
 		stImm(asm.R7, logCapLen, 0, asm.Word),
 		stImm(asm.R7, logFlags, 0, asm.Word),
+		stImm(asm.R7, logOut, 0, asm.Word),
 		asm.FnKtimeGetNs.Call(),
 		st(asm.R7, logTime, asm.R0, asm.DWord),
 		ld(asm.R1, asm.R10, chainCtx, asm.DWord),

@@ -445,6 +445,14 @@ func (c *compiler) logNetfilter(r *ir.Rule, copied string) {
 	b.emit(movr(asm.R6, asm.R1))
 	c.emitIfindex(asm.R2)
 	b.emit(st(asm.R7, logIfindex, asm.R2, asm.Word))
+	if c.hook == HookNetfilter {
+		b.emit(
+			ldField(asm.R2, asm.R6, nfCtxState, asm.DWord),
+			ldField(asm.R2, asm.R2, hookStateOut, asm.DWord),
+			ldField(asm.R2, asm.R2, netdevIfindex, asm.Word),
+			st(asm.R7, logOut, asm.R2, asm.Word),
+		)
+	}
 	c.emitSkb(asm.R2, asm.R6)
 	b.emit(
 		ldField(asm.R1, asm.R2, skbMarkField, asm.Word),

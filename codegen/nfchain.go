@@ -2,7 +2,6 @@ package codegen
 
 import (
 	"encoding/binary"
-	"fmt"
 	"slices"
 
 	"github.com/cilium/ebpf"
@@ -127,15 +126,6 @@ func (c *compiler) checkNetfilterMatch(m ir.Match) string {
 		return "mac match"
 	}
 	return ""
-}
-
-// netfilterLog reports why the LOG of a chain at its own netfilter hook
-// is not supported; "" when it is.
-func (c *compiler) netfilterLog(chain string) string {
-	if c.hook != HookNetfilter || chain == "INPUT" || chain == "PREROUTING" {
-		return ""
-	}
-	return fmt.Sprintf("LOG in chain %s is not supported on netfilter: the line names the output interface, which bpfwall's LOG records do not carry yet", chain)
 }
 
 // REJECT at a chain's own netfilter hook. A BPF netfilter program cannot

@@ -350,9 +350,18 @@ func (f *logFollower) event(rec codegen.LogRecord) logEvent {
 	ev.Rule, ev.Chain, ev.Level, ev.Prefix = rule.Pos, rule.Chain, rule.Level, rule.Prefix
 	ifc := f.iface(rec.Ifindex)
 	p := nflog.Packet{Frame: rec.Frame, Len: int(rec.Len), Mark: rec.Mark, NotEther: !ifc.ether, NoMAC: rec.Flags&codegen.LogNoMAC != 0}
-	if f.place.Hook == codegen.HookTCEgress {
+	switch {
+	case f.place.Hook == codegen.HookNetfilter:
+		// The devices netfilter gives the chain; 0 for none.
+		if rec.Ifindex != 0 {
+			p.In = ifc.name
+		}
+		if rec.Out != 0 {
+			p.Out = f.iface(rec.Out).name
+		}
+	case f.place.Hook == codegen.HookTCEgress:
 		p.Out = ifc.name
-	} else {
+	default:
 		p.In = ifc.name
 	}
 	ev.In, ev.Out = p.In, p.Out

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -456,4 +458,103 @@ func TestRealDumpsRestore(t *testing.T) {
 		t.Errorf("only %d dumps that iptables takes", tried)
 	}
 	t.Logf("%d of %d dumps restore whole", whole, tried)
+}
+
+// routedLogRules log a connection's SYN at INPUT, FORWARD and OUTPUT.
+const routedLogRules = `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -p tcp --syn --dport 22 -j LOG --log-prefix "rtI "
+-A FORWARD -p tcp --syn --dport 80 -j LOG --log-prefix "rtF " --log-tcp-options
+-A OUTPUT -p tcp --syn --dport 443 -j LOG --log-prefix "rtO " --log-level 6
+COMMIT
+`
+
+// logVarying are the fields of a LOG line that differ between two
+// connections: the IP ID, the source port and the TCP timestamp option's TSval.
+var logVarying = regexp.MustCompile(`ID=\d+ |SPT=\d+ |080A[0-9A-F]{8}`)
+
+// TestRestoreLogs: the LOG lines bpfwall log prints for chains at their
+// netfilter hooks (INPUT, FORWARD with both devices, OUTPUT without a MAC
+// header) are the kernel's for the same connections, but for what differs
+// between two connections.
+func TestRestoreLogs(t *testing.T) {
+	testenv.RequireTool(t, "iptables-legacy-restore")
+	bin := buildBpfwall(t)
+	r := newRouted(t)
+	r.listen(r.server, 80, 443)
+	r.listen(r.router, 22)
+	rulesFile := writeFile(t, "rules.v4", routedLogRules)
+	netns := func(args ...string) *exec.Cmd { return exec.Command("ip", append([]string{"netns", "exec", r.router}, args...)...) }
+	if out, err := netns(bin, "restore", rulesFile).CombinedOutput(); err != nil {
+		t.Fatalf("restore: %v\n%s", err, out)
+	}
+	reader := netns(bin, "log", "--count", "3", "--timeout", "20s")
+	var logged strings.Builder
+	reader.Stdout = &logged
+	if err := reader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the reader opens the ring buffers
+	connect := func() {
+		r.connect(r.client, routedAddrs["rc"][0], 22)
+		r.connect(r.client, routedAddrs["server"][0], 80)
+		r.connect(r.router, routedAddrs["server"][0], 443)
+	}
+	connect()
+	if err := reader.Wait(); err != nil {
+		t.Fatalf("bpfwall log: %v\n%s", err, logged.String())
+	}
+	if out, err := netns(bin, "unload").CombinedOutput(); err != nil {
+		t.Fatalf("unload: %v\n%s", err, out)
+	}
+	var ours []string
+	for line := range strings.Lines(logged.String()) {
+		_, text, _ := strings.Cut(strings.TrimSpace(line), ": ")
+		ours = append(ours, logVarying.ReplaceAllString(text, ""))
+	}
+
+	allowNetnsLogging(t)
+	load := netns("iptables-legacy-restore")
+	load.Stdin = strings.NewReader(routedLogRules)
+	if out, err := load.CombinedOutput(); err != nil {
+		t.Fatalf("iptables-legacy-restore: %v\n%s", err, out)
+	}
+	kmsg, err := os.OpenFile("/dev/kmsg", os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kmsg.Close()
+	if _, err := unix.Seek(int(kmsg.Fd()), 0, unix.SEEK_END); err != nil {
+		t.Fatal(err)
+	}
+	connect()
+	var kernel []string
+	buf := make([]byte, 8192)
+	for deadline := time.Now().Add(10 * time.Second); len(kernel) < 3 && time.Now().Before(deadline); {
+		n, err := unix.Read(int(kmsg.Fd()), buf)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EPIPE) {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, text, _ := strings.Cut(string(buf[:n]), ";")
+		text, _, _ = strings.Cut(text, "\n")
+		if strings.HasPrefix(text, "rt") {
+			kernel = append(kernel, logVarying.ReplaceAllString(strings.TrimSpace(text), ""))
+		}
+	}
+	slices.Sort(ours)
+	slices.Sort(kernel)
+	if !slices.Equal(ours, kernel) {
+		t.Errorf("bpfwall log:\n%s\nthe kernel:\n%s", strings.Join(ours, "\n"), strings.Join(kernel, "\n"))
+	}
+	for _, want := range []string{"rtI IN=rc0 OUT= MAC=", "rtF IN=rc0 OUT=rs0 MAC=", "rtO IN= OUT=rs0 SRC="} {
+		if !slices.ContainsFunc(ours, func(l string) bool { return strings.HasPrefix(l, want) }) {
+			t.Errorf("no line starts %q:\n%s", want, strings.Join(ours, "\n"))
+		}
+	}
 }
