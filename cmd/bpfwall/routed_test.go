@@ -486,7 +486,9 @@ func TestRestoreLogs(t *testing.T) {
 	r.listen(r.server, 80, 443)
 	r.listen(r.router, 22)
 	rulesFile := writeFile(t, "rules.v4", routedLogRules)
-	netns := func(args ...string) *exec.Cmd { return exec.Command("ip", append([]string{"netns", "exec", r.router}, args...)...) }
+	netns := func(args ...string) *exec.Cmd {
+		return exec.Command("ip", append([]string{"netns", "exec", r.router}, args...)...)
+	}
 	if out, err := netns(bin, "restore", rulesFile).CombinedOutput(); err != nil {
 		t.Fatalf("restore: %v\n%s", err, out)
 	}
