@@ -288,27 +288,35 @@ func (c *compiler) nfRejectFunctions() {
 		)
 	}
 
+	// readHeader zeroes pendingHdr bytes at base+off and copies the
+	// packet's first hdr bytes there, through a dynptr at dp; it jumps to
+	// fail if it cannot. r6 is the context.
+	readHeader := func(base asm.Register, off int16, fail string) {
+		for o := int16(0); o < pendingHdr; o += 8 {
+			b.emit(stImm(base, off+o, 0, asm.DWord))
+		}
+		c.dynptrFromSkb(asm.R6, dp, fail)
+		b.emit(
+			movr(asm.R1, base),
+			asm.Add.Imm(asm.R1, int32(off)),
+			mov(asm.R2, hdr),
+			movr(asm.R3, asm.R10),
+			asm.Add.Imm(asm.R3, dp),
+			mov(asm.R4, 0),
+			mov(asm.R5, 0),
+			asm.FnDynptrRead.Call(),
+			asm.JNE.Imm(asm.R0, 0, fail),
+		)
+	}
+
 	b.function(c.funcCtxCode(symRejectNote), "note the packet a REJECT rule decided, for the kernel's REJECT rule to answer")
 	b.emit(movr(asm.R6, asm.R1), movr(asm.R7, asm.R2))
 	lookup("note_done")
 	b.emit(st(asm.R8, pendingKind, asm.R7, asm.Word))
 	c.emitSkb(asm.R1, asm.R6)
 	b.emit(ldField(asm.R1, asm.R1, skbLenField, asm.Word), st(asm.R8, pendingLen, asm.R1, asm.Word))
-	for off := int16(0); off < pendingHdr; off += 8 {
-		b.emit(stImm(asm.R8, pendingBytes+off, 0, asm.DWord))
-	}
-	c.dynptrFromSkb(asm.R6, dp, "note_failed")
-	b.emit(
-		movr(asm.R1, asm.R8),
-		asm.Add.Imm(asm.R1, pendingBytes),
-		mov(asm.R2, hdr),
-		movr(asm.R3, asm.R10),
-		asm.Add.Imm(asm.R3, dp),
-		mov(asm.R4, 0),
-		mov(asm.R5, 0),
-		asm.FnDynptrRead.Call(),
-		asm.JEq.Imm(asm.R0, 0, "note_done"),
-	)
+	readHeader(asm.R8, pendingBytes, "note_failed")
+	b.emit(ja("note_done"))
 	b.mark("note_failed")
 	b.emit(stImm(asm.R8, pendingKind, 0, asm.Word))
 	b.mark("note_done")
@@ -327,21 +335,7 @@ func (c *compiler) nfRejectFunctions() {
 		ld(asm.R2, asm.R8, pendingLen, asm.Word),
 		asm.JNE.Reg(asm.R1, asm.R2, "forget_done"),
 	)
-	for off := int16(0); off < pendingHdr; off += 8 {
-		b.emit(stImm(asm.R10, buf+off, 0, asm.DWord))
-	}
-	c.dynptrFromSkb(asm.R6, dp, "forget_done")
-	b.emit(
-		movr(asm.R1, asm.R10),
-		asm.Add.Imm(asm.R1, buf),
-		mov(asm.R2, hdr),
-		movr(asm.R3, asm.R10),
-		asm.Add.Imm(asm.R3, dp),
-		mov(asm.R4, 0),
-		mov(asm.R5, 0),
-		asm.FnDynptrRead.Call(),
-		asm.JNE.Imm(asm.R0, 0, "forget_done"),
-	)
+	readHeader(asm.R10, buf, "forget_done")
 	for off := int16(0); off < pendingHdr; off += 8 {
 		b.emit(
 			ld(asm.R1, asm.R10, buf+off, asm.DWord),

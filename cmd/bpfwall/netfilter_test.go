@@ -456,30 +456,9 @@ func TestNetfilterStageLogNoMAC(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("iptables-legacy-restore: %v\n%s", err, out)
 	}
-	kmsg, err := os.OpenFile("/dev/kmsg", os.O_RDONLY|unix.O_NONBLOCK, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kmsg.Close()
-	if _, err := unix.Seek(int(kmsg.Fd()), 0, unix.SEEK_END); err != nil {
-		t.Fatal(err)
-	}
-	send()
 	var kernel string
-	buf := make([]byte, 8192)
-	for deadline := time.Now().Add(10 * time.Second); kernel == "" && time.Now().Before(deadline); {
-		n, err := unix.Read(int(kmsg.Fd()), buf)
-		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EPIPE) {
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		if err != nil {
-			t.Fatalf("read /dev/kmsg: %v", err)
-		}
-		if _, text, ok := strings.Cut(string(buf[:n]), ";"); ok && strings.HasPrefix(text, tag+" ") {
-			kernel, _, _ = strings.Cut(text, "\n")
-			kernel = unescapeKmsg(kernel)
-		}
+	if lines := kmsgLines(t, 1, func(text string) bool { return strings.HasPrefix(text, tag+" ") }, func() { send() }); len(lines) > 0 {
+		kernel = unescapeKmsg(lines[0])
 	}
 	cmd = exec.Command("iptables-legacy-restore")
 	cmd.Stdin = strings.NewReader("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n")

@@ -144,18 +144,7 @@ func TestRoutedRandom(t *testing.T) {
 	r.listen(r.router, 22, 80, 443, 8080, 23)
 	r.listen(r.client, 22, 80, 8080)
 	probes := append([]probe{{"client", "rc", 8081}}, routedProbes...)
-	run := func(stdin string, args ...string) (string, error) {
-		cmd := exec.Command("ip", append([]string{"netns", "exec", r.router}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-	must := func(stdin string, args ...string) {
-		t.Helper()
-		if out, err := run(stdin, args...); err != nil {
-			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	must := func(stdin string, args ...string) { r.run(stdin, args...) }
 	dir := t.TempDir()
 	mismatches, probed := 0, 0
 	kinds := map[string]int{}

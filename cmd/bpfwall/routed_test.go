@@ -80,6 +80,25 @@ func newRouted(t *testing.T) *routed {
 	return r
 }
 
+// try runs a command in the router's namespace, with stdin.
+func (r *routed) try(stdin string, args ...string) (string, error) {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", r.router}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// run runs a command in the router's namespace, with stdin, and fails the
+// test unless it succeeds.
+func (r *routed) run(stdin string, args ...string) string {
+	r.t.Helper()
+	out, err := r.try(stdin, args...)
+	if err != nil {
+		r.t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
 // in runs f with the calling goroutine in namespace ns.
 func (r *routed) in(ns string, f func()) {
 	r.t.Helper()
@@ -234,16 +253,7 @@ func TestRestoreWholeRuleSet(t *testing.T) {
 	r.listen(r.client, 22, 80, 8080)
 	text := [2]string{strings.ReplaceAll(routedRules, "ICMPPROTO", "icmp"), strings.ReplaceAll(routedRules, "ICMPPROTO", "ipv6-icmp")}
 	rules4, rules6 := writeFile(t, "rules.v4", text[0]), writeFile(t, "rules.v6", text[1])
-	run := func(stdin string, args ...string) string {
-		t.Helper()
-		cmd := exec.Command("ip", append([]string{"netns", "exec", r.router}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	run := r.run
 	run("", bin, "restore", rules4)
 	run("", bin, "restore", "-6", rules6)
 	var got [2][]string
@@ -346,16 +356,7 @@ func TestRestoreDelegates(t *testing.T) {
 		{"client", "rc", 8081}, {"client", "rc", 8082}, {"client", "rc", 22}, {"client", "rc", 80},
 		{"client", "server", 80}, {"client", "server", 443}, {"router", "client", 8080},
 	}
-	run := func(stdin string, args ...string) string {
-		t.Helper()
-		cmd := exec.Command("ip", append([]string{"netns", "exec", r.router}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	run := r.run
 	out := run("", bin, "restore", rules)
 	for _, want := range []string{"nat runs in the kernel's netfilter", "mangle PREROUTING runs in the kernel's netfilter", "rules.v4:7:38: MARK target is not supported"} {
 		if !strings.Contains(out, want) {
@@ -523,31 +524,9 @@ func TestRestoreLogs(t *testing.T) {
 	if out, err := load.CombinedOutput(); err != nil {
 		t.Fatalf("iptables-legacy-restore: %v\n%s", err, out)
 	}
-	kmsg, err := os.OpenFile("/dev/kmsg", os.O_RDONLY|unix.O_NONBLOCK, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kmsg.Close()
-	if _, err := unix.Seek(int(kmsg.Fd()), 0, unix.SEEK_END); err != nil {
-		t.Fatal(err)
-	}
-	connect()
 	var kernel []string
-	buf := make([]byte, 8192)
-	for deadline := time.Now().Add(10 * time.Second); len(kernel) < 3 && time.Now().Before(deadline); {
-		n, err := unix.Read(int(kmsg.Fd()), buf)
-		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EPIPE) {
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, text, _ := strings.Cut(string(buf[:n]), ";")
-		text, _, _ = strings.Cut(text, "\n")
-		if strings.HasPrefix(text, "rt") {
-			kernel = append(kernel, logVarying.ReplaceAllString(strings.TrimSpace(text), ""))
-		}
+	for _, text := range kmsgLines(t, 3, func(text string) bool { return strings.HasPrefix(text, "rt") }, connect) {
+		kernel = append(kernel, logVarying.ReplaceAllString(strings.TrimSpace(text), ""))
 	}
 	slices.Sort(ours)
 	slices.Sort(kernel)
@@ -559,4 +538,37 @@ func TestRestoreLogs(t *testing.T) {
 			t.Errorf("no line starts %q:\n%s", want, strings.Join(ours, "\n"))
 		}
 	}
+}
+
+// kmsgLines returns the first n lines the kernel logs, as /dev/kmsg has
+// them, that match, while send runs and for up to 10 seconds after.
+func kmsgLines(t *testing.T, n int, match func(text string) bool, send func()) []string {
+	t.Helper()
+	kmsg, err := os.OpenFile("/dev/kmsg", os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kmsg.Close()
+	if _, err := unix.Seek(int(kmsg.Fd()), 0, unix.SEEK_END); err != nil {
+		t.Fatal(err)
+	}
+	send()
+	var out []string
+	buf := make([]byte, 8192)
+	for deadline := time.Now().Add(10 * time.Second); len(out) < n && time.Now().Before(deadline); {
+		k, err := unix.Read(int(kmsg.Fd()), buf)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EPIPE) {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("read /dev/kmsg: %v", err)
+		}
+		if _, text, ok := strings.Cut(string(buf[:k]), ";"); ok {
+			if text, _, _ = strings.Cut(text, "\n"); match(text) {
+				out = append(out, text)
+			}
+		}
+	}
+	return out
 }
