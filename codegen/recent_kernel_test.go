@@ -145,8 +145,7 @@ func TestRecentAcrossCPUs(t *testing.T) {
 			prog := coll.Programs[codegen.ProgramName]
 			onEachCPU(t, cpus, func(cpu int) error {
 				data := frame4(t, layers.IPProtocolUDP, fmt.Sprintf("10.0.0.%d", cpu+1), "192.0.2.2", 40000, 53)
-				_, err := prog.Run(&ebpf.RunOptions{Data: data, Repeat: perCPU})
-				return err
+				return runTimes(prog, data, perCPU)
 			})
 			stamps := codegen.RecentTables(p)[0].Stamps
 			value := make([]byte, codegen.RecentValueSize(stamps))
