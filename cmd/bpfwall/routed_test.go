@@ -572,3 +572,63 @@ func kmsgLines(t *testing.T, n int, match func(text string) bool, send func()) [
 	}
 	return out
 }
+
+// TestRestoreDelegationFailure: when the kernel refuses what a restore
+// hands it, nothing changes: the chains bpfwall runs keep the old
+// programs, the kernel's tables their old rules. An iptables-restore
+// earlier on the PATH writes the new tables and then fails, as
+// iptables-nft-restore can after committing some tables.
+func TestRestoreDelegationFailure(t *testing.T) {
+	testenv.RequireTool(t, "iptables-restore", "iptables-save")
+	bin := buildBpfwall(t)
+	r := newRouted(t)
+	real, err := exec.LookPath("iptables-restore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	fake := "#!/bin/sh\n# Writes what it is given, then fails if it holds the word FAILHERE.\n" +
+		"in=$(cat)\nprintf '%s\\n' \"$in\" | " + real + " \"$@\" || exit $?\n" +
+		"case \"$in\" in *FAILHERE*) echo 'fake iptables-restore: injected failure' >&2; exit 1;; esac\n"
+	if err := os.WriteFile(dir+"/iptables-restore", []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := `*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+-A PREROUTING -d 10.71.1.1/32 -p tcp --dport 8081 -j DNAT --to-destination 10.71.2.2:80
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A FORWARD -p tcp --dport 443 -j DROP
+COMMIT
+`
+	r.run(old, bin, "restore")
+	before := r.run("", bin, "status")
+	kernelBefore := r.run("", "iptables-save", "-t", "nat")
+	next := strings.NewReplacer("8081", "8082", "--dport 443", "--dport 80").Replace(old)
+	next = strings.Replace(next, "-A PREROUTING", "-A PREROUTING -m comment --comment FAILHERE", 1)
+	cmd := exec.Command("ip", "netns", "exec", r.router, bin, "restore")
+	cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"))
+	cmd.Stdin = strings.NewReader(next)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "injected failure") {
+		t.Fatalf("restore with a failing iptables-restore: %v\n%s", err, out)
+	}
+	program := regexp.MustCompile(`program \d+`)
+	if after := r.run("", bin, "status"); program.FindAllString(after, -1)[0] != program.FindAllString(before, -1)[0] || !strings.Contains(after, "1 rules of filter FORWARD") {
+		t.Errorf("the chains changed:\nbefore\n%s\nafter\n%s", before, after)
+	}
+	stripCounters := regexp.MustCompile(`\[\d+:\d+\]|#.*\n`)
+	if kernel := r.run("", "iptables-save", "-t", "nat"); stripCounters.ReplaceAllString(kernel, "") != stripCounters.ReplaceAllString(kernelBefore, "") {
+		t.Errorf("the kernel's nat table changed:\nbefore\n%s\nafter\n%s", kernelBefore, kernel)
+	}
+	if saved := r.run("", bin, "save"); !strings.Contains(saved, "--dport 8081") || !strings.Contains(saved, "--dport 443 -j DROP") {
+		t.Errorf("save after the failed restore:\n%s", saved)
+	}
+	r.run("", bin, "unload")
+}
