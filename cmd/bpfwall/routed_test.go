@@ -392,6 +392,14 @@ func TestRestoreDelegates(t *testing.T) {
 	if kernel := run("", "iptables-save"); strings.Contains(kernel, delegatedMark) || strings.Contains(kernel, "DNAT") {
 		t.Errorf("unload left delegated tables:\n%s", kernel)
 	}
+	// A rule set the kernel runs all of (kube-proxy's, only nat): save
+	// prints it from the kernel, without bpfwall's mark.
+	natOnly := "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n-A POSTROUTING -o rs0 -j MASQUERADE\nCOMMIT\n"
+	run(natOnly, bin, "restore")
+	if saved := run("", bin, "save"); !strings.Contains(saved, "-A POSTROUTING -o rs0 -j MASQUERADE\n") || strings.Contains(saved, delegatedMark) {
+		t.Errorf("save of a rule set the kernel runs:\n%s", saved)
+	}
+	run("", bin, "unload")
 
 	run(delegatedRules, "iptables-legacy-restore")
 	want := r.outcomes(0, probes...)

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 
 	"bpfwall/loader"
@@ -57,7 +60,7 @@ func runSave(args []string, stdout, stderr io.Writer) error {
 func saveText(hook string, family rules.Family, table string, counters bool, stderr io.Writer) ([]byte, error) {
 	all, err := findTargets(hook, nil, stderr)
 	if isNothingLoaded(err) {
-		return nil, nil
+		return delegatedText(family, table, counters)
 	}
 	if err != nil {
 		return nil, err
@@ -69,6 +72,10 @@ func saveText(hook string, family rules.Family, table string, counters bool, std
 		}
 	}
 	if len(targets) == 0 {
+		// A restore that left every table to the kernel: its tables.
+		if text, err := delegatedText(family, table, counters); err != nil || len(text) > 0 {
+			return text, err
+		}
 		if family == rules.IPv4 {
 			fmt.Fprintln(stderr, "bpfwall: no IPv4 filter is loaded; save -6 prints the IPv6 ones")
 		}
@@ -255,4 +262,32 @@ func kernelRules(text []byte) (map[string][]kernelRule, map[string]rules.Counter
 		out[chain] = append(out[chain], kernelRule{text: line, c: c})
 	}
 	return out, policies
+}
+
+// delegatedText is what a netfilter restore left to the kernel, for a
+// family without any chain in BPF: the tables bpfwall wrote, as
+// iptables-save prints them, without bpfwall's mark; only table when
+// given, and the rules' counters with counters.
+func delegatedText(family rules.Family, table string, counters bool) ([]byte, error) {
+	kernel, err := kernelDelegated(family)
+	if err != nil {
+		return nil, err
+	}
+	var out []byte
+	rc := regexp.MustCompile(`^\[\d+:\d+\] `)
+	for _, name := range tableOrder(slices.Collect(maps.Keys(kernel))) {
+		if table != "" && name != table {
+			continue
+		}
+		for line := range strings.Lines(string(kernel[name])) {
+			if strings.HasPrefix(line, ":"+delegatedMark+" ") || strings.HasPrefix(line, "#") {
+				continue
+			}
+			if !counters {
+				line = rc.ReplaceAllString(line, "")
+			}
+			out = append(out, line...)
+		}
+	}
+	return out, nil
 }
