@@ -219,16 +219,20 @@ func (d *delegation) check() error {
 }
 
 // apply writes the delegated tables into the kernel and flushes the
-// tables an earlier restore delegated that this one does not, after
-// saving what they held, which undo puts back.
-func (d *delegation) apply(counters bool) error {
+// tables of restored (the tables of the rule set restored) that an
+// earlier restore delegated and this one does not, after saving what they
+// held, which undo puts back. A table the rule set does not have stays,
+// as iptables-restore leaves the tables its input does not name.
+func (d *delegation) apply(counters bool, restored []string) error {
 	old, err := kernelDelegated(d.family)
 	if err != nil {
 		return err
 	}
 	var flush []string
 	for name := range old {
-		flush = append(flush, name)
+		if slices.Contains(restored, name) {
+			flush = append(flush, name)
+		}
 	}
 	if len(d.tables) == 0 && len(flush) == 0 {
 		return nil

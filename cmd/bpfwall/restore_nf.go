@@ -263,7 +263,11 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 	if len(deleg.chains) > 0 {
 		req.progress("netfilter %s: handing %s to the kernel's netfilter", req.family, strings.Join(deleg.chains, ", "))
 	}
-	if err := deleg.apply(opts.Counters); err != nil {
+	var restored []string
+	for _, t := range rs.Tables {
+		restored = append(restored, t.Name)
+	}
+	if err := deleg.apply(opts.Counters, restored); err != nil {
 		return err
 	}
 	req.progress("netfilter %s: loading %d chains (the kernel verifies each) and swapping", req.family, len(swaps))

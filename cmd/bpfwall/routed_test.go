@@ -399,6 +399,11 @@ func TestRestoreDelegates(t *testing.T) {
 	if saved := run("", bin, "save"); !strings.Contains(saved, "-A POSTROUTING -o rs0 -j MASQUERADE\n") || strings.Contains(saved, delegatedMark) {
 		t.Errorf("save of a rule set the kernel runs:\n%s", saved)
 	}
+	// A restore that does not name nat leaves it, as iptables-restore.
+	run("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -p tcp --dport 22 -j REJECT\nCOMMIT\n", bin, "restore")
+	if saved := run("", bin, "save"); !strings.Contains(saved, "-j MASQUERADE\n") || !strings.Contains(saved, "--dport 22 -j REJECT --reject-with icmp-port-unreachable\n") || strings.Contains(saved, "object-pinned") {
+		t.Errorf("save after a restore of filter only:\n%s", saved)
+	}
 	run("", bin, "unload")
 
 	run(delegatedRules, "iptables-legacy-restore")

@@ -115,7 +115,19 @@ func saveText(hook string, family rules.Family, table string, counters bool, std
 		}
 		rs.Tables = []*rules.Table{t}
 	}
-	return rs.Save(rules.SaveOptions{Counters: counters}), nil
+	out := rs.Save(rules.SaveOptions{Counters: counters})
+	// Tables an earlier restore left to the kernel, which a later one did
+	// not name: they stay, as with iptables-restore.
+	kernel, err := kernelTables(family, counters)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range tableOrder(slices.Collect(maps.Keys(kernel))) {
+		if rs.Table(name) == nil && (table == "" || table == name) {
+			out = append(out, kernel[name]...)
+		}
+	}
+	return out, nil
 }
 
 // metaFamily is the family of the filter meta describes (IPv4 in pins
@@ -269,25 +281,41 @@ func kernelRules(text []byte) (map[string][]kernelRule, map[string]rules.Counter
 // iptables-save prints them, without bpfwall's mark; only table when
 // given, and the rules' counters with counters.
 func delegatedText(family rules.Family, table string, counters bool) ([]byte, error) {
-	kernel, err := kernelDelegated(family)
+	kernel, err := kernelTables(family, counters)
 	if err != nil {
 		return nil, err
 	}
 	var out []byte
-	rc := regexp.MustCompile(`^\[\d+:\d+\] `)
 	for _, name := range tableOrder(slices.Collect(maps.Keys(kernel))) {
-		if table != "" && name != table {
-			continue
+		if table == "" || name == table {
+			out = append(out, kernel[name]...)
 		}
-		for line := range strings.Lines(string(kernel[name])) {
-			if strings.HasPrefix(line, ":"+delegatedMark+" ") || strings.HasPrefix(line, "#") {
+	}
+	return out, nil
+}
+
+// kernelTables are the tables bpfwall wrote into the kernel for
+// family, by name, as iptables-save prints them without bpfwall's mark
+// and its REJECT answers; with the rules' counters with counters.
+func kernelTables(family rules.Family, counters bool) (map[string][]byte, error) {
+	kernel, err := kernelDelegated(family)
+	if err != nil {
+		return nil, err
+	}
+	rc := regexp.MustCompile(`^\[\d+:\d+\] `)
+	out := make(map[string][]byte)
+	for name, text := range kernel {
+		var b []byte
+		for line := range strings.Lines(string(text)) {
+			if strings.HasPrefix(line, ":"+delegatedMark+" ") || strings.HasPrefix(line, "#") || strings.Contains(line, " -m bpf --object-pinned ") {
 				continue
 			}
 			if !counters {
 				line = rc.ReplaceAllString(line, "")
 			}
-			out = append(out, line...)
+			b = append(b, line...)
 		}
+		out[name] = b
 	}
 	return out, nil
 }
