@@ -21,16 +21,16 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"check", "check [-4|-6] [-n] [--hook H] [--ipset FILE] (FILE... | --from-kernel)  would restore take the input: parse, lower and compile for the hook; no kernel needed", runCheck},
+		{"check", "check [-4|-6] [-n] [--hook H] [--ipset FILE] (FILE... | --from-kernel)  would restore take the input: parse, lower and compile every chain for its netfilter hook (or the chain of --hook), saying what would go to the kernel; no kernel needed", runCheck},
 		{"fmt", "fmt [-4|-6] [-cn] [--ipset FILE] (FILE | --from-kernel)  print as canonical iptables-save text", runFmt},
 		{"load", "load -i IFACE... [--hook H] [--chain C] [-O0|-O1] [--xdp-mode M] [-w [SECS]] (FILE | --from-kernel)  compile, load, attach or swap", runLoad},
-		{"restore", "restore [-chntvV] [-w [SECS]] [-W USECS] [-T TABLE] [-4|-6] [-i IFACE]... [--hook H] [-O0|-O1] [--ipset FILE] [FILE]  iptables-restore; stdin by default", runRestore},
+		{"restore", "restore [-chntvV] [-w [SECS]] [-W USECS] [-T TABLE] [-4|-6] [-i IFACE]... [--hook H] [-O0|-O1] [--ipset FILE] [--no-delegate] [FILE]  iptables-restore: without -i, every chain at its own netfilter hook, what BPF cannot do in the kernel's netfilter; stdin by default", runRestore},
 		{"save", "save [-cV] [-t TABLE] [-f FILE] [-4|-6] [--hook H]  the active rule set as iptables-save text", runSave},
 		{"status", "status [--json [--rules]]  the filters of this network namespace", runStatus},
 		{"metrics", "metrics [--listen ADDR]  the filters' counters and facts as Prometheus metrics, printed or served at /metrics", runMetrics},
 		{"log", "log [--hook H] [--json] [--count N] [--timeout D] [--syslog[=ADDR]]  print the LOG rules' events as the kernel's LOG lines, until interrupted", runLog},
 		{"register", "register [--target PROTO:ADDR:PORT] [--pid PID --fd N] [-w [SECS]]  hand sockets (LISTEN_FDS, or another process's) to the sk-lookup filter's TPROXY rules", runRegister},
-		{"unload", "unload [-i IFACE]... [--hook H] [-w [SECS]] | --netns ID  detach filters and remove their pins", runUnload},
+		{"unload", "unload [-i IFACE]... [--hook H] [-4|-6] [-w [SECS]] | --netns ID  detach filters and remove their pins, and flush the tables a restore left to the kernel", runUnload},
 		{"compile", "compile [--hook H] [--chain C] [-O0|-O1] [--dump] [-v] (FILE | --from-kernel)  compile; --dump prints it, otherwise the kernel verifies it", runCompile},
 		{"bench", "bench [--e2e] [--families F,...] [--sizes N,...] [--levels 0,1] [--json] [--svg FILE] [--repeat N] [--runs K]  measure per-packet cost, size and load time as rules grow", runBench},
 		{"trace", "trace [--hook H] [--chain C] [-O0|-O1] [--no-conntrack] [-i IFACE] (--packets F.jsonl | --pcap F.pcap) (FILE | --from-kernel)  run packets through the program in the kernel, where conntrack sees them", runTrace},

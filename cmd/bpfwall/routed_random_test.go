@@ -42,8 +42,10 @@ func randomRouted(rng *rand.Rand, fam int) string {
 		if rng.IntN(4) != 0 {
 			b.WriteString(" " + pick("--dport", "--sport", "! --dport") + " " + pick(ports...))
 		}
-		if table == "filter" && rng.IntN(3) == 0 {
-			b.WriteString(" -m conntrack --ctstate " + pick("NEW", "ESTABLISHED,RELATED", "ESTABLISHED", "INVALID,NEW"))
+		// In raw, before conntrack, every packet is INVALID; in mangle
+		// and filter, after it, the state conntrack gave.
+		if table == "filter" && rng.IntN(3) == 0 || table != "filter" && rng.IntN(6) == 0 {
+			b.WriteString(" -m conntrack --ctstate " + pick("NEW", "ESTABLISHED,RELATED", "ESTABLISHED", "INVALID,NEW", "INVALID"))
 		}
 		b.WriteString(" -j " + pick(targets...))
 		return b.String()
