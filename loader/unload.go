@@ -168,8 +168,10 @@ func (a *Active) iface(ifindex int) Iface {
 // stays, with its devices and the filter, until its pins go. If the
 // namespace is still alive (a process or /run/netns holds it), the
 // filters are unloaded in it as by Unload; otherwise their links are
-// detached and the pins removed. It returns the hooks unloaded.
-func UnloadNetNS(root string, id uint64) ([]codegen.Hook, error) {
+// detached and the pins removed. It returns the hooks unloaded. also, if
+// not nil, runs in the namespace after its filters are unloaded there,
+// when it is alive.
+func UnloadNetNS(root string, id uint64, also func() error) ([]codegen.Hook, error) {
 	if root == "" {
 		root = DefaultRoot
 	}
@@ -201,6 +203,9 @@ func UnloadNetNS(root string, id uint64) ([]codegen.Hook, error) {
 				if _, err := Unload(p, nil); err != nil {
 					return err
 				}
+			}
+			if also != nil {
+				return also()
 			}
 			return nil
 		})

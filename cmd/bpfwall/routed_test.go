@@ -404,7 +404,17 @@ func TestRestoreDelegates(t *testing.T) {
 	if saved := run("", bin, "save"); !strings.Contains(saved, "-j MASQUERADE\n") || !strings.Contains(saved, "--dport 22 -j REJECT --reject-with icmp-port-unreachable\n") || strings.Contains(saved, "object-pinned") {
 		t.Errorf("save after a restore of filter only:\n%s", saved)
 	}
-	run("", bin, "unload")
+	// unload --netns, from outside the namespace, flushes them too.
+	id := regexp.MustCompile(`netns (\d+) `).FindStringSubmatch(run("", bin, "status"))
+	if id == nil {
+		t.Fatal("status names no network namespace")
+	}
+	if out, err := exec.Command(bin, "unload", "--netns", id[1]).CombinedOutput(); err != nil {
+		t.Fatalf("unload --netns %s: %v\n%s", id[1], err, out)
+	}
+	if kernel := run("", "iptables-save"); strings.Contains(kernel, delegatedMark) || strings.Contains(kernel, "MASQUERADE") {
+		t.Errorf("unload --netns left delegated tables:\n%s", kernel)
+	}
 
 	run(delegatedRules, "iptables-legacy-restore")
 	want := r.outcomes(0, probes...)

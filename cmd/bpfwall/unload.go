@@ -53,7 +53,15 @@ func runUnload(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	defer lock.Release()
 	if *netns != "" {
-		_, err := loader.UnloadNetNS(pinRoot, id)
+		// The tables a restore left to the kernel there go too.
+		_, err := loader.UnloadNetNS(pinRoot, id, func() error {
+			for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+				if err := flushDelegated(fam); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 		return privileged(err)
 	}
 	// As iptables -F, unloading what is not loaded succeeds: an ExecStop
