@@ -15,7 +15,8 @@ import (
 )
 
 // TestContainerEntrypoint runs the container image's entrypoint as the
-// DaemonSet runs it, against a network namespace: it restores the rule
+// DaemonSet runs it, against a network namespace, by default (every chain
+// at its netfilter hook) and with BPFWALL_HOOK=xdp: it restores the rule
 // file at start, serves metrics, restores again when the file changes (a
 // ConfigMap update), keeps the running filter when the new file is bad,
 // and leaves the filter loaded when stopped.
@@ -23,6 +24,14 @@ func TestContainerEntrypoint(t *testing.T) {
 	bin := buildBpfwall(t)
 	peer := freshNetns(t)
 	c := cli{t, bin}
+	runEntrypoint(t, c, peer, nil, "netfilter", `hook="netfilter-filter-INPUT"`)
+	runEntrypoint(t, c, peer, []string{"BPFWALL_HOOK=xdp", "BPFWALL_IFACES=veth1"}, "xdp (veth1)", `hook="xdp"`)
+}
+
+// runEntrypoint runs the entrypoint with env, which restores on where;
+// the metrics of its rules have label.
+func runEntrypoint(t *testing.T, c cli, peer string, env []string, where, label string) {
+	t.Helper()
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.v4")
 	write := func(text string) {
@@ -38,8 +47,8 @@ func TestContainerEntrypoint(t *testing.T) {
 	}
 	write(udpRules)
 	cmd := exec.Command("sh", "../../dist/container/entrypoint.sh")
-	cmd.Env = append(os.Environ(), "BPFWALL="+bin, "BPFWALL_RULES="+rules, "BPFWALL_RULES6="+filepath.Join(dir, "rules.v6"),
-		"BPFWALL_IFACES=veth1", "BPFWALL_METRICS=127.0.0.1:0", "BPFWALL_INTERVAL=0.2")
+	cmd.Env = append(append(os.Environ(), "BPFWALL="+c.bin, "BPFWALL_RULES="+rules, "BPFWALL_RULES6="+filepath.Join(dir, "rules.v6"),
+		"BPFWALL_METRICS=127.0.0.1:0", "BPFWALL_INTERVAL=0.2"), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -77,25 +86,26 @@ func TestContainerEntrypoint(t *testing.T) {
 			}
 		}
 	}
-	await("restored " + rules + " on xdp (veth1)")
+	await("restored " + rules + " on " + where)
 	if got := sendUDP(t, peer, 5002, 3); got != 0 {
-		t.Errorf("udp/5002 under the first rules: %d of 3 arrived through DROP", got)
+		t.Errorf("%s: udp/5002 under the first rules: %d of 3 arrived through DROP", where, got)
 	}
 	await("serving metrics on ")
-	if body := fetch(t, metricsURL); !strings.Contains(body, `bpfwall_rule_packets_total{chain="INPUT",family="ipv4",hook="xdp"`) {
-		t.Errorf("metrics:\n%s", body)
+	if body := fetch(t, metricsURL); !strings.Contains(body, `bpfwall_rule_packets_total{chain="INPUT",family="ipv4",`+label) {
+		t.Errorf("%s: metrics:\n%s", where, body)
 	}
 
 	write(strings.Replace(udpRules, "--dport 5002 -j DROP", "--dport 5002 -j ACCEPT", 1))
-	await("restored " + rules + " on xdp (veth1)")
+	await("restored " + rules + " on " + where)
 	if got := sendUDP(t, peer, 5002, 3); got != 3 {
-		t.Errorf("udp/5002 after the change: %d of 3 arrived", got)
+		t.Errorf("%s: udp/5002 after the change: %d of 3 arrived", where, got)
 	}
 	prog := c.status()[0].Program
 	write("*filter\n-A INPUT -j NOSUCHTARGET\nCOMMIT\n")
-	await("restore of " + rules + " on xdp failed; the filter that ran before stays")
+	hook, _, _ := strings.Cut(where, " ")
+	await("restore of " + rules + " on " + hook + " failed; the filter that ran before stays")
 	if st := c.status(); len(st) != 1 || st[0].Program != prog {
-		t.Errorf("a bad file changed the filter: %+v", st)
+		t.Errorf("%s: a bad file changed the filter: %+v", where, st)
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -103,10 +113,10 @@ func TestContainerEntrypoint(t *testing.T) {
 	}
 	await("stopping; the filters stay loaded")
 	if err := cmd.Wait(); err != nil {
-		t.Errorf("the entrypoint on SIGTERM: %v", err)
+		t.Errorf("%s: the entrypoint on SIGTERM: %v", where, err)
 	}
 	if st := c.status(); len(st) != 1 || st[0].Program != prog {
-		t.Errorf("after the entrypoint stopped: %+v", st)
+		t.Errorf("%s: after the entrypoint stopped: %+v", where, st)
 	}
 	c.ok("", "unload")
 }
