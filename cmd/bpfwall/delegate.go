@@ -63,7 +63,8 @@ func newDelegation(family rules.Family) *delegation {
 
 // answer adds the kernel's rules that answer the REJECT rules of chain of
 // table t, which bpfwall runs: one per --reject-with, whose answer
-// program is pinned at paths[with].
+// program is pinned at paths[with]. (A table some chain of which is
+// delegated has its copy already; chain is called first.)
 func (d *delegation) answer(t *rules.Table, chain string, paths map[string]string) {
 	if d.tables[t.Name] == nil {
 		dt := &rules.Table{Name: t.Name, Pos: t.Pos}
@@ -104,9 +105,9 @@ func (d *delegation) chain(t *rules.Table, chain string) {
 		}
 		d.tables[t.Name] = dt
 	}
-	for i, c := range t.Chains {
+	for i, c := range dt.Chains {
 		if c.Name == chain {
-			dt.Chains[i] = c
+			dt.Chains[i] = t.Chain(chain)
 		}
 	}
 	d.chains = append(d.chains, t.Name+" "+chain)
