@@ -394,11 +394,7 @@ func (c *compiler) mainChains() {
 	b.emit(mov(asm.R7, Hotdrop))
 	if len(c.rejects) > 0 {
 		b.emit(ja(symMainEnd))
-		if c.hook == HookNetfilter {
-			c.nfRejectDecided()
-		} else {
-			c.rejectDecided()
-		}
+		c.rejectDecided()
 	}
 	b.mark(symMainEnd)
 	if c.trace {

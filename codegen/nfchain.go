@@ -231,38 +231,6 @@ func (c *compiler) funcCtxCode(name string) *btf.Func {
 	}
 }
 
-// nfRejectDecided emits main's label ruled_drop for a chain at its
-// netfilter hook: a REJECT rule's packet is noted and accepted, for the
-// kernel's rule to answer; a DROP drops.
-func (c *compiler) nfRejectDecided() {
-	b := c.b
-	b.mark("ruled_drop")
-	b.note("a DROP; a REJECT is noted and accepted, and the kernel's REJECT rule after this program answers it")
-	b.emit(
-		st(asm.R10, c.mainKey(), asm.R8, asm.Word),
-		movr(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, int32(c.mainKey())),
-		mapRef(asm.R1, RejectRulesMap),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, symMainEnd),
-		ld(asm.R1, asm.R0, 0, asm.Word),
-		asm.JEq.Imm(asm.R1, 0, symMainEnd),
-	)
-	for k, with := range c.rejects {
-		next := b.fresh("not_reject")
-		b.emit(
-			asm.JNE.Imm(asm.R1, int32(k+1), next),
-			movr(asm.R1, asm.R6),
-			mov(asm.R2, rejectCode(with)),
-			call(symRejectNote),
-			mov(asm.R9, nfAccept),
-			ja(symMainEnd),
-		)
-		b.mark(next)
-	}
-	b.emit(ja(symMainEnd))
-}
-
 // rejectForgetCall emits main's call of reject_forget, before the chains.
 func (c *compiler) rejectForgetCall() {
 	if c.hook != HookNetfilter || len(c.rejects) == 0 {

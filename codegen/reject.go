@@ -210,12 +210,18 @@ const symRejectStep = "reject_csum_step"
 func rejectSym(k int) string { return fmt.Sprintf("reject%d", k) }
 
 // rejectDecided emits main's handling of a rule's DROP when the program
-// rejects: r8 holds the rule; a REJECT rule's function leaves the return
-// code in r9. It goes on to symMainEnd.
+// rejects: r8 holds the rule. A REJECT rule's function leaves the return
+// code in r9; at a chain's netfilter hook the packet is noted and
+// accepted instead, for the kernel's REJECT rule after the program to
+// answer (nfchain.go). It goes on to symMainEnd.
 func (c *compiler) rejectDecided() {
 	b := c.b
 	b.mark("ruled_drop")
-	b.note("a DROP: REJECT rules send their reply first")
+	if c.hook == HookNetfilter {
+		b.note("a DROP; a REJECT is noted and accepted, and the kernel's REJECT rule after this program answers it")
+	} else {
+		b.note("a DROP: REJECT rules send their reply first")
+	}
 	b.emit(
 		st(asm.R10, c.mainKey(), asm.R8, asm.Word),
 		movr(asm.R2, asm.R10),
@@ -225,17 +231,15 @@ func (c *compiler) rejectDecided() {
 		asm.JEq.Imm(asm.R0, 0, symMainEnd),
 		ld(asm.R1, asm.R0, 0, asm.Word),
 	)
-	for k := range c.rejects {
+	for k, with := range c.rejects {
 		next := b.fresh("not_reject")
-		b.emit(
-			asm.JNE.Imm(asm.R1, int32(k+1), next),
-			movr(asm.R1, asm.R6),
-			movr(asm.R2, asm.R10),
-			asm.Add.Imm(asm.R2, int32(c.mainPkt())),
-			call(rejectSym(k)),
-			movr(asm.R9, asm.R0),
-			ja(symMainEnd),
-		)
+		b.emit(asm.JNE.Imm(asm.R1, int32(k+1), next), movr(asm.R1, asm.R6))
+		if c.hook == HookNetfilter {
+			b.emit(mov(asm.R2, rejectCode(with)), call(symRejectNote), mov(asm.R9, nfAccept))
+		} else {
+			b.emit(movr(asm.R2, asm.R10), asm.Add.Imm(asm.R2, int32(c.mainPkt())), call(rejectSym(k)), movr(asm.R9, asm.R0))
+		}
+		b.emit(ja(symMainEnd))
 		b.mark(next)
 	}
 	b.emit(ja(symMainEnd))
