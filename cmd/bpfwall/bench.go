@@ -89,9 +89,14 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	report := bench.NewReport()
 	if f.e2e {
 		report.Runs = f.runs
+		// bpfwall-nf restores the rules with this binary, as users do.
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
 		report.E2E, err = bench.EndToEnd(bench.E2EConfig{
 			Families: families, Sizes: sizes, Levels: levels,
-			Duration: f.duration, Runs: f.runs, Seed: f.seed, Log: log,
+			Duration: f.duration, Runs: f.runs, Seed: f.seed, Log: log, Bpfwall: self,
 		})
 	} else {
 		report.Repeat, report.RunTime, report.Runs = f.repeat, f.runTime, f.runs

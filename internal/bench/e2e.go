@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -35,7 +36,12 @@ type E2EConfig struct {
 	// while they run; it is removed after. When empty, a bpffs of the
 	// run's own is mounted in a temporary directory.
 	BPFFS string
-	Log   io.Writer
+	// Bpfwall is the bpfwall binary: the bpfwall-nf engine restores the
+	// rules with it, as a user runs bpfwall restore without -i (each chain
+	// at its netfilter hook, the kernel answering REJECTs). Without it
+	// that engine is skipped.
+	Bpfwall string
+	Log     io.Writer
 }
 
 // E2EResult is one firewall's rate for one workload. Rates are per second,
@@ -70,13 +76,13 @@ type skipError struct{ reason string }
 func (e skipError) Error() string { return e.reason }
 
 // Engines names the engines of an end-to-end run, in order.
-func engines(levels []int, bpffs string) []engine {
+func engines(levels []int, bpffs, bpfwall string) []engine {
 	out := []engine{noFirewall{}, &xdpDropEngine{}, iptablesEngine{}, nftEngine{}}
 	for _, l := range levels {
 		out = append(out, &bpfwallEngine{level: l, root: bpffs})
 	}
 	for _, l := range levels {
-		out = append(out, &bpfwallEngine{level: l, root: bpffs, netfilter: true})
+		out = append(out, &bpfwallEngine{level: l, root: bpffs, netfilter: true, bin: bpfwall})
 	}
 	return out
 }
@@ -114,7 +120,7 @@ func EndToEnd(cfg E2EConfig) ([]E2EResult, error) {
 					findProbes(w, p, cfg.Seed) // fills Flood for families without frames
 				}
 			}
-			for _, e := range engines(cfg.Levels, cfg.BPFFS) {
+			for _, e := range engines(cfg.Levels, cfg.BPFFS, cfg.Bpfwall) {
 				r := E2EResult{Family: fam.Name, N: w.N, Engine: e.name()}
 				if cfg.Log != nil {
 					fmt.Fprintf(cfg.Log, "e2e %-10s N=%-6d %-16s ...\n", r.Family, r.N, r.Engine)
@@ -311,14 +317,19 @@ func (nftEngine) install(topo *topology.Topology, w *Workload) error {
 func (nftEngine) close() error { return nil }
 
 // bpfwallEngine compiles the rules and loads them as `bpfwall load` does,
-// on XDP in the driver's (veth's) native mode; with netfilter, as
-// `bpfwall restore` without -i does, at the chain's own netfilter hook.
+// on XDP in the driver's (veth's) native mode; with netfilter, it runs
+// `bpfwall restore` (the binary bin), which puts each chain at its own
+// netfilter hook.
 type bpfwallEngine struct {
 	level     int
 	root      string
 	netfilter bool
+	bin       string
 	place     *loader.Place
 	ns        string
+	// restored is the lock file of a netfilter restore, whose unload
+	// close runs; empty when none is loaded.
+	restored string
 }
 
 func (e *bpfwallEngine) name() string {
@@ -357,42 +368,49 @@ func (e *bpfwallEngine) install(topo *topology.Topology, w *Workload) error {
 	return err
 }
 
-// installNetfilter loads the workload's chain at its netfilter hook.
+// installNetfilter restores the workload's rules with the bpfwall binary
+// in the firewall's namespace, on a pin root and lock of the run's own.
 func (e *bpfwallEngine) installNetfilter(topo *topology.Topology, w *Workload) error {
-	rs, p, err := lower(w)
-	if err != nil {
-		return skipError{"does not compile: " + reason(err)}
+	if e.bin == "" {
+		return skipError{"needs the bpfwall binary (bpfwall bench --e2e runs it)"}
 	}
-	l, err := codegen.ParseLevel(e.level)
-	if err != nil {
-		return err
-	}
-	prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookNetfilter, Level: l})
-	if err != nil {
-		return skipError{"does not compile: " + reason(err)}
-	}
-	meta, counters, err := loader.NewMeta(rs, prog, w.Family)
+	dir, err := os.MkdirTemp("", "bpfwall-bench-restore-")
 	if err != nil {
 		return err
 	}
-	e.ns = topo.Firewall
-	err = topology.Do(topo.Firewall, func() error {
-		ns, err := loader.NetNS()
-		if err != nil {
-			return err
-		}
-		place := loader.ChainPlace(e.root, ns, rs.Family, p.Table, w.Chain)
-		e.place = &place
-		_, err = loader.SwapAll([]*loader.Swap{{Place: place, Program: prog, Meta: meta, Counters: counters}})
+	defer os.RemoveAll(dir)
+	file := filepath.Join(dir, w.Family+".rules")
+	if err := os.WriteFile(file, w.Rules, 0o600); err != nil {
 		return err
-	})
-	if errors.Is(err, loader.ErrTooLarge) {
-		return skipError{"does not load: " + firstLine(err.Error())}
 	}
-	return err
+	e.ns, e.restored = topo.Firewall, filepath.Join(os.TempDir(), fmt.Sprintf("bpfwall-bench-%d.lock", os.Getpid()))
+	out, err := e.run("restore", "-q", "--hook", "netfilter", fmt.Sprintf("-O%d", e.level), file)
+	if err != nil {
+		e.close()
+		return skipError{"restore fails: " + firstLine(strings.TrimSpace(out))}
+	}
+	return nil
+}
+
+// run runs the bpfwall binary in the firewall's namespace with the run's
+// pin root and lock.
+func (e *bpfwallEngine) run(args ...string) (string, error) {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", e.ns, e.bin}, args...)...)
+	cmd.Env = append(os.Environ(), "BPFWALL_ROOT="+e.root, "BPFWALL_LOCKFILE="+e.restored)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 func (e *bpfwallEngine) close() error {
+	if e.restored != "" {
+		out, err := e.run("unload", "--hook", "netfilter")
+		os.Remove(e.restored)
+		e.restored = ""
+		if err != nil {
+			return fmt.Errorf("bpfwall unload: %v: %s", err, out)
+		}
+		return nil
+	}
 	if e.place == nil {
 		return nil
 	}
