@@ -130,6 +130,10 @@ func isReply(frame []byte, mark net.HardwareAddr) bool {
 // busy with other tests (2 s did not, once, with several suites running).
 const sentinelTimeout = 10 * time.Second
 
+// sentinelResend is how long awaitReply waits before it sends the
+// sentinel again.
+const sentinelResend = 2 * time.Second
+
 // sendBatch sends frames from the sender and returns the frames that
 // reached the receiver.
 //
@@ -159,7 +163,7 @@ func (topo *Topology) sendBatch(frames [][]byte) ([][]byte, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if err := topo.awaitReply(mark); err != nil {
+	if err := topo.awaitReply(mark, end); err != nil {
 		return nil, err
 	}
 	var got [][]byte
@@ -180,13 +184,25 @@ func (topo *Topology) sendBatch(frames [][]byte) ([][]byte, error) {
 	return got, nil
 }
 
-func (topo *Topology) awaitReply(mark net.HardwareAddr) error {
+// awaitReply waits for the firewall's reply to the sentinel end, marked
+// mark. It sends end again every sentinelResend: a loaded machine's
+// backlog can drop the request itself, after the probes it follows
+// were processed.
+func (topo *Topology) awaitReply(mark net.HardwareAddr, end []byte) error {
 	buf := make([]byte, 1<<16)
 	deadline := time.Now().Add(sentinelTimeout)
+	resend := time.Now().Add(sentinelResend)
 	for {
-		f, err := topo.send.recv(buf, time.Until(deadline))
+		f, err := topo.send.recv(buf, min(time.Until(deadline), time.Until(resend)))
 		if err != nil {
 			return err
+		}
+		if f == nil && time.Now().Before(deadline) {
+			if err := topo.send.send(end); err != nil {
+				return err
+			}
+			resend = time.Now().Add(sentinelResend)
+			continue
 		}
 		if f == nil {
 			return fmt.Errorf("no arp reply from the firewall %s within %v", fwAddr, sentinelTimeout)
