@@ -26,6 +26,7 @@ type benchFlags struct {
 	tum                     string
 	seed                    uint64
 	quiet                   bool
+	saveRules               string
 }
 
 const (
@@ -47,6 +48,7 @@ func (f *benchFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.tum, "tum", "", "the TUM dump for the tum family (default: found under ../shared/corpora/real)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the generated rule sets and frames")
 	fs.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines on stderr")
+	fs.StringVar(&f.saveRules, "save-rules", "", "write each rule set as iptables-restore text `DIR`/FAMILY-N.rules and measure nothing")
 }
 
 func runBench(args []string, stdout, stderr io.Writer) error {
@@ -81,6 +83,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	levels, err := ints("--levels", f.levels)
 	if err != nil {
 		return err
+	}
+	if f.saveRules != "" {
+		return bench.SaveRules(f.saveRules, families, sizes, f.seed, stdout)
 	}
 	var log io.Writer = stderr
 	if f.quiet {

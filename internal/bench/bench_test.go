@@ -44,10 +44,14 @@ func TestFamiliesGenerate(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if pr.noMatch == nil || pr.last == nil || w.Flood == nil {
+				// realistic's one rule is ESTABLISHED,RELATED: no frame of a
+				// test run is decided by it, and the random frames aimed at it
+				// that are neither TCP nor UDP go to the netfilter stage.
+				ctOnly := fam.Name == "realistic" && n == 1
+				if pr.noMatch == nil || (pr.last == nil) != ctOnly || w.Flood == nil {
 					t.Errorf("missing frames: no-match %v, last %v, flood %v", pr.noMatch != nil, pr.last != nil, w.Flood != nil)
 				}
-				if len(pr.random) < randomProbes/2 {
+				if ctOnly && len(pr.random) == 0 || !ctOnly && len(pr.random) < randomProbes/2 {
 					t.Errorf("%d random frames, want about %d", len(pr.random), randomProbes)
 				}
 				again, err := fam.Generate(n, 7)

@@ -3,9 +3,11 @@ package bench
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"bpfwall/internal/topology"
@@ -50,6 +52,33 @@ func (f Family) Generate(n int, seed uint64) (*Workload, error) {
 	}
 	w.Family = f.Name
 	return w, nil
+}
+
+// SaveRules writes the rule set of every family at every size into dir,
+// as FAMILY-N.rules, and names each file on out: the files bench measures,
+// for restore, compile --dump or the kernel's iptables-restore.
+func SaveRules(dir string, fams []Family, sizes []int, seed uint64, out io.Writer) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, fam := range fams {
+		ns := sizes
+		if fam.Fixed {
+			ns = []int{0}
+		}
+		for _, n := range ns {
+			w, err := fam.Generate(n, seed)
+			if err != nil {
+				return err
+			}
+			name := filepath.Join(dir, fmt.Sprintf("%s-%d.rules", fam.Name, w.N))
+			if err := os.WriteFile(name, w.Rules, 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%s\t%s %d rules in %s\n", name, fam.Name, w.N, w.Chain)
+		}
+	}
+	return nil
 }
 
 // TUMDump is the file name of the real rule set the tum family loads.
@@ -306,6 +335,16 @@ func genRealistic(n int, rng *rand.Rand) (*Workload, error) {
 		fmt.Sprintf("-i %s -p tcp -m tcp --dport 22 -j SSH", inIface),
 		fmt.Sprintf("-s %s -j BLOCKED", p.next()),
 	}
+	if n == 1 {
+		// ESTABLISHED,RELATED comes first at every size: one rule is that
+		// rule alone, and the policy drops the frames.
+		rs.add("%s", head[0])
+		addChains(rs, nil)
+		w := rs.workload()
+		w.NoMatch = udpFrame(probeSrc, probeDst, probePort, noPort)
+		w.Flood = w.NoMatch
+		return w, nil
+	}
 	for _, r := range head[:min(n-1, len(head))] {
 		rs.add("%s", r)
 	}
@@ -329,16 +368,8 @@ func genRealistic(n int, rng *rand.Rand) (*Workload, error) {
 			rs.add("! -i %s -d %s/32 -p tcp -m tcp --dport %d -j ACCEPT", inIface, a.next(), port(rng))
 		}
 	}
-	var ssh []string
-	for range 8 {
-		ssh = append(ssh, fmt.Sprintf("-s %s/32 -j ACCEPT", a.next()))
-	}
 	rs.add("-s %s/32 -p udp -m udp --dport %d -j DROP", lastSrc, lastPort)
-	// No LOG: xdp cannot print a FORWARD line's OUT=.
-	for _, r := range append(ssh, "-m limit --limit 5/min -j RETURN", "-j REJECT --reject-with icmp-port-unreachable") {
-		fmt.Fprintf(&rs.buf, "-A SSH %s\n", r)
-	}
-	rs.buf.WriteString("-A BLOCKED -p tcp -j REJECT --reject-with tcp-reset\n-A BLOCKED -j DROP\n")
+	addChains(rs, &a)
 	w := rs.workload()
 	w.NoMatch = udpFrame(probeSrc, probeDst, probePort, noPort)
 	w.Last = udpFrame(lastSrc, probeDst, probePort, lastPort)
@@ -352,6 +383,22 @@ const anonymizedMAC = "XX:XX:XX:XX:XX:XX"
 
 // loadTUM loads the TUM dump; its frames are found by the caller, which
 // knows the compiled rules (see aimFrames).
+// addChains appends the realistic family's user chains, SSH with eight
+// hosts drawn from a (none when nil), and BLOCKED.
+func addChains(rs *ruleset, a *addrs) {
+	var ssh []string
+	for range 8 {
+		if a != nil {
+			ssh = append(ssh, fmt.Sprintf("-s %s/32 -j ACCEPT", a.next()))
+		}
+	}
+	// No LOG: xdp cannot print a FORWARD line's OUT=.
+	for _, r := range append(ssh, "-m limit --limit 5/min -j RETURN", "-j REJECT --reject-with icmp-port-unreachable") {
+		fmt.Fprintf(&rs.buf, "-A SSH %s\n", r)
+	}
+	rs.buf.WriteString("-A BLOCKED -p tcp -j REJECT --reject-with tcp-reset\n-A BLOCKED -j DROP\n")
+}
+
 func loadTUM(path string) (*Workload, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
