@@ -103,6 +103,9 @@ type entry struct {
 	t    ir.Tuple
 	id   uint32
 	kind uint32
+	// need is, in a table of candidates, the residual bits the rule's
+	// residual sets (0 for none): see mergeResiduals.
+	need uint16
 }
 
 // table is one lookup of a segment.
@@ -121,6 +124,9 @@ type table struct {
 	entries []entry
 	first   uint32 // the earliest rule
 	inline  bool
+	// residuals, for a table of candidates, are the residual keys of the
+	// tables merged into it: bit i of an entry's need is residuals[i].
+	residuals []string
 }
 
 // shapeKey is the guard and shape that tuples share in a table.
@@ -371,6 +377,7 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, too
 		})
 	}
 	tables = c.splitRanges(tables)
+	tables = c.mergeResiduals(tables)
 	for _, t := range tables {
 		t.first = t.entries[0].id
 		t.inline = !c.forceLookups && len(t.entries) <= maxInlineTuples || emptyShape(t)
@@ -386,6 +393,9 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, too
 				continue
 			}
 			cost += t.cost() + costPlainRule*len(c.residuals[t.guard.residual])
+			for _, k := range t.residuals {
+				cost += costPlainRule * len(c.residuals[k])
+			}
 		}
 		if cost >= plain {
 			return nil, false
@@ -407,6 +417,167 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, too
 		}
 	}
 	return &segmentPlan{rules: run, tables: tables}, false
+}
+
+// maxCandidates bounds the rules one key of a table of candidates lists:
+// every value has this many, so that the code does not depend on the
+// rules. candidateSize is one's size: u32 rule, u16 kind, u16 need.
+const (
+	maxCandidates = 4
+	candidateSize = 8
+	// maxResidualBits is how many residuals one table of candidates
+	// tells apart: the bits of a u16.
+	maxResidualBits = 16
+)
+
+// mergeResiduals merges the hashes that share a shape and a guard but for
+// their residuals into one table of candidates: each key lists, earliest
+// first, the rules with that key up to the first without a residual, and
+// each with the residual bit it needs. Before the lookup the table's
+// residuals are tested once, each setting its bit; after it, the first
+// candidate whose bit is set is the earliest rule of those tables that
+// matches. A packet takes one lookup where it took one per residual
+// (realistic rule sets mix plain service ACCEPTs with ones under "! -i",
+// TCP flags or ICMP types), and no candidate is lost: a rule not listed
+// comes after one that matches whenever it does. A group whose keys would
+// list more than maxCandidates rules stays apart.
+func (c *compiler) mergeResiduals(tables []*table) []*table {
+	type groupKey struct {
+		g    guard
+		lens [ir.NumFields]uint8
+	}
+	groups := make(map[groupKey][]*table)
+	var order []groupKey
+	for _, t := range tables {
+		if t.lpm >= 0 || t.array || t.ranges != nil || emptyShape(t) || !c.forceLookups && len(t.entries) <= maxInlineTuples {
+			continue
+		}
+		k := groupKey{t.guard, t.lens}
+		k.g.residual = ""
+		if groups[k] == nil {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], t)
+	}
+	into := make(map[*table]*table)
+	for _, k := range order {
+		ts := groups[k]
+		if len(ts) < 2 || len(ts) > maxResidualBits+1 {
+			continue
+		}
+		m := &table{guard: k.g, lens: k.lens, lpm: -1}
+		n := 0
+		for _, t := range ts {
+			n += len(t.entries)
+		}
+		m.entries = make([]entry, 0, n)
+		for _, t := range ts {
+			var need uint16
+			if t.guard.residual != "" {
+				need = 1 << len(m.residuals)
+				m.residuals = append(m.residuals, t.guard.residual)
+			}
+			for _, e := range t.entries {
+				e.need = need
+				m.entries = append(m.entries, e)
+			}
+		}
+		slices.SortFunc(m.entries, func(a, b entry) int {
+			return cmp.Or(cmp.Compare(a.id, b.id), compareTuples(a.t, b.t))
+		})
+		if _, _, ok := c.candidates(m); !ok {
+			continue
+		}
+		for _, t := range ts {
+			into[t] = m
+		}
+	}
+	if len(into) == 0 {
+		return tables
+	}
+	out := make([]*table, 0, len(tables))
+	placed := make(map[*table]bool)
+	for _, t := range tables {
+		m, ok := into[t]
+		switch {
+		case !ok:
+			out = append(out, t)
+		case !placed[m]:
+			placed[m] = true
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// candidates returns the keys of a table of candidates, in order, and the
+// candidates of each: earliest first, up to the first that needs no
+// residual, without a later rule that needs the same bit as an earlier
+// one (it can only match where that one does). False when a key would
+// have more than maxCandidates.
+func (c *compiler) candidates(t *table) ([][]byte, [][]entry, bool) {
+	l := c.layout(t)
+	var keys [][]byte
+	var lists [][]entry
+	at := make(map[string]int)
+	closed := make(map[string]bool)
+	for _, e := range t.entries { // the earliest rule first
+		k := make([]byte, l.size)
+		for _, s := range l.slots {
+			copy(k[s.off:s.off+s.size], e.t.Value[s.field][:s.size])
+		}
+		if closed[string(k)] {
+			continue
+		}
+		i, ok := at[string(k)]
+		if !ok {
+			i = len(keys)
+			at[string(k)] = i
+			keys = append(keys, k)
+			lists = append(lists, nil)
+		}
+		if slices.ContainsFunc(lists[i], func(o entry) bool { return o.need == e.need }) {
+			continue
+		}
+		if len(lists[i]) == maxCandidates {
+			return nil, nil, false
+		}
+		lists[i] = append(lists[i], e)
+		if e.need == 0 {
+			closed[string(k)] = true
+		}
+	}
+	return keys, lists, true
+}
+
+// candidatesSpec returns a table of candidates' hash: the key, and
+// maxCandidates candidates; a key with fewer repeats its last.
+func (c *compiler) candidatesSpec(t *table) *ebpf.MapSpec {
+	keys, lists, ok := c.candidates(t)
+	if !ok {
+		panic("codegen: a table of candidates lists too many")
+	}
+	kvs := make([]ebpf.MapKV, len(keys))
+	for i, k := range keys {
+		v := make([]byte, candidateSize*maxCandidates)
+		list := lists[i]
+		for j := range maxCandidates {
+			e := list[min(j, len(list)-1)]
+			binary.NativeEndian.PutUint32(v[candidateSize*j:], e.id)
+			binary.NativeEndian.PutUint16(v[candidateSize*j+4:], uint16(e.kind))
+			binary.NativeEndian.PutUint16(v[candidateSize*j+6:], e.need)
+		}
+		kvs[i] = ebpf.MapKV{Key: k, Value: v}
+	}
+	slices.SortFunc(kvs, func(a, b ebpf.MapKV) int { return bytes.Compare(a.Key.([]byte), b.Key.([]byte)) })
+	return &ebpf.MapSpec{
+		Name:       t.name,
+		Type:       ebpf.Hash,
+		KeySize:    uint32(c.layout(t).size),
+		ValueSize:  candidateSize * maxCandidates,
+		MaxEntries: uint32(len(kvs)),
+		Contents:   kvs,
+	}
 }
 
 // tablePrefix names the classifier's tables: the netfilter stage's are
@@ -594,6 +765,8 @@ func (c *compiler) mapSpec(t *table) *ebpf.MapSpec {
 		return portArray(t)
 	case t.ranges != nil:
 		return c.rangesSpec(t)
+	case t.residuals != nil:
+		return c.candidatesSpec(t)
 	}
 	l := c.layout(t)
 	key := func(tp ir.Tuple, plen int) []byte {

@@ -47,6 +47,9 @@ func (c *compiler) classified(s *segmentPlan, next string) {
 				panic(fmt.Sprintf("codegen: residual match %T drops packets", m))
 			}
 		}
+		if t.residuals != nil {
+			c.residualBits(t)
+		}
 		if t.inline {
 			c.inlineTable(t, skip)
 		} else {
@@ -119,15 +122,23 @@ func (c *compiler) describeTable(t *table) string {
 		}
 	}
 	if ms := c.residuals[t.guard.residual]; len(ms) > 0 {
-		var texts []string
-		for _, m := range ms {
-			texts = append(texts, ir.MatchString(c.p.Family, m))
+		when = append(when, "if "+c.residualText(ms))
+	}
+	if len(t.residuals) > 0 {
+		var each []string
+		for _, k := range t.residuals {
+			each = append(each, c.residualText(c.residuals[k]))
 		}
-		when = append(when, "if "+strings.Join(texts, ", "))
+		if len(when) > 0 {
+			when[len(when)-1] += ";"
+		}
+		when = append(when, "candidates if "+strings.Join(each, " | "))
 	}
 	how := "inline"
 	switch {
 	case t.inline:
+	case t.residuals != nil:
+		how = "candidates " + t.name
 	case t.array:
 		how = "array " + t.name
 	case t.ranges != nil:
@@ -145,6 +156,15 @@ func (c *compiler) describeTable(t *table) string {
 		s += " (" + strings.Join(when, " ") + ")"
 	}
 	return s
+}
+
+// residualText is a residual's matches as iptables writes them.
+func (c *compiler) residualText(ms []ir.Match) string {
+	texts := make([]string, len(ms))
+	for i, m := range ms {
+		texts[i] = ir.MatchString(c.p.Family, m)
+	}
+	return strings.Join(texts, ", ")
 }
 
 // varies reports whether the table's tuples differ in the length of the
@@ -295,6 +315,9 @@ func (c *compiler) lookupTable(t *table, skip string) {
 	case t.ranges != nil:
 		c.rangesLookup(t, skip)
 		return
+	case t.residuals != nil:
+		c.candidatesLookup(t, skip)
+		return
 	}
 	c.storeKey(t)
 	b.emit(
@@ -355,25 +378,7 @@ func (c *compiler) rangesLookup(t *table, skip string) {
 	if t.ranges.keyBits > 0 {
 		b.emit(asm.And.Imm(asm.R1, 1<<runBits-1))
 	}
-	var found []string
-	for i := range maxRuns {
-		found = append(found, b.fresh("run"))
-		b.emit(
-			ld(asm.R2, asm.R0, int16(runSize*i), asm.Half),
-			asm.JLE.Reg(asm.R1, asm.R2, found[i]),
-		)
-	}
-	b.emit(ja(skip))
-	for i, l := range found {
-		b.mark(l)
-		b.emit(
-			ld(asm.R2, asm.R0, int16(runSize*i+2), asm.Half),
-			ld(asm.R1, asm.R0, int16(runSize*i+4), asm.Word),
-		)
-		if i+1 < len(found) {
-			b.emit(ja(got))
-		}
-	}
+	c.searchRuns(0, maxRuns, got)
 	b.mark(got)
 	b.emit(
 		asm.JEq.Imm(asm.R2, 0, skip),
@@ -382,6 +387,94 @@ func (c *compiler) rangesLookup(t *table, skip string) {
 		movr(asm.R8, asm.R2),
 	)
 	c.maps = append(c.maps, c.mapSpec(t))
+}
+
+// chainResidualBits is where a chain function keeps, for a table of
+// candidates, the u32 of the residual bits the packet sets.
+const chainResidualBits = -12
+
+// residualBits tests each of a table of candidates' residuals and sets its
+// bit in chainResidualBits when it holds.
+func (c *compiler) residualBits(t *table) {
+	b := c.b
+	b.emit(stImm(asm.R10, chainResidualBits, 0, asm.Word))
+	for i, k := range t.residuals {
+		fails := b.fresh("residual_fails")
+		for _, m := range c.residuals[k] {
+			if c.match(nil, m, fails, "") {
+				panic(fmt.Sprintf("codegen: residual match %T drops packets", m))
+			}
+		}
+		b.emit(
+			ld(asm.R1, asm.R10, chainResidualBits, asm.Word),
+			asm.Or.Imm(asm.R1, 1<<i),
+			st(asm.R10, chainResidualBits, asm.R1, asm.Word),
+		)
+		b.mark(fails)
+	}
+}
+
+// candidatesLookup looks the packet's key up in a table of candidates and
+// takes the first candidate whose residual bits the packet sets.
+func (c *compiler) candidatesLookup(t *table, skip string) {
+	b := c.b
+	c.storeKey(t)
+	b.emit(
+		mapRef(asm.R1, t.name),
+		movr(asm.R2, asm.R6),
+		asm.Add.Imm(asm.R2, pktLookupKey),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, skip),
+		ld(asm.R3, asm.R10, chainResidualBits, asm.Word),
+	)
+	for i := range maxCandidates {
+		next := skip
+		if i+1 < maxCandidates {
+			next = b.fresh("candidate_fails")
+		}
+		off := int16(candidateSize * i)
+		b.emit(
+			ld(asm.R2, asm.R0, off+6, asm.Half),
+			movr(asm.R4, asm.R3),
+			asm.And.Reg(asm.R4, asm.R2),
+			asm.JNE.Reg(asm.R4, asm.R2, next),
+			ld(asm.R1, asm.R0, off, asm.Word),
+			asm.JGE.Reg(asm.R1, asm.R7, skip),
+			movr(asm.R7, asm.R1),
+			ld(asm.R8, asm.R0, off+4, asm.Half),
+			ja(skip),
+		)
+		if next != skip {
+			b.mark(next)
+		}
+	}
+	c.maps = append(c.maps, c.mapSpec(t))
+}
+
+// searchRuns finds, by binary search, the first of the n runs from run lo
+// whose hi is at least the value in r1, and goes to got with its kind in
+// r2 and its rule in r1; r0 is the ranges value. Every value has maxRuns
+// runs, the last ending at 65535, so a run is always found: in
+// log2(maxRuns) compares, where a scan took up to maxRuns.
+func (c *compiler) searchRuns(lo, n int, got string) {
+	b := c.b
+	if n == 1 {
+		b.emit(
+			ld(asm.R2, asm.R0, int16(runSize*lo+2), asm.Half),
+			ld(asm.R1, asm.R0, int16(runSize*lo+4), asm.Word),
+			ja(got),
+		)
+		return
+	}
+	half := n / 2
+	right := b.fresh("runs_above")
+	b.emit(
+		ld(asm.R2, asm.R0, int16(runSize*(lo+half-1)), asm.Half),
+		asm.JGT.Reg(asm.R1, asm.R2, right),
+	)
+	c.searchRuns(lo, half, got)
+	b.mark(right)
+	c.searchRuns(lo+half, n-half, got)
 }
 
 // arrayLookup looks the packet's port up in a port array, whose empty

@@ -35,6 +35,13 @@
 //     no candidate is lost. Only matches without effects may be residual
 //     (pureMatch); a rule with a stateful or hotdropping match beyond its
 //     tuples stays plain.
+//   - Hashes of one shape and guard that differ only in their residuals
+//     become one table of candidates (mergeResiduals): each key lists its
+//     rules earliest first, up to the first without a residual, each with
+//     the residual bit it needs; the residuals are tested once before the
+//     lookup and the first listed rule whose bit is set is the table's
+//     hit. Service ACCEPTs with and without "! -i", TCP flags or a TTL
+//     take one lookup, not one per residual.
 //   - Tables are looked up in the order of their earliest rule, keeping
 //     the earliest hit, and the lookups stop as soon as no later table can
 //     hold an earlier rule.
