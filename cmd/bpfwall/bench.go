@@ -95,8 +95,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if f.e2e {
 		report.Runs = f.runs
 		// bpfwall-nf restores the rules with this binary, as users do.
-		self, err := os.Executable()
-		if err != nil {
+		var self string
+		if self, err = os.Executable(); err != nil {
 			return err
 		}
 		report.E2E, err = bench.EndToEnd(bench.E2EConfig{
