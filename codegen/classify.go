@@ -462,7 +462,13 @@ func (c *compiler) mergeResiduals(tables []*table) []*table {
 	into := make(map[*table]*table)
 	for _, k := range order {
 		ts := groups[k]
-		if len(ts) < 2 || len(ts) > maxResidualBits+1 {
+		withResidual := 0
+		for _, t := range ts {
+			if t.guard.residual != "" {
+				withResidual++
+			}
+		}
+		if len(ts) < 2 || withResidual > maxResidualBits {
 			continue
 		}
 		m := &table{guard: k.g, lens: k.lens, lpm: -1}

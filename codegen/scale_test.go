@@ -158,3 +158,50 @@ func TestManyTablesSplitRun(t *testing.T) {
 		t.Errorf("%d of %d rules classified, want most", prog.Classified, len(p.Rules))
 	}
 }
+
+// TestCandidatesResidualBits: a table of candidates tells at most 16
+// residuals apart, the bits of its u16; a group of more tables of one
+// shape stays apart rather than giving a residual no bit, which would
+// make its rules unconditional.
+func TestCandidatesResidualBits(t *testing.T) {
+	for _, tc := range []struct {
+		residuals int
+		merged    bool
+	}{{16, true}, {17, false}} {
+		var b strings.Builder
+		b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+		for k := range tc.residuals {
+			for i := range 8 {
+				fmt.Fprintf(&b, "-A INPUT -d 10.%d.%d.1/32 -p tcp -m tcp --dport 80 -m ttl --ttl-eq %d -j DROP\n", k, i, k+1)
+			}
+		}
+		b.WriteString("COMMIT\n")
+		rs, err := iptables.Parse("rules", []byte(b.String()), iptables.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := ir.Lower(rs, ir.LowerOptions{Chain: "INPUT"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Every run classified: apart, the tables are looked up too.
+		prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookXDP, ForceLookups: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dump strings.Builder
+		if err := prog.Dump(&dump); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("%d tuples, candidates cls0", 8*tc.residuals)
+		if got := strings.Contains(dump.String(), want); got != tc.merged {
+			t.Errorf("%d residuals: merged into one table of candidates = %v, want %v", tc.residuals, got, tc.merged)
+		}
+		if !tc.merged && strings.Contains(dump.String(), "candidates cls") {
+			t.Errorf("%d residuals: a table of candidates holds some of them", tc.residuals)
+		}
+		if got := strings.Count(dump.String(), "(transport header of 20 bytes if ttl =="); !tc.merged && got != tc.residuals {
+			t.Errorf("%d residuals: %d tables apart, want one each", tc.residuals, got)
+		}
+	}
+}
