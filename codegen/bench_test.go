@@ -175,8 +175,8 @@ func BenchmarkRun(b *testing.B) {
 	}
 }
 
-// compileLevel parses, lowers and compiles an INPUT chain for xdp.
-func compileLevel(tb testing.TB, src string, level codegen.Level) *codegen.Program {
+// lowerInput parses IPv4 iptables-restore text and lowers its INPUT chain.
+func lowerInput(tb testing.TB, src string) *ir.Program {
 	tb.Helper()
 	rs, err := iptables.Parse("rules", []byte(src), iptables.Options{Family: rules.IPv4, ForceFamily: true})
 	if err != nil {
@@ -186,7 +186,13 @@ func compileLevel(tb testing.TB, src string, level codegen.Level) *codegen.Progr
 	if err != nil {
 		tb.Fatal(err)
 	}
-	prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookXDP, Level: level})
+	return p
+}
+
+// compileLevel parses, lowers and compiles an INPUT chain for xdp.
+func compileLevel(tb testing.TB, src string, level codegen.Level) *codegen.Program {
+	tb.Helper()
+	prog, err := codegen.Compile(lowerInput(tb, src), codegen.Options{Hook: codegen.HookXDP, Level: level})
 	if err != nil {
 		tb.Fatal(err)
 	}

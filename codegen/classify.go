@@ -125,8 +125,11 @@ type table struct {
 	first   uint32 // the earliest rule
 	inline  bool
 	// residuals, for a table of candidates, are the residual keys of the
-	// tables merged into it: bit i of an entry's need is residuals[i].
+	// tables merged into it: bit i of an entry's need is residuals[i];
+	// keys and lists are its map's keys and the candidates of each.
 	residuals []string
+	keys      [][]byte
+	lists     [][]entry
 }
 
 // shapeKey is the guard and shape that tuples share in a table.
@@ -491,7 +494,8 @@ func (c *compiler) mergeResiduals(tables []*table) []*table {
 		slices.SortFunc(m.entries, func(a, b entry) int {
 			return cmp.Or(cmp.Compare(a.id, b.id), compareTuples(a.t, b.t))
 		})
-		if _, _, ok := c.candidates(m); !ok {
+		var ok bool
+		if m.keys, m.lists, ok = c.candidates(m); !ok {
 			continue
 		}
 		for _, t := range ts {
@@ -528,10 +532,7 @@ func (c *compiler) candidates(t *table) ([][]byte, [][]entry, bool) {
 	at := make(map[string]int)
 	closed := make(map[string]bool)
 	for _, e := range t.entries { // the earliest rule first
-		k := make([]byte, l.size)
-		for _, s := range l.slots {
-			copy(k[s.off:s.off+s.size], e.t.Value[s.field][:s.size])
-		}
+		k := l.key(e.t)
 		if closed[string(k)] {
 			continue
 		}
@@ -559,14 +560,10 @@ func (c *compiler) candidates(t *table) ([][]byte, [][]entry, bool) {
 // candidatesSpec returns a table of candidates' hash: the key, and
 // maxCandidates candidates; a key with fewer repeats its last.
 func (c *compiler) candidatesSpec(t *table) *ebpf.MapSpec {
-	keys, lists, ok := c.candidates(t)
-	if !ok {
-		panic("codegen: a table of candidates lists too many")
-	}
-	kvs := make([]ebpf.MapKV, len(keys))
-	for i, k := range keys {
+	kvs := make([]ebpf.MapKV, len(t.keys))
+	for i, k := range t.keys {
 		v := make([]byte, candidateSize*maxCandidates)
-		list := lists[i]
+		list := t.lists[i]
 		for j := range maxCandidates {
 			e := list[min(j, len(list)-1)]
 			binary.NativeEndian.PutUint32(v[candidateSize*j:], e.id)
@@ -735,6 +732,16 @@ type keyLayout struct {
 	fixedBits int
 }
 
+// key is the tuple's fields at their slots; an LPM trie's prefix length
+// is left for the caller.
+func (l keyLayout) key(tp ir.Tuple) []byte {
+	k := make([]byte, l.size)
+	for _, s := range l.slots {
+		copy(k[s.off:s.off+s.size], tp.Value[s.field][:s.size])
+	}
+	return k
+}
+
 func (c *compiler) layout(t *table) keyLayout {
 	var l keyLayout
 	off := 0
@@ -776,12 +783,9 @@ func (c *compiler) mapSpec(t *table) *ebpf.MapSpec {
 	}
 	l := c.layout(t)
 	key := func(tp ir.Tuple, plen int) []byte {
-		k := make([]byte, l.size)
+		k := l.key(tp)
 		if t.lpm >= 0 {
 			binary.NativeEndian.PutUint32(k, uint32(plen))
-		}
-		for _, s := range l.slots {
-			copy(k[s.off:s.off+s.size], tp.Value[s.field][:s.size])
 		}
 		return k
 	}
@@ -1176,10 +1180,7 @@ func (c *compiler) rangesSpec(t *table) *ebpf.MapSpec {
 	l := c.layout(t.rangesKey())
 	var kvs []ebpf.MapKV
 	for i, k := range t.ranges.keys {
-		key := make([]byte, l.size)
-		for _, s := range l.slots {
-			copy(key[s.off:s.off+s.size], k.Value[s.field][:s.size])
-		}
+		key := l.key(k)
 		v := make([]byte, runSize*maxRuns)
 		runs := t.ranges.runs[i]
 		for j := range maxRuns {

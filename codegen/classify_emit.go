@@ -319,19 +319,28 @@ func (c *compiler) lookupTable(t *table, skip string) {
 		c.candidatesLookup(t, skip)
 		return
 	}
-	c.storeKey(t)
+	c.lookupKey(t, skip)
 	b.emit(
-		mapRef(asm.R1, t.name),
-		movr(asm.R2, asm.R6),
-		asm.Add.Imm(asm.R2, pktLookupKey),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, skip),
 		ld(asm.R1, asm.R0, 0, asm.Word),
 		asm.JGE.Reg(asm.R1, asm.R7, skip),
 		movr(asm.R7, asm.R1),
 		ld(asm.R8, asm.R0, 4, asm.Word),
 	)
 	c.maps = append(c.maps, c.mapSpec(t))
+}
+
+// lookupKey builds the key of table k from the packet in the key area and
+// looks it up in the map k.name: r0 is the value, or the lookup goes to
+// skip.
+func (c *compiler) lookupKey(k *table, skip string) {
+	c.storeKey(k)
+	c.b.emit(
+		mapRef(asm.R1, k.name),
+		movr(asm.R2, asm.R6),
+		asm.Add.Imm(asm.R2, pktLookupKey),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, skip),
+	)
 }
 
 // storeKey builds the key of a hash or LPM table from the packet in the
@@ -365,16 +374,9 @@ func (c *compiler) storeKey(t *table) {
 // last ends at 65535.
 func (c *compiler) rangesLookup(t *table, skip string) {
 	b := c.b
-	c.storeKey(t.rangesKey())
+	c.lookupKey(t.rangesKey(), skip)
 	got := b.fresh("run_found")
-	b.emit(
-		mapRef(asm.R1, t.name),
-		movr(asm.R2, asm.R6),
-		asm.Add.Imm(asm.R2, pktLookupKey),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, skip),
-		ld(asm.R1, asm.R6, fieldOff(ir.Field(t.lpm)), asm.Word),
-	)
+	b.emit(ld(asm.R1, asm.R6, fieldOff(ir.Field(t.lpm)), asm.Word))
 	if t.ranges.keyBits > 0 {
 		b.emit(asm.And.Imm(asm.R1, 1<<runBits-1))
 	}
@@ -418,15 +420,8 @@ func (c *compiler) residualBits(t *table) {
 // takes the first candidate whose residual bits the packet sets.
 func (c *compiler) candidatesLookup(t *table, skip string) {
 	b := c.b
-	c.storeKey(t)
-	b.emit(
-		mapRef(asm.R1, t.name),
-		movr(asm.R2, asm.R6),
-		asm.Add.Imm(asm.R2, pktLookupKey),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, skip),
-		ld(asm.R3, asm.R10, chainResidualBits, asm.Word),
-	)
+	c.lookupKey(t, skip)
+	b.emit(ld(asm.R3, asm.R10, chainResidualBits, asm.Word))
 	for i := range maxCandidates {
 		next := skip
 		if i+1 < maxCandidates {

@@ -14,9 +14,6 @@ import (
 
 	"bpfwall/codegen"
 	"bpfwall/internal/testenv"
-	"bpfwall/ir"
-	"bpfwall/parser/iptables"
-	"bpfwall/rules"
 )
 
 // logBenchRules is a small INPUT chain; with log, its first rule logs SSH
@@ -137,15 +134,7 @@ func batched(b *testing.B, prog *ebpf.Program, ring *ebpf.Map, frame []byte) flo
 
 func compileLog(tb testing.TB, src string, hook codegen.Hook, level codegen.Level) *codegen.Program {
 	tb.Helper()
-	rs, err := iptables.Parse("rules", []byte(src), iptables.Options{Family: rules.IPv4, ForceFamily: true})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p, err := ir.Lower(rs, ir.LowerOptions{Chain: "INPUT"})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	prog, err := codegen.Compile(p, codegen.Options{Hook: hook, Level: level})
+	prog, err := codegen.Compile(lowerInput(tb, src), codegen.Options{Hook: hook, Level: level})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -142,14 +142,7 @@ func TestManyTablesSplitRun(t *testing.T) {
 		}
 	}
 	b.WriteString("COMMIT\n")
-	rs, err := iptables.Parse("rules", []byte(b.String()), iptables.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := ir.Lower(rs, ir.LowerOptions{Chain: "INPUT"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := lowerInput(t, b.String())
 	prog, err := codegen.Compile(p, codegen.Options{Trace: true, Hook: codegen.HookXDP})
 	if err != nil {
 		t.Fatal(err)
@@ -176,16 +169,8 @@ func TestCandidatesResidualBits(t *testing.T) {
 			}
 		}
 		b.WriteString("COMMIT\n")
-		rs, err := iptables.Parse("rules", []byte(b.String()), iptables.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := ir.Lower(rs, ir.LowerOptions{Chain: "INPUT"})
-		if err != nil {
-			t.Fatal(err)
-		}
 		// Every run classified: apart, the tables are looked up too.
-		prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookXDP, ForceLookups: true})
+		prog, err := codegen.Compile(lowerInput(t, b.String()), codegen.Options{Hook: codegen.HookXDP, ForceLookups: true})
 		if err != nil {
 			t.Fatal(err)
 		}
