@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"encoding/xml"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -311,6 +312,35 @@ func TestEndToEndKernel(t *testing.T) {
 		r, ok := engines[e]
 		if !ok || r.Skipped != "" || r.DroppedPPS <= 0 || r.ForwardedPPS > r.DroppedPPS/100 {
 			t.Errorf("%s: %s, want everything dropped", e, e2eSummary(r))
+		}
+	}
+}
+
+// TestSaveRules: the files hold what Generate measures, one per family
+// and size.
+func TestSaveRules(t *testing.T) {
+	dir := t.TempDir()
+	fams, err := LookupFamilies([]string{"bpfilter", "realistic"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := SaveRules(dir, fams, []int{1, 32}, 3, &out); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out.String(), "\n"); n != 4 {
+		t.Errorf("%d files named, want 4:\n%s", n, out.String())
+	}
+	for _, fam := range fams {
+		for _, n := range []int{1, 32} {
+			w, err := fam.Generate(n, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%s-%d.rules", fam.Name, n)))
+			if err != nil || !bytes.Equal(got, w.Rules) {
+				t.Errorf("%s-%d.rules: not the generated rules (%v)", fam.Name, n, err)
+			}
 		}
 	}
 }

@@ -105,11 +105,7 @@ func EndToEnd(cfg E2EConfig) ([]E2EResult, error) {
 	defer os.RemoveAll(cfg.BPFFS)
 	var out []E2EResult
 	for _, fam := range cfg.Families {
-		sizes := cfg.Sizes
-		if fam.Fixed {
-			sizes = []int{0}
-		}
-		for _, n := range sizes {
+		for _, n := range fam.sizesOf(cfg.Sizes) {
 			w, err := fam.Generate(n, cfg.Seed)
 			if err != nil {
 				out = append(out, E2EResult{Family: fam.Name, N: n, Skipped: err.Error()})

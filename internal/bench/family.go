@@ -54,6 +54,15 @@ func (f Family) Generate(n int, seed uint64) (*Workload, error) {
 	return w, nil
 }
 
+// sizesOf returns the sizes to generate the family at: its own for a
+// fixed family.
+func (f Family) sizesOf(sizes []int) []int {
+	if f.Fixed {
+		return []int{0}
+	}
+	return sizes
+}
+
 // SaveRules writes the rule set of every family at every size into dir,
 // as FAMILY-N.rules, and names each file on out: the files bench measures,
 // for restore, compile --dump or the kernel's iptables-restore.
@@ -62,11 +71,7 @@ func SaveRules(dir string, fams []Family, sizes []int, seed uint64, out io.Write
 		return err
 	}
 	for _, fam := range fams {
-		ns := sizes
-		if fam.Fixed {
-			ns = []int{0}
-		}
-		for _, n := range ns {
+		for _, n := range fam.sizesOf(sizes) {
 			w, err := fam.Generate(n, seed)
 			if err != nil {
 				return err
@@ -387,8 +392,8 @@ const anonymizedMAC = "XX:XX:XX:XX:XX:XX"
 // hosts drawn from a (none when nil), and BLOCKED.
 func addChains(rs *ruleset, a *addrs) {
 	var ssh []string
-	for range 8 {
-		if a != nil {
+	if a != nil {
+		for range 8 {
 			ssh = append(ssh, fmt.Sprintf("-s %s/32 -j ACCEPT", a.next()))
 		}
 	}

@@ -80,11 +80,7 @@ func Sweep(cfg Config) ([]Result, error) {
 	m := meter{cfg: cfg}
 	var out []Result
 	for _, fam := range cfg.Families {
-		sizes := cfg.Sizes
-		if fam.Fixed {
-			sizes = []int{0}
-		}
-		for _, n := range sizes {
+		for _, n := range fam.sizesOf(cfg.Sizes) {
 			w, err := fam.Generate(n, cfg.Seed)
 			if err != nil {
 				m.logf("%-10s skipped: %v", fam.Name, err)
