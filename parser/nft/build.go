@@ -15,6 +15,9 @@ type Options struct {
 	Family rules.Family
 	// ReadFile reads included files; rules.ReadRegular when nil.
 	ReadFile func(string) ([]byte, error)
+	// xt is set for ReadKernel's listing, whose "xt match" and "xt
+	// target" statements carry their options.
+	xt bool
 }
 
 // Parse reads an nft script or listing and returns the model of what the
@@ -31,7 +34,7 @@ func Parse(name string, src []byte, opts Options) (*rules.Ruleset, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs, err := build(nrs, opts.Family)
+	rs, err := build(nrs, opts.Family, opts.xt)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +70,7 @@ func markSharedLimits(nrs *ruleset, rs *rules.Ruleset) {
 		other = rules.IPv4
 	}
 	reached := map[rules.Pos]bool{}
-	ors, err := build(nrs, other)
+	ors, err := build(nrs, other, false)
 	if err == nil {
 		each(ors, func(m *rules.RateLimit) { reached[m.Pos] = true })
 	}
@@ -125,13 +128,14 @@ func familyApplies(tableFamily string, fam rules.Family) bool {
 
 type builder struct {
 	fam   rules.Family
+	xt    bool // Options.xt
 	rs    *rules.Ruleset
 	errs  rules.ErrorList
 	names map[string]int // nft chain names, to tell when to qualify
 }
 
-func build(nrs *ruleset, fam rules.Family) (*rules.Ruleset, error) {
-	b := &builder{fam: fam, rs: &rules.Ruleset{Family: fam, Sets: map[string]*rules.IPSet{}}, names: map[string]int{}}
+func build(nrs *ruleset, fam rules.Family, xt bool) (*rules.Ruleset, error) {
+	b := &builder{fam: fam, xt: xt, rs: &rules.Ruleset{Family: fam, Sets: map[string]*rules.IPSet{}}, names: map[string]int{}}
 	// Base chains by model hook, in the order they were declared.
 	byHook := map[[2]string][]*chain{}
 	for _, t := range nrs.tables {
@@ -186,7 +190,7 @@ func build(nrs *ruleset, fam rules.Family) (*rules.Ruleset, error) {
 		}
 		for _, c := range t.chains {
 			for _, sr := range c.rules {
-				rb := &ruleBuilder{fam: fam, tbl: t, src: sr, errs: &b.errs, sets: map[string]*rules.IPSet{}}
+				rb := &ruleBuilder{fam: fam, tbl: t, src: sr, errs: &b.errs, sets: map[string]*rules.IPSet{}, xt: xt, xtTable: "filter"}
 				rb.translate()
 			}
 		}
@@ -309,7 +313,10 @@ func (hb *hookBuilder) inst(k instKey) string {
 func (hb *hookBuilder) rules(c *chain, k instKey, multi bool) []*rules.Rule {
 	var out []*rules.Rule
 	for _, sr := range c.rules {
-		rb := &ruleBuilder{fam: hb.fam, tbl: c.table, hook: hb.hook, src: sr, errs: &hb.errs, sets: hb.rs.Sets}
+		rb := &ruleBuilder{fam: hb.fam, tbl: c.table, hook: hb.hook, src: sr, errs: &hb.errs, sets: hb.rs.Sets, xt: hb.xt, xtTable: hb.tbl.Name}
+		if c.hook != nil {
+			rb.xtChain = hb.hook
+		}
 		for _, o := range rb.translate() {
 			o.rule.Target = hb.target(c, k, o.act, multi)
 			out = append(out, o.rule)

@@ -290,8 +290,19 @@ type Term struct {
 	Reject  *Reject  `parser:" | @@"`
 	Comment *string  `parser:" | 'comment' @String"`
 	Tproxy  *Tproxy  `parser:" | @@"`
+	Xt      *Xt      `parser:" | @@"`
 	Match   *Match   `parser:" | @@"`
 	Other   *Generic `parser:" | @@ )"`
+}
+
+// Xt is "xt match NAME" or "xt target NAME": nft's listing of an xtables
+// extension that iptables-nft installed. Read from the kernel, it also
+// carries the extension's options, as iptables-save prints them.
+type Xt struct {
+	Pos     lexer.Position
+	Kind    string  `parser:"'xt' @('match' | 'target')"`
+	Name    string  `parser:"@(Word | String)"`
+	Options *string `parser:"@String?"`
 }
 
 // Verdict is accept, drop, return, continue, jump CHAIN or goto CHAIN.

@@ -41,6 +41,7 @@ func ReadKernel(opts Options) (*rules.Ruleset, error) {
 	if err != nil {
 		return nil, err
 	}
+	opts.xt = true
 	rs, err := Parse("kernel", text, opts)
 	var list rules.ErrorList
 	if errors.As(err, &list) {
@@ -386,6 +387,10 @@ func (x *exprReader) expr(e expr.Any) error {
 	case *expr.Counter:
 		x.flush()
 		x.terms = append(x.terms, "counter")
+	case *expr.Match:
+		return x.xtTerm("match", e.Name, e.Rev, e.Info)
+	case *expr.Target:
+		return x.xtTerm("target", e.Name, e.Rev, e.Info)
 	default:
 		return fmt.Errorf("expression %T is not supported", e)
 	}

@@ -203,12 +203,24 @@ func rawRules(t *nftables.Table, chain string) (map[uint64][]rawExpr, error) {
 }
 
 // completeExprs puts back the expressions the library left out of a rule:
-// tproxy, decoded here, and an error for any other.
+// tproxy, decoded here, and an error for any other. Matches and targets
+// are decoded here too (xtRaw).
 func completeExprs(lib []expr.Any, raw []rawExpr) ([]expr.Any, error) {
 	var out []expr.Any
 	j := 0
 	for _, r := range raw {
 		switch {
+		case r.name == "match" || r.name == "target":
+			// Decoded here, from the info bytes the kernel lists.
+			if j >= len(lib) {
+				return nil, fmt.Errorf("the rule's expressions do not line up with the kernel's list")
+			}
+			j++
+			e, err := xtRaw(r.data, r.name == "target")
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", r.name, err)
+			}
+			out = append(out, e)
 		case libraryExprs[r.name]:
 			if j >= len(lib) {
 				return nil, fmt.Errorf("the rule's expressions do not line up with the kernel's list")

@@ -78,6 +78,11 @@ type ruleBuilder struct {
 	// negProto is the protocol a "!=" term of the rule excludes: a model
 	// rule holds one (! -p), so a second, other one is refused.
 	negProto *uint8
+	// xt is set when "xt" statements carry their options (Options.xt);
+	// they are read as a rule of xtChain (a builtin chain, or "" for a
+	// user chain) in xtTable.
+	xt               bool
+	xtTable, xtChain string
 }
 
 type icmpTerm struct {
@@ -241,6 +246,9 @@ func (b *ruleBuilder) term(t *Term) {
 	case t.Tproxy != nil:
 		b.flushICMP()
 		b.tproxy(t.Tproxy)
+	case t.Xt != nil:
+		b.flushICMP()
+		b.xtExtension(t.Xt)
 	case t.Match != nil:
 		b.match(t.Match)
 	case t.Other != nil:

@@ -1,0 +1,201 @@
+package nft
+
+import (
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/nftables"
+
+	"bpfwall/internal/testenv"
+	"bpfwall/parser/iptables"
+	"bpfwall/rules"
+)
+
+// xtRules4 and xtRules6 use every xtables extension ReadKernel decodes,
+// with their options and negations; iptables-nft installs the ones it has
+// no native expression for as xt matches and targets.
+const xtRules4 = `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+:ssh - [0:0]
+-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A INPUT -m conntrack ! --ctstate INVALID,UNTRACKED,SNAT --ctproto 6 --ctdir REPLY -j ACCEPT
+-A INPUT -m state --state NEW,RELATED -j ACCEPT
+-A INPUT -m state ! --state INVALID -j ACCEPT
+-A INPUT -p tcp -m tcp --sport 1024:65535 --dport 22 ! --tcp-option 2 -j ssh
+-A INPUT -p tcp -m multiport ! --sports 1:1023,8080 -j DROP
+-A INPUT -p udp -m multiport --ports 53,67:68,123 -j ACCEPT
+-A INPUT -p icmp -m icmp --icmp-type 3/4 -j ACCEPT
+-A INPUT -p icmp -m icmp ! --icmp-type 8 -j DROP
+-A INPUT -p icmp -m icmp --icmp-type any -j ACCEPT
+-A INPUT -m comment --comment "a \"quoted\" comment\\" -j ACCEPT
+-A INPUT -m iprange ! --src-range 10.0.0.1-10.0.0.9 --dst-range 192.0.2.0-192.0.2.255 -j DROP
+-A INPUT -m length ! --length 1000:65535 -j ACCEPT
+-A INPUT -m ttl ! --ttl-eq 64 -j DROP
+-A INPUT -m ttl --ttl-gt 200 -j DROP
+-A INPUT -m mac ! --mac-source 02:00:00:00:00:01 -j DROP
+-A INPUT -m mark ! --mark 0x10/0xf0 -j DROP
+-A INPUT -m pkttype ! --pkt-type broadcast -j DROP
+-A INPUT -m addrtype ! --src-type LOCAL --dst-type LOCAL,BROADCAST --limit-iface-in -j ACCEPT
+-A INPUT -m recent --rcheck --seconds 60 --hitcount 4 --rttl --name SSH --mask 255.255.255.255 --rsource -j DROP
+-A INPUT -m recent ! --update --seconds 10 --reap --name other --mask 255.255.255.0 --rdest
+-A INPUT -m recent --set --name DEFAULT --mask 255.255.255.255 --rsource
+-A INPUT -m hashlimit --hashlimit-upto 100/min --hashlimit-burst 20 --hashlimit-mode srcip,dstport --hashlimit-name web --hashlimit-htable-expire 30000 --hashlimit-srcmask 24 -j ACCEPT
+-A INPUT -m hashlimit --hashlimit-above 7/hour --hashlimit-name slow --hashlimit-htable-size 512 --hashlimit-htable-max 1024 --hashlimit-htable-gcinterval 500 -j DROP
+-A INPUT -p tcp -j REJECT --reject-with tcp-reset
+-A INPUT -j LOG --log-prefix "in: " --log-level 6 --log-tcp-sequence --log-ip-options --log-uid
+-A INPUT -j LOG
+-A INPUT -j REJECT --reject-with icmp-admin-prohibited
+-A INPUT -j REJECT
+-A ssh -p udp -m udp ! --dport 53 -j RETURN
+-A ssh -p tcp -m tcp ! --tcp-flags SYN,RST,ACK SYN -j DROP
+COMMIT
+`
+
+const xtRules6 = `*filter
+:INPUT DROP [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -m conntrack --ctstate ESTABLISHED -j ACCEPT
+-A INPUT -p ipv6-icmp -m icmp6 --icmpv6-type 1/3 -j ACCEPT
+-A INPUT -p ipv6-icmp -m icmp6 ! --icmpv6-type 128 -j ACCEPT
+-A INPUT -m hl --hl-lt 2 -j DROP
+-A INPUT -m iprange --src-range 2001:db8::1-2001:db8::ff -j DROP
+-A INPUT -m recent --update --seconds 30 --name v6 --mask ffff:ffff:ffff:ffff:: --rsource -j DROP
+-A INPUT -m hashlimit --hashlimit-above 3/sec --hashlimit-mode srcip --hashlimit-name h6 --hashlimit-srcmask 64 -j DROP
+-A INPUT -p tcp -j REJECT --reject-with tcp-reset
+-A INPUT -j REJECT --reject-with icmp6-adm-prohibited
+-A INPUT -j REJECT
+COMMIT
+`
+
+// TestReadKernelXT loads rule sets with iptables-nft-restore and reads them
+// back with ReadKernel: the model must print as iptables-save text exactly
+// as the model of the same input given to the iptables parser, and the
+// kernel must have held each extension as an xt match or target (so that
+// the decoders were what read them).
+func TestReadKernelXT(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "iptables-nft-restore", "ip6tables-nft-restore")
+	for _, tc := range []struct {
+		fam   rules.Family
+		tool  string
+		text  string
+		wantX []string
+	}{
+		{rules.IPv4, "iptables-nft-restore", xtRules4, []string{
+			"match conntrack", "match state", "match tcp", "match multiport", "match icmp", "match comment", "match iprange",
+			"match length", "match ttl", "match mac", "match pkttype", "match addrtype", "match recent", "match hashlimit",
+			"target REJECT", "target LOG"}},
+		{rules.IPv6, "ip6tables-nft-restore", xtRules6, []string{
+			"match conntrack", "match icmp6", "match hl", "match iprange", "match recent", "match hashlimit", "target REJECT"}},
+	} {
+		t.Run(tc.fam.String(), func(t *testing.T) {
+			var got *rules.Ruleset
+			var text []byte
+			var err error
+			inFreshNetns(t, func() {
+				cmd := exec.Command(tc.tool)
+				cmd.Stdin = strings.NewReader(tc.text)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Errorf("%s: %v\n%s", tc.tool, err, out)
+					return
+				}
+				conn, cerr := nftables.New()
+				if cerr != nil {
+					t.Error(cerr)
+					return
+				}
+				text, _, err = kernelText(conn)
+				conn.CloseLasting()
+				if err == nil {
+					got, err = ReadKernel(Options{Family: tc.fam})
+				}
+			})
+			if t.Failed() {
+				return
+			}
+			if err != nil {
+				t.Fatalf("ReadKernel: %v", err)
+			}
+			seen := map[string]bool{}
+			for _, m := range regexp.MustCompile(`xt (match|target) (\S+)`).FindAllStringSubmatch(string(text), -1) {
+				seen[m[1]+" "+m[2]] = true
+			}
+			for _, w := range tc.wantX {
+				if !seen[w] {
+					t.Errorf("the kernel did not hold xt %s; its rule set reads\n%s", w, text)
+				}
+			}
+			want, err := iptables.Parse("rules", []byte(tc.text), iptables.Options{Family: tc.fam, ForceFamily: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g, w := string(got.Save(rules.SaveOptions{})), string(want.Save(rules.SaveOptions{})); g != w {
+				t.Errorf("read from the kernel:\n%s\nthe iptables parser's:\n%s\nkernel text:\n%s", g, w, text)
+			}
+		})
+	}
+}
+
+// TestReadKernelXTRefuses: an xt match or target, or an option of one,
+// that bpfwall does not model is an error naming the kernel's rule and
+// the extension, never a rule read without it.
+func TestReadKernelXTRefuses(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "iptables-nft-restore")
+	for _, tc := range []struct{ rule, want string }{
+		{"-A OUTPUT -m owner --uid-owner 0 -j DROP", "kernel:ip filter/OUTPUT/handle 4: xt match owner (revision 1) is not supported"},
+		{"-A INPUT -m conntrack --ctstatus ASSURED -j DROP", "xt match conntrack: --ctstatus is not supported"},
+		{"-A INPUT -m conntrack --ctorigsrc 10.0.0.1 -j DROP", "xt match conntrack: addresses or ports is not supported"},
+		{"-A INPUT -m hashlimit --hashlimit-above 1kb/s --hashlimit-name b -j DROP", "xt match hashlimit: a byte rate is not supported"},
+		{"-A FORWARD -p tcp --tcp-flags SYN,RST SYN -j TCPMSS --clamp-mss-to-pmtu", "xt target TCPMSS (revision 0) is not supported"},
+	} {
+		var err error
+		var ok bool
+		inFreshNetns(t, func() {
+			cmd := exec.Command("iptables-nft-restore")
+			cmd.Stdin = strings.NewReader("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" + tc.rule + "\nCOMMIT\n")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("%s: iptables-nft-restore: %v\n%s", tc.rule, err, out)
+				return
+			}
+			ok = true
+			_, err = ReadKernel(Options{})
+		})
+		if ok && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: ReadKernel: %v, want %q", tc.rule, err, tc.want)
+		}
+	}
+}
+
+// TestXtListing: nft's listing of an xt match has no options; reading it
+// from a file says so, and where the options are, instead of guessing.
+func TestXtListing(t *testing.T) {
+	src := "table ip filter {\n\tchain INPUT {\n\t\ttype filter hook input priority filter; policy accept;\n\t\txt match recent counter packets 0 bytes 0\n\t}\n}\n"
+	_, err := Parse("listing", []byte(src), Options{})
+	if err == nil || !strings.Contains(err.Error(), "listing:4:3: xt match recent is an xtables extension") || !strings.Contains(err.Error(), "--from-kernel") {
+		t.Errorf("Parse: %v", err)
+	}
+	// The options form is ReadKernel's own: a file may not use it.
+	src = strings.Replace(src, "xt match recent", `xt match recent "--set --name x --rsource"`, 1)
+	if _, err := Parse("listing", []byte(src), Options{}); err == nil {
+		t.Errorf("Parse took xt options from a file")
+	}
+	// From the kernel's listing, the options are read as iptables reads them.
+	rs, err := Parse("kernel", []byte(src), Options{xt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := rs.Table("filter").Chain("INPUT")
+	if len(in.Rules) != 1 || !slices.ContainsFunc(in.Rules[0].Matches, func(m rules.Match) bool {
+		r, ok := m.(*rules.Recent)
+		return ok && r.Command == rules.RecentSet && r.Table == "x"
+	}) {
+		t.Errorf("INPUT reads as %+v", in.Rules)
+	}
+}

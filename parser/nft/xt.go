@@ -1,0 +1,64 @@
+package nft
+
+import (
+	"bpfwall/parser/iptables"
+	"bpfwall/rules"
+)
+
+// xtExtension translates "xt match NAME OPTIONS" and "xt target NAME
+// OPTIONS": the options, printed from the extension's info by ReadKernel,
+// are read by the iptables parser, which gives the model exactly what
+// iptables-restore input with the same options gives.
+func (b *ruleBuilder) xtExtension(x *Xt) {
+	pos := toPos(x.Pos)
+	name := unquote(x.Name)
+	if x.Options == nil || !b.xt {
+		b.errorf(pos, "xt %s %s is an xtables extension that iptables-nft installed, and nft's listing does not show its options: read the rule set with --from-kernel, or from iptables-nft-save", x.Kind, name)
+		return
+	}
+	args := unquote(*x.Options)
+	table := b.xtTable
+	if table == "netdev" {
+		table = "filter" // iptables has no netdev table; a user chain's rules
+	}
+	if x.Kind == "match" {
+		b.add(always1(func(r *rules.Rule) bool {
+			m, err := iptables.ParseMatch(b.fam, table, b.xtChain, r.Proto, r.ProtoNeg, name, args, pos)
+			if err != nil {
+				b.xtError(pos, err)
+				return false
+			}
+			r.Matches = append(r.Matches, m)
+			return true
+		}))
+		return
+	}
+	// A target ends the rule. Its checks may depend on the protocol
+	// (REJECT --reject-with tcp-reset), which each model rule has.
+	b.verdict = true
+	n := len(b.out)
+	b.emit(action{kind: actTarget, pos: pos})
+	for i := n; i < len(b.out); i++ {
+		r := b.out[i].rule
+		t, err := iptables.ParseTarget(b.fam, table, b.xtChain, r.Proto, r.ProtoNeg, name, args, pos)
+		if err != nil {
+			b.xtError(pos, err)
+			return
+		}
+		b.out[i].act.target = t
+	}
+}
+
+// xtError reports err, an error of the iptables parser, at pos.
+func (b *ruleBuilder) xtError(pos rules.Pos, err error) {
+	switch e := err.(type) {
+	case *rules.Error:
+		b.errorf(pos, "%s", e.Msg)
+	case rules.ErrorList:
+		for _, e := range e {
+			b.errorf(pos, "%s", e.Msg)
+		}
+	default:
+		b.errorf(pos, "%v", err)
+	}
+}
