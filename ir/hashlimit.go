@@ -234,12 +234,12 @@ const (
 )
 
 // hashlimit lowers -m hashlimit: exactly, or an error saying why not.
-func (l *lowerer) hashlimit(ms []Match, r *rules.Rule, m *rules.HashLimit) []Match {
+func (l *lowerer) hashlimit(ms []Match, r *rules.Rule, m *rules.HashLimit, nft bool) []Match {
 	if m.Unsupported != "" {
 		l.errorf(m.Pos, "hashlimit %s is not supported", m.Unsupported)
 		return ms
 	}
-	if r.NFT {
+	if nft {
 		l.errorf(m.Pos, "hashlimit match in an nft rule")
 		return ms
 	}

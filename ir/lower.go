@@ -371,20 +371,22 @@ func (l *lowerer) ports(ms []Match, m rules.Match, dir Dir, r rules.PortRange, n
 }
 
 func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
+	// An xtables extension of an nft rule runs as in iptables.
+	nft := r.NFT && !m.XT()
 	switch m := m.(type) {
 	case *rules.TCP:
 		if !l.needProto(r, m, "tcp", protoTCP) {
 			return ms
 		}
 		switch {
-		case !r.NFT:
+		case !nft:
 			ms = l4Header(ms, 20, true)
 		case m.FlagMask != 0 || m.FlagComp != 0 || m.FlagsNeg:
 			ms = transport(ms, 14) // th + 13, one byte
 		case m.SrcPorts != rules.AnyPort || m.DstPorts != rules.AnyPort || m.SrcNeg || m.DstNeg:
 			ms = transport(ms, 4)
 		}
-		if r.NFT && m.Option != 0 {
+		if nft && m.Option != 0 {
 			l.errorf(m.Pos, "tcp option match is not supported in nft rules")
 			return ms
 		}
@@ -403,7 +405,7 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 		if !l.needProto(r, m, "udp", protoUDP) {
 			return ms
 		}
-		if r.NFT {
+		if nft {
 			ms = transport(ms, 4)
 		} else {
 			ms = l4Header(ms, 8, false)
@@ -414,9 +416,9 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 		if !l.needProto(r, m, "tcp, udp, udplite, sctp or dccp", protoTCP, protoUDP, protoUDPLite, protoSCTP, protoDCCP) {
 			return ms
 		}
-		return l.multiport(ms, m, r.NFT)
+		return l.multiport(ms, m, nft)
 	case *rules.ICMP:
-		return l.icmp(ms, r, m)
+		return l.icmp(ms, r, m, nft)
 	case *rules.IPRange:
 		ms = l.addrRange(ms, m, Src, m.Src, m.SrcNeg)
 		ms = l.addrRange(ms, m, Dst, m.Dst, m.DstNeg)
@@ -482,9 +484,9 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 		}
 		ms = append(ms, Limit{Bucket: l.bucket(m), Avg: m.Avg, Burst: m.Burst})
 	case *rules.HashLimit:
-		return l.hashlimit(ms, r, m)
+		return l.hashlimit(ms, r, m, nft)
 	case *rules.Recent:
-		return l.recent(ms, r, m)
+		return l.recent(ms, r, m, nft)
 	case *rules.RateLimit:
 		if !l.ownBucket(r, m) {
 			return ms
@@ -554,7 +556,7 @@ func (l *lowerer) multiport(ms []Match, m *rules.Multiport, nft bool) []Match {
 	return append(ms, Ports{Dir: dir, Ranges: slices.Clone(m.Ports), Neg: m.Neg})
 }
 
-func (l *lowerer) icmp(ms []Match, r *rules.Rule, m *rules.ICMP) []Match {
+func (l *lowerer) icmp(ms []Match, r *rules.Rule, m *rules.ICMP, nft bool) []Match {
 	if m.V6 != (l.fam == rules.IPv6) {
 		l.errorf(m.Pos, "%s match is not valid in %s rule sets", m.Name(), l.fam)
 		return ms
@@ -571,7 +573,7 @@ func (l *lowerer) icmp(ms []Match, r *rules.Rule, m *rules.ICMP) []Match {
 		return ms
 	}
 	switch {
-	case !r.NFT:
+	case !nft:
 		ms = l4Header(ms, 8, false) // struct icmphdr and icmp6hdr are 8 bytes
 	case m.CodeMin != 0 || m.CodeMax != 0xff:
 		ms = transport(ms, 2) // nft loads the type and the code byte

@@ -330,8 +330,8 @@ func (l *lowerer) recentTable(name string) *recentTableInfo {
 }
 
 // recent lowers -m recent: exactly, or an error saying why not.
-func (l *lowerer) recent(ms []Match, r *rules.Rule, m *rules.Recent) []Match {
-	if r.NFT {
+func (l *lowerer) recent(ms []Match, r *rules.Rule, m *rules.Recent, nft bool) []Match {
+	if nft {
 		l.errorf(m.Pos, "recent match in an nft rule")
 		return ms
 	}

@@ -14,16 +14,30 @@ type Match interface {
 	// Position is where the match was loaded (its -m, or the option that
 	// loaded it implicitly).
 	Position() Pos
+	// XT reports whether the match, in an nft rule, is an xtables
+	// extension (iptables-nft installs them): the kernel runs it as
+	// iptables does, not as the nft expression of the same name.
+	XT() bool
 	// appendSave appends the match's options as iptables-save prints them,
 	// each preceded by a space.
 	appendSave(b []byte) []byte
 }
 
-// Located carries the source position of a match or target.
-type Located struct{ Pos Pos }
+// Located carries the source position of a match or target, and whether
+// the kernel runs it as an xtables extension in an nft rule.
+type Located struct {
+	Pos     Pos
+	Xtables bool
+}
 
 // Position returns where the match or target was written.
 func (l Located) Position() Pos { return l.Pos }
+
+// XT reports whether it is an xtables extension in an nft rule.
+func (l Located) XT() bool { return l.Xtables }
+
+// MarkXT marks a match read from an xtables extension of an nft rule.
+func (l *Located) MarkXT() { l.Xtables = true }
 
 // PortRange is an inclusive port range. The full range 0:65535 matches every
 // port.

@@ -32,7 +32,7 @@ type bench struct {
 func newBench(t *testing.T, opts TopologyOptions) *bench {
 	t.Helper()
 	topo := NewTopology(t, opts)
-	return &bench{topo: topo, ref: Netfilter{topo}, others: []Source{
+	return &bench{topo: topo, ref: Netfilter{Topo: topo}, others: []Source{
 		Eval{}, TestRun{Opts: codegen.Options{Trace: true, Level: codegen.O0}}, TestRun{},
 		// Every run of rules the classifier can take, whatever its cost.
 		TestRun{Opts: codegen.Options{Trace: true, ForceLookups: true}},
@@ -245,7 +245,7 @@ func TestHarnessFindsPlantedBug(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Probes = Probes(c, 3, 300)
-	bad, tot, err := Compare(c, Netfilter{topo}, flipTCP{})
+	bad, tot, err := Compare(c, Netfilter{Topo: topo}, flipTCP{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,11 +258,11 @@ func TestHarnessFindsPlantedBug(t *testing.T) {
 	if tcp == 0 || len(bad) != tcp || tot[0].Failed != tcp {
 		t.Fatalf("%d tcp probes reach the chain, %d mismatches, totals %s", tcp, len(bad), tot[0])
 	}
-	m := Minimize(bad[0], Netfilter{topo}, flipTCP{})
+	m := Minimize(bad[0], Netfilter{Topo: topo}, flipTCP{})
 	if _, rl := ruleLines(m.Case.Rules); len(rl) != 0 {
 		t.Errorf("minimized to %d rules, want none (the bug needs no rule):\n%s", len(rl), m)
 	}
-	_, tot, err = Compare(c, Netfilter{topo}, Eval{})
+	_, tot, err = Compare(c, Netfilter{Topo: topo}, Eval{})
 	if err != nil || tot[0].Failed != 0 || tot[0].Passed != len(c.Probes) {
 		t.Errorf("ir.Eval: %s, %v", tot[0], err)
 	}

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/internal/packets"
+	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 	"bpfwall/parser/nft"
 	"bpfwall/rules"
@@ -182,5 +183,56 @@ func TestPrintNFT(t *testing.T) {
 	t.Logf("%d random rule sets print, read back and agree on %d probes", done, probes)
 	if done < seeds {
 		t.Errorf("only %d rule sets printed and compared", done)
+	}
+}
+
+// TestRandomIptablesNFT loads random iptables rule sets (GenerateRules)
+// with iptables-nft-restore, which installs native expressions and
+// xtables extensions, and compares the kernel's verdicts with those of
+// the rule set read back from the kernel (--from-kernel): under ir.Eval
+// and compiled at -O1. 2×DIFFTEST_SEEDS rule sets per family (default
+// 20) and DIFFTEST_PROBES probes each (default 300).
+func TestRandomIptablesNFT(t *testing.T) {
+	requireKernel(t)
+	testenv.RequireTool(t, "iptables-nft-restore", "ip6tables-nft-restore")
+	seeds := 2 * envInt(t, "DIFFTEST_SEEDS", 10)
+	probes := envInt(t, "DIFFTEST_PROBES", 300)
+	topo := NewTopology(t, TopologyOptions{})
+	ref := Netfilter{Topo: topo, IptablesNFT: true}
+	others := []Source{FromKernel{Topo: topo, Inner: Eval{}}, FromKernel{Topo: topo, Inner: TestRun{}}}
+	var totals []Totals
+	cases, refused := 0, 0
+	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+		for seed := uint64(1); seed <= uint64(seeds); seed++ {
+			text := GenerateRules(seed, GenOptions{Family: fam, InIface: topo.InIface, OutIface: topo.OutIface, XDP: seed%2 == 0})
+			c, err := NewCase(CaseOptions{
+				Name: fmt.Sprintf("%s-seed-%d", fam, seed), Family: fam, Rules: text,
+				InIface: topo.InIface, OutIface: topo.OutIface,
+			})
+			if err != nil {
+				continue // TestRandom checks that iptables refuses these too
+			}
+			if err := topo.LoadIptablesNFT(fam, text); err != nil {
+				// iptables-nft refuses a few rule sets iptables-legacy
+				// takes ("RULE_APPEND failed").
+				t.Logf("%s: %v", c.Name, err)
+				refused++
+				continue
+			}
+			c.Probes = Probes(c, seed, probes)
+			totals = addTotals(totals, check(t, c, ref, others...))
+			cases++
+		}
+	}
+	logTotals(t, "iptables-nft", totals)
+	t.Logf("difftest iptables-nft: %d rule sets refused by iptables-nft-restore", refused)
+	if refused > cases/10 {
+		t.Errorf("iptables-nft-restore refused %d rule sets, %d loaded", refused, cases)
+	}
+	// Odd seeds use -o, which xdp cannot compile.
+	for i, min := range []int{cases, cases / 3} {
+		if totals[i].Cases < min {
+			t.Errorf("%s judged %d of %d rule sets", totals[i].Source, totals[i].Cases, cases)
+		}
 	}
 }

@@ -33,7 +33,7 @@ func requireNFT(t *testing.T) {
 func newNFTBench(t *testing.T, opts TopologyOptions) *bench {
 	t.Helper()
 	topo := NewTopology(t, opts)
-	return &bench{topo: topo, ref: Netfilter{topo}, others: []Source{
+	return &bench{topo: topo, ref: Netfilter{Topo: topo}, others: []Source{
 		Eval{}, TestRun{Opts: codegen.Options{Trace: true, Level: codegen.O0}}, TestRun{},
 		TestRun{Opts: codegen.Options{Trace: true, ForceLookups: true}},
 	}}

@@ -69,9 +69,19 @@ type Source interface {
 // topology with iptables-legacy-restore (nft -f for nft cases), the probes
 // sent across it. A topology takes cases of one format only: neither
 // loader removes the other's rules.
-type Netfilter struct{ Topo *Topology }
+type Netfilter struct {
+	Topo *Topology
+	// IptablesNFT loads iptables rules with iptables-nft-restore, into
+	// nf_tables, instead.
+	IptablesNFT bool
+}
 
-func (Netfilter) Name() string { return "netfilter" }
+func (n Netfilter) Name() string {
+	if n.IptablesNFT {
+		return "netfilter (iptables-nft)"
+	}
+	return "netfilter"
+}
 
 // batchSize keeps a batch well within the receiver's socket buffer.
 const batchSize = 1000
@@ -81,8 +91,11 @@ func (n Netfilter) Outcomes(c *Case) ([]Outcome, error) {
 		return nil, err
 	}
 	load := n.Topo.Load
-	if c.NFT {
+	switch {
+	case c.NFT:
 		load = n.Topo.LoadNFT
+	case n.IptablesNFT:
+		load = n.Topo.LoadIptablesNFT
 	}
 	if err := load(c.Family, c.Rules); err != nil {
 		return nil, err
@@ -156,6 +169,20 @@ func (topo *Topology) LoadNFT(fam rules.Family, text []byte) error {
 	script := append([]byte("flush ruleset\n"), text...)
 	if err := topology.RunInput(script, "ip", "netns", "exec", topo.Firewall, "nft", "-f", "-"); err != nil {
 		return fmt.Errorf("load nft rules into the firewall: %w", err)
+	}
+	return nil
+}
+
+// LoadIptablesNFT replaces the firewall's rules of family fam with the
+// iptables-save text rules, through iptables-nft-restore: nf_tables
+// tables holding native expressions and xtables extensions.
+func (topo *Topology) LoadIptablesNFT(fam rules.Family, text []byte) error {
+	tool := "iptables-nft-restore"
+	if fam == rules.IPv6 {
+		tool = "ip6tables-nft-restore"
+	}
+	if err := topology.RunInput(text, "ip", "netns", "exec", topo.Firewall, tool); err != nil {
+		return fmt.Errorf("load rules into the firewall: %w", err)
 	}
 	return nil
 }

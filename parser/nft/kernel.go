@@ -580,6 +580,7 @@ const (
 	fieldAddr
 	fieldMAC
 	fieldFlags
+	fieldMasked // a number compared under a mask
 )
 
 type fieldDef struct {
@@ -589,7 +590,7 @@ type fieldDef struct {
 }
 
 var (
-	ipFields  = []fieldDef{{2, 2, "ip length", fieldNumber}, {8, 1, "ip ttl", fieldNumber}, {9, 1, "ip protocol", fieldNumber}, {12, 4, "ip saddr", fieldAddr}, {16, 4, "ip daddr", fieldAddr}}
+	ipFields  = []fieldDef{{2, 2, "ip length", fieldNumber}, {6, 2, "ip frag-off", fieldMasked}, {8, 1, "ip ttl", fieldNumber}, {9, 1, "ip protocol", fieldNumber}, {12, 4, "ip saddr", fieldAddr}, {16, 4, "ip daddr", fieldAddr}}
 	ip6Fields = []fieldDef{{4, 2, "ip6 length", fieldNumber}, {7, 1, "ip6 hoplimit", fieldNumber}, {8, 16, "ip6 saddr", fieldAddr}, {24, 16, "ip6 daddr", fieldAddr}}
 	llFields  = []fieldDef{{6, 6, "ether saddr", fieldMAC}}
 )
@@ -648,7 +649,7 @@ func (x *exprReader) field(l load, at uint32) (field, error) {
 		if n < d.width && d.kind != fieldAddr {
 			break // part of a field: only an address prefix
 		}
-		if f.mask != nil && d.kind != fieldAddr && d.kind != fieldFlags {
+		if f.mask != nil && d.kind != fieldAddr && d.kind != fieldFlags && d.kind != fieldMasked {
 			return field{}, fmt.Errorf("a mask on %s is not supported", d.key)
 		}
 		return f, nil
@@ -677,6 +678,9 @@ func (f field) value(data []byte) string {
 // text is the relation "key op data", with the field's mask.
 func (f field) text(op string, data []byte) string {
 	switch {
+	case f.kind == fieldAddr && f.mask != nil && !isPrefixMask(f.mask):
+		// iptables-nft's -s ADDR/MASK with a mask that is no prefix.
+		return fmt.Sprintf("%s & %s %s %s", f.key, f.value(f.mask), cmp.Or(strings.TrimSpace(op), "=="), f.value(data))
 	case f.kind == fieldAddr && (f.n < f.width || f.mask != nil):
 		bits := 8 * int(f.n)
 		if f.mask != nil {
@@ -689,6 +693,12 @@ func (f field) text(op string, data []byte) string {
 			}
 		}
 		return fmt.Sprintf("%s %s%s/%d", f.key, op, f.value(data), bits)
+	case f.kind == fieldMasked && f.mask != nil:
+		var m uint64
+		for _, c := range f.mask {
+			m = m<<8 | uint64(c)
+		}
+		return fmt.Sprintf("%s & %#x %s %s", f.key, m, cmp.Or(strings.TrimSpace(op), "=="), f.value(data))
 	case f.kind == fieldFlags && f.mask != nil:
 		return fmt.Sprintf("%s & %#x %s %#x", f.key, f.mask[0], cmp.Or(strings.TrimSpace(op), "=="), data[0])
 	case f.kind == fieldFlags:
@@ -696,6 +706,21 @@ func (f field) text(op string, data []byte) string {
 		return fmt.Sprintf("%s %s %#x", f.key, cmp.Or(strings.TrimSpace(op), "=="), data[0])
 	}
 	return fmt.Sprintf("%s %s%s", f.key, op, f.value(data))
+}
+
+// isPrefixMask reports whether mask is ones followed by zeros.
+func isPrefixMask(mask []byte) bool {
+	zeros := false
+	for _, c := range mask {
+		n := onesPrefix(c)
+		if zeros && c != 0 || n < 8 && c != byte(0xff<<(8-n)) {
+			return false
+		}
+		if n < 8 {
+			zeros = true
+		}
+	}
+	return true
 }
 
 func onesPrefix(c byte) int {

@@ -28,6 +28,8 @@ func (b *ruleBuilder) xtExtension(x *Xt) {
 				b.xtError(pos, err)
 				return false
 			}
+			// The kernel runs it as iptables does (ir's lowering asks).
+			m.(interface{ MarkXT() }).MarkXT()
 			r.Matches = append(r.Matches, m)
 			return true
 		}))

@@ -1,0 +1,46 @@
+package difftest
+
+import (
+	"fmt"
+
+	"bpfwall/internal/topology"
+	"bpfwall/ir"
+	"bpfwall/parser/nft"
+	"bpfwall/rules"
+)
+
+// FromKernel loads a case's iptables rules with iptables-nft-restore into
+// the firewall of Topo, reads them back as --from-kernel does
+// (nft.ReadKernel in the firewall's namespace), and has Inner judge the
+// probes by the model read: what an operator gets who compiles what
+// iptables-nft loaded.
+type FromKernel struct {
+	Topo  *Topology
+	Inner Source
+}
+
+func (s FromKernel) Name() string { return "from-kernel " + s.Inner.Name() }
+
+func (s FromKernel) Outcomes(c *Case) ([]Outcome, error) {
+	if c.NFT {
+		return nil, fmt.Errorf("case %s: FromKernel takes iptables rules", c.Name)
+	}
+	if err := s.Topo.LoadIptablesNFT(c.Family, c.Rules); err != nil {
+		return nil, err
+	}
+	var rs *rules.Ruleset
+	err := topology.Do(s.Topo.Firewall, func() (err error) {
+		rs, err = nft.ReadKernel(nft.Options{Family: c.Family})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("case %s: read the kernel's rule set: %w", c.Name, err)
+	}
+	prog, err := ir.Lower(rs, ir.LowerOptions{Chain: "FORWARD"})
+	if err != nil {
+		return nil, fmt.Errorf("case %s: lower the kernel's rule set: %w", c.Name, err)
+	}
+	kc := *c
+	kc.Ruleset, kc.Program = rs, prog
+	return s.Inner.Outcomes(&kc)
+}
