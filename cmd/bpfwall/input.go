@@ -60,9 +60,9 @@ func (f *inputFlags) inputs(files []string) ([]string, error) {
 }
 
 // loadKernel reads the nftables rule set of the network namespace.
-func (f *inputFlags) loadKernel() (*rules.Ruleset, error) {
-	if f.sets.file != "" || f.fragment {
-		return nil, fmt.Errorf("%s: --ipset and fragments apply to iptables input only", kernelInput)
+func (f *inputFlags) loadKernel(stderr io.Writer) (*rules.Ruleset, error) {
+	if f.fragment {
+		return nil, fmt.Errorf("%s: fragments apply to iptables input only", kernelInput)
 	}
 	if f.format != "" && f.format != "nft" {
 		return nil, fmt.Errorf("%w: --from-kernel reads nft rule sets, not --format %s", errUsage, f.format)
@@ -71,7 +71,9 @@ func (f *inputFlags) loadKernel() (*rules.Ruleset, error) {
 	if f.ipv6 {
 		fam = rules.IPv6
 	}
-	return nft.ReadKernel(nft.Options{Family: fam})
+	// iptables-nft's -m set names ipsets: --ipset FILE's or the kernel's.
+	sets := func() (map[string]*rules.IPSet, error) { return f.sets.load(stderr) }
+	return nft.ReadKernel(nft.Options{Family: fam, IPSets: sets})
 }
 
 // readFile reads a named file, or stdin for "-".
@@ -85,7 +87,7 @@ func readFile(name string) ([]byte, error) {
 // load reads and parses one rule set file.
 func (f *inputFlags) load(name string, stderr io.Writer) (*rules.Ruleset, error) {
 	if f.fromKernel {
-		return f.loadKernel()
+		return f.loadKernel(stderr)
 	}
 	opts := iptables.Options{ForceFamily: f.ipv6, Noflush: f.fragment, Fragment: f.fragment, Base: f.base}
 	if f.ipv6 {
@@ -222,6 +224,14 @@ func (f *setFlags) register(fs *pflag.FlagSet, warn *warner) {
 // iptables finds its sets in the kernel, without one the kernel's when src
 // names a set.
 func (f *setFlags) read(src []byte, stderr io.Writer) (map[string]*rules.IPSet, error) {
+	if f.file == "" && !bytes.Contains(src, []byte("--match-set")) {
+		return nil, nil
+	}
+	return f.load(stderr)
+}
+
+// load returns --ipset FILE's sets, or else the kernel's.
+func (f *setFlags) load(stderr io.Writer) (map[string]*rules.IPSet, error) {
 	var sets map[string]*rules.IPSet
 	switch {
 	case f.file != "":
@@ -232,7 +242,7 @@ func (f *setFlags) read(src []byte, stderr io.Writer) (map[string]*rules.IPSet, 
 		if sets, err = iptables.ParseIPSets(f.file, text); err != nil {
 			return nil, err
 		}
-	case bytes.Contains(src, []byte("--match-set")):
+	default:
 		text, err := loader.SaveKernelSets()
 		if errors.Is(err, os.ErrPermission) {
 			// check without root: the rules' sets are not known.

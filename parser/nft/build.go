@@ -15,9 +15,14 @@ type Options struct {
 	Family rules.Family
 	// ReadFile reads included files; rules.ReadRegular when nil.
 	ReadFile func(string) ([]byte, error)
+	// IPSets gives the kernel's ipsets, which the xt set matches of
+	// iptables-nft name; ReadKernel calls it only when a rule has one.
+	IPSets func() (map[string]*rules.IPSet, error)
 	// xt is set for ReadKernel's listing, whose "xt match" and "xt
-	// target" statements carry their options.
-	xt bool
+	// target" statements carry their options; ipsets are the sets they
+	// may name.
+	xt     bool
+	ipsets map[string]*rules.IPSet
 }
 
 // Parse reads an nft script or listing and returns the model of what the
@@ -34,7 +39,7 @@ func Parse(name string, src []byte, opts Options) (*rules.Ruleset, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs, err := build(nrs, opts.Family, opts.xt)
+	rs, err := build(nrs, opts.Family, xtOptions{on: opts.xt, ipsets: opts.ipsets})
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +75,7 @@ func markSharedLimits(nrs *ruleset, rs *rules.Ruleset) {
 		other = rules.IPv4
 	}
 	reached := map[rules.Pos]bool{}
-	ors, err := build(nrs, other, false)
+	ors, err := build(nrs, other, xtOptions{})
 	if err == nil {
 		each(ors, func(m *rules.RateLimit) { reached[m.Pos] = true })
 	}
@@ -126,15 +131,22 @@ func familyApplies(tableFamily string, fam rules.Family) bool {
 	return false // arp, bridge: not IP hooks
 }
 
+// xtOptions say whether "xt" statements carry options (Options.xt), and
+// the ipsets they may name.
+type xtOptions struct {
+	on     bool
+	ipsets map[string]*rules.IPSet
+}
+
 type builder struct {
 	fam   rules.Family
-	xt    bool // Options.xt
+	xt    xtOptions
 	rs    *rules.Ruleset
 	errs  rules.ErrorList
 	names map[string]int // nft chain names, to tell when to qualify
 }
 
-func build(nrs *ruleset, fam rules.Family, xt bool) (*rules.Ruleset, error) {
+func build(nrs *ruleset, fam rules.Family, xt xtOptions) (*rules.Ruleset, error) {
 	b := &builder{fam: fam, xt: xt, rs: &rules.Ruleset{Family: fam, Sets: map[string]*rules.IPSet{}}, names: map[string]int{}}
 	// Base chains by model hook, in the order they were declared.
 	byHook := map[[2]string][]*chain{}

@@ -37,9 +37,15 @@ func ReadKernel(opts Options) (*rules.Ruleset, error) {
 		return nil, fmt.Errorf("kernel: open netlink: %w", err)
 	}
 	defer conn.CloseLasting()
-	text, where, err := kernelText(conn)
+	xs := &xtListing{}
+	text, where, err := kernelText(conn, xs)
 	if err != nil {
 		return nil, err
+	}
+	if xs.setMatches && opts.IPSets != nil {
+		if opts.ipsets, err = opts.IPSets(); err != nil {
+			return nil, err
+		}
 	}
 	opts.xt = true
 	rs, err := Parse("kernel", text, opts)
@@ -60,8 +66,8 @@ func ReadKernel(opts Options) (*rules.Ruleset, error) {
 }
 
 // kernelText lists the rule set as nft text; where maps its rule lines
-// to the rules' names.
-func kernelText(conn *nftables.Conn) (text []byte, where map[int]string, err error) {
+// to the rules' names. xs keeps what the xt matches need.
+func kernelText(conn *nftables.Conn, xs *xtListing) (text []byte, where map[int]string, err error) {
 	tables, err := conn.ListTables()
 	if err != nil {
 		return nil, nil, fmt.Errorf("kernel: list tables: %w", err)
@@ -128,7 +134,7 @@ func kernelText(conn *nftables.Conn) (text []byte, where map[int]string, err err
 					errs = append(errs, fmt.Errorf("%s: %w", loc, err))
 					continue
 				}
-				x := &exprReader{fam: fam, sets: sets, regs: map[uint32]load{}, declare: map[string]string{}}
+				x := &exprReader{fam: fam, sets: sets, regs: map[uint32]load{}, declare: map[string]string{}, xt: xs}
 				s, err := x.rule(exprs)
 				if err != nil {
 					errs = append(errs, fmt.Errorf("%s: %w", loc, err))
@@ -253,6 +259,7 @@ type exprReader struct {
 	// declare holds the declarations of the named sets the rule looks
 	// up in, by name.
 	declare map[string]string
+	xt      *xtListing
 }
 
 func (x *exprReader) rule(es []expr.Any) (string, error) {

@@ -53,11 +53,19 @@ var xtMatches = map[string]xtExt{
 	"addrtype":  xtAddrType,
 	"recent":    xtRecent,
 	"hashlimit": xtHashLimit,
+	"set":       xtSet,
 }
 
 var xtTargets = map[string]xtExt{
 	"REJECT": xtReject,
 	"LOG":    xtLog,
+}
+
+// xtListing is what the xt matches of one listing share: the names of the
+// ipsets by kernel index, and whether a set match was read.
+type xtListing struct {
+	ipsetNames map[uint16]string
+	setMatches bool
 }
 
 // xtRaw reads a match or target expression as the kernel lists it,
@@ -780,3 +788,124 @@ func xtLog(x *exprReader, rev uint32, info []byte) (string, string, error) {
 	}
 	return "LOG", o.String(), nil
 }
+
+// The flags of struct xt_set_info and of the set match (ipset/ip_set.h).
+const (
+	ipsetInvMatch          = 1 << 0 // IPSET_INV_MATCH; bit i: dimension i is src
+	ipsetReturnNomatch     = 1 << 7 // IPSET_RETURN_NOMATCH
+	ipsetSkipCounters      = 1 << 3 // IPSET_FLAG_SKIP_COUNTER_UPDATE
+	ipsetSkipSubcounters   = 1 << 4 // IPSET_FLAG_SKIP_SUBCOUNTER_UPDATE
+	ipsetMatchCounters     = 1 << 5 // IPSET_FLAG_MATCH_COUNTERS
+	ipsetFlagReturnNomatch = 1 << 7 // IPSET_FLAG_RETURN_NOMATCH
+)
+
+// xtSet reads struct xt_set_info_match_v1, v3 and v4 (revision 2 is v1's
+// layout). The set is named by its kernel index, which ipset turns back
+// into the name.
+func xtSet(x *exprReader, rev uint32, info []byte) (string, string, error) {
+	size := map[uint32]int{1: 4, 2: 4, 3: 44, 4: 44}[rev]
+	if size == 0 {
+		return "", "", fmt.Errorf("revision %d is not supported", rev)
+	}
+	if err := need(info, size); err != nil {
+		return "", "", err
+	}
+	index, dim, flags := ne.Uint16(info[0:]), int(info[2]), info[3]
+	if dim < 1 || dim > 6 {
+		return "", "", fmt.Errorf("%d dimensions", dim)
+	}
+	name, err := x.xt.ipsetName(index)
+	if err != nil {
+		return "", "", err
+	}
+	dirs := make([]string, dim)
+	for i := range dirs {
+		dirs[i] = "dst"
+		if flags&(1<<(i+1)) != 0 {
+			dirs[i] = "src"
+		}
+	}
+	var o opts
+	o.add(flags&ipsetInvMatch != 0, "match-set", rules.Quote(name), strings.Join(dirs, ","))
+	if flags&ipsetReturnNomatch != 0 {
+		o.add(false, "return-nomatch")
+	}
+	if rev >= 3 {
+		// struct ip_set_counter_match0 (v3: u8 op, u64 value) and
+		// ip_set_counter_match (v4: u64 value, u8 op); then u32 flags.
+		opPackets, opBytes, mflags := info[8], info[24], ne.Uint32(info[40:])
+		if rev == 4 {
+			opPackets, opBytes = info[16], info[32]
+		}
+		if opPackets != 0 || opBytes != 0 || mflags&ipsetMatchCounters != 0 {
+			return "", "", fmt.Errorf("counter tests (--packets-*, --bytes-*) are not supported")
+		}
+		if mflags&ipsetSkipCounters != 0 {
+			o.add(true, "update-counters")
+		}
+		if mflags&ipsetSkipSubcounters != 0 {
+			o.add(true, "update-subcounters")
+		}
+		if mflags&ipsetFlagReturnNomatch != 0 && flags&ipsetReturnNomatch == 0 {
+			o.add(false, "return-nomatch")
+		}
+	}
+	x.xt.setMatches = true
+	return "set", o.String(), nil
+}
+
+// ipsetName asks ipset for the name of the set of kernel index i.
+func (xs *xtListing) ipsetName(i uint16) (string, error) {
+	if name, ok := xs.ipsetNames[i]; ok {
+		return name, nil
+	}
+	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
+	if err != nil {
+		return "", fmt.Errorf("open netlink: %w", err)
+	}
+	defer conn.Close()
+	ae := netlink.NewAttributeEncoder()
+	ae.Uint8(ipsetAttrProtocol, ipsetProtocol)
+	ae.Do(ipsetAttrIndex, func() ([]byte, error) { return binary.BigEndian.AppendUint16(nil, i), nil })
+	data, err := ae.Encode()
+	if err != nil {
+		return "", err
+	}
+	msgs, err := conn.Execute(netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(nfnlSubsysIPSet<<8 | ipsetCmdGetByIndex), Flags: netlink.Request},
+		Data:   append([]byte{unix.AF_INET, unix.NFNETLINK_V0, 0, 0}, data...),
+	})
+	if err != nil {
+		return "", fmt.Errorf("ipset index %d: %w", i, err)
+	}
+	for _, m := range msgs {
+		if len(m.Data) < 4 {
+			continue
+		}
+		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+		if err != nil {
+			return "", err
+		}
+		for ad.Next() {
+			if ad.Type() == ipsetAttrSetName {
+				name := string(trimNUL(ad.Bytes()))
+				if xs.ipsetNames == nil {
+					xs.ipsetNames = map[uint16]string{}
+				}
+				xs.ipsetNames[i] = name
+				return name, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("ipset index %d: no set name in the reply", i)
+}
+
+// ipset's netlink protocol (include/uapi/linux/netfilter/ipset/ip_set.h).
+const (
+	nfnlSubsysIPSet    = 6
+	ipsetCmdGetByIndex = 15
+	ipsetProtocol      = 7
+	ipsetAttrProtocol  = 1
+	ipsetAttrSetName   = 2
+	ipsetAttrIndex     = 11
+)

@@ -73,9 +73,30 @@ const xtRules6 = `*filter
 COMMIT
 `
 
+// xtRulesSets name ipsets (xtSets): xt set matches name them by the
+// kernel's index.
+const xtRulesSets = `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -m set --match-set blocked src -j DROP
+-A INPUT -m set ! --match-set allowed dst -j DROP
+-A INPUT -m set --match-set pairs src,dst ! --update-counters ! --update-subcounters -j ACCEPT
+-A INPUT -m set --match-set blocked dst --return-nomatch -j ACCEPT
+COMMIT
+`
+
+const xtSets = `create blocked hash:net family inet hashsize 1024 maxelem 65536
+add blocked 10.9.0.0/16
+create allowed hash:ip family inet hashsize 1024 maxelem 65536
+add allowed 192.0.2.7
+create pairs hash:ip,port family inet hashsize 1024 maxelem 65536
+`
+
 // TestReadKernelXT loads rule sets with iptables-nft-restore and reads them
 // back with ReadKernel: the model must print as iptables-save text exactly
-// as the model of the same input given to the iptables parser, and the
+// as the model of the same input given to the iptables parser (with the
+// same ipsets), and the
 // kernel must have held each extension as an xt match or target (so that
 // the decoders were what read them).
 func TestReadKernelXT(t *testing.T) {
@@ -86,19 +107,40 @@ func TestReadKernelXT(t *testing.T) {
 		tool  string
 		text  string
 		wantX []string
+		sets  string // ipset restore input
 	}{
 		{rules.IPv4, "iptables-nft-restore", xtRules4, []string{
 			"match conntrack", "match state", "match tcp", "match multiport", "match icmp", "match comment", "match iprange",
 			"match length", "match ttl", "match mac", "match pkttype", "match addrtype", "match recent", "match hashlimit",
-			"target REJECT", "target LOG"}},
+			"target REJECT", "target LOG"}, ""},
 		{rules.IPv6, "ip6tables-nft-restore", xtRules6, []string{
-			"match conntrack", "match icmp6", "match hl", "match iprange", "match recent", "match hashlimit", "target REJECT"}},
+			"match conntrack", "match icmp6", "match hl", "match iprange", "match recent", "match hashlimit", "target REJECT"}, ""},
+		{rules.IPv4, "iptables-nft-restore", xtRulesSets, []string{"match set"}, xtSets},
 	} {
-		t.Run(tc.fam.String(), func(t *testing.T) {
+		name := tc.fam.String()
+		if tc.sets != "" {
+			name += "/ipset"
+			testenv.RequireTool(t, "ipset")
+		}
+		t.Run(name, func(t *testing.T) {
 			var got *rules.Ruleset
 			var text []byte
 			var err error
+			var sets map[string]*rules.IPSet
+			if tc.sets != "" {
+				if sets, err = iptables.ParseIPSets("sets", []byte(tc.sets)); err != nil {
+					t.Fatal(err)
+				}
+			}
 			inFreshNetns(t, func() {
+				if tc.sets != "" {
+					cmd := exec.Command("ipset", "restore")
+					cmd.Stdin = strings.NewReader(tc.sets)
+					if out, err := cmd.CombinedOutput(); err != nil {
+						t.Errorf("ipset restore: %v\n%s", err, out)
+						return
+					}
+				}
 				cmd := exec.Command(tc.tool)
 				cmd.Stdin = strings.NewReader(tc.text)
 				if out, err := cmd.CombinedOutput(); err != nil {
@@ -110,10 +152,10 @@ func TestReadKernelXT(t *testing.T) {
 					t.Error(cerr)
 					return
 				}
-				text, _, err = kernelText(conn)
+				text, _, err = kernelText(conn, &xtListing{})
 				conn.CloseLasting()
 				if err == nil {
-					got, err = ReadKernel(Options{Family: tc.fam})
+					got, err = ReadKernel(Options{Family: tc.fam, IPSets: func() (map[string]*rules.IPSet, error) { return sets, nil }})
 				}
 			})
 			if t.Failed() {
@@ -131,7 +173,7 @@ func TestReadKernelXT(t *testing.T) {
 					t.Errorf("the kernel did not hold xt %s; its rule set reads\n%s", w, text)
 				}
 			}
-			want, err := iptables.Parse("rules", []byte(tc.text), iptables.Options{Family: tc.fam, ForceFamily: true})
+			want, err := iptables.Parse("rules", []byte(tc.text), iptables.Options{Family: tc.fam, ForceFamily: true, Sets: sets})
 			if err != nil {
 				t.Fatal(err)
 			}

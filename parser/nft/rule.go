@@ -78,10 +78,10 @@ type ruleBuilder struct {
 	// negProto is the protocol a "!=" term of the rule excludes: a model
 	// rule holds one (! -p), so a second, other one is refused.
 	negProto *uint8
-	// xt is set when "xt" statements carry their options (Options.xt);
+	// xt says whether "xt" statements carry their options (Options.xt);
 	// they are read as a rule of xtChain (a builtin chain, or "" for a
 	// user chain) in xtTable.
-	xt               bool
+	xt               xtOptions
 	xtTable, xtChain string
 }
 

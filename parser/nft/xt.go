@@ -12,7 +12,7 @@ import (
 func (b *ruleBuilder) xtExtension(x *Xt) {
 	pos := toPos(x.Pos)
 	name := unquote(x.Name)
-	if x.Options == nil || !b.xt {
+	if x.Options == nil || !b.xt.on {
 		b.errorf(pos, "xt %s %s is an xtables extension that iptables-nft installed, and nft's listing does not show its options: read the rule set with --from-kernel, or from iptables-nft-save", x.Kind, name)
 		return
 	}
@@ -21,15 +21,21 @@ func (b *ruleBuilder) xtExtension(x *Xt) {
 	if table == "netdev" {
 		table = "filter" // iptables has no netdev table; a user chain's rules
 	}
+	ctx := func(r *rules.Rule) iptables.Context {
+		return iptables.Context{Family: b.fam, Table: table, Chain: b.xtChain, Proto: r.Proto, ProtoNeg: r.ProtoNeg, Sets: b.xt.ipsets}
+	}
 	if x.Kind == "match" {
 		b.add(always1(func(r *rules.Rule) bool {
-			m, err := iptables.ParseMatch(b.fam, table, b.xtChain, r.Proto, r.ProtoNeg, name, args, pos)
+			m, err := iptables.ParseMatch(ctx(r), name, args, pos)
 			if err != nil {
 				b.xtError(pos, err)
 				return false
 			}
 			// The kernel runs it as iptables does (ir's lowering asks).
 			m.(interface{ MarkXT() }).MarkXT()
+			if s, ok := m.(*rules.Set); ok {
+				b.sets[s.SetName] = b.xt.ipsets[s.SetName]
+			}
 			r.Matches = append(r.Matches, m)
 			return true
 		}))
@@ -42,7 +48,7 @@ func (b *ruleBuilder) xtExtension(x *Xt) {
 	b.emit(action{kind: actTarget, pos: pos})
 	for i := n; i < len(b.out); i++ {
 		r := b.out[i].rule
-		t, err := iptables.ParseTarget(b.fam, table, b.xtChain, r.Proto, r.ProtoNeg, name, args, pos)
+		t, err := iptables.ParseTarget(ctx(r), name, args, pos)
 		if err != nil {
 			b.xtError(pos, err)
 			return
