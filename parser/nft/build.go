@@ -202,7 +202,8 @@ func build(nrs *ruleset, fam rules.Family, xt xtOptions) (*rules.Ruleset, error)
 		}
 		for _, c := range t.chains {
 			for _, sr := range c.rules {
-				rb := &ruleBuilder{fam: fam, tbl: t, src: sr, errs: &b.errs, sets: map[string]*rules.IPSet{}, xt: xt, xtTable: "filter"}
+				rb := &ruleBuilder{fam: fam, tbl: t, src: sr, errs: &b.errs, sets: map[string]*rules.IPSet{}, xt: xt}
+				rb.xtTable, rb.xtChain = xtContext(c)
 				rb.translate()
 			}
 		}
@@ -325,10 +326,8 @@ func (hb *hookBuilder) inst(k instKey) string {
 func (hb *hookBuilder) rules(c *chain, k instKey, multi bool) []*rules.Rule {
 	var out []*rules.Rule
 	for _, sr := range c.rules {
-		rb := &ruleBuilder{fam: hb.fam, tbl: c.table, hook: hb.hook, src: sr, errs: &hb.errs, sets: hb.rs.Sets, xt: hb.xt, xtTable: hb.tbl.Name}
-		if c.hook != nil {
-			rb.xtChain = hb.hook
-		}
+		rb := &ruleBuilder{fam: hb.fam, tbl: c.table, hook: hb.hook, src: sr, errs: &hb.errs, sets: hb.rs.Sets, xt: hb.xt}
+		rb.xtTable, rb.xtChain = xtContext(c)
 		for _, o := range rb.translate() {
 			o.rule.Target = hb.target(c, k, o.act, multi)
 			out = append(out, o.rule)

@@ -59,6 +59,7 @@ var xtMatches = map[string]xtExt{
 var xtTargets = map[string]xtExt{
 	"REJECT": xtReject,
 	"LOG":    xtLog,
+	"TPROXY": xtTProxy,
 }
 
 // xtListing is what the xt matches of one listing share: the names of the
@@ -762,6 +763,27 @@ func xtReject(x *exprReader, rev uint32, info []byte) (string, string, error) {
 	var o opts
 	o.add(false, "reject-with", names[with])
 	return "REJECT", o.String(), nil
+}
+
+// xtTProxy reads struct xt_tproxy_target_info_v1 (revision 0 is IPv4's
+// older layout, which iptables no longer installs).
+func xtTProxy(x *exprReader, rev uint32, info []byte) (string, string, error) {
+	if rev != 1 {
+		return "", "", fmt.Errorf("revision %d is not supported", rev)
+	}
+	if err := need(info, 26); err != nil {
+		return "", "", err
+	}
+	mask, value := ne.Uint32(info[0:]), ne.Uint32(info[4:])
+	var o opts
+	o.add(false, "on-port", strconv.Itoa(int(binary.BigEndian.Uint16(info[24:]))))
+	if a := x.addrOf(info[8:]); !a.IsUnspecified() {
+		o.add(false, "on-ip", a.String())
+	}
+	if mask != 0 || value != 0 {
+		o.add(false, "tproxy-mark", fmt.Sprintf("%#x/%#x", value, mask))
+	}
+	return "TPROXY", o.String(), nil
 }
 
 func xtLog(x *exprReader, rev uint32, info []byte) (string, string, error) {

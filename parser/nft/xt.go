@@ -1,6 +1,8 @@
 package nft
 
 import (
+	"slices"
+
 	"bpfwall/parser/iptables"
 	"bpfwall/rules"
 )
@@ -17,12 +19,8 @@ func (b *ruleBuilder) xtExtension(x *Xt) {
 		return
 	}
 	args := unquote(*x.Options)
-	table := b.xtTable
-	if table == "netdev" {
-		table = "filter" // iptables has no netdev table; a user chain's rules
-	}
 	ctx := func(r *rules.Rule) iptables.Context {
-		return iptables.Context{Family: b.fam, Table: table, Chain: b.xtChain, Proto: r.Proto, ProtoNeg: r.ProtoNeg, Sets: b.xt.ipsets}
+		return iptables.Context{Family: b.fam, Table: b.xtTable, Chain: b.xtChain, Proto: r.Proto, ProtoNeg: r.ProtoNeg, Sets: b.xt.ipsets}
 	}
 	if x.Kind == "match" {
 		b.add(always1(func(r *rules.Rule) bool {
@@ -69,4 +67,26 @@ func (b *ruleBuilder) xtError(pos rules.Pos, err error) {
 	default:
 		b.errorf(pos, "%v", err)
 	}
+}
+
+// xtContext is the iptables table and chain the xt statements of chain c
+// are checked for. iptables-nft names its tables and base chains as
+// iptables does: the rules of table ip mangle are mangle's, even where
+// the model merges its INPUT chain into filter INPUT. A base chain is
+// its hook's builtin chain, a user chain is one whose hooks are not known
+// (""); a table that is not iptables' is taken as its hook's.
+func xtContext(c *chain) (table, builtin string) {
+	table = "filter"
+	if c.hook != nil {
+		if t, ok := hookTargets[c.hook.hook]; ok && t[0] != "netdev" {
+			table, builtin = t[0], t[1]
+		}
+	}
+	if _, ok := rules.BuiltinChains[c.table.name]; ok {
+		table = c.table.name
+		if !slices.Contains(rules.BuiltinChains[table], builtin) {
+			builtin = "" // nat's and raw's have no such chain: no hook check
+		}
+	}
+	return table, builtin
 }
