@@ -261,18 +261,29 @@ type hookBuilder struct {
 // hook builds the builtin chain for one hook and the user chains its base
 // chains reach.
 func (b *builder) hook(tbl *rules.Table, builtin string, base []*chain) {
-	hb := &hookBuilder{builder: b, tbl: tbl, hook: builtin, base: base, names: map[instKey]string{}}
-	entry := &rules.Chain{Name: builtin, Builtin: true, Pos: base[0].hook.pos}
+	entry := &rules.Chain{Name: builtin, Builtin: true, Pos: base[0].hook.pos, Policy: rules.PolicyAccept}
 	tbl.Chains = append(tbl.Chains, entry)
-	for _, c := range base {
-		if c.hook.typ == "nat" {
+	// Nat chains that have no say in the verdict are not the model's
+	// (nat.go); if that leaves none, the hook accepts every packet.
+	var kept []*chain
+	for i, c := range base {
+		if c.hook.typ != "nat" {
+			kept = append(kept, c)
+			continue
+		}
+		if why := natSay(base, i); why != "" {
 			// A nat chain sees the first packet of a connection only;
 			// lowering this hook fails at the chain.
-			entry.Policy = rules.PolicyAccept
 			entry.Rules = []*rules.Rule{{Pos: c.hook.pos, NFT: true, Matches: []rules.Match{
-				&rules.Generic{Located: rules.Located{Pos: c.hook.pos}, Ext: "type nat base chain " + c.name}}}}
+				&rules.Generic{Located: rules.Located{Pos: c.hook.pos}, Ext: "type nat base chain " + c.name + " (" + why + ")"}}}}
 			return
 		}
+	}
+	if base = kept; len(base) == 0 {
+		return
+	}
+	hb := &hookBuilder{builder: b, tbl: tbl, hook: builtin, base: base, names: map[instKey]string{}}
+	for _, c := range base {
 		if c.hook.typ != "filter" && c.hook.typ != "route" {
 			b.errs = append(b.errs, rules.Errorf(c.hook.pos, "chain %s: unknown chain type %s", c.name, c.hook.typ))
 			return

@@ -2,6 +2,7 @@ package nft
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -30,7 +31,7 @@ import (
 
 // xtExt prints one extension's info as iptables options; name is the
 // iptables extension the options are for (conntrack with the state
-// alias is "state").
+// alias is "state"), or "" for the extension's own.
 type xtExt func(x *exprReader, rev uint32, info []byte) (name, options string, err error)
 
 var xtMatches = map[string]xtExt{
@@ -54,12 +55,28 @@ var xtMatches = map[string]xtExt{
 	"recent":    xtRecent,
 	"hashlimit": xtHashLimit,
 	"set":       xtSet,
+	// bpfwall keeps these without compiling them, as it keeps them
+	// from iptables-restore input.
+	"owner":    xtOwner,
+	"rpfilter": xtRPFilter,
 }
 
 var xtTargets = map[string]xtExt{
 	"REJECT": xtReject,
 	"LOG":    xtLog,
 	"TPROXY": xtTProxy,
+	// bpfwall keeps these without compiling them, as it keeps them
+	// from iptables-restore input: the nat table's, which the kernel
+	// runs, and mangle's.
+	"SNAT":       xtNAT("to-source"),
+	"DNAT":       xtNAT("to-destination"),
+	"MASQUERADE": xtNAT(""),
+	"REDIRECT":   xtNAT(""),
+	"MARK":       xtMarkTarget,
+	"CONNMARK":   xtConnmark,
+	"CHECKSUM":   xtChecksum,
+	"TCPMSS":     xtTCPMSS,
+	"DSCP":       xtDSCP,
 }
 
 // xtListing is what the xt matches of one listing share: the names of the
@@ -112,12 +129,12 @@ func (x *exprReader) xtTerm(kind, name string, rev uint32, info xt.InfoAny) erro
 	if !ok || !isRaw {
 		return fmt.Errorf("xt %s %s (revision %d) is not supported", kind, name, rev)
 	}
-	ext, opts, err := f(x, rev, *raw)
+	ext, args, err := f(x, rev, *raw)
 	if err != nil {
 		return fmt.Errorf("xt %s %s: %w", kind, name, err)
 	}
 	x.flush()
-	x.terms = append(x.terms, fmt.Sprintf("xt %s %s %s", kind, ext, strconv.Quote(opts)))
+	x.terms = append(x.terms, fmt.Sprintf("xt %s %s %s", kind, cmp.Or(ext, name), strconv.Quote(args)))
 	return nil
 }
 
@@ -245,6 +262,65 @@ func xtConntrack(x *exprReader, rev uint32, info []byte) (string, string, error)
 	if flags&ctFlagProto != 0 {
 		o.add(inv&ctFlagProto != 0, "ctproto", strconv.Itoa(int(ne.Uint16(info[136:]))))
 	}
+	// The address and port tests, in libxt_conntrack's order: bpfwall
+	// keeps them, and lowering refuses them where a chain is compiled.
+	for k, name := range []string{"ctorigsrc", "ctorigdst", "ctreplsrc", "ctrepldst"} {
+		bit := uint16(1) << (2 + k)
+		if flags&bit == 0 {
+			continue
+		}
+		a, m := x.addrOf(info[32*k:]), x.addrOf(info[32*k+16:])
+		bits := 0
+		for _, c := range m.AsSlice() {
+			bits += onesPrefix(c)
+		}
+		if !isPrefixMask(m.AsSlice()) {
+			return "", "", fmt.Errorf("--%s with mask %s", name, m)
+		}
+		o.add(inv&bit != 0, name, fmt.Sprintf("%s/%d", a, bits))
+	}
+	for k, name := range []string{"ctorigsrcport", "ctorigdstport", "ctreplsrcport", "ctrepldstport"} {
+		bit := uint16(1) << (8 + k)
+		if flags&bit == 0 {
+			continue
+		}
+		// Network order up to revision 2, which tests one port; host
+		// order in revision 3's ranges.
+		lo := binary.BigEndian.Uint16(info[138+2*k:])
+		hi := lo
+		if rev == 3 {
+			lo, hi = ne.Uint16(info[138+2*k:]), ne.Uint16(info[154+2*k:])
+		}
+		o.add(inv&bit != 0, name, portText(lo, hi))
+	}
+	if flags&ctFlagStatus != 0 {
+		status := ne.Uint16(info[152:])
+		if rev == 1 {
+			status = uint16(info[151])
+		}
+		var names []string
+		for b, n := range []string{"EXPECTED", "SEEN_REPLY", "ASSURED", "CONFIRMED"} {
+			if status&(1<<b) != 0 {
+				names = append(names, n)
+				status &^= 1 << b
+			}
+		}
+		if status != 0 {
+			return "", "", fmt.Errorf("--ctstatus bits %#x", status)
+		}
+		if len(names) == 0 {
+			names = []string{"NONE"}
+		}
+		o.add(inv&ctFlagStatus != 0, "ctstatus", strings.Join(names, ","))
+	}
+	if flags&ctFlagExpires != 0 {
+		lo, hi := ne.Uint32(info[128:]), ne.Uint32(info[132:])
+		v := strconv.FormatUint(uint64(lo), 10)
+		if hi != lo {
+			v += ":" + strconv.FormatUint(uint64(hi), 10)
+		}
+		o.add(inv&ctFlagExpires != 0, "ctexpire", v)
+	}
 	if flags&ctFlagDirection != 0 {
 		dir := "ORIGINAL"
 		if inv&ctFlagDirection != 0 {
@@ -252,19 +328,8 @@ func xtConntrack(x *exprReader, rev uint32, info []byte) (string, string, error)
 		}
 		o.add(false, "ctdir", dir)
 	}
-	// bpfwall compiles the state test only; the other options would be
-	// refused by lowering, so they are named here instead.
-	if rest := flags &^ (ctFlagState | ctFlagProto | ctFlagDirection); rest != 0 {
-		what := "addresses or ports"
-		switch {
-		case rest&ctFlagStatus != 0:
-			what = "--ctstatus"
-		case rest&ctFlagExpires != 0:
-			what = "--ctexpire"
-		case rest&ctFlagsAddrPorts == 0:
-			what = fmt.Sprintf("flags %#x", rest)
-		}
-		return "", "", fmt.Errorf("%s is not supported", what)
+	if rest := flags &^ (ctFlagState | ctFlagProto | ctFlagStatus | ctFlagExpires | ctFlagDirection | ctFlagsAddrPorts); rest != 0 {
+		return "", "", fmt.Errorf("flags %#x are not supported", rest)
 	}
 	return "conntrack", o.String(), nil
 }
@@ -931,3 +996,224 @@ const (
 	ipsetAttrSetName   = 2
 	ipsetAttrIndex     = 11
 )
+
+// The flags of struct nf_nat_range and nf_nat_ipv4_range.
+const (
+	natMapIPs        = 1 << 0
+	natProto         = 1 << 1
+	natRandom        = 1 << 2
+	natPersistent    = 1 << 3
+	natRandomFully   = 1 << 4
+	natKnownFlagBits = 0x1f
+)
+
+// xtNAT reads the range of SNAT and DNAT (option to: --to-source,
+// --to-destination) and of MASQUERADE and REDIRECT (to == "": ports
+// only): struct nf_nat_ipv4_multi_range_compat at revision 0 of an IPv4
+// table, struct nf_nat_range at revision 1 (and at 0 in IPv6), struct
+// nf_nat_range2 at revision 2.
+func xtNAT(to string) xtExt {
+	return func(x *exprReader, rev uint32, info []byte) (string, string, error) {
+		var flags uint32
+		var lo, hi netip.Addr
+		var plo, phi uint16
+		switch {
+		case rev == 0 && x.fam == "ip":
+			if err := need(info, 20); err != nil {
+				return "", "", err
+			}
+			if n := ne.Uint32(info[0:]); n != 1 {
+				return "", "", fmt.Errorf("%d ranges", n)
+			}
+			flags = ne.Uint32(info[4:])
+			lo, hi = x.addrOf(info[8:]), x.addrOf(info[12:])
+			plo, phi = binary.BigEndian.Uint16(info[16:]), binary.BigEndian.Uint16(info[18:])
+		case rev <= 2:
+			if err := need(info, 40); err != nil {
+				return "", "", err
+			}
+			flags = ne.Uint32(info[0:])
+			lo, hi = x.addrOf(info[4:]), x.addrOf(info[20:])
+			plo, phi = binary.BigEndian.Uint16(info[36:]), binary.BigEndian.Uint16(info[38:])
+		default:
+			return "", "", fmt.Errorf("revision %d is not supported", rev)
+		}
+		if flags&^natKnownFlagBits != 0 {
+			return "", "", fmt.Errorf("range flags %#x are not supported", flags)
+		}
+		var o opts
+		ports := ""
+		if flags&natProto != 0 {
+			ports = portText(plo, phi)
+			ports = strings.Replace(ports, ":", "-", 1)
+		}
+		switch {
+		case to != "":
+			var v string
+			if flags&natMapIPs != 0 {
+				v = lo.String()
+				if hi != lo {
+					v += "-" + hi.String()
+				}
+				if x.fam == "ip6" && ports != "" {
+					v = "[" + v + "]"
+				}
+			}
+			if ports != "" {
+				v += ":" + ports
+			}
+			o.add(false, to, v)
+		case flags&natMapIPs != 0:
+			return "", "", fmt.Errorf("an address range is not supported")
+		case ports != "":
+			o.add(false, "to-ports", ports)
+		}
+		if flags&natRandom != 0 {
+			o.add(false, "random")
+		}
+		if flags&natRandomFully != 0 {
+			o.add(false, "random-fully")
+		}
+		if flags&natPersistent != 0 {
+			o.add(false, "persistent")
+		}
+		return "", o.String(), nil
+	}
+}
+
+func xtMarkTarget(x *exprReader, rev uint32, info []byte) (string, string, error) {
+	if rev != 2 {
+		return "", "", fmt.Errorf("revision %d is not supported", rev)
+	}
+	if err := need(info, 8); err != nil {
+		return "", "", err
+	}
+	var o opts
+	o.add(false, "set-xmark", fmt.Sprintf("%#x/%#x", ne.Uint32(info[0:]), ne.Uint32(info[4:])))
+	return "MARK", o.String(), nil
+}
+
+func xtConnmark(x *exprReader, rev uint32, info []byte) (string, string, error) {
+	if rev != 1 && rev != 2 {
+		return "", "", fmt.Errorf("revision %d is not supported", rev)
+	}
+	if err := need(info, 14); err != nil {
+		return "", "", err
+	}
+	// Revision 1 has the mode after the masks; revision 2 a shift
+	// direction and count first.
+	ctmark, ctmask, nfmask := ne.Uint32(info[0:]), ne.Uint32(info[4:]), ne.Uint32(info[8:])
+	mode := info[12]
+	if rev == 2 {
+		if err := need(info, 15); err != nil {
+			return "", "", err
+		}
+		if info[13] != 0 {
+			return "", "", fmt.Errorf("a shift is not supported")
+		}
+		mode = info[14]
+	}
+	var o opts
+	switch mode {
+	case 0:
+		o.add(false, "set-xmark", fmt.Sprintf("%#x/%#x", ctmark, ctmask))
+	case 1:
+		o.add(false, "save-mark")
+		o.add(false, "nfmask", fmt.Sprintf("%#x", nfmask))
+		o.add(false, "ctmask", fmt.Sprintf("%#x", ctmask))
+	case 2:
+		o.add(false, "restore-mark")
+		o.add(false, "nfmask", fmt.Sprintf("%#x", nfmask))
+		o.add(false, "ctmask", fmt.Sprintf("%#x", ctmask))
+	default:
+		return "", "", fmt.Errorf("mode %d", mode)
+	}
+	return "CONNMARK", o.String(), nil
+}
+
+func xtChecksum(x *exprReader, rev uint32, info []byte) (string, string, error) {
+	if err := need(info, 1); err != nil {
+		return "", "", err
+	}
+	if info[0] != 1 {
+		return "", "", fmt.Errorf("operation %d", info[0])
+	}
+	var o opts
+	o.add(false, "checksum-fill")
+	return "CHECKSUM", o.String(), nil
+}
+
+func xtTCPMSS(x *exprReader, rev uint32, info []byte) (string, string, error) {
+	if err := need(info, 2); err != nil {
+		return "", "", err
+	}
+	var o opts
+	if mss := ne.Uint16(info); mss == 0xffff {
+		o.add(false, "clamp-mss-to-pmtu")
+	} else {
+		o.add(false, "set-mss", strconv.Itoa(int(mss)))
+	}
+	return "TCPMSS", o.String(), nil
+}
+
+func xtDSCP(x *exprReader, rev uint32, info []byte) (string, string, error) {
+	if err := need(info, 1); err != nil {
+		return "", "", err
+	}
+	var o opts
+	o.add(false, "set-dscp", fmt.Sprintf("0x%02x", info[0]))
+	return "DSCP", o.String(), nil
+}
+
+func xtOwner(x *exprReader, rev uint32, info []byte) (string, string, error) {
+	if rev != 1 {
+		return "", "", fmt.Errorf("revision %d is not supported", rev)
+	}
+	if err := need(info, 18); err != nil {
+		return "", "", err
+	}
+	match, inv := info[16], info[17]
+	if match&^0xf != 0 {
+		return "", "", fmt.Errorf("flags %#x", match)
+	}
+	var o opts
+	idText := func(lo, hi uint32) string {
+		if lo == hi {
+			return strconv.FormatUint(uint64(lo), 10)
+		}
+		return fmt.Sprintf("%d-%d", lo, hi)
+	}
+	if match&1 != 0 {
+		o.add(inv&1 != 0, "uid-owner", idText(ne.Uint32(info[0:]), ne.Uint32(info[4:])))
+	}
+	if match&2 != 0 {
+		o.add(inv&2 != 0, "gid-owner", idText(ne.Uint32(info[8:]), ne.Uint32(info[12:])))
+	}
+	if match&8 != 0 {
+		o.add(false, "suppl-groups")
+	}
+	if match&4 != 0 {
+		o.add(inv&4 != 0, "socket-exists")
+	}
+	return "owner", o.String(), nil
+}
+
+func xtRPFilter(x *exprReader, rev uint32, info []byte) (string, string, error) {
+	if err := need(info, 1); err != nil {
+		return "", "", err
+	}
+	f := info[0]
+	if f&^0xf != 0 {
+		return "", "", fmt.Errorf("flags %#x", f)
+	}
+	var o opts
+	for _, b := range []struct {
+		bit  uint8
+		name string
+	}{{1, "loose"}, {2, "validmark"}, {4, "accept-local"}, {8, "invert"}} {
+		if f&b.bit != 0 {
+			o.add(false, b.name)
+		}
+	}
+	return "rpfilter", o.String(), nil
+}

@@ -194,11 +194,14 @@ func (p *printer) table(t *rules.Table) {
 				if _, isLog := c.Rules[j].Target.(*rules.Log); !isLog {
 					break
 				}
+				// A comment after the log is the rest's only ("log
+				// prefix P comment C" reads so).
 				next, ok := p.rule(c.Rules[j+1])
-				if !ok || len(next.terms) < base || !slices.Equal(next.terms[:base], rt.terms[:base]) || !equalPtr(next.comment, rt.comment) {
+				if !ok || len(next.terms) < base || !slices.Equal(next.terms[:base], rt.terms[:base]) || rt.comment != nil && !equalPtr(next.comment, rt.comment) {
 					break
 				}
 				rt.terms = append(rt.terms, next.terms[base:]...)
+				rt.comment = next.comment
 				i = j + 1
 			}
 			fmt.Fprintf(&p.b, "\t\t%s\n", rt.String())
