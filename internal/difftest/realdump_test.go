@@ -44,23 +44,72 @@ func dumpCases(prog *ir.Program, chain string) []dumpCase {
 // probes per case (default 300).
 func TestRealDumps(t *testing.T) {
 	requireKernel(t)
+	probes := envInt(t, "DIFFTEST_PROBES", 300)
+	var totals []Totals
+	// Topologies are shared by the cases with the same interfaces.
+	benches := map[dumpCase]*bench{}
+	parent := t
+	skipped := forRealDumps(t, func(t *testing.T, name string, fam rules.Family, text []byte, dc dumpCase) {
+		key := dumpCase{inIface: dc.inIface, outIface: dc.outIface}
+		if benches[key] == nil {
+			benches[key] = newBench(parent, TopologyOptions{InIface: dc.inIface, OutIface: dc.outIface})
+		}
+		totals = addTotals(totals, runDump(t, benches[key], name, fam, text, dc, probes))
+	})
+	logTotals(t, "real dumps", totals)
+	for _, s := range skipped {
+		t.Logf("skipped %s", s)
+	}
+	if len(totals) == 0 || totals[0].Cases == 0 {
+		t.Fatal("no real dump was run")
+	}
+}
+
+// TestRealDumpsIptablesNFT loads the same chains of the real dumps with
+// iptables-nft-restore, reads them back as --from-kernel does, and
+// compares the kernel's verdicts with ir.Eval's on the model read.
+func TestRealDumpsIptablesNFT(t *testing.T) {
+	requireKernel(t)
+	testenv.RequireTool(t, "iptables-nft-restore", "ip6tables-nft-restore")
+	probes := envInt(t, "DIFFTEST_PROBES", 300)
+	var totals []Totals
+	benches := map[dumpCase]*bench{}
+	parent := t
+	skipped := forRealDumps(t, func(t *testing.T, name string, fam rules.Family, text []byte, dc dumpCase) {
+		key := dumpCase{inIface: dc.inIface, outIface: dc.outIface}
+		if benches[key] == nil {
+			topo := NewTopology(parent, TopologyOptions{InIface: dc.inIface, OutIface: dc.outIface})
+			benches[key] = &bench{topo: topo, ref: Netfilter{Topo: topo, IptablesNFT: true}, others: []Source{FromKernel{Topo: topo, Inner: Eval{}}}}
+		}
+		if err := benches[key].topo.LoadIptablesNFT(fam, text); err != nil {
+			t.Skipf("iptables-nft-restore refuses it: %v", firstLine(err))
+		}
+		totals = addTotals(totals, runDump(t, benches[key], name, fam, text, dc, probes))
+	})
+	logTotals(t, "real dumps through iptables-nft", totals)
+	for _, s := range skipped {
+		t.Logf("skipped %s", s)
+	}
+	if len(totals) == 0 || totals[0].Cases < 20 {
+		t.Fatalf("only %d real dump chains were run", totals[0].Cases)
+	}
+}
+
+// forRealDumps calls f, in a subtest, for the FORWARD and the INPUT chain
+// (run as FORWARD) of every real dump that lowers, with each pair of
+// interface names dumpCases picks. It returns what it left out, and why.
+func forRealDumps(t *testing.T, f func(t *testing.T, name string, fam rules.Family, text []byte, dc dumpCase)) (skipped []string) {
 	dir := testenv.Corpus(t, "real")
 	files, err := filepath.Glob(filepath.Join(dir, "*"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	probes := envInt(t, "DIFFTEST_PROBES", 300)
-	var totals []Totals
-	var skipped []string
-	// Topologies are shared by the cases with the same interfaces.
-	benches := map[dumpCase]*bench{}
-	parent := t
-	for _, f := range files {
-		base := filepath.Base(f)
+	for _, file := range files {
+		base := filepath.Base(file)
 		if base == "README.md" || base == "raw-anomalies" {
 			continue
 		}
-		src, err := os.ReadFile(f)
+		src, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,23 +137,11 @@ func TestRealDumps(t *testing.T) {
 			}
 			for _, dc := range dumpCases(probe.Program, chain) {
 				name := fmt.Sprintf("%s/%s/%s-%s", base, chain, dc.inIface, dc.outIface)
-				t.Run(name, func(t *testing.T) {
-					key := dumpCase{inIface: dc.inIface, outIface: dc.outIface}
-					if benches[key] == nil {
-						benches[key] = newBench(parent, TopologyOptions{InIface: dc.inIface, OutIface: dc.outIface})
-					}
-					totals = addTotals(totals, runDump(t, benches[key], name, rs.Family, text, dc, probes))
-				})
+				t.Run(name, func(t *testing.T) { f(t, name, rs.Family, text, dc) })
 			}
 		}
 	}
-	logTotals(t, "real dumps", totals)
-	for _, s := range skipped {
-		t.Logf("skipped %s", s)
-	}
-	if len(totals) == 0 || totals[0].Cases == 0 {
-		t.Fatal("no real dump was run")
-	}
+	return skipped
 }
 
 func runDump(t *testing.T, b *bench, name string, fam rules.Family, text []byte, dc dumpCase, n int) []Totals {
