@@ -59,6 +59,8 @@ var xtMatches = map[string]xtExt{
 	// from iptables-restore input.
 	"owner":    xtOwner,
 	"rpfilter": xtRPFilter,
+	"connmark": xtConnmarkMatch,
+	"physdev":  xtPhysdev,
 }
 
 var xtTargets = map[string]xtExt{
@@ -77,6 +79,7 @@ var xtTargets = map[string]xtExt{
 	"CHECKSUM":   xtChecksum,
 	"TCPMSS":     xtTCPMSS,
 	"DSCP":       xtDSCP,
+	"CT":         xtCT,
 }
 
 // xtListing is what the xt matches of one listing share: the names of the
@@ -1216,4 +1219,105 @@ func xtRPFilter(x *exprReader, rev uint32, info []byte) (string, string, error) 
 		}
 	}
 	return "rpfilter", o.String(), nil
+}
+
+func xtConnmarkMatch(x *exprReader, rev uint32, info []byte) (string, string, error) {
+	if rev != 1 {
+		return "", "", fmt.Errorf("revision %d is not supported", rev)
+	}
+	if err := need(info, 9); err != nil {
+		return "", "", err
+	}
+	v := fmt.Sprintf("%#x", ne.Uint32(info[0:]))
+	if mask := ne.Uint32(info[4:]); mask != 0xffffffff {
+		v += fmt.Sprintf("/%#x", mask)
+	}
+	var o opts
+	o.add(info[8] != 0, "mark", v)
+	return "connmark", o.String(), nil
+}
+
+// ifaceMasked is an interface name as xtables keeps it, with the mask of
+// the bytes compared: a name whose NUL is not compared is a prefix
+// ("eth+").
+func ifaceMasked(name, mask []byte) string {
+	n := cString(name)
+	k := 0
+	for k < len(mask) && mask[k] == 0xff {
+		k++
+	}
+	if k > len(n) {
+		return n
+	}
+	return n[:k] + "+" // libxtables keeps the "+" in the name too
+}
+
+func xtPhysdev(x *exprReader, rev uint32, info []byte) (string, string, error) {
+	if err := need(info, 66); err != nil {
+		return "", "", err
+	}
+	inv, bits := info[64], info[65]
+	if bits&^0x1f != 0 {
+		return "", "", fmt.Errorf("flags %#x", bits)
+	}
+	var o opts
+	if bits&8 != 0 {
+		o.add(inv&8 != 0, "physdev-is-in")
+	}
+	if bits&1 != 0 {
+		o.add(inv&1 != 0, "physdev-in", ifaceMasked(info[0:16], info[16:32]))
+	}
+	if bits&16 != 0 {
+		o.add(inv&16 != 0, "physdev-is-out")
+	}
+	if bits&2 != 0 {
+		o.add(inv&2 != 0, "physdev-out", ifaceMasked(info[32:48], info[48:64]))
+	}
+	if bits&4 != 0 {
+		o.add(inv&4 != 0, "physdev-is-bridged")
+	}
+	return "physdev", o.String(), nil
+}
+
+// The flags of struct xt_ct_target_info.
+const (
+	ctTargetNotrack      = 1 << 0
+	ctTargetNotrackAlias = 1 << 1 // the NOTRACK target
+)
+
+// xtCT reads struct xt_ct_target_info (revision 0) and
+// xt_ct_target_info_v1 (revisions 1 and 2).
+func xtCT(x *exprReader, rev uint32, info []byte) (string, string, error) {
+	if rev > 2 {
+		return "", "", fmt.Errorf("revision %d is not supported", rev)
+	}
+	if err := need(info, map[bool]int{true: 28, false: 60}[rev == 0]); err != nil {
+		return "", "", err
+	}
+	flags, zone := ne.Uint16(info[0:]), ne.Uint16(info[2:])
+	if ne.Uint32(info[4:]) != 0 || ne.Uint32(info[8:]) != 0 {
+		return "", "", fmt.Errorf("--ctevents and --expevents are not supported")
+	}
+	if flags&^(ctTargetNotrack|ctTargetNotrackAlias) != 0 {
+		return "", "", fmt.Errorf("flags %#x (zone directions or marks) are not supported", flags)
+	}
+	if flags&ctTargetNotrackAlias != 0 {
+		return "NOTRACK", "", nil
+	}
+	var o opts
+	if flags&ctTargetNotrack != 0 {
+		o.add(false, "notrack")
+	}
+	if h := cString(info[12:28]); h != "" {
+		o.add(false, "helper", rules.Quote(h))
+	}
+	if rev > 0 {
+		if tm := cString(info[28:60]); tm != "" {
+			o.add(false, "timeout", rules.Quote(tm))
+		}
+	}
+	if zone != 0 {
+		o.add(false, "zone", strconv.Itoa(int(zone)))
+	}
+	return "CT", o.String(), nil
 }

@@ -97,6 +97,8 @@ const xtRulesMangle = `*mangle
 -A POSTROUTING -p udp -m udp --dport 68 -j CHECKSUM --checksum-fill
 -A POSTROUTING -j DSCP --set-dscp 0x2e
 -A POSTROUTING -p tcp -m tcp --tcp-flags SYN,RST SYN -j TCPMSS --set-mss 1400
+-A OUTPUT -m connmark ! --mark 0x1/0xf -j DROP
+-A FORWARD -m physdev --physdev-in veth+ ! --physdev-out eth0 --physdev-is-bridged -j ACCEPT
 COMMIT
 *nat
 :PREROUTING ACCEPT [0:0]
@@ -109,6 +111,16 @@ COMMIT
 -A POSTROUTING -o eth0 -j MASQUERADE
 -A POSTROUTING -p udp -o eth1 -j MASQUERADE --to-ports 1024-2048 --random-fully
 -A POSTROUTING -s 10.1.0.0/16 -j SNAT --to-source 198.51.100.1
+COMMIT
+`
+
+// xtRulesRaw has the raw table's CT target.
+const xtRulesRaw = `*raw
+:PREROUTING ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A PREROUTING -p tcp -m tcp --dport 21 -j CT --helper ftp
+-A PREROUTING -p udp -m udp --dport 53 -j CT --notrack
+-A OUTPUT -j CT --zone 7
 COMMIT
 `
 
@@ -160,7 +172,8 @@ func TestReadKernelXT(t *testing.T) {
 			"match conntrack", "match icmp6", "match hl", "match iprange", "match recent", "match hashlimit", "target REJECT"}, "", false},
 		{rules.IPv4, "iptables-nft-restore", xtRulesSets, []string{"match set"}, xtSets, false},
 		{rules.IPv4, "iptables-nft-restore", xtRulesMangle, []string{"target TPROXY", "match rpfilter", "target CONNMARK", "target MARK",
-			"target CHECKSUM", "target DSCP", "target TCPMSS", "target DNAT", "target REDIRECT", "target MASQUERADE", "target SNAT"}, "", true},
+			"target CHECKSUM", "target DSCP", "target TCPMSS", "match connmark", "match physdev", "target DNAT", "target REDIRECT", "target MASQUERADE", "target SNAT"}, "", true},
+		{rules.IPv4, "iptables-nft-restore", xtRulesRaw, []string{"target CT"}, "", true},
 	} {
 		name := tc.fam.String()
 		if tc.sets != "" {
@@ -168,7 +181,7 @@ func TestReadKernelXT(t *testing.T) {
 			testenv.RequireTool(t, "ipset")
 		}
 		if tc.rulesOnly {
-			name += "/mangle"
+			name += "/" + strings.TrimPrefix(strings.Fields(tc.text)[0], "*")
 		}
 		t.Run(name, func(t *testing.T) {
 			var got *rules.Ruleset
