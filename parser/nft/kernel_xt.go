@@ -57,10 +57,11 @@ var xtMatches = map[string]xtExt{
 	"set":       xtSet,
 	// bpfwall keeps these without compiling them, as it keeps them
 	// from iptables-restore input.
-	"owner":    xtOwner,
-	"rpfilter": xtRPFilter,
-	"connmark": xtConnmarkMatch,
-	"physdev":  xtPhysdev,
+	"owner":     xtOwner,
+	"rpfilter":  xtRPFilter,
+	"connmark":  xtConnmarkMatch,
+	"physdev":   xtPhysdev,
+	"connlimit": xtConnlimit,
 }
 
 var xtTargets = map[string]xtExt{
@@ -1320,4 +1321,39 @@ func xtCT(x *exprReader, rev uint32, info []byte) (string, string, error) {
 		o.add(false, "zone", strconv.Itoa(int(zone)))
 	}
 	return "CT", o.String(), nil
+}
+
+// xtConnlimit reads struct xt_connlimit_info (revision 1).
+func xtConnlimit(x *exprReader, rev uint32, info []byte) (string, string, error) {
+	if rev != 1 {
+		return "", "", fmt.Errorf("revision %d is not supported", rev)
+	}
+	if err := need(info, 24); err != nil {
+		return "", "", err
+	}
+	m := x.addrOf(info[0:]).AsSlice()
+	if !isPrefixMask(m) {
+		return "", "", fmt.Errorf("mask %x is no prefix", m)
+	}
+	bits := 0
+	for _, c := range m {
+		bits += onesPrefix(c)
+	}
+	limit, flags := ne.Uint32(info[16:]), ne.Uint32(info[20:])
+	if flags&^3 != 0 {
+		return "", "", fmt.Errorf("flags %#x", flags)
+	}
+	var o opts
+	if flags&1 != 0 {
+		o.add(false, "connlimit-upto", strconv.FormatUint(uint64(limit), 10))
+	} else {
+		o.add(false, "connlimit-above", strconv.FormatUint(uint64(limit), 10))
+	}
+	o.add(false, "connlimit-mask", strconv.Itoa(bits))
+	if flags&2 != 0 {
+		o.add(false, "connlimit-daddr")
+	} else {
+		o.add(false, "connlimit-saddr")
+	}
+	return "connlimit", o.String(), nil
 }

@@ -56,6 +56,8 @@ const xtRules4 = `*filter
 -A INPUT -j REJECT
 -A OUTPUT -m owner --uid-owner 0-10 ! --gid-owner 5 -j ACCEPT
 -A OUTPUT -m owner ! --socket-exists -j DROP
+-A INPUT -p tcp -m tcp --dport 80 -m connlimit --connlimit-above 20 --connlimit-mask 24 --connlimit-saddr -j REJECT --reject-with tcp-reset
+-A INPUT -m connlimit --connlimit-upto 3 --connlimit-mask 32 --connlimit-daddr -j ACCEPT
 -A OUTPUT -p tcp -m tcp --tcp-flags SYN,RST SYN -j TCPMSS --clamp-mss-to-pmtu
 -A ssh -p udp -m udp ! --dport 53 -j RETURN
 -A ssh -p tcp -m tcp ! --tcp-flags SYN,RST,ACK SYN -j DROP
@@ -167,7 +169,7 @@ func TestReadKernelXT(t *testing.T) {
 		{rules.IPv4, "iptables-nft-restore", xtRules4, []string{
 			"match conntrack", "match state", "match tcp", "match multiport", "match icmp", "match comment", "match iprange",
 			"match length", "match ttl", "match mac", "match pkttype", "match addrtype", "match recent", "match hashlimit",
-			"target REJECT", "target LOG", "match owner", "target TCPMSS"}, "", false},
+			"target REJECT", "target LOG", "match owner", "target TCPMSS", "match connlimit"}, "", false},
 		{rules.IPv6, "ip6tables-nft-restore", xtRules6, []string{
 			"match conntrack", "match icmp6", "match hl", "match iprange", "match recent", "match hashlimit", "target REJECT"}, "", false},
 		{rules.IPv4, "iptables-nft-restore", xtRulesSets, []string{"match set"}, xtSets, false},
