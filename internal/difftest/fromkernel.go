@@ -9,11 +9,11 @@ import (
 	"bpfwall/rules"
 )
 
-// FromKernel loads a case's iptables rules with iptables-nft-restore into
-// the firewall of Topo, reads them back as --from-kernel does
-// (nft.ReadKernel in the firewall's namespace), and has Inner judge the
-// probes by the model read: what an operator gets who compiles what
-// iptables-nft loaded.
+// FromKernel loads a case's rules into the firewall of Topo (nft -f for
+// nft cases, iptables-nft-restore for iptables ones), reads them back as
+// --from-kernel does (nft.ReadKernel in the firewall's namespace), and has
+// Inner judge the probes by the model read: what an operator gets who
+// compiles what nft or iptables-nft loaded.
 type FromKernel struct {
 	Topo  *Topology
 	Inner Source
@@ -22,10 +22,11 @@ type FromKernel struct {
 func (s FromKernel) Name() string { return "from-kernel " + s.Inner.Name() }
 
 func (s FromKernel) Outcomes(c *Case) ([]Outcome, error) {
+	load := s.Topo.LoadIptablesNFT
 	if c.NFT {
-		return nil, fmt.Errorf("case %s: FromKernel takes iptables rules", c.Name)
+		load = s.Topo.LoadNFT
 	}
-	if err := s.Topo.LoadIptablesNFT(c.Family, c.Rules); err != nil {
+	if err := load(c.Family, c.Rules); err != nil {
 		return nil, err
 	}
 	var rs *rules.Ruleset

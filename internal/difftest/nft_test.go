@@ -28,14 +28,16 @@ func requireNFT(t *testing.T) {
 }
 
 // newNFTBench is a bench for nft cases: netfilter on a topology of its
-// own, compared with ir.Eval and the compiled programs' test runs. Not
-// attached: loader.NewMeta describes iptables rule sets only.
+// own, compared with ir.Eval and the compiled programs' test runs, and
+// with ir.Eval on the rule set read back from the kernel (--from-kernel).
+// Not attached: loader.NewMeta describes iptables rule sets only.
 func newNFTBench(t *testing.T, opts TopologyOptions) *bench {
 	t.Helper()
 	topo := NewTopology(t, opts)
 	return &bench{topo: topo, ref: Netfilter{Topo: topo}, others: []Source{
 		Eval{}, TestRun{Opts: codegen.Options{Trace: true, Level: codegen.O0}}, TestRun{},
 		TestRun{Opts: codegen.Options{Trace: true, ForceLookups: true}},
+		FromKernel{Topo: topo, Inner: Eval{}},
 	}}
 }
 

@@ -392,7 +392,8 @@ func (x *exprReader) expr(e expr.Any) error {
 		}
 		x.regs[e.Register] = load{imm: e.Data, registered: true}
 	case *expr.Counter:
-		x.flush()
+		// Not after a pending dependency: nft may put a counter between
+		// "meta iiftype" and the link-layer load it guards.
 		x.terms = append(x.terms, "counter")
 	case *expr.Match:
 		return x.xtTerm("match", e.Name, e.Rev, e.Info)
@@ -425,6 +426,7 @@ func (x *exprReader) cmp(e *expr.Cmp) error {
 	}
 	// nft merges adjacent equality tests into one load: split it.
 	var parts []string
+	etherDep := ""
 	for at := uint32(0); at < l.n; {
 		f, err := x.field(l, at)
 		if err != nil {
@@ -438,6 +440,19 @@ func (x *exprReader) cmp(e *expr.Cmp) error {
 			return fmt.Errorf("%s over several fields is not supported", strings.TrimSpace(op))
 		}
 		data := e.Data[at : at+f.n]
+		if f.key == "ether type" && op == "" && l.mask == nil {
+			// The dependency of an ip or ip6 load in an inet table
+			// that nft puts after an ether saddr test, and merges
+			// with it; nft's listing leaves it out.
+			fam, ok := map[uint16]string{0x0800: "ipv4", 0x86dd: "ipv6"}[uint16(data[0])<<8|uint16(data[1])]
+			if !ok {
+				return fmt.Errorf("ether type %#x is not supported", data)
+			}
+			x.l3 = map[string]string{"ipv4": "ip", "ipv6": "ip6"}[fam]
+			etherDep = "meta nfproto " + fam
+			at += f.n
+			continue
+		}
 		parts = append(parts, f.text(op, data))
 		if f.key == "ip protocol" && op == "" && len(l.mask) == 0 {
 			x.l4 = data[0]
@@ -446,6 +461,12 @@ func (x *exprReader) cmp(e *expr.Cmp) error {
 			continue
 		}
 		at += f.n
+	}
+	if etherDep != "" {
+		x.flush()
+		x.terms = append(x.terms, parts...)
+		x.dep = etherDep // written unless a load takes it
+		return nil
 	}
 	if x.dep != "" && len(parts) == 1 {
 		return nil // the ip protocol dependency, written unless a load takes it
@@ -599,7 +620,7 @@ type fieldDef struct {
 var (
 	ipFields  = []fieldDef{{2, 2, "ip length", fieldNumber}, {6, 2, "ip frag-off", fieldMasked}, {8, 1, "ip ttl", fieldNumber}, {9, 1, "ip protocol", fieldNumber}, {12, 4, "ip saddr", fieldAddr}, {16, 4, "ip daddr", fieldAddr}}
 	ip6Fields = []fieldDef{{4, 2, "ip6 length", fieldNumber}, {7, 1, "ip6 hoplimit", fieldNumber}, {8, 16, "ip6 saddr", fieldAddr}, {24, 16, "ip6 daddr", fieldAddr}}
-	llFields  = []fieldDef{{6, 6, "ether saddr", fieldMAC}}
+	llFields  = []fieldDef{{6, 6, "ether saddr", fieldMAC}, {12, 2, "ether type", fieldNumber}}
 )
 
 func transportFields(proto uint8) []fieldDef {
