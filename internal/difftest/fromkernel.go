@@ -2,6 +2,7 @@ package difftest
 
 import (
 	"fmt"
+	"strings"
 
 	"bpfwall/internal/topology"
 	"bpfwall/ir"
@@ -34,14 +35,28 @@ func (s FromKernel) Outcomes(c *Case) ([]Outcome, error) {
 		rs, err = nft.ReadKernel(nft.Options{Family: c.Family})
 		return err
 	})
+	if err != nil && strings.Contains(err.Error(), "is not supported") {
+		// Refused by name, naming the kernel's rule.
+		return nil, &Unsupported{Reason: "--from-kernel: " + firstLineOf(err)}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("case %s: read the kernel's rule set: %w", c.Name, err)
 	}
 	prog, err := ir.Lower(rs, ir.LowerOptions{Chain: "FORWARD"})
 	if err != nil {
+		// The text's model lowers (the case exists): the kernel's must.
 		return nil, fmt.Errorf("case %s: lower the kernel's rule set: %w", c.Name, err)
 	}
 	kc := *c
 	kc.Ruleset, kc.Program = rs, prog
 	return s.Inner.Outcomes(&kc)
+}
+
+// firstLineOf is the first line of err's text, without the rule's name.
+func firstLineOf(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	if _, msg, ok := strings.Cut(s, ": "); ok {
+		return msg
+	}
+	return s
 }

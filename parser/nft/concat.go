@@ -81,15 +81,15 @@ func (b *ruleBuilder) keyLoaded(key string) {
 		b.needFamily(rules.IPv6)
 	case "icmp":
 		if b.needFamily(rules.IPv4) {
-			b.add(always1(needProto(1)))
+			b.add(always1(b.dep(1)))
 		}
 	case "icmpv6":
 		if b.needFamily(rules.IPv6) {
-			b.add(always1(needProto(58)))
+			b.add(always1(b.dep(58)))
 		}
 	case "tcp", "udp", "sctp":
 		p, _ := parseProto(proto)
-		b.add(always1(needProto(p)))
+		b.add(always1(b.dep(p)))
 	}
 }
 

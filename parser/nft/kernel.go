@@ -241,6 +241,9 @@ type load struct {
 	off, n     uint32
 	mask       []byte
 	registered bool
+	// hton: a meta value turned to network order, which nft does to
+	// compare it by size (meta length < 80).
+	hton bool
 }
 
 // exprReader writes one rule's expressions as nft text.
@@ -319,7 +322,15 @@ func (x *exprReader) expr(e expr.Any) error {
 		x.regs[e.DestRegister] = load{base: e.Base, off: e.Offset, n: e.Len, registered: true}
 	case *expr.Meta:
 		if e.SourceRegister {
-			return fmt.Errorf("meta set is not supported")
+			// "meta mark set N", which bpfwall keeps without compiling
+			// it, as it keeps it from a file.
+			l, ok := x.regs[e.Register]
+			if !ok || l.imm == nil || e.Key != expr.MetaKeyMARK || len(l.imm) != 4 {
+				return fmt.Errorf("meta set is not supported")
+			}
+			x.flush()
+			x.terms = append(x.terms, fmt.Sprintf("meta mark set %#x", binary.NativeEndian.Uint32(l.imm)))
+			return nil
 		}
 		x.flush()
 		x.regs[e.Register] = load{meta: true, key: e.Key, registered: true}
@@ -360,12 +371,33 @@ func (x *exprReader) expr(e expr.Any) error {
 		}
 		l.mask = e.Mask
 		x.regs[e.DestRegister] = l
+	case *expr.Byteorder:
+		l, ok := x.regs[e.SourceRegister]
+		if !ok || !l.meta || l.key != expr.MetaKeyLEN || e.Op != expr.ByteorderHton || e.Size != 4 || e.Len != 4 {
+			return fmt.Errorf("byteorder other than of meta length is not supported")
+		}
+		l.hton = true
+		x.regs[e.DestRegister] = l
 	case *expr.Cmp:
 		return x.cmp(e)
 	case *expr.Range:
 		l, ok := x.regs[e.Register]
 		if !ok {
 			return fmt.Errorf("range on an unset register")
+		}
+		if l.meta && l.key == expr.MetaKeyLEN {
+			lo, err1 := metaLength(l, e.FromData)
+			hi, err2 := metaLength(l, e.ToData)
+			if err := cmp.Or(err1, err2); err != nil {
+				return err
+			}
+			op := ""
+			if e.Op == expr.CmpOpNeq {
+				op = "!= "
+			}
+			x.flush()
+			x.terms = append(x.terms, fmt.Sprintf("meta length %s%d-%d", op, lo, hi))
+			return nil
 		}
 		f, err := x.field(l, 0)
 		if err != nil {
@@ -549,6 +581,12 @@ func (x *exprReader) metaCmp(l load, op string, e *expr.Cmp) error {
 			return nil
 		}
 		x.terms = append(x.terms, fmt.Sprintf("meta mark %s%#x", op, v))
+	case expr.MetaKeyLEN:
+		v, err := metaLength(l, e.Data)
+		if err != nil {
+			return err
+		}
+		x.terms = append(x.terms, fmt.Sprintf("meta length %s%d", op, v))
 	case expr.MetaKeyPKTTYPE:
 		name, ok := map[byte]string{0: "host", 1: "broadcast", 2: "multicast", 3: "other"}[e.Data[0]]
 		if !ok {
@@ -559,6 +597,18 @@ func (x *exprReader) metaCmp(l load, op string, e *expr.Cmp) error {
 		return fmt.Errorf("meta key %d is not supported", l.key)
 	}
 	return nil
+}
+
+// metaLength reads a value compared with meta length: 4 bytes, in
+// network order after a byteorder expression, else in the host's.
+func metaLength(l load, data []byte) (uint32, error) {
+	if len(data) != 4 || l.mask != nil {
+		return 0, fmt.Errorf("meta length compared with %d bytes", len(data))
+	}
+	if l.hton {
+		return binary.BigEndian.Uint32(data), nil
+	}
+	return binary.NativeEndian.Uint32(data), nil
 }
 
 // prev is the big-endian number before b.

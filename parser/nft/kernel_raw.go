@@ -227,6 +227,12 @@ func completeExprs(lib []expr.Any, raw []rawExpr) ([]expr.Any, error) {
 			}
 			out = append(out, lib[j])
 			j++
+		case r.name == "byteorder":
+			bo, err := decodeByteorder(r.data)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, bo)
 		case r.name == "tproxy":
 			tp, err := decodeTProxy(r.data)
 			if err != nil {
@@ -241,6 +247,33 @@ func completeExprs(lib []expr.Any, raw []rawExpr) ([]expr.Any, error) {
 		return nil, fmt.Errorf("the rule's expressions do not line up with the kernel's list")
 	}
 	return out, nil
+}
+
+// decodeByteorder reads the NFTA_BYTEORDER_* attributes (sreg, dreg, op,
+// len, size: 1 to 5) of a byteorder expression, which google/nftables
+// v0.3.0 does not decode.
+func decodeByteorder(b []byte) (*expr.Byteorder, error) {
+	ad, err := netlink.NewAttributeDecoder(b)
+	if err != nil {
+		return nil, err
+	}
+	ad.ByteOrder = binary.BigEndian
+	bo := &expr.Byteorder{}
+	for ad.Next() {
+		switch ad.Type() {
+		case 1:
+			bo.SourceRegister = ad.Uint32()
+		case 2:
+			bo.DestRegister = ad.Uint32()
+		case 3:
+			bo.Op = expr.ByteorderOp(ad.Uint32())
+		case 4:
+			bo.Len = ad.Uint32()
+		case 5:
+			bo.Size = ad.Uint32()
+		}
+	}
+	return bo, ad.Err()
 }
 
 // The attributes of a tproxy expression (linux/netfilter/nf_tables.h).

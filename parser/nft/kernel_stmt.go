@@ -383,8 +383,16 @@ func partText(p keyPart, lo, hi []byte) (string, error) {
 
 // elementTexts writes a set's elements for the keys parts, with their
 // verdicts for a verdict map.
+// verdictMap reports whether s maps to verdicts. google/nftables v0.3.0
+// records a verdict data type as the set's key type (and so loses the
+// key's length, which lookup then takes from the register).
+func verdictMap(s *nftables.Set) bool {
+	return s.IsMap && (s.DataType.Name == "verdict" || s.KeyType.Name == "verdict")
+}
+
 func elementTexts(ks kernelSet, parts []keyPart) ([]string, error) {
 	s := ks.set
+	verdicts := verdictMap(s)
 	var keyLen uint32
 	for _, p := range parts {
 		keyLen += p.width
@@ -417,14 +425,13 @@ func elementTexts(ks kernelSet, parts []keyPart) ([]string, error) {
 		case len(el.KeyEnd) > 0:
 			end = el.KeyEnd
 		case s.Interval && len(parts) == 1:
-			// The interval ends before its end element (nft stores the
-			// first key after it), or at the last key when there is none.
+			// The interval ends before the next element: its end element
+			// (nft stores the first key after it), or the start of the
+			// next interval, which takes the place of the end when the
+			// two are adjacent; at the last key when there is none.
 			end = bytes.Repeat([]byte{0xff}, int(keyLen))
-			for _, next := range elems[i+1:] {
-				if next.IntervalEnd {
-					end = prev(next.Key[:keyLen])
-					break
-				}
+			if i+1 < len(elems) {
+				end = prev(elems[i+1].Key[:keyLen])
 			}
 		}
 		var texts []string
@@ -438,7 +445,7 @@ func elementTexts(ks kernelSet, parts []keyPart) ([]string, error) {
 			off += p.width
 		}
 		t := strings.Join(texts, " . ")
-		if s.IsMap {
+		if verdicts {
 			if el.VerdictData == nil {
 				return nil, fmt.Errorf("map %s maps to data, not verdicts", s.Name)
 			}
@@ -462,7 +469,7 @@ func (x *exprReader) lookup(e *expr.Lookup) error {
 	switch {
 	case s.HasTimeout || s.Dynamic:
 		return fmt.Errorf("set %s with timeouts or dynamic updates is not supported", e.SetName)
-	case s.IsMap && (!e.IsDestRegSet || e.DestRegister != 0):
+	case s.IsMap && e.IsDestRegSet && e.DestRegister != 0:
 		return fmt.Errorf("lookup in map %s to a register (a data map) is not supported", e.SetName)
 	case !s.IsMap && e.IsDestRegSet:
 		return fmt.Errorf("lookup in set %s to a register is not supported", e.SetName)
@@ -471,6 +478,18 @@ func (x *exprReader) lookup(e *expr.Lookup) error {
 	if len(ks.elems) > 0 {
 		keyLen = uint32(len(ks.elems[0].Key))
 	}
+	if keyLen == 0 {
+		// google/nftables knows no key type for some sets (typeof
+		// ones); an empty one's key is the load it looks up.
+		l, ok := x.regs[e.SourceRegister]
+		if !ok || l.n == 0 {
+			return fmt.Errorf("set %s: the key's length is not known", e.SetName)
+		}
+		keyLen = l.n
+	}
+	// A map looked up without a register is a set of its keys (nft's
+	// "ip saddr @map").
+	asSet := s.IsMap && !e.IsDestRegSet
 	parts, err := x.keyParts(e.SourceRegister, keyLen)
 	if err != nil {
 		return err
@@ -488,7 +507,7 @@ func (x *exprReader) lookup(e *expr.Lookup) error {
 	if e.Invert {
 		op = "!= "
 	}
-	if s.IsMap {
+	if s.IsMap && !asSet {
 		op = "vmap "
 	}
 	x.flush()
@@ -500,7 +519,7 @@ func (x *exprReader) lookup(e *expr.Lookup) error {
 		return nil
 	}
 	decl := fmt.Sprintf("set %s { typeof %s;", s.Name, key)
-	if s.IsMap {
+	if s.IsMap && !asSet {
 		decl = fmt.Sprintf("map %s { typeof %s : verdict;", s.Name, key)
 	}
 	if len(elems) > 0 {

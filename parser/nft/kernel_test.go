@@ -184,7 +184,7 @@ func TestReadKernelRefuses(t *testing.T) {
 	for _, tc := range []struct{ rule, want string }{
 		{"socket transparent 1 accept", "kernel:ip f/c/handle 2: expression socket is not supported"},
 		{"meta mark set ip saddr map { 10.0.0.1 : 1 }", "data map"},
-		{"meta mark set 1", "meta set is not supported"},
+		{"meta nftrace set 1", "meta set is not supported"},
 	} {
 		var err error
 		inFreshNetns(t, func() {

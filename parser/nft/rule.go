@@ -410,7 +410,7 @@ func (b *ruleBuilder) reject(rj *Reject) {
 		}
 		with = "tcp-reset"
 		// nft adds the dependency "meta l4proto tcp".
-		b.add(always1(needProto(6)))
+		b.add(always1(b.depMsg(6, "you cannot use tcp reset with protocol %s")))
 	case "icmp", "icmpv6", "icmpx":
 		// nft refuses these in a table of one family, whatever the
 		// packets.
@@ -422,6 +422,12 @@ func (b *ruleBuilder) reject(rj *Reject) {
 			b.errorf(pos, "reject with %s in an %s table: conflicting protocols", rj.With, tf)
 			return
 		}
+		if rj.Reason != "" {
+			if _, known := rejectCodes[rj.With][rj.Reason]; !known {
+				b.errorf(pos, "reject with %s %s: %s has no code %s", rj.With, rj.Reason, rj.With, rj.Reason)
+				return
+			}
+		}
 		if (rj.With == "icmp" && v6) || (rj.With == "icmpv6" && !v6) {
 			// nft's dependency (meta nfproto) keeps the other family's
 			// packets out of the whole rule: nothing counts them.
@@ -429,7 +435,7 @@ func (b *ruleBuilder) reject(rj *Reject) {
 			b.verdict = true
 			return
 		}
-		if with, ok = rejectWith(rj.Reason, v6); !ok {
+		if with, ok = rejectWith(rj.With, rj.Reason, v6); !ok {
 			b.errorf(pos, "reject with %s %s is not supported", rj.With, rj.Reason)
 			return
 		}
@@ -441,26 +447,49 @@ func (b *ruleBuilder) reject(rj *Reject) {
 	b.emit(action{kind: actTarget, pos: pos, target: &rules.Reject{Located: rules.Located{Pos: pos}, With: with}})
 }
 
-// rejectWith maps nft's reject reasons to the model's --reject-with names.
-func rejectWith(reason string, v6 bool) (string, bool) {
+// rejectCodes are the codes nft names for each reject type, by name and
+// number (its icmp_code, icmpv6_code and icmpx_code types), as the model's
+// --reject-with names: icmpx's for an IPv4 and an IPv6 packet.
+var rejectCodes = map[string]map[string][2]string{
+	"icmp": {
+		"net-unreachable": {"icmp-net-unreachable"}, "0": {"icmp-net-unreachable"},
+		"host-unreachable": {"icmp-host-unreachable"}, "1": {"icmp-host-unreachable"},
+		"prot-unreachable": {"icmp-proto-unreachable"}, "2": {"icmp-proto-unreachable"},
+		"port-unreachable": {"icmp-port-unreachable"}, "3": {"icmp-port-unreachable"},
+		"net-prohibited": {"icmp-net-prohibited"}, "9": {"icmp-net-prohibited"},
+		"host-prohibited": {"icmp-host-prohibited"}, "10": {"icmp-host-prohibited"},
+		"admin-prohibited": {"icmp-admin-prohibited"}, "13": {"icmp-admin-prohibited"},
+	},
+	"icmpv6": {
+		"no-route": {"", "icmp6-no-route"}, "0": {"", "icmp6-no-route"},
+		"admin-prohibited": {"", "icmp6-adm-prohibited"}, "1": {"", "icmp6-adm-prohibited"},
+		"addr-unreachable": {"", "icmp6-addr-unreachable"}, "3": {"", "icmp6-addr-unreachable"},
+		"port-unreachable": {"", "icmp6-port-unreachable"}, "4": {"", "icmp6-port-unreachable"},
+		"policy-fail": {"", "icmp6-policy-fail"}, "5": {"", "icmp6-policy-fail"},
+		"reject-route": {"", "icmp6-reject-route"}, "6": {"", "icmp6-reject-route"},
+	},
+	"icmpx": {
+		"no-route": {"icmp-net-unreachable", "icmp6-no-route"}, "0": {"icmp-net-unreachable", "icmp6-no-route"},
+		"port-unreachable": {"icmp-port-unreachable", "icmp6-port-unreachable"}, "1": {"icmp-port-unreachable", "icmp6-port-unreachable"},
+		"host-unreachable": {"icmp-host-unreachable", "icmp6-addr-unreachable"}, "2": {"icmp-host-unreachable", "icmp6-addr-unreachable"},
+		"admin-prohibited": {"icmp-admin-prohibited", "icmp6-adm-prohibited"}, "3": {"icmp-admin-prohibited", "icmp6-adm-prohibited"},
+	},
+}
+
+// rejectWith maps nft's reject type and code to the model's --reject-with
+// name for a packet of family v6.
+func rejectWith(typ, reason string, v6 bool) (string, bool) {
+	w, ok := rejectCodes[typ][reason]
+	if typ == "icmp" {
+		return w[0], ok
+	}
+	if typ == "icmpv6" {
+		return w[1], ok
+	}
 	if v6 {
-		m := map[string]string{
-			"no-route": "icmp6-no-route", "admin-prohibited": "icmp6-adm-prohibited",
-			"addr-unreachable": "icmp6-addr-unreachable", "port-unreachable": "icmp6-port-unreachable",
-			"host-unreachable": "icmp6-addr-unreachable", "policy-fail": "icmp6-policy-fail",
-			"reject-route": "icmp6-reject-route",
-		}
-		w, ok := m[reason]
-		return w, ok
+		return w[1], ok
 	}
-	m := map[string]string{
-		"net-unreachable": "icmp-net-unreachable", "host-unreachable": "icmp-host-unreachable",
-		"prot-unreachable": "icmp-proto-unreachable", "port-unreachable": "icmp-port-unreachable",
-		"net-prohibited": "icmp-net-prohibited", "host-prohibited": "icmp-host-prohibited",
-		"admin-prohibited": "icmp-admin-prohibited", "no-route": "icmp-net-unreachable",
-	}
-	w, ok := m[reason]
-	return w, ok
+	return w[0], ok
 }
 
 // tproxy is kept as a generic match named "tproxy" with its text: nft's
@@ -502,6 +531,25 @@ func (b *ruleBuilder) tproxy(t *Tproxy) {
 
 // needProto is the dependency of a transport-header expression: the rule
 // tests protocol p.
+// dep is needProto for the protocol a payload key or statement depends
+// on: nft refuses a rule whose protocol is another one ("conflicting
+// protocols specified").
+func (b *ruleBuilder) dep(p uint8) cond {
+	return b.depMsg(p, fmt.Sprintf("conflicting protocols specified: %%s vs. %s", rules.ProtoName(p)))
+}
+
+// depMsg is dep with the error message, which formats the rule's protocol.
+func (b *ruleBuilder) depMsg(p uint8, msg string) cond {
+	need := needProto(p)
+	return func(r *rules.Rule) bool {
+		if r.Proto != 0 && !r.ProtoNeg && r.Proto != p {
+			b.errorf(b.src.pos, msg, rules.ProtoName(r.Proto))
+			return false
+		}
+		return need(r)
+	}
+}
+
 func needProto(p uint8) cond {
 	return func(r *rules.Rule) bool {
 		switch {
@@ -1189,7 +1237,7 @@ func (b *ruleBuilder) portMatch(pos rules.Pos, key, op string, val rhs) {
 			return
 		}
 		// Not in an empty set: every packet nft can load the port of.
-		b.add(always1(needProto(p)))
+		b.add(always1(b.dep(p)))
 		return
 	}
 	loc := rules.Located{Pos: pos}
@@ -1197,8 +1245,9 @@ func (b *ruleBuilder) portMatch(pos rules.Pos, key, op string, val rhs) {
 	if field == "sport" {
 		dir = rules.MultiportSrc
 	}
+	need := b.dep(p)
 	b.add(always1(func(r *rules.Rule) bool {
-		if !needProto(p)(r) {
+		if !need(r) {
 			return false
 		}
 		if len(ranges) == 1 && (p == 6 || p == 17) {
@@ -1375,9 +1424,10 @@ func flagValue(el elem) (uint8, error) {
 // "& (syn|ack) == syn" (these flags under a mask).
 func (b *ruleBuilder) tcpFlags(pos rules.Pos, op string, mask *rhs, val rhs) {
 	loc := rules.Located{Pos: pos}
+	need := b.dep(6)
 	flags := func(m, c uint8, neg bool) cond {
 		return func(r *rules.Rule) bool {
-			if !needProto(6)(r) {
+			if !need(r) {
 				return false
 			}
 			r.Matches = append(r.Matches, &rules.TCP{Located: loc, SrcPorts: rules.AnyPort, DstPorts: rules.AnyPort, FlagMask: m, FlagComp: c, FlagsNeg: neg})
@@ -1549,9 +1599,10 @@ func (b *ruleBuilder) flushICMP() {
 		proto = 58
 	}
 	loc := rules.Located{Pos: it.pos}
+	need := b.dep(proto)
 	mk := func(t uint8, neg bool) cond {
 		return func(r *rules.Rule) bool {
-			if !needProto(proto)(r) {
+			if !need(r) {
 				return false
 			}
 			m := &rules.ICMP{Located: loc, V6: it.v6, Type: t, CodeMin: 0, CodeMax: 0xff, Neg: neg}

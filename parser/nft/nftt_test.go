@@ -1,0 +1,200 @@
+package nft
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"bpfwall/internal/testenv"
+	"bpfwall/rules"
+)
+
+// nftTCase is one rule line of the nftables project's tests (tests/py),
+// in one of the tables its file names.
+type nftTCase struct {
+	file, family, rule string
+	ok                 bool
+	script             string
+}
+
+// nftTCases reads the .t files: ":chain;spec" declares a chain,
+// "*family;table;chains" a table, "!name spec;ok" a set, "?name
+// elements;ok" its elements, "%name type spec;ok" an object, and "rule;ok"
+// or "rule;fail" a rule nft must take or refuse in every chain of every
+// table of the file. bridge and arp tables and netdev egress chains are
+// left out: bpfwall refuses them whole, by name.
+func nftTCases(t *testing.T) []nftTCase {
+	root := testenv.Corpus(t, "nft-t")
+	var files []string
+	filepath.WalkDir(root, func(p string, de os.DirEntry, err error) error {
+		if err == nil && !de.IsDir() && strings.HasSuffix(p, ".t") {
+			files = append(files, p)
+		}
+		return nil
+	})
+	sort.Strings(files)
+	var out []nftTCase
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chains := map[string]string{}
+		type tbl struct {
+			family, name string
+			chains       []string
+		}
+		var tables []tbl
+		var decls []string // with FAMILY and TABLE to fill in
+		for _, line := range strings.Split(string(src), "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || line[0] == '#' || line[0] == '-' {
+				continue
+			}
+			switch line[0] {
+			case ':':
+				name, spec, _ := strings.Cut(line[1:], ";")
+				chains[name] = spec
+				continue
+			case '*':
+				parts := strings.Split(line[1:], ";")
+				if len(parts) == 3 && parts[0] != "bridge" && parts[0] != "arp" {
+					tables = append(tables, tbl{parts[0], parts[1], strings.Split(parts[2], ",")})
+				}
+				continue
+			case '!':
+				body, _, _ := strings.Cut(line[1:], ";")
+				name, spec, _ := strings.Cut(body, " ")
+				kind := "set"
+				if strings.Contains(spec, " : ") {
+					kind = "map"
+				}
+				decls = append(decls, fmt.Sprintf("add %s FAMILY TABLE %s { %s; }", kind, name, setSpec(spec)))
+				continue
+			case '?':
+				body, _, _ := strings.Cut(line[1:], ";")
+				name, elems, _ := strings.Cut(body, " ")
+				decls = append(decls, fmt.Sprintf("add element FAMILY TABLE %s { %s }", name, elems))
+				continue
+			case '%':
+				body, _, _ := strings.Cut(line[1:], ";")
+				name, spec, _ := strings.Cut(body, " ")
+				spec = strings.TrimPrefix(spec, "type ")
+				kind, rest, _ := strings.Cut(spec, " ")
+				decls = append(decls, fmt.Sprintf("add %s FAMILY TABLE %s { %s }", kind, name, rest))
+				continue
+			}
+			fields := strings.Split(line, ";")
+			if len(fields) < 2 || (fields[1] != "ok" && fields[1] != "fail") {
+				continue
+			}
+			for _, tb := range tables {
+				for _, c := range tb.chains {
+					if strings.Contains(chains[c], "hook egress") {
+						continue // refused by name: bpfwall has no netdev egress hook
+					}
+					var b strings.Builder
+					fmt.Fprintf(&b, "add table %s %s\n", tb.family, tb.name)
+					fmt.Fprintf(&b, "add chain %s %s %s { %s; }\n", tb.family, tb.name, c, chains[c])
+					for _, d := range decls {
+						b.WriteString(strings.NewReplacer("FAMILY", tb.family, "TABLE", tb.name).Replace(d) + "\n")
+					}
+					fmt.Fprintf(&b, "add rule %s %s %s %s\n", tb.family, tb.name, c, fields[0])
+					out = append(out, nftTCase{file: filepath.Base(f), family: tb.family, rule: fields[0], ok: fields[1] == "ok", script: b.String()})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// setSpec writes "type T flags F timeout 1s" as "type T; flags F;
+// timeout 1s".
+func setSpec(spec string) string {
+	words := strings.Fields(spec)
+	var parts []string
+	for _, w := range words {
+		switch w {
+		case "type", "typeof", "flags", "timeout", "size", "policy", "counter", "gc-interval", "elements":
+			parts = append(parts, w)
+		default:
+			if len(parts) == 0 {
+				parts = append(parts, w)
+				continue
+			}
+			parts[len(parts)-1] += " " + w
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// TestNftT reads the rule lines of the nftables project's own tests: a
+// line nft takes must parse, one nft refuses must be refused by Parse,
+// which check runs. The rates are logged; they may not fall.
+func TestNftT(t *testing.T) {
+	cases := nftTCases(t)
+	if len(cases) == 0 {
+		return
+	}
+	var valid, accepted, invalid, rejected int
+	wrongOK := map[string]int{}
+	var acceptedInvalid []string
+	for _, c := range cases {
+		fam := rules.IPv4
+		if c.family == "ip6" {
+			fam = rules.IPv6
+		}
+		_, err := Parse(c.file, []byte(c.script), Options{Family: fam})
+		if c.ok {
+			valid++
+			if err == nil {
+				accepted++
+			} else {
+				msg, _, _ := strings.Cut(err.Error(), "\n")
+				if _, after, ok := strings.Cut(msg, ": "); ok {
+					msg = after
+				}
+				wrongOK[normalize(msg)]++
+			}
+			continue
+		}
+		invalid++
+		if err != nil {
+			rejected++
+		} else {
+			acceptedInvalid = append(acceptedInvalid, fmt.Sprintf("%s (%s): %s", c.file, c.family, c.rule))
+		}
+	}
+	t.Logf("nft-t: %d of %d valid rule lines parse (%.1f%%); %d of %d invalid ones are refused (%.1f%%)",
+		accepted, valid, 100*float64(accepted)/float64(valid), rejected, invalid, 100*float64(rejected)/float64(invalid))
+	type kv struct {
+		k string
+		v int
+	}
+	var top []kv
+	for k, v := range wrongOK {
+		top = append(top, kv{k, v})
+	}
+	sort.Slice(top, func(i, j int) bool { return top[i].v > top[j].v || top[i].v == top[j].v && top[i].k < top[j].k })
+	for _, e := range top[:min(len(top), 15)] {
+		t.Logf("  %4d valid lines refused: %s", e.v, e.k)
+	}
+	for _, s := range acceptedInvalid[:min(len(acceptedInvalid), 400)] {
+		t.Logf("  accepted, nft refuses: %s", s)
+	}
+	if float64(accepted) < nftTValidFloor*float64(valid) {
+		t.Errorf("only %d of %d valid lines parse", accepted, valid)
+	}
+	if float64(rejected) < nftTInvalidFloor*float64(invalid) {
+		t.Errorf("only %d of %d invalid lines are refused", rejected, invalid)
+	}
+}
+
+// The rates TestNftT measured, less a margin: they may not fall.
+const (
+	nftTValidFloor   = 0.97
+	nftTInvalidFloor = 0.16
+)
