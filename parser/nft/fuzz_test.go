@@ -11,13 +11,15 @@ import (
 )
 
 // FuzzParse checks that no nft input makes the parser panic, that every
-// error it reports has a line to point at, and that what it accepts
-// prints as iptables-save text.
+// error it reports has a line to point at, that what it accepts prints as
+// iptables-save text, and that what prints as nft text (Print) reads back
+// and prints the same.
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("table inet f {\n\tchain in {\n\t\ttype filter hook input priority 0; policy drop;\n\t\tct state established,related accept\n\t\ttcp dport { 22, 80-90 } accept\n\t}\n}\n"), false)
 	f.Add([]byte("define nets = { 10.0.0.0/8, 192.168.0.0/16 }\ntable ip t { set s { type ipv4_addr . inet_service; elements = { 10.0.0.1 . 22 } }\nchain c { type filter hook input priority filter; ip saddr $nets ip saddr . tcp dport @s drop; } }\n"), false)
 	f.Add([]byte("table ip6 t { chain c { type filter hook forward priority -10; meta l4proto ipv6-icmp icmpv6 type echo-request limit rate 5/second accept; } }\n"), true)
 	f.Add([]byte("add table ip t\nadd chain ip t c { type filter hook input priority 0 ; }\nadd rule ip t c iifname \"eth*\" counter reject with icmp type host-unreachable\ninclude \"other.nft\"\n"), false)
+	f.Add([]byte("table ip filter {\n\tchain INPUT {\n\t\ttype filter hook input priority filter; policy accept;\n\t\txt match recent counter packets 0 bytes 0\n\t}\n\tchain c { type nat hook postrouting priority 100; masquerade; }\n}\n"), false)
 	// Real rule sets and the nftables project's listings, and the
 	// damage a review did to them by hand.
 	var files []string
@@ -66,5 +68,18 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		rs.Save(rules.SaveOptions{})
+		// What prints must read back and print the same.
+		text, err := Print(rs)
+		if err != nil {
+			return // a construct with no nft form in the model
+		}
+		rs2, err := Parse("printed.nft", text, Options{Family: fam, ReadFile: noFiles})
+		if err != nil {
+			t.Fatalf("the printed text does not parse: %v\ninput:\n%s\nprinted:\n%s", err, src, text)
+		}
+		again, err := Print(rs2)
+		if err != nil || string(again) != string(text) {
+			t.Fatalf("printing is not stable (%v):\ninput:\n%s\nprinted:\n%s\nthen:\n%s", err, src, text, again)
+		}
 	})
 }
