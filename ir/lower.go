@@ -422,6 +422,16 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 	case *rules.IPRange:
 		ms = l.addrRange(ms, m, Src, m.Src, m.SrcNeg)
 		ms = l.addrRange(ms, m, Dst, m.Dst, m.DstNeg)
+	case *rules.ProtocolsNot:
+		for _, p := range m.Protos {
+			if r.NFT && l.fam == rules.IPv6 {
+				// meta l4proto: no match where the extension headers
+				// cannot be walked, as for the rule's own protocol.
+				ms = append(ms, L4Proto{Proto: p, Neg: true})
+			} else {
+				ms = append(ms, Proto{Proto: p, Neg: true})
+			}
+		}
 	case *rules.Comment:
 		// Matches every packet; the rule's Text keeps it.
 	case *rules.Conntrack:

@@ -358,6 +358,10 @@ func TestConstructsNFT(t *testing.T) {
 		"ct state == 6 drop",
 		"ct state != 6 drop",
 		"tcp dport vmap { 1-100 : drop, 101-200 : accept }",
+		"meta l4proto != { tcp, udp } drop",
+		"ip protocol != { tcp, icmp, 47 } drop",
+		"meta l4proto != tcp meta l4proto != udp drop",
+		"ip6 saddr != 2001:db8::/32 meta l4proto != { udp, ipv6-icmp } drop",
 	} {
 		for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 			text := []byte(head + "add rule inet bw fwchain " + rule + "\n")

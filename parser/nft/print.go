@@ -385,6 +385,12 @@ func flagsList(v uint8) string {
 
 func (p *printer) match(rt *ruleText, r *rules.Rule, m rules.Match) {
 	switch m := m.(type) {
+	case *rules.ProtocolsNot:
+		names := make([]string, len(m.Protos))
+		for i, proto := range m.Protos {
+			names[i] = protoName(proto)
+		}
+		rt.add("meta l4proto != { %s }", strings.Join(names, ", "))
 	case *rules.TCP:
 		rt.port("tcp", "sport", m.SrcPorts, m.SrcNeg)
 		rt.port("tcp", "dport", m.DstPorts, m.DstNeg)

@@ -1150,18 +1150,28 @@ func (b *ruleBuilder) protoMatch(pos rules.Pos, op string, val rhs) {
 		}
 		protos = append(protos, p)
 	}
+	if op == "!=" && (len(protos) > 1 || b.negProto != nil && *b.negProto != protos[0]) {
+		// More protocols than the rule's "! -p" holds: the rest as a
+		// match of their own.
+		protos = dedup(protos)
+		loc := rules.Located{Pos: pos}
+		b.add(always1(func(r *rules.Rule) bool {
+			if r.Proto != 0 && !r.ProtoNeg {
+				return !slices.Contains(protos, r.Proto)
+			}
+			rest := protos
+			if r.ProtoNeg {
+				rest = slices.DeleteFunc(slices.Clone(protos), func(p uint8) bool { return p == r.Proto })
+			}
+			if len(rest) > 0 {
+				r.Matches = append(r.Matches, &rules.ProtocolsNot{Located: loc, Protos: rest})
+			}
+			return true
+		}))
+		return
+	}
 	if op == "!=" {
-		if len(protos) != 1 {
-			b.unsupported(pos, "negated protocol set")
-			return
-		}
 		p := protos[0]
-		if b.negProto != nil && *b.negProto != p {
-			// It would need two negations in one model rule: taken as
-			// impossible, the rule would match nothing.
-			b.unsupported(pos, "second negated protocol")
-			return
-		}
 		b.negProto = &p
 		b.add(always1(func(r *rules.Rule) bool {
 			switch {
