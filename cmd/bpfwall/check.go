@@ -93,7 +93,18 @@ func checkCompiles(cf *compileFlags, hookGiven, noDelegate bool, rs *rules.Rules
 	for _, p := range cc.progs {
 		cf.print(stderr, p.Warnings)
 	}
-	if !cf.quiet {
+	switch {
+	case cf.quiet:
+	case cf.readNFT:
+		// restore takes iptables input only: nothing of an nft rule
+		// set is delegated, what does not compile is only said.
+		for _, c := range cc.deleg.chains {
+			fmt.Fprintf(stderr, "bpfwall: cannot compile %s, which nft runs as it is:\n", c)
+			for _, e := range cc.why[c] {
+				fmt.Fprintf(stderr, "  %s\n", e)
+			}
+		}
+	default:
 		cc.deleg.note(stderr, cc.why)
 	}
 	return nil

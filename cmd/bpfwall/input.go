@@ -24,6 +24,9 @@ type inputFlags struct {
 	warner
 	sets   setFlags
 	format string // iptables, nft, or empty to detect
+	// readNFT says that the last rule set load read was nft's (a file
+	// or the kernel's), which restore does not take.
+	readNFT bool
 	// fragment inputs apply on top of a rule set not known here (check -n);
 	// base is what the previous inputs built.
 	fragment bool
@@ -86,6 +89,7 @@ func readFile(name string) ([]byte, error) {
 
 // load reads and parses one rule set file.
 func (f *inputFlags) load(name string, stderr io.Writer) (*rules.Ruleset, error) {
+	f.readNFT = f.fromKernel
 	if f.fromKernel {
 		return f.loadKernel(stderr)
 	}
@@ -131,6 +135,7 @@ func (f *inputFlags) load(name string, stderr io.Writer) (*rules.Ruleset, error)
 				return nil, err
 			}
 		}
+		f.readNFT = true
 		rs, err := nft.Parse(displayName, src, nft.Options{Family: fam})
 		if rs != nil {
 			f.print(stderr, rs.Warnings)

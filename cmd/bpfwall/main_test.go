@@ -324,3 +324,19 @@ func TestTraceCookedPcap(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckNFTNotDelegated: restore takes iptables input only, so check
+// of an nft rule set says what bpfwall cannot compile without claiming
+// that iptables-restore would take it to the kernel; the rule set is
+// still valid nft, and check takes it.
+func TestCheckNFTNotDelegated(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "r.nft")
+	src := "table inet t {\n\tchain c {\n\t\ttype filter hook input priority 0;\n\t\tct zone 3 drop\n\t}\n}\n"
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := runCmd(t, "check", file)
+	if code != 0 || !strings.Contains(errOut, "cannot compile filter INPUT, which nft runs as it is:\n  "+file+":4:3: ct zone match is not supported") || strings.Contains(errOut, "restore") {
+		t.Errorf("check: exit %d, stderr %q", code, errOut)
+	}
+}
