@@ -20,7 +20,9 @@ import (
 // interface names and wildcards; TTL or hop limit, length, mark, packet
 // type, MAC address and conntrack state; iif and oif; concatenations of
 // address and port in anonymous and named sets and verdict maps; log;
-// verdict maps and every verdict.
+// verdict maps and every verdict; empty sets, concatenations and verdict
+// maps, a data map looked up as a set, negated protocol sets and meta
+// length.
 // In an inet table some rules test the other family, which its packets
 // never match. opts.XDP leaves out what the xdp hook cannot compile, as
 // GenerateRules does: oifname, meta mark and pkttype, ct state, and reject
@@ -72,10 +74,47 @@ func GenerateNFT(seed uint64, opts GenOptions) []byte {
 		}
 		w("add set %s cs0 { type %s . inet_service; flags interval; elements = { %s }; }", g.table, typ, strings.Join(g.concatElems(opts.Family, 1+g.rng.IntN(4)), ", "))
 	}
+	// Empty sets and maps, a data map looked up as a set, negated
+	// protocol sets, meta length: drawn from a stream of their own, so
+	// that the rest of a seed's rule set stays as it was, and written at
+	// the end of the first base chain, where they judge what the rules
+	// before them leave.
+	x := rand.New(rand.NewPCG(seed, 0x656d707479))
+	var tail []string
+	if x.IntN(2) == 0 {
+		ip, addr := "ip", "ipv4_addr"
+		if opts.Family == rules.IPv6 {
+			ip, addr = "ip6", "ipv6_addr"
+		}
+		w("add set %s e0 { type %s; }", g.table, addr)
+		w("add set %s ce0 { type %s . inet_service; }", g.table, addr)
+		w("add map %s ev0 { type inet_service : verdict; }", g.table)
+		w("add map %s dm0 { type %s : mark; elements = { %s : 0x1 }; }", g.table, addr, g.bases[0])
+		verdict := func() string { return []string{"drop", "accept"}[x.IntN(2)] }
+		for range 1 + x.IntN(3) {
+			tail = append(tail, []string{
+				ip + " saddr @e0 drop",
+				ip + " daddr != @e0 counter",
+				ip + " saddr . tcp dport @ce0 drop",
+				ip + " saddr . udp dport != @ce0 " + verdict(),
+				"tcp dport vmap @ev0",
+				ip + " saddr @dm0 " + verdict(),
+				"meta l4proto != { tcp, udp } " + verdict(),
+				ip + " daddr != @dm0 meta l4proto != { icmp, ipv6-icmp, tcp } drop",
+			}[x.IntN(8)])
+		}
+		if !g.ct && x.IntN(2) == 0 {
+			tail = append(tail, fmt.Sprintf("meta length %d-%d drop", 40+x.IntN(40), 80+x.IntN(60)))
+		}
+	}
 	for _, c := range bases {
 		for range 2 + g.rng.IntN(9) {
 			w("add rule %s %s %s", g.table, c, g.rule(-1))
 		}
+		for _, r := range tail {
+			w("add rule %s %s %s", g.table, c, r)
+		}
+		tail = nil
 	}
 	for i := range g.users {
 		for range 1 + g.rng.IntN(6) {

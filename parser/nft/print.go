@@ -481,15 +481,17 @@ func (p *printer) match(rt *ruleText, r *rules.Rule, m rules.Match) {
 	case *rules.Set:
 		p.set(rt, m)
 	case *rules.Length:
-		if p.rs.Family != rules.IPv4 {
-			p.errorf(m.Pos, "ip6 length is not in the model")
-			return
-		}
 		v := strconv.Itoa(int(m.Min))
 		if m.Max != m.Min {
 			v += "-" + strconv.Itoa(int(m.Max))
 		}
-		rt.add("ip length %s%s", negOp(m.Neg), v)
+		// The model's length is IPv6's payload length plus 40, which is
+		// what meta length gives at the IP hooks.
+		key := "ip length"
+		if p.rs.Family != rules.IPv4 {
+			key = "meta length"
+		}
+		rt.add("%s %s%s", key, negOp(m.Neg), v)
 	case *rules.TTL:
 		rt.add("ip ttl %s%d", cmpText(m.Op), m.Value)
 	case *rules.HL:
@@ -572,7 +574,15 @@ func (p *printer) set(rt *ruleText, m *rules.Set) {
 		key = "daddr"
 	}
 	if len(s.Entries) == 0 {
-		p.errorf(m.Pos, "empty set %s has no anonymous nft form", m.SetName)
+		// Not in an empty set: every packet of the table's family; in
+		// one: none, written as net writes it.
+		if !m.Neg {
+			zero := "0.0.0.0/0"
+			if p.rs.Family == rules.IPv6 {
+				zero = "::/0"
+			}
+			rt.add("%s %s != %s", p.ip, key, zero)
+		}
 		return
 	}
 	var vs []string
