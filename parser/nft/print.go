@@ -200,6 +200,11 @@ func (p *printer) table(t *rules.Table) {
 				if !ok || len(next.terms) < base || !slices.Equal(next.terms[:base], rt.terms[:base]) || rt.comment != nil && !equalPtr(next.comment, rt.comment) {
 					break
 				}
+				if mergeCandidateText(rt.terms[:base]) && mergeCandidateText(next.terms[base:]) {
+					// nft could merge a comparison before the log with
+					// one after it (merge.go): two rules, as the model has.
+					break
+				}
 				rt.terms = append(rt.terms, next.terms[base:]...)
 				rt.comment = next.comment
 				i = j + 1
@@ -714,4 +719,30 @@ func rateLimitText(m *rules.RateLimit) string {
 		return text + fmt.Sprintf(" burst %d bytes", m.Burst)
 	}
 	return text + fmt.Sprintf(" burst %d packets", m.Burst)
+}
+
+// mergeCandidateText reports whether one of terms may be a comparison nft
+// merges with an adjacent one (merge.go): a payload key and one value, or
+// a set of one.
+func mergeCandidateText(terms []string) bool {
+	for _, t := range terms {
+		words := strings.Fields(t)
+		if len(words) < 3 {
+			continue
+		}
+		if _, ok := payloadFields[words[0]+" "+words[1]]; !ok {
+			continue
+		}
+		v := words[2:]
+		if v[0] == "!=" || v[0] == "==" {
+			v = v[1:]
+		}
+		if len(v) == 3 && v[0] == "{" && v[2] == "}" {
+			v = v[1:2] // nft turns a one-element set into its value
+		}
+		if len(v) == 1 && !strings.ContainsAny(v[0], "{-/,") {
+			return true
+		}
+	}
+	return false
 }
