@@ -399,7 +399,10 @@ type SelAtom struct {
 	Dir   string `parser:"   @('original' | 'reply')?"`
 	Fam   string `parser:"   @('ip' | 'ip6')?"`
 	Field string `parser:"   @Word"`
-	Bare  string `parser:" | @('iifname' | 'oifname' | 'iif' | 'oif' | 'mark' | 'iiftype' | 'oiftype' | 'skuid' | 'skgid' | 'nfproto' | 'l4proto' | 'pkttype' | 'cpu' | 'iifgroup' | 'oifgroup' | 'cgroup' | 'rtclassid' | 'ibrname' | 'obrname' | 'ibriport' | 'obriport') )"`
+	Bare  string `parser:" | @('iifname' | 'oifname' | 'iif' | 'oif' | 'mark' | 'iiftype' | 'oiftype' | 'skuid' | 'skgid' | 'nfproto' | 'l4proto' | 'pkttype' | 'cpu' | 'iifgroup' | 'oifgroup' | 'cgroup' | 'rtclassid' | 'ibrname' | 'obrname' | 'ibriport' | 'obriport')"`
+	// Raw is a raw payload "@nh,OFFSET,LENGTH" (ll, nh, th, ih): bits
+	// of a header, which bpfwall does not compile.
+	Raw []string `parser:" | @SetRef ',' @Number ',' @Number )"`
 }
 
 // List is "v1, v2, ..." (flag and state lists).

@@ -756,6 +756,10 @@ func init() {
 
 // relation translates one comparison.
 func (b *ruleBuilder) relation(pos rules.Pos, key, op string, mask *rhs, val rhs) {
+	if raw, ok := strings.CutPrefix(key, "raw payload "); ok {
+		b.rawPayload(pos, key, raw, val)
+		return
+	}
 	addrKey := key == "ip saddr" || key == "ip daddr" || key == "ip6 saddr" || key == "ip6 daddr"
 	if mask != nil && key != "tcp flags" && key != "meta mark" && key != "mark" && key != "ip frag-off" && !addrKey {
 		b.unsupported(pos, key+" &")
@@ -2076,4 +2080,25 @@ func (b *ruleBuilder) etherSaddr(pos rules.Pos, op string, val rhs) {
 	}
 	m := &rules.MAC{Located: rules.Located{Pos: pos}, Addr: hw, Neg: op == "!="}
 	b.add(always1(func(r *rules.Rule) bool { r.Matches = append(r.Matches, m); return true }))
+}
+
+// rawPayload checks "@base,offset,length VALUE" as nft does, and keeps it
+// as a construct bpfwall does not compile.
+func (b *ruleBuilder) rawPayload(pos rules.Pos, key, raw string, val rhs) {
+	f := strings.Split(raw, ",")
+	n, err := strconv.ParseUint(f[len(f)-1], 0, 32)
+	if err != nil || n == 0 {
+		b.errorf(pos, "%s: a raw payload of %s bits", key, f[len(f)-1])
+		return
+	}
+	for _, el := range val.elems {
+		for _, v := range []string{el.lo, el.hi} {
+			x, err := strconv.ParseUint(v, 0, 64)
+			if err == nil && n < 64 && x>>n != 0 {
+				b.errorf(el.pos, "value %s exceeds the %d bits of %s", v, n, key)
+				return
+			}
+		}
+	}
+	b.unsupported(pos, key)
 }

@@ -469,6 +469,9 @@ func (a *SelAtom) text() string {
 	if a.Bare != "" {
 		return a.Bare
 	}
+	if a.Raw != nil {
+		return "raw payload " + strings.Join(a.Raw, ",")
+	}
 	return strings.Join(slices.DeleteFunc([]string{a.Proto, a.Dir, a.Fam, a.Field}, func(s string) bool { return s == "" }), " ")
 }
 
