@@ -48,7 +48,7 @@ var xtMatches = map[string]xtExt{
 	"ttl":       xtTTL("ttl"),
 	"hl":        xtTTL("hl"),
 	"mac":       xtMAC,
-	"mark":      xtMark,
+	"mark":      xtMarkMatch("mark"),
 	"limit":     xtLimit,
 	"pkttype":   xtPktType,
 	"addrtype":  xtAddrType,
@@ -59,7 +59,7 @@ var xtMatches = map[string]xtExt{
 	// from iptables-restore input.
 	"owner":     xtOwner,
 	"rpfilter":  xtRPFilter,
-	"connmark":  xtConnmarkMatch,
+	"connmark":  xtMarkMatch("connmark"),
 	"physdev":   xtPhysdev,
 	"connlimit": xtConnlimit,
 }
@@ -163,6 +163,16 @@ func (o *opts) String() string { return o.b.String() }
 
 var ne = binary.NativeEndian
 
+// needRev checks that the extension's revision is one of sizes' and that
+// info holds the bytes its struct has there.
+func needRev(rev uint32, info []byte, sizes map[uint32]int) error {
+	n, ok := sizes[rev]
+	if !ok {
+		return fmt.Errorf("revision %d is not supported", rev)
+	}
+	return need(info, n)
+}
+
 func need(info []byte, n int) error {
 	if len(info) < n {
 		return fmt.Errorf("info of %d bytes, want %d", len(info), n)
@@ -231,11 +241,7 @@ const (
 )
 
 func xtConntrack(x *exprReader, rev uint32, info []byte) (string, string, error) {
-	size := map[uint32]int{1: 152, 2: 156, 3: 164}[rev]
-	if size == 0 {
-		return "", "", fmt.Errorf("revision %d is not supported", rev)
-	}
-	if err := need(info, size); err != nil {
+	if err := needRev(rev, info, map[uint32]int{1: 152, 2: 156, 3: 164}); err != nil {
 		return "", "", err
 	}
 	flags, inv := ne.Uint16(info[146:]), ne.Uint16(info[148:])
@@ -434,10 +440,7 @@ func xtUDP(x *exprReader, rev uint32, info []byte) (string, string, error) {
 }
 
 func xtMultiport(x *exprReader, rev uint32, info []byte) (string, string, error) {
-	if rev != 1 {
-		return "", "", fmt.Errorf("revision %d is not supported", rev)
-	}
-	if err := need(info, 48); err != nil {
+	if err := needRev(rev, info, map[uint32]int{1: 48}); err != nil {
 		return "", "", err
 	}
 	dir, ok := map[uint8]string{0: "sports", 1: "dports", 2: "ports"}[info[0]]
@@ -498,10 +501,7 @@ func xtComment(x *exprReader, rev uint32, info []byte) (string, string, error) {
 }
 
 func xtIPRange(x *exprReader, rev uint32, info []byte) (string, string, error) {
-	if rev != 1 {
-		return "", "", fmt.Errorf("revision %d is not supported", rev)
-	}
-	if err := need(info, 65); err != nil {
+	if err := needRev(rev, info, map[uint32]int{1: 65}); err != nil {
 		return "", "", err
 	}
 	flags := info[64]
@@ -560,20 +560,21 @@ func xtMAC(x *exprReader, rev uint32, info []byte) (string, string, error) {
 	return "mac", o.String(), nil
 }
 
-func xtMark(x *exprReader, rev uint32, info []byte) (string, string, error) {
-	if rev != 1 {
-		return "", "", fmt.Errorf("revision %d is not supported", rev)
+// xtMarkMatch reads struct xt_mark_mtinfo1 and xt_connmark_mtinfo1, which
+// are alike: mark, mask, invert.
+func xtMarkMatch(ext string) xtExt {
+	return func(x *exprReader, rev uint32, info []byte) (string, string, error) {
+		if err := needRev(rev, info, map[uint32]int{1: 9}); err != nil {
+			return "", "", err
+		}
+		v := fmt.Sprintf("%#x", ne.Uint32(info[0:]))
+		if mask := ne.Uint32(info[4:]); mask != 0xffffffff {
+			v += fmt.Sprintf("/%#x", mask)
+		}
+		var o opts
+		o.add(info[8] != 0, "mark", v)
+		return ext, o.String(), nil
 	}
-	if err := need(info, 9); err != nil {
-		return "", "", err
-	}
-	v := fmt.Sprintf("%#x", ne.Uint32(info[0:]))
-	if mask := ne.Uint32(info[4:]); mask != 0xffffffff {
-		v += fmt.Sprintf("/%#x", mask)
-	}
-	var o opts
-	o.add(info[8] != 0, "mark", v)
-	return "mark", o.String(), nil
 }
 
 // rateText finds "n/unit" that iptables reads back as avg, the interval
@@ -639,10 +640,7 @@ func addrTypeText(m uint16) (string, error) {
 }
 
 func xtAddrType(x *exprReader, rev uint32, info []byte) (string, string, error) {
-	if rev != 1 {
-		return "", "", fmt.Errorf("revision %d is not supported", rev)
-	}
-	if err := need(info, 8); err != nil {
+	if err := needRev(rev, info, map[uint32]int{1: 8}); err != nil {
 		return "", "", err
 	}
 	src, dst, flags := ne.Uint16(info[0:]), ne.Uint16(info[2:]), ne.Uint32(info[4:])
@@ -684,11 +682,7 @@ const (
 )
 
 func xtRecent(x *exprReader, rev uint32, info []byte) (string, string, error) {
-	size := map[uint32]int{0: 211, 1: 228}[rev] // to the end of side, and of mask
-	if size == 0 {
-		return "", "", fmt.Errorf("revision %d is not supported", rev)
-	}
-	if err := need(info, size); err != nil {
+	if err := needRev(rev, info, map[uint32]int{0: 211, 1: 228}); err != nil { // to the end of side, and of mask
 		return "", "", err
 	}
 	seconds, hits, cs, inv := ne.Uint32(info[0:]), ne.Uint32(info[4:]), info[8], info[9] != 0
@@ -748,10 +742,7 @@ const (
 )
 
 func xtHashLimit(x *exprReader, rev uint32, info []byte) (string, string, error) {
-	if rev != 2 && rev != 3 {
-		return "", "", fmt.Errorf("revision %d is not supported", rev)
-	}
-	if err := need(info, map[uint32]int{2: 294, 3: 298}[rev]); err != nil {
+	if err := needRev(rev, info, map[uint32]int{2: 294, 3: 298}); err != nil {
 		return "", "", err
 	}
 	name := cString(info[:255])
@@ -837,10 +828,7 @@ func xtReject(x *exprReader, rev uint32, info []byte) (string, string, error) {
 // xtTProxy reads struct xt_tproxy_target_info_v1 (revision 0 is IPv4's
 // older layout, which iptables no longer installs).
 func xtTProxy(x *exprReader, rev uint32, info []byte) (string, string, error) {
-	if rev != 1 {
-		return "", "", fmt.Errorf("revision %d is not supported", rev)
-	}
-	if err := need(info, 26); err != nil {
+	if err := needRev(rev, info, map[uint32]int{1: 26}); err != nil {
 		return "", "", err
 	}
 	mask, value := ne.Uint32(info[0:]), ne.Uint32(info[4:])
@@ -894,11 +882,7 @@ const (
 // layout). The set is named by its kernel index, which ipset turns back
 // into the name.
 func xtSet(x *exprReader, rev uint32, info []byte) (string, string, error) {
-	size := map[uint32]int{1: 4, 2: 4, 3: 44, 4: 44}[rev]
-	if size == 0 {
-		return "", "", fmt.Errorf("revision %d is not supported", rev)
-	}
-	if err := need(info, size); err != nil {
+	if err := needRev(rev, info, map[uint32]int{1: 4, 2: 4, 3: 44, 4: 44}); err != nil {
 		return "", "", err
 	}
 	index, dim, flags := ne.Uint16(info[0:]), int(info[2]), info[3]
@@ -1086,10 +1070,7 @@ func xtNAT(to string) xtExt {
 }
 
 func xtMarkTarget(x *exprReader, rev uint32, info []byte) (string, string, error) {
-	if rev != 2 {
-		return "", "", fmt.Errorf("revision %d is not supported", rev)
-	}
-	if err := need(info, 8); err != nil {
+	if err := needRev(rev, info, map[uint32]int{2: 8}); err != nil {
 		return "", "", err
 	}
 	var o opts
@@ -1098,10 +1079,7 @@ func xtMarkTarget(x *exprReader, rev uint32, info []byte) (string, string, error
 }
 
 func xtConnmark(x *exprReader, rev uint32, info []byte) (string, string, error) {
-	if rev != 1 && rev != 2 {
-		return "", "", fmt.Errorf("revision %d is not supported", rev)
-	}
-	if err := need(info, 14); err != nil {
+	if err := needRev(rev, info, map[uint32]int{1: 14, 2: 14}); err != nil {
 		return "", "", err
 	}
 	// Revision 1 has the mode after the masks; revision 2 a shift
@@ -1170,10 +1148,7 @@ func xtDSCP(x *exprReader, rev uint32, info []byte) (string, string, error) {
 }
 
 func xtOwner(x *exprReader, rev uint32, info []byte) (string, string, error) {
-	if rev != 1 {
-		return "", "", fmt.Errorf("revision %d is not supported", rev)
-	}
-	if err := need(info, 18); err != nil {
+	if err := needRev(rev, info, map[uint32]int{1: 18}); err != nil {
 		return "", "", err
 	}
 	match, inv := info[16], info[17]
@@ -1220,22 +1195,6 @@ func xtRPFilter(x *exprReader, rev uint32, info []byte) (string, string, error) 
 		}
 	}
 	return "rpfilter", o.String(), nil
-}
-
-func xtConnmarkMatch(x *exprReader, rev uint32, info []byte) (string, string, error) {
-	if rev != 1 {
-		return "", "", fmt.Errorf("revision %d is not supported", rev)
-	}
-	if err := need(info, 9); err != nil {
-		return "", "", err
-	}
-	v := fmt.Sprintf("%#x", ne.Uint32(info[0:]))
-	if mask := ne.Uint32(info[4:]); mask != 0xffffffff {
-		v += fmt.Sprintf("/%#x", mask)
-	}
-	var o opts
-	o.add(info[8] != 0, "mark", v)
-	return "connmark", o.String(), nil
 }
 
 // ifaceMasked is an interface name as xtables keeps it, with the mask of
@@ -1289,10 +1248,7 @@ const (
 // xtCT reads struct xt_ct_target_info (revision 0) and
 // xt_ct_target_info_v1 (revisions 1 and 2).
 func xtCT(x *exprReader, rev uint32, info []byte) (string, string, error) {
-	if rev > 2 {
-		return "", "", fmt.Errorf("revision %d is not supported", rev)
-	}
-	if err := need(info, map[bool]int{true: 28, false: 60}[rev == 0]); err != nil {
+	if err := needRev(rev, info, map[uint32]int{0: 28, 1: 60, 2: 60}); err != nil {
 		return "", "", err
 	}
 	flags, zone := ne.Uint16(info[0:]), ne.Uint16(info[2:])
@@ -1325,10 +1281,7 @@ func xtCT(x *exprReader, rev uint32, info []byte) (string, string, error) {
 
 // xtConnlimit reads struct xt_connlimit_info (revision 1).
 func xtConnlimit(x *exprReader, rev uint32, info []byte) (string, string, error) {
-	if rev != 1 {
-		return "", "", fmt.Errorf("revision %d is not supported", rev)
-	}
-	if err := need(info, 24); err != nil {
+	if err := needRev(rev, info, map[uint32]int{1: 24}); err != nil {
 		return "", "", err
 	}
 	m := x.addrOf(info[0:]).AsSlice()
