@@ -164,9 +164,11 @@ func (lp *lineParser) errorf(col int, format string, args ...any) error {
 	return rules.Errorf(lp.pos(col), format, args...)
 }
 
-// parseCommand parses the tokens of a command line.
+// parseCommand parses the tokens of a command line. The command is valid
+// until the next call.
 func (p *parser) parseCommand(toks []token, line int) (*command, error) {
-	lp := &lineParser{p: p, toks: toks, line: line}
+	lp := &p.lp
+	*lp = lineParser{p: p, toks: toks, line: line}
 	if err := lp.run(); err != nil {
 		return nil, err
 	}

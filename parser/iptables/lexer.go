@@ -16,9 +16,8 @@ type token struct {
 // anywhere opens a quoted section in which a backslash escapes the next
 // character; the closing quote ends the argument (so `""` is an empty
 // argument); outside quotes backslashes and single quotes are literal.
-// col0 is the column of line[0].
-func tokenize(line string, col0 int) []token {
-	toks := make([]token, 0, 16)
+// col0 is the column of line[0]. The tokens are appended to toks.
+func tokenize(toks []token, line string, col0 int) []token {
 	for i := 0; i < len(line); {
 		c := line[i]
 		if c == ' ' || c == '\t' || c == '\n' {

@@ -145,7 +145,7 @@ func dropGenericRules(text string) (string, int) {
 // usesGenericExtension reports whether a rule line loads a match or target
 // that bpfwall keeps without interpreting.
 func usesGenericExtension(line string) bool {
-	toks := tokenize(line, 1)
+	toks := tokenize(nil, line, 1)
 	for i := 0; i+1 < len(toks); i++ {
 		switch toks[i].text {
 		case "-m", "--match":

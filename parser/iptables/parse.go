@@ -67,6 +67,11 @@ type parser struct {
 	line     int
 	errs     rules.ErrorList // semantic errors, collected
 	warnings []*rules.Error
+	// lp parses the current command line; one for all lines, since a
+	// lineParser is large and lives only until its command is applied.
+	lp lineParser
+	// toks holds the tokens of the current line, reused for the next.
+	toks []token
 }
 
 func (p *parser) pos(col int) rules.Pos { return rules.Pos{File: p.name, Line: p.line, Col: col} }
@@ -295,7 +300,8 @@ func (p *parser) commandLine(l string) error {
 		counters = &cnt
 		rest, col0 = l[end+1:], end+2
 	}
-	toks := tokenize(rest, col0)
+	toks := tokenize(p.toks[:0], rest, col0)
+	p.toks = toks
 	cmd, err := p.parseCommand(toks, p.line)
 	if err != nil {
 		return p.fail(err)

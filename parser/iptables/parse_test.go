@@ -28,7 +28,7 @@ func TestTokenize(t *testing.T) {
 		{"   ", nil, nil},
 	}
 	for _, tc := range tests {
-		toks := tokenize(tc.line, 1)
+		toks := tokenize(nil, tc.line, 1)
 		var got []string
 		var cols []int
 		for _, tok := range toks {
