@@ -1,6 +1,7 @@
 package ir
 
 import (
+	"hash/maphash"
 	"slices"
 
 	"bpfwall/rules"
@@ -44,9 +45,16 @@ func shadowed(p *Program) []Removal {
 			rule *Rule
 			form Form
 		}
-		index := make(map[Tuple][]*cover)
-		var shapes [][NumFields]uint8
-		hasShape := make(map[[NumFields]uint8]bool)
+		// The index is by shape, then by the tuples' hashes: covers tells
+		// a tuple that only shares a hash apart. (One map keyed by whole
+		// tuples cost a third of the pass, in cache misses.)
+		type shapeIndex struct {
+			lens [NumFields]uint8
+			m    map[uint64][]*cover
+		}
+		seed := maphash.MakeSeed()
+		var shapes []*shapeIndex
+		byShape := make(map[[NumFields]uint8]*shapeIndex)
 		for _, r := range c.Rules {
 			f, ok := p.Normalize(r, shadowLimit)
 			if !ok || len(f.Tuples) == 0 {
@@ -55,11 +63,11 @@ func shadowed(p *Program) []Removal {
 			found := false
 			first := f.Tuples[0]
 		search:
-			for _, shape := range shapes {
-				if !fits(shape, first.Len) {
+			for _, s := range shapes {
+				if !fits(s.lens, first.Len) {
 					continue
 				}
-				for _, e := range index[first.Cut(shape)] {
+				for _, e := range s.m[maphash.Comparable(seed, first.Cut(s.lens))] {
 					if p.covers(e.form, f) {
 						out = append(out, Removal{Rule: r, CoveredBy: e.rule})
 						found = true
@@ -72,12 +80,15 @@ func shadowed(p *Program) []Removal {
 			}
 			e := &cover{rule: r, form: f}
 			for _, t := range f.Tuples {
-				if !hasShape[t.Len] {
-					hasShape[t.Len] = true
-					shapes = append(shapes, t.Len)
+				s := byShape[t.Len]
+				if s == nil {
+					s = &shapeIndex{lens: t.Len, m: make(map[uint64][]*cover)}
+					byShape[t.Len] = s
+					shapes = append(shapes, s)
 				}
-				if l := index[t]; len(l) < maxCoverCandidates && (len(l) == 0 || l[len(l)-1] != e) {
-					index[t] = append(l, e)
+				h := maphash.Comparable(seed, t)
+				if l := s.m[h]; len(l) < maxCoverCandidates && (len(l) == 0 || l[len(l)-1] != e) {
+					s.m[h] = append(l, e)
 				}
 			}
 		}

@@ -112,6 +112,7 @@ func (p *Program) Normalize(r *Rule, limit int) (Form, bool) {
 func (p *Program) NormalizeResidual(r *Rule, limit int) (Form, bool) {
 	var f Form
 	cur := []Tuple{{}}
+	var buf [4]alt // the alternatives of most matches
 	for _, m := range r.Matches {
 		switch m := m.(type) {
 		case Proto:
@@ -120,14 +121,15 @@ func (p *Program) NormalizeResidual(r *Rule, limit int) (Form, bool) {
 				continue
 			}
 			f.Proto, f.PreProto, f.ResidualPreProto = true, slices.Clone(cur), len(f.Residual)
-			cur = restrict(cur, []alt{{FieldProto, prefixOf([]byte{m.Proto}, 8)}})
+			buf[0] = alt{FieldProto, prefixOf([]byte{m.Proto}, 8)}
+			cur = restrict(cur, buf[:1])
 		case L4Header:
 			if f.L4Len != 0 {
 				return Form{}, false
 			}
 			f.L4Len, f.Tiny, f.PreL4, f.ResidualPreL4 = m.Len, m.TinyFragDrop, slices.Clone(cur), len(f.Residual)
 		default:
-			alts, ok := p.alternatives(m, limit)
+			alts, ok := p.alternatives(buf[:0], m, limit)
 			if !ok {
 				f.Residual = append(f.Residual, m)
 				continue
@@ -163,21 +165,25 @@ func prefixOf(b []byte, bits int) fieldPrefix {
 	return fp
 }
 
-// alternatives returns the prefixes one of which the packet's field must
-// be in for m to hold.
-func (p *Program) alternatives(m Match, limit int) ([]alt, bool) {
+// alternatives appends to out the prefixes one of which the packet's
+// field must be in for m to hold.
+func (p *Program) alternatives(out []alt, m Match, limit int) ([]alt, bool) {
 	switch m := m.(type) {
 	case Addr:
 		pfx, ok := m.Prefix()
 		if !ok || m.Neg {
 			return nil, false
 		}
-		return []alt{{addrField(m.Dir), prefixOf(pfx.Addr().AsSlice(), pfx.Bits())}}, true
+		a := pfx.Addr().As16()
+		v := a[:]
+		if pfx.Addr().Is4() {
+			v = a[12:]
+		}
+		return append(out, alt{addrField(m.Dir), prefixOf(v, pfx.Bits())}), true
 	case AddrRange:
 		if m.Neg {
 			return nil, false
 		}
-		var out []alt
 		for _, fp := range rangePrefixes(m.From.AsSlice(), m.To.AsSlice()) {
 			out = append(out, alt{addrField(m.Dir), fp})
 		}
@@ -186,7 +192,6 @@ func (p *Program) alternatives(m Match, limit int) ([]alt, bool) {
 		if m.Neg || len(m.Entries) > limit {
 			return nil, false
 		}
-		var out []alt
 		for _, e := range m.Entries {
 			if e.NoMatch {
 				return nil, false
@@ -198,7 +203,6 @@ func (p *Program) alternatives(m Match, limit int) ([]alt, bool) {
 		if m.Neg {
 			return nil, false
 		}
-		var out []alt
 		for _, d := range []Dir{Src, Dst} {
 			if m.Dir != d && m.Dir != SrcOrDst {
 				continue
@@ -228,9 +232,13 @@ func addrField(d Dir) Field {
 }
 
 // restrict returns the tuples of ts that also hold one of alts: the
-// intersection of prefixes of one field is the longer one, or empty.
+// intersection of prefixes of one field is the longer one, or empty. ts
+// is the caller's: with one alternative, it is restricted in place.
 func restrict(ts []Tuple, alts []alt) []Tuple {
-	out := make([]Tuple, 0, len(ts)*len(alts))
+	out := ts[:0]
+	if len(alts) != 1 {
+		out = make([]Tuple, 0, len(ts)*len(alts))
+	}
 	for _, t := range ts {
 		for _, a := range alts {
 			f := a.field
@@ -248,26 +256,33 @@ func restrict(ts []Tuple, alts []alt) []Tuple {
 	return out
 }
 
+// dedupTuples removes repeated tuples from ts, keeping the first of each,
+// in place: ts is always a slice the caller owns.
 func dedupTuples(ts []Tuple) []Tuple {
-	switch len(ts) {
-	case 0, 1:
-		return ts
-	case 2:
-		if ts[0] == ts[1] {
-			return ts[:1]
+	if len(ts) > maxDedupScan {
+		seen := make(map[Tuple]struct{}, len(ts))
+		out := ts[:0]
+		for _, t := range ts {
+			if _, ok := seen[t]; !ok {
+				seen[t] = struct{}{}
+				out = append(out, t)
+			}
 		}
-		return ts
+		return out
 	}
-	seen := make(map[Tuple]bool, len(ts))
-	out := ts[:0:0]
+	// Rules expand into few tuples, rarely repeated: comparing each with
+	// the ones kept costs less than a map per rule.
+	out := ts[:0]
 	for _, t := range ts {
-		if !seen[t] {
-			seen[t] = true
+		if !slices.Contains(out, t) {
 			out = append(out, t)
 		}
 	}
 	return out
 }
+
+// maxDedupScan is the most tuples dedupTuples compares pairwise.
+const maxDedupScan = 32
 
 // prefixEqual reports whether a and b agree in their first bits bits.
 func prefixEqual(a, b []byte, bits int) bool {
