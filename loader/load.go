@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -289,16 +290,21 @@ func fillContents(coll *ebpf.Collection, contents map[string][]ebpf.MapKV) error
 			return fmt.Errorf("map %s: not in the collection", name)
 		}
 		ks, vs := int(m.KeySize()), int(m.ValueSize())
+		// cilium/ebpf counts a batch by its slices' elements: keys and
+		// values are slices of byte arrays of the map's sizes, filled
+		// through their bytes.
 		keys := reflect.MakeSlice(reflect.SliceOf(reflect.ArrayOf(ks, reflect.TypeFor[byte]())), len(kvs), len(kvs))
 		vals := reflect.MakeSlice(reflect.SliceOf(reflect.ArrayOf(vs, reflect.TypeFor[byte]())), len(kvs), len(kvs))
+		kb := unsafe.Slice((*byte)(keys.UnsafePointer()), len(kvs)*ks)
+		vb := unsafe.Slice((*byte)(vals.UnsafePointer()), len(kvs)*vs)
 		for i, kv := range kvs {
 			k, ok1 := kv.Key.([]byte)
 			v, ok2 := kv.Value.([]byte)
 			if !ok1 || !ok2 || len(k) != ks || len(v) != vs {
 				return fmt.Errorf("map %s: contents are not %d- and %d-byte slices", name, ks, vs)
 			}
-			reflect.Copy(keys.Index(i), reflect.ValueOf(k))
-			reflect.Copy(vals.Index(i), reflect.ValueOf(v))
+			copy(kb[i*ks:], k)
+			copy(vb[i*vs:], v)
 		}
 		for off := 0; off < len(kvs); off += counterBatch {
 			end := min(off+counterBatch, len(kvs))

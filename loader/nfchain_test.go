@@ -14,6 +14,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
 	"bpfwall/ir"
@@ -252,20 +253,32 @@ func pinnedDispatcher(t *testing.T, p Place) ebpf.ProgramID {
 // netfilterLinks counts the netfilter links that run one of progs.
 func netfilterLinks(t *testing.T, progs map[ebpf.ProgramID]bool) int {
 	t.Helper()
-	n := 0
-	it := new(link.Iterator)
-	for it.Next() {
-		l := it.Take()
-		info, err := l.Info()
-		l.Close()
-		if err == nil && info.Type == link.NetfilterType && progs[info.Program] {
-			n++
+	count := func() (int, error) {
+		n := 0
+		it := new(link.Iterator)
+		for it.Next() {
+			l := it.Take()
+			info, err := l.Info()
+			l.Close()
+			if err == nil && info.Type == link.NetfilterType && progs[info.Program] {
+				n++
+			}
 		}
+		return n, it.Err()
 	}
-	if err := it.Err(); err != nil {
-		t.Fatal(err)
+	for try := 0; ; try++ {
+		n, err := count()
+		// The iteration visits every link of the host: one released
+		// meanwhile (by a process just killed) cannot be opened, and
+		// the kernel says EAGAIN or ENOENT; count again.
+		if err == nil || try == 10 || !errors.Is(err, unix.EAGAIN) && !errors.Is(err, os.ErrNotExist) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return n
 }
 
 // TestNetfilterSwapSurvivesKill kills a chain's swap at its netfilter

@@ -1,8 +1,6 @@
 package loader
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -407,20 +405,17 @@ const metaChunk = 64 << 10
 
 // newMetaMap creates a map holding m.
 func newMetaMap(m *Meta) (*ebpf.Map, error) {
-	b, err := json.Marshal(m)
+	b, err := encodeMeta(m)
 	if err != nil {
-		return nil, fmt.Errorf("encode meta: %w", err)
+		return nil, err
 	}
-	n := (len(b) + metaChunk - 1) / metaChunk
+	n := len(b) / metaChunk
 	mp, err := ebpf.NewMap(&ebpf.MapSpec{Name: "bpfwall_meta", Type: ebpf.Array, KeySize: 4, ValueSize: metaChunk, MaxEntries: uint32(n)})
 	if err != nil {
 		return nil, fmt.Errorf("create meta map: %w", err)
 	}
-	chunk := make([]byte, metaChunk)
 	for i := range n {
-		clear(chunk)
-		copy(chunk, b[i*metaChunk:])
-		if err := mp.Put(uint32(i), chunk); err != nil {
+		if err := mp.Put(uint32(i), b[i*metaChunk:(i+1)*metaChunk]); err != nil {
 			mp.Close()
 			return nil, fmt.Errorf("write meta map: %w", err)
 		}
@@ -428,20 +423,17 @@ func newMetaMap(m *Meta) (*ebpf.Map, error) {
 	return mp, nil
 }
 
+// readMeta reads the meta map's chunks straight into one buffer.
 func readMeta(mp *ebpf.Map) (Meta, error) {
-	var b []byte
+	size := int(mp.ValueSize())
+	b := make([]byte, int(mp.MaxEntries())*size)
 	for i := range mp.MaxEntries() {
-		v, err := mp.LookupBytes(i)
-		if err != nil {
+		at := int(i) * size
+		if err := mp.Lookup(i, b[at:at+size]); err != nil {
 			return Meta{}, fmt.Errorf("read meta: %w", err)
 		}
-		b = append(b, v...)
 	}
-	var m Meta
-	if err := json.Unmarshal(bytes.TrimRight(b, "\x00"), &m); err != nil {
-		return Meta{}, fmt.Errorf("decode meta: %w", err)
-	}
-	return m, nil
+	return decodeMeta(b)
 }
 
 // newBaseMap creates the map of counters carried over, holding c.

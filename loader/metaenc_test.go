@@ -1,0 +1,86 @@
+package loader
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func testMeta(rules int) Meta {
+	m := Meta{
+		Table: "filter", Chain: "INPUT", File: "rules.v4",
+		Source:        "*filter\n:INPUT DROP [0:0]\n",
+		Sets:          "create s hash:ip family inet\n",
+		LoadedAt:      time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC),
+		VerifiedInsns: 4680, Level: "-O1", Instructions: 933,
+		Ifaces:  []Iface{{Name: "eth0", Index: 2}},
+		Family:  "ipv4",
+		Recent:  []RecentMeta{{Name: "DEFAULT", Stamps: 20, Mask: "255.255.255.255"}},
+		Pins:    []string{"program", "meta"},
+		Lines:   []int{},
+		Origins: nil,
+	}
+	for i := range rules {
+		m.Source += "-A INPUT -p tcp -m tcp --dport " + strings.Repeat("1", i%5+1) + " -j ACCEPT \"quoted\\n\"\n"
+		m.Lines = append(m.Lines, 3+i)
+		m.Origins = append(m.Origins, "rules.v4:"+strings.Repeat("7", i%3+1))
+	}
+	return m
+}
+
+// TestMetaEncoding: a meta reads back as it was written, in whole chunks,
+// large or without rules; pins written as JSON by older versions read too.
+func TestMetaEncoding(t *testing.T) {
+	for _, n := range []int{0, 1, 3000} {
+		m := testMeta(n)
+		b, err := encodeMeta(&m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) == 0 || len(b)%metaChunk != 0 {
+			t.Fatalf("%d rules: %d bytes, not whole chunks of %d", n, len(b), metaChunk)
+		}
+		got, err := decodeMeta(b)
+		if err != nil {
+			t.Fatalf("%d rules: %v", n, err)
+		}
+		if !reflect.DeepEqual(got, m) {
+			t.Errorf("%d rules: read back\n%+v\nwant\n%+v", n, got, m)
+		}
+		old, err := json.Marshal(&m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old = append(old, make([]byte, metaChunk-len(old)%metaChunk)...)
+		if got, err := decodeMeta(old); err != nil || !reflect.DeepEqual(got, m) {
+			t.Errorf("%d rules: JSON pin read back as %+v, %v", n, got, err)
+		}
+		if n > 0 {
+			// The JSON part holds none of what grows with the rule set.
+			head := b[len(metaMagic)+4:]
+			if bytes.Contains(head[:bytes.IndexByte(head, 0)], []byte(`"source"`)) {
+				t.Errorf("%d rules: source in the JSON part", n)
+			}
+		}
+	}
+}
+
+// TestMetaCutShort: a meta cut anywhere is an error, not a panic or a
+// meta with fewer rules.
+func TestMetaCutShort(t *testing.T) {
+	m := testMeta(50)
+	b, err := encodeMeta(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := len(b) - len(bytes.TrimRight(b, "\x00")) // the padding
+	full := len(b) - end
+	for cut := 0; cut < full; cut += 7 {
+		if _, err := decodeMeta(b[:cut]); err == nil {
+			t.Fatalf("cut at %d of %d bytes: no error", cut, full)
+		}
+	}
+}
