@@ -93,11 +93,22 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 	type placed struct {
 		line int
 		c    rules.Counters
+		next int32 // the next placed at the same position, or -1
 	}
 	// An nft statement that does not end its rule (log) splits it into
 	// model rules at one position: they keep their order in the saved
-	// rule set and in the program, and pair in that order.
-	at := make(map[rules.Pos][]placed)
+	// rule set and in the program, and pair in that order. at holds the
+	// first and last placed of each position, in all (a slice per
+	// position was a million allocations for a million rules).
+	type span struct{ first, last int32 }
+	n := 0
+	for _, t := range rs.Tables {
+		for _, c := range t.Chains {
+			n += len(c.Rules)
+		}
+	}
+	all := make([]placed, 0, n)
+	at := make(map[rules.Pos]span, n)
 	line := 0
 	// Count lines as rules.Ruleset.Save prints them.
 	for _, t := range rs.Tables {
@@ -106,7 +117,14 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 		for _, c := range chains {
 			for _, r := range c.Rules {
 				line++
-				at[r.Pos] = append(at[r.Pos], placed{line, r.Counters})
+				i := int32(len(all))
+				all = append(all, placed{line, r.Counters, -1})
+				if sp, ok := at[r.Pos]; ok {
+					all[sp.last].next = i
+					at[r.Pos] = span{sp.first, i}
+				} else {
+					at[r.Pos] = span{i, i}
+				}
 			}
 		}
 		line++
@@ -129,16 +147,27 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 		m.Sets = string(rules.SaveSets(rs.Sets))
 	}
 	counters := make([]codegen.Counter, len(p.IR.Rules)+1)
+	// The origins, FILE:LINE, are substrings of one string.
+	var origins []byte
+	bounds := make([][2]int, len(p.IR.Rules))
 	for _, r := range p.IR.Rules {
-		pls := at[r.Pos]
-		if len(pls) == 0 {
+		sp, ok := at[r.Pos]
+		if !ok || sp.first < 0 {
 			return Meta{}, nil, fmt.Errorf("describe rule set: cannot place rule %d (%s) in the saved rule set", r.ID, r.Pos)
 		}
-		pl := pls[0]
-		at[r.Pos] = pls[1:]
+		pl := all[sp.first]
+		at[r.Pos] = span{pl.next, sp.last}
 		m.Lines[r.ID] = pl.line
-		m.Origins[r.ID] = r.Pos.File + ":" + strconv.Itoa(r.Pos.Line)
+		start := len(origins)
+		origins = append(origins, r.Pos.File...)
+		origins = append(origins, ':')
+		origins = strconv.AppendInt(origins, int64(r.Pos.Line), 10)
+		bounds[r.ID] = [2]int{start, len(origins)}
 		counters[r.ID] = codegen.Counter{Packets: pl.c.Packets, Bytes: pl.c.Bytes}
+	}
+	text := string(origins)
+	for id, b := range bounds {
+		m.Origins[id] = text[b[0]:b[1]]
 	}
 	if t := rs.Table(m.Table); t != nil {
 		if c := t.Chain(m.Chain); c != nil {
