@@ -1,7 +1,6 @@
 package codegen
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/binary"
 	"fmt"
@@ -415,9 +414,7 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, too
 		tables = append(tables, t)
 	}
 	for _, t := range tables {
-		slices.SortFunc(t.entries, func(a, b entry) int {
-			return cmp.Or(cmp.Compare(a.id, b.id), compareTuples(a.t, b.t))
-		})
+		sortByRule(t.entries)
 	}
 	tables = c.splitRanges(tables)
 	tables = c.mergeResiduals(tables)
@@ -531,9 +528,7 @@ func (c *compiler) mergeResiduals(tables []*table) []*table {
 				m.entries = append(m.entries, e)
 			}
 		}
-		slices.SortFunc(m.entries, func(a, b entry) int {
-			return cmp.Or(cmp.Compare(a.id, b.id), compareTuples(a.t, b.t))
-		})
+		sortByRule(m.entries)
 		var ok bool
 		if m.keys, m.lists, ok = c.candidates(m); !ok {
 			continue
@@ -737,20 +732,18 @@ func portTables(shapes map[shapeKey][]entry, order []shapeKey, taken map[shapeKe
 	return out
 }
 
-func emptyShape(t *table) bool {
-	return t.lens == [ir.NumFields]uint8{}
+// sortByRule puts entries in rule order, the earliest first; the entries
+// of one rule keep their order. A table of one shape is in that order
+// already: its entries were added rule by rule.
+func sortByRule(es []entry) {
+	byID := func(a, b entry) int { return cmp.Compare(a.id, b.id) }
+	if !slices.IsSortedFunc(es, byID) {
+		slices.SortStableFunc(es, byID)
+	}
 }
 
-func compareTuples(a, b ir.Tuple) int {
-	for f := range ir.NumFields {
-		if d := cmp.Compare(a.Len[f], b.Len[f]); d != 0 {
-			return d
-		}
-		if d := bytes.Compare(a.Value[f][:], b.Value[f][:]); d != 0 {
-			return d
-		}
-	}
-	return 0
+func emptyShape(t *table) bool {
+	return t.lens == [ir.NumFields]uint8{}
 }
 
 // slot is where a field goes in a lookup key.
