@@ -288,26 +288,30 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, too
 		return nil, false
 	}
 	v6 := c.p.Family == rules.IPv6
-	// The entries of each shape, in rule order. A tuple is kept once per
-	// shape: seen[i] holds, by hash, the entry of the first tuple of that
-	// hash in shape i; another tuple of the same hash is told apart in
-	// collided. (A map keyed by the tuples themselves took 58 MB and a
-	// third of the time for 100k rules.)
-	type shapeTuple struct {
-		shape int
-		t     ir.Tuple
+	// The entries of each shape, in rule order. The tuples are first
+	// given their shapes, so that each shape's entries and set are made
+	// at their size (growing them was a third of a 1M-rule plan). A tuple
+	// is kept once per shape: seen[i] holds, by hash, the entry of the
+	// first tuple of that hash in shape i; another tuple of the same hash
+	// is told apart in collided.
+	type pending struct {
+		shape    int32
+		t        *ir.Tuple
+		id, kind uint32
 	}
-	seed := maphash.MakeSeed()
-	var seen []map[uint64]int32
-	var collided map[shapeTuple]struct{}
+	total := 0
+	for _, f := range forms {
+		total += len(f.Tuples) + len(f.PreL4) + len(f.PreProto)
+	}
+	todo := make([]pending, 0, total)
 	index := make(map[shapeKey]int)
-	var lists [][]entry
 	var order []shapeKey
+	var count []int
 	var last shapeKey
 	lastIndex := -1
 	add := func(g guard, ts []ir.Tuple, id, kind uint32) {
-		for _, t := range ts {
-			k := shapeKey{g, t.Len}
+		for j := range ts {
+			k := shapeKey{g, ts[j].Len}
 			i := lastIndex
 			if i < 0 || k != last {
 				var ok bool
@@ -315,28 +319,12 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, too
 					i = len(order)
 					index[k] = i
 					order = append(order, k)
-					lists = append(lists, nil)
-					seen = append(seen, make(map[uint64]int32))
+					count = append(count, 0)
 				}
 				last, lastIndex = k, i
 			}
-			// The earliest rule with a tuple wins; rules come in order.
-			h := maphash.Comparable(seed, t)
-			if j, ok := seen[i][h]; !ok {
-				seen[i][h] = int32(len(lists[i]))
-			} else if lists[i][j].t == t {
-				continue
-			} else {
-				st := shapeTuple{i, t}
-				if _, ok := collided[st]; ok {
-					continue
-				}
-				if collided == nil {
-					collided = make(map[shapeTuple]struct{})
-				}
-				collided[st] = struct{}{}
-			}
-			lists[i] = append(lists[i], entry{t: t, id: id, kind: kind})
+			count[i]++
+			todo = append(todo, pending{int32(i), &ts[j], id, kind})
 		}
 	}
 	for i, r := range run {
@@ -351,7 +339,38 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, too
 			add(guard{mode: modePreProto, v6proto: true, residual: c.residualKey(f.Residual[:f.ResidualPreProto])}, f.PreProto, id, kindHotdrop)
 		}
 	}
-	seen, collided, index = nil, nil, nil
+	type shapeTuple struct {
+		shape int32
+		t     ir.Tuple
+	}
+	seed := maphash.MakeSeed()
+	lists := make([][]entry, len(order))
+	seen := make([]map[uint64]int32, len(order))
+	for i, n := range count {
+		lists[i], seen[i] = make([]entry, 0, n), make(map[uint64]int32, n)
+	}
+	var collided map[shapeTuple]struct{}
+	for _, pe := range todo {
+		// The earliest rule with a tuple wins; rules come in order.
+		i, t := pe.shape, *pe.t
+		h := maphash.Comparable(seed, t)
+		if j, ok := seen[i][h]; !ok {
+			seen[i][h] = int32(len(lists[i]))
+		} else if lists[i][j].t == t {
+			continue
+		} else {
+			st := shapeTuple{i, t}
+			if _, ok := collided[st]; ok {
+				continue
+			}
+			if collided == nil {
+				collided = make(map[shapeTuple]struct{})
+			}
+			collided[st] = struct{}{}
+		}
+		lists[i] = append(lists[i], entry{t: t, id: pe.id, kind: pe.kind})
+	}
+	todo, seen, collided, index = nil, nil, nil, nil
 	shapes := make(map[shapeKey][]entry, len(order))
 	for i, k := range order {
 		shapes[k] = lists[i]
@@ -407,11 +426,8 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, too
 		if taken[k] {
 			continue
 		}
-		t := &table{guard: k.g, lens: k.lens, lpm: -1, entries: make([]entry, 0, len(shapes[k]))}
-		for _, e := range shapes[k] {
-			t.entries = append(t.entries, e)
-		}
-		tables = append(tables, t)
+		// The shape's entries are this table's alone: no copy.
+		tables = append(tables, &table{guard: k.g, lens: k.lens, lpm: -1, entries: shapes[k]})
 	}
 	for _, t := range tables {
 		sortByRule(t.entries)
