@@ -415,9 +415,7 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, too
 			t.entries = make([]entry, 0, n)
 			for _, k := range ks {
 				taken[k] = true
-				for _, e := range shapes[k] {
-					t.entries = append(t.entries, e)
-				}
+				t.entries = append(t.entries, shapes[k]...)
 			}
 			tables = append(tables, t)
 		}
