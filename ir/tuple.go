@@ -73,7 +73,8 @@ type Form struct {
 	Tuples []Tuple
 	// Proto is set when the rule has a Proto match; PreProto are the
 	// tuples of the matches before it. In IPv6, a packet whose extension
-	// headers cannot be walked is dropped by the rule when PreProto match.
+	// headers cannot be walked is dropped by the rule when PreProto match;
+	// IPv4 has no such drop, and its forms no PreProto.
 	Proto    bool
 	PreProto []Tuple
 	// L4Len is the Len of the rule's L4Header (0 without one), Tiny its
@@ -120,7 +121,10 @@ func (p *Program) NormalizeResidual(r *Rule, limit int) (Form, bool) {
 				f.Residual = append(f.Residual, m)
 				continue
 			}
-			f.Proto, f.PreProto, f.ResidualPreProto = true, slices.Clone(cur), len(f.Residual)
+			f.Proto, f.ResidualPreProto = true, len(f.Residual)
+			if p.Family == rules.IPv6 {
+				f.PreProto = slices.Clone(cur)
+			}
 			buf[0] = alt{FieldProto, prefixOf([]byte{m.Proto}, 8)}
 			cur = restrict(cur, buf[:1])
 		case L4Header:
