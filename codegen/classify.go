@@ -576,10 +576,10 @@ func (c *compiler) mergeResiduals(tables []*table) []*table {
 // have more than maxCandidates.
 func (c *compiler) candidates(t *table) ([][]byte, [][]entry, bool) {
 	l := c.layout(t)
-	var keys [][]byte
-	var lists [][]entry
-	at := make(map[string]int)
-	closed := make(map[string]bool)
+	keys := make([][]byte, 0, len(t.entries))
+	lists := make([][]entry, 0, len(t.entries))
+	at := make(map[string]int, len(t.entries))
+	closed := make(map[string]bool, len(t.entries))
 	for _, e := range t.entries { // the earliest rule first
 		k := l.key(e.t)
 		if closed[string(k)] {
@@ -1075,9 +1075,10 @@ func (c *compiler) ranges(t *table, keyBits int) ([]*table, bool) {
 		return nil, false
 	}
 	width := 8 * f.Width(c.p.Family)
-	// The entries that reach each key, earliest first.
-	byKey := make(map[ir.Tuple][]int)
-	var keys []ir.Tuple
+	// The entries that reach each key, earliest first. (Most entries
+	// have a key of their own: the sizes are the entries'.)
+	byKey := make(map[ir.Tuple][]int, len(t.entries))
+	keys := make([]ir.Tuple, 0, len(t.entries))
 	buckets := 0
 	for i, e := range t.entries {
 		k := e.t.Cut(cut)
@@ -1100,7 +1101,7 @@ func (c *compiler) ranges(t *table, keyBits int) ([]*table, bool) {
 			byKey[kj] = append(byKey[kj], i)
 		}
 	}
-	rs := &portRanges{keyBits: keyBits}
+	rs := &portRanges{keyBits: keyBits, keys: make([]ir.Tuple, 0, len(keys)), runs: make([][]portRun, 0, len(keys))}
 	ranges := &table{guard: t.guard, lens: t.lens, lpm: t.lpm, ranges: rs}
 	trie := &table{guard: t.guard, lens: t.lens, lpm: t.lpm}
 	inTrie := make([]bool, len(t.entries))
