@@ -116,7 +116,7 @@ type loadedMatch struct {
 	pos    rules.Pos
 	ext    *matchExt // nil: generic
 	parser matchParser
-	seen   map[string]bool
+	seen   *optsSeen
 }
 
 // loadedTarget is the target extension of the current line.
@@ -125,7 +125,7 @@ type loadedTarget struct {
 	pos    rules.Pos
 	ext    *targetExt // nil: generic
 	parser targetParser
-	seen   map[string]bool
+	seen   *optsSeen
 }
 
 // lineParser turns the arguments of one restore line into a command, as
@@ -543,12 +543,12 @@ func (lp *lineParser) setTarget(arg *token, isGoto bool) error {
 		return nil
 	}
 	if e, ok := targetExts[name]; ok && (e.family == nil || *e.family == lp.p.family) {
-		lp.target = &loadedTarget{name: name, pos: lp.jumpPos, ext: e, parser: e.new(), seen: map[string]bool{}}
+		lp.target = &loadedTarget{name: name, pos: lp.jumpPos, ext: e, parser: e.new(), seen: new(optsSeen)}
 		lp.targetAfter = len(lp.matches)
 		return nil
 	}
 	if knownTargets[name] {
-		lp.target = &loadedTarget{name: name, pos: lp.jumpPos, parser: newGenericTarget(name), seen: map[string]bool{}}
+		lp.target = &loadedTarget{name: name, pos: lp.jumpPos, parser: newGenericTarget(name), seen: new(optsSeen)}
 		lp.targetAfter = len(lp.matches)
 		return nil
 	}
@@ -559,7 +559,7 @@ func (lp *lineParser) setTarget(arg *token, isGoto bool) error {
 // loadMatch loads a match extension; an extension of the other family or
 // one bpfwall does not interpret is kept generically.
 func (lp *lineParser) loadMatch(name string, pos rules.Pos) (*loadedMatch, error) {
-	m := &loadedMatch{name: name, pos: pos, seen: map[string]bool{}}
+	m := &loadedMatch{name: name, pos: pos, seen: new(optsSeen)}
 	e, typed := matchExts[name]
 	switch {
 	case typed && (e.family == nil || *e.family == lp.p.family):
@@ -575,10 +575,17 @@ func (lp *lineParser) loadMatch(name string, pos rules.Pos) (*loadedMatch, error
 	return m, nil
 }
 
+// optsSeen are the options an extension was given on the line: a few, so
+// a list (a map per extension was 5% of a large restore's allocations).
+type optsSeen struct{ names []string }
+
+func (s *optsSeen) has(name string) bool { return slices.Contains(s.names, name) }
+func (s *optsSeen) add(name string)      { s.names = append(s.names, name) }
+
 // extHandle is an extension that claims an option.
 type extHandle struct {
 	spec   optSpec
-	seen   map[string]bool
+	seen   *optsSeen
 	parser interface{ parse(o *opt) error }
 }
 
@@ -607,7 +614,7 @@ func (lp *lineParser) findExtOption(name string, exact, implicit bool) *extHandl
 		return lp.loadImplicit(lookup)
 	}
 	var found *extHandle
-	lp.newestFirst(func(specs []optSpec, seen map[string]bool, parser interface{ parse(*opt) error }) bool {
+	lp.newestFirst(func(specs []optSpec, seen *optsSeen, parser interface{ parse(*opt) error }) bool {
 		if specs == nil {
 			return false // generic
 		}
@@ -625,7 +632,7 @@ func (lp *lineParser) findExtOption(name string, exact, implicit bool) *extHandl
 // front of the older ones, so when two extensions (two -m multiport, say)
 // have an option of the same name, the newer one gets it. specs is nil for
 // generic extensions.
-func (lp *lineParser) newestFirst(f func(specs []optSpec, seen map[string]bool, parser interface{ parse(*opt) error }) bool) {
+func (lp *lineParser) newestFirst(f func(specs []optSpec, seen *optsSeen, parser interface{ parse(*opt) error }) bool) {
 	target := func() bool {
 		t := lp.target
 		var specs []optSpec
@@ -685,7 +692,7 @@ func protoExtension(proto uint8, fam rules.Family) string {
 // takes an option no interpreted extension owns.
 func (lp *lineParser) genericOwner(name string) *extHandle {
 	var found *extHandle
-	lp.newestFirst(func(specs []optSpec, seen map[string]bool, parser interface{ parse(*opt) error }) bool {
+	lp.newestFirst(func(specs []optSpec, seen *optsSeen, parser interface{ parse(*opt) error }) bool {
 		if specs != nil {
 			return false
 		}
@@ -705,10 +712,10 @@ func (lp *lineParser) extOption(h *extHandle, t token, value *token) error {
 	if o.Neg && !h.spec.invert {
 		return rules.Errorf(o.Pos, "unexpected ! flag before --%s", h.spec.name)
 	}
-	if h.seen[h.spec.name] && !h.spec.multi {
+	if h.seen.has(h.spec.name) && !h.spec.multi {
 		return lp.errorf(t.col, "--%s can be given only once", h.spec.name)
 	}
-	h.seen[h.spec.name] = true
+	h.seen.add(h.spec.name)
 	switch h.spec.arg {
 	case argNone:
 		if value != nil {
