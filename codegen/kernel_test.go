@@ -236,10 +236,17 @@ func load(t *testing.T, p *codegen.Program, ns *netns) *loaded {
 // run passes a frame through the program as if it came in on (or, for
 // tc-egress, went out through) dev, and returns the verdict and decision.
 func (l *loaded) run(data []byte, dev device, mark uint32) (_ ir.Verdict, _ codegen.Decision, err error) {
+	return l.runSplit(data, len(data), dev, mark)
+}
+
+// runSplit is run with the frame's first linear bytes in the linear data
+// at xdp, and the rest in fragments: a multi-buffer frame.
+func (l *loaded) runSplit(data []byte, linear int, dev device, mark uint32) (_ ir.Verdict, _ codegen.Decision, err error) {
 	opts := &ebpf.RunOptions{Data: data, DataOut: make([]byte, len(data)+256)}
 	if l.p.Hook == codegen.HookXDP {
-		// struct xdp_md: data, data_end, data_meta, ingress_ifindex.
-		opts.Context = [4]uint32{0, uint32(len(data)), 0, dev.index}
+		// struct xdp_md: data, data_end, data_meta, ingress_ifindex. A
+		// data_end short of the frame is the linear data's end.
+		opts.Context = [4]uint32{0, uint32(linear), 0, dev.index}
 	} else {
 		// struct __sk_buff up to ifindex: mark and ifindex may be set.
 		var skb [11]uint32
@@ -448,7 +455,11 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 		if p.Hook != codegen.HookTCEgress {
 			pkt.CTState = pkt.ConntrackWithoutEntry(true)
 		}
-		v, d, err := l.run(f.data, dev, f.mark)
+		linear := len(f.data)
+		if f.linear > 0 {
+			linear = f.linear
+		}
+		v, d, err := l.runSplit(f.data, linear, dev, f.mark)
 		if err != nil && p.Hook != codegen.HookXDP && errors.Is(err, unix.EINVAL) && shortIPHeader(f.data) {
 			// BPF_PROG_TEST_RUN refuses skbs whose ethertype promises an
 			// IP header the frame does not have; XDP runs cover them.
@@ -498,6 +509,13 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 		// Only XDP test runs take frames larger than a page.
 		for i, data := range g.largeFrames() {
 			check(frame{data: data, desc: fmt.Sprintf("large frame %d", i)})
+		}
+		// Frames of several buffers whose linear data ends at every
+		// byte of the headers: the parser reads past it.
+		for i, data := range g.fullFrames(4) {
+			for n := 14; n < len(data); n++ {
+				check(frame{data: data, linear: n, desc: fmt.Sprintf("frame %d with %d linear bytes", i, n)})
+			}
 		}
 	}
 	if mismatches > 0 {

@@ -87,7 +87,7 @@ const (
 // parse's stack frame.
 const (
 	parseBuf      = -64  // 64 bytes of header, loaded with the load helper
-	parseFrameLen = -72  // u64: length of the frame
+	parseFrameLen = -72  // u64: length of the frame; at xdp, of its linear data
 	parseTmp      = -80  // u64
 	parseRawType  = -88  // u64: skb->pkt_type (tc)
 	parseScratch  = -96  // 8 bytes: map keys, small loads

@@ -187,6 +187,9 @@ type frame struct {
 	mark  uint32
 	desc  string
 	iface int // index into the test's interfaces
+	// linear, when not 0, is how many bytes an XDP test run puts in the
+	// frame's linear data; the rest goes to fragments.
+	linear int
 }
 
 // frame returns a random frame: usually valid, sometimes of another kind
@@ -546,8 +549,20 @@ func (g *generator) damage(b []byte) []byte {
 // with every header the parser reads, each cut at every length from the
 // end of the Ethernet header on.
 func (g *generator) boundaryFrames() [][]byte {
+	var out [][]byte
+	for _, f := range g.fullFrames(12) {
+		for n := 14; n <= len(f); n++ {
+			out = append(out, f[:n])
+		}
+	}
+	return out
+}
+
+// fullFrames returns n complete packets of the program's family, each
+// shorter than 200 bytes.
+func (g *generator) fullFrames(n int) [][]byte {
 	var full [][]byte
-	for range 12 {
+	for range n {
 		for {
 			data, _ := g.ip(g.family, 0)
 			if len(data) < 200 {
@@ -556,13 +571,7 @@ func (g *generator) boundaryFrames() [][]byte {
 			}
 		}
 	}
-	var out [][]byte
-	for _, f := range full {
-		for n := 14; n <= len(f); n++ {
-			out = append(out, f[:n])
-		}
-	}
-	return out
+	return full
 }
 
 // largeFrames returns frames larger than a page, which an XDP test run
@@ -610,5 +619,17 @@ func (g *generator) largeFrames() [][]byte {
 	tcp.SetNetworkLayerForChecksum(ip4)
 	data, _ = g.serialize(eth(layers.EthernetTypeIPv4), ip4, tcp, gopacket.Payload(make([]byte, 60000)))
 	out = append(out, append(data, make([]byte, 100)...))
+	// The same datagram claiming 4000 bytes more than it carries, and an
+	// IPv6 packet claiming more than its 60000 bytes.
+	bad := slices.Clone(data)
+	binary.BigEndian.PutUint16(bad[14+2:], uint16(len(data)-14+4000))
+	fixIPv4Checksum(bad[14:34])
+	out = append(out, bad)
+	ip6 = &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolUDP, SrcIP: src, DstIP: dst}
+	udp := &layers.UDP{SrcPort: 53, DstPort: 53}
+	udp.SetNetworkLayerForChecksum(ip6)
+	data, _ = g.serialize(eth(layers.EthernetTypeIPv6), ip6, udp, gopacket.Payload(make([]byte, 60000)))
+	binary.BigEndian.PutUint16(data[14+4:], 64000)
+	out = append(out, data)
 	return out
 }

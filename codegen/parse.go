@@ -136,6 +136,33 @@ func (c *compiler) directLoad(frame asm.Register, buf int16, n int32, fail strin
 	b.mark(done)
 }
 
+// frameHolds jumps to fail unless the frame holds n bytes (a register)
+// from the current header on; r9 holds the bytes known to be there. At
+// xdp r9 is the linear data's part of them, a lower bound: n within it
+// costs a compare, and only n past it (a multi-buffer frame) asks the
+// kernel for the frame's length. r9 and n are kept; on that path r0-r5
+// are clobbered. r9 is not made exact, so that both paths go on in one
+// verifier state: the callers set it from the header's length next.
+func (c *compiler) frameHolds(n asm.Register, fail string) {
+	b := c.b
+	if c.hook != HookXDP {
+		b.emit(asm.JSGT.Reg(n, asm.R9, fail))
+		return
+	}
+	ok := b.fresh("frame_holds")
+	b.emit(
+		// Signed: the headers may start past the linear data.
+		asm.JSLE.Reg(n, asm.R9, ok),
+		st(asm.R10, parseScratch, n, asm.DWord),
+		movr(asm.R1, asm.R6),
+		asm.FnXdpGetBuffLen.Call(),
+		asm.Sub.Reg(asm.R0, asm.R8),
+		ld(n, asm.R10, parseScratch, asm.DWord),
+		asm.JSGT.Reg(n, asm.R0, fail),
+	)
+	b.mark(ok)
+}
+
 // ifindex loads the index of the device the program runs on into dst.
 func (c *compiler) ifindex(dst asm.Register) asm.Instruction {
 	if c.hook.tc() {
@@ -231,7 +258,13 @@ func (c *compiler) parse() {
 	case c.hook.tc():
 		b.emit(ld(asm.R9, asm.R6, skbLen, asm.Word))
 	default:
-		b.emit(movr(asm.R1, asm.R6), asm.FnXdpGetBuffLen.Call(), movr(asm.R9, asm.R0))
+		// The linear data's length: a lower bound of the frame's, which
+		// frameHolds makes exact when a check needs more.
+		b.emit(
+			ld(asm.R9, asm.R6, xdpDataEnd, asm.Word),
+			ld(asm.R1, asm.R6, xdpData, asm.Word),
+			asm.Sub.Reg(asm.R9, asm.R1),
+		)
 	}
 	b.emit(st(asm.R10, parseFrameLen, asm.R9, asm.DWord))
 	switch c.hook {
@@ -382,7 +415,9 @@ func (c *compiler) parseEthernet() {
 func (c *compiler) parseIPv4() {
 	b := c.b
 	b.note("ipv4 header: version, header length, checksum, total length (ip_rcv_core)")
-	b.emit(asm.JSLT.Imm(asm.R9, 20, "parse_invalid"), movr(asm.R1, asm.R6), movr(asm.R2, asm.R8))
+	// A frame too short for the header, or for its options, fails their
+	// load: only the total length is checked against the frame.
+	b.emit(movr(asm.R1, asm.R6), movr(asm.R2, asm.R8))
 	c.load(asm.R10, parseBuf, 20, "parse_invalid")
 	b.emit(
 		ld(asm.R1, asm.R10, parseBuf, asm.Byte),
@@ -392,7 +427,6 @@ func (c *compiler) parseIPv4() {
 		asm.And.Imm(asm.R1, 0x0f),
 		asm.LSh.Imm(asm.R1, 2),
 		asm.JLT.Imm(asm.R1, 20, "parse_invalid"),
-		asm.JGT.Reg(asm.R1, asm.R9, "parse_invalid"),
 		st(asm.R10, parseTmp, asm.R1, asm.DWord),
 		asm.JLE.Imm(asm.R1, 20, "ipv4_checksum"),
 		// The options.
@@ -410,7 +444,9 @@ func (c *compiler) parseIPv4() {
 	b.emit(
 		ld(asm.R1, asm.R10, parseBuf+2, asm.Half),
 		ntoh(asm.R1, asm.Half),
-		asm.JGT.Reg(asm.R1, asm.R9, "parse_invalid"),
+	)
+	c.frameHolds(asm.R1, "parse_invalid")
+	b.emit(
 		ld(asm.R2, asm.R10, parseTmp, asm.DWord),
 		asm.JLT.Reg(asm.R1, asm.R2, "parse_invalid"),
 	)
@@ -477,13 +513,17 @@ func (c *compiler) parseIPv4() {
 func (c *compiler) ipv4Checksum() {
 	b := c.b
 	folded := b.fresh("csum_folded")
+	// The loop counts words in a value of its own: compared with the
+	// header length itself, each length would be a verifier state of
+	// its own for the rest of the parser.
 	b.emit(
 		ld(asm.R4, asm.R10, parseTmp, asm.DWord),
+		asm.RSh.Imm(asm.R4, 2),
 		mov(asm.R0, 0),
 	)
 	for i := int16(0); i < 15; i++ {
 		if i >= 5 {
-			b.emit(asm.JLE.Imm(asm.R4, int32(i)*4, folded))
+			b.emit(asm.JLE.Imm(asm.R4, int32(i), folded))
 		}
 		b.emit(
 			ld(asm.R1, asm.R10, parseBuf+4*i, asm.Word),
@@ -491,10 +531,16 @@ func (c *compiler) ipv4Checksum() {
 		)
 	}
 	b.mark(folded)
-	// At most 15 words: the sum is below 2^36, and five folds bring it
-	// to 16 bits. The words' byte order does not change the test: 0xffff
-	// reads the same either way.
-	for range 5 {
+	// At most 15 words: the sum is below 2^36. Folding the upper 32
+	// bits in leaves it below 2^32 + 15, and three 16-bit folds bring
+	// that to 16 bits. The words' byte order does not change the test:
+	// 0xffff reads the same either way.
+	b.emit(
+		asm.Mov.Reg32(asm.R1, asm.R0),
+		asm.RSh.Imm(asm.R0, 32),
+		asm.Add.Reg(asm.R0, asm.R1),
+	)
+	for range 3 {
 		b.emit(
 			movr(asm.R1, asm.R0),
 			asm.And.Imm(asm.R1, 0xffff),
@@ -512,7 +558,8 @@ func (c *compiler) ipv4Checksum() {
 func (c *compiler) parseIPv6() {
 	b := c.b
 	b.note("ipv6 header: version, addresses (ip6_rcv_core)")
-	b.emit(asm.JSLT.Imm(asm.R9, 40, "parse_invalid"), movr(asm.R1, asm.R6), movr(asm.R2, asm.R8))
+	// A frame too short for the header fails its load.
+	b.emit(movr(asm.R1, asm.R6), movr(asm.R2, asm.R8))
 	c.load(asm.R10, parseBuf, 40, "parse_invalid")
 	b.emit(
 		ld(asm.R1, asm.R10, parseBuf, asm.Byte),
@@ -574,15 +621,32 @@ func (c *compiler) parseIPv6() {
 		st(asm.R10, parseTmp, asm.R1, asm.DWord),
 		ld(asm.R2, asm.R10, parseBuf+6, asm.Byte),
 		asm.JNE.Imm(asm.R1, 0, "ipv6_trim"),
-		asm.JEq.Imm(asm.R2, 0, "ipv6_fields"),
+		asm.JEq.Imm(asm.R2, 0, "ipv6_jumbo"),
 	)
 	b.mark("ipv6_trim")
 	b.emit(
 		movr(asm.R3, asm.R1),
 		asm.Add.Imm(asm.R3, 40),
-		asm.JGT.Reg(asm.R3, asm.R9, "parse_invalid"),
-		movr(asm.R9, asm.R3),
 	)
+	c.frameHolds(asm.R3, "parse_invalid")
+	b.emit(
+		movr(asm.R9, asm.R3),
+		ld(asm.R1, asm.R10, parseTmp, asm.DWord),
+		ld(asm.R2, asm.R10, parseBuf+6, asm.Byte),
+		ja("ipv6_fields"),
+	)
+	b.mark("ipv6_jumbo")
+	if c.hook == HookXDP {
+		// A jumbogram's length is the frame's: r9 must be exact.
+		b.emit(
+			movr(asm.R1, asm.R6),
+			asm.FnXdpGetBuffLen.Call(),
+			asm.Mov.Reg32(asm.R9, asm.R0),
+			asm.Sub.Reg(asm.R9, asm.R8),
+			mov(asm.R1, 0),
+			mov(asm.R2, 0),
+		)
+	}
 	b.mark("ipv6_fields")
 	b.emit(
 		asm.Add.Imm(asm.R1, 40),
@@ -757,12 +821,27 @@ func (c *compiler) parseL4() {
 		st(asm.R7, pktL4Len, asm.R9, asm.Word),
 		asm.JEq.Imm(asm.R9, 0, "parse_ok"),
 		movr(asm.R4, asm.R9),
-		asm.JLE.Imm(asm.R4, 20, "l4_load"),
-		mov(asm.R4, 20),
 	)
+	if !c.hook.nf() {
+		// The first 20 bytes, as almost every packet has them, read in
+		// place.
+		b.emit(
+			asm.JLT.Imm(asm.R4, 20, "l4_load"),
+			movr(asm.R1, asm.R6),
+			movr(asm.R2, asm.R8),
+		)
+		c.load(asm.R10, parseBuf, 20, "parse_ok")
+		b.emit(ja("l4_loaded"))
+	} else {
+		b.emit(
+			asm.JLE.Imm(asm.R4, 20, "l4_load"),
+			mov(asm.R4, 20),
+		)
+	}
 	b.mark("l4_load")
 	b.emit(movr(asm.R1, asm.R6), movr(asm.R2, asm.R8))
 	c.load(asm.R10, parseBuf, 0, "parse_ok")
+	b.mark("l4_loaded")
 	b.emit(ld(asm.R1, asm.R7, pktProto, asm.Byte))
 	for _, p := range []int32{protoTCP, protoUDP, protoUDPLite, protoSCTP, protoDCCP} {
 		b.emit(asm.JEq.Imm(asm.R1, p, "l4_ports"))
