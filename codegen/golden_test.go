@@ -2,6 +2,7 @@ package codegen_test
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,8 +21,14 @@ import (
 // (iptables-save text, or nft text with "format nft") and compares the dump with its "dump" section, or
 // the compile errors with its "errors" section. An optional "options"
 // section holds "hook H", "chain NAME", "table NAME", "family ipv6",
-// "segment-branches N", "level N", "force-lookups" and "format nft" lines; an "ipset"
-// section holds ipset save text. BPFWALL_UPDATE=1 rewrites the expected sections.
+// "segment-branches N", "level N", "force-lookups", "format nft" and
+// "show-parser" lines; an "ipset" section holds ipset save text.
+// BPFWALL_UPDATE=1 rewrites the expected sections.
+//
+// A dump shows the packet parser's functions by name only, unless the
+// options say "show-parser": the parse*.txtar files show it for each hook
+// and family, and the files about what changes it (interface names, TCP
+// options, conntrack's stage) show theirs.
 func TestGolden(t *testing.T) {
 	golden.Run(t, []string{"dump", "errors"}, func(t *testing.T, ar *txtar.Archive) (string, string) { return compileGolden(t, loadGolden(t, ar)) })
 }
@@ -36,6 +43,8 @@ type goldenCase struct {
 	level           codegen.Level
 	// forceLookups is Options.ForceLookups.
 	forceLookups bool
+	// showParser shows the parser's functions in the dump.
+	showParser bool
 }
 
 // loadGolden parses and lowers the archive's input with its options.
@@ -79,6 +88,8 @@ func loadGolden(t *testing.T, ar *txtar.Archive) goldenCase {
 				}
 			case "force-lookups":
 				g.forceLookups = true
+			case "show-parser":
+				g.showParser = true
 			case "format":
 				if value != "nft" {
 					t.Fatalf("option %q: only nft", line)
@@ -148,5 +159,28 @@ func compileGolden(t *testing.T, g goldenCase) (string, string) {
 	if b.String() != b2.String() {
 		t.Errorf("two compilations differ")
 	}
+	if !g.showParser {
+		return hideParser(b.String()), "dump"
+	}
 	return b.String(), "dump"
+}
+
+// parserFunctions are the functions of the packet parser.
+var parserFunctions = []string{"parse", "parse_hop_by_hop", "walk_ext_hdrs", "walk_tcp_options"}
+
+// hideParser replaces the body of each of the parser's functions in a
+// dump with a line that says where it is shown. A dump's functions are
+// its blocks of lines between empty lines, each starting with its name.
+func hideParser(dump string) string {
+	blocks := strings.Split(dump, "\n\n")
+	for i, block := range blocks {
+		name, _, _ := strings.Cut(block, ":\n")
+		if slices.Contains(parserFunctions, name) {
+			blocks[i] = name + ":\n\t; the packet parser, shown in the parse goldens"
+			if strings.HasSuffix(block, "\n") {
+				blocks[i] += "\n"
+			}
+		}
+	}
+	return strings.Join(blocks, "\n\n")
 }
