@@ -62,11 +62,14 @@ type compiler struct {
 	// rejects are the --reject-with types of the REJECT rules, indexed by
 	// their reject function.
 	rejects []string
+	// inlineParse: main holds the parser's code (parseInlined).
+	inlineParse bool
 }
 
 // Symbols of the functions.
 const (
 	symParse     = "parse"
+	symParseDone = "parse_done" // main's code after the parser, when it holds it
 	symExtHdrs   = "walk_ext_hdrs"
 	symHopByHop  = "parse_hop_by_hop"
 	symTCPOpts   = "walk_tcp_options"
@@ -208,6 +211,9 @@ func (c *compiler) collect() error {
 	if c.hook != HookStage {
 		c.collectRejects() // the stage drops: stageRejectWarnings
 	}
+	// REJECT's functions take so much of BPF's 512 bytes of stack that
+	// main's frame must stay the one it has with a call to parse.
+	c.inlineParse = (c.hook == HookXDP || c.hook.tc()) && len(c.rejects) == 0
 	if len(c.optKinds) > 64 {
 		return fmt.Errorf("the rules test %d TCP option kinds, more than the 64 bpfwall supports", len(c.optKinds))
 	}
@@ -301,11 +307,23 @@ func (c *compiler) main() {
 	for off := c.mainPkt(); off < 0; off += 8 {
 		b.emit(stImm(asm.R10, off, 0, asm.DWord))
 	}
+	if c.parseInlined() {
+		b.emit(movr(asm.R7, asm.R10), asm.Add.Imm(asm.R7, int32(c.mainPkt())))
+		c.parseBody()
+		b.mark(symParseDone)
+		if c.hasRecent {
+			// It shares its bytes with parse's slots: see mainPkt.
+			b.emit(stImm(asm.R10, c.mainPkt()+c.pktRecentNow(), 0, asm.DWord))
+		}
+	} else {
+		b.emit(
+			movr(asm.R1, asm.R6),
+			movr(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, int32(c.mainPkt())),
+			call(symParse),
+		)
+	}
 	b.emit(
-		movr(asm.R1, asm.R6),
-		movr(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, int32(c.mainPkt())),
-		call(symParse),
 		mov(asm.R8, 0),
 		asm.JEq.Imm(asm.R0, parseOK, symMainChain),
 		mov(asm.R7, SkippedNotIP),

@@ -74,8 +74,27 @@ func (c *compiler) pktRecentNow() int16 {
 }
 
 // The main function's stack frame: the parsed packet, then a u32 map key.
-func (c *compiler) mainPkt() int16 { return -c.pktSize() }
-func (c *compiler) mainKey() int16 { return c.mainPkt() - 8 }
+//
+// When main holds the parser, its slots are at the top of the frame and
+// the packet's fields right below them: what follows the fields (the
+// lookup keys at -O1, recent's tick) shares its bytes with parse's slots,
+// which are dead once the packet is parsed. Every key is written in full
+// before its lookup, and main zeroes recent's tick after the parser.
+func (c *compiler) mainPkt() int16 {
+	if c.parseInlined() {
+		return -parseFrameSize - pktSize
+	}
+	return -c.pktSize()
+}
+
+// mainKey is main's map key slot: one of parse's, dead once the packet is
+// parsed, when main holds the parser.
+func (c *compiler) mainKey() int16 {
+	if c.parseInlined() {
+		return parseScratch
+	}
+	return c.mainPkt() - 8
+}
 
 // A chain function's stack frame: the counters key, and the key of an
 // address set lookup (a u32 prefix length and the address).
@@ -86,13 +105,15 @@ const (
 
 // parse's stack frame.
 const (
-	parseBuf      = -64  // 64 bytes of header, loaded with the load helper
-	parseFrameLen = -72  // u64: length of the frame; at xdp, of its linear data
-	parseTmp      = -80  // u64
-	parseRawType  = -88  // u64: skb->pkt_type (tc)
-	parseScratch  = -96  // 8 bytes: map keys, small loads
-	parseLoop     = -112 // the bpf_loop callbacks' context: lsCtx, lsState
-	parseSave     = -120 // u64 kept across loopState
+	parseBuf     = -64  // 64 bytes of header, loaded with the load helper
+	parseTmp     = -72  // u64
+	parseRawType = -80  // u64: skb->pkt_type (tc)
+	parseScratch = -88  // 8 bytes: map keys, small loads
+	parseLoop    = -104 // the bpf_loop callbacks' context: lsCtx, lsState
+	parseSave    = -112 // u64 kept across loopState
+
+	// parseFrameSize is how much of the frame parse's slots take.
+	parseFrameSize = -parseSave
 )
 
 // The context of a bpf_loop callback, in parse's frame.
