@@ -64,12 +64,15 @@ type compiler struct {
 	rejects []string
 	// inlineParse: main holds the parser's code (parseInlined).
 	inlineParse bool
+	// entry is the entry chain's code when main holds it (inlineEntry).
+	entry asm.Instructions
 }
 
 // Symbols of the functions.
 const (
 	symParse     = "parse"
 	symParseDone = "parse_done" // main's code after the parser, when it holds it
+	symEntryDone = "entry_done" // main's code after the entry chain, when it holds it
 	symExtHdrs   = "walk_ext_hdrs"
 	symHopByHop  = "parse_hop_by_hop"
 	symTCPOpts   = "walk_tcp_options"
@@ -129,6 +132,9 @@ func (c *compiler) program() (_ asm.Instructions, err error) {
 		c.chain(ci)
 	}
 	c.b = root
+	if c.entry = c.inlineEntry(chains[0], symEntryDone); c.entry != nil {
+		chains[0] = nil
+	}
 	c.main()
 	for _, cb := range chains {
 		if cb != nil {
@@ -375,7 +381,24 @@ func (c *compiler) mainChains() {
 			st(asm.R10, c.mainPkt()+pktCTState, asm.R0, asm.Byte),
 		)
 	}
-	c.callChain(0, asm.R10, int32(c.mainPkt()), "policy", "ruled")
+	if c.entry != nil {
+		b.note("chain %s, in main", c.p.Chains[0].Name)
+		if c.log {
+			b.emit(st(asm.R10, chainCtx, asm.R6, asm.DWord))
+		}
+		b.emit(movr(asm.R6, asm.R10), asm.Add.Imm(asm.R6, int32(c.mainPkt())))
+		b.emit(c.entry...)
+		b.mark(symEntryDone)
+		b.emit(
+			asm.JEq.Imm(asm.R0, codeContinue, "entry_policy"),
+			asm.JNE.Imm(asm.R0, codeReturn, "ruled"),
+		)
+		// The policy's decision names no rule: r8 is 0 again.
+		b.mark("entry_policy")
+		b.emit(mov(asm.R8, 0))
+	} else {
+		c.callChain(0, asm.R10, int32(c.mainPkt()), "policy", "ruled")
+	}
 	b.mark("policy")
 	b.note("policy %s of chain %s", c.p.Chains[0].Policy, c.p.Chains[0].Name)
 	c.count(len(c.p.Rules), asm.R10, c.mainPkt()+pktBytes, c.mainKey())

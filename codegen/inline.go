@@ -2,8 +2,10 @@ package codegen
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 
 	"bpfwall/ir"
 	"bpfwall/rules"
@@ -103,4 +105,68 @@ func (c *compiler) chainReturn() {
 		return
 	}
 	c.b.emit(mov(asm.R0, codeReturn), asm.Return())
+}
+
+// maxEntryInsns is the largest entry chain main holds in place of a call
+// (inlineEntry): the verifier checks the chain's code once for every
+// state the parser leaves, instead of once as a global function.
+const maxEntryInsns = 1024
+
+// entryFrame is how deep the frame of an entry chain held in main may
+// reach: parse's header buffer, dead once the packet is parsed.
+const entryFrame = -parseBuf
+
+// inlineEntry returns the code of the entry chain's function for main to
+// hold instead of calling it, from its first rule on, with every exit a
+// jump to done; nil when main must call it. A call and its return cost as
+// much as the parser's call did (parseInlined). main holds the chain when
+// it holds the parser, the chain is one small function, its frame fits in
+// parse's header buffer, and nothing after the chain needs the context in
+// r6.
+func (c *compiler) inlineEntry(fn *builder, done string) asm.Instructions {
+	if !c.inlineParse || c.defers() || len(c.segments[0]) != 1 || len(fn.insns) > maxEntryInsns {
+		return nil
+	}
+	// The prologue (segment) ends with its first exit.
+	body := slices.IndexFunc(fn.insns, func(ins asm.Instruction) bool { return ins.OpCode.JumpOp() == asm.Exit }) + 1
+	if body == 0 || body >= len(fn.insns) {
+		return nil
+	}
+	insns := slices.Clone(fn.insns[body:])
+	for i, ins := range insns {
+		if btf.FuncMetadata(&insns[i]) != nil || !inEntryFrame(insns, i) {
+			return nil // another function, or a slot below the buffer
+		}
+		if ins.OpCode.JumpOp() == asm.Exit {
+			j := ja(done)
+			if s := ins.Symbol(); s != "" {
+				j = j.WithSymbol(s)
+			}
+			insns[i] = j.WithSource(ins.Source())
+		}
+	}
+	return insns
+}
+
+// inEntryFrame reports whether instruction i of insns reads or writes the
+// stack only within entryFrame bytes of its top: loads and stores at
+// offsets from r10, and pointers made as r10 plus an offset.
+func inEntryFrame(insns asm.Instructions, i int) bool {
+	ins := insns[i]
+	within := func(off int64) bool { return off >= -entryFrame && off < 0 }
+	switch {
+	case ins.OpCode.Class().IsLoad() && ins.Src == asm.R10, ins.OpCode.Class().IsStore() && ins.Dst == asm.R10:
+		return within(int64(ins.Offset))
+	case ins.OpCode.Class().IsALU() && ins.Dst == asm.R10:
+		return false
+	case ins.OpCode.Class().IsALU() && ins.Src == asm.R10 && ins.OpCode.Source() == asm.RegSource:
+		// Only r = r10, then r += offset.
+		if ins.OpCode.ALUOp() != asm.Mov || i+1 >= len(insns) {
+			return false
+		}
+		next := insns[i+1]
+		return next.OpCode.ALUOp() == asm.Add && next.OpCode.Source() == asm.ImmSource &&
+			next.Dst == ins.Dst && within(next.Constant)
+	}
+	return true
 }
