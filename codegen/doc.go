@@ -54,4 +54,17 @@
 // stand alone between segments as plain code: each costs what it costs
 // at -O0, so a chain is as flat as its runs are long. A cost estimate
 // keeps short runs plain, where a few compares beat a lookup.
+//
+// # Functions
+//
+// Chains are global functions, which the verifier checks once whatever
+// their callers, and the parser's loops are bpf_loop callbacks. At xdp and
+// tc, main holds the parser's code instead of calling a parse function,
+// and a small entry chain's code too (inlineEntry): where returns are
+// mitigated (SRSO's safe RET on AMD) a BPF-to-BPF call and its return
+// cost as much as the parser's work. Main's frame does not grow for it:
+// parse's slots are at its top, the packet's fields below them, and the
+// -O1 lookup keys share bytes with parse's slots (mainPkt). A program with
+// REJECT still calls parse, since REJECT's functions leave main no room,
+// and so do the netfilter hooks.
 package codegen
