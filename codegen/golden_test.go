@@ -28,7 +28,8 @@ import (
 // A dump shows the packet parser's functions by name only, unless the
 // options say "show-parser": the parse*.txtar files show it for each hook
 // and family, and the files about what changes it (interface names, TCP
-// options, conntrack's stage) show theirs.
+// options, conntrack's stage) and about the socket lookup, whose parser
+// reads no packet, show theirs.
 func TestGolden(t *testing.T) {
 	golden.Run(t, []string{"dump", "errors"}, func(t *testing.T, ar *txtar.Archive) (string, string) { return compileGolden(t, loadGolden(t, ar)) })
 }

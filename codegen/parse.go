@@ -234,16 +234,8 @@ func (c *compiler) callbackPrologue() {
 //	r6 ctx, r7 pkt, r8 offset of the current header, r9 bytes from there
 //	to the end of the packet
 func (c *compiler) parse() {
-	b := c.b
 	if !c.parseInlined() {
-		b.function(c.funcCtxPkt(symParse), "parse the packet into the bpfwall_pkt at r2, as ir.Decode does")
-		b.emit(
-			movr(asm.R6, asm.R1),
-			movr(asm.R7, asm.R2),
-			asm.JNE.Imm(asm.R7, 0, "parse_frame"),
-			mov(asm.R0, parseNotIP),
-			asm.Return(),
-		)
+		c.parseFunction("parse_frame", "parse the packet into the bpfwall_pkt at r2, as ir.Decode does")
 		c.parseBody()
 	}
 	if c.p.Family == rules.IPv6 {
@@ -253,6 +245,20 @@ func (c *compiler) parse() {
 	if len(c.optKinds) > 0 {
 		c.tcpOptionsCallback()
 	}
+}
+
+// parseFunction starts the parse function: the context in r6, the
+// bpfwall_pkt in r7, and the code at body unless the pointer is NULL, as
+// far as the verifier knows of a global function's argument.
+func (c *compiler) parseFunction(body, note string) {
+	c.b.function(c.funcCtxPkt(symParse), "%s", note)
+	c.b.emit(
+		movr(asm.R6, asm.R1),
+		movr(asm.R7, asm.R2),
+		asm.JNE.Imm(asm.R7, 0, body),
+		mov(asm.R0, parseNotIP),
+		asm.Return(),
+	)
 }
 
 // parseInlined reports whether the main function holds the parser's code

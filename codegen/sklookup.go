@@ -210,14 +210,7 @@ const (
 // header, and nothing to count in bytes.
 func (c *compiler) parseLookup() {
 	b := c.b
-	b.function(c.funcCtxPkt(symParse), "read the socket lookup into the bpfwall_pkt at r2")
-	b.emit(
-		movr(asm.R6, asm.R1),
-		movr(asm.R7, asm.R2),
-		asm.JNE.Imm(asm.R7, 0, "lookup_family"),
-		mov(asm.R0, parseNotIP),
-		asm.Return(),
-	)
+	c.parseFunction("lookup_family", "read the socket lookup into the bpfwall_pkt at r2")
 	b.mark("lookup_family")
 	family := int32(afInet)
 	if c.p.Family == rules.IPv6 {
