@@ -217,9 +217,7 @@ func (c *compiler) collect() error {
 	if c.hook != HookStage {
 		c.collectRejects() // the stage drops: stageRejectWarnings
 	}
-	// REJECT's functions take so much of BPF's 512 bytes of stack that
-	// main's frame must stay the one it has with a call to parse.
-	c.inlineParse = (c.hook == HookXDP || c.hook.tc()) && len(c.rejects) == 0
+	c.inlineParse = c.hook == HookXDP || c.hook.tc()
 	if len(c.optKinds) > 64 {
 		return fmt.Errorf("the rules test %d TCP option kinds, more than the 64 bpfwall supports", len(c.optKinds))
 	}
@@ -383,12 +381,18 @@ func (c *compiler) mainChains() {
 	}
 	if c.entry != nil {
 		b.note("chain %s, in main", c.p.Chains[0].Name)
-		if c.log {
+		// LOG reads the context at chainCtx, and REJECT wants it back
+		// in r6: the chain's code, like a chain function's, keeps r6
+		// for the packet.
+		if c.log || len(c.rejects) > 0 {
 			b.emit(st(asm.R10, chainCtx, asm.R6, asm.DWord))
 		}
 		b.emit(movr(asm.R6, asm.R10), asm.Add.Imm(asm.R6, int32(c.mainPkt())))
 		b.emit(c.entry...)
 		b.mark(symEntryDone)
+		if len(c.rejects) > 0 {
+			b.emit(ld(asm.R6, asm.R10, chainCtx, asm.DWord))
+		}
 		b.emit(
 			asm.JEq.Imm(asm.R0, codeContinue, "entry_policy"),
 			asm.JNE.Imm(asm.R0, codeReturn, "ruled"),

@@ -64,7 +64,8 @@
 // mitigated (SRSO's safe RET on AMD) a BPF-to-BPF call and its return
 // cost as much as the parser's work. Main's frame does not grow for it:
 // parse's slots are at its top, the packet's fields below them, and the
-// -O1 lookup keys share bytes with parse's slots (mainPkt). A program with
-// REJECT still calls parse, since REJECT's functions leave main no room,
-// and so do the netfilter hooks.
+// -O1 lookup keys share bytes with parse's slots (mainPkt). REJECT's
+// functions keep their larger buffers in a per-CPU map (RejectScratchMap)
+// so that main, a reject function and its loop callback fit BPF's 512
+// bytes. The netfilter hooks still call parse.
 package codegen

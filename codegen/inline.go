@@ -120,9 +120,9 @@ const entryFrame = -parseBuf
 // hold instead of calling it, from its first rule on, with every exit a
 // jump to done; nil when main must call it. A call and its return cost as
 // much as the parser's call did (parseInlined). main holds the chain when
-// it holds the parser, the chain is one small function, its frame fits in
-// parse's header buffer, and nothing after the chain needs the context in
-// r6.
+// it holds the parser, the chain is one small function, and its frame
+// fits in parse's header buffer. The chain's code has the packet in r6;
+// main keeps the context at chainCtx for LOG and REJECT.
 func (c *compiler) inlineEntry(fn *builder, done string) asm.Instructions {
 	if !c.inlineParse || c.defers() || len(c.segments[0]) != 1 || len(fn.insns) > maxEntryInsns {
 		return nil

@@ -155,7 +155,8 @@ func (c *compiler) checkLog(r *ir.Rule, a ir.Log) string {
 const logUID = 0x08
 
 // Stack slot of a chain function holding the program's context, when the
-// program has LOG rules.
+// program has LOG rules; in main, of the entry chain it holds, also when
+// the program has REJECT rules.
 const chainCtx = -40
 
 // logEvent emits the LOG action of rule r: reserve a record, fill it in,

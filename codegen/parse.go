@@ -262,7 +262,7 @@ func (c *compiler) parseFunction(body, note string) {
 }
 
 // parseInlined reports whether the main function holds the parser's code
-// instead of calling it: at xdp and tc, in programs without REJECT. A
+// instead of calling it: at xdp and tc. A
 // BPF-to-BPF call and its return cost a third of the parser where returns
 // are mitigated (SRSO's safe RET, on AMD); the netfilter hooks' main
 // functions still call it.

@@ -158,15 +158,18 @@ func (c *compiler) rejectMaps() []*ebpf.MapSpec {
 	}
 }
 
-// The checksum loop's state in RejectScratchMap's value.
+// RejectScratchMap's value: the checksum loop's state, and buffers the
+// stack has no room for (a reject function's frame comes on top of
+// main's, within BPF's 512 bytes).
 const (
-	rsOff   = 0  // u64: next packet offset to sum
-	rsEnd   = 8  // u64: where the range ends
-	rsSum   = 16 // u64: the 32-bit sum so far
-	rsErr   = 24 // u64: set when a load failed
-	rsBuf   = 32 // rsChunk bytes of packet, and 4 bytes of padding
-	rsChunk = 512
-	rsSize  = rsBuf + rsChunk + 8
+	rsOff    = 0  // u64: next packet offset to sum
+	rsEnd    = 8  // u64: where the range ends
+	rsSum    = 16 // u64: the 32-bit sum so far
+	rsErr    = 24 // u64: set when a load failed
+	rsBuf    = 32 // rsChunk bytes of packet, and 4 bytes of padding
+	rsChunk  = 512
+	rsPseudo = rsBuf + rsChunk + 8 // 40 bytes: a pseudo-header
+	rsSize   = rsPseudo + 40
 )
 
 // The frame of a reject function.
@@ -181,11 +184,10 @@ const (
 	rjHdr      = -144 // 64 bytes: the reply's IP and ICMP or TCP headers
 	rjL2       = -176 // 32 bytes: the link-layer header
 	rjOrig     = -224 // 48 bytes: the original IP header
-	rjPseudo   = -272 // 48 bytes: a pseudo-header
-	rjL3       = -280 // u64: offset of the IP header
-	rjL4       = -288 // u64: offset of the transport header
-	rjQuoteMax = -296 // u64: the most an ICMP error may quote
-	rjPkt      = -304 // the parsed packet's pointer
+	rjL3       = -232 // u64: offset of the IP header
+	rjL4       = -240 // u64: offset of the transport header
+	rjQuoteMax = -248 // u64: the most an ICMP error may quote
+	rjPkt      = -256 // the parsed packet's pointer
 )
 
 // struct bpf_fib_lookup.
@@ -744,7 +746,7 @@ func fold(r, tmp asm.Register) []asm.Instruction {
 
 // rejectPseudoProto adds to rjSum the pseudo-header of the IP header at
 // r10+ip, whose transport length is at rjTmp, with protocol proto, or
-// the original packet's for -1.
+// the original packet's for -1. The pseudo-header is built at rsPseudo.
 func (c *compiler) rejectPseudoProto(ip int16, proto int32) {
 	b := c.b
 	v6 := c.p.Family == rules.IPv6
@@ -752,6 +754,7 @@ func (c *compiler) rejectPseudoProto(ip int16, proto int32) {
 	if v6 {
 		addrs, size = 8, 40
 	}
+	b.emit(ld(asm.R3, asm.R10, rjLoop+lsState, asm.DWord))
 	// The addresses, then length and protocol in network order.
 	n := int16(8)
 	if v6 {
@@ -760,7 +763,7 @@ func (c *compiler) rejectPseudoProto(ip int16, proto int32) {
 	for i := int16(0); i < n; i += 4 {
 		b.emit(
 			ld(asm.R1, asm.R10, ip+addrs+i, asm.Word),
-			st(asm.R10, rjPseudo+i, asm.R1, asm.Word),
+			st(asm.R3, rsPseudo+i, asm.R1, asm.Word),
 		)
 	}
 	if proto < 0 {
@@ -773,29 +776,37 @@ func (c *compiler) rejectPseudoProto(ip int16, proto int32) {
 		// u32 length, three zero bytes, next header.
 		b.emit(
 			asm.HostTo(asm.BE, asm.R2, asm.Word),
-			st(asm.R10, rjPseudo+32, asm.R2, asm.Word),
-			stImm(asm.R10, rjPseudo+36, 0, asm.Word),
-			st(asm.R10, rjPseudo+39, asm.R1, asm.Byte),
+			st(asm.R3, rsPseudo+32, asm.R2, asm.Word),
+			stImm(asm.R3, rsPseudo+36, 0, asm.Word),
+			st(asm.R3, rsPseudo+39, asm.R1, asm.Byte),
 		)
 	} else {
 		// A zero byte, the protocol, u16 length.
 		b.emit(
-			stImm(asm.R10, rjPseudo+8, 0, asm.Byte),
-			st(asm.R10, rjPseudo+9, asm.R1, asm.Byte),
+			stImm(asm.R3, rsPseudo+8, 0, asm.Byte),
+			st(asm.R3, rsPseudo+9, asm.R1, asm.Byte),
 			asm.HostTo(asm.BE, asm.R2, asm.Half),
-			st(asm.R10, rjPseudo+10, asm.R2, asm.Half),
+			st(asm.R3, rsPseudo+10, asm.R2, asm.Half),
 		)
 	}
-	c.rejectSumStack(rjPseudo, size)
+	b.emit(asm.Add.Imm(asm.R3, rsPseudo))
+	c.rejectSum(size)
 }
 
 // rejectSumStack adds n bytes (a multiple of 4) at r10+off to rjSum.
 func (c *compiler) rejectSumStack(off int16, n int32) {
 	c.b.emit(
-		mov(asm.R1, 0),
-		mov(asm.R2, 0),
 		movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, int32(off)),
+	)
+	c.rejectSum(n)
+}
+
+// rejectSum adds n bytes (a multiple of 4) at r3 to rjSum.
+func (c *compiler) rejectSum(n int32) {
+	c.b.emit(
+		mov(asm.R1, 0),
+		mov(asm.R2, 0),
 		mov(asm.R4, n),
 		ld(asm.R5, asm.R10, rjSum, asm.DWord),
 		asm.FnCsumDiff.Call(),
