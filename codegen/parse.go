@@ -853,14 +853,28 @@ func (c *compiler) parseL4() {
 	)
 	if !c.hook.nf() {
 		// The first 20 bytes, as almost every packet has them, read in
-		// place.
+		// place. Of a shorter one, the first 8 are read in place: all
+		// that parse reads of any header but TCP's, whose flags and
+		// data offset come after them through the helper.
 		b.emit(
-			asm.JLT.Imm(asm.R4, 20, "l4_load"),
+			asm.JLT.Imm(asm.R4, 20, "l4_short"),
 			movr(asm.R1, asm.R6),
 			movr(asm.R2, asm.R8),
 		)
 		c.load(asm.R10, parseBuf, 20, "parse_ok")
 		b.emit(ja("l4_loaded"))
+		b.mark("l4_short")
+		b.emit(
+			asm.JLT.Imm(asm.R4, 8, "l4_load"),
+			movr(asm.R1, asm.R6),
+			movr(asm.R2, asm.R8),
+		)
+		c.load(asm.R10, parseBuf, 8, "parse_ok")
+		b.emit(
+			ld(asm.R1, asm.R7, pktProto, asm.Byte),
+			asm.JNE.Imm(asm.R1, protoTCP, "l4_loaded"),
+			movr(asm.R4, asm.R9),
+		)
 	} else {
 		b.emit(
 			asm.JLE.Imm(asm.R4, 20, "l4_load"),
