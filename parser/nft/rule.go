@@ -169,6 +169,11 @@ func (b *ruleBuilder) emit(a action) {
 func (b *ruleBuilder) translate() []outRule {
 	b.rv = resolver{errs: b.errs}
 	nerr := len(*b.errs)
+	// nft refuses a rule whose terms its grammar reads as bpfwall's
+	// does but does not take, whether or not bpfwall reads the rest.
+	if b.src.ast != nil && !b.validate() {
+		return nil
+	}
 	if b.src.unread != "" {
 		b.unsupported(b.src.pos, fmt.Sprintf("rule %q, which bpfwall cannot read,", b.src.unread))
 		b.emit(action{kind: actNone})

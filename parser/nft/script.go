@@ -51,10 +51,12 @@ type baseHook struct {
 type srcRule struct {
 	pos rules.Pos
 	ast *Rule
-	// unread is the text of a rule the grammar could not read.
-	unread string
-	env    *env // the variables defined where the rule was read
-	file   string
+	// unread is the text of a rule the grammar could not read, and
+	// partial the terms it read before what it could not.
+	unread  string
+	partial []*Term
+	env     *env // the variables defined where the rule was read
+	file    string
 }
 
 type set struct {
@@ -330,7 +332,7 @@ func (rd *reader) chainBody(c *chain, body *ChainBody, e *env) {
 				c.hook.devices = append(c.hook.devices, rd.words(it.Devices, e)...)
 			}
 		case it.Rule != nil && len(it.Rule.Rest) > 0:
-			c.rules = append(c.rules, &srcRule{pos: pos, ast: &Rule{Pos: it.Rule.Pos}, unread: "… " + restText(it.Rule.Rest), env: e, file: pos.File})
+			c.rules = append(c.rules, &srcRule{pos: pos, ast: &Rule{Pos: it.Rule.Pos}, unread: "… " + restText(it.Rule.Rest), partial: it.Rule.Terms, env: e, file: pos.File})
 		case it.Rule != nil:
 			c.rules = append(c.rules, &srcRule{pos: pos, ast: it.Rule, env: e, file: pos.File})
 		case it.Unread != nil:
@@ -640,7 +642,7 @@ func (rd *reader) ruleCommand(c *Command, pos rules.Pos, e *env) {
 		}
 		r := &srcRule{pos: toPos(rc.Rule.Pos), ast: rc.Rule, env: e, file: pos.File}
 		if len(rc.Rule.Rest) > 0 {
-			r.ast, r.unread = &Rule{Pos: rc.Rule.Pos}, "… "+restText(rc.Rule.Rest)
+			r.ast, r.unread, r.partial = &Rule{Pos: rc.Rule.Pos}, "… "+restText(rc.Rule.Rest), rc.Rule.Terms
 		}
 		if c.Verb == "insert" {
 			ch.rules = slices.Insert(ch.rules, 0, r)
