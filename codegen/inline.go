@@ -124,7 +124,7 @@ const entryFrame = -parseBuf
 // fits in parse's header buffer. The chain's code has the packet in r6;
 // main keeps the context at chainCtx for LOG and REJECT.
 func (c *compiler) inlineEntry(fn *builder, done string) asm.Instructions {
-	if !c.inlineParse || c.defers() || len(c.segments[0]) != 1 || len(fn.insns) > maxEntryInsns {
+	if !c.inlineParse || len(c.segments[0]) != 1 || len(fn.insns) > maxEntryInsns {
 		return nil
 	}
 	// The prologue (segment) ends with its first exit.
