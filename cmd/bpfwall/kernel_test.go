@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -841,4 +842,41 @@ func TestBpftoolNames(t *testing.T) {
 		}
 	}
 	c.ok("", "unload")
+}
+
+// TestCheckNFTSaysWhatNftSays runs the built binary's check on nft rule
+// sets that nft -c -f refuses, for constructs bpfwall compiles and ones it
+// does not, and on ones nft takes: check fails exactly when nft does, at
+// the line and column nft names.
+func TestCheckNFTSaysWhatNftSays(t *testing.T) {
+	testenv.RequireTool(t, "nft", "unshare")
+	bin := buildBpfwall(t)
+	for _, rule := range []string{
+		"ct zone 65535 drop",             // nft takes it; bpfwall does not compile it
+		"ct zone 65536 drop",             // out of range
+		"ct direction xxx drop",          // no such direction
+		"ip6 saddr ::1 ip saddr 1.2.3.4", // conflicting protocols in one rule
+		"tcp dport 22 ct helper \"1234567890123456\" drop",
+		"udp dport 53 accept",
+	} {
+		src := fmt.Sprintf("table ip t {\n\tchain c {\n\t\ttype filter hook input priority 0;\n\t\t%s\n\t}\n}\n", rule)
+		file := writeFile(t, "r.nft", src)
+		nftOut, nftErr := exec.Command("unshare", "-n", "nft", "-c", "-f", file).CombinedOutput()
+		out, err := exec.Command(bin, "check", file).CombinedOutput()
+		if (err == nil) != (nftErr == nil) {
+			t.Errorf("%s: check %v (%s), nft -c %v (%s)", rule, err, out, nftErr, nftOut)
+			continue
+		}
+		if nftErr == nil {
+			continue
+		}
+		// nft names the place as FILE:LINE:COL-END.
+		m := regexp.MustCompile(regexp.QuoteMeta(file) + `:(\d+):(\d+)`).FindSubmatch(nftOut)
+		if m == nil {
+			t.Fatalf("nft -c: no position in %s", nftOut)
+		}
+		if want := fmt.Sprintf("%s:%s:%s:", file, m[1], m[2]); !strings.Contains(string(out), want) {
+			t.Errorf("%s: check says %s, nft %s", rule, out, nftOut)
+		}
+	}
 }
