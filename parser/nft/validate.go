@@ -36,6 +36,9 @@ type valueSpec struct {
 	// constOnly: a statement's value is constants, never an expression,
 	// so a word that is no symbol is refused there too.
 	constOnly bool
+	// names: a word may be a name from a file of the host's that nft
+	// reads (connlabel.conf), which is not checked here.
+	names bool
 }
 
 type valueKind uint8
@@ -62,7 +65,7 @@ var ctKeys = map[string]struct {
 	"mark":        {dirNone, &valueSpec{bits: 32, what: "packet mark"}},
 	"expiration":  {dirNone, &valueSpec{kind: vTime, bits: 32, what: "relative time"}},
 	"helper":      {dirNone, &valueSpec{kind: vString, maxLen: 16}},
-	"label":       {dirNone, &valueSpec{bits: 7, what: "conntrack label"}},
+	"label":       {dirNone, &valueSpec{bits: 7, what: "conntrack label", names: true}},
 	"event":       {dirNone, &valueSpec{bits: 32, syms: []string{"new", "related", "destroy", "reply", "assured", "protoinfo", "helper", "mark", "seqadj", "secmark", "label"}, what: "conntrack event bits", constOnly: true}},
 	"secmark":     {dirNone, nil},
 	"id":          {dirNone, &valueSpec{bits: 32, what: "integer"}},
@@ -504,7 +507,7 @@ func (b *ruleBuilder) validatePrim(spec *valueSpec, p *Prim, stmt bool) (*big.In
 	if !ok {
 		// In a statement a word may start an expression ("ct mark set
 		// mark").
-		if stmt && !spec.constOnly || !isWord(atom) && !strings.HasPrefix(atom, `"`) && spec.kind != vTime {
+		if stmt && !spec.constOnly || spec.names && isWord(atom) || !isWord(atom) && !strings.HasPrefix(atom, `"`) && spec.kind != vTime {
 			return nil, false
 		}
 		b.errorf(pos, "Could not parse %s", spec.what)
@@ -803,6 +806,8 @@ func (b *ruleBuilder) validateQueue(g *Generic, toks []string) {
 		next := toks[i+1]
 		n, ok := parseInteger(next)
 		switch {
+		case strings.HasPrefix(next, "$"):
+			// a variable, checked where it is defined
 		case ok && n.Cmp(big.NewInt(65535)) > 0:
 			b.errorf(pos, "Value %s exceeds valid range 0-65535", n)
 			return
@@ -976,6 +981,7 @@ var leadingWords = []string{
 	"gretap", "gre", "vxlan", "geneve", "srh", "last", "limit", "notrack", "queue", "quota",
 	"reset", "synproxy", "time", "day", "hour", "ct", "fib", "osf", "tproxy", "flow", "meter",
 	"numgen", "jhash", "symhash", "secmark", "meta", "socket", "ipsec", "exthdr", "set",
+	"nftrace", "destroy", "tunnel",
 }
 
 // validateFib checks a fib expression's flags: saddr or daddr, one of

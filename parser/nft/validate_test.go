@@ -36,6 +36,8 @@ var validateCases = []struct {
 	{"ip", filterOut, "ct expiration 1d-1h", "zero or negative size"},
 	{"ip", filterOut, "ct label 127", ""},
 	{"ip", filterOut, "ct label 128", "exceeds valid range"},
+	{"ip", filterOut, "meta nftrace set 1", ""},
+	{"ip", filterOut, "nftrace set 1", ""},
 	{"ip", filterOut, "ct invalid", "unknown conntrack key"},
 	{"ip", filterOut, "ct original ip saddr 1.2.3.4", ""},
 	{"ip", filterOut, "ct ip saddr 1.2.3.4", "needs a direction"},
