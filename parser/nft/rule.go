@@ -297,8 +297,13 @@ func (b *ruleBuilder) log(l *Log) (*rules.Log, bool) {
 			out.Prefix = unquote(o.Value[0])
 		case "level":
 			lv, ok := logLevels[o.Value[0]]
-			if !ok {
-				b.errorf(pos, "log level %s is not supported", o.Value[0])
+			switch {
+			case o.Value[0] == "audit":
+				// Logs to the audit subsystem, not as LOG does.
+				b.unsupported(pos, "log level audit")
+				return nil, false
+			case !ok:
+				b.errorf(pos, "invalid log level %s", o.Value[0])
 				return nil, false
 			}
 			out.Level = lv

@@ -305,9 +305,10 @@ func (b *ruleBuilder) validateTCPOption(pos rules.Pos, name string, next []*Term
 }
 
 // validateLog checks the log statement's options: group, which logs to
-// nflog, takes no level and no flags.
+// nflog, takes no level and no flags, and level audit, which logs to the
+// audit subsystem, takes no other option.
 func (b *ruleBuilder) validateLog(l *Log) {
-	var group, level, flags bool
+	var group, level, flags, audit bool
 	for _, o := range l.Options {
 		switch {
 		case o.Flags != nil:
@@ -316,9 +317,12 @@ func (b *ruleBuilder) validateLog(l *Log) {
 			group = true
 		case o.Key == "level":
 			level = true
+			audit = len(o.Value) > 0 && o.Value[0] == "audit"
 		}
 	}
 	switch {
+	case audit && len(l.Options) > 1:
+		b.errorf(toPos(l.Pos), "log level audit takes no further options")
 	case group && level:
 		b.errorf(toPos(l.Pos), "level and group are mutually exclusive")
 	case group && flags:

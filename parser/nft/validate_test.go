@@ -79,6 +79,8 @@ var validateCases = []struct {
 	{"ip", filterOut, "queue num oif", "takes a number"},
 	{"ip", filterOut, "log level alert", ""},
 	{"ip", filterOut, "log level alert group 2", "mutually exclusive"},
+	{"ip", filterOut, "log level audit", ""},
+	{"ip", filterOut, "log level audit prefix \"foo\"", "no further options"},
 	{"ip", filterOut, "limit rate 1 mbytes / second", ""},
 	{"ip", filterOut, "limit rate 1 gbytes / second", "Wrong rate format"},
 	{"ip", filterOut, "tcp option sack left 1", ""},
