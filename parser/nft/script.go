@@ -27,6 +27,10 @@ type table struct {
 	pos    rules.Pos
 	chains []*chain
 	sets   map[string]*set
+	// objects are the named stateful objects declared in the table, as
+	// "counter NAME", "quota NAME", "ct helper NAME": a rule may only
+	// name one that exists.
+	objects map[string]bool
 }
 
 type chain struct {
@@ -291,6 +295,8 @@ func (rd *reader) tableBody(t *table, body *TableBody, e *env) *env {
 			rd.addSet(t, it.Set.Kind == "map", unquote(it.Set.Name), pos, it.Set.Items, e)
 		case it.Define != nil:
 			e = rd.define(it.Define, e)
+		case it.Object != nil:
+			t.addObject(it.Object.Words)
 		}
 		// Flags, comments and objects (counters, quotas, helpers,
 		// flowtables) change no verdict unless a rule refers to them,
@@ -597,6 +603,9 @@ func (rd *reader) command(c *Command, e *env) {
 		// unless a rule names them, and such a rule is an error there.
 		switch c.Other.Keyword {
 		case "counter", "quota", "limit", "ct", "flowtable", "secmark", "synproxy":
+			if c.Verb == "add" || c.Verb == "create" {
+				rd.addObjectCmd(c.Other)
+			}
 			return
 		}
 		rd.errorf(pos, "%s %s is not supported", c.Verb, c.Other.Keyword)
@@ -668,3 +677,49 @@ func readRuleset(name string, src []byte, readFile func(string) ([]byte, error))
 }
 
 var _ = fmt.Sprint
+
+// addObject records a declared object, from its words: "counter NAME",
+// "ct helper NAME".
+func (t *table) addObject(words []string) {
+	if len(words) < 2 {
+		return
+	}
+	kind, name := words[0], words[1]
+	if kind == "ct" && len(words) >= 3 {
+		kind, name = "ct "+words[1], words[2]
+	}
+	if t.objects == nil {
+		t.objects = map[string]bool{}
+	}
+	t.objects[kind+" "+unquote(name)] = true
+}
+
+// addObjectCmd records the object of "add counter [FAMILY] TABLE NAME":
+// its keyword and the words after it.
+func (rd *reader) addObjectCmd(g *Generic) {
+	words := []string{g.Keyword}
+	for _, r := range g.Rest {
+		if r.Nested != nil {
+			break
+		}
+		words = append(words, r.Token)
+	}
+	if g.Keyword == "ct" && len(words) > 1 {
+		words = append([]string{"ct " + words[1]}, words[2:]...)
+	}
+	// KIND [FAMILY] TABLE NAME
+	rest := words[1:]
+	spec := TableSpec{}
+	switch {
+	case len(rest) >= 3 && slices.Contains([]string{"ip", "ip6", "inet", "netdev", "arp", "bridge"}, rest[0]):
+		spec.Family, spec.Name, rest = rest[0], rest[1], rest[2:]
+	case len(rest) >= 2:
+		spec.Name, rest = rest[0], rest[1:]
+	default:
+		return
+	}
+	if t := rd.lookupTable(spec); t != nil {
+		kind := strings.Fields(words[0])
+		t.addObject(append(kind, rest[0]))
+	}
+}

@@ -162,6 +162,12 @@ func (b *ruleBuilder) validate() bool {
 			b.validateContinuation(terms[i-1], t.Other)
 		}
 		switch {
+		case t.Counter != nil && t.Counter.Name != nil:
+			// "counter name tcp dport map { ... }" reads as the name
+			// tcp: a word is a name only when the rule ends after it.
+			if n := *t.Counter.Name; strings.HasPrefix(n, `"`) || i+1 == len(terms) || terms[i+1].Verdict != nil {
+				b.validateObject(toPos(t.Pos), "counter", n)
+			}
 		case t.Match != nil:
 			b.validateMatch(t.Match, ctx, terms[i+1:])
 		case t.Log != nil:
@@ -660,7 +666,14 @@ func (b *ruleBuilder) validateStatement(t *Term, ctx protoContext) {
 					b.errorf(toPos(g.Pos), "last used: wrong time format")
 				}
 			}
+		case "quota", "synproxy":
+			if len(toks) == 2 && toks[0] == "name" {
+				b.validateObject(toPos(g.Pos), g.Keyword, toks[1])
+			}
 		case "limit":
+			if len(toks) == 2 && toks[0] == "name" {
+				b.validateObject(toPos(g.Pos), g.Keyword, toks[1])
+			}
 			if len(toks) >= 3 && toks[0] == "rate" && isWord(toks[2]) && toks[2] != "over" && toks[2] != "/" {
 				b.errorf(toPos(g.Pos), "Wrong rate format")
 			}
@@ -1070,4 +1083,16 @@ func (b *ruleBuilder) statementFamily(pos rules.Pos, stmt, named string, ctx pro
 		return ctx.family, true
 	}
 	return named, true
+}
+
+// validateObject checks that a rule names an object its table declares:
+// nft -f fails on one it does not (the kernel's ENOENT). A name from a map
+// ("counter name tcp dport map { ... }") is not checked here.
+func (b *ruleBuilder) validateObject(pos rules.Pos, kind, name string) {
+	if !strings.HasPrefix(name, `"`) && !isWord(name) {
+		return
+	}
+	if !b.tbl.objects[kind+" "+unquote(name)] {
+		b.errorf(pos, "%s %s does not exist in table %s %s", kind, unquote(name), b.tbl.family, b.tbl.name)
+	}
 }
