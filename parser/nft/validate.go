@@ -662,7 +662,11 @@ func (b *ruleBuilder) validateStatement(t *Term, ctx protoContext) {
 			}
 		case "last":
 			if len(toks) >= 1 && toks[0] == "used" {
-				if len(toks) < 2 || toks[1] != "never" && !validDuration(toks[1]) {
+				ok := len(toks) >= 2 && toks[1] == "never"
+				if !ok && len(toks) >= 2 {
+					_, ok = parseTime(toks[1])
+				}
+				if !ok {
 					b.errorf(toPos(g.Pos), "last used: wrong time format")
 				}
 			}
@@ -887,8 +891,6 @@ func validDate(s string) bool {
 	}
 	return false
 }
-
-func validDuration(s string) bool { _, ok := parseTime(s); return ok }
 
 // validateTunnel checks a tunnel's inner header: read after its outer
 // header's match (vxlan and geneve after udp dport), never written, and
