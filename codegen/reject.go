@@ -717,6 +717,7 @@ func (c *compiler) rejectVerifyChecksum(sym string, tcp bool, noReply string) {
 	}
 	b.mark(pseudo)
 	c.rejectPseudoProto(rjOrig, -1)
+	c.rejectPartialChecksum(sym, ok, noReply)
 	b.mark(sumL4)
 	b.emit(
 		ld(asm.R1, asm.R10, rjL4, asm.DWord),
@@ -733,6 +734,45 @@ func (c *compiler) rejectVerifyChecksum(sym string, tcp bool, noReply string) {
 	}
 	b.emit(ja(noReply))
 	b.mark(ok)
+}
+
+// rejectPartialChecksum goes to ok for a TCP or UDP packet whose checksum
+// field holds the sum of its pseudo-header, now in rjSum: the packet of a
+// sender that left its checksum to the device (CHECKSUM_PARTIAL), as a
+// veth's peer, a bridge port or a local socket sends it. The kernel counts
+// such a packet as checked (skb_csum_unnecessary) and replies; a program
+// cannot see ip_summed, and a frame from a wire whose wrong checksum
+// happens to be that sum gets a reply too (see docs/reject.md).
+func (c *compiler) rejectPartialChecksum(sym string, ok, noReply string) {
+	b := c.b
+	notPartial := sym + "_not_partial"
+	read := sym + "_partial_field"
+	b.note("a checksum the device was left to fill in (CHECKSUM_PARTIAL)")
+	b.emit(
+		ld(asm.R1, asm.R7, pktProto, asm.Byte),
+		mov(asm.R2, 16), // tcphdr.check
+		asm.JEq.Imm(asm.R1, protoTCP, read),
+		mov(asm.R2, 6), // udphdr.check
+		asm.JNE.Imm(asm.R1, protoUDP, notPartial),
+	)
+	b.mark(read)
+	b.emit(
+		ld(asm.R1, asm.R10, rjL4, asm.DWord),
+		asm.Add.Reg(asm.R2, asm.R1),
+		movr(asm.R1, asm.R6),
+		movr(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, rjTmp),
+		mov(asm.R4, 2),
+		c.loadHelper().Call(),
+		asm.JNE.Imm(asm.R0, 0, noReply),
+		ld(asm.R0, asm.R10, rjSum, asm.DWord),
+	)
+	b.emit(fold(asm.R0, asm.R1)...)
+	b.emit(
+		ld(asm.R1, asm.R10, rjTmp, asm.Half),
+		asm.JEq.Reg(asm.R0, asm.R1, ok),
+	)
+	b.mark(notPartial)
 }
 
 // fold folds the 32-bit ones' complement sum in r to 16 bits.

@@ -249,6 +249,18 @@ func rejectProbes(t testing.TB, fam rules.Family) []rejectProbe {
 	bad := ser(tcp(23, true, false, 0))
 	bad[len(ipPacketFrame(bad))-1] ^= 0xff // the MSS option's last byte
 	add("bad tcp checksum", bad, nil)
+	// A sender that leaves its checksum to the device (CHECKSUM_PARTIAL)
+	// puts the pseudo-header's sum in the field: the kernel answers.
+	partial := ser(tcp(23, true, false, 0))
+	partialChecksum(partial, v6)
+	add("partial tcp checksum", partial, rst)
+	port, code := uint16(103), uint8(3) // port unreachable
+	if v6 {
+		port, code = 104, 4
+	}
+	partial = ser(udp(port, 10))
+	partialChecksum(partial, v6)
+	add("partial udp checksum", partial, &rejectSpec{code: code})
 	if v6 {
 		for _, c := range []struct {
 			port uint16
@@ -324,6 +336,37 @@ func icmp6(n gopacket.NetworkLayer, typ uint8) *layers.ICMPv6 {
 	i := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(typ, 0)}
 	i.SetNetworkLayerForChecksum(n)
 	return i
+}
+
+// partialChecksum sets the checksum field of an untagged frame's TCP or
+// UDP header to the sum of its pseudo-header, as a sender that left the
+// checksum to the device does (tcp_v4_send_check, udp4_hwcsum and their
+// IPv6 counterparts with CHECKSUM_PARTIAL).
+func partialChecksum(frame []byte, v6 bool) {
+	pkt := ipPacketFrame(frame)[14:]
+	var pseudo []byte
+	var l4 []byte
+	var proto byte
+	if v6 {
+		l4, proto = pkt[40:], pkt[6]
+		pseudo = append(append(pseudo, pkt[8:40]...), 0, 0, byte(len(l4)>>8), byte(len(l4)), 0, 0, 0, proto)
+	} else {
+		ihl := int(pkt[0]&0xf) * 4
+		l4, proto = pkt[ihl:], pkt[9]
+		pseudo = append(append(pseudo, pkt[12:20]...), 0, proto, byte(len(l4)>>8), byte(len(l4)))
+	}
+	var sum uint32
+	for i := 0; i < len(pseudo); i += 2 {
+		sum += uint32(pseudo[i])<<8 | uint32(pseudo[i+1])
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	at := 6
+	if proto == 6 {
+		at = 16
+	}
+	l4[at], l4[at+1] = byte(sum>>8), byte(sum)
 }
 
 // setTCPFlags sets a TCP frame's flags and fixes its checksum.
