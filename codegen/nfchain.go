@@ -183,6 +183,13 @@ func headerBytes(fam rules.Family) int32 {
 	return 20
 }
 
+// Transmits reports whether the program sends packets of its own: the
+// replies of REJECT rules, at xdp (XDP_TX) and tc (a redirect to the
+// device's egress). At a netfilter hook the kernel's REJECT answers.
+func (p *Program) Transmits() bool {
+	return p.Hook != HookNetfilter && p.Spec.Maps[RejectRulesMap] != nil
+}
+
 // Rejects are the --reject-with values of the program's REJECT rules,
 // which the kernel answers for a program at a chain's netfilter hook.
 func (p *Program) Rejects() []string {

@@ -40,6 +40,33 @@ func ParseXDPMode(name string) (XDPMode, error) {
 	return 0, fmt.Errorf("unknown xdp mode %q (want native, generic or auto)", name)
 }
 
+// xdpModes returns the XDP mode to attach p with on each of ifaces, by
+// ifindex: mode, except that auto is generic on a veth when p transmits
+// replies. A veth delivers what native XDP transmits (XDP_TX) to its
+// peer only when the peer runs NAPI, which takes an XDP program or GRO
+// on the peer, in the peer's namespace; without it the peer drops every
+// reply (counted in its rx drops). Generic XDP transmits through the
+// device's queue, which always reaches the peer.
+func xdpModes(p *codegen.Program, ifaces []Iface, mode XDPMode) (map[int]XDPMode, error) {
+	out := make(map[int]XDPMode, len(ifaces))
+	for _, ifc := range ifaces {
+		out[ifc.Index] = mode
+	}
+	if p.Hook != codegen.HookXDP || mode != XDPAuto || !p.Transmits() {
+		return out, nil
+	}
+	links, err := listLinks()
+	if err != nil {
+		return nil, err
+	}
+	for _, ifc := range ifaces {
+		if l := links[ifc.Index]; l != nil && l.kind == "veth" {
+			out[ifc.Index] = XDPGeneric
+		}
+	}
+	return out, nil
+}
+
 // attach links prog to an interface at hook. For XDP it returns the mode
 // used.
 func attach(prog *ebpf.Program, hook codegen.Hook, iface Iface, mode XDPMode) (link.Link, string, error) {

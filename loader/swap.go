@@ -494,13 +494,17 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		}
 		reached("pin " + pinNFLink)
 	}
+	modes, err := xdpModes(s.Program, add, s.XDPMode)
+	if err != nil {
+		return b, err
+	}
 	for _, ifc := range add {
 		var l link.Link
 		var mode string
 		if s.Program.Hook == codegen.HookNetfilter {
 			l, err = attachChain(b.dispatcher, s.Place, s.Program.UsesConntrack())
 		} else {
-			l, mode, err = attach(b.loaded.prog, s.Program.Hook, ifc, s.XDPMode)
+			l, mode, err = attach(b.loaded.prog, s.Program.Hook, ifc, modes[ifc.Index])
 		}
 		if err != nil {
 			return b, err

@@ -335,7 +335,7 @@ func (f *swapFlags) register(fs *pflag.FlagSet) {
 	fs.VarP(&f.ifaces, "interface", "i", "attach to `IFACE` (repeatable)")
 	fs.StringVar(&f.hook, "hook", "", "attach at `HOOK`: xdp, tc-ingress, tc-egress, sk-lookup, or netfilter for every chain at its own hook (default xdp with -i; without -i, every loaded filter, or netfilter when none is loaded at an interface)")
 	fs.StringVar(&f.chain, "chain", "", "entry `CHAIN` (default INPUT, OUTPUT for tc-egress, or the loaded filter's)")
-	fs.StringVar(&f.xdpMode, "xdp-mode", "auto", "XDP `MODE`: native, generic or auto (native, falling back to generic)")
+	fs.StringVar(&f.xdpMode, "xdp-mode", "auto", "XDP `MODE`: native, generic or auto (native, falling back to generic; generic on a veth for a program that sends REJECT replies)")
 	f.waitFlags.register(fs)
 	f.levelFlags.register(fs)
 }
