@@ -44,10 +44,14 @@ test:
 test-short:
 	$(GO) test -count=1 -short ./...
 
+# go-check-sumtype: every type switch on a //sumtype:decl interface
+# (ir.Match, ir.Action) names every kind, default or not, so that a new
+# kind fails here and not at run time.
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	$(GO) run github.com/alecthomas/go-check-sumtype/cmd/go-check-sumtype@v0.4.0 -default-signifies-exhaustive=false ./...
 
 # Each fuzz target runs for FUZZTIME.
 fuzz:

@@ -152,7 +152,7 @@ func (c *compiler) eligible(r *ir.Rule) (ir.Form, bool) {
 		// An ACCEPT to the classifier: main tells them apart.
 	case ir.Reject:
 		// A DROP to the classifier, whose reply main sends (see kindOf).
-	default:
+	case ir.Jump, ir.Goto, ir.Log, ir.None:
 		return ir.Form{}, false
 	}
 	if c.p.Family == rules.IPv6 {
@@ -189,6 +189,10 @@ func (c *compiler) pureMatch(m ir.Match) bool {
 		// ip6_packet_match drops a packet whose extension headers cannot
 		// be walked, whatever the protocol tested.
 		return c.p.Family == rules.IPv4
+	case ir.CTState, ir.HashLimit, ir.Limit, ir.RateLimit, ir.Recent, ir.TProxyTo:
+		// State: whether an earlier rule decided changes what they do.
+	case ir.L4Header, ir.TCPOption:
+		// They drop a packet on their own.
 	}
 	return false
 }
@@ -217,6 +221,9 @@ func (c *compiler) kindOf(a ir.Action) uint32 {
 			return kindReject
 		}
 		return kindDrop
+	case ir.Return:
+	case ir.Jump, ir.Goto, ir.Log, ir.None:
+		panic(fmt.Sprintf("codegen: %T classified", a)) // not eligible
 	}
 	return kindReturn
 }

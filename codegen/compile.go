@@ -171,7 +171,7 @@ func (c *compiler) calleesFirst() []int {
 		}
 		done[ci] = true
 		for _, r := range c.p.Chains[ci].Rules {
-			if to, ok := target(r.Action); ok {
+			if to, ok := ir.JumpTarget(r.Action); ok {
 				visit(to)
 			}
 		}
@@ -194,6 +194,8 @@ func (c *compiler) collect() error {
 	for _, r := range c.p.Rules {
 		for _, m := range r.Matches {
 			switch m := m.(type) {
+			case ir.Addr, ir.AddrRange, ir.AddrSet, ir.CTState, ir.Fragment, ir.HashLimit, ir.ICMP, ir.L4Header, ir.L4Proto, ir.Length, ir.Limit, ir.Mark, ir.PktType, ir.Ports, ir.Proto, ir.RateLimit, ir.Recent, ir.SrcMAC, ir.TCPFlags, ir.TProxyTo, ir.TTL, ir.Transport:
+				// no key of their own.
 			case ir.Iface:
 				if !c.knowsIface(m.Dir) || (m.Name == "" && m.Prefix) {
 					continue // constant: see ifaceMatch

@@ -46,7 +46,7 @@ func (c *compiler) inlineChains() ([]bool, error) {
 	}
 	callers := make([][]*ir.Rule, n)
 	for _, r := range c.p.Rules {
-		if to, ok := target(r.Action); ok {
+		if to, ok := ir.JumpTarget(r.Action); ok {
 			callers[to] = append(callers[to], r)
 		}
 	}
@@ -55,7 +55,7 @@ func (c *compiler) inlineChains() ([]bool, error) {
 	for _, ci := range c.calleesFirst() {
 		size[ci] = len(c.p.Chains[ci].Rules)
 		for _, r := range c.p.Chains[ci].Rules {
-			if to, ok := target(r.Action); ok && inlined[to] {
+			if to, ok := ir.JumpTarget(r.Action); ok && inlined[to] {
 				size[ci] += size[to]
 			}
 		}

@@ -60,11 +60,8 @@ func (c *compiler) buckets() int {
 	n := 0
 	for _, r := range c.p.Rules {
 		for _, m := range r.Matches {
-			switch m := m.(type) {
-			case ir.Limit:
-				n = max(n, m.Bucket+1)
-			case ir.RateLimit:
-				n = max(n, m.Bucket+1)
+			if b, ok := ir.Bucket(m); ok {
+				n = max(n, b+1)
 			}
 		}
 	}
@@ -240,6 +237,8 @@ func CountsJiffies(p *Program) bool {
 	for _, r := range p.IR.Rules {
 		for _, m := range r.Matches {
 			switch m.(type) {
+			case ir.Addr, ir.AddrRange, ir.AddrSet, ir.CTState, ir.Fragment, ir.ICMP, ir.Iface, ir.L4Header, ir.L4Proto, ir.Length, ir.Mark, ir.PktType, ir.Ports, ir.Proto, ir.RateLimit, ir.SrcMAC, ir.TCPFlags, ir.TCPOption, ir.TProxyTo, ir.TTL, ir.Transport:
+				// no clock.
 			case ir.Limit, ir.HashLimit, ir.Recent:
 				return true
 			}

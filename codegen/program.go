@@ -463,7 +463,7 @@ func (c *compiler) checkDepth() {
 		}
 		d := 0
 		for _, r := range c.p.Chains[ci].Rules {
-			if to, ok := target(r.Action); ok {
+			if to, ok := ir.JumpTarget(r.Action); ok {
 				d = max(d, 1+below(to))
 			}
 		}
@@ -475,7 +475,7 @@ func (c *compiler) checkDepth() {
 	seen := make(map[int]bool)
 	report = func(ci, level int) {
 		for _, r := range c.p.Chains[ci].Rules {
-			to, ok := target(r.Action)
+			to, ok := ir.JumpTarget(r.Action)
 			if !ok || level+below(to) < maxChainDepth {
 				continue
 			}
@@ -493,17 +493,6 @@ func (c *compiler) checkDepth() {
 	if below(0) > maxChainDepth {
 		report(0, 0)
 	}
-}
-
-// target returns the chain a jump or goto action enters.
-func target(a ir.Action) (int, bool) {
-	switch a := a.(type) {
-	case ir.Jump:
-		return a.Chain, true
-	case ir.Goto:
-		return a.Chain, true
-	}
-	return 0, false
 }
 
 // rawLen is the number of 8-byte instructions in insns.

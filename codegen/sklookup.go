@@ -419,10 +419,10 @@ func unsupportedLookupMatch(m ir.Match) string {
 		return "pkttype match"
 	case ir.CTState:
 		return "conntrack state match"
-	case ir.Limit, ir.RateLimit:
+	case ir.Limit, ir.RateLimit, ir.HashLimit:
 		return "rate limit match (it would count lookups, not packets)"
-	default:
-		return fmt.Sprintf("match %T", m)
+	case ir.Recent:
+		return "recent match"
 	}
 	return ""
 }

@@ -161,7 +161,7 @@ func (p *Program) TraceState(st *State, pkt *Packet, counted func(*Rule)) (res R
 			ci, ri = a.Chain, 0
 		case Goto:
 			ci, ri = a.Chain, 0
-		default: // Log, None
+		case Log, None:
 			ri++
 		}
 	}

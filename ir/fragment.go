@@ -90,6 +90,8 @@ func (p *Program) FirstFragmentNeed(proto uint8) (need int, tcpOptions bool) {
 	for _, r := range p.Rules {
 		for _, m := range r.Matches {
 			switch m := m.(type) {
+			case Addr, AddrRange, AddrSet, Fragment, HashLimit, ICMP, Iface, L4Proto, Length, Limit, Mark, PktType, Ports, Proto, RateLimit, Recent, SrcMAC, TCPFlags, TProxyTo, TTL:
+				// nothing past the IP header, or only after an L4Header of the rule.
 			case L4Header:
 				reads = true
 			case Transport:

@@ -34,6 +34,19 @@ type RateLimit struct {
 func (Limit) isMatch()     {}
 func (RateLimit) isMatch() {}
 
+// Bucket returns the token bucket of a Limit or RateLimit match.
+func Bucket(m Match) (int, bool) {
+	switch m := m.(type) {
+	case Limit:
+		return m.Bucket, true
+	case RateLimit:
+		return m.Bucket, true
+	case Addr, AddrRange, AddrSet, CTState, Fragment, HashLimit, ICMP, Iface, L4Header, L4Proto, Length, Mark,
+		PktType, Ports, Proto, Recent, SrcMAC, TCPFlags, TCPOption, TProxyTo, TTL, Transport:
+	}
+	return 0, false
+}
+
 // DefaultHZ is the tick rate of the kernel bpfwall targets: xt_limit counts
 // time in jiffies, so its arithmetic depends on it.
 const DefaultHZ = 250

@@ -12,6 +12,8 @@ import (
 // each kind documents the kernel code whose semantics it has. Matches of a
 // rule are evaluated in order, which matters only for the kinds that can
 // drop a packet on their own (L4Header, and Proto in IPv6).
+//
+//sumtype:decl
 type Match interface {
 	isMatch()
 }

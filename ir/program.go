@@ -66,6 +66,8 @@ type Rule struct {
 
 // Action is what a rule does when it matches. The set of kinds is closed:
 // Accept, Drop, Reject, Return, Jump, Goto, Log and None.
+//
+//sumtype:decl
 type Action interface {
 	isAction()
 }
@@ -127,12 +129,23 @@ func (TProxy) isAction() {}
 // evaluation of its chain (ACCEPT, DROP, REJECT, RETURN).
 func Terminal(a Action) bool {
 	switch a.(type) {
-	case Accept, Drop, Reject, Return:
+	case Accept, Drop, Reject, Return, TProxy:
 		return true
-	case TProxy:
-		return true
+	case Jump, Goto, Log, None:
 	}
 	return false
+}
+
+// JumpTarget returns the chain a jump or goto action enters.
+func JumpTarget(a Action) (int, bool) {
+	switch a := a.(type) {
+	case Jump:
+		return a.Chain, true
+	case Goto:
+		return a.Chain, true
+	case Accept, Drop, Reject, Return, TProxy, Log, None:
+	}
+	return 0, false
 }
 
 // Verdict is the fate of a packet.

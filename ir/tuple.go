@@ -132,7 +132,8 @@ func (p *Program) NormalizeResidual(r *Rule, limit int) (Form, bool) {
 				return Form{}, false
 			}
 			f.L4Len, f.Tiny, f.PreL4, f.ResidualPreL4 = m.Len, m.TinyFragDrop, slices.Clone(cur), len(f.Residual)
-		default:
+		case Addr, AddrRange, AddrSet, CTState, Fragment, HashLimit, ICMP, Iface, L4Proto, Length, Limit, Mark,
+			PktType, Ports, RateLimit, Recent, SrcMAC, TCPFlags, TCPOption, TProxyTo, TTL, Transport:
 			alts, ok := p.alternatives(buf[:0], m, limit)
 			if !ok {
 				f.Residual = append(f.Residual, m)
@@ -173,6 +174,8 @@ func prefixOf(b []byte, bits int) fieldPrefix {
 // field must be in for m to hold.
 func (p *Program) alternatives(out []alt, m Match, limit int) ([]alt, bool) {
 	switch m := m.(type) {
+	case CTState, Fragment, HashLimit, ICMP, Iface, L4Header, L4Proto, Length, Limit, Mark, PktType, Proto, RateLimit, Recent, SrcMAC, TCPFlags, TCPOption, TProxyTo, TTL, Transport:
+		// not a field of the tuple: a residual check.
 	case Addr:
 		pfx, ok := m.Prefix()
 		if !ok || m.Neg {

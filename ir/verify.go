@@ -85,13 +85,8 @@ func (v *verifier) buckets() {
 	first := make(map[int]Match)
 	for _, r := range v.p.Rules {
 		for _, m := range r.Matches {
-			var id int
-			switch x := m.(type) {
-			case Limit:
-				id = x.Bucket
-			case RateLimit:
-				id = x.Bucket
-			default:
+			id, ok := Bucket(m)
+			if !ok {
 				continue
 			}
 			if id < 0 {
@@ -156,14 +151,8 @@ func (v *verifier) acyclic() {
 	visit = func(ci int) bool {
 		state[ci] = 1
 		for _, r := range v.p.Chains[ci].Rules {
-			to := -1
-			switch a := r.Action.(type) {
-			case Jump:
-				to = a.Chain
-			case Goto:
-				to = a.Chain
-			}
-			if to <= 0 || to >= len(v.p.Chains) {
+			to, ok := JumpTarget(r.Action)
+			if !ok || to <= 0 || to >= len(v.p.Chains) {
 				continue
 			}
 			if state[to] == 1 {

@@ -253,6 +253,7 @@ func (r *Replay) verdict(d codegen.Decision) ir.Verdict {
 				return ir.VerdictDrop
 			case ir.Reject:
 				return ir.VerdictReject
+			case ir.Accept, ir.TProxy, ir.Return, ir.Jump, ir.Goto, ir.Log, ir.None:
 			}
 		}
 		return ir.VerdictAccept

@@ -124,6 +124,8 @@ func (g *Generator) breakRule(f *fields, x *ir.Rule) bool {
 // m does not drop), when there is one that satisfy can aim at.
 func negate(m ir.Match) (ir.Match, bool) {
 	switch m := m.(type) {
+	case ir.AddrSet, ir.CTState, ir.HashLimit, ir.L4Header, ir.L4Proto, ir.Limit, ir.Mark, ir.PktType, ir.RateLimit, ir.Recent, ir.TProxyTo, ir.Transport:
+		// no complement that satisfy aims at.
 	case ir.Addr:
 		m.Neg = !m.Neg
 		return m, true
@@ -200,14 +202,7 @@ func viaRules(p *ir.Program) []*ir.Rule {
 	seen[0] = true
 	for queue := []int{0}; len(queue) > 0; queue = queue[1:] {
 		for _, r := range p.Chains[queue[0]].Rules {
-			to := -1
-			switch a := r.Action.(type) {
-			case ir.Jump:
-				to = a.Chain
-			case ir.Goto:
-				to = a.Chain
-			}
-			if to >= 0 && !seen[to] {
+			if to, ok := ir.JumpTarget(r.Action); ok && !seen[to] {
 				seen[to], via[to] = true, r
 				queue = append(queue, to)
 			}
@@ -285,6 +280,8 @@ func (g *Generator) satisfy(f *fields, m ir.Match) {
 		return
 	}
 	switch m := m.(type) {
+	case ir.CTState, ir.HashLimit, ir.L4Proto, ir.Limit, ir.Mark, ir.PktType, ir.RateLimit, ir.Recent, ir.TProxyTo, ir.Transport:
+		// not aimed at: their fields are left to chance.
 	case ir.Addr:
 		a := g.inMask(m.Addr, m.Mask)
 		if m.Neg {
@@ -371,6 +368,8 @@ func (g *Generator) satisfy(f *fields, m ir.Match) {
 // f has.
 func (f *fields) holds(m ir.Match) bool {
 	switch m := m.(type) {
+	case ir.AddrSet, ir.CTState, ir.Fragment, ir.HashLimit, ir.Iface, ir.L4Header, ir.L4Proto, ir.Length, ir.Limit, ir.Mark, ir.PktType, ir.Proto, ir.RateLimit, ir.Recent, ir.SrcMAC, ir.TCPOption, ir.TProxyTo, ir.Transport:
+		// f has none of their fields.
 	case ir.Addr:
 		a, mask := f.addr(m.Dir).AsSlice(), m.Mask.AsSlice()
 		if len(a) != len(mask) {
@@ -565,6 +564,8 @@ func (g *Generator) edges(f fields, m ir.Match) []fields {
 		}
 	}
 	switch m := m.(type) {
+	case ir.CTState, ir.HashLimit, ir.L4Proto, ir.Limit, ir.Mark, ir.PktType, ir.RateLimit, ir.Recent, ir.TProxyTo, ir.Transport:
+		// no edges to move to.
 	case ir.Addr:
 		first, last := m.Addr, lastUnder(m.Addr, m.Mask)
 		addrs(m.Dir, first, last, first.Prev(), last.Next(), g.outOfMask(m.Addr, m.Mask))
