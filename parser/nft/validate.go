@@ -199,7 +199,15 @@ func (b *ruleBuilder) validateMatch(m *Match, ctx protoContext, next []*Term) {
 		return
 	}
 	if len(m.Left.Atoms) != 1 {
-		return // concatenations: concat.go checks their parts
+		// A part of a concatenation has a fixed length: a conntrack
+		// address needs its family.
+		for _, p := range m.Left.Atoms {
+			if p.Proto == "ct" && (p.Field == "saddr" || p.Field == "daddr") && p.Fam == "" {
+				b.errorf(toPos(p.Pos), "specify either ip or ip6 for address matching")
+				return
+			}
+		}
+		return // concatenations: concat.go checks their other parts
 	}
 	key := a.text()
 	switch key {
@@ -229,6 +237,10 @@ func (b *ruleBuilder) validateMatch(m *Match, ctx protoContext, next []*Term) {
 		b.errorf(toPos(a.Pos), "%s: the inner headers of a tunnel cannot be set", a.Proto)
 		return
 	}
+	if need, ok := icmpFieldTypes[key]; ok && ctx.icmpType != 0 && !slices.Contains(need, ctx.icmpType-1) {
+		b.errorf(toPos(a.Pos), "incompatible icmp match: rule has %d, need %d", ctx.icmpType-1, need[0])
+		return
+	}
 	spec, ok := b.atomSpec(a)
 	if !ok {
 		return
@@ -251,6 +263,16 @@ func (b *ruleBuilder) validateMatch(m *Match, ctx protoContext, next []*Term) {
 			b.validateValue(spec, v, false)
 		}
 	}
+}
+
+// icmpFieldTypes are the ICMP and ICMPv6 header fields that only some
+// types have, with those types (nft's icmp and icmp6 dependencies): a
+// rule that requires another type first is refused. The first type is
+// the one nft names in its error.
+var icmpFieldTypes = map[string][]int{
+	"icmp id": {8, 0}, "icmp sequence": {8, 0}, "icmp mtu": {3}, "icmp gateway": {5},
+	"icmpv6 id": {128, 129}, "icmpv6 sequence": {128, 129}, "icmpv6 mtu": {2},
+	"icmpv6 max-delay": {130, 131, 132},
 }
 
 // validateSetRef checks that a set a rule looks up exists, and holds
@@ -341,7 +363,7 @@ func (b *ruleBuilder) validateReject(r *Reject, ctx protoContext) {
 	fam := map[string]string{"icmp": "ip", "icmpv6": "ip6"}[r.With]
 	// In an ip or ip6 table, reject says so (rule.go).
 	if fam != "" && ctx.family != "" && fam != ctx.family && ctx.family != b.tbl.family {
-		b.errorf(toPos(r.Pos), "conflicting protocols specified: %s vs %s", ctx.family, fam)
+		b.errorf(toPos(r.Pos), "conflicting protocols specified: %s vs %s", fam, ctx.family)
 	}
 }
 
@@ -360,6 +382,12 @@ func (b *ruleBuilder) after(ctx protoContext, t *Term) protoContext {
 		fam = a.Proto
 	case a.Proto == "ct" && a.Fam != "":
 		fam = a.Fam
+	case (key == "meta protocol" || key == "protocol" || key == "ether type") && (b.tbl.family == "bridge" || b.tbl.family == "netdev"):
+		// There the link layer's protocol is the network protocol's
+		// dependency: it sets the context.
+		if m.Right != nil && len(m.Right.Items) == 1 && normOp(m.Op) != "!=" {
+			fam = map[string]string{"ip": "ip", "ip6": "ip6"}[primText(m.Right.Items[0])]
+		}
 	case (key == "meta nfproto" || key == "nfproto") && b.tbl.family != "inet":
 		if b.tbl.family == "ip" || b.tbl.family == "ip6" {
 			b.errorf(toPos(a.Pos), "meta nfproto is only useful in the inet family")
@@ -394,6 +422,15 @@ func (b *ruleBuilder) after(ctx protoContext, t *Term) protoContext {
 	}
 	if key == "udp dport" {
 		ctx.udpDport = true
+	}
+	if (key == "icmp type" || key == "icmpv6 type") && m.Right != nil && len(m.Right.Items) == 1 && (m.Op == "" || normOp(m.Op) == "==") {
+		names := icmpTypes
+		if a.Proto == "icmpv6" {
+			names = icmpv6Types
+		}
+		if t, err := lookupByte(names, primText(m.Right.Items[0])); err == nil && primText(m.Right.Items[0]) != "" {
+			ctx.icmpType = int(t) + 1
+		}
 	}
 	if key == "meta l4proto" || key == "l4proto" || key == "ip protocol" || key == "ip6 nexthdr" {
 		ctx.l4 = true
@@ -591,6 +628,9 @@ type protoContext struct {
 	l4        bool
 	etherType string // the value of an "ether type" match
 	udpDport  bool   // a udp dport match: vxlan and geneve headers follow
+	// icmpType is the type one "icmp type" or "icmpv6 type" match
+	// requires, +1; 0 when none does.
+	icmpType int
 }
 
 // primText is the text of a value that is one word or number, else "".
@@ -759,6 +799,7 @@ func (b *ruleBuilder) validateNATTo(g *Generic, toks []string, fam string, ctx p
 			b.errorf(pos, "specify `%s ip` or '%s ip6' in inet table to disambiguate", g.Keyword, g.Keyword)
 			return
 		}
+		b.validateNATMap(g, fam, ctx)
 		return
 	}
 	if j >= len(toks) || toks[j] != ":" {
@@ -778,6 +819,59 @@ func (b *ruleBuilder) validateNATTo(g *Generic, toks []string, fam string, ctx p
 			return
 		}
 	}
+}
+
+// validateNATMap checks the data of an anonymous map a NAT statement
+// takes its address from: addresses of the statement's family, and an
+// address and port ("addr . port") only with a transport protocol.
+func (b *ruleBuilder) validateNATMap(g *Generic, fam string, ctx protoContext) {
+	var blk *Block
+	for i, r := range g.Rest {
+		if r.Nested != nil && i > 0 && g.Rest[i-1].Token == "map" {
+			blk = r.Nested
+			break
+		}
+		// A key of a transport protocol ("tcp dport") brings its
+		// protocol match along; th does not.
+		if slices.Contains([]string{"tcp", "udp", "udplite", "sctp", "dccp"}, r.Token) {
+			ctx.l4 = true
+		}
+	}
+	if blk == nil {
+		return
+	}
+	pos := toPos(g.Pos)
+	var elem []string
+	check := func() bool {
+		defer func() { elem = elem[:0] }()
+		colon := slices.Index(elem, ":")
+		if colon < 0 || colon+1 >= len(elem) {
+			return true
+		}
+		data := elem[colon+1:]
+		if af := addrFamily(data[0]); af != "" && fam != "" && af != fam {
+			b.errorf(pos, "Could not resolve hostname: Address family for hostname not supported")
+			return false
+		}
+		if slices.Contains(data, ".") && !ctx.l4 {
+			b.errorf(pos, "transport protocol mapping is only valid after transport protocol match")
+			return false
+		}
+		return true
+	}
+	for _, it := range blk.Items {
+		switch {
+		case it.Nested != nil:
+			return // nested braces: not a plain element list
+		case it.Token == ",":
+			if !check() {
+				return
+			}
+		default:
+			elem = append(elem, it.Token)
+		}
+	}
+	check()
 }
 
 // validateTproxy checks tproxy's address family and its need of a

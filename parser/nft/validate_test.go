@@ -118,11 +118,37 @@ var validateCases = []struct {
 	{"ip", filterOut, "osf ttl nottl name \"Linux\"", "invalid ttl option"},
 	{"ip", filterOut, "gre ether saddr 62:87:4d:d6:19:05", "no Ethernet header"},
 	{"ip", filterOut, "last used foo", "wrong time format"},
+	// the link layer's protocol as the context of netdev rules
+	{"netdev", ingressLo, "meta protocol ip reject with icmp host-unreachable", ""},
+	{"netdev", ingressLo, "meta protocol ip6 reject with icmp host-unreachable", "conflicting protocols specified: ip vs ip6"},
+	{"netdev", ingressLo, "meta protocol ip6 ip protocol icmp", "conflicting protocols specified: ip6 vs. ip"},
+	{"netdev", ingressLo, "ether type ip6 ip6 nexthdr tcp", ""},
+	// fields that only some ICMP types have
+	{"ip", filterOut, "icmp type echo-reply icmp id 5", ""},
+	{"ip", filterOut, "icmp type 2 icmp id 5", "rule has 2, need 8"},
+	{"ip", filterOut, "icmp type { 2, 8 } icmp id 5", ""},
+	{"ip", filterOut, "icmp type != 2 icmp mtu 4", ""},
+	{"ip", filterOut, "icmp mtu 5 icmp type 2", ""},
+	{"ip", filterOut, "icmp code != 1 icmp type 2 icmp mtu 5", "rule has 2, need 3"},
+	{"ip6", filterOut, "icmpv6 type 2 icmpv6 mtu 1280", ""},
+	{"ip6", filterOut, "icmpv6 type 1 icmpv6 id 5", "rule has 1, need 128"},
+	// the data of a NAT statement's map
+	{"ip", natPost, "snat ip to ip saddr map { 10.141.11.4 : 192.168.2.3 }", ""},
+	{"ip", natPost, "snat ip to ip saddr map { 10.141.11.4 : 192.168.2.3 . 80 }", "transport protocol mapping"},
+	{"ip", natPost, "meta l4proto 17 snat ip to ip saddr map { 10.141.11.4 : 192.168.2.3 . 80 }", ""},
+	{"ip", natPost, "snat ip to ip saddr . tcp dport map { 10.141.11.4 . 20 : 192.168.2.3 . 80 }", ""},
+	{"ip", natPost, "snat ip to ip saddr . th dport map { 10.141.11.4 . 20 : 192.168.2.3 . 80 }", "transport protocol mapping"},
+	{"inet", natPost, "snat ip to ip daddr map { 10.0.0.1 : 1.2.3.4 }", ""},
+	{"inet", natPost, "snat ip6 to ip6 daddr map { ::1 : 1.2.3.4 }", "Address family for hostname not supported"},
+	// conntrack addresses in a concatenation
+	{"ip", filterOut, "ct original ip saddr . meta mark { 1.1.1.1 . 0x00000014 }", ""},
+	{"ip", filterOut, "ct original saddr . meta mark { 1.1.1.1 . 0x00000014 }", "specify either ip or ip6"},
 }
 
 const (
 	filterOut = "type filter hook output priority 0"
 	natPost   = "type nat hook postrouting priority 0"
+	ingressLo = "type filter hook ingress device lo priority 0"
 	mangle    = "type filter hook prerouting priority -150"
 )
 
