@@ -3,6 +3,7 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -62,6 +63,25 @@ func xdpModes(p *codegen.Program, ifaces []Iface, mode XDPMode) (map[int]XDPMode
 	for _, ifc := range ifaces {
 		if l := links[ifc.Index]; l != nil && l.kind == "veth" {
 			out[ifc.Index] = XDPGeneric
+		}
+	}
+	return out, nil
+}
+
+// mutedVeths returns those of ifaces that are veths p runs on in native
+// XDP mode, when p transmits replies.
+func mutedVeths(p *codegen.Program, ifaces []Iface) ([]Iface, error) {
+	if p.Hook != codegen.HookXDP || !p.Transmits() || !slices.ContainsFunc(ifaces, func(i Iface) bool { return i.Mode == "native" }) {
+		return nil, nil
+	}
+	links, err := listLinks()
+	if err != nil {
+		return nil, err
+	}
+	var out []Iface
+	for _, ifc := range ifaces {
+		if l := links[ifc.Index]; ifc.Mode == "native" && l != nil && l.kind == "veth" {
+			out = append(out, ifc)
 		}
 	}
 	return out, nil

@@ -55,6 +55,10 @@ type Result struct {
 	// devices of its interfaces the stage evaluates too.
 	Stage  bool
 	Uppers []Iface
+	// Muted are the veths the program runs on in native XDP mode while
+	// it sends REJECT replies: a veth hands them to its peer only when
+	// the peer runs NAPI (see xdpModes). A swap keeps a link's mode.
+	Muted []Iface
 }
 
 // ErrChanged is returned, wrapped, when the filter is not the one a
@@ -157,6 +161,9 @@ func (s *Swap) Prepare() (*Prepared, error) {
 	res.Attached = b.attached
 	res.Sockets = b.sockets
 	res.Stage, res.Uppers = b.loaded != nil && b.loaded.nfProg != nil, b.uppers
+	if res.Muted, err = mutedVeths(s.Program, b.described.Ifaces); err != nil {
+		return fail(fmt.Errorf("swap %s filter: %w", name, err))
+	}
 	p := &Prepared{s: s, old: old, b: b, res: res, real: ReplaceProgram}
 	if old != nil && old.dispatcher != nil {
 		p.real = dispatchUpdate(old.maps[pinDispatch])

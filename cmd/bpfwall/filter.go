@@ -379,8 +379,13 @@ func swapIn(t target, rs *rules.Ruleset, prog *codegen.Program, file string, f *
 }
 
 // noteStage says, for a filter with a netfilter stage, which devices it
-// evaluates: stacked devices created later are not followed.
+// evaluates: stacked devices created later are not followed; and names
+// the veths where REJECT's replies may not reach the peer.
 func noteStage(w io.Writer, t target, res *loader.Result) {
+	for _, ifc := range res.Muted {
+		fmt.Fprintf(w, "bpfwall: %s: REJECT replies from native XDP on veth %s reach its peer only when the peer runs NAPI (an XDP program or GRO on it); "+
+			"bpfwall unload --hook xdp, then load again with --xdp-mode auto or generic, to attach in generic mode\n", t.place.Name(), ifc.Name)
+	}
 	if !res.Stage {
 		return
 	}

@@ -98,6 +98,18 @@ func TestRejectRepliesToLocalSenders(t *testing.T) {
 		}
 		c.ok("", "unload")
 	}
+
+	// A swap keeps a link's mode: REJECT rules replacing a filter that
+	// runs native on the veth are told to go generic.
+	c.ok("*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp --dport 81 -j DROP\nCOMMIT\n", "restore", "-i", "veth1")
+	if mode := c.status()[0].Ifaces[0].Mode; mode != "native" {
+		t.Fatalf("a filter without REJECT on veth1 in mode %q, want native", mode)
+	}
+	_, stderr, code := c.run(rejectRules, "restore", "-i", "veth1")
+	if code != 0 || !strings.Contains(stderr, "REJECT replies from native XDP on veth veth1") {
+		t.Errorf("REJECT rules swapped in on a native veth: exit %d, stderr %q, want a warning", code, stderr)
+	}
+	c.ok("", "unload")
 }
 
 // restoreLegacy gives text to iptables-legacy-restore.
