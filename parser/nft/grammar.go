@@ -453,11 +453,14 @@ type SetLit struct {
 
 // Elem is a set element with its options, and the value of a map element.
 type Elem struct {
-	Pos     lexer.Position
-	Key     *Value     `parser:"@@"`
-	Options []*ElemOpt `parser:"@@*"`
-	Verdict *Verdict   `parser:"( ':' ( @@"`
-	Value   *Value     `parser:"     | @@ ) )?"`
+	Pos lexer.Position
+	// CatchAll is the element "*", which holds for every key no other
+	// element has; Key is nil then.
+	CatchAll bool       `parser:"(  @'*'"`
+	Key      *Value     `parser:" | @@ )"`
+	Options  []*ElemOpt `parser:"@@*"`
+	Verdict  *Verdict   `parser:"( ':' ( @@"`
+	Value    *Value     `parser:"     | @@ ) )?"`
 }
 
 // ElemOpt is "timeout T", "expires T", "comment C" or "counter ...".

@@ -394,6 +394,25 @@ func TestUnsupportedSetNotSwallowed(t *testing.T) {
 	}
 }
 
+// TestCatchAllRefused: a set's catch-all element "*" holds for every key
+// no other element has; bpfwall does not compile it, and refuses each
+// rule that uses it where it uses it, not the rule set as nft's check.
+func TestCatchAllRefused(t *testing.T) {
+	src := "table ip t {\n set s { type ipv4_addr; elements = { 192.168.3.5, * } }\n chain c {\n  type filter hook input priority 0;\n" +
+		"  ip saddr @s drop\n  ip saddr vmap { 1.1.1.1 : drop, * : accept }\n }\n}\n"
+	rs, err := Parse("t.nft", []byte(src), Options{Family: rules.IPv4})
+	if err != nil {
+		t.Fatalf("parse: %v (nft takes it)", err)
+	}
+	_, err = ir.Lower(rs, ir.LowerOptions{Table: "filter", Chain: "INPUT"})
+	for _, want := range []string{"t.nft:5:3: set s with a catch-all element * match is not supported",
+		"t.nft:6:35: catch-all set element * match is not supported"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("lower: %v, want %q", err, want)
+		}
+	}
+}
+
 // TestNFTSpellings: what nft accepts, read as nft reads it.
 func TestNFTSpellings(t *testing.T) {
 	for rule, want := range map[string]string{

@@ -167,7 +167,7 @@ func (b *ruleBuilder) emit(a action) {
 
 // translate turns one nft rule into model rules.
 func (b *ruleBuilder) translate() []outRule {
-	b.rv = resolver{errs: b.errs}
+	b.rv = resolver{errs: b.errs, unsupported: b.unsupported}
 	nerr := len(*b.errs)
 	// nft refuses a rule whose terms its grammar reads as bpfwall's
 	// does but does not take, whether or not bpfwall reads the rest.
@@ -661,6 +661,10 @@ func (b *ruleBuilder) vmap(m *Match, keys []string, pos rules.Pos) {
 			return
 		}
 		for i, el := range s.elems {
+			if el.CatchAll {
+				b.unsupported(pos, "set "+s.name+" with a catch-all element *")
+				return
+			}
 			r, ok := b.rv.value(el.Key, s.elemEnvs[i], 0)
 			if !ok {
 				return
@@ -1080,6 +1084,10 @@ func (b *ruleBuilder) addrSetPrefixes(pos rules.Pos, val rhs) ([]netip.Prefix, s
 			}
 		}
 		for i, el := range s.elems {
+			if el.CatchAll {
+				b.unsupported(pos, "set "+s.name+" with a catch-all element *")
+				return nil, "", false
+			}
 			r, ok := b.rv.value(el.Key, s.elemEnvs[i], 0)
 			if !ok {
 				return nil, "", false
@@ -1364,6 +1372,10 @@ func (b *ruleBuilder) setElems(pos rules.Pos, val rhs) []elem {
 	for i, el := range s.elems {
 		if timed(el) {
 			b.unsupported(toPos(el.Pos), "set element timeout")
+			return nil
+		}
+		if el.CatchAll {
+			b.unsupported(pos, "set "+s.name+" with a catch-all element *")
 			return nil
 		}
 		r, ok := b.rv.value(el.Key, s.elemEnvs[i], 0)

@@ -364,6 +364,9 @@ func (rd *reader) words(v *Value, e *env) []string {
 			}
 		case p.Set != nil:
 			for _, el := range p.Set.Elems {
+				if el.Key == nil {
+					continue
+				}
 				for _, u := range el.Key.Parts {
 					walk(u.Lo, e)
 				}

@@ -140,6 +140,9 @@ var validateCases = []struct {
 	{"ip", natPost, "snat ip to ip saddr . th dport map { 10.141.11.4 . 20 : 192.168.2.3 . 80 }", "transport protocol mapping"},
 	{"inet", natPost, "snat ip to ip daddr map { 10.0.0.1 : 1.2.3.4 }", ""},
 	{"inet", natPost, "snat ip6 to ip6 daddr map { ::1 : 1.2.3.4 }", "Address family for hostname not supported"},
+	// catch-all elements, which check takes and compile refuses
+	{"ip", filterOut, "ip saddr vmap { 1.1.1.1 : drop, * : accept }", ""},
+	{"ip", filterOut + "; } ; add set ip t s { type ipv4_addr; elements = { 192.168.3.5, * } ", "ip saddr @s drop", ""},
 	// conntrack addresses in a concatenation
 	{"ip", filterOut, "ct original ip saddr . meta mark { 1.1.1.1 . 0x00000014 }", ""},
 	{"ip", filterOut, "ct original saddr . meta mark { 1.1.1.1 . 0x00000014 }", "specify either ip or ip6"},

@@ -38,7 +38,22 @@ type rhs struct {
 // resolver expands variables and set literals.
 type resolver struct {
 	errs *rules.ErrorList
+	// unsupported, when set, records a construct nft takes and bpfwall
+	// does not compile (ruleBuilder.unsupported).
+	unsupported func(pos rules.Pos, what string)
 }
+
+// catchAll refuses the catch-all element "*" of a set: bpfwall does not
+// compile it (nft takes it).
+func (rv *resolver) catchAll(el *Elem) {
+	if rv.unsupported != nil {
+		rv.unsupported(toPos(el.Pos), catchAllElement)
+		return
+	}
+	rv.errorf(toPos(el.Pos), "%s is not supported", catchAllElement)
+}
+
+const catchAllElement = "catch-all set element *"
 
 func (rv *resolver) errorf(pos rules.Pos, format string, args ...any) {
 	*rv.errs = append(*rv.errs, rules.Errorf(pos, format, args...))
@@ -106,6 +121,10 @@ func (rv *resolver) value(v *Value, e *env, depth int) (rhs, bool) {
 				if timed(el) {
 					rv.errorf(toPos(el.Pos), "set element timeout is not supported")
 					return rhs{}, false
+				}
+				if el.CatchAll {
+					rv.catchAll(el)
+					continue
 				}
 				r, ok := rv.value(el.Key, e, depth+1)
 				if !ok {
