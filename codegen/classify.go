@@ -52,10 +52,6 @@ const (
 	kindReject = 5
 )
 
-// maxTuplesPerRule bounds a rule's expansion into tuples; a rule with more
-// stays plain code.
-const maxTuplesPerRule = 1 << 16
-
 // The cost estimate, in about nanoseconds.
 var (
 	// costPlainRule is what testing one plain rule costs, costHash and
@@ -163,7 +159,7 @@ func (c *compiler) eligible(r *ir.Rule) (ir.Form, bool) {
 			}
 		}
 	}
-	f, ok := c.p.NormalizeResidual(r, maxTuplesPerRule)
+	f, ok := c.p.Form(r)
 	if !ok {
 		return ir.Form{}, false
 	}

@@ -51,6 +51,7 @@ func (p *Program) Clone() *Program {
 	for i, r := range p.Rules {
 		c := *r
 		c.Matches = slices.Clone(r.Matches)
+		c.form = nil // the passes may change the clone's matches
 		q.Rules[i] = &c
 	}
 	for _, c := range p.Chains {

@@ -56,8 +56,10 @@ func shadowed(p *Program) []Removal {
 		var shapes []*shapeIndex
 		byShape := make(map[[NumFields]uint8]*shapeIndex)
 		for _, r := range c.Rules {
-			f, ok := p.Normalize(r, shadowLimit)
-			if !ok || len(f.Tuples) == 0 {
+			// The form the classifier takes too (Program.Form), of
+			// which only small ones without residual matches serve.
+			f, ok := p.Form(r)
+			if !ok || len(f.Residual) > 0 || len(f.Tuples) == 0 || len(f.Tuples) > shadowLimit {
 				continue
 			}
 			found := false

@@ -62,6 +62,15 @@ type Rule struct {
 	Text    string
 	Matches []Match
 	Action  Action
+
+	// form caches Program.Form: the normal form of Matches, which must
+	// not change once it is computed.
+	form *cachedForm
+}
+
+type cachedForm struct {
+	f  Form
+	ok bool
 }
 
 // Action is what a rule does when it matches. The set of kinds is closed:

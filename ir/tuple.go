@@ -98,6 +98,19 @@ type Form struct {
 // rule has none (negations, non-contiguous masks, sets with nomatch
 // entries, matches on other fields, more than one L4Header) or when the
 // rule expands into more than limit tuples.
+// FormLimit bounds the tuples of a rule's form (Program.Form).
+const FormLimit = 1 << 16
+
+// Form is NormalizeResidual(r, FormLimit), computed once per rule: the
+// shadow pass and the classifier both ask for it.
+func (p *Program) Form(r *Rule) (Form, bool) {
+	if r.form == nil {
+		f, ok := p.NormalizeResidual(r, FormLimit)
+		r.form = &cachedForm{f, ok}
+	}
+	return r.form.f, r.form.ok
+}
+
 func (p *Program) Normalize(r *Rule, limit int) (Form, bool) {
 	f, ok := p.NormalizeResidual(r, limit)
 	if !ok || len(f.Residual) > 0 {
