@@ -892,10 +892,13 @@ func (c *compiler) parseL4() {
 	b.emit(ja("l4_icmp"))
 	b.mark("l4_ports")
 	b.emit(
-		asm.JLT.Imm(asm.R9, 4, "l4_tcp"),
+		// Each port as far as the packet holds it (nft loads the source
+		// port of a header cut after it).
+		asm.JLT.Imm(asm.R9, 2, "l4_tcp"),
 		ld(asm.R2, asm.R10, parseBuf, asm.Half),
 		ntoh(asm.R2, asm.Half),
 		st(asm.R7, pktSport, asm.R2, asm.Word),
+		asm.JLT.Imm(asm.R9, 4, "l4_tcp"),
 		ld(asm.R2, asm.R10, parseBuf+2, asm.Half),
 		ntoh(asm.R2, asm.Half),
 		st(asm.R7, pktDport, asm.R2, asm.Word),

@@ -419,8 +419,12 @@ func decodeL4(p *Packet, l4 []byte) {
 	p.L4 = l4
 	switch p.Proto {
 	case protoTCP, protoUDP, protoUDPLite, protoSCTP, protoDCCP:
-		if len(l4) >= 4 {
+		// Each port as far as the packet holds it: nft loads the
+		// source port of a header cut after it.
+		if len(l4) >= 2 {
 			p.SrcPort = binary.BigEndian.Uint16(l4)
+		}
+		if len(l4) >= 4 {
 			p.DstPort = binary.BigEndian.Uint16(l4[2:])
 		}
 	}

@@ -383,8 +383,10 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 			ms = l4Header(ms, 20, true)
 		case m.FlagMask != 0 || m.FlagComp != 0 || m.FlagsNeg:
 			ms = transport(ms, 14) // th + 13, one byte
-		case m.SrcPorts != rules.AnyPort || m.DstPorts != rules.AnyPort || m.SrcNeg || m.DstNeg:
+		case m.DstPorts != rules.AnyPort || m.DstNeg:
 			ms = transport(ms, 4)
+		case m.SrcPorts != rules.AnyPort || m.SrcNeg:
+			ms = transport(ms, 2) // nft loads the source port alone
 		}
 		if nft && m.Option != 0 {
 			l.errorf(m.Pos, "tcp option match is not supported in nft rules")
@@ -405,10 +407,17 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 		if !l.needProto(r, m, "udp", protoUDP) {
 			return ms
 		}
-		if nft {
-			ms = transport(ms, 4)
-		} else {
+		switch {
+		case !nft:
 			ms = l4Header(ms, 8, false)
+		case m.SrcPorts != rules.AnyPort || m.SrcNeg:
+			if m.DstPorts == rules.AnyPort && !m.DstNeg {
+				ms = transport(ms, 2) // nft loads the source port alone
+				break
+			}
+			fallthrough
+		default:
+			ms = transport(ms, 4)
 		}
 		ms = l.ports(ms, m, Src, m.SrcPorts, m.SrcNeg)
 		ms = l.ports(ms, m, Dst, m.DstPorts, m.DstNeg)
@@ -557,10 +566,14 @@ func (l *lowerer) multiport(ms []Match, m *rules.Multiport, nft bool) []Match {
 			return ms
 		}
 	}
-	// multiport_mt reads only the two port fields.
-	if nft {
+	// multiport_mt reads only the two port fields; nft loads the one it
+	// compares.
+	switch {
+	case nft && dir == Src:
+		ms = transport(ms, 2)
+	case nft:
 		ms = transport(ms, 4)
-	} else {
+	default:
 		ms = l4Header(ms, 4, false)
 	}
 	return append(ms, Ports{Dir: dir, Ranges: slices.Clone(m.Ports), Neg: m.Neg})

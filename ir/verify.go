@@ -264,7 +264,12 @@ func (v *verifier) match(m Match, st *ruleState) error {
 		}
 		st.guard = max(st.guard, m.Len)
 	case Ports:
-		if err := errors.Join(v.dir(m.Dir, true), needs(4, "ports match")); err != nil {
+		// The source port is the first two bytes of the header.
+		need := 4
+		if m.Dir == Src {
+			need = 2
+		}
+		if err := errors.Join(v.dir(m.Dir, true), needs(need, "ports match")); err != nil {
 			return err
 		}
 		if len(m.Ranges) == 0 {

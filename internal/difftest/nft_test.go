@@ -180,6 +180,29 @@ func fragment(t *testing.T, fam rules.Family, dport uint16, flowLabel uint32) []
 	return buf.Bytes()
 }
 
+// truncated returns a datagram from the sender to beyond the firewall of
+// protocol proto whose transport header is its first n bytes: 0, 22,
+// then zeros. nft's loads of a field past them fail and the rule does not
+// match.
+func truncated(t *testing.T, fam rules.Family, proto layers.IPProtocol, n int) []byte {
+	t.Helper()
+	data := gopacket.Payload(append([]byte{0, 22}, make([]byte, 20)...)[:n])
+	eth := &layers.Ethernet{SrcMAC: senderMAC, DstMAC: fwInMAC}
+	var ip gopacket.SerializableLayer
+	if fam == rules.IPv4 {
+		eth.EthernetType = layers.EthernetTypeIPv4
+		ip = &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: proto, SrcIP: net.IP{203, 0, 113, 5}, DstIP: net.IP{198, 51, 100, 7}}
+	} else {
+		eth.EthernetType = layers.EthernetTypeIPv6
+		ip = &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: proto, SrcIP: net.ParseIP("2001:db8:1::5"), DstIP: net.ParseIP("2001:db8:2::7")}
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, data); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
 // TestFragmentsNFT: nft's transport loads match non-first fragments, as
 // xtables' matches never do. nft_payload_fast_eval reads the fragment's
 // data as the transport header in IPv4, and in IPv6 the IPv6 header
@@ -332,6 +355,10 @@ func TestConstructsNFT(t *testing.T) {
 		"add set inet bw addr { type ipv4_addr; }\n" +
 		"add map inet bw vm { type ipv4_addr : verdict; elements = { 10.0.0.1 : drop, 10.0.2.2 : accept } }\n" +
 		"add map inet bw pm { type inet_service : ipv4_addr; elements = { 80 : 10.0.0.1, 443 : 10.0.0.2 } }\n" +
+		"add set inet bw ca { type ipv4_addr; elements = { 10.0.0.1, * } }\n" +
+		"add set inet bw caport { type inet_service; elements = { 22, * } }\n" +
+		"add set inet bw cacat { type ipv4_addr . inet_service; elements = { 10.0.0.1 . 22, * } }\n" +
+		"add map inet bw cavm { type ipv4_addr : verdict; elements = { 10.0.2.2 : accept, * : drop } }\n" +
 		"add chain inet bw fwchain { type filter hook forward priority 0; policy accept; }\n"
 	for _, rule := range []string{
 		"ip saddr . ip daddr @pair drop",
@@ -362,6 +389,20 @@ func TestConstructsNFT(t *testing.T) {
 		"ip protocol != { tcp, icmp, 47 } drop",
 		"meta l4proto != tcp meta l4proto != udp drop",
 		"ip6 saddr != 2001:db8::/32 meta l4proto != { udp, ipv6-icmp } drop",
+		"tcp dport 0-65535 drop",
+		"udp sport 0-65535 drop",
+		"udp sport 22 drop",
+		"tcp sport != 22 drop",
+		// catch-all elements: every key is in the set
+		"ip saddr @ca drop",
+		"ip saddr != @ca drop",
+		"tcp dport @caport drop",
+		"udp dport != @caport drop",
+		"ip saddr . tcp dport @cacat drop",
+		"ip saddr vmap { 10.0.0.1 : accept, * : drop }",
+		"tcp dport vmap { 22 : accept, 1-10 : drop, * : drop }",
+		"udp dport vmap { * : drop }",
+		"ip saddr vmap @cavm",
 	} {
 		for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 			text := []byte(head + "add rule inet bw fwchain " + rule + "\n")
@@ -376,6 +417,16 @@ func TestConstructsNFT(t *testing.T) {
 				// Non-first fragments, which frag-off tells apart (with
 				// conntrack the kernel holds them for reassembly).
 				c.Probes = append(c.Probes, fragment(t, fam, 53, 0), fragment(t, fam, 54, 53))
+			}
+			if !nftConntrack.Match(text) {
+				// Transport headers too short for the ports. (Conntrack
+				// finds no tuple in them: INVALID, where the probes of
+				// a rule that tests the state are all NEW.)
+				for _, proto := range []layers.IPProtocol{layers.IPProtocolTCP, layers.IPProtocolUDP} {
+					for _, n := range []int{0, 2, 3} {
+						c.Probes = append(c.Probes, truncated(t, fam, proto, n))
+					}
+				}
 			}
 			logTotals(t, fmt.Sprintf("%s (%s)", rule, fam), check(t, c, b.ref, b.others...))
 		}

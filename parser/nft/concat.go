@@ -87,7 +87,16 @@ func (b *ruleBuilder) keyLoaded(key string) {
 		if b.needFamily(rules.IPv6) {
 			b.add(always1(b.dep(58)))
 		}
-	case "tcp", "udp", "sctp":
+	case "tcp", "udp":
+		if _, field, _ := strings.Cut(key, " "); field == "sport" || field == "dport" {
+			// The whole range of ports: the packets nft loads the port
+			// of (its transport header holds it).
+			b.relation(b.src.pos, key, "", nil, rhs{elems: []elem{{pos: b.src.pos, lo: "0", hi: "65535", hasRange: true}}})
+			return
+		}
+		p, _ := parseProto(proto)
+		b.add(always1(b.dep(p)))
+	case "sctp":
 		p, _ := parseProto(proto)
 		b.add(always1(b.dep(p)))
 	}

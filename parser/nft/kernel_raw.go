@@ -43,6 +43,9 @@ func dumpNftables(family nftables.TableFamily, msg int, attrs []netlink.Attribut
 	return replies, nil
 }
 
+// nftSetElemCatchAll is NFT_SET_ELEM_CATCHALL: the element "*".
+const nftSetElemCatchAll = 0x2
+
 // mapVerdicts reads the verdicts of a verdict map's elements, by key:
 // google/nftables v0.3.0 drops an element's verdict data when it lists
 // elements (it keeps only NFTA_DATA_VALUE), so they are asked for here.
@@ -71,6 +74,11 @@ func mapVerdicts(t *nftables.Table, s *nftables.Set) (map[string]*expr.Verdict, 
 						var v *expr.Verdict
 						for el.Next() {
 							switch el.Type() {
+							case unix.NFTA_SET_ELEM_FLAGS:
+								// nf_tables' attributes are big-endian.
+								if b := el.Bytes(); len(b) == 4 && binary.BigEndian.Uint32(b)&nftSetElemCatchAll != 0 {
+									key = []byte{} // it has no key
+								}
 							case unix.NFTA_SET_ELEM_KEY:
 								el.Nested(func(d *netlink.AttributeDecoder) error {
 									for d.Next() {

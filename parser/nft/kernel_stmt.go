@@ -414,6 +414,22 @@ func elementTexts(ks kernelSet, parts []keyPart) ([]string, error) {
 	})
 	var out []string
 	for i, el := range elems {
+		if len(el.Key) == 0 && !el.IntervalEnd {
+			// The catch-all element (NFT_SET_ELEM_CATCHALL) has no key.
+			t := "*"
+			if verdicts {
+				if el.VerdictData == nil {
+					return nil, fmt.Errorf("map %s maps to data, not verdicts", s.Name)
+				}
+				v, err := verdictText(el.VerdictData)
+				if err != nil {
+					return nil, err
+				}
+				t += " : " + v
+			}
+			out = append(out, t)
+			continue
+		}
 		if uint32(len(el.Key)) < keyLen {
 			return nil, fmt.Errorf("set %s has a key of %d bytes, the lookup %d", s.Name, len(el.Key), keyLen)
 		}

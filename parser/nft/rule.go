@@ -594,8 +594,14 @@ func (b *ruleBuilder) match(m *Match) {
 		return
 	}
 	op := normOp(m.Op)
+	b.rv.keepCatchAll = true
 	val, ok := b.rv.list(m.Right, b.src.env)
+	b.rv.keepCatchAll = false
 	if !ok {
+		return
+	}
+	if ca := b.catchAllOf(val); ca != nil {
+		b.catchAllLookup(pos, keys, op, m.Mask != nil)
 		return
 	}
 	if len(keys) > 1 {
@@ -647,13 +653,16 @@ func normOp(op string) string {
 // element: keys are distinct, so at most one of them fires.
 func (b *ruleBuilder) vmap(m *Match, keys []string, pos rules.Pos) {
 	var elems []elem
+	var catchAll *elem
 	switch {
 	case m.VMap.Set != nil:
+		b.rv.keepCatchAll = true
 		r, ok := b.rv.value(&Value{Pos: m.VMap.Pos, Parts: []*Unit{{Pos: m.VMap.Pos, Lo: m.VMap}}}, b.src.env, 0)
+		b.rv.keepCatchAll = false
 		if !ok {
 			return
 		}
-		elems = r.elems
+		elems, catchAll = r.elems, r.catchAll
 	case m.VMap.Ref != nil:
 		s := b.tbl.sets[(*m.VMap.Ref)[1:]]
 		if s == nil || !s.isMap {
@@ -662,8 +671,8 @@ func (b *ruleBuilder) vmap(m *Match, keys []string, pos rules.Pos) {
 		}
 		for i, el := range s.elems {
 			if el.CatchAll {
-				b.unsupported(pos, "set "+s.name+" with a catch-all element *")
-				return
+				catchAll = &elem{pos: toPos(el.Pos), verdict: el.Verdict}
+				continue
 			}
 			r, ok := b.rv.value(el.Key, s.elemEnvs[i], 0)
 			if !ok {
@@ -722,7 +731,98 @@ func (b *ruleBuilder) vmap(m *Match, keys []string, pos rules.Pos) {
 		b.conds = append(slices.Clone(base), alts)
 		b.emit(a)
 	}
+	if catchAll != nil {
+		// The catch-all element takes every key the others do not.
+		if catchAll.verdict == nil {
+			b.errorf(catchAll.pos, "verdict map element without a verdict")
+			b.conds = base
+			return
+		}
+		b.conds = nil
+		b.catchAllRest(catchAll.pos, keys, elems)
+		alts := product(b.conds)
+		if a := verdictAction(catchAll.verdict); a.kind == actNone {
+			cont = append(cont, alts...)
+		} else {
+			b.conds = append(slices.Clone(base), alts)
+			b.emit(a)
+		}
+	}
 	b.conds = append(slices.Clone(base), cont)
+}
+
+// catchAllKey reports whether a lookup of key in a set with a catch-all
+// element compiles: nft loads the key of every packet of its protocol
+// (keyLoaded says which those are).
+func catchAllKey(key string) bool {
+	proto, _, _ := strings.Cut(key, " ")
+	switch proto {
+	case "ip", "ip6", "tcp", "udp", "sctp", "icmp", "icmpv6":
+		return knownKeys[key]
+	}
+	return key == "meta mark" || key == "mark"
+}
+
+// catchAllOf returns the catch-all element of the set val is, a set
+// literal (which the resolver kept) or a named set; nil when it has
+// none.
+func (b *ruleBuilder) catchAllOf(val rhs) *elem {
+	if val.catchAll != nil {
+		return val.catchAll
+	}
+	if len(val.elems) != 1 || val.elems[0].ref == "" {
+		return nil
+	}
+	s := b.tbl.sets[val.elems[0].ref]
+	if s == nil || slices.Contains(s.flags, "timeout") || slices.Contains(s.flags, "dynamic") {
+		return nil // refused by setElems
+	}
+	for _, el := range s.elems {
+		if el.CatchAll {
+			return &elem{pos: toPos(el.Pos), verdict: el.Verdict}
+		}
+	}
+	return nil
+}
+
+// catchAllLookup translates a lookup of keys in a set with a catch-all
+// element (nft_lookup_eval, nft_set_catchall_lookup): every key is in
+// it, so "==" holds for every packet whose keys nft loads, "!=" for
+// none.
+func (b *ruleBuilder) catchAllLookup(pos rules.Pos, keys []string, op string, masked bool) {
+	for _, k := range keys {
+		if !catchAllKey(k) {
+			b.unsupported(pos, k+" in a set with a catch-all element *")
+			return
+		}
+	}
+	switch {
+	case masked:
+		b.unsupported(pos, "a masked key in a set with a catch-all element *")
+	case op == "" || op == "==":
+		for _, k := range keys {
+			b.keyLoaded(k)
+		}
+	case op == "!=":
+		b.add(choice{})
+	default:
+		b.unsupported(pos, "a set with a catch-all element * under "+op)
+	}
+}
+
+// catchAllRest adds the condition of a verdict map's catch-all element:
+// the key loads and is none of elems.
+func (b *ruleBuilder) catchAllRest(pos rules.Pos, keys []string, elems []elem) {
+	if len(keys) != 1 || !catchAllKey(keys[0]) {
+		b.unsupported(pos, strings.Join(keys, " . ")+" in a verdict map with a catch-all element *")
+		return
+	}
+	if len(elems) == 0 {
+		b.keyLoaded(keys[0])
+		return
+	}
+	b.relation(pos, keys[0], "!=", nil, rhs{elems: elems, set: true})
+	b.flushICMP()
 }
 
 // disjointKeys refuses a verdict map two of whose keys overlap, as nft
@@ -1268,9 +1368,9 @@ func (b *ruleBuilder) portMatch(pos rules.Pos, key, op string, val rhs) {
 			b.add(choice{})
 			return
 		}
-		// Not in an empty set: every packet nft can load the port of.
-		b.add(always1(b.dep(p)))
-		return
+		// Not in an empty set: every packet nft can load the port of,
+		// which the whole range of ports says.
+		ranges, neg = []rules.PortRange{rules.AnyPort}, false
 	}
 	loc := rules.Located{Pos: pos}
 	dir := rules.MultiportDst
@@ -1282,7 +1382,9 @@ func (b *ruleBuilder) portMatch(pos rules.Pos, key, op string, val rhs) {
 		if !need(r) {
 			return false
 		}
-		if len(ranges) == 1 && (p == 6 || p == 17) {
+		// A tcp or udp match with every port would test none: the
+		// whole range stays a multiport match, which loads the port.
+		if len(ranges) == 1 && (p == 6 || p == 17) && (ranges[0] != rules.AnyPort || neg) {
 			if b.singlePort(r, p, field, ranges[0], neg, loc) {
 				return true
 			}

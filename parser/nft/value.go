@@ -33,6 +33,9 @@ type elem struct {
 type rhs struct {
 	elems []elem
 	set   bool
+	// catchAll is a set literal's catch-all element "*", when the
+	// resolver keeps them (resolver.keepCatchAll).
+	catchAll *elem
 }
 
 // resolver expands variables and set literals.
@@ -41,6 +44,10 @@ type resolver struct {
 	// unsupported, when set, records a construct nft takes and bpfwall
 	// does not compile (ruleBuilder.unsupported).
 	unsupported func(pos rules.Pos, what string)
+	// keepCatchAll: a set literal's catch-all element goes to
+	// rhs.catchAll, for a caller that compiles it; otherwise it is
+	// refused as unsupported.
+	keepCatchAll bool
 }
 
 // catchAll refuses the catch-all element "*" of a set: bpfwall does not
@@ -67,6 +74,9 @@ func (rv *resolver) list(l *List, e *env) (rhs, bool) {
 			return out, false
 		}
 		out.elems = append(out.elems, r.elems...)
+		if r.catchAll != nil {
+			out.catchAll = r.catchAll
+		}
 		if len(l.Items) == 1 {
 			out.set = r.set
 		}
@@ -121,6 +131,10 @@ func (rv *resolver) value(v *Value, e *env, depth int) (rhs, bool) {
 				if timed(el) {
 					rv.errorf(toPos(el.Pos), "set element timeout is not supported")
 					return rhs{}, false
+				}
+				if el.CatchAll && rv.keepCatchAll && depth == 0 {
+					out.catchAll = &elem{pos: toPos(el.Pos), verdict: el.Verdict}
+					continue
 				}
 				if el.CatchAll {
 					rv.catchAll(el)
