@@ -107,6 +107,29 @@ func GenerateNFT(seed uint64, opts GenOptions) []byte {
 			tail = append(tail, fmt.Sprintf("meta length %d-%d drop", 40+x.IntN(40), 80+x.IntN(60)))
 		}
 	}
+	// Catch-all elements, from a stream of their own too.
+	y := rand.New(rand.NewPCG(seed, 0x6361746368))
+	if y.IntN(3) == 0 {
+		ip, addr := "ip", "ipv4_addr"
+		if opts.Family == rules.IPv6 {
+			ip, addr = "ip6", "ipv6_addr"
+		}
+		port := func() int { return []int{22, 53, 80, 443}[y.IntN(4)] }
+		w("add set %s ca0 { type %s; flags interval; elements = { %s, * }; }", g.table, addr, g.addrElem(opts.Family))
+		w("add set %s cap0 { type inet_service; elements = { %d, * }; }", g.table, port())
+		w("add map %s cav0 { type inet_service : verdict; elements = { %d : accept, * : drop }; }", g.table, port())
+		for range 1 + y.IntN(2) {
+			tail = append(tail, []string{
+				ip + " saddr != @ca0 drop",
+				ip + " daddr @ca0 counter",
+				"udp dport != @cap0 drop",
+				fmt.Sprintf("tcp dport vmap { %d : drop, * : continue }", port()),
+				fmt.Sprintf("%s saddr vmap { %s : drop, * : continue }", ip, g.addrElem(opts.Family)),
+				"tcp dport @cap0 " + []string{"accept", "drop"}[y.IntN(2)],
+				"udp dport vmap @cav0",
+			}[y.IntN(7)])
+		}
+	}
 	for _, c := range bases {
 		for range 2 + g.rng.IntN(9) {
 			w("add rule %s %s %s", g.table, c, g.rule(-1))

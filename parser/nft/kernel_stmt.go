@@ -538,6 +538,9 @@ func (x *exprReader) lookup(e *expr.Lookup) error {
 	if s.IsMap && !asSet {
 		decl = fmt.Sprintf("map %s { typeof %s : verdict;", s.Name, key)
 	}
+	if s.Interval {
+		decl += " flags interval;"
+	}
 	if len(elems) > 0 {
 		decl += " elements = { " + strings.Join(elems, ", ") + " };"
 	}

@@ -471,9 +471,30 @@ func (rd *reader) addElements(s *set, l *SetLit, e *env) {
 			rd.errorf(pos, "missing statement in %s declaration: element counters need a counter statement in the %s", s.kind(), s.kind())
 			continue
 		}
+		if what, pos := intervalElem(el); what != "" && !slices.Contains(s.flags, "interval") {
+			rd.errorf(pos, "You must add 'flags interval' to your %s declaration if you want to add %s elements", s.kind(), what)
+			continue
+		}
 		s.elems = append(s.elems, el)
 		s.elemEnvs = append(s.elemEnvs, e)
 	}
+}
+
+// intervalElem names what makes el an interval, which only a set with
+// flags interval holds: a range or a prefix, of the key or of a part.
+func intervalElem(el *Elem) (string, rules.Pos) {
+	if el.Key == nil {
+		return "", rules.Pos{}
+	}
+	for _, u := range el.Key.Parts {
+		switch {
+		case u.Hi != nil:
+			return "range", toPos(u.Pos)
+		case u.Mask != nil:
+			return "prefix", toPos(u.Pos)
+		}
+	}
+	return "", rules.Pos{}
 }
 
 func (a *SelAtom) text() string {

@@ -143,6 +143,10 @@ var validateCases = []struct {
 	// catch-all elements, which check takes and compile refuses
 	{"ip", filterOut, "ip saddr vmap { 1.1.1.1 : drop, * : accept }", ""},
 	{"ip", filterOut + "; } ; add set ip t s { type ipv4_addr; elements = { 192.168.3.5, * } ", "ip saddr @s drop", ""},
+	// range and prefix elements need an interval set
+	{"ip", filterOut + "; } ; add set ip t s { type ipv4_addr; flags interval; elements = { 10.0.0.0/8, 11.2.0.1-11.2.0.9 } ", "ip saddr @s drop", ""},
+	{"ip", filterOut + "; } ; add set ip t s { type ipv4_addr; elements = { 10.0.0.0/8 } ", "ip saddr @s drop", "You must add 'flags interval' to your set declaration if you want to add prefix elements"},
+	{"ip", filterOut + "; } ; add map ip t m { type inet_service : verdict; elements = { 1-9 : drop } ", "tcp dport vmap @m", "You must add 'flags interval' to your map declaration if you want to add range elements"},
 	// conntrack addresses in a concatenation
 	{"ip", filterOut, "ct original ip saddr . meta mark { 1.1.1.1 . 0x00000014 }", ""},
 	{"ip", filterOut, "ct original saddr . meta mark { 1.1.1.1 . 0x00000014 }", "specify either ip or ip6"},
