@@ -1,8 +1,10 @@
 package nft
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -71,6 +73,7 @@ type set struct {
 	valType  string
 	flags    []string
 	counter  bool // the declaration has a counter statement
+	merge    bool // auto-merge: overlapping intervals are merged
 	elems    []*Elem
 	elemEnvs []*env
 	file     string
@@ -454,6 +457,8 @@ func (rd *reader) addSet(t *table, isMap bool, name string, pos rules.Pos, items
 			s.flags = append(s.flags, it.Flags...)
 		case it.Other != nil && it.Other.Keyword == "counter":
 			s.counter = true
+		case it.Other != nil && it.Other.Keyword == "auto-merge":
+			s.merge = true
 		}
 	}
 	// nft reads the whole declaration before its elements.
@@ -694,6 +699,11 @@ func readRuleset(name string, src []byte, readFile func(string) ([]byte, error))
 	}
 	rd := &reader{rs: &ruleset{}, readFile: readFile}
 	rd.readScript(name, src, &env{vars: map[string]*Value{}, envs: map[string]*env{}})
+	for _, t := range rd.rs.tables {
+		for _, n := range slices.Sorted(maps.Keys(t.sets)) {
+			rd.overlaps(t.sets[n])
+		}
+	}
 	if err := rd.errs.Err(); err != nil {
 		return rd.rs, err
 	}
@@ -701,6 +711,61 @@ func readRuleset(name string, src []byte, readFile func(string) ([]byte, error))
 }
 
 var _ = fmt.Sprint
+
+// setKeys are the set types whose intervals overlaps checks, with a
+// selector of their values.
+var setKeys = map[string]string{"ipv4_addr": "ip saddr", "ipv6_addr": "ip6 saddr", "inet_service": "tcp dport"}
+
+// overlaps refuses, as nft does, an interval set or map without
+// auto-merge two of whose elements overlap.
+func (rd *reader) overlaps(s *set) {
+	key := ""
+	if len(s.keyType) == 1 {
+		key = setKeys[s.keyType[0]]
+	}
+	if key == "" || s.merge || !slices.Contains(s.flags, "interval") {
+		return
+	}
+	type span struct {
+		lo, hi []byte
+		pos    rules.Pos
+	}
+	var spans []span
+	rv := resolver{errs: &rules.ErrorList{}}
+	for i, el := range s.elems {
+		if el.Key == nil {
+			continue
+		}
+		r, ok := rv.value(el.Key, s.elemEnvs[i], 0)
+		if !ok {
+			return // the rules that use the set say why
+		}
+		for _, e := range r.elems {
+			if lo, hi, ok := partRange(key, e); ok {
+				spans = append(spans, span{lo, hi, e.pos})
+			}
+		}
+	}
+	slices.SortStableFunc(spans, func(a, b span) int { return bytes.Compare(a.lo, b.lo) })
+	for i := 1; i < len(spans); i++ {
+		if bytes.Compare(spans[i].lo, spans[i-1].hi) <= 0 {
+			later := spans[i]
+			if comparePos(spans[i-1].pos, later.pos) > 0 {
+				later = spans[i-1]
+			}
+			rd.errorf(later.pos, "conflicting intervals specified")
+			return
+		}
+	}
+}
+
+// comparePos orders positions in a file.
+func comparePos(a, b rules.Pos) int {
+	if a.Line != b.Line {
+		return a.Line - b.Line
+	}
+	return a.Col - b.Col
+}
 
 // addObject records a declared object, from its words: "counter NAME",
 // "ct helper NAME".

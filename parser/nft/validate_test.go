@@ -147,6 +147,9 @@ var validateCases = []struct {
 	{"ip", filterOut + "; } ; add set ip t s { type ipv4_addr; flags interval; elements = { 10.0.0.0/8, 11.2.0.1-11.2.0.9 } ", "ip saddr @s drop", ""},
 	{"ip", filterOut + "; } ; add set ip t s { type ipv4_addr; elements = { 10.0.0.0/8 } ", "ip saddr @s drop", "You must add 'flags interval' to your set declaration if you want to add prefix elements"},
 	{"ip", filterOut + "; } ; add map ip t m { type inet_service : verdict; elements = { 1-9 : drop } ", "tcp dport vmap @m", "You must add 'flags interval' to your map declaration if you want to add range elements"},
+	{"ip", filterOut + "; } ; add set ip t s { type ipv4_addr; flags interval; elements = { 10.0.0.0/8, 10.2.0.1-10.2.0.9 } ", "ip saddr @s drop", "conflicting intervals specified"},
+	{"ip", filterOut + "; } ; add set ip t s { type ipv4_addr; flags interval; auto-merge; elements = { 10.0.0.0/8, 10.2.0.1-10.2.0.9 } ", "ip saddr @s drop", ""},
+	{"ip", filterOut + "; } ; add set ip t s { type inet_service; flags interval; elements = { 20-30, 25 } ", "tcp dport @s drop", "conflicting intervals specified"},
 	// conntrack addresses in a concatenation
 	{"ip", filterOut, "ct original ip saddr . meta mark { 1.1.1.1 . 0x00000014 }", ""},
 	{"ip", filterOut, "ct original saddr . meta mark { 1.1.1.1 . 0x00000014 }", "specify either ip or ip6"},
