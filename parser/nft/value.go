@@ -147,6 +147,12 @@ func (rv *resolver) value(v *Value, e *env, depth int) (rhs, bool) {
 				for i := range r.elems {
 					r.elems[i].verdict = el.Verdict
 					if el.Value != nil {
+						// nft takes maps to data (meta mark set ip
+						// saddr map { ... }); bpfwall compiles none.
+						if rv.unsupported != nil {
+							rv.unsupported(toPos(el.Pos), "map to data")
+							return rhs{}, false
+						}
 						rv.errorf(toPos(el.Pos), "maps to data are not supported")
 						return rhs{}, false
 					}
