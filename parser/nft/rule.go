@@ -752,15 +752,15 @@ func (b *ruleBuilder) vmap(m *Match, keys []string, pos rules.Pos) {
 }
 
 // catchAllKey reports whether a lookup of key in a set with a catch-all
-// element compiles: nft loads the key of every packet of its protocol
-// (keyLoaded says which those are).
+// element compiles: keys whose loads keyLoaded says exactly, the
+// addresses (of every packet of the family), the TCP and UDP ports (of
+// every packet whose transport header holds the port) and the mark.
 func catchAllKey(key string) bool {
-	proto, _, _ := strings.Cut(key, " ")
-	switch proto {
-	case "ip", "ip6", "tcp", "udp", "sctp", "icmp", "icmpv6":
-		return knownKeys[key]
+	switch key {
+	case "ip saddr", "ip daddr", "ip6 saddr", "ip6 daddr", "tcp sport", "tcp dport", "udp sport", "udp dport", "meta mark", "mark":
+		return true
 	}
-	return key == "meta mark" || key == "mark"
+	return false
 }
 
 // catchAllOf returns the catch-all element of the set val is, a set
