@@ -359,6 +359,7 @@ func TestConstructsNFT(t *testing.T) {
 		"add set inet bw caport { type inet_service; elements = { 22, * } }\n" +
 		"add set inet bw cacat { type ipv4_addr . inet_service; elements = { 10.0.0.1 . 22, * } }\n" +
 		"add map inet bw cavm { type ipv4_addr : verdict; elements = { 10.0.2.2 : accept, * : drop } }\n" +
+		"add set inet bw camark { type mark; elements = { 0x1, * } }\n" +
 		"add chain inet bw fwchain { type filter hook forward priority 0; policy accept; }\n"
 	for _, rule := range []string{
 		"ip saddr . ip daddr @pair drop",
@@ -403,6 +404,8 @@ func TestConstructsNFT(t *testing.T) {
 		"tcp dport vmap { 22 : accept, 1-10 : drop, * : drop }",
 		"udp dport vmap { * : drop }",
 		"ip saddr vmap @cavm",
+		"meta mark @camark drop",
+		"meta mark != @camark drop",
 	} {
 		for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 			text := []byte(head + "add rule inet bw fwchain " + rule + "\n")
