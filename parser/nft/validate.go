@@ -146,6 +146,11 @@ func (b *ruleBuilder) validate() bool {
 		if n := len(terms); n > 0 {
 			if m := terms[n-1].Match; m != nil && len(m.Left.Atoms) == 1 {
 				b.atomSpec(m.Left.Atoms[0])
+				if a := m.Left.Atoms[0]; a.Proto == "ipsec" && m.Right != nil && len(m.Right.Items) == 1 {
+					// The grammar reads the word after "ipsec in" as
+					// the value, and leaves the rest unread.
+					b.validateIpsec(toPos(a.Pos), append([]string{primText(m.Right.Items[0])}, strings.Fields(strings.TrimPrefix(b.src.unread, "… "))...))
+				}
 			}
 			terms = terms[:n-1]
 		}
@@ -273,6 +278,25 @@ var icmpFieldTypes = map[string][]int{
 	"icmp id": {8, 0}, "icmp sequence": {8, 0}, "icmp mtu": {3}, "icmp gateway": {5},
 	"icmpv6 id": {128, 129}, "icmpv6 sequence": {128, 129}, "icmpv6 mtu": {2},
 	"icmpv6 max-delay": {130, 131, 132},
+}
+
+// validateIpsec checks what follows "ipsec in" or "ipsec out": an
+// optional "spnum N" (N a policy index below 256), then a key.
+func (b *ruleBuilder) validateIpsec(pos rules.Pos, words []string) {
+	if len(words) > 0 && words[0] == "spnum" {
+		if len(words) < 3 {
+			b.errorf(pos, "syntax error, unexpected newline, expecting ip or ip6 or spi or reqid")
+			return
+		}
+		if n, ok := parseInteger(words[1]); !ok || n.Cmp(big.NewInt(255)) > 0 {
+			b.errorf(pos, "value too large")
+			return
+		}
+		words = words[2:]
+	}
+	if len(words) == 0 || !slices.Contains([]string{"ip", "ip6", "spi", "reqid"}, words[0]) {
+		b.errorf(pos, "syntax error, expecting ip or ip6 or spi or reqid")
+	}
 }
 
 // validateSetRef checks that a set a rule looks up exists, and holds
