@@ -717,7 +717,7 @@ func (c *compiler) rejectVerifyChecksum(sym string, tcp bool, noReply string) {
 	}
 	b.mark(pseudo)
 	c.rejectPseudoProto(rjOrig, -1)
-	c.rejectPartialChecksum(sym, ok, noReply)
+	c.rejectPartialChecksum(sym, ok)
 	b.mark(sumL4)
 	b.emit(
 		ld(asm.R1, asm.R10, rjL4, asm.DWord),
@@ -743,7 +743,7 @@ func (c *compiler) rejectVerifyChecksum(sym string, tcp bool, noReply string) {
 // such a packet as checked (skb_csum_unnecessary) and replies; a program
 // cannot see ip_summed, and a frame from a wire whose wrong checksum
 // happens to be that sum gets a reply too (see docs/reject.md).
-func (c *compiler) rejectPartialChecksum(sym string, ok, noReply string) {
+func (c *compiler) rejectPartialChecksum(sym string, ok string) {
 	b := c.b
 	notPartial := sym + "_not_partial"
 	read := sym + "_partial_field"
@@ -764,7 +764,8 @@ func (c *compiler) rejectPartialChecksum(sym string, ok, noReply string) {
 		asm.Add.Imm(asm.R3, rjTmp),
 		mov(asm.R4, 2),
 		c.loadHelper().Call(),
-		asm.JNE.Imm(asm.R0, 0, noReply),
+		// A header too short to hold the field: the whole sum decides.
+		asm.JNE.Imm(asm.R0, 0, notPartial),
 		ld(asm.R0, asm.R10, rjSum, asm.DWord),
 	)
 	b.emit(fold(asm.R0, asm.R1)...)
