@@ -1152,6 +1152,15 @@ func (b *ruleBuilder) validateContinuation(prev *Term, g *Generic) {
 			toks = append(toks, &Prim{Pos: g.Pos, Atom: &tok})
 		}
 	}
+	if m.Set != nil && primText(m.Set) == "ct" && (g.Keyword == "original" || g.Keyword == "reply") && len(toks) >= 2 {
+		// "meta mark set ct original saddr map { ... }": a conntrack
+		// address as a map's key, alone or in a concatenation, has a
+		// fixed length: it needs its family.
+		if f, next := *toks[0].Atom, *toks[1].Atom; (f == "saddr" || f == "daddr") && (next == "map" || next == ".") {
+			b.errorf(toPos(g.Pos), "specify either ip or ip6 for address matching")
+		}
+		return
+	}
 	if g.Keyword == "or" && m.Set != nil {
 		// "ct event set new or related": constants of the set
 		// statement's key.

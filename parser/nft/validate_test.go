@@ -157,6 +157,9 @@ var validateCases = []struct {
 	// conntrack addresses in a concatenation
 	{"ip", filterOut, "ct original ip saddr . meta mark { 1.1.1.1 . 0x00000014 }", ""},
 	{"ip", filterOut, "ct original saddr . meta mark { 1.1.1.1 . 0x00000014 }", "specify either ip or ip6"},
+	{"ip", filterOut, "meta mark set ct original daddr map { 1.1.1.1 : 0x00000011 }", "specify either ip or ip6"},
+	{"ip", filterOut, "meta mark set ct original ip daddr map { 1.1.1.1 : 0x00000011 }", ""},
+	{"ip", filterOut, "meta mark set ct reply saddr . meta mark map { 1.1.1.1 . 0x14 : 0x1e }", "specify either ip or ip6"},
 }
 
 const (
