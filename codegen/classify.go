@@ -16,7 +16,7 @@ import (
 // The classifier (-O1) answers, for a run of terminal rules, "which is the
 // earliest rule that decides this packet?" with a few map lookups instead
 // of a test per rule; see CLASSIFIER.md. Each rule is normalized into
-// tuples (ir.Normalize); tuples of one shape go into one table, a hash
+// tuples (ir.Program.Form); tuples of one shape go into one table, a hash
 // keyed by the packet's fields cut to the shape, or an LPM trie when
 // shapes differ in one field's prefix length only. A table's value is the
 // earliest rule with that key and what it does; the tables are looked up

@@ -94,35 +94,24 @@ type Form struct {
 	ResidualPreProto, ResidualPreL4 int
 }
 
-// Normalize returns the rule's normal form, and false when a match of the
-// rule has none (negations, non-contiguous masks, sets with nomatch
-// entries, matches on other fields, more than one L4Header) or when the
-// rule expands into more than limit tuples.
-// FormLimit bounds the tuples of a rule's form (Program.Form).
-const FormLimit = 1 << 16
+// formLimit bounds the tuples of a rule's form (Program.Form).
+const formLimit = 1 << 16
 
-// Form is NormalizeResidual(r, FormLimit), computed once per rule: the
+// Form is NormalizeResidual(r, formLimit), computed once per rule: the
 // shadow pass and the classifier both ask for it.
 func (p *Program) Form(r *Rule) (Form, bool) {
 	if r.form == nil {
-		f, ok := p.NormalizeResidual(r, FormLimit)
+		f, ok := p.NormalizeResidual(r, formLimit)
 		r.form = &cachedForm{f, ok}
 	}
 	return r.form.f, r.form.ok
 }
 
-func (p *Program) Normalize(r *Rule, limit int) (Form, bool) {
-	f, ok := p.NormalizeResidual(r, limit)
-	if !ok || len(f.Residual) > 0 {
-		return Form{}, false
-	}
-	return f, true
-}
-
-// NormalizeResidual is Normalize that leaves the matches without a normal
-// form in Form.Residual instead of failing: the rule matches the packets
-// its tuples and its residual matches all hold for. It fails only for
-// more than one L4Header or more than limit tuples.
+// NormalizeResidual returns the rule's normal form: its tuples, and in
+// Form.Residual the matches that have none (negations, non-contiguous
+// masks, sets with nomatch entries, matches on other fields); the rule
+// matches the packets its tuples and its residual matches all hold for.
+// It fails only for more than one L4Header or more than limit tuples.
 func (p *Program) NormalizeResidual(r *Rule, limit int) (Form, bool) {
 	var f Form
 	cur := []Tuple{{}}
