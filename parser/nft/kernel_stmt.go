@@ -416,16 +416,9 @@ func elementTexts(ks kernelSet, parts []keyPart) ([]string, error) {
 	for i, el := range elems {
 		if len(el.Key) == 0 && !el.IntervalEnd {
 			// The catch-all element (NFT_SET_ELEM_CATCHALL) has no key.
-			t := "*"
-			if verdicts {
-				if el.VerdictData == nil {
-					return nil, fmt.Errorf("map %s maps to data, not verdicts", s.Name)
-				}
-				v, err := verdictText(el.VerdictData)
-				if err != nil {
-					return nil, err
-				}
-				t += " : " + v
+			t, err := withVerdict(s, verdicts, el, "*")
+			if err != nil {
+				return nil, err
 			}
 			out = append(out, t)
 			continue
@@ -460,20 +453,29 @@ func elementTexts(ks kernelSet, parts []keyPart) ([]string, error) {
 			texts = append(texts, t)
 			off += p.width
 		}
-		t := strings.Join(texts, " . ")
-		if verdicts {
-			if el.VerdictData == nil {
-				return nil, fmt.Errorf("map %s maps to data, not verdicts", s.Name)
-			}
-			v, err := verdictText(el.VerdictData)
-			if err != nil {
-				return nil, err
-			}
-			t += " : " + v
+		t, err := withVerdict(s, verdicts, el, strings.Join(texts, " . "))
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// withVerdict appends to the text of element el of s its verdict, when s
+// is a verdict map looked up as one.
+func withVerdict(s *nftables.Set, verdicts bool, el nftables.SetElement, t string) (string, error) {
+	if !verdicts {
+		return t, nil
+	}
+	if el.VerdictData == nil {
+		return "", fmt.Errorf("map %s maps to data, not verdicts", s.Name)
+	}
+	v, err := verdictText(el.VerdictData)
+	if err != nil {
+		return "", err
+	}
+	return t + " : " + v, nil
 }
 
 func (x *exprReader) lookup(e *expr.Lookup) error {
