@@ -112,6 +112,27 @@ func freshNetns(t *testing.T) string {
 	return pid
 }
 
+// fromPeer runs f on a thread in the network namespace of process pid.
+// The thread dies with its goroutine: it stays locked.
+func fromPeer(pid string, f func() error) error {
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		done <- func() error {
+			fd, err := unix.Open("/proc/"+pid+"/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("setns: %w", err)
+			}
+			return f()
+		}()
+	}()
+	return <-done
+}
+
 // sendUDP sends n datagrams of 32 bytes from the peer to 10.9.0.2:port
 // and returns how many arrived.
 func sendUDP(t *testing.T, peer string, port, n int) int {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -147,57 +146,39 @@ var pingID atomic.Uint32
 // process pid to dst and reports whether the reply came within two
 // seconds.
 func pingFrom(pid string, dst net.IP) (bool, error) {
-	type result struct {
-		ok  bool
-		err error
-	}
-	done := make(chan result)
-	go func() {
-		// The thread goes into the peer's namespace and dies with the
-		// goroutine: it stays locked.
-		runtime.LockOSThread()
-		ok, err := func() (bool, error) {
-			fd, err := unix.Open("/proc/"+pid+"/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	replied := false
+	err := fromPeer(pid, func() error {
+		conn, err := net.ListenPacket("ip4:icmp", "0.0.0.0")
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		// A new identifier each time: an echo request of a
+		// conntrack entry that saw its reply is ESTABLISHED.
+		id := uint16(pingID.Add(1))
+		req := &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0), Id: id, Seq: 1}
+		buf := gopacket.NewSerializeBuffer()
+		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{ComputeChecksums: true}, req, gopacket.Payload("bpfwall")); err != nil {
+			return err
+		}
+		if _, err := conn.WriteTo(buf.Bytes(), &net.IPAddr{IP: dst}); err != nil {
+			return err
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		b := make([]byte, 1500)
+		for {
+			conn.SetReadDeadline(deadline)
+			n, from, err := conn.ReadFrom(b)
 			if err != nil {
-				return false, err
+				return nil // no reply
 			}
-			defer unix.Close(fd)
-			if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-				return false, fmt.Errorf("setns: %w", err)
+			if n >= 8 && b[0] == 0 && from.(*net.IPAddr).IP.Equal(dst) && uint16(b[4])<<8|uint16(b[5]) == id {
+				replied = true
+				return nil
 			}
-			conn, err := net.ListenPacket("ip4:icmp", "0.0.0.0")
-			if err != nil {
-				return false, err
-			}
-			defer conn.Close()
-			// A new identifier each time: an echo request of a
-			// conntrack entry that saw its reply is ESTABLISHED.
-			id := uint16(pingID.Add(1))
-			req := &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0), Id: id, Seq: 1}
-			buf := gopacket.NewSerializeBuffer()
-			if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{ComputeChecksums: true}, req, gopacket.Payload("bpfwall")); err != nil {
-				return false, err
-			}
-			if _, err := conn.WriteTo(buf.Bytes(), &net.IPAddr{IP: dst}); err != nil {
-				return false, err
-			}
-			deadline := time.Now().Add(2 * time.Second)
-			b := make([]byte, 1500)
-			for {
-				conn.SetReadDeadline(deadline)
-				n, from, err := conn.ReadFrom(b)
-				if err != nil {
-					return false, nil // no reply
-				}
-				if n >= 8 && b[0] == 0 && from.(*net.IPAddr).IP.Equal(dst) && uint16(b[4])<<8|uint16(b[5]) == id {
-					return true, nil
-				}
-			}
-		}()
-		done <- result{ok, err}
-	}()
-	r := <-done
-	return r.ok, r.err
+		}
+	})
+	return replied, err
 }
 
 func sorted(s []int) []int {

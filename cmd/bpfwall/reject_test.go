@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -141,25 +140,4 @@ func dialRefused(network, addr string) error {
 		return errors.New("a reply from the listener")
 	}
 	return err
-}
-
-// fromPeer runs f on a thread in the network namespace of process pid.
-// The thread dies with its goroutine: it stays locked.
-func fromPeer(pid string, f func() error) error {
-	done := make(chan error)
-	go func() {
-		runtime.LockOSThread()
-		done <- func() error {
-			fd, err := unix.Open("/proc/"+pid+"/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return err
-			}
-			defer unix.Close(fd)
-			if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-				return fmt.Errorf("setns: %w", err)
-			}
-			return f()
-		}()
-	}()
-	return <-done
 }
