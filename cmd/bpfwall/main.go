@@ -49,7 +49,9 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code)
 
 func main() {
 	startMemoryGuard(os.Stderr)
+	stopProfiles := startProfiles(os.Stderr)
 	err := run(os.Args[1:], os.Stdout, os.Stderr)
+	stopProfiles()
 	os.Exit(exitCode(err, os.Stderr))
 }
 

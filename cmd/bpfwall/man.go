@@ -302,6 +302,9 @@ func mainPage(docs []commandDoc, src titleSource) string {
 	w.line(bold("BPFWALL_LOCKFILE"))
 	w.line(roffEscape("The lock file that serializes bpfwall commands, as ") + bold("XTABLES_LOCKFILE") +
 		roffEscape(" does iptables' (default ") + italic(loader.DefaultLockFile) + ").")
+	w.request("TP")
+	w.line(bold("BPFWALL_CPUPROFILE") + ", " + bold("BPFWALL_MEMPROFILE"))
+	w.text("Files to write a CPU profile of the command to, and a profile of what it allocated, for go tool pprof.")
 
 	w.request("SH FILES")
 	w.request("TP")
