@@ -54,7 +54,15 @@ func (l *Loaded) loadNetfilter(kernel func() (*ebpf.CollectionSpec, error)) erro
 			repl[name] = m
 		}
 	}
+	// The stage's own classifier tables are as large as the ingress
+	// program's: they are written in batches too.
+	spec, contents := deferContents(spec, repl)
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
+	if err == nil {
+		if err = fillContents(coll, contents); err != nil {
+			coll.Close()
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("load the netfilter stage: %w", err)
 	}
