@@ -253,3 +253,4 @@ func BenchmarkLower100k(b *testing.B) {
 		}
 	}
 }
+

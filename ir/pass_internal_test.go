@@ -1,9 +1,15 @@
 package ir
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
+	"runtime"
+	"strings"
 	"testing"
+
+	"bpfwall/parser/iptables"
 )
 
 // TestAggregateEntries checks that aggregated sets decide every address as
@@ -56,5 +62,48 @@ func TestAggregateEntries(t *testing.T) {
 	}
 	if shrunk < 100 {
 		t.Errorf("only %d of 500 sets shrank", shrunk)
+	}
+}
+
+// TestFormsParallel: Forms, on a chain large enough to be split between
+// CPUs, leaves every rule with its form computed, and the form is the
+// one the rule's NormalizeResidual gives alone.
+func TestFormsParallel(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	const n = 5 * parallelForms
+	for i := range n {
+		a := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		switch i % 3 {
+		case 0:
+			fmt.Fprintf(&b, "-A INPUT -s %s/%d -p tcp -m tcp --dport %d:%d -j DROP\n", a, 24+i%9, i%1000, 1000+i%5000)
+		case 1:
+			fmt.Fprintf(&b, "-A INPUT -d %s -p udp -m multiport --dports 53,1000:2000 -j ACCEPT\n", a)
+		default:
+			fmt.Fprintf(&b, "-A INPUT ! -s %s -p icmp -m icmp --icmp-type 8 -j DROP\n", a)
+		}
+	}
+	b.WriteString("COMMIT\n")
+	rs, err := iptables.Parse("forms", []byte(b.String()), iptables.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Lower(rs, LowerOptions{Table: "filter", Chain: "INPUT"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Logf("one CPU: Forms computes the forms in turn")
+	}
+	chain := p.Chains[0].Rules
+	p.Forms(chain)
+	for _, r := range chain {
+		if r.form == nil {
+			t.Fatalf("rule %d: no form after Forms", r.ID)
+		}
+		want, ok := p.NormalizeResidual(r, formLimit)
+		if r.form.ok != ok || !reflect.DeepEqual(r.form.f, want) {
+			t.Fatalf("rule %d: Forms gave %+v (%v), NormalizeResidual %+v (%v)", r.ID, r.form.f, r.form.ok, want, ok)
+		}
 	}
 }

@@ -41,6 +41,7 @@ func removeShadowed(p *Program) {
 func shadowed(p *Program) []Removal {
 	var out []Removal
 	for _, c := range p.Chains {
+		p.Forms(c.Rules)
 		type cover struct {
 			rule *Rule
 			form Form
