@@ -343,7 +343,8 @@ func TestRealNFT(t *testing.T) {
 // kernel's bits, and MAC octets of one digit. meta length is what -m
 // length tests at the IP hooks. "ip saddr & MASK == VALUE" is -s with a
 // mask that need not be a prefix. A map is a set of its keys. "ip
-// frag-off & 0x1fff != 0" is how iptables-translate writes -f.
+// frag-off & 0x1fff != 0" is how iptables-translate writes -f. "th
+// dport" is the port of the protocol an earlier term makes the rule's.
 func TestConstructsNFT(t *testing.T) {
 	requireNFT(t)
 	b := newNFTBench(t, TopologyOptions{})
@@ -406,6 +407,12 @@ func TestConstructsNFT(t *testing.T) {
 		"ip saddr vmap @cavm",
 		"meta mark @camark drop",
 		"meta mark != @camark drop",
+		// th: the ports of whichever protocol an earlier term admits
+		"meta l4proto { tcp, udp } th dport 53 drop",
+		"meta l4proto { tcp, udp, sctp } th sport != 22 drop",
+		"meta l4proto udp th dport { 1-100, 200 } drop",
+		"ip protocol . th dport { tcp . 22, udp . 67 } drop",
+		"meta l4proto . th dport vmap { tcp . 22 : drop, udp . 53 : accept }",
 	} {
 		for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 			text := []byte(head + "add rule inet bw fwchain " + rule + "\n")

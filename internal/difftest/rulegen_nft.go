@@ -467,6 +467,14 @@ func (g *nftGen) rule(self int) string {
 			case proto != "sctp" && g.chance(6):
 				w(" %s saddr . %s dport { %s }", ipKey, proto, strings.Join(g.concatElems(fam, 1+g.rng.IntN(3)), ", "))
 			}
+			if proto != "sctp" && g.chance(8) {
+				// th reads the port of each protocol the set admits; nft
+				// refuses a tcp or udp key after it ("conflicting
+				// protocols").
+				w(" meta l4proto { tcp, udp } th %s %s", g.oneOf("sport", "dport"), g.portExpr())
+				rejectProto = ""
+				break
+			}
 			if g.chance(2) {
 				w(" %s sport %s", proto, g.portExpr())
 			}

@@ -87,7 +87,7 @@ func (b *ruleBuilder) keyLoaded(key string) {
 		if b.needFamily(rules.IPv6) {
 			b.add(always1(b.dep(58)))
 		}
-	case "tcp", "udp":
+	case "tcp", "udp", "th":
 		if _, field, _ := strings.Cut(key, " "); field == "sport" || field == "dport" {
 			// The whole range of ports: the packets nft loads the port
 			// of (its transport header holds it).

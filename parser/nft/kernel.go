@@ -687,7 +687,9 @@ func transportFields(proto uint8) []fieldDef {
 	case 58:
 		return []fieldDef{{0, 1, "icmpv6 type", fieldNumber}, {1, 1, "icmpv6 code", fieldNumber}}
 	}
-	return nil
+	// No one protocol (meta l4proto { tcp, udp }, or none): nft's th,
+	// the transport header's first two 16-bit words.
+	return []fieldDef{{0, 2, "th sport", fieldNumber}, {2, 2, "th dport", fieldNumber}}
 }
 
 // field finds the field a load reads at byte at of its register.

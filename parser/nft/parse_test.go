@@ -307,7 +307,8 @@ func TestCountedElements(t *testing.T) {
 func TestUnsupportedLowersToError(t *testing.T) {
 	src := "table inet f { chain in { type filter hook input priority 0;\n fib daddr type local accept\n" +
 		" ip saddr . tcp dport { 10.0.0.0/8 . 22, 10.1.2.3 . 20-30 } accept\n iif 3 accept\n counter\n" +
-		" meta l4proto tcp tproxy to :8080 accept\n ip saddr . tcp dport < { 10.0.0.1 . 22 } drop\n meta mark set 1\n } }"
+		" meta l4proto tcp tproxy to :8080 accept\n ip saddr . tcp dport < { 10.0.0.1 . 22 } drop\n meta mark set 1\n" +
+		" th dport 53 drop\n meta l4proto { udp, esp } th sport 1 drop\n } }"
 	rs, err := Parse("t.nft", []byte(src), Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -317,7 +318,10 @@ func TestUnsupportedLowersToError(t *testing.T) {
 		"t.nft:3:2: concatenation with overlapping elements match is not supported",
 		"t.nft:4:6: iif by number (bpfwall matches the interface by the name it has when loaded) match is not supported",
 		"t.nft:6:19: tproxy: only valid in a prerouting chain",
-		"t.nft:7:2: concatenation < match is not supported", "t.nft:8:2: meta mark set target is not supported"} {
+		"t.nft:7:2: concatenation < match is not supported", "t.nft:8:2: meta mark set target is not supported",
+		// th of any protocol, and of esp (its SPI)
+		"t.nft:9:2: th dport (bpfwall reads it after a protocol match of tcp, udp, udplite, sctp or dccp) match is not supported",
+		"t.nft:10:28: th sport (bpfwall"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v, want %q", err, want)
 		}

@@ -860,7 +860,7 @@ var knownKeys = map[string]bool{}
 
 func init() {
 	for _, k := range strings.Split("meta nfproto,nfproto,meta protocol,ip saddr,ip daddr,ip6 saddr,ip6 daddr,"+
-		"ip protocol,meta l4proto,l4proto,tcp sport,tcp dport,udp sport,udp dport,sctp sport,sctp dport,"+
+		"ip protocol,meta l4proto,l4proto,tcp sport,tcp dport,udp sport,udp dport,sctp sport,sctp dport,th sport,th dport,"+
 		"tcp flags,icmp type,icmp code,icmpv6 type,icmpv6 code,ct state,meta iifname,iifname,meta oifname,"+
 		"oifname,meta iif,iif,meta oif,oif,meta mark,mark,meta pkttype,pkttype,ip ttl,ip6 hoplimit,"+
 		"ip length,ip6 length,meta length,length,ether saddr", ",") {
@@ -904,7 +904,7 @@ func (b *ruleBuilder) relation(pos rules.Pos, key, op string, mask *rhs, val rhs
 			return
 		}
 		b.protoMatch(pos, op, val)
-	case "tcp sport", "tcp dport", "udp sport", "udp dport", "sctp sport", "sctp dport":
+	case "tcp sport", "tcp dport", "udp sport", "udp dport", "sctp sport", "sctp dport", "th sport", "th dport":
 		b.portMatch(pos, key, op, val)
 	case "tcp flags":
 		b.tcpFlags(pos, op, mask, val)
@@ -1325,10 +1325,9 @@ func dedup[T comparable](xs []T) []T {
 }
 
 // portMatch: the TCP or UDP match of the model for the first condition on
-// a port, multiport for the others and for sets and SCTP.
+// a port, multiport for the others and for sets, SCTP and th.
 func (b *ruleBuilder) portMatch(pos rules.Pos, key, op string, val rhs) {
 	proto, field, _ := strings.Cut(key, " ")
-	p, _ := parseProto(proto)
 	var ranges []rules.PortRange
 	neg := op == "!="
 	switch op {
@@ -1377,11 +1376,15 @@ func (b *ruleBuilder) portMatch(pos rules.Pos, key, op string, val rhs) {
 	if field == "sport" {
 		dir = rules.MultiportSrc
 	}
-	need := b.dep(p)
+	need := b.portProto(pos, key, proto)
 	b.add(always1(func(r *rules.Rule) bool {
 		if !need(r) {
 			return false
 		}
+		if !slices.Contains(portProtos, r.Proto) || r.ProtoNeg {
+			return true // refused by portProto
+		}
+		p := r.Proto
 		// A tcp or udp match with every port would test none: the
 		// whole range stays a multiport match, which loads the port.
 		if len(ranges) == 1 && (p == 6 || p == 17) && (ranges[0] != rules.AnyPort || neg) {
@@ -1392,6 +1395,32 @@ func (b *ruleBuilder) portMatch(pos rules.Pos, key, op string, val rhs) {
 		r.Matches = append(r.Matches, &rules.Multiport{Located: loc, Dir: dir, Ports: ranges, Neg: neg})
 		return true
 	}))
+}
+
+// portProtos are the protocols whose transport header begins with the
+// source and destination ports, which multiport reads (and netfilter's
+// xt_multiport accepts).
+var portProtos = []uint8{6, 17, 33, 132, 136}
+
+// portProto is the protocol condition of a port key. "tcp dport" and the
+// like depend on their protocol. nft's "th dport" has no dependency: it
+// loads the two bytes at offset 2 of any transport header (an ICMP
+// checksum, an ESP SPI). Where an earlier term of the rule has made the
+// protocol one of portProtos, those bytes are its port and the key is
+// that protocol's; elsewhere bpfwall, which reads no transport header
+// it does not know, refuses it.
+func (b *ruleBuilder) portProto(pos rules.Pos, key, proto string) cond {
+	if proto != "th" {
+		p, _ := parseProto(proto)
+		return b.dep(p)
+	}
+	return func(r *rules.Rule) bool {
+		if !slices.Contains(portProtos, r.Proto) || r.ProtoNeg {
+			r.Matches = append(r.Matches, &rules.Generic{Located: rules.Located{Pos: pos},
+				Ext: key + " (bpfwall reads it after a protocol match of tcp, udp, udplite, sctp or dccp)"})
+		}
+		return true
+	}
 }
 
 // fillFreePort sets the field's ("sport" or "dport") range of a tcp or udp
