@@ -345,11 +345,11 @@ func (c *compiler) l4Proto(m ir.L4Proto, next string) {
 	c.equal(asm.R1, uint32(m.Proto), m.Neg, next)
 }
 
-// icmp emits -m icmp / icmp6: the type is Type and the code in
-// CodeMin..CodeMax.
+// icmp emits -m icmp / icmp6: the type is Type (unless Any) and the code
+// in CodeMin..CodeMax.
 func (c *compiler) icmp(m ir.ICMP, next string) {
 	b := c.b
-	if m.Any {
+	if m.Any && m.CodeMin == 0 && m.CodeMax == 0xff {
 		c.constant(!m.Neg, next)
 		return
 	}
@@ -357,10 +357,12 @@ func (c *compiler) icmp(m ir.ICMP, next string) {
 	if m.Neg {
 		fail = b.fresh("icmp_other")
 	}
-	b.emit(
-		ld(asm.R1, asm.R6, pktICMPType, asm.Byte),
-		asm.JNE.Imm(asm.R1, int32(m.Type), fail),
-	)
+	if !m.Any {
+		b.emit(
+			ld(asm.R1, asm.R6, pktICMPType, asm.Byte),
+			asm.JNE.Imm(asm.R1, int32(m.Type), fail),
+		)
+	}
 	if m.CodeMin > 0 || m.CodeMax < 0xff {
 		b.emit(ld(asm.R1, asm.R6, pktICMPCode, asm.Byte))
 		if m.CodeMin > 0 {

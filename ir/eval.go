@@ -313,7 +313,7 @@ func (p *Program) match(st *State, m Match, pkt *Packet) outcome {
 		return is(hasTCPOption(pkt.TCPOptions, m.Kind) != m.Neg)
 
 	case ICMP:
-		return is((m.Any || (pkt.ICMPType == m.Type && m.CodeMin <= pkt.ICMPCode && pkt.ICMPCode <= m.CodeMax)) != m.Neg)
+		return is(((m.Any || pkt.ICMPType == m.Type) && m.CodeMin <= pkt.ICMPCode && pkt.ICMPCode <= m.CodeMax) != m.Neg)
 
 	case Length:
 		return is((int(m.Min) <= pkt.Length && pkt.Length <= int(m.Max)) != m.Neg)

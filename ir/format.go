@@ -213,9 +213,10 @@ func appendMatch(b []byte, fam rules.Family, m Match) []byte {
 		}
 		b = neg(b, m.Neg)
 		if m.Any {
-			return append(b, "any"...)
+			b = append(b, "any"...)
+		} else {
+			b = strconv.AppendUint(b, uint64(m.Type), 10)
 		}
-		b = strconv.AppendUint(b, uint64(m.Type), 10)
 		switch {
 		case m.CodeMin == 0 && m.CodeMax == 0xff:
 		case m.CodeMin == m.CodeMax:

@@ -427,7 +427,11 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 		}
 		return l.multiport(ms, m, nft)
 	case *rules.ICMP:
-		return l.icmp(ms, r, m, nft)
+		return l.icmp(ms, r, m, nft, false)
+	case *rules.ICMPCode:
+		// nft's "icmp code" alone: its dependency, the load of the type
+		// and code bytes, and the code of any type.
+		return l.icmp(ms, r, &rules.ICMP{Located: m.Located, V6: m.V6, CodeMin: m.CodeMin, CodeMax: m.CodeMax}, nft, true)
 	case *rules.IPRange:
 		ms = l.addrRange(ms, m, Src, m.Src, m.SrcNeg)
 		ms = l.addrRange(ms, m, Dst, m.Dst, m.DstNeg)
@@ -579,7 +583,7 @@ func (l *lowerer) multiport(ms []Match, m *rules.Multiport, nft bool) []Match {
 	return append(ms, Ports{Dir: dir, Ranges: slices.Clone(m.Ports), Neg: m.Neg})
 }
 
-func (l *lowerer) icmp(ms []Match, r *rules.Rule, m *rules.ICMP, nft bool) []Match {
+func (l *lowerer) icmp(ms []Match, r *rules.Rule, m *rules.ICMP, nft, anyType bool) []Match {
 	if m.V6 != (l.fam == rules.IPv6) {
 		l.errorf(m.Pos, "%s match is not valid in %s rule sets", m.Name(), l.fam)
 		return ms
@@ -598,10 +602,16 @@ func (l *lowerer) icmp(ms []Match, r *rules.Rule, m *rules.ICMP, nft bool) []Mat
 	switch {
 	case !nft:
 		ms = l4Header(ms, 8, false) // struct icmphdr and icmp6hdr are 8 bytes
-	case m.CodeMin != 0 || m.CodeMax != 0xff:
+	case anyType, m.CodeMin != 0 || m.CodeMax != 0xff:
 		ms = transport(ms, 2) // nft loads the type and the code byte
 	default:
 		ms = transport(ms, 1)
+	}
+	switch {
+	case anyType && m.CodeMin == 0 && m.CodeMax == 0xff:
+		return ms // every code: the load is the test
+	case anyType:
+		return append(ms, ICMP{Any: true, Type: 0xff, CodeMin: m.CodeMin, CodeMax: m.CodeMax})
 	}
 	// Type 255 is "any" in icmp_type_code_match only; icmp6_type_code_match
 	// compares it like any other type.

@@ -253,4 +253,3 @@ func BenchmarkLower100k(b *testing.B) {
 		}
 	}
 }
-

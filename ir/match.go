@@ -176,8 +176,9 @@ type TCPOption struct {
 }
 
 // ICMP is -m icmp / -m icmp6 (icmp_match, icmp6_match): the type is Type
-// and the code is in CodeMin..CodeMax. Any (IPv4 only, type "any") matches
-// every type and code.
+// and the code is in CodeMin..CodeMax. Any tests no type: IPv4's type
+// "any", which matches every type and code (CodeMin 0, CodeMax 255), or
+// nft's "icmp code" without a type.
 type ICMP struct {
 	Any              bool
 	Type             uint8

@@ -298,7 +298,7 @@ func (v *verifier) match(m Match, st *ruleState) error {
 		if m.CodeMin > m.CodeMax {
 			return fmt.Errorf("empty icmp code range %d:%d", m.CodeMin, m.CodeMax)
 		}
-		if m.Any && v.p.Family != rules.IPv4 {
+		if m.Any && m.CodeMin == 0 && m.CodeMax == 0xff && v.p.Family != rules.IPv4 {
 			return fmt.Errorf("icmp type any in an %s program", v.p.Family)
 		}
 	case Length:

@@ -152,7 +152,7 @@ func negate(m ir.Match) (ir.Match, bool) {
 		return m, true
 	case ir.ICMP:
 		m.Neg = !m.Neg
-		return m, !m.Any
+		return m, !m.Any || m.CodeMin != 0 || m.CodeMax != 0xff
 	case ir.Length:
 		m.Neg = !m.Neg
 		return m, true
@@ -336,7 +336,10 @@ func (g *Generator) satisfy(f *fields, m ir.Match) {
 		}
 	case ir.ICMP:
 		switch {
+		case m.Any && m.Neg:
+			f.icmpCode = m.CodeMax + 1 + uint8(g.rng.IntN(255))
 		case m.Any:
+			f.icmpCode = m.CodeMin + uint8(g.rng.IntN(int(m.CodeMax-m.CodeMin)+1))
 		case !m.Neg:
 			f.icmpType = m.Type
 			f.icmpCode = m.CodeMin + uint8(g.rng.IntN(int(m.CodeMax-m.CodeMin)+1))
@@ -405,7 +408,7 @@ func (f *fields) holds(m ir.Match) bool {
 			return f.ttl > m.Value
 		}
 	case ir.ICMP:
-		return (m.Any || f.icmpType == m.Type && m.CodeMin <= f.icmpCode && f.icmpCode <= m.CodeMax) != m.Neg
+		return ((m.Any || f.icmpType == m.Type) && m.CodeMin <= f.icmpCode && f.icmpCode <= m.CodeMax) != m.Neg
 	}
 	return false
 }
@@ -624,7 +627,11 @@ func (g *Generator) edges(f fields, m ir.Match) []fields {
 		with(func(c *fields) { c.option = int(m.Kind) })
 		with(func(c *fields) { c.option = int(m.Kind + 1) })
 	case ir.ICMP:
-		if !m.Any {
+		if m.Any {
+			for _, code := range []uint8{m.CodeMin, m.CodeMax, m.CodeMax + 1, m.CodeMin - 1} {
+				with(func(c *fields) { c.icmpCode = code })
+			}
+		} else {
 			with(func(c *fields) { c.icmpType, c.icmpCode = m.Type, m.CodeMin })
 			with(func(c *fields) { c.icmpType, c.icmpCode = m.Type, m.CodeMax })
 			with(func(c *fields) { c.icmpType, c.icmpCode = m.Type, m.CodeMax+1 })

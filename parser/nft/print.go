@@ -464,11 +464,17 @@ func (p *printer) match(rt *ruleText, r *rules.Rule, m rules.Match) {
 		rt.add("%s type %s%d", key, negOp(m.Neg), m.Type)
 		switch {
 		case m.CodeMin == 0 && m.CodeMax == 0xff:
-		case m.CodeMin == m.CodeMax && !m.Neg:
-			rt.add("%s code %d", key, m.CodeMin)
+		case m.Neg:
+			p.errorf(m.Pos, "icmp type != with a code has no nft form in the model")
 		default:
-			p.errorf(m.Pos, "icmp code range %d-%d has no nft form in the model", m.CodeMin, m.CodeMax)
+			rt.add("%s code %s", key, codeText(m.CodeMin, m.CodeMax))
 		}
+	case *rules.ICMPCode:
+		key := "icmp"
+		if m.V6 {
+			key = "icmpv6"
+		}
+		rt.add("%s code %s", key, codeText(m.CodeMin, m.CodeMax))
 	case *rules.Comment:
 		if rt.comment != nil {
 			p.errorf(m.Pos, "a second comment: nft keeps one per rule")
@@ -745,4 +751,12 @@ func mergeCandidateText(terms []string) bool {
 		}
 	}
 	return false
+}
+
+// codeText is an icmp code range as nft writes it: "3" or "1-3".
+func codeText(lo, hi uint8) string {
+	if lo == hi {
+		return strconv.Itoa(int(lo))
+	}
+	return fmt.Sprintf("%d-%d", lo, hi)
 }

@@ -89,10 +89,14 @@ type icmpTerm struct {
 	v6        bool
 	pos       rules.Pos
 	typ       *uint8
-	code      *uint8
 	typeNeg   bool
 	typeNames []uint8 // a set of types: one alternative each
+	// codes are the disjoint, ordered code ranges the rule admits, one
+	// alternative each; nil if it names no code.
+	codes []codeRange
 }
+
+type codeRange struct{ lo, hi uint8 }
 
 func (b *ruleBuilder) errorf(pos rules.Pos, format string, args ...any) {
 	*b.errs = append(*b.errs, rules.Errorf(pos, format, args...))
@@ -1720,41 +1724,83 @@ func (b *ruleBuilder) icmpMatch(pos rules.Pos, v6 bool, key, op string, val rhs)
 		b.unsupported(pos, key+" "+op)
 		return
 	}
-	elems := b.expandRef(pos, val)
-	var vs []uint8
-	for _, e := range elems {
-		if e.hasRange || e.hasMask {
+	names := codes
+	if isType {
+		names = types
+	}
+	var rs []codeRange
+	for _, e := range b.expandRef(pos, val) {
+		if e.hasMask || e.hasRange && isType {
 			b.unsupported(e.pos, key+" range")
 			return
 		}
-		names := codes
-		if isType {
-			names = types
+		lo, err := lookupByte(names, e.lo)
+		hi := lo
+		if err == nil && e.hasRange {
+			hi, err = lookupByte(names, e.hi)
 		}
-		v, err := lookupByte(names, e.lo)
 		if err != nil {
 			b.errorf(e.pos, "%s: %v", key, err)
 			return
 		}
-		vs = append(vs, v)
+		if lo > hi {
+			b.errorf(e.pos, "%s: range %d-%d is empty", key, lo, hi)
+			return
+		}
+		rs = append(rs, codeRange{lo, hi})
 	}
 	switch {
-	case isType && it.typ == nil && it.typeNames == nil && op == "!=" && len(vs) == 1:
-		it.typ, it.typeNeg = &vs[0], true
+	case isType && it.typ == nil && it.typeNames == nil && op == "!=" && len(rs) == 1:
+		it.typ, it.typeNeg = &rs[0].lo, true
 	case isType && it.typ == nil && it.typeNames == nil && op != "!=":
+		var vs []uint8
+		for _, r := range rs {
+			vs = append(vs, r.lo)
+		}
 		if len(vs) == 1 {
 			it.typ = &vs[0]
 		} else {
 			it.typeNames = dedup(vs)
 		}
-	case !isType && it.code == nil && op != "!=" && len(vs) == 1:
-		it.code = &vs[0]
+	case !isType && it.codes == nil:
+		it.codes = mergeCodes(rs, op == "!=")
 	default:
 		b.unsupported(pos, key+" combination")
 	}
 }
 
-// flushICMP turns the rule's icmp type and code into ICMP matches.
+// mergeCodes orders and joins code ranges, which nft's sets may list
+// overlapping, into disjoint ones; with neg their complement.
+func mergeCodes(rs []codeRange, neg bool) []codeRange {
+	slices.SortFunc(rs, func(x, y codeRange) int { return int(x.lo) - int(y.lo) })
+	var out []codeRange
+	for _, r := range rs {
+		if n := len(out); n > 0 && int(r.lo) <= int(out[n-1].hi)+1 {
+			out[n-1].hi = max(out[n-1].hi, r.hi)
+			continue
+		}
+		out = append(out, r)
+	}
+	if !neg {
+		return out
+	}
+	comp := []codeRange{}
+	next := 0 // the first code not yet covered
+	for _, r := range out {
+		if int(r.lo) > next {
+			comp = append(comp, codeRange{uint8(next), r.lo - 1})
+		}
+		next = int(r.hi) + 1
+	}
+	if next <= 0xff {
+		comp = append(comp, codeRange{uint8(next), 0xff})
+	}
+	return comp
+}
+
+// flushICMP adds the rule's icmp type and code terms as one condition:
+// an alternative for each type and code range, the model's ICMP match,
+// or its ICMPCode where the rule names no type.
 func (b *ruleBuilder) flushICMP() {
 	it := b.icmp
 	if it == nil {
@@ -1767,43 +1813,58 @@ func (b *ruleBuilder) flushICMP() {
 	}
 	loc := rules.Located{Pos: it.pos}
 	need := b.dep(proto)
-	mk := func(t uint8, neg bool) cond {
-		return func(r *rules.Rule) bool {
+	codes := it.codes
+	if codes == nil {
+		codes = []codeRange{{0, 0xff}}
+	}
+	if len(codes) == 0 {
+		// "icmp code != { 0-255 }"; the protocol is still that of icmp.
+		b.add(choice{})
+		return
+	}
+	// Each model rule gets a match of its own.
+	mk := func(m func() rules.Match) alt {
+		return alt{func(r *rules.Rule) bool {
 			if !need(r) {
 				return false
 			}
-			m := &rules.ICMP{Located: loc, V6: it.v6, Type: t, CodeMin: 0, CodeMax: 0xff, Neg: neg}
-			if it.code != nil {
-				m.CodeMin, m.CodeMax = *it.code, *it.code
-			}
-			r.Matches = append(r.Matches, m)
+			r.Matches = append(r.Matches, m())
 			return true
-		}
+		}}
 	}
+	var types []uint8
 	switch {
 	case it.typ != nil:
-		if it.typeNeg && it.code != nil {
+		if it.typeNeg && it.codes != nil {
 			b.unsupported(it.pos, "negated icmp type with a code")
 			return
 		}
-		if !it.v6 && *it.typ == 0xff {
+		types = []uint8{*it.typ}
+	case it.typeNames != nil:
+		types = it.typeNames
+	default:
+		var c choice
+		for _, cr := range codes {
+			c = append(c, mk(func() rules.Match {
+				return &rules.ICMPCode{Located: loc, V6: it.v6, CodeMin: cr.lo, CodeMax: cr.hi}
+			}))
+		}
+		b.add(c)
+		return
+	}
+	var c choice
+	for _, t := range types {
+		if !it.v6 && t == 0xff {
 			b.unsupported(it.pos, "icmp type 255")
 			return
 		}
-		b.add(always1(mk(*it.typ, it.typeNeg)))
-	case it.typeNames != nil:
-		var c choice
-		for _, t := range it.typeNames {
-			if !it.v6 && t == 0xff {
-				b.unsupported(it.pos, "icmp type 255")
-				return
-			}
-			c = append(c, alt{mk(t, false)})
+		for _, cr := range codes {
+			c = append(c, mk(func() rules.Match {
+				return &rules.ICMP{Located: loc, V6: it.v6, Type: t, CodeMin: cr.lo, CodeMax: cr.hi, Neg: it.typeNeg}
+			}))
 		}
-		b.add(c)
-	default:
-		b.unsupported(it.pos, "icmp code without a type")
 	}
+	b.add(c)
 }
 
 // ctStateNumber reads a ct state given as a number of the kernel's bits
