@@ -344,7 +344,8 @@ func TestRealNFT(t *testing.T) {
 // length tests at the IP hooks. "ip saddr & MASK == VALUE" is -s with a
 // mask that need not be a prefix. A map is a set of its keys. "ip
 // frag-off & 0x1fff != 0" is how iptables-translate writes -f. "th
-// dport" is the port of the protocol an earlier term makes the rule's;
+// dport" (and its raw form @th,16,16) is the port of the protocol an
+// earlier term makes the rule's;
 // "icmp code" without a type tests the code of every type.
 func TestConstructsNFT(t *testing.T) {
 	requireNFT(t)
@@ -414,6 +415,8 @@ func TestConstructsNFT(t *testing.T) {
 		"meta l4proto udp th dport { 1-100, 200 } drop",
 		"ip protocol . th dport { tcp . 22, udp . 67 } drop",
 		"meta l4proto . th dport vmap { tcp . 22 : drop, udp . 53 : accept }",
+		"meta l4proto { tcp, udp } @th,16,16 53 drop",
+		"meta l4proto tcp @th,0,16 { 1-10, 22 } drop",
 		// icmp codes without a type, negated, as sets and ranges
 		"icmp code 3 drop",
 		"icmp code != 0 drop",

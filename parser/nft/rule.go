@@ -875,7 +875,7 @@ func init() {
 // relation translates one comparison.
 func (b *ruleBuilder) relation(pos rules.Pos, key, op string, mask *rhs, val rhs) {
 	if raw, ok := strings.CutPrefix(key, "raw payload "); ok {
-		b.rawPayload(pos, key, raw, val)
+		b.rawPayload(pos, key, raw, op, mask, val)
 		return
 	}
 	addrKey := key == "ip saddr" || key == "ip daddr" || key == "ip6 saddr" || key == "ip6 daddr"
@@ -2298,13 +2298,14 @@ func (b *ruleBuilder) etherSaddr(pos rules.Pos, op string, val rhs) {
 
 // rawPayload checks "@base,offset,length VALUE" as nft does, and keeps it
 // as a construct bpfwall does not compile.
-func (b *ruleBuilder) rawPayload(pos rules.Pos, key, raw string, val rhs) {
+func (b *ruleBuilder) rawPayload(pos rules.Pos, key, raw, op string, mask *rhs, val rhs) {
 	f := strings.Split(raw, ",")
 	n, err := strconv.ParseUint(f[len(f)-1], 0, 32)
 	if err != nil || n == 0 {
 		b.errorf(pos, "%s: a raw payload of %s bits", key, f[len(f)-1])
 		return
 	}
+	numbers := true
 	for _, el := range val.elems {
 		for _, v := range []string{el.lo, el.hi} {
 			x, err := strconv.ParseUint(v, 0, 64)
@@ -2312,7 +2313,15 @@ func (b *ruleBuilder) rawPayload(pos rules.Pos, key, raw string, val rhs) {
 				b.errorf(el.pos, "value %s exceeds the %d bits of %s", v, n, key)
 				return
 			}
+			numbers = numbers && (err == nil || v == "" && !el.hasRange)
 		}
+		numbers = numbers && el.ref == "" && !el.hasMask && el.parts == nil && el.or == nil
+	}
+	// The ports' words of the transport header, which nft itself lists
+	// as th sport and th dport.
+	if th := map[string]string{"@th,0,16": "th sport", "@th,16,16": "th dport"}[raw]; th != "" && mask == nil && numbers {
+		b.portMatch(pos, th, op, val)
+		return
 	}
 	b.unsupported(pos, key)
 }
