@@ -388,6 +388,10 @@ var standardPriorities = map[string]int{
 	"raw": -300, "mangle": -150, "dstnat": -100, "filter": 0, "security": 50, "srcnat": 100,
 }
 
+// bridgePriorities are those of the bridge family, whose tables bpfwall
+// reads to refuse them by name.
+var bridgePriorities = map[string]int{"dstnat": -300, "filter": -200, "out": 100, "srcnat": 300}
+
 func (rd *reader) setHook(c *chain, h *HookSpec, e *env) {
 	pos := toPos(h.Pos)
 	if c.hook == nil {
@@ -412,7 +416,11 @@ func (rd *reader) setHook(c *chain, h *HookSpec, e *env) {
 		}
 		n = int(v)
 	case p.Name != nil:
-		v, ok := standardPriorities[*p.Name]
+		prios := standardPriorities
+		if c.table != nil && c.table.family == "bridge" {
+			prios = bridgePriorities
+		}
+		v, ok := prios[*p.Name]
 		if !ok {
 			rd.errorf(toPos(p.Pos), "unknown priority %q", *p.Name)
 			return
