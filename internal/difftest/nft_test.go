@@ -346,7 +346,8 @@ func TestRealNFT(t *testing.T) {
 // frag-off & 0x1fff != 0" is how iptables-translate writes -f. "th
 // dport" (and its raw form @th,16,16) is the port of the protocol an
 // earlier term makes the rule's;
-// "icmp code" without a type tests the code of every type.
+// "icmp code" without a type tests the code of every type. A
+// concatenation's elements may overlap.
 func TestConstructsNFT(t *testing.T) {
 	requireNFT(t)
 	b := newNFTBench(t, TopologyOptions{})
@@ -417,6 +418,10 @@ func TestConstructsNFT(t *testing.T) {
 		"meta l4proto . th dport vmap { tcp . 22 : drop, udp . 53 : accept }",
 		"meta l4proto { tcp, udp } @th,16,16 53 drop",
 		"meta l4proto tcp @th,0,16 { 1-10, 22 } drop",
+		// overlapping elements: iptables-translate's --ports 10, and a
+		// host within a network
+		"tcp sport . tcp dport { 0-65535 . 10, 10 . 0-65535 } drop",
+		"ip saddr . udp dport { 10.0.0.0/8 . 53, 10.0.0.1 . 50-60 } drop",
 		// icmp codes without a type, negated, as sets and ranges
 		"icmp code 3 drop",
 		"icmp code != 0 drop",

@@ -54,18 +54,97 @@ func (b *ruleBuilder) concat(pos rules.Pos, keys []string, op string, val rhs) {
 		}
 		return
 	}
-	if !b.disjointTuples(pos, keys, elems) {
-		return
-	}
+	// Elements may overlap (iptables-translate writes --ports 10 as
+	// "tcp sport . tcp dport { 0-65535 . 10, 10 . 0-65535 }"): each
+	// element's alternatives exclude the earlier elements it may share a
+	// packet with, so that they stay disjoint and the rule fires once.
 	var out choice
-	for _, el := range elems {
+	for i, el := range elems {
 		alts, ok := b.tuple(keys, el)
 		if !ok {
 			return
 		}
-		out = append(out, alts...)
+		conj, covered := []choice{alts}, false
+		for _, prev := range elems[:i] {
+			if tuplesApart(keys, el, prev) {
+				continue
+			}
+			// Parts of el within prev's always equal prev's: not being
+			// prev is differing in one of the others.
+			var differ []int
+			for k, key := range keys {
+				if !partWithin(key, el.parts[k], prev.parts[k]) {
+					differ = append(differ, k)
+				}
+			}
+			if len(differ) == 0 {
+				covered = true // every packet of el is prev's
+				break
+			}
+			conj = append(conj, b.notParts(keys, prev, differ))
+		}
+		if covered {
+			continue
+		}
+		n := 1
+		for _, c := range conj {
+			if n *= len(c); n > maxSplit {
+				b.unsupported(pos, "concatenation with overlapping elements")
+				return
+			}
+		}
+		out = append(out, product(conj)...)
+		if len(out) > maxSplit {
+			b.unsupported(pos, "concatenation with overlapping elements")
+			return
+		}
 	}
 	b.add(out)
+}
+
+// partWithin reports whether every value of part x of key is one of
+// part y's.
+func partWithin(key string, x, y elem) bool {
+	xl, xh, ok1 := partRange(key, x)
+	yl, yh, ok2 := partRange(key, y)
+	return ok1 && ok2 && bytes.Compare(yl, xl) <= 0 && bytes.Compare(xh, yh) <= 0
+}
+
+// notParts returns the disjoint alternatives of a packet's differing
+// from element el in at least one of the parts idx: every combination of
+// "==" and "!=" of those parts but all "==". The other parts are not
+// compared; the caller's context loads them.
+func (b *ruleBuilder) notParts(keys []string, el elem, idx []int) choice {
+	savedConds, savedICMP := b.conds, b.icmp
+	var out choice
+	for neg := 1; neg < 1<<len(idx); neg++ {
+		b.conds, b.icmp = nil, nil
+		for j, k := range idx {
+			op := "=="
+			if neg&(1<<j) != 0 {
+				op = "!="
+			}
+			b.relation(el.parts[k].pos, keys[k], op, nil, rhs{elems: []elem{el.parts[k]}})
+		}
+		b.flushICMP()
+		out = append(out, product(b.conds)...)
+	}
+	b.conds, b.icmp = savedConds, savedICMP
+	return out
+}
+
+// tuplesApart reports whether no packet matches both elements x and y of
+// a concatenation of keys: some part of theirs is apart.
+func tuplesApart(keys []string, x, y elem) bool {
+	if len(x.parts) != len(keys) || len(y.parts) != len(keys) {
+		return false
+	}
+	for k, key := range keys {
+		if partsApart(key, x.parts[k], y.parts[k]) {
+			return true
+		}
+	}
+	return false
 }
 
 // keyLoaded adds what nft needs to load key, as the dependencies it
@@ -173,14 +252,7 @@ func (b *ruleBuilder) disjointTuples(pos rules.Pos, keys []string, elems []elem)
 			if len(x.parts) != len(keys) || len(y.parts) != len(keys) {
 				continue // tuple reports it
 			}
-			apart := false
-			for k, key := range keys {
-				if partsApart(key, x.parts[k], y.parts[k]) {
-					apart = true
-					break
-				}
-			}
-			if !apart {
+			if !tuplesApart(keys, x, y) {
 				b.unsupported(pos, "concatenation with overlapping elements")
 				return false
 			}

@@ -315,7 +315,6 @@ func TestUnsupportedLowersToError(t *testing.T) {
 	}
 	_, err = ir.Lower(rs, ir.LowerOptions{})
 	for _, want := range []string{"t.nft:2:2: fib daddr match is not supported",
-		"t.nft:3:2: concatenation with overlapping elements match is not supported",
 		"t.nft:4:6: iif by number (bpfwall matches the interface by the name it has when loaded) match is not supported",
 		"t.nft:6:19: tproxy: only valid in a prerouting chain",
 		"t.nft:7:2: concatenation < match is not supported", "t.nft:8:2: meta mark set target is not supported",
@@ -493,5 +492,29 @@ func TestTwoNegatedProtocols(t *testing.T) {
 	text, err := Print(rs)
 	if err != nil || !strings.Contains(string(text), "meta l4proto != tcp meta l4proto != { udp } accept") || !strings.Contains(string(text), "meta l4proto != { icmp, udp } drop") {
 		t.Errorf("prints as (%v)\n%s", err, text)
+	}
+}
+
+// TestOverlappingConcatCountsOnce: a concatenation's elements may share
+// packets (iptables-translate's --ports 10); the model rules the nft rule
+// becomes are disjoint, so that its counter and log count a packet once,
+// and match exactly the packets some element matches.
+func TestOverlappingConcatCountsOnce(t *testing.T) {
+	p := lower(t, "table ip f { chain in { type filter hook input priority 0;\n"+
+		" tcp sport . tcp dport { 0-65535 . 10, 10 . 0-65535, 9-11 . 9-11 } counter\n } }", rules.IPv4, "INPUT")
+	for sport := uint16(8); sport <= 12; sport++ {
+		for dport := uint16(8); dport <= 12; dport++ {
+			pkt := tcp4(dport, 20)
+			pkt.SrcPort = sport
+			n := 0
+			p.Trace(pkt, func(*ir.Rule) { n++ })
+			want := 0
+			if sport == 10 || dport == 10 || 9 <= sport && sport <= 11 && 9 <= dport && dport <= 11 {
+				want = 1
+			}
+			if n != want {
+				t.Errorf("sport %d dport %d: counted %d times, want %d", sport, dport, n, want)
+			}
+		}
 	}
 }
