@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"bpfwall/rules"
@@ -72,7 +73,7 @@ func GenerateNFT(seed uint64, opts GenOptions) []byte {
 		if opts.Family == rules.IPv6 {
 			typ = "ipv6_addr"
 		}
-		w("add set %s cs0 { type %s . inet_service; flags interval; elements = { %s }; }", g.table, typ, strings.Join(g.concatElems(opts.Family, 1+g.rng.IntN(4)), ", "))
+		w("add set %s cs0 { type %s . inet_service; flags interval; elements = { %s }; }", g.table, typ, strings.Join(g.concatElems(opts.Family, 1+g.rng.IntN(4), false), ", "))
 	}
 	// Empty sets and maps, a data map looked up as a set, negated
 	// protocol sets, meta length: drawn from a stream of their own, so
@@ -159,9 +160,11 @@ type nftGen struct {
 }
 
 // concatElems returns n elements "address . port" of family f, addresses
-// or prefixes and ports or ranges, no two of which overlap: nft refuses
-// overlapping elements, and bpfwall a concatenation whose elements do.
-func (g *nftGen) concatElems(f rules.Family, n int) []string {
+// or prefixes and ports or ranges, no two of which overlap unless asked
+// (nft refuses overlapping elements in a named set or a map, not in an
+// anonymous set). An overlapping element is a host of an earlier one's
+// network.
+func (g *nftGen) concatElems(f rules.Family, n int, overlap bool) []string {
 	type span struct {
 		alo, ahi netip.Addr
 		plo, phi uint16
@@ -185,8 +188,35 @@ func (g *nftGen) concatElems(f rules.Family, n int) []string {
 		if phi != plo {
 			pt = fmt.Sprintf("%d-%d", plo, phi)
 		}
+		if overlap && len(out) > 0 {
+			// A host of an earlier element's addresses with ports around
+			// the earlier one's: they share packets, and neither end of
+			// the new element lies in the old one, which the kernel's
+			// concatenated interval sets refuse (nft_pipapo_insert).
+			pa, pp, _ := strings.Cut(out[g.rng.IntN(len(out))], " . ")
+			lo, hi := elemRange(pa)
+			a = g.oneOf(lo.String(), hi.String())
+			first, last, ok := strings.Cut(pp, "-")
+			if !ok {
+				last = first
+			}
+			p1, _ := strconv.Atoi(first)
+			p2, _ := strconv.Atoi(last)
+			if p1 == 0 || p2 == 65535 {
+				continue
+			}
+			plo, phi = uint16(max(p1-1-g.rng.IntN(50), 0)), uint16(min(p2+1+g.rng.IntN(50), 65535))
+			pt = fmt.Sprintf("%d-%d", plo, phi)
+			h := netip.MustParseAddr(a)
+			if slices.ContainsFunc(taken, func(t span) bool {
+				in := func(p uint16) bool { return !h.Less(t.alo) && !t.ahi.Less(h) && t.plo <= p && p <= t.phi }
+				return in(plo) || in(phi)
+			}) {
+				continue
+			}
+		}
 		alo, ahi := elemRange(a)
-		if slices.ContainsFunc(taken, func(t span) bool {
+		if !overlap && slices.ContainsFunc(taken, func(t span) bool {
 			return !ahi.Less(t.alo) && !t.ahi.Less(alo) && plo <= t.phi && t.plo <= phi
 		}) {
 			continue
@@ -401,6 +431,9 @@ func (g *nftGen) icmpMatch(v6 bool) string {
 		return fmt.Sprintf(" %s type != %s", key, g.oneOf(types...))
 	case 2:
 		return fmt.Sprintf(" %s type %s %s code %d", key, g.oneOf(types...), key, g.rng.IntN(5))
+	case 3:
+		// A code of any type.
+		return fmt.Sprintf(" %s code %s", key, g.oneOf("0", "1", "!= 0", "{ 0, 3 }", "1-4", "!= { 1-2, 4 }"))
 	}
 	return fmt.Sprintf(" %s type %s", key, g.oneOf(types...))
 }
@@ -465,7 +498,7 @@ func (g *nftGen) rule(self int) string {
 			case proto != "sctp" && fam == g.Family && len(g.csets) > 0 && g.chance(6):
 				w(" %s saddr . %s dport %s@%s", ipKey, proto, g.neq(), g.csets[0])
 			case proto != "sctp" && g.chance(6):
-				w(" %s saddr . %s dport { %s }", ipKey, proto, strings.Join(g.concatElems(fam, 1+g.rng.IntN(3)), ", "))
+				w(" %s saddr . %s dport { %s }", ipKey, proto, strings.Join(g.concatElems(fam, 1+g.rng.IntN(3), g.chance(3)), ", "))
 			}
 			if proto != "sctp" && g.chance(8) {
 				// th reads the port of each protocol the set admits; nft
@@ -544,7 +577,7 @@ func (g *nftGen) rule(self int) string {
 	if useVmap {
 		var elems []string
 		if strings.Contains(vmapKey, ".") {
-			for _, e := range g.concatElems(fam, 1+g.rng.IntN(3)) {
+			for _, e := range g.concatElems(fam, 1+g.rng.IntN(3), false) {
 				elems = append(elems, fmt.Sprintf("%s : %s", e, g.verdict(self, proto, true)))
 			}
 		} else {
