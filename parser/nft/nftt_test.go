@@ -153,19 +153,24 @@ func TestNftT(t *testing.T) {
 	if len(cases) == 0 {
 		return
 	}
-	var valid, accepted, invalid, rejected int
-	wrongOK := map[string]int{}
+	var valid, accepted, invalid, rejected, compiled int
+	wrongOK, notCompiled := map[string]int{}, map[string]int{}
 	var acceptedInvalid []string
 	for _, c := range cases {
 		fam := rules.IPv4
 		if c.family == "ip6" {
 			fam = rules.IPv6
 		}
-		_, err := Parse(c.file, []byte(c.script), Options{Family: fam})
+		rs, err := Parse(c.file, []byte(c.script), Options{Family: fam})
 		if c.ok {
 			valid++
 			if err == nil {
 				accepted++
+				if msgs := lowerErrors(rs); len(msgs) == 0 {
+					compiled++
+				} else {
+					notCompiled[msgs[0]]++
+				}
 			} else {
 				msg, _, _ := strings.Cut(err.Error(), "\n")
 				if _, after, ok := strings.Cut(msg, ": "); ok {
@@ -184,18 +189,9 @@ func TestNftT(t *testing.T) {
 	}
 	t.Logf("nft-t: %d of %d valid rule lines parse (%.1f%%); %d of %d invalid ones are refused (%.1f%%)",
 		accepted, valid, 100*float64(accepted)/float64(valid), rejected, invalid, 100*float64(rejected)/float64(invalid))
-	type kv struct {
-		k string
-		v int
-	}
-	var top []kv
-	for k, v := range wrongOK {
-		top = append(top, kv{k, v})
-	}
-	sort.Slice(top, func(i, j int) bool { return top[i].v > top[j].v || top[i].v == top[j].v && top[i].k < top[j].k })
-	for _, e := range top[:min(len(top), 15)] {
-		t.Logf("  %4d valid lines refused: %s", e.v, e.k)
-	}
+	logTop(t, wrongOK, 15, "valid lines refused")
+	t.Logf("nft-t: %d of %d valid rule lines that parse lower at their hook (%.1f%%)", compiled, accepted, 100*float64(compiled)/float64(accepted))
+	logTop(t, notCompiled, 25, "valid lines lowering refuses")
 	for _, s := range acceptedInvalid[:min(len(acceptedInvalid), 400)] {
 		t.Logf("  accepted, nft refuses: %s", s)
 	}
@@ -205,10 +201,30 @@ func TestNftT(t *testing.T) {
 	if float64(rejected) < nftTInvalidFloor*float64(invalid) {
 		t.Errorf("only %d of %d invalid lines are refused", rejected, invalid)
 	}
+	if float64(compiled) < nftTCompiledFloor*float64(accepted) {
+		t.Errorf("only %d of %d valid lines lower", compiled, accepted)
+	}
+}
+
+// logTop logs the n most frequent messages of counts.
+func logTop(t *testing.T, counts map[string]int, n int, what string) {
+	type kv struct {
+		k string
+		v int
+	}
+	var top []kv
+	for k, v := range counts {
+		top = append(top, kv{k, v})
+	}
+	sort.Slice(top, func(i, j int) bool { return top[i].v > top[j].v || top[i].v == top[j].v && top[i].k < top[j].k })
+	for _, e := range top[:min(len(top), n)] {
+		t.Logf("  %4d %s: %s", e.v, what, e.k)
+	}
 }
 
 // The rates TestNftT measured, less a margin: they may not fall.
 const (
-	nftTValidFloor   = 0.997
-	nftTInvalidFloor = 0.99
+	nftTValidFloor    = 0.997
+	nftTInvalidFloor  = 0.99
+	nftTCompiledFloor = 0.285
 )
