@@ -760,22 +760,33 @@ func (b *ruleBuilder) validateNAT(g *Generic, toks []string, ctx protoContext) {
 	pos := toPos(g.Pos)
 	i := 0
 	fam := ""
+	// "to" may be left out before the address unless a family or prefix
+	// precedes it (nft's nat_stmt_args): "dnat 10.0.0.2:22", as OpenWrt's
+	// fw4 writes it.
+	implicitTo := false
 	if g.Keyword == "snat" || g.Keyword == "dnat" {
 		if i < len(toks) && (toks[i] == "ip" || toks[i] == "ip6") {
 			fam = toks[i]
 			i++
 		}
-		if i < len(toks) && toks[i] == "prefix" {
+		prefix := i < len(toks) && toks[i] == "prefix"
+		if prefix {
 			i++
 		}
 		if i >= len(toks) || toks[i] != "to" {
-			b.errorf(pos, "%s: expected to", g.Keyword)
-			return
+			if fam != "" || prefix || i >= len(toks) || slices.Contains(statementWords, toks[i]) {
+				b.errorf(pos, "%s: expected to", g.Keyword)
+				return
+			}
+			implicitTo = true
 		}
 	}
 	fam, ok := b.statementFamily(pos, g.Keyword, fam, ctx)
 	if !ok {
 		return
+	}
+	if implicitTo {
+		b.validateNATTo(g, toks[i:], fam, ctx)
 	}
 	flags := false
 	for ; i < len(toks); i++ {

@@ -72,6 +72,12 @@ var validateCases = []struct {
 	{"inet", natPost, "snat to 192.168.3.2", "disambiguate"},
 	{"ip", natPost, "snat to dead::beef", "Address family"},
 	{"inet", natPost, "ip6 daddr dead::beef dnat ip to 10.1.2.3", "conflicting protocols"},
+	// "to" may be left out, as OpenWrt's fw4 does, but not after a family
+	{"ip", natPost, "tcp dport 22 dnat 10.0.0.2:22", ""},
+	{"ip", natPost, "snat 10.1.1.1-10.1.1.5", ""},
+	{"ip", natPost, "dnat 10.0.0.2:22", "transport protocol mapping"},
+	{"inet", natPost, "meta nfproto ipv4 tcp dport 22 dnat 10.0.0.2", ""},
+	{"inet", natPost, "dnat ip 10.0.0.2", "expected to"},
 	{"ip", mangle, "meta l4proto 6 tproxy to 192.0.2.1:50080", ""},
 	{"ip", mangle, "tproxy to 192.0.2.1:50080", "requires transport protocol match"},
 	{"inet", mangle, "meta l4proto 6 tproxy to 192.0.2.1", "Family has to be specified"},
