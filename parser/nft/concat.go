@@ -208,22 +208,11 @@ func (b *ruleBuilder) negTuple(keys []string, el elem) (choice, bool) {
 		b.errorf(el.pos, "%d values for a concatenation of %d keys (%s)", max(len(el.parts), 1), len(keys), strings.Join(keys, " . "))
 		return nil, false
 	}
-	savedConds, savedICMP := b.conds, b.icmp
-	var out choice
-	for neg := 1; neg < 1<<len(keys); neg++ {
-		b.conds, b.icmp = nil, nil
-		for i := range keys {
-			op := "=="
-			if neg&(1<<i) != 0 {
-				op = "!="
-			}
-			b.relation(el.parts[i].pos, keys[i], op, nil, rhs{elems: []elem{el.parts[i]}})
-		}
-		b.flushICMP()
-		out = append(out, product(b.conds)...)
+	all := make([]int, len(keys))
+	for i := range all {
+		all[i] = i
 	}
-	b.conds, b.icmp = savedConds, savedICMP
-	return out, true
+	return b.notParts(keys, el, all), true
 }
 
 // product is the conjunction of choices as one choice: an alternative of
