@@ -305,6 +305,9 @@ func mainPage(docs []commandDoc, src titleSource) string {
 	w.request("TP")
 	w.line(bold("BPFWALL_CPUPROFILE") + ", " + bold("BPFWALL_MEMPROFILE"))
 	w.text("Files to write a CPU profile of the command to, and a profile of what it allocated, for go tool pprof.")
+	w.request("TP")
+	w.line(bold("GOGC"))
+	w.text("The Go runtime's garbage collection target; bpfwall sets 50, which keeps a large restore's peak memory lower, unless GOGC is set.")
 
 	w.request("SH FILES")
 	w.request("TP")
