@@ -172,7 +172,11 @@ func (p *Program) KernelSpec(kernel *btf.Spec) (*ebpf.CollectionSpec, error) {
 			if off > 1<<15-1 {
 				return nil, fmt.Errorf("field %v at byte %d cannot be loaded", path, off)
 			}
-			ins.Offset = int16(off)
+			if ins.OpCode.Class().IsALU() {
+				ins.Constant = int64(off) // an address's offset added
+			} else {
+				ins.Offset = int16(off)
+			}
 		}
 		if f, ok := ins.Metadata.Get(kernelBitfield{}).(fieldRef); ok {
 			// A byte load and the shift that follows it.
@@ -445,11 +449,16 @@ func (c *compiler) ctStateEgress() {
 }
 
 // ctStateNfct returns the state conntrack_mt reads from skb->_nfct, with
-// the sk_buff in r0.
+// the sk_buff in r0; at a chain's own netfilter hook, with SNAT and DNAT
+// added from the entry's status when the program tests them (ctNAT).
 func (c *compiler) ctStateNfct() {
 	b := c.b
+	nat := c.hook == HookNetfilter && c.p.TestsNAT()
+	b.emit(ldField(asm.R1, asm.R0, skbNfct, asm.DWord))
+	if nat {
+		b.emit(st(asm.R10, ctNfct, asm.R1, asm.DWord))
+	}
 	b.emit(
-		ldField(asm.R1, asm.R0, skbNfct, asm.DWord),
 		mov(asm.R0, ctStateInvalid),
 		asm.JEq.Imm(asm.R1, 0, "ct_egress_done"),
 		asm.And.Imm(asm.R1, nfctInfoMask),
@@ -466,7 +475,66 @@ func (c *compiler) ctStateNfct() {
 		mov(asm.R0, ctStateInvalid),
 	)
 	b.mark("ct_egress_done")
+	if nat {
+		c.ctNAT()
+	}
 	b.emit(asm.Return())
+}
+
+// Bits of nf_conn.status that conntrack_mt reports as the states SNAT and
+// DNAT (IPS_SRC_NAT, IPS_DST_NAT).
+const (
+	ipsSrcNAT = 1 << 4
+	ipsDstNAT = 1 << 5
+)
+
+// ct_state's frame at a chain's netfilter hook.
+const (
+	ctNfct   = -8  // skb->_nfct
+	ctSaved  = -16 // the state, across the read
+	ctStatus = -24 // nf_conn.status
+)
+
+// ctNAT adds to the state in r0 what conntrack_mt adds to it from the
+// entry, when there is one (skb->_nfct's pointer, saved at ctNfct): SNAT
+// when IPS_SRC_NAT is set, DNAT when IPS_DST_NAT is. The chain's program
+// runs where the kernel's chain does, between the same neighbours
+// (conntrack, nat), so the status it reads is the one the chain would:
+// before nat's hook the first packet of a connection has neither bit.
+// skb->_nfct is a number, not a pointer the verifier tracks, so the
+// status is read with bpf_probe_read_kernel.
+func (c *compiler) ctNAT() {
+	b := c.b
+	b.note("SNAT and DNAT: nf_conn.status's IPS_SRC_NAT and IPS_DST_NAT, when the packet has an entry")
+	add := asm.Add.Imm(asm.R3, 0)
+	add.Metadata.Set(kernelField{}, nfConnStatus)
+	b.emit(
+		ld(asm.R3, asm.R10, ctNfct, asm.DWord),
+		asm.And.Imm(asm.R3, ^int32(nfctInfoMask)), // NFCT_PTRMASK
+		asm.JEq.Imm(asm.R3, 0, "ct_nat_done"),
+		add,
+		st(asm.R10, ctSaved, asm.R0, asm.DWord),
+		movr(asm.R1, asm.R10),
+		asm.Add.Imm(asm.R1, ctStatus),
+		mov(asm.R2, 8),
+		asm.FnProbeReadKernel.Call(),
+		movr(asm.R1, asm.R0),
+		ld(asm.R0, asm.R10, ctSaved, asm.DWord),
+		asm.JNE.Imm(asm.R1, 0, "ct_nat_done"),
+		ld(asm.R1, asm.R10, ctStatus, asm.DWord),
+		asm.JSet.Imm(asm.R1, ipsSrcNAT, "ct_nat_src"),
+		ja("ct_nat_dst"),
+	)
+	b.mark("ct_nat_src")
+	b.emit(asm.Or.Imm(asm.R0, int32(ir.ConnSNAT)))
+	b.mark("ct_nat_dst")
+	b.emit(
+		asm.JSet.Imm(asm.R1, ipsDstNAT, "ct_nat_dnat"),
+		ja("ct_nat_done"),
+	)
+	b.mark("ct_nat_dnat")
+	b.emit(asm.Or.Imm(asm.R0, int32(ir.ConnDNAT)))
+	b.mark("ct_nat_done")
 }
 
 // ctPacketTuple fills the bpf_sock_tuple in with the packet's addresses

@@ -418,8 +418,10 @@ func (c *compiler) unsupportedMatch(m ir.Match) string {
 	case ir.TProxyTo:
 		return "nft tproxy statement (only at sk-lookup)"
 	case ir.CTState:
-		if m.States&(ir.ConnSNAT|ir.ConnDNAT) != 0 {
-			return "conntrack state SNAT/DNAT"
+		if m.States&(ir.ConnSNAT|ir.ConnDNAT) != 0 && c.hook != HookNetfilter {
+			// Before the nat table's hooks, or after them, the entry's
+			// status is not the one the chain would read.
+			return "conntrack state SNAT/DNAT (read only at the chain's own netfilter hook: --hook netfilter, or restore without -i)"
 		}
 	case ir.Mark:
 		if !c.skbHook() {

@@ -52,6 +52,19 @@ func (p *Program) TestsConntrack() bool {
 	return false
 }
 
+// TestsNAT reports whether a rule of p tests the conntrack states SNAT or
+// DNAT, which conntrack_mt reads from the entry's status.
+func (p *Program) TestsNAT() bool {
+	for _, r := range p.Rules {
+		for _, m := range r.Matches {
+			if m, ok := m.(CTState); ok && m.States&(ConnSNAT|ConnDNAT) != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // reassembles reports whether the filter chain hook of family fam sees
 // reassembled datagrams. nf_defrag_ipv4 and nf_defrag_ipv6, which
 // conntrack turns on, reassemble at PRE_ROUTING and LOCAL_OUT (priority

@@ -11,11 +11,12 @@ import (
 	"testing"
 
 	"bpfwall/internal/testenv"
+	"bpfwall/internal/topology"
 )
 
 // randomRouted writes a random rule set for family fam (0 IPv4, 1 IPv6)
 // over every chain bpfwall runs at netfilter hooks, with a nat table
-// (delegated), user chains, interfaces, ports, conntrack states, REJECTs
+// (delegated: a DNAT, sometimes a MASQUERADE), user chains, interfaces, ports, conntrack states, REJECTs
 // and DROP policies.
 func randomRouted(rng *rand.Rand, fam int) string {
 	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
@@ -43,9 +44,11 @@ func randomRouted(rng *rand.Rand, fam int) string {
 			b.WriteString(" " + pick("--dport", "--sport", "! --dport") + " " + pick(ports...))
 		}
 		// In raw, before conntrack, every packet is INVALID; in mangle
-		// and filter, after it, the state conntrack gave.
+		// and filter, after it, the state conntrack gave, with SNAT and
+		// DNAT once nat's hooks have set them.
 		if table == "filter" && rng.IntN(3) == 0 || table != "filter" && rng.IntN(6) == 0 {
-			b.WriteString(" -m conntrack --ctstate " + pick("NEW", "ESTABLISHED,RELATED", "ESTABLISHED", "INVALID,NEW", "INVALID"))
+			b.WriteString(" -m conntrack " + pick("", "", "", "! ") + "--ctstate " +
+				pick("NEW", "ESTABLISHED,RELATED", "ESTABLISHED", "INVALID,NEW", "INVALID", "DNAT", "SNAT", "ESTABLISHED,DNAT", "NEW,SNAT", "RELATED,ESTABLISHED,DNAT"))
 		}
 		b.WriteString(" -j " + pick(targets...))
 		return b.String()
@@ -67,12 +70,20 @@ func randomRouted(rng *rand.Rand, fam int) string {
 		}
 		b.WriteString("COMMIT\n")
 	}
-	dnat := fmt.Sprintf("%s:80", routedAddrs["server"][0])
+	server := routedAddrs["server"][0]
 	if fam == 1 {
-		dnat = fmt.Sprintf("[%s]:80", routedAddrs["server"][1])
+		server = "[" + routedAddrs["server"][1] + "]"
 	}
+	// Forwarded (8081, 8082) and local (8083) connections to rc, DNATed
+	// to the server.
 	fmt.Fprintf(&b, "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n"+
-		"-A PREROUTING -d %s -p tcp --dport 8081 -j DNAT --to-destination %s\nCOMMIT\n", routedAddrs["rc"][fam], dnat)
+		"-A PREROUTING -d %[1]s -p tcp --dport 8081 -j DNAT --to-destination %[2]s:80\n"+
+		"-A PREROUTING -d %[1]s -p tcp --dport 8082 -j DNAT --to-destination %[2]s:443\n"+
+		"-A OUTPUT -d %[1]s -p tcp --dport 8083 -j DNAT --to-destination %[2]s:80\n", routedAddrs["rc"][fam], server)
+	if rng.IntN(2) == 0 {
+		b.WriteString("-A POSTROUTING -o rs0 -p tcp " + pick("--dport 80", "--dport 443", "! --dport 22") + " -j MASQUERADE\n")
+	}
+	b.WriteString("COMMIT\n")
 	b.WriteString("*filter\n")
 	for _, c := range []string{"INPUT", "FORWARD", "OUTPUT"} {
 		b.WriteString(":" + c + " " + pick("ACCEPT", "ACCEPT", "DROP") + " [0:0]\n")
@@ -145,7 +156,7 @@ func TestRoutedRandom(t *testing.T) {
 	r.listen(r.server, 22, 80, 443, 8080, 23)
 	r.listen(r.router, 22, 80, 443, 8080, 23)
 	r.listen(r.client, 22, 80, 8080)
-	probes := append([]probe{{"client", "rc", 8081}}, routedProbes...)
+	probes := append([]probe{{"client", "rc", 8081}, {"client", "rc", 8082}, {"router", "rc", 8083}}, routedProbes...)
 	must := func(stdin string, args ...string) { r.run(stdin, args...) }
 	dir := t.TempDir()
 	mismatches, probed := 0, 0
@@ -159,8 +170,17 @@ func TestRoutedRandom(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// Each run begins without the entries of the runs before: an
+		// entry left half-closed would give a later connection from its
+		// port a state other than NEW.
+		flush := func() {
+			if err := topology.FlushConntrack(r.router); err != nil {
+				t.Fatal(err)
+			}
+		}
 		must("", bin, "restore", "-q", files[0])
 		must("", bin, "restore", "-q", "-6", files[1])
+		flush()
 		var got [2][]string
 		for fam := range 2 {
 			got[fam] = r.outcomesParallel(fam, probes)
@@ -168,6 +188,7 @@ func TestRoutedRandom(t *testing.T) {
 		must("", bin, "unload")
 		must(text[0], "iptables-legacy-restore")
 		must(text[1], "ip6tables-legacy-restore")
+		flush()
 		for fam := range 2 {
 			want := r.outcomesParallel(fam, probes)
 			for i := range want {

@@ -312,7 +312,8 @@ func TestRestoreWholeRuleSet(t *testing.T) {
 // delegatedRules need the kernel: a DNAT and a MARK, which no BPF
 // program here does, and a REJECT in INPUT, whose reply a BPF netfilter
 // program cannot send: bpfwall runs filter INPUT and the kernel's REJECT
-// answers. FORWARD and OUTPUT run in bpfwall, after the DNAT.
+// answers. FORWARD and OUTPUT run in bpfwall, after the DNAT, which
+// FORWARD tests: port 8082 is open only through it.
 const delegatedRules = `*mangle
 :PREROUTING ACCEPT [0:0]
 :INPUT ACCEPT [0:0]
@@ -336,6 +337,7 @@ COMMIT
 -A INPUT -p tcp --dport 22 -j REJECT --reject-with tcp-reset
 -A FORWARD -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT
 -A FORWARD -i rc0 -o rs0 -p tcp --dport 80 -j ACCEPT
+-A FORWARD -i rc0 -o rs0 -p tcp --dport 443 -m conntrack --ctstate DNAT -j ACCEPT
 -A OUTPUT -p tcp --dport 8080 -j DROP
 COMMIT
 `
@@ -362,6 +364,9 @@ func TestRestoreDelegates(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("restore does not say %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "filter FORWARD runs in the kernel") {
+		t.Errorf("restore leaves filter FORWARD, which tests DNAT, to the kernel:\n%s", out)
 	}
 	got := r.outcomes(0, probes...)
 	// save -c counts what the kernel runs too: the MARK, the DNATs, and
@@ -655,3 +660,4 @@ COMMIT
 	}
 	r.run("", bin, "unload")
 }
+
