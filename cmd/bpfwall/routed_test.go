@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/internal/testenv"
+	"bpfwall/internal/topology"
 )
 
 // A routed topology of named network namespaces, client ─ router ─
@@ -661,3 +662,62 @@ COMMIT
 	r.run("", bin, "unload")
 }
 
+// natStatusRules: nft's tests of the conntrack entry's NAT flags, with
+// the kernel's nat (iptables-legacy) DNATing ports 8081 and 8082 and
+// masquerading ssh to the server. Port 8082 is open only through
+// "ct status dnat", the server's ssh closed only through "ct status snat"
+// (its replies are dropped), and the server's port 80 closed directly,
+// not through the DNAT, by "ct status ! dnat".
+const natStatusRules = `table ip filter {
+	chain forward {
+		type filter hook forward priority 0; policy drop;
+		ct status dnat tcp dport 443 accept
+		ct status snat tcp sport 22 drop
+		ct status ! dnat tcp dport 80 drop
+		ct state established,related accept
+		iifname "rc0" tcp dport { 22, 80 } accept
+	}
+}
+`
+
+// TestNFTCtStatus: natStatusRules as bpfwall reads them (fmt prints the
+// model as iptables-save text, which restore runs at the chains'
+// netfilter hooks), beside the kernel's nat, give connections through the
+// router what nft -f of the same rule set gives them.
+func TestNFTCtStatus(t *testing.T) {
+	testenv.RequireTool(t, "iptables-legacy-restore", "nft")
+	bin := buildBpfwall(t)
+	r := newRouted(t)
+	r.listen(r.server, 22, 80, 443)
+	r.run("*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n"+
+		"-A PREROUTING -d 10.71.1.1/32 -p tcp --dport 8081 -j DNAT --to-destination 10.71.2.2:80\n"+
+		"-A PREROUTING -d 10.71.1.1/32 -p tcp --dport 8082 -j DNAT --to-destination 10.71.2.2:443\n"+
+		"-A POSTROUTING -o rs0 -p tcp --dport 22 -j MASQUERADE\nCOMMIT\n", "iptables-legacy-restore")
+	rules := writeFile(t, "rules.nft", natStatusRules)
+	probes := []probe{{"client", "rc", 8081}, {"client", "rc", 8082}, {"client", "server", 80}, {"client", "server", 443}, {"client", "server", 22}}
+	translated := r.run("", bin, "fmt", rules)
+	if !strings.Contains(translated, "--ctstate DNAT") || !strings.Contains(translated, "! --ctstate DNAT") {
+		t.Fatalf("fmt does not read ct status as the states SNAT and DNAT:\n%s", translated)
+	}
+	if out := r.run(translated, bin, "restore", "-T", "filter"); strings.Contains(out, "runs in the kernel") {
+		t.Errorf("restore leaves a chain to the kernel:\n%s", out)
+	}
+	got := r.outcomes(0, probes...)
+	r.run("", bin, "unload")
+	if err := topology.FlushConntrack(r.router); err != nil {
+		t.Fatal(err)
+	}
+	r.run("", "nft", "-f", rules)
+	want := r.outcomes(0, probes...)
+	kinds := map[string]int{}
+	for i := range want {
+		kinds[want[i][strings.LastIndexByte(want[i], ' ')+1:]]++
+		if got[i] != want[i] {
+			t.Errorf("bpfwall: %s; nft: %s", got[i], want[i])
+		}
+	}
+	if kinds["open"] != 2 || kinds["timeout"] != 3 {
+		t.Errorf("the kernel's outcomes %v are not what the rules were written for (8081 and 8082 open)", kinds)
+	}
+	t.Logf("%d probes agree with the kernel: %v", len(want), kinds)
+}

@@ -232,10 +232,11 @@ func kernelSets(conn *nftables.Conn, t *nftables.Table) (map[string]kernelSet, e
 
 // load is what a register holds: a payload or meta load, maybe masked.
 type load struct {
-	meta bool
-	key  expr.MetaKey
-	ct   bool   // ct state (the only ct key read)
-	imm  []byte // an immediate value
+	meta   bool
+	key    expr.MetaKey
+	ct     bool // ct state, or with status ct status (the ct keys read)
+	status bool
+	imm    []byte // an immediate value
 
 	base       expr.PayloadBase
 	off, n     uint32
@@ -335,11 +336,11 @@ func (x *exprReader) expr(e expr.Any) error {
 		x.flush()
 		x.regs[e.Register] = load{meta: true, key: e.Key, registered: true}
 	case *expr.Ct:
-		if e.SourceRegister || e.Key != expr.CtKeySTATE {
+		if e.SourceRegister || e.Key != expr.CtKeySTATE && e.Key != expr.CtKeySTATUS {
 			return fmt.Errorf("ct key %d is not supported", e.Key)
 		}
 		x.flush()
-		x.regs[e.Register] = load{ct: true, registered: true}
+		x.regs[e.Register] = load{ct: true, status: e.Key == expr.CtKeySTATUS, registered: true}
 	case *expr.Log:
 		x.flush()
 		s, err := logText(e)
@@ -449,6 +450,9 @@ func (x *exprReader) cmp(e *expr.Cmp) error {
 	op := cmpOps[e.Op]
 	if l.meta {
 		return x.metaCmp(l, op, e)
+	}
+	if l.ct && l.status {
+		return x.ctStatusCmp(l, e)
 	}
 	if l.ct {
 		return x.ctCmp(l, e)

@@ -97,6 +97,28 @@ func (x *exprReader) ctCmp(l load, e *expr.Cmp) error {
 	return nil
 }
 
+// ctStatusCmp writes a comparison of the entry's status: masked, as
+// "ct status & mask == value" with the numbers, which Parse reads as it
+// reads the text (the flags it has, snat and dnat, and what it refuses);
+// unmasked, a comparison of the whole word.
+func (x *exprReader) ctStatusCmp(l load, e *expr.Cmp) error {
+	if len(e.Data) != 4 || (e.Op != expr.CmpOpEq && e.Op != expr.CmpOpNeq) {
+		return fmt.Errorf("ct status comparison is not supported")
+	}
+	op := "=="
+	if e.Op == expr.CmpOpNeq {
+		op = "!="
+	}
+	x.flush()
+	v := binary.NativeEndian.Uint32(e.Data)
+	if l.mask == nil {
+		x.terms = append(x.terms, fmt.Sprintf("ct status %s %#x", op, v))
+		return nil
+	}
+	x.terms = append(x.terms, fmt.Sprintf("ct status & %#x %s %#x", binary.NativeEndian.Uint32(l.mask), op, v))
+	return nil
+}
+
 var logLevelText = map[expr.LogLevel]string{
 	expr.LogLevelEmerg: "emerg", expr.LogLevelAlert: "alert", expr.LogLevelCrit: "crit", expr.LogLevelErr: "err",
 	expr.LogLevelWarning: "warn", expr.LogLevelNotice: "notice", expr.LogLevelInfo: "info", expr.LogLevelDebug: "debug",
@@ -264,6 +286,8 @@ func numberText(b []byte) (string, error) {
 // part reads the key a load puts in a register.
 func (x *exprReader) part(l load) (keyPart, error) {
 	switch {
+	case l.ct && l.status:
+		return keyPart{}, fmt.Errorf("lookup of ct status is not supported")
 	case l.ct:
 		return keyPart{key: "ct state", n: 4, format: func(b []byte) (string, error) {
 			names, err := ctStateList(binary.NativeEndian.Uint32(b))

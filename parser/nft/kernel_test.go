@@ -62,6 +62,9 @@ const kernelRulesetStatements = `table inet filter {
 		ct state invalid drop
 		ct state != { new, untracked } counter
 		ct state { new, established } tcp dport 22 counter
+		ct status dnat accept
+		ct status ! snat,dnat tcp dport 23 drop
+		ct status & dnat == dnat counter
 		ip saddr @allowed tcp dport 22 accept
 		ip6 saddr @nets6 tcp dport 22 accept
 		ip saddr . tcp dport @svc accept

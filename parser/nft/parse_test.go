@@ -439,6 +439,15 @@ func TestNFTSpellings(t *testing.T) {
 		"ct state 8 drop":              "-A INPUT -m conntrack --ctstate NEW -j DROP",
 		"ct state 6 accept":            "-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
 		"ether saddr 0:1:2:3:4:5 drop": "-A INPUT -m mac --mac-source 00:01:02:03:04:05 -j DROP",
+		// The entry's NAT flags are conntrack's states SNAT and DNAT;
+		// "!" and "== 0" need an entry (ct status breaks without one).
+		"ct status dnat accept":           "-A INPUT -m conntrack --ctstate DNAT -j ACCEPT",
+		"ct status snat,dnat accept":      "-A INPUT -m conntrack --ctstate SNAT,DNAT -j ACCEPT",
+		"ct status & 0x30 != 0 accept":    "-A INPUT -m conntrack --ctstate SNAT,DNAT -j ACCEPT",
+		"ct status & dnat == dnat accept": "-A INPUT -m conntrack --ctstate DNAT -j ACCEPT",
+		"ct status ! dnat drop":           "-A INPUT -m conntrack --ctstate NEW,RELATED,ESTABLISHED -m conntrack ! --ctstate DNAT -j DROP",
+		"ct status & snat == 0 drop":      "-A INPUT -m conntrack --ctstate NEW,RELATED,ESTABLISHED -m conntrack ! --ctstate SNAT -j DROP",
+		"ct status & snat != snat drop":   "-A INPUT -m conntrack --ctstate NEW,RELATED,ESTABLISHED -m conntrack ! --ctstate SNAT -j DROP",
 	} {
 		src := "table ip t {\n chain c {\n  type filter hook input priority 0;\n  " + rule + "\n }\n}\n"
 		rs, err := Parse("t.nft", []byte(src), Options{Family: rules.IPv4})
@@ -452,7 +461,11 @@ func TestNFTSpellings(t *testing.T) {
 	}
 	// What nft refuses too.
 	for _, rule := range []string{"ether saddr 0:1:2:3:4 drop", "ether saddr 0:1:2:3:4:100 drop", "ct state 16 drop", "ct state ! established drop",
-		`meta iifname "" drop`, `oifname "" drop`, "tcp dport vmap { 1-100 : drop, 50-200 : accept }", "ip saddr vmap { 10.0.0.0/8 : drop, 10.1.0.0/16 : accept }"} {
+		`meta iifname "" drop`, `oifname "" drop`, "tcp dport vmap { 1-100 : drop, 50-200 : accept }", "ip saddr vmap { 10.0.0.0/8 : drop, 10.1.0.0/16 : accept }",
+		// nft takes these; the model does not have them: flags other
+		// than snat and dnat, and comparisons of the whole status word.
+		"ct status expected drop", "ct status snat,assured drop", "ct status == dnat drop", "ct status != dnat drop", "ct status { dnat } drop",
+		"ct status & dnat == snat drop", "ct status xxx drop"} {
 		src := "table ip t {\n chain c {\n  type filter hook input priority 0;\n  " + rule + "\n }\n}\n"
 		rs, err := Parse("t.nft", []byte(src), Options{Family: rules.IPv4})
 		if err == nil {

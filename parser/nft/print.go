@@ -486,6 +486,10 @@ func (p *printer) match(rt *ruleText, r *rules.Rule, m rules.Match) {
 			p.errorf(m.Pos, "conntrack --%s has no nft form in the model", m.Other[0].Name)
 			return
 		}
+		if m.State != 0 && m.State&^(rules.CTSnat|rules.CTDnat) == 0 {
+			p.ctStatus(rt, r, m)
+			return
+		}
 		p.ctState(rt, m.Pos, m.State, m.StateNeg)
 	case *rules.State:
 		p.ctState(rt, m.Pos, m.State, m.Neg)
@@ -572,6 +576,34 @@ func (p *printer) ctState(rt *ruleText, pos rules.Pos, st uint16, neg bool) {
 		return
 	}
 	rt.add("ct state %s{ %s }", negOp(neg), strings.Join(names, ", "))
+}
+
+// ctStatus prints the states SNAT and DNAT, flags of the entry's status.
+// nft's "! dnat" needs an entry, which --ctstate's negation does not:
+// only where r tests for one too (as Parse writes "ct status ! dnat") is
+// it the same match.
+func (p *printer) ctStatus(rt *ruleText, r *rules.Rule, m *rules.Conntrack) {
+	var names []string
+	if m.State&rules.CTSnat != 0 {
+		names = append(names, "snat")
+	}
+	if m.State&rules.CTDnat != 0 {
+		names = append(names, "dnat")
+	}
+	if !m.StateNeg {
+		rt.add("ct status %s", strings.Join(names, ","))
+		return
+	}
+	entry := slices.ContainsFunc(r.Matches, func(x rules.Match) bool {
+		c, ok := x.(*rules.Conntrack)
+		return ok && !c.StateNeg && c.State != 0 && c.State&^(rules.CTNew|rules.CTEstablished|rules.CTRelated) == 0
+	})
+	if !entry {
+		p.errorf(m.Pos, "conntrack ! --ctstate %s has no nft form: ct status ! %s does not match a packet without an entry",
+			strings.ToUpper(strings.Join(names, ",")), strings.Join(names, ","))
+		return
+	}
+	rt.add("ct status ! %s", strings.Join(names, ","))
 }
 
 func (p *printer) set(rt *ruleText, m *rules.Set) {

@@ -865,7 +865,7 @@ var knownKeys = map[string]bool{}
 func init() {
 	for _, k := range strings.Split("meta nfproto,nfproto,meta protocol,ip saddr,ip daddr,ip6 saddr,ip6 daddr,"+
 		"ip protocol,meta l4proto,l4proto,tcp sport,tcp dport,udp sport,udp dport,sctp sport,sctp dport,th sport,th dport,"+
-		"tcp flags,icmp type,icmp code,icmpv6 type,icmpv6 code,ct state,meta iifname,iifname,meta oifname,"+
+		"tcp flags,icmp type,icmp code,icmpv6 type,icmpv6 code,ct state,ct status,meta iifname,iifname,meta oifname,"+
 		"oifname,meta iif,iif,meta oif,oif,meta mark,mark,meta pkttype,pkttype,ip ttl,ip6 hoplimit,"+
 		"ip length,ip6 length,meta length,length,ether saddr", ",") {
 		knownKeys[k] = true
@@ -879,11 +879,11 @@ func (b *ruleBuilder) relation(pos rules.Pos, key, op string, mask *rhs, val rhs
 		return
 	}
 	addrKey := key == "ip saddr" || key == "ip daddr" || key == "ip6 saddr" || key == "ip6 daddr"
-	if mask != nil && key != "tcp flags" && key != "meta mark" && key != "mark" && key != "ip frag-off" && !addrKey {
+	if mask != nil && key != "tcp flags" && key != "meta mark" && key != "mark" && key != "ip frag-off" && key != "ct status" && !addrKey {
 		b.unsupported(pos, key+" &")
 		return
 	}
-	if op == "!" && key != "tcp flags" {
+	if op == "!" && key != "tcp flags" && key != "ct status" {
 		// nft's "!" tests that none of a bitmask's flags is set.
 		b.unsupported(pos, key+" !")
 		return
@@ -922,6 +922,8 @@ func (b *ruleBuilder) relation(pos rules.Pos, key, op string, mask *rhs, val rhs
 		}
 	case "ct state":
 		b.ctState(pos, op, val)
+	case "ct status":
+		b.ctStatus(pos, op, mask, val)
 	case "meta iifname", "iifname", "meta oifname", "oifname", "meta iif", "iif", "meta oif", "oif":
 		b.ifname(pos, key, op, val)
 	case "meta mark", "mark":
@@ -1932,6 +1934,125 @@ func (b *ruleBuilder) ctState(pos rules.Pos, op string, val rhs) {
 	}
 	m := &rules.Conntrack{Located: rules.Located{Pos: pos}, State: st, StateNeg: op == "!="}
 	b.add(always1(func(r *rules.Rule) bool { r.Matches = append(r.Matches, m); return true }))
+}
+
+// ctStatusWords are the flags of the conntrack entry's status that nft
+// names. The model has two: the conntrack states SNAT and DNAT, which
+// conntrack_mt reads from IPS_SRC_NAT and IPS_DST_NAT.
+var ctStatusWords = map[string]uint32{
+	"expected": 1, "seen-reply": 2, "assured": 4, "confirmed": 8, "snat": ipsSrcNAT, "dnat": ipsDstNAT, "dying": 0x200,
+}
+
+// IPS_SRC_NAT and IPS_DST_NAT.
+const (
+	ipsSrcNAT = 0x10
+	ipsDstNAT = 0x20
+)
+
+// ctStatus translates the tests of the entry's status that are the states
+// SNAT and DNAT: "ct status dnat", any of the flags set (what
+// iptables-translate writes for --ctstate DNAT), "ct status ! dnat", none
+// of them, and their spellings "& flags != 0" and "& flags == 0". Without
+// an entry nft's ct expression ends the rule, negated or not, so "none"
+// needs one too: the packet's state is NEW, ESTABLISHED or RELATED. The
+// other flags (expected, seen-reply, assured, confirmed, dying) are not in
+// the model; "==", "!=" and sets compare the whole status word, which
+// holds them.
+func (b *ruleBuilder) ctStatus(pos rules.Pos, op string, mask *rhs, val rhs) {
+	// The flags a value names, as model bits and as the status word.
+	flagsOf := func(v rhs) (uint16, uint32, bool) {
+		var word uint32
+		for _, e := range b.expandRef(pos, v) {
+			names := e.or
+			if names == nil {
+				names = []string{e.lo}
+			}
+			for _, n := range names {
+				if e.hasRange || e.hasMask || e.ref != "" {
+					b.unsupported(pos, "ct status of a range, prefix or set")
+					return 0, 0, false
+				}
+				w, ok := ctStatusWords[n]
+				if num, err := parseNum(n, 32); err == nil {
+					w, ok = uint32(num), true
+				}
+				if !ok {
+					b.errorf(e.pos, "unknown ct status %q", n)
+					return 0, 0, false
+				}
+				word |= w
+			}
+		}
+		if other := word &^ (ipsSrcNAT | ipsDstNAT); other != 0 {
+			low := other & -other
+			what := fmt.Sprintf("%#x", low)
+			for n, w := range ctStatusWords {
+				if w == low {
+					what = n
+				}
+			}
+			b.unsupported(pos, "ct status "+what+" (of its flags only snat and dnat, the conntrack states SNAT and DNAT)")
+			return 0, 0, false
+		}
+		var st uint16
+		if word&ipsSrcNAT != 0 {
+			st |= rules.CTSnat
+		}
+		if word&ipsDstNAT != 0 {
+			st |= rules.CTDnat
+		}
+		return st, word, true
+	}
+	anyOf := func(st uint16) {
+		m := &rules.Conntrack{Located: rules.Located{Pos: pos}, State: st}
+		b.add(always1(func(r *rules.Rule) bool { r.Matches = append(r.Matches, m); return true }))
+	}
+	noneOf := func(st uint16) {
+		entry := &rules.Conntrack{Located: rules.Located{Pos: pos}, State: rules.CTNew | rules.CTEstablished | rules.CTRelated}
+		m := &rules.Conntrack{Located: rules.Located{Pos: pos}, State: st, StateNeg: true}
+		b.add(always1(func(r *rules.Rule) bool { r.Matches = append(r.Matches, entry, m); return true }))
+	}
+	if val.set {
+		b.unsupported(pos, "ct status in a set (it compares the whole status word)")
+		return
+	}
+	if mask == nil {
+		st, _, ok := flagsOf(val)
+		switch {
+		case !ok:
+		case st == 0:
+			b.unsupported(pos, "ct status 0")
+		case op == "":
+			anyOf(st)
+		case op == "!":
+			noneOf(st)
+		default:
+			b.unsupported(pos, "ct status "+op+" (it compares the whole status word)")
+		}
+		return
+	}
+	m, mword, ok := flagsOf(*mask)
+	if !ok {
+		return
+	}
+	_, vword, ok := flagsOf(val)
+	if !ok {
+		return
+	}
+	if op == "" {
+		op = "=="
+	}
+	one := bits.OnesCount16(m) == 1
+	switch {
+	case m == 0 || (op != "==" && op != "!="):
+		b.unsupported(pos, "ct status & "+op)
+	case vword == 0 && op == "!=", one && vword == mword && op == "==":
+		anyOf(m)
+	case vword == 0 && op == "==", one && vword == mword && op == "!=":
+		noneOf(m)
+	default:
+		b.unsupported(pos, "ct status & flags compared with other than 0 or the one flag")
+	}
 }
 
 // ifname: nft compares the name with a NUL-padded IFNAMSIZ buffer; "eth*"
