@@ -291,6 +291,7 @@ type Term struct {
 	Comment *string  `parser:" | 'comment' @String"`
 	Tproxy  *Tproxy  `parser:" | @@"`
 	Xt      *Xt      `parser:" | @@"`
+	TCPOpt  *TCPOpt  `parser:" | @@"`
 	Match   *Match   `parser:" | @@"`
 	Other   *Generic `parser:" | @@ )"`
 }
@@ -303,6 +304,14 @@ type Xt struct {
 	Kind    string  `parser:"'xt' @('match' | 'target')"`
 	Name    string  `parser:"@(Word | String)"`
 	Options *string `parser:"@String?"`
+}
+
+// TCPOpt is "tcp option KIND exists" or "missing": whether the TCP
+// header carries an option of KIND (nft_exthdr's present flag).
+type TCPOpt struct {
+	Pos  lexer.Position
+	Kind string `parser:"'tcp' 'option' @(Word | Number)"`
+	Test string `parser:"@('exists' | 'missing')"`
 }
 
 // Verdict is accept, drop, return, continue, jump CHAIN or goto CHAIN.

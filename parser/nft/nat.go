@@ -62,7 +62,7 @@ func natEffect(c *chain) (drops, rewrites bool) {
 					}
 				case t.Other != nil && slices.Contains(natStatements, strings.ToLower(t.Other.Keyword)):
 					rewrites = true
-				case t.Counter != nil, t.Comment != nil, t.Log != nil, t.Limit != nil, t.Xt != nil:
+				case t.Counter != nil, t.Comment != nil, t.Log != nil, t.Limit != nil, t.Xt != nil, t.TCPOpt != nil:
 				case t.Match != nil && t.Match.Set == nil && t.Match.VMap == nil:
 				default:
 					drops = true // reject, a vmap, a set statement, ...

@@ -531,3 +531,27 @@ func TestOverlappingConcatCountsOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestTCPOptionTest: "tcp option KIND exists" is one test, refused by
+// name (nft walks the options as --tcp-option does not), its verdict
+// kept; an unknown kind is an error, as nft says.
+func TestTCPOptionTest(t *testing.T) {
+	for rule, want := range map[string]string{
+		"tcp option maxseg exists drop": "t.nft:4:3: tcp option maxseg exists (nft's walk of the options is not --tcp-option's) match is not supported",
+		"tcp option 255 missing accept": "t.nft:4:3: tcp option 255 missing (nft's walk of the options is not --tcp-option's) match is not supported",
+		"tcp option foobar exists drop": `t.nft:4:3: unknown tcp option "foobar"`,
+		"tcp option 256 exists drop":    "t.nft:4:3: tcp option 256 exceeds valid range 0-255",
+	} {
+		src := "table ip t {\n chain c {\n  type filter hook input priority 0;\n  " + rule + "\n }\n}\n"
+		rs, err := Parse("t.nft", []byte(src), Options{Family: rules.IPv4})
+		if err == nil {
+			if !strings.Contains(string(rs.Save(rules.SaveOptions{})), "-j "+strings.ToUpper(rule[strings.LastIndexByte(rule, ' ')+1:])) {
+				t.Errorf("%s loses its verdict:\n%s", rule, rs.Save(rules.SaveOptions{}))
+			}
+			_, err = ir.Lower(rs, ir.LowerOptions{Table: "filter", Chain: "INPUT"})
+		}
+		if err == nil || err.Error() != want {
+			t.Errorf("%s: %v, want %s", rule, err, want)
+		}
+	}
+}

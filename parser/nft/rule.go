@@ -258,6 +258,8 @@ func (b *ruleBuilder) term(t *Term) {
 	case t.Xt != nil:
 		b.flushICMP()
 		b.xtExtension(t.Xt)
+	case t.TCPOpt != nil:
+		b.tcpOptTest(pos, t.TCPOpt)
 	case t.Match != nil:
 		b.match(t.Match)
 	case t.Other != nil:
@@ -1934,6 +1936,32 @@ func (b *ruleBuilder) ctState(pos rules.Pos, op string, val rhs) {
 	}
 	m := &rules.Conntrack{Located: rules.Located{Pos: pos}, State: st, StateNeg: op == "!="}
 	b.add(always1(func(r *rules.Rule) bool { r.Matches = append(r.Matches, m); return true }))
+}
+
+// tcpOptKinds are the TCP option kinds nft names.
+var tcpOptKinds = map[string]uint8{
+	"eol": 0, "nop": 1, "maxseg": 2, "window": 3, "sack-perm": 4, "sack": 5, "sack0": 5, "sack1": 5, "sack2": 5, "sack3": 5,
+	"timestamp": 8, "md5sig": 19, "mptcp": 30, "fastopen": 34,
+}
+
+// tcpOptTest refuses "tcp option KIND exists" and "missing" by name: nft's
+// walk of the options (nft_exthdr_tcp_eval) is not the one --tcp-option
+// makes, which is the one the model has. It stops a byte before the
+// header's end, finds an option only where the option fits, and "missing"
+// matches every packet that is not TCP.
+func (b *ruleBuilder) tcpOptTest(pos rules.Pos, o *TCPOpt) {
+	if _, ok := tcpOptKinds[o.Kind]; !ok {
+		n, err := parseNum(o.Kind, 64)
+		switch {
+		case err != nil:
+			b.errorf(pos, "unknown tcp option %q", o.Kind)
+			return
+		case n > 255:
+			b.errorf(pos, "tcp option %s exceeds valid range 0-255", o.Kind)
+			return
+		}
+	}
+	b.unsupported(pos, "tcp option "+o.Kind+" "+o.Test+" (nft's walk of the options is not --tcp-option's)")
 }
 
 // ctStatusWords are the flags of the conntrack entry's status that nft
