@@ -240,7 +240,7 @@ func TestOperatorPath(t *testing.T) {
 			// Bad input at every stage changes nothing.
 			for _, bad := range []struct{ name, input, msg string }{
 				{"parse error", strings.Replace(udpRules, "--dport 5002", "--dport 5002 --frob", 1), "line 6 failed"},
-				{"unsupported", strings.Replace(udpRules, "-j DROP", "-m conntrack --ctstate DNAT -j DROP", 1), "conntrack state SNAT/DNAT is not supported"},
+				{"unsupported", strings.Replace(udpRules, "-j DROP", "-m conntrack --ctstate DNAT -j DROP", 1), "conntrack state SNAT/DNAT (read only at the chain's own netfilter hook: --hook netfilter, or restore without -i) is not supported"},
 			} {
 				_, errOut, code := c.run(bad.input, "restore")
 				if code != 1 || !strings.Contains(errOut, bad.msg) {
