@@ -435,6 +435,18 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 	case *rules.IPRange:
 		ms = l.addrRange(ms, m, Src, m.Src, m.SrcNeg)
 		ms = l.addrRange(ms, m, Dst, m.Dst, m.DstNeg)
+	case *rules.Ifaces:
+		dir := IfaceIn
+		if m.Out {
+			dir = IfaceOut
+		}
+		if !m.Neg && len(m.Names) != 1 {
+			l.errorf(m.Pos, "an interface test of %d names that is not negated", len(m.Names))
+			return ms
+		}
+		for _, n := range m.Names {
+			ms = iface(ms, dir, n, m.Neg)
+		}
 	case *rules.ProtocolsNot:
 		for _, p := range m.Protos {
 			if r.NFT && l.fam == rules.IPv6 {

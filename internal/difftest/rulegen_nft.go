@@ -345,6 +345,10 @@ func (g *nftGen) ifaceMatch(key, name string) string {
 	}
 	if g.chance(4) {
 		a, b := quote(), quote()
+		if g.chance(2) && a != b {
+			// None of them: overlapping wildcards are fine here.
+			return fmt.Sprintf(" %s != { %s, %s }", key, a, b)
+		}
 		if a == b || strings.HasSuffix(a, `*"`) || strings.HasSuffix(b, `*"`) {
 			return fmt.Sprintf(" %s %s", key, a)
 		}
@@ -450,11 +454,14 @@ func (g *nftGen) rule(self int) string {
 	if g.chance(3) {
 		w("%s", g.addrMatch(fam, "daddr"))
 	}
-	// iif and oif name interfaces that exist when nft loads the rules;
-	// the model has one test of each interface, by name or by index.
+	// iif and oif name interfaces that exist when nft loads the rules.
+	// A rule may test an interface twice.
 	switch {
 	case g.chance(5):
 		w("%s", g.ifaceMatch("iifname", g.InIface))
+		if g.chance(3) {
+			w("%s", g.ifaceMatch("iifname", g.InIface))
+		}
 	case g.chance(10):
 		w(" iif %s%q", g.neq(), g.oneOf(g.InIface, g.OutIface, "lo"))
 	}

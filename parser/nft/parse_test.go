@@ -448,6 +448,10 @@ func TestNFTSpellings(t *testing.T) {
 		"ct status ! dnat drop":           "-A INPUT -m conntrack --ctstate NEW,RELATED,ESTABLISHED -m conntrack ! --ctstate DNAT -j DROP",
 		"ct status & snat == 0 drop":      "-A INPUT -m conntrack --ctstate NEW,RELATED,ESTABLISHED -m conntrack ! --ctstate SNAT -j DROP",
 		"ct status & snat != snat drop":   "-A INPUT -m conntrack --ctstate NEW,RELATED,ESTABLISHED -m conntrack ! --ctstate SNAT -j DROP",
+		// Interface tests beyond the rule's one of each direction, as
+		// OpenWrt's fw4 writes a zone's wildcard devices.
+		`iifname "foo*" iifname != { "t3", "t4" } iifname != "baz*" drop`: "-A INPUT -i foo+ -m nft-iface ! --in t3,t4 -m nft-iface ! --in baz+ -j DROP",
+		`oifname "a" oif != "lo" accept`:                                  "-A INPUT -o a -m nft-iface ! --out lo -j ACCEPT",
 	} {
 		src := "table ip t {\n chain c {\n  type filter hook input priority 0;\n  " + rule + "\n }\n}\n"
 		rs, err := Parse("t.nft", []byte(src), Options{Family: rules.IPv4})

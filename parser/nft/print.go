@@ -390,6 +390,20 @@ func flagsList(v uint8) string {
 
 func (p *printer) match(rt *ruleText, r *rules.Rule, m rules.Match) {
 	switch m := m.(type) {
+	case *rules.Ifaces:
+		key := map[[2]bool]string{{false, false}: "iifname", {true, false}: "oifname", {false, true}: "iif", {true, true}: "oif"}[[2]bool{m.Out, m.ByIndex}]
+		if len(m.Names) == 1 {
+			ifname(rt, key, m.Names[0], m.Neg)
+			return
+		}
+		names := make([]string, len(m.Names))
+		for i, n := range m.Names {
+			if strings.HasSuffix(n, "+") {
+				n = strings.TrimSuffix(n, "+") + "*"
+			}
+			names[i] = strconv.Quote(n)
+		}
+		rt.add("%s %s{ %s }", key, negOp(m.Neg), strings.Join(names, ", "))
 	case *rules.ProtocolsNot:
 		names := make([]string, len(m.Protos))
 		for i, proto := range m.Protos {

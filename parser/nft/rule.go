@@ -2133,7 +2133,8 @@ func (b *ruleBuilder) ifname(pos rules.Pos, key, op string, val rhs) {
 				if *p == n && *pneg == neg && *pidx == byIndex {
 					return true
 				}
-				r.Matches = append(r.Matches, &rules.Generic{Located: rules.Located{Pos: pos}, Ext: "second " + key})
+				// The rule's own test is taken: a match of its own.
+				r.Matches = append(r.Matches, &rules.Ifaces{Located: rules.Located{Pos: pos}, Out: out, ByIndex: byIndex, Names: []string{n}, Neg: neg})
 				return true
 			}
 			*p, *pneg, *pidx = n, neg, byIndex
@@ -2141,11 +2142,13 @@ func (b *ruleBuilder) ifname(pos rules.Pos, key, op string, val rhs) {
 		}
 	}
 	if op == "!=" {
-		if len(names) != 1 {
-			b.unsupported(pos, "negated "+key+" set")
+		if len(names) == 1 {
+			b.add(always1(set(names[0], true)))
 			return
 		}
-		b.add(always1(set(names[0], true)))
+		// None of the names.
+		m := &rules.Ifaces{Located: rules.Located{Pos: pos}, Out: out, ByIndex: byIndex, Names: dedup(names), Neg: true}
+		b.add(always1(func(r *rules.Rule) bool { r.Matches = append(r.Matches, m); return true }))
 		return
 	}
 	if !disjointNames(names) {
