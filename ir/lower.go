@@ -435,6 +435,12 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 	case *rules.IPRange:
 		ms = l.addrRange(ms, m, Src, m.Src, m.SrcNeg)
 		ms = l.addrRange(ms, m, Dst, m.Dst, m.DstNeg)
+	case *rules.MaskedAddr:
+		dir := Src
+		if m.Dst {
+			dir = Dst
+		}
+		ms = l.addr(ms, dir, m.Net, m.Neg, m.Pos)
 	case *rules.Ifaces:
 		dir := IfaceIn
 		if m.Out {

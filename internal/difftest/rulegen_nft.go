@@ -332,6 +332,25 @@ func (g *nftGen) addrMatch(f rules.Family, dir string) string {
 	return fmt.Sprintf(" %s %s%s", key, g.neq(), g.addrElem(f))
 }
 
+// maskedAddr is "ip saddr & MASK == VALUE" (or !=), VALUE an address of
+// the case masked, MASK often not a prefix: OpenWrt's fw4 writes a
+// zone's subnet-mask matches so, beside other tests of the address.
+func (g *nftGen) maskedAddr(f rules.Family, dir string) string {
+	key := "ip " + dir
+	masks := []string{"255.255.0.255", "0.0.0.255", "255.255.255.0", "255.0.255.0"}
+	if f == rules.IPv6 {
+		key = "ip6 " + dir
+		masks = []string{"::ffff", "ffff::ffff", "ffff:ffff::", "::ff:0:ffff"}
+	}
+	m := netip.MustParseAddr(masks[g.rng.IntN(len(masks))])
+	a, mb := g.addrIn(f).AsSlice(), m.AsSlice()
+	for i := range a {
+		a[i] &= mb[i]
+	}
+	v, _ := netip.AddrFromSlice(a)
+	return fmt.Sprintf(" %s & %s %s %s", key, m, g.oneOf("==", "!="), v)
+}
+
 func (g *nftGen) ifaceMatch(key, name string) string {
 	quote := func() string {
 		n := g.iface(name)
@@ -453,6 +472,9 @@ func (g *nftGen) rule(self int) string {
 	}
 	if g.chance(3) {
 		w("%s", g.addrMatch(fam, "daddr"))
+	}
+	if g.chance(6) {
+		w("%s", g.maskedAddr(fam, g.oneOf("saddr", "daddr")))
 	}
 	// iif and oif name interfaces that exist when nft loads the rules.
 	// A rule may test an interface twice.

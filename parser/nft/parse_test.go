@@ -451,7 +451,9 @@ func TestNFTSpellings(t *testing.T) {
 		// Interface tests beyond the rule's one of each direction, as
 		// OpenWrt's fw4 writes a zone's wildcard devices.
 		`iifname "foo*" iifname != { "t3", "t4" } iifname != "baz*" drop`: "-A INPUT -i foo+ -m nft-iface ! --in t3,t4 -m nft-iface ! --in baz+ -j DROP",
-		`oifname "a" oif != "lo" accept`:                                  "-A INPUT -o a -m nft-iface ! --out lo -j ACCEPT",
+		// A second address test with a mask, as fw4 writes subnet masks.
+		"ip saddr 10.0.0.0/8 ip saddr & 0.0.0.255 != 0.0.0.1 drop": "-A INPUT -s 10.0.0.0/8 -m nft-addr ! --src 0.0.0.1/0.0.0.255 -j DROP",
+		`oifname "a" oif != "lo" accept`:                           "-A INPUT -o a -m nft-iface ! --out lo -j ACCEPT",
 	} {
 		src := "table ip t {\n chain c {\n  type filter hook input priority 0;\n  " + rule + "\n }\n}\n"
 		rs, err := Parse("t.nft", []byte(src), Options{Family: rules.IPv4})

@@ -318,10 +318,25 @@ func (p *printer) net(rt *ruleText, r *rules.Rule, key string, n rules.Net, neg 
 	}
 	bits := n.Bits()
 	if bits < 0 {
-		p.errorf(r.Pos, "non-contiguous %s mask %s", key, n.Mask)
+		// A non-contiguous mask, as nft writes it.
+		op := "=="
+		if neg {
+			op = "!="
+		}
+		rt.add("%s %s & %s %s %s", p.ip, key, n.Mask, op, maskAddrText(n))
 		return
 	}
 	rt.add("%s %s %s%s", p.ip, key, negOp(neg), prefixText(netip.PrefixFrom(n.Addr, bits)))
+}
+
+// maskAddrText is n's address with the mask applied.
+func maskAddrText(n rules.Net) string {
+	a, m := n.Addr.AsSlice(), n.Mask.AsSlice()
+	for i := range a {
+		a[i] &= m[i]
+	}
+	addr, _ := netip.AddrFromSlice(a)
+	return addr.String()
 }
 
 func prefixText(pf netip.Prefix) string {
@@ -390,6 +405,12 @@ func flagsList(v uint8) string {
 
 func (p *printer) match(rt *ruleText, r *rules.Rule, m rules.Match) {
 	switch m := m.(type) {
+	case *rules.MaskedAddr:
+		key := "saddr"
+		if m.Dst {
+			key = "daddr"
+		}
+		p.net(rt, r, key, m.Net, m.Neg)
 	case *rules.Ifaces:
 		key := map[[2]bool]string{{false, false}: "iifname", {true, false}: "oifname", {false, true}: "iif", {true, true}: "oif"}[[2]bool{m.Out, m.ByIndex}]
 		if len(m.Names) == 1 {

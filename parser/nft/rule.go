@@ -1125,8 +1125,8 @@ func (b *ruleBuilder) addrMaskMatch(pos rules.Pos, key, op string, mask, val rhs
 	n := rules.Net{Addr: v, Mask: m}
 	b.add(always1(func(r *rules.Rule) bool {
 		if !setAddr(r, dst, n, neg) {
-			// Lowering refuses it at its position.
-			r.Matches = append(r.Matches, &rules.Generic{Located: rules.Located{Pos: pos}, Ext: key + " & besides another " + key})
+			// The rule's own test is taken: a match of its own.
+			r.Matches = append(r.Matches, &rules.MaskedAddr{Located: rules.Located{Pos: pos}, Dst: dst, Net: n, Neg: neg})
 		}
 		return true
 	}))
