@@ -19,8 +19,8 @@ import (
 // the model and are not printed; anonymous sets are written inline.
 //
 // A construct the model holds but nft text cannot say the same way (a rule
-// read from iptables, a non-contiguous address mask, a generic match) is
-// an error naming the rule's position.
+// read from iptables, a generic match) is an error naming the rule's
+// position.
 func Print(rs *rules.Ruleset) ([]byte, error) {
 	p := &printer{rs: rs, ip: "ip", family: "ip"}
 	if rs.Family == rules.IPv6 {

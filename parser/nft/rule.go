@@ -2036,9 +2036,21 @@ func (b *ruleBuilder) ctStatus(pos rules.Pos, op string, mask *rhs, val rhs) {
 		b.add(always1(func(r *rules.Rule) bool { r.Matches = append(r.Matches, m); return true }))
 	}
 	noneOf := func(st uint16) {
-		entry := &rules.Conntrack{Located: rules.Located{Pos: pos}, State: rules.CTNew | rules.CTEstablished | rules.CTRelated}
+		const withEntry = rules.CTNew | rules.CTEstablished | rules.CTRelated
+		entry := &rules.Conntrack{Located: rules.Located{Pos: pos}, State: withEntry}
 		m := &rules.Conntrack{Located: rules.Located{Pos: pos}, State: st, StateNeg: true}
-		b.add(always1(func(r *rules.Rule) bool { r.Matches = append(r.Matches, entry, m); return true }))
+		b.add(always1(func(r *rules.Rule) bool {
+			// Unless an earlier state test of the rule needs one already
+			// (as fmt --nft prints the negation).
+			if !slices.ContainsFunc(r.Matches, func(x rules.Match) bool {
+				c, ok := x.(*rules.Conntrack)
+				return ok && !c.StateNeg && c.State != 0 && c.State&^withEntry == 0
+			}) {
+				r.Matches = append(r.Matches, entry)
+			}
+			r.Matches = append(r.Matches, m)
+			return true
+		}))
 	}
 	if val.set {
 		b.unsupported(pos, "ct status in a set (it compares the whole status word)")
