@@ -1124,10 +1124,16 @@ func (b *ruleBuilder) addrMaskMatch(pos rules.Pos, key, op string, mask, val rhs
 	dst := strings.HasSuffix(key, "daddr")
 	n := rules.Net{Addr: v, Mask: m}
 	b.add(always1(func(r *rules.Rule) bool {
-		if !setAddr(r, dst, n, neg) {
-			// The rule's own test is taken: a match of its own.
-			r.Matches = append(r.Matches, &rules.MaskedAddr{Located: rules.Located{Pos: pos}, Dst: dst, Net: n, Neg: neg})
+		if setAddr(r, dst, n, neg) {
+			return true
 		}
+		// The rule's own test is taken: a prefix is a range, as a second
+		// "ip saddr 10.0.0.0/8" is; any other mask a match of its own.
+		if bits := n.Bits(); bits >= 0 {
+			from, to := prefixRange(netip.PrefixFrom(v, bits))
+			return addrRangeCond(pos, dst, from, to, neg)(r)
+		}
+		r.Matches = append(r.Matches, &rules.MaskedAddr{Located: rules.Located{Pos: pos}, Dst: dst, Net: n, Neg: neg})
 		return true
 	}))
 }
