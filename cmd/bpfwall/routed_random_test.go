@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"bpfwall/internal/testenv"
-	"bpfwall/internal/topology"
 )
 
 // randomRouted writes a random rule set for family fam (0 IPv4, 1 IPv6)
@@ -170,17 +169,10 @@ func TestRoutedRandom(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		// Each run begins without the entries of the runs before: an
-		// entry left half-closed would give a later connection from its
-		// port a state other than NEW.
-		flush := func() {
-			if err := topology.FlushConntrack(r.router); err != nil {
-				t.Fatal(err)
-			}
-		}
+		// Each run begins without the entries of the runs before.
 		must("", bin, "restore", "-q", files[0])
 		must("", bin, "restore", "-q", "-6", files[1])
-		flush()
+		r.flushConntrack()
 		var got [2][]string
 		for fam := range 2 {
 			got[fam] = r.outcomesParallel(fam, probes)
@@ -188,7 +180,7 @@ func TestRoutedRandom(t *testing.T) {
 		must("", bin, "unload")
 		must(text[0], "iptables-legacy-restore")
 		must(text[1], "ip6tables-legacy-restore")
-		flush()
+		r.flushConntrack()
 		for fam := range 2 {
 			want := r.outcomesParallel(fam, probes)
 			for i := range want {

@@ -184,6 +184,16 @@ var routedProbes = []probe{
 	{"router", "server", 80}, {"router", "server", 443}, {"router", "client", 8080}, {"router", "client", 22},
 }
 
+// flushConntrack deletes the router's conntrack entries: a run compared
+// with another begins without the entries the other left, whose states
+// would carry over to a later connection from the same port.
+func (r *routed) flushConntrack() {
+	r.t.Helper()
+	if err := topology.FlushConntrack(r.router); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 // outcomes runs every probe of probes (routedProbes when nil) for family
 // fam (0 IPv4, 1 IPv6).
 func (r *routed) outcomes(fam int, probes ...probe) []string {
@@ -290,6 +300,7 @@ func TestRestoreWholeRuleSet(t *testing.T) {
 	}
 	run("", bin, "unload", "--hook", "netfilter", "-4") // nothing loaded: succeeds
 
+	r.flushConntrack()
 	run(text[0], "iptables-legacy-restore")
 	run(text[1], "ip6tables-legacy-restore")
 	for fam := range 2 {
@@ -422,6 +433,7 @@ func TestRestoreDelegates(t *testing.T) {
 		t.Errorf("unload --netns left delegated tables:\n%s", kernel)
 	}
 
+	r.flushConntrack()
 	run(delegatedRules, "iptables-legacy-restore")
 	want := r.outcomes(0, probes...)
 	kinds := map[string]int{}
@@ -704,9 +716,7 @@ func TestNFTCtStatus(t *testing.T) {
 	}
 	got := r.outcomes(0, probes...)
 	r.run("", bin, "unload")
-	if err := topology.FlushConntrack(r.router); err != nil {
-		t.Fatal(err)
-	}
+	r.flushConntrack()
 	r.run("", "nft", "-f", rules)
 	want := r.outcomes(0, probes...)
 	kinds := map[string]int{}
