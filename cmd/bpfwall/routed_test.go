@@ -184,6 +184,21 @@ var routedProbes = []probe{
 	{"router", "server", 80}, {"router", "server", 443}, {"router", "client", 8080}, {"router", "client", 22},
 }
 
+// compareOutcomes reports each probe whose outcome under bpfwall (got)
+// differs from the one under the kernel's oracle (want), and returns how
+// many probes met each outcome under the kernel.
+func compareOutcomes(t *testing.T, oracle string, got, want []string) map[string]int {
+	t.Helper()
+	kinds := map[string]int{}
+	for i := range want {
+		kinds[want[i][strings.LastIndexByte(want[i], ' ')+1:]]++
+		if got[i] != want[i] {
+			t.Errorf("bpfwall: %s; %s: %s", got[i], oracle, want[i])
+		}
+	}
+	return kinds
+}
+
 // flushConntrack deletes the router's conntrack entries: a run compared
 // with another begins without the entries the other left, whose states
 // would carry over to a later connection from the same port.
@@ -305,13 +320,7 @@ func TestRestoreWholeRuleSet(t *testing.T) {
 	run(text[1], "ip6tables-legacy-restore")
 	for fam := range 2 {
 		want := r.outcomes(fam)
-		kinds := map[string]int{}
-		for i := range want {
-			kinds[want[i][strings.LastIndexByte(want[i], ' ')+1:]]++
-			if got[fam][i] != want[i] {
-				t.Errorf("bpfwall: %s; iptables: %s", got[fam][i], want[i])
-			}
-		}
+		kinds := compareOutcomes(t, "iptables", got[fam], want)
 		// The probes must tell filters apart: some connections open,
 		// some dropped.
 		if kinds["open"] == 0 || kinds["timeout"] == 0 || kinds["refused"] == 0 {
@@ -436,13 +445,7 @@ func TestRestoreDelegates(t *testing.T) {
 	r.flushConntrack()
 	run(delegatedRules, "iptables-legacy-restore")
 	want := r.outcomes(0, probes...)
-	kinds := map[string]int{}
-	for i := range want {
-		kinds[want[i][strings.LastIndexByte(want[i], ' ')+1:]]++
-		if got[i] != want[i] {
-			t.Errorf("bpfwall: %s; iptables: %s", got[i], want[i])
-		}
-	}
+	kinds := compareOutcomes(t, "iptables", got, want)
 	if kinds["open"] == 0 || kinds["timeout"] == 0 || kinds["refused"] == 0 {
 		t.Errorf("the kernel's outcomes %v do not test the rules", kinds)
 	}
@@ -719,13 +722,7 @@ func TestNFTCtStatus(t *testing.T) {
 	r.flushConntrack()
 	r.run("", "nft", "-f", rules)
 	want := r.outcomes(0, probes...)
-	kinds := map[string]int{}
-	for i := range want {
-		kinds[want[i][strings.LastIndexByte(want[i], ' ')+1:]]++
-		if got[i] != want[i] {
-			t.Errorf("bpfwall: %s; nft: %s", got[i], want[i])
-		}
-	}
+	kinds := compareOutcomes(t, "nft", got, want)
 	if kinds["open"] != 2 || kinds["timeout"] != 3 {
 		t.Errorf("the kernel's outcomes %v are not what the rules were written for (8081 and 8082 open)", kinds)
 	}
