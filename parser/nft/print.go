@@ -253,15 +253,8 @@ func (p *printer) rule(r *rules.Rule) (*ruleText, bool) {
 	}
 	p.net(rt, r, "saddr", r.Src, r.SrcNeg)
 	p.net(rt, r, "daddr", r.Dst, r.DstNeg)
-	iifKey, oifKey := "iifname", "oifname"
-	if r.InByIndex {
-		iifKey = "iif"
-	}
-	if r.OutByIndex {
-		oifKey = "oif"
-	}
-	ifname(rt, iifKey, r.InIface, r.InNeg)
-	ifname(rt, oifKey, r.OutIface, r.OutNeg)
+	ifname(rt, ifaceKey(false, r.InByIndex), r.InIface, r.InNeg)
+	ifname(rt, ifaceKey(true, r.OutByIndex), r.OutIface, r.OutNeg)
 	for _, m := range r.Matches {
 		p.match(rt, r, m)
 	}
@@ -357,10 +350,30 @@ func ifname(rt *ruleText, key, name string, neg bool) {
 	if name == "" {
 		return
 	}
+	rt.add("%s %s%s", key, negOp(neg), ifnameText(name))
+}
+
+// ifaceKey is the nft key of an interface test: by name, or by index
+// (iif, oif).
+func ifaceKey(out, byIndex bool) string {
+	switch {
+	case out && byIndex:
+		return "oif"
+	case out:
+		return "oifname"
+	case byIndex:
+		return "iif"
+	}
+	return "iifname"
+}
+
+// ifnameText quotes an interface name of the model, its "+" wildcard as
+// nft's "*".
+func ifnameText(name string) string {
 	if strings.HasSuffix(name, "+") {
 		name = strings.TrimSuffix(name, "+") + "*"
 	}
-	rt.add("%s %s%s", key, negOp(neg), strconv.Quote(name))
+	return strconv.Quote(name)
 }
 
 // port writes one port comparison. A "!=" of one port goes as a range
@@ -412,17 +425,14 @@ func (p *printer) match(rt *ruleText, r *rules.Rule, m rules.Match) {
 		}
 		p.net(rt, r, key, m.Net, m.Neg)
 	case *rules.Ifaces:
-		key := map[[2]bool]string{{false, false}: "iifname", {true, false}: "oifname", {false, true}: "iif", {true, true}: "oif"}[[2]bool{m.Out, m.ByIndex}]
+		key := ifaceKey(m.Out, m.ByIndex)
 		if len(m.Names) == 1 {
 			ifname(rt, key, m.Names[0], m.Neg)
 			return
 		}
 		names := make([]string, len(m.Names))
 		for i, n := range m.Names {
-			if strings.HasSuffix(n, "+") {
-				n = strings.TrimSuffix(n, "+") + "*"
-			}
-			names[i] = strconv.Quote(n)
+			names[i] = ifnameText(n)
 		}
 		rt.add("%s %s{ %s }", key, negOp(m.Neg), strings.Join(names, ", "))
 	case *rules.ProtocolsNot:
@@ -629,11 +639,7 @@ func (p *printer) ctStatus(rt *ruleText, r *rules.Rule, m *rules.Conntrack) {
 		rt.add("ct status %s", strings.Join(names, ","))
 		return
 	}
-	entry := slices.ContainsFunc(r.Matches, func(x rules.Match) bool {
-		c, ok := x.(*rules.Conntrack)
-		return ok && !c.StateNeg && c.State != 0 && c.State&^(rules.CTNew|rules.CTEstablished|rules.CTRelated) == 0
-	})
-	if !entry {
+	if !needsEntry(r.Matches) {
 		p.errorf(m.Pos, "conntrack ! --ctstate %s has no nft form: ct status ! %s does not match a packet without an entry",
 			strings.ToUpper(strings.Join(names, ",")), strings.Join(names, ","))
 		return

@@ -1983,6 +1983,18 @@ const (
 	ipsDstNAT = 0x20
 )
 
+// ctWithEntry are the conntrack states of a packet that has an entry.
+const ctWithEntry = rules.CTNew | rules.CTEstablished | rules.CTRelated
+
+// needsEntry reports whether one of ms is a state test that only a packet
+// with a conntrack entry passes.
+func needsEntry(ms []rules.Match) bool {
+	return slices.ContainsFunc(ms, func(x rules.Match) bool {
+		c, ok := x.(*rules.Conntrack)
+		return ok && !c.StateNeg && c.State != 0 && c.State&^ctWithEntry == 0
+	})
+}
+
 // ctStatus translates the tests of the entry's status that are the states
 // SNAT and DNAT: "ct status dnat", any of the flags set (what
 // iptables-translate writes for --ctstate DNAT), "ct status ! dnat", none
@@ -1997,15 +2009,15 @@ func (b *ruleBuilder) ctStatus(pos rules.Pos, op string, mask *rhs, val rhs) {
 	flagsOf := func(v rhs) (uint16, uint32, bool) {
 		var word uint32
 		for _, e := range b.expandRef(pos, v) {
+			if e.hasRange || e.hasMask || e.ref != "" {
+				b.unsupported(pos, "ct status of a range, prefix or set")
+				return 0, 0, false
+			}
 			names := e.or
 			if names == nil {
 				names = []string{e.lo}
 			}
 			for _, n := range names {
-				if e.hasRange || e.hasMask || e.ref != "" {
-					b.unsupported(pos, "ct status of a range, prefix or set")
-					return 0, 0, false
-				}
 				w, ok := ctStatusWords[n]
 				if num, err := parseNum(n, 32); err == nil {
 					w, ok = uint32(num), true
@@ -2042,16 +2054,12 @@ func (b *ruleBuilder) ctStatus(pos rules.Pos, op string, mask *rhs, val rhs) {
 		b.add(always1(func(r *rules.Rule) bool { r.Matches = append(r.Matches, m); return true }))
 	}
 	noneOf := func(st uint16) {
-		const withEntry = rules.CTNew | rules.CTEstablished | rules.CTRelated
-		entry := &rules.Conntrack{Located: rules.Located{Pos: pos}, State: withEntry}
+		entry := &rules.Conntrack{Located: rules.Located{Pos: pos}, State: ctWithEntry}
 		m := &rules.Conntrack{Located: rules.Located{Pos: pos}, State: st, StateNeg: true}
 		b.add(always1(func(r *rules.Rule) bool {
 			// Unless an earlier state test of the rule needs one already
 			// (as fmt --nft prints the negation).
-			if !slices.ContainsFunc(r.Matches, func(x rules.Match) bool {
-				c, ok := x.(*rules.Conntrack)
-				return ok && !c.StateNeg && c.State != 0 && c.State&^withEntry == 0
-			}) {
+			if !needsEntry(r.Matches) {
 				r.Matches = append(r.Matches, entry)
 			}
 			r.Matches = append(r.Matches, m)
