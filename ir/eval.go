@@ -1,9 +1,7 @@
 package ir
 
 import (
-	"bytes"
 	"fmt"
-	"strings"
 
 	"bpfwall/rules"
 )
@@ -177,7 +175,7 @@ const (
 
 func (p *Program) matchRule(st *State, r *Rule, pkt *Packet) outcome {
 	for _, m := range r.Matches {
-		if o := p.match(st, m, pkt); o != matched {
+		if o := m.eval(p, st, pkt); o != matched {
 			return o
 		}
 	}
@@ -189,189 +187,6 @@ func is(ok bool) outcome {
 		return matched
 	}
 	return noMatch
-}
-
-func (p *Program) match(st *State, m Match, pkt *Packet) outcome {
-	switch m := m.(type) {
-	case Addr:
-		a := pkt.Src
-		if m.Dir == Dst {
-			a = pkt.Dst
-		}
-		return is((maskAddr(a, m.Mask) == m.Addr) != m.Neg)
-
-	case AddrRange:
-		a := pkt.Src
-		if m.Dir == Dst {
-			a = pkt.Dst
-		}
-		return is((m.From.Compare(a) <= 0 && a.Compare(m.To) <= 0) != m.Neg)
-
-	case AddrSet:
-		a := pkt.Src
-		if m.Dir == Dst {
-			a = pkt.Dst
-		}
-		// The hash types look the address up from the longest prefix
-		// length down; the first entry found decides.
-		best, in := -1, false
-		for _, e := range m.Entries {
-			if e.Prefix.Bits() > best && e.Prefix.Contains(a) {
-				best, in = e.Prefix.Bits(), !e.NoMatch
-			}
-		}
-		return is(in != m.Neg)
-
-	case Proto:
-		// ip6_packet_match: when ipv6_find_hdr fails the rule does not
-		// match, and the packet is dropped (the fragment offset it reports
-		// is then always 0).
-		if p.Family == rules.IPv6 && pkt.BadExtHeaders {
-			return hotdrop
-		}
-		if m.Proto == 0 {
-			return matched // ip6tables' "-p all": only the header walk above
-		}
-		return is((pkt.Proto == m.Proto) != m.Neg)
-
-	case Fragment:
-		return is((pkt.FragOffset != 0) != m.Neg)
-
-	case Iface:
-		name := pkt.InIface
-		if m.Dir == IfaceOut {
-			name = pkt.OutIface
-		}
-		ok := name == m.Name
-		if m.Prefix {
-			ok = strings.HasPrefix(name, m.Name)
-		}
-		return is(ok != m.Neg)
-
-	case L4Header:
-		// "Must not be a fragment" in tcp_mt, udp_mt, multiport_mt,
-		// icmp_match and icmp6_match; tcp_mt also drops the "evil" IPv4
-		// fragment at offset 1 (8 bytes).
-		if pkt.FragOffset != 0 {
-			if m.TinyFragDrop && p.Family == rules.IPv4 && pkt.FragOffset == 8 {
-				return hotdrop
-			}
-			return noMatch
-		}
-		// skb_header_pointer failed: "we can't examine this packet, hence
-		// no choice but to drop".
-		if pkt.L4Len < m.Len {
-			return hotdrop
-		}
-		return matched
-
-	case L4Proto:
-		proto := pkt.Proto
-		switch {
-		case p.Family == rules.IPv6 && pkt.AuthHeader:
-			proto = nextAuth
-		case p.Family == rules.IPv6 && pkt.BadExtHeaders:
-			return noMatch // NFT_BREAK
-		}
-		return is((proto == m.Proto) != m.Neg)
-
-	case Transport:
-		// Loads of 1, 2 and 4 aligned bytes take nft_payload_fast_eval,
-		// which checks the length but not the fragment offset.
-		if pkt.L4Len < m.Len {
-			return noMatch
-		}
-		return matched
-
-	case Ports:
-		in := func(port uint16) bool {
-			for _, r := range m.Ranges {
-				if r.Contains(port) {
-					return true
-				}
-			}
-			return false
-		}
-		var ok bool
-		switch m.Dir {
-		case Src:
-			ok = in(pkt.SrcPort)
-		case Dst:
-			ok = in(pkt.DstPort)
-		default:
-			ok = in(pkt.SrcPort) || in(pkt.DstPort)
-		}
-		return is(ok != m.Neg)
-
-	case TCPFlags:
-		return is((pkt.TCPFlags&m.Mask == m.Comp) != m.Neg)
-
-	case TCPOption:
-		if pkt.TCPOptionsTruncated {
-			return hotdrop
-		}
-		return is(hasTCPOption(pkt.TCPOptions, m.Kind) != m.Neg)
-
-	case ICMP:
-		return is(((m.Any || pkt.ICMPType == m.Type) && m.CodeMin <= pkt.ICMPCode && pkt.ICMPCode <= m.CodeMax) != m.Neg)
-
-	case Length:
-		return is((int(m.Min) <= pkt.Length && pkt.Length <= int(m.Max)) != m.Neg)
-
-	case TTL:
-		switch m.Op {
-		case CmpEq:
-			return is(pkt.TTL == m.Value)
-		case CmpNe:
-			return is(pkt.TTL != m.Value)
-		case CmpLt:
-			return is(pkt.TTL < m.Value)
-		case CmpGt:
-			return is(pkt.TTL > m.Value)
-		}
-		return noMatch
-
-	case SrcMAC:
-		// mac_mt: no Ethernet header, no match, whatever the inversion.
-		if len(pkt.SrcMAC) != 6 {
-			return noMatch
-		}
-		return is(bytes.Equal(pkt.SrcMAC, m.Addr[:]) != m.Neg)
-
-	case Mark:
-		return is((pkt.Mark&m.Mask == m.Value) != m.Neg)
-
-	case CTState:
-		state := pkt.CTState
-		if state&ConnUnknown != 0 {
-			// bpfwall's program cannot tell the state: it drops. (Class
-			// U never gets here: TraceState defers it first.)
-			return hotdrop
-		}
-		if state == 0 {
-			state = ConnInvalid // no conntrack entry
-		}
-		return is((state&m.States != 0) != m.Neg)
-
-	case PktType:
-		return is((p.pktType(pkt) == m.Type) != m.Neg)
-
-	case Limit:
-		return is(st.limit(m))
-
-	case RateLimit:
-		return is(st.rateLimit(m, uint64(pkt.Length))) // skb->len: the IP datagram
-
-	case HashLimit:
-		return st.hashlimit(m, pkt)
-
-	case Recent:
-		return st.recent(m, pkt)
-
-	case TProxyTo:
-		return matched // the socket is assumed to exist
-	}
-	panic(fmt.Sprintf("ir: unknown match %T", m))
 }
 
 // hasTCPOption is tcp_find_option's walk: kinds 0 and 1 are one byte long,

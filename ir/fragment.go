@@ -102,17 +102,9 @@ func (p *Program) FirstFragmentNeed(proto uint8) (need int, tcpOptions bool) {
 	reads, load := false, 0
 	for _, r := range p.Rules {
 		for _, m := range r.Matches {
-			switch m := m.(type) {
-			case Addr, AddrRange, AddrSet, Fragment, HashLimit, ICMP, Iface, L4Proto, Length, Limit, Mark, PktType, Ports, Proto, RateLimit, Recent, SrcMAC, TCPFlags, TProxyTo, TTL:
-				// nothing past the IP header, or only after an L4Header of the rule.
-			case L4Header:
-				reads = true
-			case Transport:
-				reads, load = true, max(load, m.Len)
-			case TCPOption, CTState:
-				// conntrack reads the ports and TCP's header and
-				// options (tcp_error).
-				reads, tcpOptions = true, true
+			if t, ok := m.(transportReader); ok {
+				l, opts := t.transportNeed()
+				reads, load, tcpOptions = true, max(load, l), tcpOptions || opts
 			}
 		}
 	}
@@ -137,4 +129,14 @@ func (p *Program) FirstFragmentNeed(proto uint8) (need int, tcpOptions bool) {
 func (p *Program) tinyFirstFragment(pkt *Packet) bool {
 	need, opts := p.FirstFragmentNeed(pkt.Proto)
 	return pkt.L4Len < need || (opts && pkt.TCPOptionsTruncated)
+}
+
+// A transportReader is a match that reads the transport header without an
+// L4Header of its rule before it, or is one. Every other match reads
+// nothing past the IP header.
+type transportReader interface {
+	// transportNeed returns the furthest byte of the transport header
+	// the match loads (0: only the protocol's header) and whether it
+	// reads TCP's options.
+	transportNeed() (load int, tcpOptions bool)
 }

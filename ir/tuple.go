@@ -147,9 +147,10 @@ func (p *Program) NormalizeResidual(r *Rule, limit int) (Form, bool) {
 	cur := []Tuple{{}}
 	var buf [4]alt // the alternatives of most matches
 	for _, m := range r.Matches {
-		switch m := m.(type) {
-		case Proto:
-			if m.Neg || m.Proto == 0 || f.Proto {
+		// Proto and L4Header shape the form; every other match is a
+		// tupleMatch or a residual check.
+		if pm, ok := m.(Proto); ok {
+			if pm.Neg || pm.Proto == 0 || f.Proto {
 				f.Residual = append(f.Residual, m)
 				continue
 			}
@@ -157,16 +158,19 @@ func (p *Program) NormalizeResidual(r *Rule, limit int) (Form, bool) {
 			if p.Family == rules.IPv6 {
 				f.PreProto = slices.Clone(cur)
 			}
-			buf[0] = alt{FieldProto, prefixOf([]byte{m.Proto}, 8)}
+			buf[0] = alt{FieldProto, prefixOf([]byte{pm.Proto}, 8)}
 			cur = restrict(cur, buf[:1])
-		case L4Header:
+		} else if lh, ok := m.(L4Header); ok {
 			if f.L4Len != 0 {
 				return Form{}, false
 			}
-			f.L4Len, f.Tiny, f.PreL4, f.ResidualPreL4 = m.Len, m.TinyFragDrop, slices.Clone(cur), len(f.Residual)
-		case Addr, AddrRange, AddrSet, CTState, Fragment, HashLimit, ICMP, Iface, L4Proto, Length, Limit, Mark,
-			PktType, Ports, RateLimit, Recent, SrcMAC, TCPFlags, TCPOption, TProxyTo, TTL, Transport:
-			alts, ok := p.alternatives(buf[:0], m, limit)
+			f.L4Len, f.Tiny, f.PreL4, f.ResidualPreL4 = lh.Len, lh.TinyFragDrop, slices.Clone(cur), len(f.Residual)
+		} else {
+			t, ok := m.(tupleMatch)
+			var alts []alt
+			if ok {
+				alts, ok = t.alternatives(p, buf[:0], limit)
+			}
 			if !ok {
 				f.Residual = append(f.Residual, m)
 				continue
@@ -202,65 +206,13 @@ func prefixOf(b []byte, bits int) fieldPrefix {
 	return fp
 }
 
-// alternatives appends to out the prefixes one of which the packet's
-// field must be in for m to hold.
-func (p *Program) alternatives(out []alt, m Match, limit int) ([]alt, bool) {
-	switch m := m.(type) {
-	case CTState, Fragment, HashLimit, ICMP, Iface, L4Header, L4Proto, Length, Limit, Mark, PktType, Proto, RateLimit, Recent, SrcMAC, TCPFlags, TCPOption, TProxyTo, TTL, Transport:
-		// not a field of the tuple: a residual check.
-	case Addr:
-		pfx, ok := m.Prefix()
-		if !ok || m.Neg {
-			return nil, false
-		}
-		a := pfx.Addr().As16()
-		v := a[:]
-		if pfx.Addr().Is4() {
-			v = a[12:]
-		}
-		return append(out, alt{addrField(m.Dir), prefixOf(v, pfx.Bits())}), true
-	case AddrRange:
-		if m.Neg {
-			return nil, false
-		}
-		for _, fp := range rangePrefixes(m.From.AsSlice(), m.To.AsSlice()) {
-			out = append(out, alt{addrField(m.Dir), fp})
-		}
-		return out, true
-	case AddrSet:
-		if m.Neg || len(m.Entries) > limit {
-			return nil, false
-		}
-		for _, e := range m.Entries {
-			if e.NoMatch {
-				return nil, false
-			}
-			out = append(out, alt{addrField(m.Dir), prefixOf(e.Prefix.Addr().AsSlice(), e.Prefix.Bits())})
-		}
-		return out, true
-	case Ports:
-		if m.Neg {
-			return nil, false
-		}
-		for _, d := range []Dir{Src, Dst} {
-			if m.Dir != d && m.Dir != SrcOrDst {
-				continue
-			}
-			field := FieldSport
-			if d == Dst {
-				field = FieldDport
-			}
-			for _, pr := range m.Ranges {
-				lo := []byte{byte(pr.Lo >> 8), byte(pr.Lo)}
-				hi := []byte{byte(pr.Hi >> 8), byte(pr.Hi)}
-				for _, fp := range rangePrefixes(lo, hi) {
-					out = append(out, alt{field, fp})
-				}
-			}
-		}
-		return out, true
-	}
-	return nil, false
+// A tupleMatch is a match that tests fields of the tuple (addresses,
+// ports). Other matches are residual checks.
+type tupleMatch interface {
+	// alternatives appends to out the prefixes one of which the packet's
+	// field must be in for m to hold; false when m is not one of them
+	// (negated, or too many).
+	alternatives(p *Program, out []alt, limit int) ([]alt, bool)
 }
 
 func addrField(d Dir) Field {

@@ -132,7 +132,7 @@ func (v *verifier) rule(ci int, r *Rule, seen []bool) {
 	}
 	var st ruleState
 	for _, m := range r.Matches {
-		if err := v.match(m, &st); err != nil {
+		if err := m.verify(v, &st); err != nil {
 			v.errorf("r%d: %v", r.ID, err)
 		}
 	}
@@ -186,160 +186,11 @@ type ruleState struct {
 	guard int  // bytes of transport header ensured by L4Header matches
 }
 
-// match checks one match of a rule.
-func (v *verifier) match(m Match, st *ruleState) error {
-	needs := func(n int, what string) error {
-		if st.guard < n {
-			return fmt.Errorf("%s without an L4Header of at least %d bytes before it", what, n)
-		}
-		return nil
-	}
-	switch m := m.(type) {
-	case Addr:
-		if err := errors.Join(v.dir(m.Dir, false), v.addr(m.Addr), v.addr(m.Mask)); err != nil {
-			return err
-		}
-		if maskAddr(m.Addr, m.Mask) != m.Addr {
-			return fmt.Errorf("address %s has bits outside mask %s", m.Addr, m.Mask)
-		}
-	case AddrRange:
-		if err := errors.Join(v.dir(m.Dir, false), v.addr(m.From), v.addr(m.To)); err != nil {
-			return err
-		}
-		if m.From.Compare(m.To) > 0 {
-			return fmt.Errorf("empty address range %s-%s", m.From, m.To)
-		}
-	case AddrSet:
-		if err := v.dir(m.Dir, false); err != nil {
-			return err
-		}
-		for i, e := range m.Entries {
-			if err := v.addr(e.Prefix.Addr()); err != nil {
-				return fmt.Errorf("set %s: %w", m.Set, err)
-			}
-			if e.Prefix.Masked() != e.Prefix {
-				return fmt.Errorf("set %s: prefix %s is not masked", m.Set, e.Prefix)
-			}
-			if i > 0 && m.Entries[i-1].Prefix == e.Prefix {
-				return fmt.Errorf("set %s: prefix %s appears twice", m.Set, e.Prefix)
-			}
-		}
-	case Proto:
-		if m.Proto == 0 && (v.p.Family != rules.IPv6 || m.Neg) {
-			return fmt.Errorf("protocol 0: -p all is only tested (for its extension header walk) in ipv6, never negated")
-		}
-		st.proto = st.proto || !m.Neg
-	case Fragment:
-		if v.p.Family != rules.IPv4 {
-			return fmt.Errorf("fragment match in an %s program", v.p.Family)
-		}
-	case Iface:
-		if m.Dir != IfaceIn && m.Dir != IfaceOut {
-			return fmt.Errorf("interface match with direction %d", m.Dir)
-		}
-		if len(m.Name) > maxIfaceName || (m.Name == "" && !m.Prefix) {
-			return fmt.Errorf("bad interface name %q", m.Name)
-		}
-	case L4Header:
-		if m.Len <= 0 {
-			return fmt.Errorf("L4Header of %d bytes", m.Len)
-		}
-		// The kernel refuses transport matches in rules that do not test
-		// for their protocol.
-		if !st.proto {
-			return fmt.Errorf("L4Header without a protocol match before it")
-		}
-		st.guard = max(st.guard, m.Len)
-	case L4Proto:
-		if v.p.Family != rules.IPv6 {
-			return fmt.Errorf("l4proto match in an %s program", v.p.Family)
-		}
-		st.proto = st.proto || !m.Neg
-	case Transport:
-		if m.Len <= 0 {
-			return fmt.Errorf("Transport of %d bytes", m.Len)
-		}
-		if !st.proto {
-			return fmt.Errorf("Transport without a protocol match before it")
-		}
-		st.guard = max(st.guard, m.Len)
-	case Ports:
-		// The source port is the first two bytes of the header.
-		need := 4
-		if m.Dir == Src {
-			need = 2
-		}
-		if err := errors.Join(v.dir(m.Dir, true), needs(need, "ports match")); err != nil {
-			return err
-		}
-		if len(m.Ranges) == 0 {
-			return fmt.Errorf("ports match without ranges")
-		}
-		for _, r := range m.Ranges {
-			if r.Lo > r.Hi {
-				return fmt.Errorf("empty port range %d:%d", r.Lo, r.Hi)
-			}
-		}
-	case TCPFlags:
-		return needs(14, "tcp flags match")
-	case TCPOption:
-		if m.Kind == 0 {
-			return fmt.Errorf("tcp option 0")
-		}
-		return needs(20, "tcp option match")
-	case ICMP:
-		n := 2
-		if m.CodeMin == 0 && m.CodeMax == 0xff {
-			n = 1 // the type alone, as nft loads it
-		}
-		if err := needs(n, "icmp match"); err != nil {
-			return err
-		}
-		if m.CodeMin > m.CodeMax {
-			return fmt.Errorf("empty icmp code range %d:%d", m.CodeMin, m.CodeMax)
-		}
-		if m.Any && m.CodeMin == 0 && m.CodeMax == 0xff && v.p.Family != rules.IPv4 {
-			return fmt.Errorf("icmp type any in an %s program", v.p.Family)
-		}
-	case Length:
-		if m.Min > m.Max {
-			return fmt.Errorf("empty length range %d:%d", m.Min, m.Max)
-		}
-	case TTL:
-		if m.Op < CmpEq || m.Op > CmpGt {
-			return fmt.Errorf("ttl match with comparison %d", m.Op)
-		}
-	case SrcMAC, Mark:
-	case CTState:
-		if m.States == 0 || m.States&^(ConnDNAT<<1-1) != 0 {
-			return fmt.Errorf("bad conntrack states %s", m.States)
-		}
-	case PktType:
-		if m.Type > PacketOutgoing {
-			return fmt.Errorf("bad packet type %s", m.Type)
-		}
-	case Limit:
-		if !ValidLimit(m.Avg, m.Burst, DefaultHZ) {
-			return fmt.Errorf("limit avg %d burst %d overflows", m.Avg, m.Burst)
-		}
-	case RateLimit:
-		if _, ok := m.TokensMax(); !ok {
-			return fmt.Errorf("nft limit rate %d burst %d overflows", m.Rate, m.Burst)
-		}
-	case HashLimit:
-		if m.Max == 0 || m.Expire == 0 || m.Table < 0 {
-			return fmt.Errorf("hashlimit table %d with max %d, expire %d", m.Table, m.Max, m.Expire)
-		}
-	case Recent:
-		if m.Table < 0 || m.Slot < 0 || m.Stamps < 1 || m.Stamps > RecentMaxStamps || m.Stamps&(m.Stamps-1) != 0 || m.HitCount > uint32(m.Stamps) || !m.Mask.IsValid() {
-			return fmt.Errorf("recent table %d slot %d with %d stamps, hitcount %d, mask %s", m.Table, m.Slot, m.Stamps, m.HitCount, m.Mask)
-		}
-	case TProxyTo:
-		if m.Proto != 6 && m.Proto != 17 || m.Port == 0 {
-			return fmt.Errorf("tproxy to %s port %d", rules.ProtoName(m.Proto), m.Port)
-		}
-	default:
-		return fmt.Errorf("unknown match %T", m)
+// needs checks that the rule's earlier L4Header matches ensure n bytes
+// of transport header for the match what.
+func (st *ruleState) needs(n int, what string) error {
+	if st.guard < n {
+		return fmt.Errorf("%s without an L4Header of at least %d bytes before it", what, n)
 	}
 	return nil
 }

@@ -1,0 +1,66 @@
+package ir
+
+import (
+	"fmt"
+	"strings"
+
+	"bpfwall/rules"
+)
+
+// IfaceDir says which interface an Iface match tests.
+type IfaceDir uint8
+
+const (
+	IfaceIn  IfaceDir = iota + 1 // -i
+	IfaceOut                     // -o
+)
+
+func (d IfaceDir) String() string {
+	if d == IfaceOut {
+		return "out"
+	}
+	return "in"
+}
+
+// Iface is -i / -o (ifname_compare_aligned): the interface is called Name,
+// or, with Prefix ("eth+"), its name starts with Name. A packet without
+// that interface has the empty name, which only "+" (Name "", Prefix)
+// matches.
+type Iface struct {
+	Dir    IfaceDir
+	Name   string
+	Prefix bool
+	Neg    bool
+}
+
+func (m Iface) eval(p *Program, st *State, pkt *Packet) outcome {
+	name := pkt.InIface
+	if m.Dir == IfaceOut {
+		name = pkt.OutIface
+	}
+	ok := name == m.Name
+	if m.Prefix {
+		ok = strings.HasPrefix(name, m.Name)
+	}
+	return is(ok != m.Neg)
+}
+
+func (m Iface) appendTo(b []byte, fam rules.Family) []byte {
+	b = append(b, m.Dir.String()+" "...)
+	b = neg(b, m.Neg)
+	b = append(b, m.Name...)
+	if m.Prefix {
+		b = append(b, '+')
+	}
+	return b
+}
+
+func (m Iface) verify(v *verifier, st *ruleState) error {
+	if m.Dir != IfaceIn && m.Dir != IfaceOut {
+		return fmt.Errorf("interface match with direction %d", m.Dir)
+	}
+	if len(m.Name) > maxIfaceName || (m.Name == "" && !m.Prefix) {
+		return fmt.Errorf("bad interface name %q", m.Name)
+	}
+	return nil
+}

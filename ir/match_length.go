@@ -1,0 +1,35 @@
+package ir
+
+import (
+	"fmt"
+	"strconv"
+
+	"bpfwall/rules"
+)
+
+// Length is -m length (length_mt, length_mt6): the IPv4 total length, or
+// the IPv6 payload length plus 40, is in Min..Max.
+type Length struct {
+	Min, Max uint16
+	Neg      bool
+}
+
+func (m Length) eval(p *Program, st *State, pkt *Packet) outcome {
+	return is((int(m.Min) <= pkt.Length && pkt.Length <= int(m.Max)) != m.Neg)
+}
+
+func (m Length) appendTo(b []byte, fam rules.Family) []byte {
+	b = append(b, "length "...)
+	b = neg(b, m.Neg)
+	if m.Min == m.Max {
+		return strconv.AppendUint(b, uint64(m.Min), 10)
+	}
+	return fmt.Appendf(b, "%d:%d", m.Min, m.Max)
+}
+
+func (m Length) verify(v *verifier, st *ruleState) error {
+	if m.Min > m.Max {
+		return fmt.Errorf("empty length range %d:%d", m.Min, m.Max)
+	}
+	return nil
+}
