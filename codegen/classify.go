@@ -171,28 +171,6 @@ func (c *compiler) eligible(r *ir.Rule) (ir.Form, bool) {
 	return f, true
 }
 
-// pureMatch reports whether m can be tested apart from the rest of its
-// rule, as a table's guard: it has no effect (no state, no hotdrop) and
-// reads only the parsed packet, so that testing it for a packet whose
-// other fields fail the rule, or that an earlier rule decides, changes
-// nothing.
-func (c *compiler) pureMatch(m ir.Match) bool {
-	switch m.(type) {
-	case ir.Addr, ir.AddrRange, ir.AddrSet, ir.Ports, ir.Fragment, ir.Iface, ir.L4Proto, ir.Transport,
-		ir.TCPFlags, ir.ICMP, ir.Length, ir.TTL, ir.SrcMAC, ir.Mark, ir.PktType:
-		return true
-	case ir.Proto:
-		// ip6_packet_match drops a packet whose extension headers cannot
-		// be walked, whatever the protocol tested.
-		return c.p.Family == rules.IPv4
-	case ir.CTState, ir.HashLimit, ir.Limit, ir.RateLimit, ir.Recent, ir.TProxyTo:
-		// State: whether an earlier rule decided changes what they do.
-	case ir.L4Header, ir.TCPOption:
-		// They drop a packet on their own.
-	}
-	return false
-}
-
 // residualKey names the residual matches ms in c.residuals.
 func (c *compiler) residualKey(ms []ir.Match) string {
 	if len(ms) == 0 {

@@ -189,28 +189,9 @@ func (c *compiler) collect() error {
 	c.ct = c.orig.TestsConntrack()
 	_, slots := c.recentTables()
 	c.hasRecent = slots > 0
-	ifaceBit := make(map[ir.Iface]int)
-	optBit := make(map[uint8]int)
 	for _, r := range c.p.Rules {
 		for _, m := range r.Matches {
-			switch m := m.(type) {
-			case ir.Addr, ir.AddrRange, ir.AddrSet, ir.CTState, ir.Fragment, ir.HashLimit, ir.ICMP, ir.L4Header, ir.L4Proto, ir.Length, ir.Limit, ir.Mark, ir.PktType, ir.Ports, ir.Proto, ir.RateLimit, ir.Recent, ir.SrcMAC, ir.TCPFlags, ir.TProxyTo, ir.TTL, ir.Transport:
-				// no key of their own.
-			case ir.Iface:
-				if !c.knowsIface(m.Dir) || (m.Name == "" && m.Prefix) {
-					continue // constant: see ifaceMatch
-				}
-				key := c.ifaceKey(m)
-				if _, ok := ifaceBit[key]; !ok {
-					ifaceBit[key] = len(c.ifaces)
-					c.ifaces = append(c.ifaces, key)
-				}
-			case ir.TCPOption:
-				if _, ok := optBit[m.Kind]; !ok {
-					optBit[m.Kind] = len(c.optKinds)
-					c.optKinds = append(c.optKinds, m.Kind)
-				}
-			}
+			codeOf(m).collectMatch(c, m)
 		}
 	}
 	if len(c.ifaces) > 64 {
@@ -271,33 +252,6 @@ func netfilterDevices(chain string) (in, out bool) {
 // ifaceKey is the pattern of m that Program.Ifaces holds: its name and
 // whether it is a prefix, and at a chain's netfilter hook, which knows
 // both devices of FORWARD, its direction.
-func (c *compiler) ifaceKey(m ir.Iface) ir.Iface {
-	key := ir.Iface{Name: m.Name, Prefix: m.Prefix}
-	if c.hook == HookNetfilter {
-		key.Dir = m.Dir
-	}
-	return key
-}
-
-func (c *compiler) ifaceBit(m ir.Iface) int {
-	key := c.ifaceKey(m)
-	for i, p := range c.ifaces {
-		if p == key {
-			return i
-		}
-	}
-	panic(fmt.Sprintf("codegen: interface pattern %+v was not collected", m))
-}
-
-func (c *compiler) optBit(kind uint8) int {
-	for i, k := range c.optKinds {
-		if k == kind {
-			return i
-		}
-	}
-	panic(fmt.Sprintf("codegen: tcp option %d was not collected", kind))
-}
-
 // main emits the program's entry point: parse the packet, run the entry
 // chain, count the policy, record the decision and return the verdict.
 //

@@ -267,27 +267,6 @@ func findMember(typ btf.Type, name string) (btf.Member, int, bool) {
 	return btf.Member{}, 0, false
 }
 
-// ctMatch emits a CTState match: the state ct_state stored. A state it
-// could not determine drops the packet: at xdp and tc-ingress, a TCP
-// segment whose entry it cannot replay (conntrack_tcp.go). (Class U never
-// gets here: main defers it to the netfilter stage.) It reports whether
-// it jumps to hotdrop.
-func (c *compiler) ctMatch(m ir.CTState, next, hotdrop string) bool {
-	b := c.b
-	b.emit(ld(asm.R1, asm.R6, pktCTState, asm.Byte))
-	unknown := c.defers()
-	if unknown {
-		b.emit(asm.JSet.Imm(asm.R1, ctStateUnknown, hotdrop))
-	}
-	b.emit(asm.And.Imm(asm.R1, int32(m.States)))
-	if m.Neg {
-		b.emit(asm.JNE.Imm(asm.R1, 0, next))
-	} else {
-		b.emit(asm.JEq.Imm(asm.R1, 0, next))
-	}
-	return unknown
-}
-
 // ctState emits the function that returns the conntrack state of the
 // parsed packet at r2 (ir.ConnState): at tc-egress the one netfilter gave
 // it (see ctStateEgress), at the ingress hooks as ConntrackWithoutEntry

@@ -116,18 +116,6 @@ func (c *compiler) ifaceNameTest(i int, p ir.Iface) {
 	b.mark(no)
 }
 
-// checkNetfilterMatch names the match m that a chain at its own
-// netfilter hook cannot express; "" when it can.
-func (c *compiler) checkNetfilterMatch(m ir.Match) string {
-	if c.hook != HookNetfilter {
-		return ""
-	}
-	if _, ok := m.(ir.SrcMAC); ok {
-		return "mac match"
-	}
-	return ""
-}
-
 // REJECT at a chain's own netfilter hook. A BPF netfilter program cannot
 // send packets, so the kernel's own REJECT target answers, by
 // construction as iptables would: the program decides the REJECT, notes

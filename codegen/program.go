@@ -408,35 +408,7 @@ func (c *compiler) check() {
 }
 
 func (c *compiler) unsupportedMatch(m ir.Match) string {
-	if c.hook == HookSkLookup {
-		return unsupportedLookupMatch(m)
-	}
-	if what := c.checkNetfilterMatch(m); what != "" {
-		return what
-	}
-	switch m := m.(type) {
-	case ir.TProxyTo:
-		return "nft tproxy statement (only at sk-lookup)"
-	case ir.CTState:
-		if m.States&(ir.ConnSNAT|ir.ConnDNAT) != 0 && c.hook != HookNetfilter {
-			// Before the nat table's hooks, or after them, the entry's
-			// status is not the one the chain would read.
-			return "conntrack state SNAT/DNAT (read only at the chain's own netfilter hook: --hook netfilter, or restore without -i)"
-		}
-	case ir.Mark:
-		if !c.skbHook() {
-			return "mark match"
-		}
-	case ir.PktType:
-		if !c.skbHook() {
-			return "pkttype match"
-		}
-	case ir.Addr, ir.AddrRange, ir.AddrSet, ir.Proto, ir.Fragment, ir.Iface, ir.L4Header, ir.L4Proto, ir.Transport,
-		ir.Ports, ir.TCPFlags, ir.TCPOption, ir.ICMP, ir.Length, ir.TTL, ir.SrcMAC, ir.Limit, ir.RateLimit, ir.HashLimit, ir.Recent:
-	default:
-		return fmt.Sprintf("match %T", m)
-	}
-	return ""
+	return codeOf(m).unsupportedAt(c, m)
 }
 
 // skbHook reports whether the program sees the packet's sk_buff: a tc

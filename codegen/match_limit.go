@@ -10,6 +10,27 @@ import (
 	"bpfwall/ir"
 )
 
+// -m limit, and nft's limit rate.
+var limitCode = kind[ir.Limit]{
+	emit: func(c *compiler, _ *ir.Rule, m ir.Limit, next, _ string) bool {
+		c.limit(m, next)
+		return false
+	},
+	lookup:  refuse[ir.Limit](rateLimitAtLookup),
+	jiffies: true,
+}
+
+// nft's limit rate in bytes.
+var rateLimitCode = kind[ir.RateLimit]{
+	emit: func(c *compiler, _ *ir.Rule, m ir.RateLimit, next, _ string) bool {
+		c.rateLimit(m, next)
+		return false
+	},
+	lookup: refuse[ir.RateLimit](rateLimitAtLookup),
+}
+
+const rateLimitAtLookup = "rate limit match (it would count lookups, not packets)"
+
 // LimitsMap is an ARRAY of token buckets, one per ir.Limit and
 // ir.RateLimit match (indexed by its Bucket), shared by every CPU as the
 // kernel's xt_limit_priv and nft_limit are. Each value is a Bucket behind
@@ -236,10 +257,7 @@ func (c *compiler) rateLimit(m ir.RateLimit, next string) {
 func CountsJiffies(p *Program) bool {
 	for _, r := range p.IR.Rules {
 		for _, m := range r.Matches {
-			switch m.(type) {
-			case ir.Addr, ir.AddrRange, ir.AddrSet, ir.CTState, ir.Fragment, ir.ICMP, ir.Iface, ir.L4Header, ir.L4Proto, ir.Length, ir.Mark, ir.PktType, ir.Ports, ir.Proto, ir.RateLimit, ir.SrcMAC, ir.TCPFlags, ir.TCPOption, ir.TProxyTo, ir.TTL, ir.Transport:
-				// no clock.
-			case ir.Limit, ir.HashLimit, ir.Recent:
+			if codeOf(m).countsJiffies() {
 				return true
 			}
 		}

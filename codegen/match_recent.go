@@ -15,6 +15,16 @@ import (
 	"bpfwall/rules"
 )
 
+// -m recent.
+var recentCode = kind[ir.Recent]{
+	emit: func(c *compiler, _ *ir.Rule, m ir.Recent, next, _ string) bool {
+		c.recent(m, next)
+		return false
+	},
+	lookup:  refuse[ir.Recent]("recent match"),
+	jiffies: true,
+}
+
 // RecentMap names the ARRAY map of recent table i (ir.Recent's Table): one
 // value holding the whole table behind one bpf_spin_lock, as xt_recent
 // holds every table behind its recent_lock, so that a match's lookup,

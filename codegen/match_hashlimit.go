@@ -14,6 +14,16 @@ import (
 	"bpfwall/rules"
 )
 
+// -m hashlimit.
+var hashLimitCode = kind[ir.HashLimit]{
+	emit: func(c *compiler, _ *ir.Rule, m ir.HashLimit, next, hotdrop string) bool {
+		c.hashlimit(m, next, hotdrop)
+		return true
+	},
+	lookup:  refuse[ir.HashLimit](rateLimitAtLookup),
+	jiffies: true,
+}
+
 // HashLimitMap names the HASH map of hashlimit table i (ir.HashLimit's
 // Table): a HashKey per key, a HashEntry behind a bpf_spin_lock as its
 // value, at most the table's Max entries. A full map is the kernel's full

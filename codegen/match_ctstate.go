@@ -1,0 +1,46 @@
+package codegen
+
+import (
+	"github.com/cilium/ebpf/asm"
+
+	"bpfwall/ir"
+)
+
+// -m conntrack --ctstate and -m state. SNAT and DNAT come from the entry's
+// status, which only the chain's own netfilter hook reads after the nat
+// hooks the kernel's chain runs after.
+var ctStateCode = kind[ir.CTState]{
+	emit: func(c *compiler, _ *ir.Rule, m ir.CTState, next, hotdrop string) bool {
+		return c.ctMatch(m, next, hotdrop)
+	},
+	hooks: func(c *compiler, m ir.CTState) string {
+		if m.States&(ir.ConnSNAT|ir.ConnDNAT) != 0 && c.hook != HookNetfilter {
+			// Before the nat table's hooks, or after them, the entry's
+			// status is not the one the chain would read.
+			return "conntrack state SNAT/DNAT (read only at the chain's own netfilter hook: --hook netfilter, or restore without -i)"
+		}
+		return ""
+	},
+	lookup: refuse[ir.CTState]("conntrack state match"),
+}
+
+// ctMatch emits a CTState match: the state ct_state stored. A state it
+// could not determine drops the packet: at xdp and tc-ingress, a TCP
+// segment whose entry it cannot replay (conntrack_tcp.go). (Class U never
+// gets here: main defers it to the netfilter stage.) It reports whether
+// it jumps to hotdrop.
+func (c *compiler) ctMatch(m ir.CTState, next, hotdrop string) bool {
+	b := c.b
+	b.emit(ld(asm.R1, asm.R6, pktCTState, asm.Byte))
+	unknown := c.defers()
+	if unknown {
+		b.emit(asm.JSet.Imm(asm.R1, ctStateUnknown, hotdrop))
+	}
+	b.emit(asm.And.Imm(asm.R1, int32(m.States)))
+	if m.Neg {
+		b.emit(asm.JNE.Imm(asm.R1, 0, next))
+	} else {
+		b.emit(asm.JEq.Imm(asm.R1, 0, next))
+	}
+	return unknown
+}

@@ -1,0 +1,38 @@
+package codegen
+
+import (
+	"github.com/cilium/ebpf/asm"
+
+	"bpfwall/ir"
+)
+
+// nft's tproxy statement, the last match of its rule: at sk-lookup only.
+var tproxyToCode = kind[ir.TProxyTo]{
+	emit: func(c *compiler, r *ir.Rule, _ ir.TProxyTo, next, _ string) bool {
+		c.tproxyStatement(r, next)
+		return false
+	},
+	hooks: refuseAt[ir.TProxyTo]("nft tproxy statement (only at sk-lookup)"),
+}
+
+// tproxyStatement emits nft's tproxy statement, the last match of rule r:
+// it fails, going to next, when the rule's socket does not exist, and
+// otherwise records the rule in pktSteer. main assigns the socket if the
+// verdict accepts the lookup.
+func (c *compiler) tproxyStatement(r *ir.Rule, next string) {
+	c.b.emit(
+		stImm(asm.R10, chainKey, int32(r.ID), asm.Word),
+		movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, chainKey),
+		mapRef(asm.R1, TargetsMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, next),
+		movr(asm.R2, asm.R0),
+		mapRef(asm.R1, SocketsMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, next),
+		movr(asm.R1, asm.R0),
+		asm.FnSkRelease.Call(),
+		stImm(asm.R6, pktSteer, int32(r.ID)+1, asm.Word),
+	)
+}
