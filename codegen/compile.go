@@ -30,6 +30,8 @@ type compiler struct {
 	// ifaces are the interface patterns looked up in IfacesMap, indexed
 	// by their bit.
 	ifaces []ir.Iface
+	// readsDSCP: a rule tests the DSCP, which parse then stores.
+	readsDSCP bool
 	// optKinds are the TCP option kinds rules test, indexed by their bit
 	// in pktTCPOpts.
 	optKinds []uint8

@@ -342,7 +342,7 @@ func (c *compiler) ctState() {
 	b.emit(
 		asm.JLT.Imm(asm.R8, 8, "ct_invalid"),
 		movr(asm.R1, asm.R6),
-		ld(asm.R2, asm.R7, pktL4Off, asm.Word),
+		ld(asm.R2, asm.R7, pktL4Off, asm.Half),
 	)
 	c.load(asm.R10, ctPorts, 8, "ct_invalid")
 	b.emit(

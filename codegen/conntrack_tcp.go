@@ -145,7 +145,7 @@ func (c *compiler) ctTCPFound() {
 	b.note("the segment: seq, ack, window, end")
 	b.emit(
 		movr(asm.R1, asm.R6),
-		ld(asm.R2, asm.R7, pktL4Off, asm.Word),
+		ld(asm.R2, asm.R7, pktL4Off, asm.Half),
 	)
 	c.load(asm.R10, ctBuf, 20, "ct_release")
 	b.emit(
@@ -701,7 +701,7 @@ func (c *compiler) ctTCPWindow() {
 		// tcp_sack's fast path: timestamps alone hold no SACK block.
 		asm.JNE.Imm(asm.R1, 12, "ct_tcp_sack_walk"),
 		movr(asm.R1, asm.R6),
-		ld(asm.R2, asm.R7, pktL4Off, asm.Word),
+		ld(asm.R2, asm.R7, pktL4Off, asm.Half),
 		asm.Add.Imm(asm.R2, 20),
 	)
 	c.load(asm.R10, ctBuf+20, 4, "ct_tcp_sack_unknown")
@@ -728,7 +728,7 @@ func (c *compiler) ctTCPWindow() {
 		st(asm.R10, ctLoop+lsCtx, asm.R6, asm.DWord),
 		st(asm.R10, ctLoop+lsState, asm.R0, asm.DWord),
 		movr(asm.R1, asm.R6),
-		ld(asm.R2, asm.R7, pktL4Off, asm.Word),
+		ld(asm.R2, asm.R7, pktL4Off, asm.Half),
 		asm.Add.Imm(asm.R2, 20),
 	)
 	c.load(asm.R0, stOptions, 0, "ct_tcp_sack_unknown")

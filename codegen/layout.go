@@ -17,7 +17,8 @@ const (
 	pktFragOff  = 64 // u32: fragment offset in bytes
 	pktSport    = 68 // u32
 	pktDport    = 72 // u32
-	pktL4Off    = 76 // u32: offset of the transport header in the frame (conntrack)
+	pktL4Off    = 76 // u16: offset of the transport header in the frame (conntrack)
+	pktDSCP     = 78 // u8: the DSCP (only when a rule tests it)
 	pktTCPOpts  = 80 // u64: bit i set when the TCP options hold kind optKinds[i]
 	pktTTL      = 88 // u8
 	pktProto    = 89 // u8

@@ -91,6 +91,8 @@ func codeOf(m ir.Match) matchCode {
 		return addrSetCode
 	case ir.CTState:
 		return ctStateCode
+	case ir.DSCP:
+		return dscpCode
 	case ir.Fragment:
 		return fragmentCode
 	case ir.HashLimit:

@@ -505,6 +505,13 @@ func (c *compiler) parseIPv4() {
 		asm.LSh.Imm(asm.R1, 3),
 		st(asm.R7, pktFragOff, asm.R1, asm.Word),
 	)
+	if c.readsDSCP {
+		b.emit(
+			ld(asm.R1, asm.R10, parseBuf+1, asm.Byte),
+			asm.RSh.Imm(asm.R1, 2),
+			st(asm.R7, pktDSCP, asm.R1, asm.Byte),
+		)
+	}
 	if c.fragFlag() {
 		notFrag := b.fresh("not_fragment")
 		b.emit(
@@ -684,6 +691,16 @@ func (c *compiler) parseIPv6() {
 	)
 	c.forwardedTTL()
 	b.emit(st(asm.R7, pktTTL, asm.R1, asm.Byte))
+	if c.readsDSCP {
+		// The traffic class is the 8 bits after the version.
+		b.emit(
+			ld(asm.R1, asm.R10, parseBuf, asm.Half),
+			ntoh(asm.R1, asm.Half),
+			asm.RSh.Imm(asm.R1, 6),
+			asm.And.Imm(asm.R1, 0x3f),
+			st(asm.R7, pktDSCP, asm.R1, asm.Byte),
+		)
+	}
 	if c.skbHook() {
 		// pkttype_mt: every looped-back IPv6 packet is multicast.
 		b.emit(
@@ -844,7 +861,7 @@ func (c *compiler) parseL4() {
 	b.mark("parse_l4")
 	b.note("transport header: ports, tcp flags and options, icmp type and code")
 	if c.ct {
-		b.emit(st(asm.R7, pktL4Off, asm.R8, asm.Word))
+		b.emit(st(asm.R7, pktL4Off, asm.R8, asm.Half))
 	}
 	b.emit(
 		st(asm.R7, pktL4Len, asm.R9, asm.Word),

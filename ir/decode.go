@@ -114,6 +114,7 @@ func decodeIPv4(p *Packet, b []byte) string {
 	p.Dst = netip.AddrFrom4([4]byte(b[16:20]))
 	p.Length = total
 	p.TTL = arrivedTTL(b[8], p.Forwarded)
+	p.DSCP = b[1] >> 2
 	p.Proto = b[9]
 	frag := binary.BigEndian.Uint16(b[6:])
 	p.FragOffset = (frag & 0x1fff) * 8
@@ -185,6 +186,7 @@ func decodeIPv6(p *Packet, b []byte) string {
 	}
 	p.Length = payload + ipv6HeaderLen
 	p.TTL = arrivedTTL(b[7], p.Forwarded)
+	p.DSCP = (b[0]&0x0f)<<2 | b[1]>>6
 
 	p.AuthHeader = reachesAuth(b)
 	p.FragmentHeader = reachesFragment(b)

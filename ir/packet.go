@@ -49,6 +49,9 @@ type Packet struct {
 	// IPv6 payload length plus 40.
 	Length int
 	TTL    uint8 // IPv4 TTL or IPv6 hop limit
+	// DSCP is the six high bits of the IPv4 TOS byte or of the IPv6
+	// traffic class.
+	DSCP uint8
 
 	// Proto is the IPv4 protocol field, or the IPv6 upper-layer protocol
 	// ipv6_find_hdr finds behind the extension headers.

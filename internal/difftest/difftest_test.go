@@ -85,7 +85,8 @@ func addTotals(t, u []Totals) []Totals {
 // rule sees is one less than the packet arrived with; --tcp-flags with an
 // empty mask and flags to compare never matches; an explicit -p all in
 // IPv6 matches every packet whose extension headers can be walked; -o in
-// FORWARD tests the interface the routing picks.
+// FORWARD tests the interface the routing picks; -m dscp reads the six
+// high bits of the IPv4 TOS byte and of the IPv6 traffic class.
 func TestHandWritten(t *testing.T) {
 	requireKernel(t)
 	b := newBench(t, TopologyOptions{})
@@ -99,6 +100,8 @@ func TestHandWritten(t *testing.T) {
 		{"tcp-flags", rules.IPv4, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -p tcp -m tcp --tcp-flags NONE ACK -j DROP\n-A FORWARD -p tcp -m tcp --dport 80:65535 ! --tcp-flags NONE SYN -j DROP\nCOMMIT\n"},
 		{"hl", rules.IPv6, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -m hl --hl-eq 64 -j ACCEPT\n-A FORWARD -m hl --hl-lt 3 -j ACCEPT\nCOMMIT\n"},
 		{"p-all", rules.IPv6, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -p all -j ACCEPT\nCOMMIT\n"},
+		{"dscp", rules.IPv4, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -m dscp --dscp-class EF -j DROP\n-A FORWARD -p udp -m dscp ! --dscp 0x0a -j DROP\n-A FORWARD -m dscp --dscp 63 -j ACCEPT\nCOMMIT\n"},
+		{"dscp6", rules.IPv6, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -m dscp --dscp 0x2e -j ACCEPT\n-A FORWARD -m dscp ! --dscp-class cs1 -p tcp -j ACCEPT\nCOMMIT\n"},
 		{"out-iface", rules.IPv4, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -o fwout -p udp -j DROP\n-A FORWARD ! -o fwout -p tcp -j DROP\nCOMMIT\n"},
 	} {
 		c, err := NewCase(CaseOptions{Name: tc.name, Family: tc.fam, Rules: []byte(tc.rules), InIface: topo.InIface, OutIface: topo.OutIface})

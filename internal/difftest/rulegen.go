@@ -27,9 +27,9 @@ type GenOptions struct {
 // user chains reached by jumps and gotos, and rules that combine
 // prefixes of every length, address ranges, negations, protocols, ports,
 // port ranges and lists, TCP flags and options, ICMP types and codes,
-// interfaces, fragments, lengths, TTLs, MAC addresses and marks.
+// interfaces, fragments, lengths, TTLs, DSCPs, MAC addresses and marks.
 func GenerateRules(seed uint64, opts GenOptions) []byte {
-	g := &ruleGen{rng: rand.New(rand.NewPCG(seed, 0x6469666674657374)), GenOptions: opts}
+	g := &ruleGen{rng: rand.New(rand.NewPCG(seed, 0x6469666674657374)), extra: rand.New(rand.NewPCG(seed, 0x6578747261)), GenOptions: opts}
 	for range 1 + g.rng.IntN(3) {
 		g.bases = append(g.bases, g.randomAddr())
 	}
@@ -59,7 +59,10 @@ func GenerateRules(seed uint64, opts GenOptions) []byte {
 
 type ruleGen struct {
 	GenOptions
-	rng   *rand.Rand
+	rng *rand.Rand
+	// extra draws the matches added after a generator's first version
+	// (dscp), so that the rest of a seed's rule set stays as it was.
+	extra *rand.Rand
 	bases []netip.Addr
 	ports []uint16
 }
@@ -225,6 +228,16 @@ func (g *ruleGen) rule(self, users int) string {
 			w(" -m ttl --ttl-%s %s", g.oneOf("eq", "lt", "gt"), v)
 		} else {
 			w(" -m hl --hl-%s %s", g.oneOf("eq", "lt", "gt"), v)
+		}
+	}
+	if g.extra.IntN(8) == 0 {
+		neg := []string{"", " !"}[g.extra.IntN(2)]
+		if g.extra.IntN(3) == 0 {
+			classes := []string{"CS0", "CS1", "AF11", "af41", "EF", "BE"}
+			w(" -m dscp%s --dscp-class %s", neg, classes[g.extra.IntN(len(classes))])
+		} else {
+			values := []string{"0", "0x0a", "0x2e", "63", "1", fmt.Sprint(g.extra.IntN(64))}
+			w(" -m dscp%s --dscp %s", neg, values[g.extra.IntN(len(values))])
 		}
 	}
 	if g.chance(20) {

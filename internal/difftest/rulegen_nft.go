@@ -29,7 +29,7 @@ import (
 // GenerateRules does: oifname, meta mark and pkttype, ct state, and reject
 // (drop instead).
 func GenerateNFT(seed uint64, opts GenOptions) []byte {
-	g := &nftGen{ruleGen: ruleGen{rng: rand.New(rand.NewPCG(seed, 0x6e66746e6674)), GenOptions: opts}}
+	g := &nftGen{ruleGen: ruleGen{rng: rand.New(rand.NewPCG(seed, 0x6e66746e6674)), extra: rand.New(rand.NewPCG(seed, 0x6e6578747261)), GenOptions: opts}}
 	g.ct = seed%2 == 0 // from the seed: the random stream stays as it was
 	for range 1 + g.rng.IntN(3) {
 		g.bases = append(g.bases, g.randomAddr())
@@ -567,6 +567,25 @@ func (g *nftGen) rule(self int) string {
 		case 1:
 			lo := g.rng.IntN(200)
 			w(" %s %d-%d", key, lo, lo+g.rng.IntN(56))
+		default:
+			w(" %s %s", key, v)
+		}
+	}
+	if g.extra.IntN(8) == 0 {
+		key := "ip dscp"
+		if fam == rules.IPv6 {
+			key = "ip6 dscp"
+		}
+		values := []string{"0", "cs1", "af11", "ef", "0x2e", "63", "lephb", fmt.Sprint(g.extra.IntN(64))}
+		v := values[g.extra.IntN(len(values))]
+		switch g.extra.IntN(4) {
+		case 0:
+			w(" %s != %s", key, v)
+		case 1:
+			w(" %s %s{ %s, %s }", key, []string{"", "!= "}[g.extra.IntN(2)], "cs0", "af41")
+		case 2:
+			lo := g.extra.IntN(60)
+			w(" %s %d-%d", key, lo, lo+g.extra.IntN(4))
 		default:
 			w(" %s %s", key, v)
 		}

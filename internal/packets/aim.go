@@ -156,6 +156,9 @@ func negate(m ir.Match) (ir.Match, bool) {
 	case ir.Length:
 		m.Neg = !m.Neg
 		return m, true
+	case ir.DSCP:
+		m.Neg = !m.Neg
+		return m, true
 	case ir.TTL:
 		switch m.Op {
 		case ir.CmpEq:
@@ -220,6 +223,7 @@ type fields struct {
 	option             int // kind of the one TCP option; -1 for none
 	icmpType, icmpCode uint8
 	ttl                uint8
+	dscp               uint8
 	length             int    // the IP length xt_length sees; 0 for the least
 	fragOffset         uint16 // IPv4, in 8-byte units
 	l4Cut              int    // when > 0, the transport header is cut to l4Cut bytes
@@ -358,6 +362,11 @@ func (g *Generator) satisfy(f *fields, m ir.Match) {
 		}
 	case ir.TTL:
 		f.ttl = g.ttlFor(m)
+	case ir.DSCP:
+		f.dscp = m.Value
+		if m.Neg {
+			f.dscp = (m.Value + 1 + uint8(g.rng.IntN(63))) & 0x3f
+		}
 	case ir.SrcMAC:
 		f.srcMAC = net.HardwareAddr(slices.Clone(m.Addr[:]))
 		if m.Neg {
@@ -396,6 +405,8 @@ func (f *fields) holds(m ir.Match) bool {
 		return in != m.Neg
 	case ir.TCPFlags:
 		return (f.flags&m.Mask == m.Comp) != m.Neg
+	case ir.DSCP:
+		return (f.dscp == m.Value) != m.Neg
 	case ir.TTL:
 		switch m.Op {
 		case ir.CmpEq:
@@ -653,6 +664,10 @@ func (g *Generator) edges(f fields, m ir.Match) []fields {
 		}
 	case ir.SrcMAC:
 		with(func(c *fields) { c.srcMAC = srcMAC })
+	case ir.DSCP:
+		for _, v := range []uint8{m.Value, m.Value - 1, m.Value + 1} {
+			with(func(c *fields) { c.dscp = v & 0x3f })
+		}
 	case ir.Iface:
 		if m.Dir == ir.IfaceIn && f.freeIn || m.Dir == ir.IfaceOut && f.freeOut {
 			for _, n := range []string{m.Name, m.Name + "0", "eth0", ""} {
@@ -742,12 +757,12 @@ func (g *Generator) serialize(f fields, payload int) []byte {
 	var nl gopacket.NetworkLayer
 	if g.family == rules.IPv4 {
 		eth.EthernetType = layers.EthernetTypeIPv4
-		ip := &layers.IPv4{Version: 4, TTL: f.ttl, Protocol: layers.IPProtocol(f.proto), SrcIP: f.src.AsSlice(), DstIP: f.dst.AsSlice(), FragOffset: f.fragOffset}
+		ip := &layers.IPv4{Version: 4, TOS: f.dscp << 2, TTL: f.ttl, Protocol: layers.IPProtocol(f.proto), SrcIP: f.src.AsSlice(), DstIP: f.dst.AsSlice(), FragOffset: f.fragOffset}
 		nl = ip
 		stack = append(stack, ip)
 	} else {
 		eth.EthernetType = layers.EthernetTypeIPv6
-		ip := &layers.IPv6{Version: 6, HopLimit: f.ttl, NextHeader: layers.IPProtocol(f.proto), SrcIP: f.src.AsSlice(), DstIP: f.dst.AsSlice()}
+		ip := &layers.IPv6{Version: 6, TrafficClass: f.dscp << 2, HopLimit: f.ttl, NextHeader: layers.IPProtocol(f.proto), SrcIP: f.src.AsSlice(), DstIP: f.dst.AsSlice()}
 		nl = ip
 		stack = append(stack, ip)
 	}

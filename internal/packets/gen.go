@@ -29,6 +29,7 @@ type Generator struct {
 	protos []uint8
 	icmp   [][2]uint8
 	ttls   []uint8
+	dscps  []uint8
 	lens   []int
 	flags  []uint8
 	opts   []uint8
@@ -75,6 +76,8 @@ func (g *Generator) collect(m ir.Match) {
 		g.icmp = append(g.icmp, [2]uint8{m.Type, m.CodeMin}, [2]uint8{m.Type, m.CodeMax}, [2]uint8{m.Type, m.CodeMax + 1}, [2]uint8{m.Type + 1, m.CodeMin})
 	case ir.TTL:
 		g.ttls = append(g.ttls, m.Value-1, m.Value, m.Value+1)
+	case ir.DSCP:
+		g.dscps = append(g.dscps, (m.Value-1)&0x3f, m.Value, (m.Value+1)&0x3f)
 	case ir.Length:
 		// Edges past the MTU cannot be sent: "ip length > 88" would
 		// otherwise make frames of 64 KiB.
@@ -162,6 +165,13 @@ func (g *Generator) wellFormed() []byte {
 		proto = 58
 	}
 	ttl := pick(g, g.ttls, func() uint8 { return uint8(g.rng.IntN(256)) })
+	// The DSCP and, below it, the ECN bits, which no match tests; drawn
+	// only for rules that test it, so that other rules' seeds keep their
+	// frames.
+	var tos uint8
+	if len(g.dscps) > 0 {
+		tos = pick(g, g.dscps, func() uint8 { return uint8(g.rng.IntN(64)) })<<2 | uint8(g.rng.IntN(4))
+	}
 	eth := &layers.Ethernet{SrcMAC: srcMAC, DstMAC: dstMAC}
 	layerStack := []gopacket.SerializableLayer{eth}
 	next := &eth.EthernetType
@@ -174,7 +184,7 @@ func (g *Generator) wellFormed() []byte {
 	var netLayer gopacket.NetworkLayer
 	if g.family == rules.IPv4 {
 		*next = layers.EthernetTypeIPv4
-		ip := &layers.IPv4{Version: 4, TTL: ttl, Protocol: layers.IPProtocol(proto), SrcIP: g.addr().AsSlice(), DstIP: g.addr().AsSlice()}
+		ip := &layers.IPv4{Version: 4, TOS: tos, TTL: ttl, Protocol: layers.IPProtocol(proto), SrcIP: g.addr().AsSlice(), DstIP: g.addr().AsSlice()}
 		switch g.rng.IntN(8) {
 		case 0:
 			ip.Options = []layers.IPv4Option{{OptionType: 1}, {OptionType: 1}, {OptionType: 1}, {OptionType: 0}}
@@ -187,7 +197,7 @@ func (g *Generator) wellFormed() []byte {
 		layerStack = append(layerStack, ip)
 	} else {
 		*next = layers.EthernetTypeIPv6
-		ip := &layers.IPv6{Version: 6, HopLimit: ttl, SrcIP: g.addr().AsSlice(), DstIP: g.addr().AsSlice()}
+		ip := &layers.IPv6{Version: 6, TrafficClass: tos, HopLimit: ttl, SrcIP: g.addr().AsSlice(), DstIP: g.addr().AsSlice()}
 		netLayer = ip
 		layerStack = append(layerStack, ip)
 		layerStack = append(layerStack, g.ipv6ExtHeaders(ip, proto)...)

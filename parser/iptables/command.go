@@ -97,7 +97,7 @@ var knownTargets = map[string]bool{
 var knownMatches = map[string]bool{
 	"ah": true, "bpf": true, "cgroup": true, "cluster": true, "connbytes": true,
 	"connlabel": true, "connlimit": true, "connmark": true, "cpu": true, "dccp": true,
-	"devgroup": true, "dscp": true, "dst": true, "ecn": true, "esp": true, "eui64": true,
+	"devgroup": true, "dst": true, "ecn": true, "esp": true, "eui64": true,
 	"frag": true, "hbh": true, "helper": true, "ipcomp": true,
 	"ipv6header": true, "ipvs": true, "mh": true, "nfacct": true, "osf": true,
 	"owner": true, "physdev": true, "policy": true, "quota": true, "rateest": true,

@@ -663,6 +663,7 @@ const (
 	fieldMAC
 	fieldFlags
 	fieldMasked // a number compared under a mask
+	fieldDSCP   // the DSCP bits under their mask: ip dscp, ip6 dscp
 )
 
 type fieldDef struct {
@@ -672,8 +673,8 @@ type fieldDef struct {
 }
 
 var (
-	ipFields  = []fieldDef{{2, 2, "ip length", fieldNumber}, {6, 2, "ip frag-off", fieldMasked}, {8, 1, "ip ttl", fieldNumber}, {9, 1, "ip protocol", fieldNumber}, {12, 4, "ip saddr", fieldAddr}, {16, 4, "ip daddr", fieldAddr}}
-	ip6Fields = []fieldDef{{4, 2, "ip6 length", fieldNumber}, {7, 1, "ip6 hoplimit", fieldNumber}, {8, 16, "ip6 saddr", fieldAddr}, {24, 16, "ip6 daddr", fieldAddr}}
+	ipFields  = []fieldDef{{1, 1, "ip dscp", fieldDSCP}, {2, 2, "ip length", fieldNumber}, {6, 2, "ip frag-off", fieldMasked}, {8, 1, "ip ttl", fieldNumber}, {9, 1, "ip protocol", fieldNumber}, {12, 4, "ip saddr", fieldAddr}, {16, 4, "ip daddr", fieldAddr}}
+	ip6Fields = []fieldDef{{0, 2, "ip6 dscp", fieldDSCP}, {4, 2, "ip6 length", fieldNumber}, {7, 1, "ip6 hoplimit", fieldNumber}, {8, 16, "ip6 saddr", fieldAddr}, {24, 16, "ip6 daddr", fieldAddr}}
 	llFields  = []fieldDef{{6, 6, "ether saddr", fieldMAC}, {12, 2, "ether type", fieldNumber}}
 )
 
@@ -733,13 +734,20 @@ func (x *exprReader) field(l load, at uint32) (field, error) {
 		if n < d.width && d.kind != fieldAddr {
 			break // part of a field: only an address prefix
 		}
-		if f.mask != nil && d.kind != fieldAddr && d.kind != fieldFlags && d.kind != fieldMasked {
+		if f.mask != nil && d.kind != fieldAddr && d.kind != fieldFlags && d.kind != fieldMasked && d.kind != fieldDSCP {
 			return field{}, fmt.Errorf("a mask on %s is not supported", d.key)
+		}
+		if d.kind == fieldDSCP && !bytes.Equal(f.mask, dscpMask[d.width]) {
+			return field{}, fmt.Errorf("payload load of %d bytes at %d of the %s with mask %x is not supported", rest, off, where, f.mask)
 		}
 		return f, nil
 	}
 	return field{}, fmt.Errorf("payload load of %d bytes at %d of the %s is not supported", rest, off, where)
 }
+
+// dscpMask is the mask nft loads the DSCP under: of the IPv4 TOS byte,
+// or of the IPv6 header's first two bytes, by the load's width.
+var dscpMask = map[uint32][]byte{1: {0xfc}, 2: {0x0f, 0xc0}}
 
 // value formats data, the field's bytes, as nft text.
 func (f field) value(data []byte) string {
@@ -751,6 +759,11 @@ func (f field) value(data []byte) string {
 		return a.String()
 	case fieldMAC:
 		return net.HardwareAddr(data).String()
+	case fieldDSCP:
+		if len(data) == 1 {
+			return fmt.Sprint(data[0] >> 2)
+		}
+		return fmt.Sprint((data[0]&0x0f)<<2 | data[1]>>6)
 	}
 	var v uint64
 	for _, c := range data {

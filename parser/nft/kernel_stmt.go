@@ -325,10 +325,10 @@ func (x *exprReader) part(l load) (keyPart, error) {
 	case l.imm != nil:
 		return keyPart{}, fmt.Errorf("lookup of an immediate value")
 	}
-	if l.mask != nil {
+	f, err := x.field(l, 0)
+	if l.mask != nil && (err != nil || f.kind != fieldDSCP) {
 		return keyPart{}, fmt.Errorf("lookup of a masked payload is not supported")
 	}
-	f, err := x.field(l, 0)
 	if err != nil {
 		return keyPart{}, err
 	}

@@ -45,6 +45,7 @@ var xtMatches = map[string]xtExt{
 	"comment":   xtComment,
 	"iprange":   xtIPRange,
 	"length":    xtLength,
+	"dscp":      xtDSCPMatch,
 	"ttl":       xtTTL("ttl"),
 	"hl":        xtTTL("hl"),
 	"mac":       xtMAC,
@@ -549,6 +550,16 @@ func xtTTL(ext string) xtExt {
 		}
 		return ext, o.String(), nil
 	}
+}
+
+// xtDSCPMatch reads struct xt_dscp_info: the code point and whether inverted.
+func xtDSCPMatch(x *exprReader, rev uint32, info []byte) (string, string, error) {
+	if err := need(info, 2); err != nil {
+		return "", "", err
+	}
+	var o opts
+	o.add(info[1] != 0, "dscp", fmt.Sprintf("0x%02x", info[0]))
+	return "dscp", o.String(), nil
 }
 
 func xtMAC(x *exprReader, rev uint32, info []byte) (string, string, error) {

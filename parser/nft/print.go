@@ -556,6 +556,12 @@ func (p *printer) match(rt *ruleText, r *rules.Rule, m rules.Match) {
 		rt.add("ip ttl %s%d", cmpText(m.Op), m.Value)
 	case *rules.HL:
 		rt.add("ip6 hoplimit %s%d", cmpText(m.Op), m.Value)
+	case *rules.DSCP:
+		key := "ip dscp"
+		if p.rs.Family != rules.IPv4 {
+			key = "ip6 dscp"
+		}
+		rt.add("%s %s0x%02x", key, negOp(m.Neg), m.Value)
 	case *rules.MAC:
 		rt.add("ether saddr %s%s", negOp(m.Neg), m.Addr)
 	case *rules.Mark:

@@ -869,7 +869,7 @@ func init() {
 		"ip protocol,meta l4proto,l4proto,tcp sport,tcp dport,udp sport,udp dport,sctp sport,sctp dport,th sport,th dport,"+
 		"tcp flags,icmp type,icmp code,icmpv6 type,icmpv6 code,ct state,ct status,meta iifname,iifname,meta oifname,"+
 		"oifname,meta iif,iif,meta oif,oif,meta mark,mark,meta pkttype,pkttype,ip ttl,ip6 hoplimit,"+
-		"ip length,ip6 length,meta length,length,ether saddr", ",") {
+		"ip length,ip6 length,meta length,length,ether saddr,ip dscp,ip6 dscp", ",") {
 		knownKeys[k] = true
 	}
 }
@@ -939,6 +939,14 @@ func (b *ruleBuilder) relation(pos rules.Pos, key, op string, mask *rhs, val rhs
 	case "ip6 hoplimit":
 		if b.needFamily(rules.IPv6) {
 			b.ttl(pos, op, val)
+		}
+	case "ip dscp":
+		if b.needFamily(rules.IPv4) {
+			b.dscp(pos, key, op, val)
+		}
+	case "ip6 dscp":
+		if b.needFamily(rules.IPv6) {
+			b.dscp(pos, key, op, val)
 		}
 	case "ip length":
 		if b.needFamily(rules.IPv4) {
