@@ -86,7 +86,9 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if nf {
-		opts := iptables.Options{Counters: *counters, Noflush: *noflush, Table: *table, ForceFamily: *ipv6}
+		// As iptables-restore and ip6tables-restore: the family is -6's,
+		// not a guess from the content ("-p ipv6-icmp" is valid IPv4).
+		opts := iptables.Options{Counters: *counters, Noflush: *noflush, Table: *table, ForceFamily: true}
 		family := rules.IPv4
 		if *ipv6 {
 			opts.Family, family = rules.IPv6, rules.IPv6
@@ -116,7 +118,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 	}
 	var plans []plan
 	for _, t := range targets {
-		opts := iptables.Options{Counters: *counters, Noflush: *noflush, Table: *table, ForceFamily: *ipv6}
+		opts := iptables.Options{Counters: *counters, Noflush: *noflush, Table: *table, ForceFamily: true}
 		if *ipv6 {
 			opts.Family = rules.IPv6
 		}
