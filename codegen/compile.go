@@ -32,6 +32,10 @@ type compiler struct {
 	ifaces []ir.Iface
 	// readsDSCP: a rule tests the DSCP, which parse then stores.
 	readsDSCP bool
+	// readsOwner: a rule tests the packet's socket, which parse reads.
+	readsOwner bool
+	// readsMAC: a rule tests the source MAC address.
+	readsMAC bool
 	// optKinds are the TCP option kinds rules test, indexed by their bit
 	// in pktTCPOpts.
 	optKinds []uint8
@@ -195,6 +199,10 @@ func (c *compiler) collect() error {
 		for _, m := range r.Matches {
 			codeOf(m).collectMatch(c, m)
 		}
+	}
+	if c.readsOwner && c.readsMAC {
+		// They share the packet's fields; no chain iptables takes has both.
+		return fmt.Errorf("the rules test the source MAC address and the owner, which bpfwall does not compile in one chain")
 	}
 	if len(c.ifaces) > 64 {
 		return fmt.Errorf("the rules test %d interface names, more than the 64 bpfwall supports", len(c.ifaces))

@@ -104,7 +104,7 @@ func (p *Program) UsesConntrack() bool { return p.IR.TestsConntrack() }
 // NeedsKernelBTF reports whether the program calls kfuncs or reads kernel
 // structs, whose BTF IDs and offsets KernelSpec takes from the running
 // kernel: a program that looks up conntrack, and every netfilter program.
-func (p *Program) NeedsKernelBTF() bool { return p.UsesConntrack() || p.Hook.nf() }
+func (p *Program) NeedsKernelBTF() bool { return p.UsesConntrack() || p.Hook.nf() || p.testsOwner() }
 
 // kfuncCall is a call of the kfunc called name; KernelSpec sets its BTF ID.
 func kfuncCall(name string) asm.Instruction {

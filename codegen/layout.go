@@ -19,6 +19,7 @@ const (
 	pktDport    = 72 // u32
 	pktL4Off    = 76 // u16: offset of the transport header in the frame (conntrack)
 	pktDSCP     = 78 // u8: the DSCP (only when a rule tests it)
+	pktOwner    = 79 // u8: ownerNone, ownerSocket or ownerFile (only when a rule tests the owner)
 	pktTCPOpts  = 80 // u64: bit i set when the TCP options hold kind optKinds[i]
 	pktTTL      = 88 // u8
 	pktProto    = 89 // u8
@@ -29,6 +30,14 @@ const (
 	pktFlags    = 94 // u8: flagBadExtHeaders, flagTCPOptsTruncated, flagAuthHeader, flagFragment
 	pktCTState  = 95 // u8: the ir.ConnState ct_state found (conntrack)
 	pktSize     = 96
+)
+
+// The owner match's fields share the MAC's: xt_mac is valid in PREROUTING,
+// INPUT and FORWARD only, xt_owner in OUTPUT and POSTROUTING only, so no
+// chain's program has both.
+const (
+	pktOwnerUID = pktMACHi // u32: the socket file's fsuid
+	pktOwnerGID = pktMACLo // u32: its fsgid
 )
 
 const (

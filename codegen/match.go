@@ -111,6 +111,8 @@ func codeOf(m ir.Match) matchCode {
 		return limitCode
 	case ir.Mark:
 		return markCode
+	case ir.Owner:
+		return ownerCode
 	case ir.PktType:
 		return pktTypeCode
 	case ir.Ports:

@@ -20,6 +20,7 @@ var macCode = kind[ir.SrcMAC]{
 		}
 		return ""
 	},
-	lookup: refuse[ir.SrcMAC]("mac match"),
-	pure:   always[ir.SrcMAC],
+	lookup:  refuse[ir.SrcMAC]("mac match"),
+	pure:    always[ir.SrcMAC],
+	collect: func(c *compiler, _ ir.SrcMAC) { c.readsMAC = true },
 }

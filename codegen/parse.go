@@ -311,6 +311,9 @@ func (c *compiler) parseBody() {
 			asm.JEq.Imm(asm.R1, packetOtherHost, "parse_invalid"),
 		)
 	}
+	if c.readsOwner {
+		c.parseOwner()
+	}
 	if len(c.ifaces) > 0 && c.hook == HookNetfilter {
 		c.netfilterIfaces()
 	} else if len(c.ifaces) > 0 {

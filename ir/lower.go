@@ -487,6 +487,8 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 		ms = append(ms, Length{Min: m.Min, Max: m.Max, Neg: m.Neg})
 	case *rules.DSCP:
 		return l.lowerDSCP(ms, m)
+	case *rules.Owner:
+		return l.lowerOwner(ms, m)
 	case *rules.TTL:
 		if l.fam != rules.IPv4 {
 			l.errorf(m.Pos, "ttl match is only valid in ipv4 rule sets")

@@ -127,6 +127,34 @@ func TestLowerErrorsOnModel(t *testing.T) {
 			want: []string{"model:2:4: TPROXY target is not supported"},
 		},
 		{
+			name: "owner outside OUTPUT and POSTROUTING",
+			rs: ruleset([]*rules.Rule{
+				{Pos: at(2, 1), Matches: []rules.Match{&rules.Owner{Located: rules.Located{Pos: at(2, 5)}, Socket: true}}},
+			}),
+			want: []string{"model:2:5: owner match is only valid in OUTPUT and POSTROUTING, not INPUT"},
+		},
+		{
+			name: "owner refusals",
+			rs: func() *rules.Ruleset {
+				rs := ruleset(nil)
+				out := rs.Tables[0].Chain("OUTPUT")
+				owner := func(line int, m rules.Owner) *rules.Rule {
+					m.Pos = at(line, 5)
+					return &rules.Rule{Pos: at(line, 1), Matches: []rules.Match{&m}}
+				}
+				out.Rules = []*rules.Rule{
+					owner(2, rules.Owner{UID: &rules.IDRange{Min: 10, Max: 5}}),
+					owner(3, rules.Owner{GID: &rules.IDRange{Min: 1, Max: 1}, SupplGroups: true}),
+				}
+				return rs
+			}(),
+			opts: ir.LowerOptions{Chain: "OUTPUT"},
+			want: []string{
+				"model:2:5: owner: range 10-5 is empty (the kernel refuses it)",
+				"model:3:5: owner --suppl-groups is not supported",
+			},
+		},
+		{
 			name: "user chain as entry",
 			rs:   ruleset(nil, userChain("A")),
 			opts: ir.LowerOptions{Chain: "A"},

@@ -19,11 +19,23 @@ type Meta struct {
 	// match drops the packet (see Packet.ConntrackWithoutEntry).
 	CTState ConnState
 	PktType PacketType
+	// Socket is the socket the owner match sees (skb_to_full_sk): nil
+	// for a packet without one, as a forwarded packet is.
+	Socket *Socket
 	// Forwarded is set for a frame seen leaving after ip_forward
 	// decremented its TTL (hop limit), as a FORWARD program at tc-egress
 	// sees it: Decode adds the one back, so that TTL is as the packet
 	// arrived, which is what FORWARD's TTL matches test (Program.Forward).
 	Forwarded bool
+}
+
+// Socket is a local packet's socket, as the owner match sees it.
+type Socket struct {
+	// File is set for a socket that has a file: a process's socket, not
+	// one of the kernel's own (which send RSTs and ICMP errors).
+	File bool
+	// UID and GID are the file's fsuid and fsgid, its creator's.
+	UID, GID uint32
 }
 
 // Packet is a packet as ip_tables or ip6_tables see it: the fields their

@@ -100,7 +100,7 @@ var knownMatches = map[string]bool{
 	"devgroup": true, "dst": true, "ecn": true, "esp": true, "eui64": true,
 	"frag": true, "hbh": true, "helper": true, "ipcomp": true,
 	"ipv6header": true, "ipvs": true, "mh": true, "nfacct": true, "osf": true,
-	"owner": true, "physdev": true, "policy": true, "quota": true, "rateest": true,
+	"physdev": true, "policy": true, "quota": true, "rateest": true,
 	"realm": true, "recent": true, "rpfilter": true, "rt": true, "sctp": true,
 	"socket": true, "srh": true, "statistic": true, "string": true, "tcpmss": true,
 	"time": true, "tos": true, "u32": true, "udplite": true,

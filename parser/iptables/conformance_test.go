@@ -27,7 +27,7 @@ var conformanceFiles = []string{
 	"libxt_iprange", "libipt_iprange", "libip6t_iprange",
 	"libipt_icmp", "libip6t_icmp6", "libxt_comment",
 	"libxt_conntrack", "libipt_conntrack", "libip6t_conntrack", "libxt_state",
-	"libxt_set", "libxt_length", "libipt_ttl", "libip6t_hl", "libxt_mac",
+	"libxt_set", "libxt_length", "libipt_ttl", "libip6t_hl", "libxt_mac", "libxt_dscp", "libxt_owner",
 	"libxt_mark", "libxt_limit", "libxt_pkttype", "libxt_addrtype",
 	"libipt_REJECT", "libip6t_REJECT", "libipt_LOG", "libip6t_LOG",
 	"libxt_recent", "libipt_recent", "libip6t_recent",

@@ -1,0 +1,200 @@
+package codegen
+
+import (
+	"github.com/cilium/ebpf/asm"
+
+	"bpfwall/ir"
+)
+
+// -m owner. xt_owner registers for OUTPUT and POSTROUTING, which lowering
+// keeps it to; it compiles where those chains' packets carry their socket
+// in skb->sk: at the chains' own netfilter hooks and at tc-egress. parse
+// reads the socket once per packet (parseOwner) into the packet's
+// pktOwner fields, and the match compares them as owner_mt does.
+var ownerCode = kind[ir.Owner]{
+	emit: func(c *compiler, _ *ir.Rule, m ir.Owner, next, _ string) bool {
+		c.owner(m, next)
+		return false
+	},
+	hooks: func(c *compiler, _ ir.Owner) string {
+		if c.hook != HookNetfilter && c.hook != HookTCEgress {
+			return "owner match (only at tc-egress and at a chain's own netfilter hook)"
+		}
+		return ""
+	},
+	lookup:  refuse[ir.Owner]("owner match"),
+	pure:    always[ir.Owner],
+	collect: func(c *compiler, _ ir.Owner) { c.readsOwner = true },
+}
+
+// What parseOwner found, in pktOwner.
+const (
+	ownerNone   = 0 // no socket (or one of another namespace)
+	ownerSocket = 1 // a socket without a file: the kernel's own
+	ownerFile   = 2 // a process's socket: pktOwnerUID and pktOwnerGID hold its file's fsuid and fsgid
+)
+
+// owner emits owner_mt over the fields parseOwner stored.
+func (c *compiler) owner(m ir.Owner, next string) {
+	b := c.b
+	noSocket, done := b.fresh("owner_nosocket"), b.fresh("owner_done")
+	b.emit(
+		ld(asm.R1, asm.R6, pktOwner, asm.Byte),
+		asm.JEq.Imm(asm.R1, ownerNone, noSocket),
+	)
+	if m.Socket && m.SocketNeg {
+		// A socket, and "! --socket-exists".
+		b.emit(ja(next))
+	} else {
+		kernel := b.fresh("owner_kernel")
+		b.emit(asm.JEq.Imm(asm.R1, ownerSocket, kernel))
+		// A process's socket: its file's user and group.
+		if m.UID != nil {
+			c.inRanges([]int16{pktOwnerUID}, asm.Word, []valueRange{{m.UID.Min, m.UID.Max}}, 0xffffffff, m.UIDNeg, next)
+		}
+		if m.GID != nil {
+			c.inRanges([]int16{pktOwnerGID}, asm.Word, []valueRange{{m.GID.Min, m.GID.Max}}, 0xffffffff, m.GIDNeg, next)
+		}
+		b.emit(ja(done))
+		// A kernel socket has no user or group: only their negations
+		// hold.
+		b.mark(kernel)
+		if m.UID != nil && !m.UIDNeg || m.GID != nil && !m.GIDNeg {
+			b.emit(ja(next))
+		} else {
+			b.emit(ja(done))
+		}
+	}
+	// No socket: only a rule whose every test is negated holds.
+	b.mark(noSocket)
+	if m.UID != nil && !m.UIDNeg || m.GID != nil && !m.GIDNeg || m.Socket && !m.SocketNeg {
+		b.emit(ja(next))
+	}
+	b.mark(done)
+}
+
+// Kernel fields parseOwner reads.
+var (
+	skbSk           = fieldRef{"sk_buff", "sk"}
+	sockState       = fieldRef{"sock", "__sk_common.skc_state"}
+	sockNet         = fieldRef{"sock", "__sk_common.skc_net.net"}
+	sockSocket      = fieldRef{"sock", "sk_socket"}
+	requestListener = fieldRef{"request_sock", "__req_common.skc_listener"} // rsk_listener
+	socketFile      = fieldRef{"socket", "file"}
+	fileCred        = fieldRef{"file", "f_cred"}
+	credFsuid       = fieldRef{"cred", "fsuid"}
+	credFsgid       = fieldRef{"cred", "fsgid"}
+	nfHookStateNet  = fieldRef{"nf_hook_state", "net"}
+)
+
+// Socket states (include/net/tcp_states.h).
+const (
+	tcpTimeWait   = 6  // TCP_TIME_WAIT: no full socket
+	tcpNewSynRecv = 12 // TCP_NEW_SYN_RECV: a request sock, which skb_to_full_sk turns into its listener
+)
+
+// parseOwner's slots, in parse's buffer, which holds nothing yet.
+const (
+	ownerSlot  = parseBuf     // u64: the address followed last
+	ownerValue = parseBuf + 8 // the value read last
+)
+
+// parseOwner stores what owner_mt reads of the packet's socket in
+// pktOwner, pktOwnerUID and pktOwnerGID: skb_to_full_sk(skb) (a request
+// sock's listener), its sk_socket in the chain's namespace, and the
+// fsuid and fsgid of that socket's file's credentials. The pointers are
+// numbers to the verifier: each is read with bpf_probe_read_kernel, and
+// a read that fails is taken as no socket. A TIME_WAIT socket, which the
+// TCP stack replies from, has no sk_socket and counts as none. The
+// context is in r6 and the packet in r7; r1-r5 are clobbered.
+func (c *compiler) parseOwner() {
+	b := c.b
+	b.note("owner: the socket of skb_to_full_sk(skb), its file's fsuid and fsgid")
+	b.emit(stImm(asm.R7, pktOwner, ownerNone, asm.Byte))
+	if c.hook == HookNetfilter {
+		c.emitSkb(asm.R3, asm.R6)
+	} else {
+		b.emit(movr(asm.R1, asm.R6), kfuncCall(kfuncCastKernCtx), movr(asm.R3, asm.R0))
+	}
+	// read reads size bytes at the address in r3 plus f's offset into
+	// ownerValue, or goes to parse_owner_done.
+	read := func(f fieldRef, size int32) {
+		add := asm.Add.Imm(asm.R3, 0)
+		add.Metadata.Set(kernelField{}, f)
+		b.emit(
+			add,
+			movr(asm.R1, asm.R10),
+			asm.Add.Imm(asm.R1, ownerValue),
+			mov(asm.R2, size),
+			asm.FnProbeReadKernel.Call(),
+			asm.JNE.Imm(asm.R0, 0, "parse_owner_done"),
+		)
+	}
+	// follow reads the pointer at f of the address in ownerSlot into
+	// ownerSlot and r3, or goes to parse_owner_done when it is NULL.
+	follow := func(f fieldRef) {
+		b.emit(ld(asm.R3, asm.R10, ownerSlot, asm.DWord))
+		read(f, 8)
+		b.emit(
+			ld(asm.R3, asm.R10, ownerValue, asm.DWord),
+			asm.JEq.Imm(asm.R3, 0, "parse_owner_done"),
+			st(asm.R10, ownerSlot, asm.R3, asm.DWord),
+		)
+	}
+	read(skbSk, 8)
+	b.emit(
+		ld(asm.R3, asm.R10, ownerValue, asm.DWord),
+		asm.JEq.Imm(asm.R3, 0, "parse_owner_done"),
+		st(asm.R10, ownerSlot, asm.R3, asm.DWord),
+	)
+	read(sockState, 1)
+	b.emit(
+		ld(asm.R1, asm.R10, ownerValue, asm.Byte),
+		asm.JEq.Imm(asm.R1, tcpTimeWait, "parse_owner_done"),
+		asm.JNE.Imm(asm.R1, tcpNewSynRecv, "parse_owner_full"),
+	)
+	follow(requestListener)
+	b.mark("parse_owner_full")
+	if c.hook == HookNetfilter {
+		// net_eq(xt_net(par), sock_net(sk)).
+		b.emit(ld(asm.R3, asm.R10, ownerSlot, asm.DWord))
+		read(sockNet, 8)
+		b.emit(
+			ldField(asm.R1, asm.R6, nfCtxState, asm.DWord),
+			ldField(asm.R1, asm.R1, nfHookStateNet, asm.DWord),
+			ld(asm.R2, asm.R10, ownerValue, asm.DWord),
+			asm.JNE.Reg(asm.R1, asm.R2, "parse_owner_done"),
+		)
+	}
+	follow(sockSocket)
+	b.emit(stImm(asm.R7, pktOwner, ownerSocket, asm.Byte))
+	follow(socketFile)
+	follow(fileCred)
+	b.emit(ld(asm.R3, asm.R10, ownerSlot, asm.DWord))
+	read(credFsuid, 4)
+	b.emit(
+		ld(asm.R1, asm.R10, ownerValue, asm.Word),
+		st(asm.R7, pktOwnerUID, asm.R1, asm.Word),
+		ld(asm.R3, asm.R10, ownerSlot, asm.DWord),
+	)
+	read(credFsgid, 4)
+	b.emit(
+		ld(asm.R1, asm.R10, ownerValue, asm.Word),
+		st(asm.R7, pktOwnerGID, asm.R1, asm.Word),
+		stImm(asm.R7, pktOwner, ownerFile, asm.Byte),
+	)
+	b.mark("parse_owner_done")
+}
+
+// testsOwner reports whether p reads the packets' sockets, whose fields'
+// offsets come from the kernel's BTF.
+func (p *Program) testsOwner() bool {
+	for _, r := range p.IR.Rules {
+		for _, m := range r.Matches {
+			if _, ok := m.(ir.Owner); ok {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,112 @@
+package iptables
+
+import (
+	"math"
+	"os/user"
+	"strconv"
+	"strings"
+
+	"bpfwall/rules"
+)
+
+// Match owner (libxt_owner.c, revision 1): [!] --uid-owner USER|ID[-ID],
+// [!] --gid-owner GROUP|ID[-ID], --suppl-groups after --gid-owner, and
+// [!] --socket-exists. A name is looked up as libxt_owner does with
+// getpwnam and getgrnam, before it is read as a number.
+
+func init() {
+	registerMatch("owner", &matchExt{
+		options: []optSpec{
+			{name: "uid-owner", arg: argOne, invert: true},
+			{name: "gid-owner", arg: argOne, invert: true},
+			{name: "socket-exists", arg: argNone, invert: true},
+			{name: "suppl-groups", arg: argNone, invert: true},
+		},
+		new: func() matchParser { return &ownerParser{m: &rules.Owner{}} },
+	})
+}
+
+type ownerParser struct{ m *rules.Owner }
+
+func (p *ownerParser) parse(o *opt) error {
+	switch o.Name {
+	case "uid-owner":
+		r, err := ownerID(o, func(name string) (string, bool) {
+			u, err := user.Lookup(name)
+			if err != nil {
+				return "", false
+			}
+			return u.Uid, true
+		})
+		if err != nil {
+			return err
+		}
+		p.m.UID, p.m.UIDNeg = &r, o.Neg
+	case "gid-owner":
+		r, err := ownerID(o, func(name string) (string, bool) {
+			g, err := user.LookupGroup(name)
+			if err != nil {
+				return "", false
+			}
+			return g.Gid, true
+		})
+		if err != nil {
+			return err
+		}
+		p.m.GID, p.m.GIDNeg = &r, o.Neg
+	case "socket-exists":
+		p.m.Socket, p.m.SocketNeg = true, o.Neg
+	case "suppl-groups":
+		if o.Neg {
+			return rules.Errorf(o.Pos, "owner: --suppl-groups cannot be inverted")
+		}
+		if p.m.GID == nil {
+			return rules.Errorf(o.Pos, "owner: --suppl-groups needs --gid-owner before it")
+		}
+		p.m.SupplGroups = true
+	}
+	return nil
+}
+
+// ownerID reads a user or group: a name lookup finds, or an ID or a range
+// of IDs (owner_parse_range: "-" or ":" between them, each up to
+// 4294967294, since -1 is no ID).
+func ownerID(o *opt, lookup func(string) (string, bool)) (rules.IDRange, error) {
+	if id, ok := lookup(o.Arg); ok {
+		n, err := strconv.ParseUint(id, 10, 32)
+		if err == nil {
+			return rules.IDRange{Min: uint32(n), Max: uint32(n)}, nil
+		}
+	}
+	bad := func() (rules.IDRange, error) {
+		return rules.IDRange{}, o.errorf("owner: Bad value for \"--%s\" option: %q", o.Name, o.Arg)
+	}
+	lo, hi, isRange := strings.Cut(o.Arg, "-")
+	if !isRange {
+		lo, hi, isRange = strings.Cut(o.Arg, ":")
+	}
+	min, ok := parseUint(lo, math.MaxUint32-1)
+	if !ok {
+		return bad()
+	}
+	max := min
+	if isRange {
+		if max, ok = parseUint(hi, math.MaxUint32-1); !ok {
+			return bad()
+		}
+	}
+	return rules.IDRange{Min: uint32(min), Max: uint32(max)}, nil
+}
+
+func (p *ownerParser) finish(ctx *ruleCtx) (rules.Match, error) {
+	m := *p.m
+	if m.UID == nil && m.GID == nil && !m.Socket {
+		return nil, rules.Errorf(ctx.Pos, "owner: one of --uid-owner, --gid-owner or --socket-exists required")
+	}
+	// xt_owner's hooks; a user chain is checked where it is reached.
+	if h := ctx.hook(); h != "" && h != "OUTPUT" && h != "POSTROUTING" {
+		return nil, rules.Errorf(ctx.Pos, "owner: match is only valid in the OUTPUT and POSTROUTING chains, not %s", h)
+	}
+	m.Pos = ctx.Pos
+	return &m, nil
+}
