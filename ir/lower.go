@@ -359,73 +359,16 @@ func transport(ms []Match, n int) []Match {
 	return append(ms, Transport{Len: n})
 }
 
-func (l *lowerer) ports(ms []Match, m rules.Match, dir Dir, r rules.PortRange, neg bool) []Match {
-	if r == rules.AnyPort && !neg {
-		return ms
-	}
-	if r.Lo > r.Hi {
-		l.errorf(m.Position(), "port range %d:%d is empty", r.Lo, r.Hi)
-		return ms
-	}
-	return append(ms, Ports{Dir: dir, Ranges: []rules.PortRange{r}, Neg: neg})
-}
-
 func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 	// An xtables extension of an nft rule runs as in iptables.
 	nft := r.NFT && !m.XT()
 	switch m := m.(type) {
 	case *rules.TCP:
-		if !l.needProto(r, m, "tcp", protoTCP) {
-			return ms
-		}
-		switch {
-		case !nft:
-			ms = l4Header(ms, 20, true)
-		case m.FlagMask != 0 || m.FlagComp != 0 || m.FlagsNeg:
-			ms = transport(ms, 14) // th + 13, one byte
-		case m.DstPorts != rules.AnyPort || m.DstNeg:
-			ms = transport(ms, 4)
-		case m.SrcPorts != rules.AnyPort || m.SrcNeg:
-			ms = transport(ms, 2) // nft loads the source port alone
-		}
-		if nft && m.Option != 0 {
-			l.errorf(m.Pos, "tcp option match is not supported in nft rules")
-			return ms
-		}
-		ms = l.ports(ms, m, Src, m.SrcPorts, m.SrcNeg)
-		ms = l.ports(ms, m, Dst, m.DstPorts, m.DstNeg)
-		// A zero mask and comparison always hold, and never when negated;
-		// a zero mask with flags to compare never holds (tcp_mt compares
-		// flags & mask with them).
-		if m.FlagMask != 0 || m.FlagComp != 0 || m.FlagsNeg {
-			ms = append(ms, TCPFlags{Mask: m.FlagMask, Comp: m.FlagComp, Neg: m.FlagsNeg})
-		}
-		if m.Option != 0 {
-			ms = append(ms, TCPOption{Kind: m.Option, Neg: m.OptionNeg})
-		}
+		return l.lowerTCP(ms, r, m, nft)
 	case *rules.UDP:
-		if !l.needProto(r, m, "udp", protoUDP) {
-			return ms
-		}
-		switch {
-		case !nft:
-			ms = l4Header(ms, 8, false)
-		case m.SrcPorts != rules.AnyPort || m.SrcNeg:
-			if m.DstPorts == rules.AnyPort && !m.DstNeg {
-				ms = transport(ms, 2) // nft loads the source port alone
-				break
-			}
-			fallthrough
-		default:
-			ms = transport(ms, 4)
-		}
-		ms = l.ports(ms, m, Src, m.SrcPorts, m.SrcNeg)
-		ms = l.ports(ms, m, Dst, m.DstPorts, m.DstNeg)
+		return l.lowerUDP(ms, r, m, nft)
 	case *rules.Multiport:
-		if !l.needProto(r, m, "tcp, udp, udplite, sctp or dccp", protoTCP, protoUDP, protoUDPLite, protoSCTP, protoDCCP) {
-			return ms
-		}
-		return l.multiport(ms, m, nft)
+		return l.lowerMultiport(ms, r, m, nft)
 	case *rules.ICMP:
 		return l.icmp(ms, r, m, nft, false)
 	case *rules.ICMPCode:
@@ -433,130 +376,45 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 		// and code bytes, and the code of any type.
 		return l.icmp(ms, r, &rules.ICMP{Located: m.Located, V6: m.V6, CodeMin: m.CodeMin, CodeMax: m.CodeMax}, nft, true)
 	case *rules.IPRange:
-		ms = l.addrRange(ms, m, Src, m.Src, m.SrcNeg)
-		ms = l.addrRange(ms, m, Dst, m.Dst, m.DstNeg)
+		return l.lowerIPRange(ms, m)
 	case *rules.MaskedAddr:
-		dir := Src
-		if m.Dst {
-			dir = Dst
-		}
-		ms = l.addr(ms, dir, m.Net, m.Neg, m.Pos)
+		return l.lowerMaskedAddr(ms, m)
 	case *rules.Ifaces:
-		dir := IfaceIn
-		if m.Out {
-			dir = IfaceOut
-		}
-		if !m.Neg && len(m.Names) != 1 {
-			l.errorf(m.Pos, "an interface test of %d names that is not negated", len(m.Names))
-			return ms
-		}
-		for _, n := range m.Names {
-			ms = iface(ms, dir, n, m.Neg)
-		}
+		return l.lowerIfaces(ms, m)
 	case *rules.ProtocolsNot:
-		for _, p := range m.Protos {
-			if r.NFT && l.fam == rules.IPv6 {
-				// meta l4proto: no match where the extension headers
-				// cannot be walked, as for the rule's own protocol.
-				ms = append(ms, L4Proto{Proto: p, Neg: true})
-			} else {
-				ms = append(ms, Proto{Proto: p, Neg: true})
-			}
-		}
+		return l.lowerProtocolsNot(ms, r, m)
 	case *rules.Comment:
 		// Matches every packet; the rule's Text keeps it.
 	case *rules.Conntrack:
-		if len(m.Other) > 0 {
-			l.errorf(m.Pos, "conntrack --%s is not supported", m.Other[0].Name)
-			return ms
-		}
-		return l.ctState(ms, m, m.State, m.StateNeg)
+		return l.lowerConntrack(ms, m)
 	case *rules.State:
 		return l.ctState(ms, m, m.State, m.Neg)
 	case *rules.Set:
 		return l.set(ms, m)
 	case *rules.Length:
-		if m.Min > m.Max {
-			l.errorf(m.Pos, "length range %d:%d is empty", m.Min, m.Max)
-			return ms
-		}
-		if l.prog.Reassembled {
-			l.errorf(m.Pos, "length match in %s: netfilter sees the reassembled datagram there, bpfwall its fragments, whose datagram length is unknown", l.hook)
-			return ms
-		}
-		ms = append(ms, Length{Min: m.Min, Max: m.Max, Neg: m.Neg})
+		return l.lowerLength(ms, m)
 	case *rules.DSCP:
 		return l.lowerDSCP(ms, m)
 	case *rules.Owner:
 		return l.lowerOwner(ms, m)
 	case *rules.TTL:
-		if l.fam != rules.IPv4 {
-			l.errorf(m.Pos, "ttl match is only valid in ipv4 rule sets")
-			return ms
-		}
-		return l.ttl(ms, m, m.Op, m.Value)
+		return l.lowerTTL(ms, m)
 	case *rules.HL:
-		if l.fam != rules.IPv6 {
-			l.errorf(m.Pos, "hl match is only valid in ipv6 rule sets")
-			return ms
-		}
-		return l.ttl(ms, m, m.Op, m.Value)
+		return l.lowerHL(ms, m)
 	case *rules.MAC:
-		if len(m.Addr) != 6 {
-			l.errorf(m.Pos, "mac address %s is not 6 bytes long", m.Addr)
-			return ms
-		}
-		// xt_mac registers for these hooks only; the kernel refuses the
-		// table otherwise.
-		if !slices.Contains([]string{"PREROUTING", "INPUT", "FORWARD"}, l.hook) {
-			l.errorf(m.Pos, "mac match is only valid in PREROUTING, INPUT and FORWARD, not %s", l.hook)
-			return ms
-		}
-		var a [6]byte
-		copy(a[:], m.Addr)
-		ms = append(ms, SrcMAC{Addr: a, Neg: m.Neg})
+		return l.lowerMAC(ms, m)
 	case *rules.Mark:
 		ms = append(ms, Mark{Value: m.Value, Mask: m.Mask, Neg: m.Neg})
 	case *rules.PktType:
 		ms = append(ms, PktType{Type: PacketType(m.Type), Neg: m.Neg})
 	case *rules.Limit:
-		if !l.ownBucket(r, m) {
-			return ms
-		}
-		if !ValidLimit(m.Avg, m.Burst, DefaultHZ) {
-			l.errorf(m.Pos, "limit: burst %d too large for the rate (the kernel refuses it)", m.Burst)
-			return ms
-		}
-		ms = append(ms, Limit{Bucket: l.bucket(m), Avg: m.Avg, Burst: m.Burst})
+		return l.lowerLimit(ms, r, m)
 	case *rules.HashLimit:
 		return l.hashlimit(ms, r, m, nft)
 	case *rules.Recent:
 		return l.recent(ms, r, m, nft)
 	case *rules.RateLimit:
-		if !l.ownBucket(r, m) {
-			return ms
-		}
-		if m.BothFamilies {
-			if l.reported[m] {
-				return ms // one report for the rules an nft rule splits into
-			}
-			if l.reported == nil {
-				l.reported = make(map[rules.Match]bool)
-			}
-			l.reported[m] = true
-			l.errorf(m.Pos, "limit in an %s table that IPv4 and IPv6 packets both reach: nftables has one bucket for both families, and bpfwall compiles each family on its own", m.TableFamily)
-			return ms
-		}
-		if m.Bytes && l.prog.Reassembled {
-			l.errorf(m.Pos, "limit in bytes in %s: netfilter counts the reassembled datagram there, bpfwall sees its fragments, whose datagram length is unknown", l.hook)
-			return ms
-		}
-		rl := RateLimit{Bucket: l.bucket(m), Nsecs: m.Unit * 1e9, Rate: m.Rate, Burst: m.Burst, Bytes: m.Bytes, Over: m.Over}
-		if _, ok := rl.TokensMax(); !ok || m.Unit > ^uint64(0)/1e9 {
-			l.errorf(m.Pos, "limit: rate %d per %d s with burst %d overflows the kernel's token bucket (it refuses it)", m.Rate, m.Unit, m.Burst)
-			return ms
-		}
-		ms = append(ms, rl)
+		return l.lowerRateLimit(ms, r, m)
 	case *rules.Generic:
 		if m.Ext == "tproxy" && r.NFT {
 			return l.tproxyStatement(ms, r, m)
@@ -567,95 +425,6 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 		l.errorf(m.Position(), "%s match is not supported", m.Name())
 	}
 	return ms
-}
-
-func (l *lowerer) multiport(ms []Match, m *rules.Multiport, nft bool) []Match {
-	var dir Dir
-	switch m.Dir {
-	case rules.MultiportSrc:
-		dir = Src
-	case rules.MultiportDst:
-		dir = Dst
-	case rules.MultiportBoth:
-		dir = SrcOrDst
-	default:
-		l.errorf(m.Pos, "multiport match without a direction")
-		return ms
-	}
-	if len(m.Ports) == 0 {
-		l.errorf(m.Pos, "multiport match without ports")
-		return ms
-	}
-	for _, r := range m.Ports {
-		if r.Lo > r.Hi {
-			l.errorf(m.Pos, "port range %d:%d is empty", r.Lo, r.Hi)
-			return ms
-		}
-	}
-	// multiport_mt reads only the two port fields; nft loads the one it
-	// compares.
-	switch {
-	case nft && dir == Src:
-		ms = transport(ms, 2)
-	case nft:
-		ms = transport(ms, 4)
-	default:
-		ms = l4Header(ms, 4, false)
-	}
-	return append(ms, Ports{Dir: dir, Ranges: slices.Clone(m.Ports), Neg: m.Neg})
-}
-
-func (l *lowerer) icmp(ms []Match, r *rules.Rule, m *rules.ICMP, nft, anyType bool) []Match {
-	if m.V6 != (l.fam == rules.IPv6) {
-		l.errorf(m.Pos, "%s match is not valid in %s rule sets", m.Name(), l.fam)
-		return ms
-	}
-	proto, name := uint8(protoICMP), "icmp"
-	if m.V6 {
-		proto, name = protoICMPv6, "icmpv6"
-	}
-	if !l.needProto(r, m, name, proto) {
-		return ms
-	}
-	if m.CodeMin > m.CodeMax {
-		l.errorf(m.Pos, "icmp code range %d:%d is empty", m.CodeMin, m.CodeMax)
-		return ms
-	}
-	switch {
-	case !nft:
-		ms = l4Header(ms, 8, false) // struct icmphdr and icmp6hdr are 8 bytes
-	case anyType, m.CodeMin != 0 || m.CodeMax != 0xff:
-		ms = transport(ms, 2) // nft loads the type and the code byte
-	default:
-		ms = transport(ms, 1)
-	}
-	switch {
-	case anyType && m.CodeMin == 0 && m.CodeMax == 0xff:
-		return ms // every code: the load is the test
-	case anyType:
-		return append(ms, ICMP{Any: true, Type: 0xff, CodeMin: m.CodeMin, CodeMax: m.CodeMax})
-	}
-	// Type 255 is "any" in icmp_type_code_match only; icmp6_type_code_match
-	// compares it like any other type.
-	if !m.V6 && m.Type == 0xff {
-		return append(ms, ICMP{Any: true, Type: 0xff, CodeMin: 0, CodeMax: 0xff, Neg: m.Neg})
-	}
-	return append(ms, ICMP{Type: m.Type, CodeMin: m.CodeMin, CodeMax: m.CodeMax, Neg: m.Neg})
-}
-
-func (l *lowerer) addrRange(ms []Match, m rules.Match, dir Dir, r *rules.AddrRange, neg bool) []Match {
-	if r == nil {
-		return ms
-	}
-	if r.From.BitLen() != l.fam.Bits() || r.To.BitLen() != l.fam.Bits() {
-		l.errorf(m.Position(), "address range %s-%s is not an %s range", r.From, r.To, l.fam)
-		return ms
-	}
-	if r.From.Compare(r.To) > 0 {
-		l.errorf(m.Position(), "address range %s-%s is empty", r.From, r.To)
-		return ms
-	}
-	return append(ms, AddrRange{Dir: dir, From: r.From, To: r.To, Neg: neg})
 }
 
 // ctStateBits maps the rules model's state bits to ConnState.
@@ -670,45 +439,6 @@ var ctStateBits = []struct {
 	{rules.CTUntracked, ConnUntracked},
 	{rules.CTSnat, ConnSNAT},
 	{rules.CTDnat, ConnDNAT},
-}
-
-func (l *lowerer) ctState(ms []Match, m rules.Match, state uint16, neg bool) []Match {
-	if state == 0 {
-		return ms // no state test
-	}
-	var s ConnState
-	for _, b := range ctStateBits {
-		if state&b.from != 0 {
-			s |= b.to
-			state &^= b.from
-		}
-	}
-	if state != 0 {
-		l.errorf(m.Position(), "%s match: unknown state bits %#x", m.Name(), state)
-		return ms
-	}
-	return append(ms, CTState{States: s, Neg: neg})
-}
-
-func (l *lowerer) ttl(ms []Match, m rules.Match, op rules.CompareOp, v uint8) []Match {
-	var cmp CompareOp
-	switch op {
-	case rules.OpEq:
-		cmp = CmpEq
-	case rules.OpNe:
-		cmp = CmpNe
-	case rules.OpLt:
-		cmp = CmpLt
-	case rules.OpGt:
-		cmp = CmpGt
-	default:
-		l.errorf(m.Position(), "%s match: unknown comparison %d", m.Name(), op)
-		return ms
-	}
-	if l.hook == "FORWARD" {
-		return forwardTTL(ms, cmp, v)
-	}
-	return append(ms, TTL{Op: cmp, Value: v})
 }
 
 // forwardTTL appends a TTL match of the FORWARD hook. ip_forward and

@@ -62,3 +62,13 @@ func (m Addr) alternatives(p *Program, out []alt, limit int) ([]alt, bool) {
 	}
 	return append(out, alt{addrField(m.Dir), prefixOf(v, pfx.Bits())}), true
 }
+
+// lowerMaskedAddr lowers nft's second address test under a mask.
+func (l *lowerer) lowerMaskedAddr(ms []Match, m *rules.MaskedAddr) []Match {
+	dir := Src
+	if m.Dst {
+		dir = Dst
+	}
+	ms = l.addr(ms, dir, m.Net, m.Neg, m.Pos)
+	return ms
+}

@@ -48,3 +48,25 @@ func (m AddrRange) alternatives(p *Program, out []alt, limit int) ([]alt, bool) 
 	}
 	return out, true
 }
+
+// lowerIPRange lowers -m iprange.
+func (l *lowerer) lowerIPRange(ms []Match, m *rules.IPRange) []Match {
+	ms = l.addrRange(ms, m, Src, m.Src, m.SrcNeg)
+	ms = l.addrRange(ms, m, Dst, m.Dst, m.DstNeg)
+	return ms
+}
+
+func (l *lowerer) addrRange(ms []Match, m rules.Match, dir Dir, r *rules.AddrRange, neg bool) []Match {
+	if r == nil {
+		return ms
+	}
+	if r.From.BitLen() != l.fam.Bits() || r.To.BitLen() != l.fam.Bits() {
+		l.errorf(m.Position(), "address range %s-%s is not an %s range", r.From, r.To, l.fam)
+		return ms
+	}
+	if r.From.Compare(r.To) > 0 {
+		l.errorf(m.Position(), "address range %s-%s is empty", r.From, r.To)
+		return ms
+	}
+	return append(ms, AddrRange{Dir: dir, From: r.From, To: r.To, Neg: neg})
+}

@@ -78,3 +78,30 @@ func (m CTState) verify(v *verifier, st *ruleState) error {
 
 // conntrack reads the ports and TCP's header and options (tcp_error).
 func (CTState) transportNeed() (int, bool) { return 0, true }
+
+// lowerConntrack lowers -m conntrack, whose state test alone bpfwall compiles.
+func (l *lowerer) lowerConntrack(ms []Match, m *rules.Conntrack) []Match {
+	if len(m.Other) > 0 {
+		l.errorf(m.Pos, "conntrack --%s is not supported", m.Other[0].Name)
+		return ms
+	}
+	return l.ctState(ms, m, m.State, m.StateNeg)
+}
+
+func (l *lowerer) ctState(ms []Match, m rules.Match, state uint16, neg bool) []Match {
+	if state == 0 {
+		return ms // no state test
+	}
+	var s ConnState
+	for _, b := range ctStateBits {
+		if state&b.from != 0 {
+			s |= b.to
+			state &^= b.from
+		}
+	}
+	if state != 0 {
+		l.errorf(m.Position(), "%s match: unknown state bits %#x", m.Name(), state)
+		return ms
+	}
+	return append(ms, CTState{States: s, Neg: neg})
+}

@@ -60,3 +60,41 @@ func (m ICMP) verify(v *verifier, st *ruleState) error {
 	}
 	return nil
 }
+
+func (l *lowerer) icmp(ms []Match, r *rules.Rule, m *rules.ICMP, nft, anyType bool) []Match {
+	if m.V6 != (l.fam == rules.IPv6) {
+		l.errorf(m.Pos, "%s match is not valid in %s rule sets", m.Name(), l.fam)
+		return ms
+	}
+	proto, name := uint8(protoICMP), "icmp"
+	if m.V6 {
+		proto, name = protoICMPv6, "icmpv6"
+	}
+	if !l.needProto(r, m, name, proto) {
+		return ms
+	}
+	if m.CodeMin > m.CodeMax {
+		l.errorf(m.Pos, "icmp code range %d:%d is empty", m.CodeMin, m.CodeMax)
+		return ms
+	}
+	switch {
+	case !nft:
+		ms = l4Header(ms, 8, false) // struct icmphdr and icmp6hdr are 8 bytes
+	case anyType, m.CodeMin != 0 || m.CodeMax != 0xff:
+		ms = transport(ms, 2) // nft loads the type and the code byte
+	default:
+		ms = transport(ms, 1)
+	}
+	switch {
+	case anyType && m.CodeMin == 0 && m.CodeMax == 0xff:
+		return ms // every code: the load is the test
+	case anyType:
+		return append(ms, ICMP{Any: true, Type: 0xff, CodeMin: m.CodeMin, CodeMax: m.CodeMax})
+	}
+	// Type 255 is "any" in icmp_type_code_match only; icmp6_type_code_match
+	// compares it like any other type.
+	if !m.V6 && m.Type == 0xff {
+		return append(ms, ICMP{Any: true, Type: 0xff, CodeMin: 0, CodeMax: 0xff, Neg: m.Neg})
+	}
+	return append(ms, ICMP{Type: m.Type, CodeMin: m.CodeMin, CodeMax: m.CodeMax, Neg: m.Neg})
+}

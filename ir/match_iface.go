@@ -64,3 +64,19 @@ func (m Iface) verify(v *verifier, st *ruleState) error {
 	}
 	return nil
 }
+
+// lowerIfaces lowers nft's interface tests beyond the rule's own -i and -o.
+func (l *lowerer) lowerIfaces(ms []Match, m *rules.Ifaces) []Match {
+	dir := IfaceIn
+	if m.Out {
+		dir = IfaceOut
+	}
+	if !m.Neg && len(m.Names) != 1 {
+		l.errorf(m.Pos, "an interface test of %d names that is not negated", len(m.Names))
+		return ms
+	}
+	for _, n := range m.Names {
+		ms = iface(ms, dir, n, m.Neg)
+	}
+	return ms
+}

@@ -33,3 +33,17 @@ func (m Length) verify(v *verifier, st *ruleState) error {
 	}
 	return nil
 }
+
+// lowerLength lowers -m length.
+func (l *lowerer) lowerLength(ms []Match, m *rules.Length) []Match {
+	if m.Min > m.Max {
+		l.errorf(m.Pos, "length range %d:%d is empty", m.Min, m.Max)
+		return ms
+	}
+	if l.prog.Reassembled {
+		l.errorf(m.Pos, "length match in %s: netfilter sees the reassembled datagram there, bpfwall its fragments, whose datagram length is unknown", l.hook)
+		return ms
+	}
+	ms = append(ms, Length{Min: m.Min, Max: m.Max, Neg: m.Neg})
+	return ms
+}

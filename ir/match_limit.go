@@ -112,3 +112,45 @@ func (m RateLimit) verify(v *verifier, st *ruleState) error {
 	}
 	return nil
 }
+
+// lowerLimit lowers -m limit, a token bucket of its own.
+func (l *lowerer) lowerLimit(ms []Match, r *rules.Rule, m *rules.Limit) []Match {
+	if !l.ownBucket(r, m) {
+		return ms
+	}
+	if !ValidLimit(m.Avg, m.Burst, DefaultHZ) {
+		l.errorf(m.Pos, "limit: burst %d too large for the rate (the kernel refuses it)", m.Burst)
+		return ms
+	}
+	ms = append(ms, Limit{Bucket: l.bucket(m), Avg: m.Avg, Burst: m.Burst})
+	return ms
+}
+
+// lowerRateLimit lowers nft's limit statement.
+func (l *lowerer) lowerRateLimit(ms []Match, r *rules.Rule, m *rules.RateLimit) []Match {
+	if !l.ownBucket(r, m) {
+		return ms
+	}
+	if m.BothFamilies {
+		if l.reported[m] {
+			return ms // one report for the rules an nft rule splits into
+		}
+		if l.reported == nil {
+			l.reported = make(map[rules.Match]bool)
+		}
+		l.reported[m] = true
+		l.errorf(m.Pos, "limit in an %s table that IPv4 and IPv6 packets both reach: nftables has one bucket for both families, and bpfwall compiles each family on its own", m.TableFamily)
+		return ms
+	}
+	if m.Bytes && l.prog.Reassembled {
+		l.errorf(m.Pos, "limit in bytes in %s: netfilter counts the reassembled datagram there, bpfwall sees its fragments, whose datagram length is unknown", l.hook)
+		return ms
+	}
+	rl := RateLimit{Bucket: l.bucket(m), Nsecs: m.Unit * 1e9, Rate: m.Rate, Burst: m.Burst, Bytes: m.Bytes, Over: m.Over}
+	if _, ok := rl.TokensMax(); !ok || m.Unit > ^uint64(0)/1e9 {
+		l.errorf(m.Pos, "limit: rate %d per %d s with burst %d overflows the kernel's token bucket (it refuses it)", m.Rate, m.Unit, m.Burst)
+		return ms
+	}
+	ms = append(ms, rl)
+	return ms
+}

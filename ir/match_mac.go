@@ -3,6 +3,7 @@ package ir
 import (
 	"bytes"
 	"net"
+	"slices"
 
 	"bpfwall/rules"
 )
@@ -30,4 +31,22 @@ func (m SrcMAC) appendTo(b []byte, fam rules.Family) []byte {
 
 func (m SrcMAC) verify(v *verifier, st *ruleState) error {
 	return nil
+}
+
+// lowerMAC lowers -m mac.
+func (l *lowerer) lowerMAC(ms []Match, m *rules.MAC) []Match {
+	if len(m.Addr) != 6 {
+		l.errorf(m.Pos, "mac address %s is not 6 bytes long", m.Addr)
+		return ms
+	}
+	// xt_mac registers for these hooks only; the kernel refuses the
+	// table otherwise.
+	if !slices.Contains([]string{"PREROUTING", "INPUT", "FORWARD"}, l.hook) {
+		l.errorf(m.Pos, "mac match is only valid in PREROUTING, INPUT and FORWARD, not %s", l.hook)
+		return ms
+	}
+	var a [6]byte
+	copy(a[:], m.Addr)
+	ms = append(ms, SrcMAC{Addr: a, Neg: m.Neg})
+	return ms
 }

@@ -3,6 +3,7 @@ package ir
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"bpfwall/rules"
@@ -103,4 +104,114 @@ func (m Ports) alternatives(p *Program, out []alt, limit int) ([]alt, bool) {
 		}
 	}
 	return out, true
+}
+
+// lowerTCP lowers -m tcp: its ports, flags and option, after the transport header they need.
+func (l *lowerer) lowerTCP(ms []Match, r *rules.Rule, m *rules.TCP, nft bool) []Match {
+	if !l.needProto(r, m, "tcp", protoTCP) {
+		return ms
+	}
+	switch {
+	case !nft:
+		ms = l4Header(ms, 20, true)
+	case m.FlagMask != 0 || m.FlagComp != 0 || m.FlagsNeg:
+		ms = transport(ms, 14) // th + 13, one byte
+	case m.DstPorts != rules.AnyPort || m.DstNeg:
+		ms = transport(ms, 4)
+	case m.SrcPorts != rules.AnyPort || m.SrcNeg:
+		ms = transport(ms, 2) // nft loads the source port alone
+	}
+	if nft && m.Option != 0 {
+		l.errorf(m.Pos, "tcp option match is not supported in nft rules")
+		return ms
+	}
+	ms = l.ports(ms, m, Src, m.SrcPorts, m.SrcNeg)
+	ms = l.ports(ms, m, Dst, m.DstPorts, m.DstNeg)
+	// A zero mask and comparison always hold, and never when negated;
+	// a zero mask with flags to compare never holds (tcp_mt compares
+	// flags & mask with them).
+	if m.FlagMask != 0 || m.FlagComp != 0 || m.FlagsNeg {
+		ms = append(ms, TCPFlags{Mask: m.FlagMask, Comp: m.FlagComp, Neg: m.FlagsNeg})
+	}
+	if m.Option != 0 {
+		ms = append(ms, TCPOption{Kind: m.Option, Neg: m.OptionNeg})
+	}
+	return ms
+}
+
+// lowerUDP lowers -m udp: its ports, after the transport header they need.
+func (l *lowerer) lowerUDP(ms []Match, r *rules.Rule, m *rules.UDP, nft bool) []Match {
+	if !l.needProto(r, m, "udp", protoUDP) {
+		return ms
+	}
+	switch {
+	case !nft:
+		ms = l4Header(ms, 8, false)
+	case m.SrcPorts != rules.AnyPort || m.SrcNeg:
+		if m.DstPorts == rules.AnyPort && !m.DstNeg {
+			ms = transport(ms, 2) // nft loads the source port alone
+			break
+		}
+		fallthrough
+	default:
+		ms = transport(ms, 4)
+	}
+	ms = l.ports(ms, m, Src, m.SrcPorts, m.SrcNeg)
+	ms = l.ports(ms, m, Dst, m.DstPorts, m.DstNeg)
+	return ms
+}
+
+// lowerMultiport lowers -m multiport, which needs a protocol with ports.
+func (l *lowerer) lowerMultiport(ms []Match, r *rules.Rule, m *rules.Multiport, nft bool) []Match {
+	if !l.needProto(r, m, "tcp, udp, udplite, sctp or dccp", protoTCP, protoUDP, protoUDPLite, protoSCTP, protoDCCP) {
+		return ms
+	}
+	return l.multiport(ms, m, nft)
+}
+
+func (l *lowerer) ports(ms []Match, m rules.Match, dir Dir, r rules.PortRange, neg bool) []Match {
+	if r == rules.AnyPort && !neg {
+		return ms
+	}
+	if r.Lo > r.Hi {
+		l.errorf(m.Position(), "port range %d:%d is empty", r.Lo, r.Hi)
+		return ms
+	}
+	return append(ms, Ports{Dir: dir, Ranges: []rules.PortRange{r}, Neg: neg})
+}
+
+func (l *lowerer) multiport(ms []Match, m *rules.Multiport, nft bool) []Match {
+	var dir Dir
+	switch m.Dir {
+	case rules.MultiportSrc:
+		dir = Src
+	case rules.MultiportDst:
+		dir = Dst
+	case rules.MultiportBoth:
+		dir = SrcOrDst
+	default:
+		l.errorf(m.Pos, "multiport match without a direction")
+		return ms
+	}
+	if len(m.Ports) == 0 {
+		l.errorf(m.Pos, "multiport match without ports")
+		return ms
+	}
+	for _, r := range m.Ports {
+		if r.Lo > r.Hi {
+			l.errorf(m.Pos, "port range %d:%d is empty", r.Lo, r.Hi)
+			return ms
+		}
+	}
+	// multiport_mt reads only the two port fields; nft loads the one it
+	// compares.
+	switch {
+	case nft && dir == Src:
+		ms = transport(ms, 2)
+	case nft:
+		ms = transport(ms, 4)
+	default:
+		ms = l4Header(ms, 4, false)
+	}
+	return append(ms, Ports{Dir: dir, Ranges: slices.Clone(m.Ports), Neg: m.Neg})
 }

@@ -42,3 +42,17 @@ func (m Proto) verify(v *verifier, st *ruleState) error {
 	st.proto = st.proto || !m.Neg
 	return nil
 }
+
+// lowerProtocolsNot lowers nft's negated protocol set.
+func (l *lowerer) lowerProtocolsNot(ms []Match, r *rules.Rule, m *rules.ProtocolsNot) []Match {
+	for _, p := range m.Protos {
+		if r.NFT && l.fam == rules.IPv6 {
+			// meta l4proto: no match where the extension headers
+			// cannot be walked, as for the rule's own protocol.
+			ms = append(ms, L4Proto{Proto: p, Neg: true})
+		} else {
+			ms = append(ms, Proto{Proto: p, Neg: true})
+		}
+	}
+	return ms
+}

@@ -65,3 +65,42 @@ func (m TTL) verify(v *verifier, st *ruleState) error {
 	}
 	return nil
 }
+
+// lowerTTL lowers -m ttl, an IPv4 match.
+func (l *lowerer) lowerTTL(ms []Match, m *rules.TTL) []Match {
+	if l.fam != rules.IPv4 {
+		l.errorf(m.Pos, "ttl match is only valid in ipv4 rule sets")
+		return ms
+	}
+	return l.ttl(ms, m, m.Op, m.Value)
+}
+
+// lowerHL lowers -m hl, an IPv6 match.
+func (l *lowerer) lowerHL(ms []Match, m *rules.HL) []Match {
+	if l.fam != rules.IPv6 {
+		l.errorf(m.Pos, "hl match is only valid in ipv6 rule sets")
+		return ms
+	}
+	return l.ttl(ms, m, m.Op, m.Value)
+}
+
+func (l *lowerer) ttl(ms []Match, m rules.Match, op rules.CompareOp, v uint8) []Match {
+	var cmp CompareOp
+	switch op {
+	case rules.OpEq:
+		cmp = CmpEq
+	case rules.OpNe:
+		cmp = CmpNe
+	case rules.OpLt:
+		cmp = CmpLt
+	case rules.OpGt:
+		cmp = CmpGt
+	default:
+		l.errorf(m.Position(), "%s match: unknown comparison %d", m.Name(), op)
+		return ms
+	}
+	if l.hook == "FORWARD" {
+		return forwardTTL(ms, cmp, v)
+	}
+	return append(ms, TTL{Op: cmp, Value: v})
+}
