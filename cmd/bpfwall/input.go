@@ -15,6 +15,7 @@ import (
 	"bpfwall/loader"
 	"bpfwall/parser/iptables"
 	"bpfwall/parser/nft"
+	"bpfwall/parser/nft/kernel"
 	"bpfwall/rules"
 )
 
@@ -76,7 +77,7 @@ func (f *inputFlags) loadKernel(stderr io.Writer) (*rules.Ruleset, error) {
 	}
 	// iptables-nft's -m set names ipsets: --ipset FILE's or the kernel's.
 	sets := func() (map[string]*rules.IPSet, error) { return f.sets.load(stderr) }
-	return nft.ReadKernel(nft.Options{Family: fam, IPSets: sets})
+	return kernel.Read(nft.Options{Family: fam, IPSets: sets})
 }
 
 // readFile reads a named file, or stdin for "-".

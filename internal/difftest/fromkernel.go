@@ -7,12 +7,13 @@ import (
 	"bpfwall/internal/topology"
 	"bpfwall/ir"
 	"bpfwall/parser/nft"
+	"bpfwall/parser/nft/kernel"
 	"bpfwall/rules"
 )
 
 // FromKernel loads a case's rules into the firewall of Topo (nft -f for
 // nft cases, iptables-nft-restore for iptables ones), reads them back as
-// --from-kernel does (nft.ReadKernel in the firewall's namespace), and has
+// --from-kernel does (kernel.Read in the firewall's namespace), and has
 // Inner judge the probes by the model read: what an operator gets who
 // compiles what nft or iptables-nft loaded.
 type FromKernel struct {
@@ -32,7 +33,7 @@ func (s FromKernel) Outcomes(c *Case) ([]Outcome, error) {
 	}
 	var rs *rules.Ruleset
 	err := topology.Do(s.Topo.Firewall, func() (err error) {
-		rs, err = nft.ReadKernel(nft.Options{Family: c.Family})
+		rs, err = kernel.Read(nft.Options{Family: c.Family})
 		return err
 	})
 	if err != nil && strings.Contains(err.Error(), "is not supported") {

@@ -13,11 +13,12 @@ import (
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 	"bpfwall/parser/nft"
+	"bpfwall/parser/nft/kernel"
 	"bpfwall/rules"
 )
 
 // TestReadKernelNFT loads random nft rule sets (GenerateNFT) with nft -f
-// into a fresh network namespace and reads them back with nft.ReadKernel
+// into a fresh network namespace and reads them back with kernel.Read
 // (--from-kernel): the forward hook of its model must agree under ir.Eval
 // with that of the model parser/nft makes of the same text, on probes
 // aimed at the rules of both. DIFFTEST_SEEDS rule sets per family (default 4, make
@@ -47,7 +48,7 @@ func TestReadKernelNFT(t *testing.T) {
 					loadErr = fmt.Errorf("nft -f: %v: %s", err, out)
 					return
 				}
-				got, readErr = nft.ReadKernel(nft.Options{Family: fam})
+				got, readErr = kernel.Read(nft.Options{Family: fam})
 			})
 			if loadErr != nil {
 				t.Logf("%s seed %d: %v", fam, seed, loadErr)

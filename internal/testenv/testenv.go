@@ -121,3 +121,21 @@ func Isolate(t *testing.T) string {
 	t.Setenv("BPFWALL_LOCKFILE", filepath.Join(t.TempDir(), "bpfwall.lock"))
 	return root
 }
+
+// InFreshNetns runs f on a thread of its own in a new network namespace,
+// which dies with the thread.
+func InFreshNetns(t *testing.T, f func()) {
+	t.Helper()
+	RequireRoot(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread exits with the namespace
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			t.Errorf("unshare netns: %v", err)
+			return
+		}
+		f()
+	}()
+	<-done
+}

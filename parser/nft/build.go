@@ -16,9 +16,9 @@ type Options struct {
 	// ReadFile reads included files; rules.ReadRegular when nil.
 	ReadFile func(string) ([]byte, error)
 	// IPSets gives the kernel's ipsets, which the xt set matches of
-	// iptables-nft name; ReadKernel calls it only when a rule has one.
+	// iptables-nft name; kernel.Read calls it only when a rule has one.
 	IPSets func() (map[string]*rules.IPSet, error)
-	// xt is set for ReadKernel's listing, whose "xt match" and "xt
+	// xt is set for the kernel's listing (ParseListing), whose "xt match" and "xt
 	// target" statements carry their options; ipsets are the sets they
 	// may name.
 	xt     bool
@@ -35,6 +35,19 @@ type Options struct {
 // chains on one hook run in priority order, as the kernel runs them: a
 // packet must be accepted by each, and a drop in any ends it.
 func Parse(name string, src []byte, opts Options) (*rules.Ruleset, error) {
+	return parse(name, src, opts)
+}
+
+// ParseListing parses the listing of the kernel's rule set that package
+// kernel writes, whose "xt match" and "xt target" statements carry their
+// options (as iptables-nft-save prints them); ipsets are the sets they
+// may name.
+func ParseListing(name string, text []byte, opts Options, ipsets map[string]*rules.IPSet) (*rules.Ruleset, error) {
+	opts.xt, opts.ipsets = true, ipsets
+	return parse(name, text, opts)
+}
+
+func parse(name string, src []byte, opts Options) (*rules.Ruleset, error) {
 	nrs, err := readRuleset(name, src, opts.ReadFile)
 	if err != nil {
 		return nil, err

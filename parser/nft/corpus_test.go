@@ -1,7 +1,6 @@
 package nft
 
 import (
-	"bpfwall/internal/testenv"
 	"errors"
 	"os"
 	"path/filepath"
@@ -9,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"bpfwall/internal/testenv"
 
 	"bpfwall/ir"
 	"bpfwall/rules"

@@ -698,9 +698,9 @@ var rejectReasons = map[string]string{
 	"tcp-reset": "tcp reset",
 }
 
-// logFlagsText prints the log flags f, some but not all of the NF_LOG_*
+// LogFlagsText prints the log flags f, some but not all of the NF_LOG_*
 // bits (the same in rules and in expr), as nft lists them.
-func logFlagsText(f uint8) string {
+func LogFlagsText(f uint8) string {
 	var s string
 	var tcp []string
 	if f&rules.LogTCPSeq != 0 {
@@ -770,7 +770,7 @@ func (p *printer) target(rt *ruleText, r *rules.Rule) {
 			p.errorf(t.Pos, "log flags %#x have no nft form", f)
 			return
 		default:
-			s += logFlagsText(f)
+			s += LogFlagsText(f)
 		}
 		rt.add("%s", s)
 	default:

@@ -99,7 +99,7 @@ func nftCheck(t *testing.T, texts []string) {
 	}
 	var out []byte
 	var err error
-	inFreshNetns(t, func() {
+	testenv.InFreshNetns(t, func() {
 		cmd := exec.Command("nft", "-c", "-f", "-")
 		cmd.Stdin = strings.NewReader(all.String())
 		out, err = cmd.CombinedOutput()

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/google/nftables/expr"
+
 	"bpfwall/rules"
 )
 
@@ -1237,7 +1239,7 @@ func (b *ruleBuilder) addrSetPrefixes(pos rules.Pos, val rhs) ([]netip.Prefix, s
 				b.errorf(el.pos, "bad %s address range %s-%s", b.fam, el.lo, el.hi)
 				return nil, "", false
 			}
-			out = append(out, rangePrefixes(from, to)...)
+			out = append(out, RangePrefixes(from, to)...)
 			continue
 		}
 		p, err := prefixOf(el, b.fam)
@@ -1250,8 +1252,8 @@ func (b *ruleBuilder) addrSetPrefixes(pos rules.Pos, val rhs) ([]netip.Prefix, s
 	return out, name, true
 }
 
-// rangePrefixes splits from..to into the prefixes that cover it exactly.
-func rangePrefixes(from, to netip.Addr) []netip.Prefix {
+// RangePrefixes splits from..to into the prefixes that cover it exactly.
+func RangePrefixes(from, to netip.Addr) []netip.Prefix {
 	var out []netip.Prefix
 	for {
 		bits := from.BitLen()
@@ -1885,8 +1887,18 @@ func (b *ruleBuilder) flushICMP() {
 	b.add(c)
 }
 
+// CTStateBits are the kernel's conntrack state bits (NF_CT_STATE_BIT) and
+// their nft names.
+var CTStateBits = []struct {
+	Bit  uint32
+	Name string
+}{
+	{expr.CtStateBitINVALID, "invalid"}, {expr.CtStateBitESTABLISHED, "established"},
+	{expr.CtStateBitRELATED, "related"}, {expr.CtStateBitNEW, "new"}, {expr.CtStateBitUNTRACKED, "untracked"},
+}
+
 // ctStateNumber reads a ct state given as a number of the kernel's bits
-// (NF_CT_STATE_BIT, ctStateBits), as nft takes it too: "ct state 8" is
+// (NF_CT_STATE_BIT, CTStateBits), as nft takes it too: "ct state 8" is
 // new. Any of them with the implicit operator; with == and != (a packet
 // has one state) exactly one.
 func ctStateNumber(s, op string) (uint16, bool) {
@@ -1896,10 +1908,10 @@ func ctStateNumber(s, op string) (uint16, bool) {
 	}
 	var st uint16
 	n := 0
-	for _, b := range ctStateBits {
-		if v&uint64(b.bit) != 0 {
-			st |= ctStateNames[b.name]
-			v &^= uint64(b.bit)
+	for _, b := range CTStateBits {
+		if v&uint64(b.Bit) != 0 {
+			st |= ctStateNames[b.Name]
+			v &^= uint64(b.Bit)
 			n++
 		}
 	}

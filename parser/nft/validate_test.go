@@ -201,7 +201,7 @@ func TestValidate(t *testing.T) {
 		if !withNft {
 			continue
 		}
-		inFreshNetns(t, func() {
+		testenv.InFreshNetns(t, func() {
 			cmd := exec.Command("nft", "-c", "-f", "-")
 			cmd.Stdin = strings.NewReader(script)
 			out, err := cmd.CombinedOutput()

@@ -8,7 +8,7 @@ import (
 )
 
 // xtExtension translates "xt match NAME OPTIONS" and "xt target NAME
-// OPTIONS": the options, printed from the extension's info by ReadKernel,
+// OPTIONS": the options, printed from the extension's info by kernel.Read,
 // are read by the iptables parser, which gives the model exactly what
 // iptables-restore input with the same options gives.
 func (b *ruleBuilder) xtExtension(x *Xt) {

@@ -1,4 +1,4 @@
-package nft
+package kernel
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ import (
 // iptables-nft installs the matches and targets it has no native
 // expression for as xtables extensions: a match or target expression
 // that names the extension and carries its info, the struct the kernel
-// module reads. ReadKernel prints each one it knows as the options
+// module reads. Read prints each one it knows as the options
 // iptables-save prints for it, in an "xt match NAME OPTIONS" statement;
 // Parse hands them to the iptables parser (xt.go). So a rule read from
 // the kernel is modelled as the same rule given to iptables-restore.

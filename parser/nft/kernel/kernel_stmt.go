@@ -1,4 +1,4 @@
-package nft
+package kernel
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"bpfwall/parser/nft"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -29,22 +31,14 @@ func ifaceName(data []byte) (string, error) {
 	return ifi.Name, nil
 }
 
-var ctStateBits = []struct {
-	bit  uint32
-	name string
-}{
-	{expr.CtStateBitINVALID, "invalid"}, {expr.CtStateBitESTABLISHED, "established"},
-	{expr.CtStateBitRELATED, "related"}, {expr.CtStateBitNEW, "new"}, {expr.CtStateBitUNTRACKED, "untracked"},
-}
-
 // ctStateNames names the state bits of m.
 func ctStateList(m uint32) ([]string, error) {
 	var names []string
 	left := m
-	for _, b := range ctStateBits {
-		if m&b.bit != 0 {
-			names = append(names, b.name)
-			left &^= b.bit
+	for _, b := range nft.CTStateBits {
+		if m&b.Bit != 0 {
+			names = append(names, b.Name)
+			left &^= b.Bit
 		}
 	}
 	if left != 0 || len(names) == 0 {
@@ -155,7 +149,7 @@ func logText(e *expr.Log) (string, error) {
 		case f&^expr.LogFlagsMask != 0:
 			return "", fmt.Errorf("log flags %#x are not supported", f)
 		default:
-			s += logFlagsText(uint8(f))
+			s += nft.LogFlagsText(uint8(f))
 		}
 	}
 	return s, nil
@@ -397,7 +391,7 @@ func partText(p keyPart, lo, hi []byte) (string, error) {
 	if p.addr {
 		from, _ := netip.AddrFromSlice(lo)
 		to, _ := netip.AddrFromSlice(hi)
-		if ps := rangePrefixes(from, to); len(ps) == 1 {
+		if ps := nft.RangePrefixes(from, to); len(ps) == 1 {
 			return ps[0].String(), nil
 		}
 	}

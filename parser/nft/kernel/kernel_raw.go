@@ -1,4 +1,4 @@
-package nft
+package kernel
 
 import (
 	"encoding/binary"

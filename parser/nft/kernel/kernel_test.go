@@ -1,16 +1,14 @@
-package nft
+package kernel
 
 import (
 	"os/exec"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
+	"bpfwall/parser/nft"
 	"bpfwall/rules"
 )
 
@@ -97,24 +95,6 @@ const kernelRulesetStatements = `table inet filter {
 }
 `
 
-// inFreshNetns runs f on a thread of its own in a new network namespace,
-// which dies with the thread.
-func inFreshNetns(t *testing.T, f func()) {
-	t.Helper()
-	testenv.RequireRoot(t)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread exits with the namespace
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			t.Errorf("unshare netns: %v", err)
-			return
-		}
-		f()
-	}()
-	<-done
-}
-
 func TestReadKernel(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireTool(t, "nft")
@@ -126,36 +106,36 @@ func TestReadKernel(t *testing.T) {
 }
 
 // testReadKernel loads src with nft -f in a fresh namespace, reads it back
-// with ReadKernel and compares the model with the one Parse makes of src:
+// with Read and compares the model with the one Parse makes of src:
 // printed as nft text, and the INPUT hook lowered.
 func testReadKernel(t *testing.T, src string, fam rules.Family) {
 	var got *rules.Ruleset
 	var err error
-	inFreshNetns(t, func() {
+	testenv.InFreshNetns(t, func() {
 		cmd := exec.Command("nft", "-f", "-")
 		cmd.Stdin = strings.NewReader(src)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("nft -f: %v\n%s", err, out)
 			return
 		}
-		got, err = ReadKernel(Options{Family: fam})
+		got, err = Read(nft.Options{Family: fam})
 	})
 	if t.Failed() {
 		return
 	}
 	if err != nil {
-		t.Fatalf("ReadKernel: %v", err)
+		t.Fatalf("Read: %v", err)
 	}
 	// The kernel's text lays the rules out on the lines the source has.
-	want, err := Parse("kernel", []byte(src), Options{Family: fam})
+	want, err := nft.Parse("kernel", []byte(src), nft.Options{Family: fam})
 	if err != nil {
 		t.Fatalf("parse: %v", err)
 	}
-	gt, err := Print(got)
+	gt, err := nft.Print(got)
 	if err != nil {
 		t.Fatalf("print the kernel's: %v", err)
 	}
-	wt, err := Print(want)
+	wt, err := nft.Print(want)
 	if err != nil {
 		t.Fatalf("print the text's: %v", err)
 	}
@@ -190,17 +170,17 @@ func TestReadKernelRefuses(t *testing.T) {
 		{"meta nftrace set 1", "meta set is not supported"},
 	} {
 		var err error
-		inFreshNetns(t, func() {
+		testenv.InFreshNetns(t, func() {
 			cmd := exec.Command("nft", "-f", "-")
 			cmd.Stdin = strings.NewReader("table ip f {\n chain c {\n  type filter hook prerouting priority 0;\n  " + tc.rule + "\n }\n}\n")
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Errorf("nft -f: %v\n%s", err, out)
 				return
 			}
-			_, err = ReadKernel(Options{})
+			_, err = Read(nft.Options{})
 		})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: ReadKernel: %v, want %q", tc.rule, err, tc.want)
+			t.Errorf("%s: Read: %v, want %q", tc.rule, err, tc.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package nft
+package kernel
 
 import (
 	"bytes"
@@ -14,11 +14,12 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 
+	"bpfwall/parser/nft"
 	"bpfwall/rules"
 )
 
-// ReadKernel reads the nftables rule set of the calling thread's network
-// namespace over netlink and returns the model Parse gives for the same
+// Read reads the nftables rule set of the calling thread's network
+// namespace over netlink and returns the model nft.Parse gives for the same
 // rule set as `nft list ruleset` prints it: the kernel's expressions are
 // written back as nft text, and parsed. Rule positions are lines of that
 // text ("kernel:N"); errors name the rule as kernel:FAMILY
@@ -31,7 +32,7 @@ import (
 // in their table. Any other expression is an error: google/nftables
 // leaves out expressions it does not decode, so the kernel's own list of
 // a rule's expressions is read too, and nothing is skipped silently.
-func ReadKernel(opts Options) (*rules.Ruleset, error) {
+func Read(opts nft.Options) (*rules.Ruleset, error) {
 	conn, err := nftables.New()
 	if err != nil {
 		return nil, fmt.Errorf("kernel: open netlink: %w", err)
@@ -42,13 +43,13 @@ func ReadKernel(opts Options) (*rules.Ruleset, error) {
 	if err != nil {
 		return nil, err
 	}
+	var ipsets map[string]*rules.IPSet
 	if xs.setMatches && opts.IPSets != nil {
-		if opts.ipsets, err = opts.IPSets(); err != nil {
+		if ipsets, err = opts.IPSets(); err != nil {
 			return nil, err
 		}
 	}
-	opts.xt = true
-	rs, err := Parse("kernel", text, opts)
+	rs, err := nft.ParseListing("kernel", text, opts, ipsets)
 	var list rules.ErrorList
 	if errors.As(err, &list) {
 		// Name the kernel's rule rather than a line of text no one saw.

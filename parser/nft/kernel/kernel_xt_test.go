@@ -1,4 +1,4 @@
-package nft
+package kernel
 
 import (
 	"fmt"
@@ -12,10 +12,11 @@ import (
 
 	"bpfwall/internal/testenv"
 	"bpfwall/parser/iptables"
+	"bpfwall/parser/nft"
 	"bpfwall/rules"
 )
 
-// xtRules4 and xtRules6 use every xtables extension ReadKernel decodes,
+// xtRules4 and xtRules6 use every xtables extension Read decodes,
 // with their options and negations; iptables-nft installs the ones it has
 // no native expression for as xt matches and targets.
 const xtRules4 = `*filter
@@ -147,7 +148,7 @@ create pairs hash:ip,port family inet hashsize 1024 maxelem 65536
 `
 
 // TestReadKernelXT loads rule sets with iptables-nft-restore and reads them
-// back with ReadKernel: the model must print as iptables-save text exactly
+// back with Read: the model must print as iptables-save text exactly
 // as the model of the same input given to the iptables parser (with the
 // same ipsets), and the
 // kernel must have held each extension as an xt match or target (so that
@@ -195,7 +196,7 @@ func TestReadKernelXT(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			inFreshNetns(t, func() {
+			testenv.InFreshNetns(t, func() {
 				if tc.sets != "" {
 					cmd := exec.Command("ipset", "restore")
 					cmd.Stdin = strings.NewReader(tc.sets)
@@ -218,14 +219,14 @@ func TestReadKernelXT(t *testing.T) {
 				text, _, err = kernelText(conn, &xtListing{})
 				conn.CloseLasting()
 				if err == nil {
-					got, err = ReadKernel(Options{Family: tc.fam, IPSets: func() (map[string]*rules.IPSet, error) { return sets, nil }})
+					got, err = Read(nft.Options{Family: tc.fam, IPSets: func() (map[string]*rules.IPSet, error) { return sets, nil }})
 				}
 			})
 			if t.Failed() {
 				return
 			}
 			if err != nil {
-				t.Fatalf("ReadKernel: %v", err)
+				t.Fatalf("Read: %v", err)
 			}
 			seen := map[string]bool{}
 			for _, m := range regexp.MustCompile(`xt (match|target) (\S+)`).FindAllStringSubmatch(string(text), -1) {
@@ -292,7 +293,7 @@ func TestReadKernelXTRefuses(t *testing.T) {
 	} {
 		var err error
 		var ok bool
-		inFreshNetns(t, func() {
+		testenv.InFreshNetns(t, func() {
 			cmd := exec.Command("iptables-nft-restore")
 			cmd.Stdin = strings.NewReader("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" + tc.rule + "\nCOMMIT\n")
 			if out, err := cmd.CombinedOutput(); err != nil {
@@ -300,10 +301,10 @@ func TestReadKernelXTRefuses(t *testing.T) {
 				return
 			}
 			ok = true
-			_, err = ReadKernel(Options{})
+			_, err = Read(nft.Options{})
 		})
 		if ok && (err == nil || !strings.Contains(err.Error(), tc.want)) {
-			t.Errorf("%s: ReadKernel: %v, want %q", tc.rule, err, tc.want)
+			t.Errorf("%s: Read: %v, want %q", tc.rule, err, tc.want)
 		}
 	}
 }
@@ -312,17 +313,17 @@ func TestReadKernelXTRefuses(t *testing.T) {
 // from a file says so, and where the options are, instead of guessing.
 func TestXtListing(t *testing.T) {
 	src := "table ip filter {\n\tchain INPUT {\n\t\ttype filter hook input priority filter; policy accept;\n\t\txt match recent counter packets 0 bytes 0\n\t}\n}\n"
-	_, err := Parse("listing", []byte(src), Options{})
+	_, err := nft.Parse("listing", []byte(src), nft.Options{})
 	if err == nil || !strings.Contains(err.Error(), "listing:4:3: xt match recent is an xtables extension") || !strings.Contains(err.Error(), "--from-kernel") {
 		t.Errorf("Parse: %v", err)
 	}
-	// The options form is ReadKernel's own: a file may not use it.
+	// The options form is Read's own: a file may not use it.
 	src = strings.Replace(src, "xt match recent", `xt match recent "--set --name x --rsource"`, 1)
-	if _, err := Parse("listing", []byte(src), Options{}); err == nil {
+	if _, err := nft.Parse("listing", []byte(src), nft.Options{}); err == nil {
 		t.Errorf("Parse took xt options from a file")
 	}
 	// From the kernel's listing, the options are read as iptables reads them.
-	rs, err := Parse("kernel", []byte(src), Options{xt: true})
+	rs, err := nft.ParseListing("kernel", []byte(src), nft.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
