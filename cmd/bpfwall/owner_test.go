@@ -157,15 +157,7 @@ func (r *routed) listenAs(ns string, port, uid, gid int) {
 			return
 		}
 		r.t.Cleanup(func() { l.Close() })
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
+		go acceptAndClose(l)
 	})
 }
 

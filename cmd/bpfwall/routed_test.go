@@ -136,16 +136,19 @@ func (r *routed) listen(ns string, ports ...int) {
 				r.t.Fatal(err)
 			}
 			r.t.Cleanup(func() { l.Close() })
-			go func() {
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					c.Close()
-				}
-			}()
+			go acceptAndClose(l)
 		})
+	}
+}
+
+// acceptAndClose accepts and closes connections on l until it is closed.
+func acceptAndClose(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		c.Close()
 	}
 }
 

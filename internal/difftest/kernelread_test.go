@@ -3,11 +3,8 @@ package difftest
 import (
 	"fmt"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"bpfwall/internal/packets"
 	"bpfwall/internal/testenv"
@@ -36,7 +33,7 @@ func TestReadKernelNFT(t *testing.T) {
 			}
 			var got *rules.Ruleset
 			var loadErr, readErr error
-			inFreshNetns(t, func() {
+			testenv.InFreshNetns(t, func() {
 				// iif and oif need the interfaces when nft loads the rules.
 				if out, err := exec.Command("ip", "link", "add", "fwin", "type", "veth", "peer", "name", "fwout").CombinedOutput(); err != nil {
 					loadErr = fmt.Errorf("ip link add: %v: %s", err, out)
@@ -124,23 +121,6 @@ func agreeOnForward(t *testing.T, name string, want, got *rules.Ruleset, seed ui
 		}
 	}
 	return len(probes), true
-}
-
-// inFreshNetns runs f on a thread of its own in a new network namespace,
-// which dies with the thread.
-func inFreshNetns(t *testing.T, f func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread exits with the namespace
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			t.Errorf("unshare netns: %v", err)
-			return
-		}
-		f()
-	}()
-	<-done
 }
 
 // TestPrintNFT prints the models of random nft rule sets (nft.Print) and
