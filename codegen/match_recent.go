@@ -182,24 +182,54 @@ const (
 // r9 the outcome (the kernel's ret); under the lock r5 is the entry and r4
 // the start of the --seconds window.
 func (c *compiler) recent(m ir.Recent, next string) {
-	b := c.b
-	name := RecentMap(m.Table)
-	n := int32(ir.RecentListTot)
-	slotSize := int32(recentSlotSize(m.Stamps))
-	words := 1
+	r := &recentEmitter{c: c, b: c.b, m: m, n: int32(ir.RecentListTot), slotSize: int32(recentSlotSize(m.Stamps)), words: 1}
 	if c.p.Family == rules.IPv6 {
-		words = 4
+		r.words = 4
 	}
-	l := func(s string) string { return b.fresh("recent_" + s) }
-	found, out, update := l("found"), l("out"), l("update")
+	found, out, update := r.label("found"), r.label("out"), r.label("update")
+	r.lock(next)
+	r.lookup(found, out)
+	r.b.mark(found)
+	r.slot(out)
+	r.command(update, out)
+	if m.Command == rules.RecentSet || m.Command == rules.RecentUpdate {
+		r.b.mark(update)
+		r.update()
+	}
+	r.b.mark(out)
+	r.b.emit(
+		movr(asm.R1, asm.R8),
+		asm.FnSpinUnlock.Call(),
+		asm.JEq.Imm(asm.R9, 0, next),
+	)
+}
 
+// recentEmitter emits one recent match: the table's slots, and the parts
+// of recent_mt over them.
+type recentEmitter struct {
+	c        *compiler
+	b        *builder
+	m        ir.Recent
+	n        int32 // slots
+	slotSize int32
+	words    int // of an address
+}
+
+func (r *recentEmitter) label(s string) string { return r.b.fresh("recent_" + s) }
+
+// lock writes the key, reads the packet's tick, takes the table's lock
+// (or goes to next without a table) and sets the table's clock; r9 is
+// the outcome before the command, 1 for --rcheck's inversion.
+func (r *recentEmitter) lock(next string) {
+	b, c := r.b, r.c
+	name := RecentMap(r.m.Table)
 	field := pktSrc
-	if m.Dest {
+	if r.m.Dest {
 		field = pktDst
 	}
-	mask := m.Mask.AsSlice()
-	b.note("recent key: the %s address masked with %s, and the TTL", map[bool]string{false: "source", true: "destination"}[m.Dest], m.Mask)
-	for w := range words {
+	mask := r.m.Mask.AsSlice()
+	b.note("recent key: the %s address masked with %s, and the TTL", map[bool]string{false: "source", true: "destination"}[r.m.Dest], r.m.Mask)
+	for w := range r.words {
 		mw := binary.BigEndian.Uint32(mask[4*w:])
 		b.emit(ld(asm.R1, asm.R6, int16(field+4*w), asm.Word))
 		if mw != 0xffffffff {
@@ -210,7 +240,7 @@ func (c *compiler) recent(m ir.Recent, next string) {
 	// One tick per packet, read by its first recent match: the kernel
 	// reads jiffies at each match, and a packet's matches seeing the same
 	// tick is one of the orderings it allows.
-	recorded, fresh := l("ticked"), l("fresh")
+	recorded, fresh := r.label("ticked"), r.label("fresh")
 	b.emit(
 		ld(asm.R1, asm.R6, pktTTL, asm.Byte),
 		st(asm.R10, chainRecentTTL, asm.R1, asm.DWord),
@@ -245,126 +275,140 @@ func (c *compiler) recent(m ir.Recent, next string) {
 	b.mark(fresh)
 	b.emit(st(asm.R8, recentNow, asm.R7, asm.DWord))
 	inv := int32(0)
-	if m.Invert {
+	if r.m.Invert {
 		inv = 1
 	}
 	b.emit(mov(asm.R9, inv))
+}
 
-	// loop emits a loop over the slots in use, which are the first
-	// recentEntries: r1 the slot number, r2 the slot, r3 the number of
-	// slots in use; body jumps to cont for the next slot, and may use r0
-	// and r4. The loop's exits must leave r1, r2 and r3 dead, so that
-	// the verifier checks what follows once.
-	loop := func(body func(cont string)) {
-		top, cont, done := l("loop"), l("next"), l("done")
-		b.emit(
-			mov(asm.R1, 0),
-			movr(asm.R2, asm.R8),
-			asm.Add.Imm(asm.R2, recentSlotsOff),
-			ld(asm.R3, asm.R8, recentEntries, asm.Word),
-		)
-		b.mark(top)
-		b.emit(asm.JGE.Reg(asm.R1, asm.R3, done))
-		body(cont)
-		b.mark(cont)
-		b.emit(
-			asm.Add.Imm(asm.R1, 1),
-			asm.Add.Imm(asm.R2, slotSize),
-			asm.JLT.Imm(asm.R1, n, top),
-		)
-		b.mark(done)
-	}
-	// slotInto points dst at slot r1 (below recentNone), or fails to
-	// none; r1 is lost.
-	slotInto := func(dst asm.Register, none string) {
-		b.emit(
-			asm.JGE.Imm(asm.R1, n, none),
-			asm.Mul.Imm(asm.R1, slotSize),
-			movr(dst, asm.R8),
-			asm.Add.Reg(dst, asm.R1),
-			asm.Add.Imm(dst, recentSlotsOff),
-		)
-	}
-	slot := func(none string) { slotInto(asm.R5, none) }
-	// head finds the least recently updated slot (the head of lru_list)
-	// into recentMinSlot, recentNone for an empty table. It keeps r5.
-	head := func() {
-		b.emit(
-			stImm(asm.R8, recentMinSeq, -1, asm.DWord),
-			stImm(asm.R8, recentMinSlot, recentNone, asm.Word),
-		)
-		loop(func(cont string) {
-			b.emit(
-				ld(asm.R4, asm.R2, slotSeq, asm.DWord),
-				ld(asm.R0, asm.R8, recentMinSeq, asm.DWord),
-				asm.JGE.Reg(asm.R4, asm.R0, cont),
-				st(asm.R8, recentMinSeq, asm.R4, asm.DWord),
-				st(asm.R8, recentMinSlot, asm.R1, asm.Word),
-			)
-		})
-	}
-	// remove frees slot r5 (recent_entry_remove): the last slot in use
-	// moves into it, so that the slots in use stay the first ones; where
-	// it was is left in chainRecentMoved. Only the stamps in use move
-	// (the ring's first nstamps: no match reads the others). It keeps r4
-	// and r5.
-	remove := func() {
-		cleared, gone, copyTop, copied := l("cleared"), l("gone"), l("copy"), l("copied")
-		b.emit(
-			st(asm.R10, chainRecentMoved, asm.R5, asm.DWord),
-			ld(asm.R1, asm.R8, recentEntries, asm.Word),
-			asm.Sub.Imm(asm.R1, 1),
-			st(asm.R8, recentEntries, asm.R1, asm.Word),
-		)
-		slotInto(asm.R2, gone)
-		b.emit(
-			st(asm.R10, chainRecentMoved, asm.R2, asm.DWord),
-			asm.JEq.Reg(asm.R2, asm.R5, cleared),
-		)
-		for off := int16(0); off < slotStamps; off += 8 {
-			b.emit(
-				ld(asm.R0, asm.R2, off, asm.DWord),
-				st(asm.R5, off, asm.R0, asm.DWord),
-			)
-		}
-		// The moved slot's nstamps, now r5's, bounds the copy.
-		b.emit(
-			movr(asm.R1, asm.R5),
-			asm.Add.Imm(asm.R1, slotStamps),
-			asm.Add.Imm(asm.R2, slotStamps),
-			mov(asm.R3, 0),
-		)
-		b.mark(copyTop)
-		b.emit(
-			ld(asm.R0, asm.R5, slotNstamps, asm.Half),
-			asm.JGE.Reg(asm.R3, asm.R0, copied),
-			ld(asm.R0, asm.R2, 0, asm.DWord),
-			st(asm.R1, 0, asm.R0, asm.DWord),
-			asm.Add.Imm(asm.R1, 8),
-			asm.Add.Imm(asm.R2, 8),
-			asm.Add.Imm(asm.R3, 1),
-			asm.JLT.Imm(asm.R3, int32(m.Stamps), copyTop),
-		)
-		b.mark(copied)
-		b.emit(ld(asm.R2, asm.R10, chainRecentMoved, asm.DWord))
-		b.mark(cleared)
-		b.emit(stImm(asm.R2, slotSeq, 0, asm.DWord))
-		b.mark(gone)
-	}
+// loop emits a loop over the slots in use, which are the first
+// recentEntries: r1 the slot number, r2 the slot, r3 the number of
+// slots in use; body jumps to cont for the next slot, and may use r0
+// and r4. The loop's exits must leave r1, r2 and r3 dead, so that
+// the verifier checks what follows once.
+func (r *recentEmitter) loop(body func(cont string)) {
+	b := r.b
+	top, cont, done := r.label("loop"), r.label("next"), r.label("done")
+	b.emit(
+		mov(asm.R1, 0),
+		movr(asm.R2, asm.R8),
+		asm.Add.Imm(asm.R2, recentSlotsOff),
+		ld(asm.R3, asm.R8, recentEntries, asm.Word),
+	)
+	b.mark(top)
+	b.emit(asm.JGE.Reg(asm.R1, asm.R3, done))
+	body(cont)
+	b.mark(cont)
+	b.emit(
+		asm.Add.Imm(asm.R1, 1),
+		asm.Add.Imm(asm.R2, r.slotSize),
+		asm.JLT.Imm(asm.R1, r.n, top),
+	)
+	b.mark(done)
+}
 
-	b.note("recent_entry_lookup: the slot with the address%s", map[bool]string{false: "", true: " and a TTL that is the packet's, or either 0"}[m.TTL])
+// slotInto points dst at slot r1 (below recentNone), or fails to
+// none; r1 is lost.
+func (r *recentEmitter) slotInto(dst asm.Register, none string) {
+	b := r.b
+	b.emit(
+		asm.JGE.Imm(asm.R1, r.n, none),
+		asm.Mul.Imm(asm.R1, r.slotSize),
+		movr(dst, asm.R8),
+		asm.Add.Reg(dst, asm.R1),
+		asm.Add.Imm(dst, recentSlotsOff),
+	)
+}
+
+func (r *recentEmitter) slot(none string) { r.slotInto(asm.R5, none) }
+
+// head finds the least recently updated slot (the head of lru_list)
+// into recentMinSlot, recentNone for an empty table. It keeps r5.
+func (r *recentEmitter) head() {
+	b := r.b
+	b.emit(
+		stImm(asm.R8, recentMinSeq, -1, asm.DWord),
+		stImm(asm.R8, recentMinSlot, recentNone, asm.Word),
+	)
+	r.loop(func(cont string) {
+		b.emit(
+			ld(asm.R4, asm.R2, slotSeq, asm.DWord),
+			ld(asm.R0, asm.R8, recentMinSeq, asm.DWord),
+			asm.JGE.Reg(asm.R4, asm.R0, cont),
+			st(asm.R8, recentMinSeq, asm.R4, asm.DWord),
+			st(asm.R8, recentMinSlot, asm.R1, asm.Word),
+		)
+	})
+}
+
+// remove frees slot r5 (recent_entry_remove): the last slot in use
+// moves into it, so that the slots in use stay the first ones; where
+// it was is left in chainRecentMoved. Only the stamps in use move
+// (the ring's first nstamps: no match reads the others). It keeps r4
+// and r5.
+func (r *recentEmitter) remove() {
+	b := r.b
+	cleared, gone, copyTop, copied := r.label("cleared"), r.label("gone"), r.label("copy"), r.label("copied")
+	b.emit(
+		st(asm.R10, chainRecentMoved, asm.R5, asm.DWord),
+		ld(asm.R1, asm.R8, recentEntries, asm.Word),
+		asm.Sub.Imm(asm.R1, 1),
+		st(asm.R8, recentEntries, asm.R1, asm.Word),
+	)
+	r.slotInto(asm.R2, gone)
+	b.emit(
+		st(asm.R10, chainRecentMoved, asm.R2, asm.DWord),
+		asm.JEq.Reg(asm.R2, asm.R5, cleared),
+	)
+	for off := int16(0); off < slotStamps; off += 8 {
+		b.emit(
+			ld(asm.R0, asm.R2, off, asm.DWord),
+			st(asm.R5, off, asm.R0, asm.DWord),
+		)
+	}
+	// The moved slot's nstamps, now r5's, bounds the copy.
+	b.emit(
+		movr(asm.R1, asm.R5),
+		asm.Add.Imm(asm.R1, slotStamps),
+		asm.Add.Imm(asm.R2, slotStamps),
+		mov(asm.R3, 0),
+	)
+	b.mark(copyTop)
+	b.emit(
+		ld(asm.R0, asm.R5, slotNstamps, asm.Half),
+		asm.JGE.Reg(asm.R3, asm.R0, copied),
+		ld(asm.R0, asm.R2, 0, asm.DWord),
+		st(asm.R1, 0, asm.R0, asm.DWord),
+		asm.Add.Imm(asm.R1, 8),
+		asm.Add.Imm(asm.R2, 8),
+		asm.Add.Imm(asm.R3, 1),
+		asm.JLT.Imm(asm.R3, int32(r.m.Stamps), copyTop),
+	)
+	b.mark(copied)
+	b.emit(ld(asm.R2, asm.R10, chainRecentMoved, asm.DWord))
+	b.mark(cleared)
+	b.emit(stImm(asm.R2, slotSeq, 0, asm.DWord))
+	b.mark(gone)
+}
+
+// lookup finds the packet's slot (recent_entry_lookup) into recentFound,
+// and goes to found with it; without one, --set makes one
+// (recent_entry_init) and the others go to out.
+func (r *recentEmitter) lookup(found, out string) {
+	b := r.b
+	b.note("recent_entry_lookup: the slot with the address%s", map[bool]string{false: "", true: " and a TTL that is the packet's, or either 0"}[r.m.TTL])
 	b.emit(stImm(asm.R8, recentFound, recentNone, asm.Word))
-	searched := l("searched")
-	loop(func(cont string) {
-		for w := range words {
+	searched := r.label("searched")
+	r.loop(func(cont string) {
+		for w := range r.words {
 			b.emit(
 				ld(asm.R0, asm.R2, slotAddr+int16(4*w), asm.Word),
 				ld(asm.R4, asm.R10, chainRecentKey+int16(4*w), asm.Word),
 				asm.JNE.Reg(asm.R0, asm.R4, cont),
 			)
 		}
-		if m.TTL {
-			hit := l("ttl_ok")
+		if r.m.TTL {
+			hit := r.label("ttl_ok")
 			b.emit(
 				ld(asm.R0, asm.R10, chainRecentTTL, asm.DWord),
 				asm.JEq.Imm(asm.R0, 0, hit),
@@ -381,30 +425,30 @@ func (c *compiler) recent(m ir.Recent, next string) {
 	})
 	b.mark(searched)
 	b.emit(ld(asm.R1, asm.R8, recentFound, asm.Word))
-	b.emit(asm.JLT.Imm(asm.R1, n, found))
-	if m.Command != rules.RecentSet {
+	b.emit(asm.JLT.Imm(asm.R1, r.n, found))
+	if r.m.Command != rules.RecentSet {
 		b.emit(ja(out))
 	} else {
 		b.note("recent_entry_init: a full table loses its least recently updated entry first")
-		room := l("room")
+		room := r.label("room")
 		b.emit(
 			ld(asm.R1, asm.R8, recentEntries, asm.Word),
-			asm.JLT.Imm(asm.R1, n, room),
+			asm.JLT.Imm(asm.R1, r.n, room),
 		)
-		head()
+		r.head()
 		b.emit(ld(asm.R1, asm.R8, recentMinSlot, asm.Word))
-		slot(room)
-		remove()
+		r.slot(room)
+		r.remove()
 		b.mark(room)
 		b.emit(ld(asm.R1, asm.R8, recentEntries, asm.Word))
-		slot(out) // a table with no free slot cannot happen
-		for w := range words {
+		r.slot(out) // a table with no free slot cannot happen
+		for w := range r.words {
 			b.emit(
 				ld(asm.R1, asm.R10, chainRecentKey+int16(4*w), asm.Word),
 				st(asm.R5, slotAddr+int16(4*w), asm.R1, asm.Word),
 			)
 		}
-		for w := words; w < 4; w++ {
+		for w := r.words; w < 4; w++ {
 			b.emit(stImm(asm.R5, slotAddr+int16(4*w), 0, asm.Word))
 		}
 		b.emit(
@@ -424,34 +468,38 @@ func (c *compiler) recent(m ir.Recent, next string) {
 			ja(out),
 		)
 	}
+}
 
-	b.mark(found)
-	slot(out)
-	switch m.Command {
+// command emits what the command does with the slot r5 found: --set and
+// --update go to update, --remove frees it, --rcheck and --update count
+// the stamps within the window.
+func (r *recentEmitter) command(update, out string) {
+	b := r.b
+	switch r.m.Command {
 	case rules.RecentSet:
 		b.emit(asm.Xor.Imm(asm.R9, 1), ja(update))
 	case rules.RecentRemove:
-		remove()
+		r.remove()
 		b.emit(asm.Xor.Imm(asm.R9, 1), ja(out))
 	case rules.RecentCheck, rules.RecentUpdate:
 		// The window starts at now - seconds*HZ, the product in u32.
-		window := uint64(m.Seconds * uint32(ir.DefaultHZ))
-		b.note("count the stamps within %d s (%d jiffies): %d or more flip the outcome", m.Seconds, window, max(m.HitCount, 1))
+		window := uint64(r.m.Seconds * uint32(ir.DefaultHZ))
+		b.note("count the stamps within %d s (%d jiffies): %d or more flip the outcome", r.m.Seconds, window, max(r.m.HitCount, 1))
 		// The kernel stops counting at --hitcount (any stamp without
 		// it); counting every stamp in the window and comparing the
 		// count with max(hitcount, 1) flips the same outcomes. The count
 		// and the flip are branch-free: the verifier walks the ring once,
 		// and what follows once.
-		counted := l("counted")
+		counted := r.label("counted")
 		b.emit(
 			movr(asm.R4, asm.R7),
 			asm.LoadImm(asm.R3, int64(window), asm.DWord),
 			asm.Sub.Reg(asm.R4, asm.R3),
 		)
-		if m.Seconds == 0 {
+		if r.m.Seconds == 0 {
 			b.emit(ld(asm.R3, asm.R5, slotNstamps, asm.Half))
 		} else {
-			top := l("stamp")
+			top := r.label("stamp")
 			b.emit(
 				mov(asm.R3, 0),
 				mov(asm.R1, 0),
@@ -470,7 +518,7 @@ func (c *compiler) recent(m ir.Recent, next string) {
 				asm.Sub.Reg(asm.R3, asm.R0),
 				asm.Add.Imm(asm.R1, 1),
 				asm.Add.Imm(asm.R2, 8),
-				asm.JLT.Imm(asm.R1, int32(m.Stamps), top),
+				asm.JLT.Imm(asm.R1, int32(r.m.Stamps), top),
 			)
 		}
 		b.mark(counted)
@@ -478,26 +526,26 @@ func (c *compiler) recent(m ir.Recent, next string) {
 		// both at most 65535.
 		b.emit(
 			movr(asm.R0, asm.R3),
-			asm.Sub.Imm(asm.R0, int32(max(m.HitCount, 1))),
+			asm.Sub.Imm(asm.R0, int32(max(r.m.HitCount, 1))),
 			asm.RSh.Imm(asm.R0, 63),
 			asm.Xor.Imm(asm.R0, 1),
 			asm.Xor.Reg(asm.R9, asm.R0),
 		)
-		if m.Reap {
+		if r.m.Reap {
 			b.note("recent_entry_reap: the least recently updated entry goes when its last stamp is out of the window")
-			reaped, reap := l("reaped"), l("reap")
+			reaped, reap := r.label("reaped"), r.label("reap")
 			// r5 becomes the head; the entry waits on the stack (the
 			// key's place: the key is no longer needed).
 			b.emit(st(asm.R10, chainRecentKey, asm.R5, asm.DWord))
-			head()
+			r.head()
 			b.emit(
 				movr(asm.R4, asm.R7), // the window's start again: head used r4
 				asm.LoadImm(asm.R3, int64(window), asm.DWord),
 				asm.Sub.Reg(asm.R4, asm.R3),
 				ld(asm.R1, asm.R8, recentMinSlot, asm.Word),
 			)
-			slot(reaped)
-			if m.Command == rules.RecentUpdate {
+			r.slot(reaped)
+			if r.m.Command == rules.RecentUpdate {
 				b.emit(
 					ld(asm.R3, asm.R10, chainRecentKey, asm.DWord),
 					asm.JNE.Reg(asm.R5, asm.R3, reap),
@@ -508,7 +556,7 @@ func (c *compiler) recent(m ir.Recent, next string) {
 			b.emit(
 				ld(asm.R0, asm.R5, slotIndex, asm.Half),
 				asm.Sub.Imm(asm.R0, 1),
-				asm.And.Imm(asm.R0, int32(m.Stamps-1)),
+				asm.And.Imm(asm.R0, int32(r.m.Stamps-1)),
 				asm.LSh.Imm(asm.R0, 3),
 				movr(asm.R3, asm.R5),
 				asm.Add.Reg(asm.R3, asm.R0),
@@ -516,7 +564,7 @@ func (c *compiler) recent(m ir.Recent, next string) {
 				asm.Sub.Reg(asm.R3, asm.R4),
 				asm.JSGE.Imm(asm.R3, 0, reaped),
 			)
-			remove()
+			r.remove()
 			// The entry may have been the slot that moved into the
 			// head's place.
 			b.emit(
@@ -528,45 +576,40 @@ func (c *compiler) recent(m ir.Recent, next string) {
 			b.mark(reaped)
 			b.emit(ld(asm.R5, asm.R10, chainRecentKey, asm.DWord))
 		}
-		if m.Command == rules.RecentUpdate {
+		if r.m.Command == rules.RecentUpdate {
 			b.emit(asm.JNE.Imm(asm.R9, 0, update))
 		}
 		b.emit(ja(out))
 	}
+}
 
-	if m.Command == rules.RecentSet || m.Command == rules.RecentUpdate {
-		b.mark(update)
-		b.note("recent_entry_update: the next stamp of the ring, the end of the lru list, the TTL")
-		grown := l("grown")
-		b.emit(
-			ld(asm.R0, asm.R5, slotIndex, asm.Half),
-			asm.And.Imm(asm.R0, int32(m.Stamps-1)),
-			movr(asm.R1, asm.R0),
-			asm.LSh.Imm(asm.R1, 3),
-			movr(asm.R2, asm.R5),
-			asm.Add.Reg(asm.R2, asm.R1),
-			st(asm.R2, slotStamps, asm.R7, asm.DWord),
-			asm.Add.Imm(asm.R0, 1),
-			st(asm.R5, slotIndex, asm.R0, asm.Half),
-			ld(asm.R1, asm.R5, slotNstamps, asm.Half),
-			asm.JLE.Reg(asm.R0, asm.R1, grown),
-			st(asm.R5, slotNstamps, asm.R0, asm.Half),
-		)
-		b.mark(grown)
-		b.emit(
-			ld(asm.R1, asm.R8, recentSeq, asm.DWord),
-			asm.Add.Imm(asm.R1, 1),
-			st(asm.R8, recentSeq, asm.R1, asm.DWord),
-			st(asm.R5, slotSeq, asm.R1, asm.DWord),
-			ld(asm.R1, asm.R10, chainRecentTTL, asm.DWord),
-			st(asm.R5, slotTTL, asm.R1, asm.Byte),
-		)
-	}
-	b.mark(out)
+// update stamps the slot r5 (recent_entry_update).
+func (r *recentEmitter) update() {
+	b := r.b
+	b.note("recent_entry_update: the next stamp of the ring, the end of the lru list, the TTL")
+	grown := r.label("grown")
 	b.emit(
-		movr(asm.R1, asm.R8),
-		asm.FnSpinUnlock.Call(),
-		asm.JEq.Imm(asm.R9, 0, next),
+		ld(asm.R0, asm.R5, slotIndex, asm.Half),
+		asm.And.Imm(asm.R0, int32(r.m.Stamps-1)),
+		movr(asm.R1, asm.R0),
+		asm.LSh.Imm(asm.R1, 3),
+		movr(asm.R2, asm.R5),
+		asm.Add.Reg(asm.R2, asm.R1),
+		st(asm.R2, slotStamps, asm.R7, asm.DWord),
+		asm.Add.Imm(asm.R0, 1),
+		st(asm.R5, slotIndex, asm.R0, asm.Half),
+		ld(asm.R1, asm.R5, slotNstamps, asm.Half),
+		asm.JLE.Reg(asm.R0, asm.R1, grown),
+		st(asm.R5, slotNstamps, asm.R0, asm.Half),
+	)
+	b.mark(grown)
+	b.emit(
+		ld(asm.R1, asm.R8, recentSeq, asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		st(asm.R8, recentSeq, asm.R1, asm.DWord),
+		st(asm.R5, slotSeq, asm.R1, asm.DWord),
+		ld(asm.R1, asm.R10, chainRecentTTL, asm.DWord),
+		st(asm.R5, slotTTL, asm.R1, asm.Byte),
 	)
 }
 
