@@ -169,14 +169,39 @@ func maskWords(bits uint8, words int) []uint32 {
 // r8 the entry, r9 the outcome. It uses hotdrop.
 func (c *compiler) hashlimit(m ir.HashLimit, next, hotdrop string) {
 	b := c.b
-	capacity, cost := m.Credits(ir.DefaultHZ)
-	cpj := ir.CreditsPerJiffy64(ir.DefaultHZ)
-	if m.Bytes {
-		cpj = ir.CreditsPerJiffyBytes(ir.DefaultHZ)
+	l := hashlimitLabels{found: b.fresh("hl_found"), relookup: b.fresh("hl_relookup"), live: b.fresh("hl_live"),
+		recalced: b.fresh("hl_recalced"), capped: b.fresh("hl_capped"), short: b.fresh("hl_short")}
+	c.hashlimitKey(m)
+	b.emit(
+		asm.FnJiffies64.Call(),
+		movr(asm.R7, asm.R0),
+	)
+	c.hashlimitEntry(m, l, hotdrop)
+	b.mark(l.found)
+	b.emit(
+		movr(asm.R8, asm.R0),
+		movr(asm.R1, asm.R8),
+		asm.FnSpinLock.Call(),
+	)
+	c.hashlimitRecalc(m, l)
+	c.hashlimitPay(m, l)
+	b.mark(l.short)
+	b.emit(
+		movr(asm.R1, asm.R8),
+		asm.FnSpinUnlock.Call(),
+	)
+	if m.Above {
+		b.emit(asm.Xor.Imm(asm.R9, 1))
 	}
-	name := HashLimitMap(m.Table)
-	found, relookup, live, recalced, capped, short := b.fresh("hl_found"), b.fresh("hl_relookup"), b.fresh("hl_live"),
-		b.fresh("hl_recalced"), b.fresh("hl_capped"), b.fresh("hl_short")
+	b.emit(asm.JEq.Imm(asm.R9, 0, next))
+}
+
+// hashlimitLabels are the labels of one hashlimit match.
+type hashlimitLabels struct{ found, relookup, live, recalced, capped, short string }
+
+// hashlimitKey writes the packet's key of m's table at chainHashKey.
+func (c *compiler) hashlimitKey(m ir.HashLimit) {
+	b := c.b
 	b.note("hashlimit key: the masked addresses and ports of mode %#x", m.Mode)
 	for off := int16(0); off < hashKeySize; off += 4 {
 		b.emit(stImm(asm.R10, chainHashKey+off, 0, asm.Word))
@@ -209,10 +234,16 @@ func (c *compiler) hashlimit(m ir.HashLimit, next, hotdrop string) {
 	if m.Mode&rules.HashDstPort != 0 {
 		b.emit(ld(asm.R1, asm.R6, pktDport, asm.Word), st(asm.R10, chainHashKey+hashKeyDport, asm.R1, asm.Half))
 	}
-	b.emit(
-		asm.FnJiffies64.Call(),
-		movr(asm.R7, asm.R0),
-	)
+}
+
+// hashlimitEntry finds the key's entry into r0 and goes to l.found: an
+// existing one, or a new one with a full bucket (rateinfo_init), after
+// the collector's sweep of a full table; a table that stays full drops
+// the packet, as dsthash_alloc_init's failure does.
+func (c *compiler) hashlimitEntry(m ir.HashLimit, l hashlimitLabels, hotdrop string) {
+	b := c.b
+	capacity, _ := m.Credits(ir.DefaultHZ)
+	name := HashLimitMap(m.Table)
 	lookup := func() {
 		b.emit(
 			mapRef(asm.R1, name),
@@ -230,12 +261,12 @@ func (c *compiler) hashlimit(m ir.HashLimit, next, hotdrop string) {
 			asm.Add.Imm(asm.R3, chainHashEntry),
 			mov(asm.R4, 1), // BPF_NOEXIST
 			asm.FnMapUpdateElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, relookup),
-			asm.JEq.Imm(asm.R0, errEEXIST, relookup), // another CPU added it: dsthash_alloc_init's race
+			asm.JEq.Imm(asm.R0, 0, l.relookup),
+			asm.JEq.Imm(asm.R0, errEEXIST, l.relookup), // another CPU added it: dsthash_alloc_init's race
 		)
 	}
 	lookup()
-	b.emit(asm.JNE.Imm(asm.R0, 0, found))
+	b.emit(asm.JNE.Imm(asm.R0, 0, l.found))
 	b.note("a new key: a full bucket (rateinfo_init)")
 	b.emit(
 		stImm(asm.R10, chainHashEntry+hashEntryLock, 0, asm.DWord),
@@ -275,28 +306,33 @@ func (c *compiler) hashlimit(m ir.HashLimit, next, hotdrop string) {
 	)
 	update()
 	b.emit(ja(hotdrop))
-	b.mark(relookup)
+	b.mark(l.relookup)
 	lookup()
 	b.emit(asm.JEq.Imm(asm.R0, 0, hotdrop))
-	b.mark(found)
-	b.emit(
-		movr(asm.R8, asm.R0),
-		movr(asm.R1, asm.R8),
-		asm.FnSpinLock.Call(),
-	)
+}
+
+// hashlimitRecalc refills the bucket of the entry at r8 for the time
+// since its last packet (rateinfo_recalc); an expired entry starts full.
+func (c *compiler) hashlimitRecalc(m ir.HashLimit, l hashlimitLabels) {
+	b := c.b
+	capacity, _ := m.Credits(ir.DefaultHZ)
+	cpj := ir.CreditsPerJiffy64(ir.DefaultHZ)
+	if m.Bytes {
+		cpj = ir.CreditsPerJiffyBytes(ir.DefaultHZ)
+	}
 	b.note("an expired entry is a new one (the collector's work)")
 	b.emit(
 		movr(asm.R1, asm.R7),
 		ld(asm.R2, asm.R8, hashEntryExpires, asm.DWord),
 		asm.Sub.Reg(asm.R1, asm.R2),
-		asm.JSLT.Imm(asm.R1, 0, live),
+		asm.JSLT.Imm(asm.R1, 0, l.live),
 		st(asm.R8, hashEntryPrev, asm.R7, asm.DWord),
 		asm.LoadImm(asm.R1, int64(capacity), asm.DWord),
 		st(asm.R8, hashEntryCredit, asm.R1, asm.DWord),
 		asm.LoadImm(asm.R1, int64(m.Burst), asm.DWord),
 		st(asm.R8, hashEntryCapLeft, asm.R1, asm.DWord),
 	)
-	b.mark(live)
+	b.mark(l.live)
 	b.note("rateinfo_recalc: credit += (now - prev) * CREDITS_PER_JIFFY, at most the cap")
 	b.emit(
 		movr(asm.R1, asm.R7),
@@ -305,7 +341,7 @@ func (c *compiler) hashlimit(m ir.HashLimit, next, hotdrop string) {
 		movr(asm.R1, asm.R7),
 		ld(asm.R2, asm.R8, hashEntryPrev, asm.DWord),
 		asm.Sub.Reg(asm.R1, asm.R2),
-		asm.JEq.Imm(asm.R1, 0, recalced),
+		asm.JEq.Imm(asm.R1, 0, l.recalced),
 		st(asm.R8, hashEntryPrev, asm.R7, asm.DWord),
 		asm.LSh.Imm(asm.R1, int32(bits.TrailingZeros64(cpj))),
 		ld(asm.R2, asm.R8, hashEntryCredit, asm.DWord),
@@ -318,7 +354,7 @@ func (c *compiler) hashlimit(m ir.HashLimit, next, hotdrop string) {
 			asm.Add.Reg(asm.R2, asm.R1),
 			asm.LoadImm(asm.R3, int64(capacity), asm.DWord),
 			asm.JGE.Reg(asm.R4, asm.R2, full),
-			asm.JLE.Reg(asm.R2, asm.R3, capped),
+			asm.JLE.Reg(asm.R2, asm.R3, l.capped),
 		)
 		b.mark(full)
 		b.emit(movr(asm.R2, asm.R3))
@@ -326,13 +362,20 @@ func (c *compiler) hashlimit(m ir.HashLimit, next, hotdrop string) {
 		b.emit(
 			asm.Add.Reg(asm.R2, asm.R1),
 			asm.LoadImm(asm.R3, int64(capacity), asm.DWord),
-			asm.JLE.Reg(asm.R2, asm.R3, capped),
+			asm.JLE.Reg(asm.R2, asm.R3, l.capped),
 			movr(asm.R2, asm.R3),
 		)
 	}
-	b.mark(capped)
+	b.mark(l.capped)
 	b.emit(st(asm.R8, hashEntryCredit, asm.R2, asm.DWord))
-	b.mark(recalced)
+}
+
+// hashlimitPay takes the packet's cost from the bucket: r9 is 1 when it
+// could, 0 (going to l.short) when not.
+func (c *compiler) hashlimitPay(m ir.HashLimit, l hashlimitLabels) {
+	b := c.b
+	capacity, cost := m.Credits(ir.DefaultHZ)
+	b.mark(l.recalced)
 	if m.Bytes {
 		// hashlimit_byte_cost: (len / 16 + 1) chunks, at most a full
 		// bucket; an empty bucket takes one of the burst's refills.
@@ -361,14 +404,14 @@ func (c *compiler) hashlimit(m ir.HashLimit, next, hotdrop string) {
 		b.emit(
 			ld(asm.R1, asm.R8, hashEntryCredit, asm.DWord),
 			mov(asm.R9, 0),
-			asm.JLT.Reg(asm.R1, asm.R2, short),
+			asm.JLT.Reg(asm.R1, asm.R2, l.short),
 		)
 	} else {
 		b.emit(
 			ld(asm.R1, asm.R8, hashEntryCredit, asm.DWord),
 			mov(asm.R9, 0),
 			asm.LoadImm(asm.R2, int64(cost), asm.DWord),
-			asm.JLT.Reg(asm.R1, asm.R2, short),
+			asm.JLT.Reg(asm.R1, asm.R2, l.short),
 		)
 	}
 	b.emit(
@@ -376,15 +419,6 @@ func (c *compiler) hashlimit(m ir.HashLimit, next, hotdrop string) {
 		st(asm.R8, hashEntryCredit, asm.R1, asm.DWord),
 		mov(asm.R9, 1),
 	)
-	b.mark(short)
-	b.emit(
-		movr(asm.R1, asm.R8),
-		asm.FnSpinUnlock.Call(),
-	)
-	if m.Above {
-		b.emit(asm.Xor.Imm(asm.R9, 1))
-	}
-	b.emit(asm.JEq.Imm(asm.R9, 0, next))
 }
 
 // hashSweep emits the sweep callback:
