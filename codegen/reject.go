@@ -297,6 +297,33 @@ func (c *compiler) rejectFunction(k int, with string) {
 		st(asm.R10, rjPkt, asm.R7, asm.DWord),
 	)
 
+	c.rejectOffsets(sym, noReply)
+	c.rejectSilent(t, noReply)
+	if t.tcpReset {
+		c.rejectTCPChecks(noReply)
+	} else if v6 {
+		c.rejectICMPv6Checks(noReply)
+	} else {
+		c.rejectICMPChecks(noReply)
+	}
+	c.rejectVerifyChecksum(sym, t.tcpReset, noReply)
+
+	if t.tcpReset {
+		c.rejectBuildReset(sym, noReply)
+	} else {
+		c.rejectBuildUnreach(sym, t.code, noReply)
+	}
+
+	b.mark(noReply)
+	b.emit(mov(asm.R0, c.hook.drop()), asm.Return())
+}
+
+// rejectOffsets stores the offsets of the IP header (after the VLAN tags
+// parse skipped) and of the transport header in rjL3 and rjL4; r6 is the
+// context and r7 the parsed packet.
+func (c *compiler) rejectOffsets(sym, noReply string) {
+	b := c.b
+	l := func(s string) string { return sym + "_" + s }
 	b.note("the offsets of the IP header (after the VLAN tags parse skipped) and of the transport header")
 	done := l("l3_found")
 	b.emit(
@@ -343,6 +370,14 @@ func (c *compiler) rejectFunction(k int, with string) {
 		st(asm.R10, rjL4, asm.R8, asm.DWord),
 	)
 
+}
+
+// rejectSilent goes to noReply for the packets the kernel answers with
+// nothing, and loads the original link-layer and IP headers into rjL2
+// and rjOrig.
+func (c *compiler) rejectSilent(t rejectType, noReply string) {
+	b := c.b
+	v6 := c.p.Family == rules.IPv6
 	b.note("the packets the kernel sends nothing to")
 	ipLen := int32(20)
 	if v6 {
@@ -429,23 +464,6 @@ func (c *compiler) rejectFunction(k int, with string) {
 	// know: it sends nothing (a divergence, see docs/reject.md).
 	c.rejectNotHost(noReply)
 
-	if t.tcpReset {
-		c.rejectTCPChecks(noReply)
-	} else if v6 {
-		c.rejectICMPv6Checks(noReply)
-	} else {
-		c.rejectICMPChecks(noReply)
-	}
-	c.rejectVerifyChecksum(sym, t.tcpReset, noReply)
-
-	if t.tcpReset {
-		c.rejectBuildReset(sym, noReply)
-	} else {
-		c.rejectBuildUnreach(sym, t.code, noReply)
-	}
-
-	b.mark(noReply)
-	b.emit(mov(asm.R0, c.hook.drop()), asm.Return())
 }
 
 // rejectIPOptions sends nothing to a packet with a record route or
