@@ -612,46 +612,7 @@ func (c *compiler) parseIPv6() {
 			st(asm.R7, pktSrc+4*i, asm.R1, asm.Word),
 		)
 	}
-	if c.hook == HookNetfilter {
-		// ip6_rcv_core checked these before any hook; OUTPUT's packets
-		// are the stack's own.
-		b.emit(ja("ipv6_src_checked"))
-	}
-	// ipv6_addr_loopback (::1) and ipv6_addr_is_multicast (ff00::/8).
-	loopbackDev := c.hook != HookTCEgress
-	if loopbackDev {
-		c.emitIfindex(asm.R1)
-		b.emit(asm.JEq.Imm(asm.R1, loopbackIfindex, "ipv6_multicast"))
-	}
-	c.ipv6Loopback(pktSrc, "parse_invalid")
-	c.ipv6Loopback(pktDst, "parse_invalid")
-	b.mark("ipv6_multicast")
-	c.ipv6Multicast(pktDst, "ipv6_dst_multicast")
-	b.emit(ja("ipv6_src"))
-	b.mark("ipv6_dst_multicast")
-	b.emit(
-		ld(asm.R1, asm.R10, parseBuf+25, asm.Byte),
-		asm.And.Imm(asm.R1, 0x0f),
-		asm.JEq.Imm(asm.R1, 0, "parse_invalid"),
-		asm.JNE.Imm(asm.R1, 1, "ipv6_src"),
-	)
-	// Interface-local scope: only from ourselves.
-	if loopbackDev {
-		c.emitIfindex(asm.R1)
-		b.emit(asm.JEq.Imm(asm.R1, loopbackIfindex, "ipv6_src"))
-	}
-	if c.skbHook() {
-		b.emit(
-			ld(asm.R1, asm.R10, parseRawType, asm.DWord),
-			asm.JEq.Imm(asm.R1, packetLoopback, "ipv6_src"),
-		)
-	}
-	b.emit(ja("parse_invalid"))
-	b.mark("ipv6_src")
-	c.ipv6Multicast(pktSrc, "parse_invalid")
-	if c.hook == HookNetfilter {
-		b.mark("ipv6_src_checked")
-	}
+	c.ipv6Addresses()
 
 	b.note("payload length; the packet ends there unless a jumbo option says otherwise")
 	b.emit(
@@ -714,6 +675,62 @@ func (c *compiler) parseIPv6() {
 	}
 	b.mark("ipv6_hop_by_hop")
 	b.emit(asm.JNE.Imm(asm.R2, 0, "ipv6_ext_headers"))
+	c.ipv6HopByHop()
+	c.ipv6ExtHeaders()
+}
+
+// ipv6Addresses checks the addresses as ip6_rcv_core does: no loopback
+// address from another device, no multicast source, and interface-local
+// multicast only from ourselves.
+func (c *compiler) ipv6Addresses() {
+	b := c.b
+	if c.hook == HookNetfilter {
+		// ip6_rcv_core checked these before any hook; OUTPUT's packets
+		// are the stack's own.
+		b.emit(ja("ipv6_src_checked"))
+	}
+	// ipv6_addr_loopback (::1) and ipv6_addr_is_multicast (ff00::/8).
+	loopbackDev := c.hook != HookTCEgress
+	if loopbackDev {
+		c.emitIfindex(asm.R1)
+		b.emit(asm.JEq.Imm(asm.R1, loopbackIfindex, "ipv6_multicast"))
+	}
+	c.ipv6Loopback(pktSrc, "parse_invalid")
+	c.ipv6Loopback(pktDst, "parse_invalid")
+	b.mark("ipv6_multicast")
+	c.ipv6Multicast(pktDst, "ipv6_dst_multicast")
+	b.emit(ja("ipv6_src"))
+	b.mark("ipv6_dst_multicast")
+	b.emit(
+		ld(asm.R1, asm.R10, parseBuf+25, asm.Byte),
+		asm.And.Imm(asm.R1, 0x0f),
+		asm.JEq.Imm(asm.R1, 0, "parse_invalid"),
+		asm.JNE.Imm(asm.R1, 1, "ipv6_src"),
+	)
+	// Interface-local scope: only from ourselves.
+	if loopbackDev {
+		c.emitIfindex(asm.R1)
+		b.emit(asm.JEq.Imm(asm.R1, loopbackIfindex, "ipv6_src"))
+	}
+	if c.skbHook() {
+		b.emit(
+			ld(asm.R1, asm.R10, parseRawType, asm.DWord),
+			asm.JEq.Imm(asm.R1, packetLoopback, "ipv6_src"),
+		)
+	}
+	b.emit(ja("parse_invalid"))
+	b.mark("ipv6_src")
+	c.ipv6Multicast(pktSrc, "parse_invalid")
+	if c.hook == HookNetfilter {
+		b.mark("ipv6_src_checked")
+	}
+
+}
+
+// ipv6HopByHop walks the hop-by-hop options (ipv6_parse_hopopts,
+// ip6_parse_tlv), whose jumbo option gives a jumbogram its length.
+func (c *compiler) ipv6HopByHop() {
+	b := c.b
 	b.note("hop-by-hop options (ipv6_parse_hopopts, ip6_parse_tlv)")
 	b.emit(
 		asm.JLT.Imm(asm.R9, 48, "parse_invalid"),
@@ -763,6 +780,13 @@ func (c *compiler) parseIPv6() {
 		ld(asm.R9, asm.R3, hbhJumbo, asm.DWord),
 		asm.Add.Imm(asm.R9, 40),
 	)
+}
+
+// ipv6ExtHeaders walks the extension headers to the upper-layer header
+// (ipv6_find_hdr) and stores the protocol, the fragment offset and the
+// flags of the walk; r8 and r9 end at the transport header.
+func (c *compiler) ipv6ExtHeaders() {
+	b := c.b
 	b.mark("ipv6_ext_headers")
 	b.note("walk the extension headers to the upper-layer header (ipv6_find_hdr)")
 	b.emit(st(asm.R7, pktBytes, asm.R9, asm.Word))
