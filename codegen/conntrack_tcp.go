@@ -389,7 +389,13 @@ func (c *compiler) ctTCPTransition() {
 		asm.JSet.Imm(asm.R1, ir.TCPExpChallengeAck, "ct_tcp_accept"),
 		ja("ct_tcp_window"),
 	)
+	c.ctTCPReset()
+}
 
+// ctTCPReset is the transition to CLOSE: which RSTs skip the window, and
+// which are invalid before the peer's highest ACK.
+func (c *compiler) ctTCPReset() {
+	b := c.b
 	b.mark("ct_tcp_to_close")
 	b.note("an RST: closing states skip the window; before the peer's highest ACK it is invalid, unless nf_conntrack_tcp_ignore_invalid_rst")
 	b.emit(
@@ -590,7 +596,14 @@ func (c *compiler) ctTCPWindow() {
 		ld(asm.R1, asm.R10, ctSeg+segDir, asm.Byte),
 		asm.JEq.Imm(asm.R1, ipCTDirReply, "ct_tcp_accept"),
 	)
+	c.ctTCPBounds()
+	c.ctTCPSack()
+}
 
+// ctTCPBounds checks the segment against the windows: tcp_in_window's
+// conditions I and III, an RST's sequence, and the liberal senders.
+func (c *compiler) ctTCPBounds() {
+	b := c.b
 	b.mark("ct_tcp_checks")
 	b.note("no ACK, or an RST with ack 0, acknowledges the receiver's end")
 	b.emit(
@@ -688,6 +701,12 @@ func (c *compiler) ctTCPWindow() {
 		ja("ct_tcp_invalid"),
 	)
 
+}
+
+// ctTCPSack finds the highest SACK block's right edge in the segment's
+// options (tcp_sack) and goes back to ct_tcp_sack_done.
+func (c *compiler) ctTCPSack() {
+	b := c.b
 	b.mark("ct_tcp_sack")
 	b.note("tcp_sack: the options to ScratchMap's value, one step of the walk a bpf_loop iteration")
 	b.emit(
