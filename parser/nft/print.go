@@ -442,51 +442,12 @@ func (p *printer) match(rt *ruleText, r *rules.Rule, m rules.Match) {
 		}
 		rt.add("meta l4proto != { %s }", strings.Join(names, ", "))
 	case *rules.TCP:
-		rt.port("tcp", "sport", m.SrcPorts, m.SrcNeg)
-		rt.port("tcp", "dport", m.DstPorts, m.DstNeg)
-		if m.Option != 0 || m.OptionNeg {
-			p.errorf(m.Pos, "tcp option match has no nft form in the model")
-		}
-		switch {
-		case m.FlagComp&^m.FlagMask != 0 && !m.FlagsNeg:
-			// Never equal: "& mask == value" would read back as no
-			// rule at all; "value / mask" keeps the value as written.
-			rt.add("tcp flags %s / %s", flagsList(m.FlagComp), flagsList(m.FlagMask))
-		case m.FlagMask != 0 || m.FlagComp != 0 || m.FlagsNeg:
-			op := "=="
-			if m.FlagsNeg {
-				op = "!="
-			}
-			mask := "0x0"
-			if m.FlagMask != 0 {
-				mask = "(" + flagsText(m.FlagMask) + ")"
-			}
-			rt.add("tcp flags & %s %s %s", mask, op, flagsText(m.FlagComp))
-		}
+		p.tcp(rt, m)
 	case *rules.UDP:
 		rt.port("udp", "sport", m.SrcPorts, m.SrcNeg)
 		rt.port("udp", "dport", m.DstPorts, m.DstNeg)
 	case *rules.Multiport:
-		proto := map[uint8]string{6: "tcp", 17: "udp", 132: "sctp"}[r.Proto]
-		field := map[rules.MultiportDir]string{rules.MultiportSrc: "sport", rules.MultiportDst: "dport"}[m.Dir]
-		if proto == "" || field == "" || r.ProtoNeg {
-			p.errorf(m.Pos, "multiport match has no nft form here")
-			return
-		}
-		var vs []string
-		for _, pr := range m.Ports {
-			v := strconv.Itoa(int(pr.Lo))
-			if pr.Hi != pr.Lo {
-				v += "-" + strconv.Itoa(int(pr.Hi))
-			}
-			vs = append(vs, v)
-		}
-		if m.Neg && len(vs) == 1 && !strings.Contains(vs[0], "-") {
-			// A one-element set is one value to nft, which it may merge.
-			rt.port(proto, field, m.Ports[0], true)
-			return
-		}
-		rt.add("%s %s %s{ %s }", proto, field, negOp(m.Neg), strings.Join(vs, ", "))
+		p.multiport(rt, r, m)
 	case *rules.IPRange:
 		for _, x := range []struct {
 			key string
@@ -498,22 +459,7 @@ func (p *printer) match(rt *ruleText, r *rules.Rule, m rules.Match) {
 			}
 		}
 	case *rules.ICMP:
-		key := "icmp"
-		if m.V6 {
-			key = "icmpv6"
-		}
-		if !m.V6 && m.Type == 0xff {
-			p.errorf(m.Pos, "icmp type any has no nft form in the model")
-			return
-		}
-		rt.add("%s type %s%d", key, negOp(m.Neg), m.Type)
-		switch {
-		case m.CodeMin == 0 && m.CodeMax == 0xff:
-		case m.Neg:
-			p.errorf(m.Pos, "icmp type != with a code has no nft form in the model")
-		default:
-			rt.add("%s code %s", key, codeText(m.CodeMin, m.CodeMax))
-		}
+		p.icmp(rt, m)
 	case *rules.ICMPCode:
 		key := "icmp"
 		if m.V6 {
@@ -592,6 +538,75 @@ func (p *printer) match(rt *ruleText, r *rules.Rule, m rules.Match) {
 		p.errorf(m.Pos, "%s is not in the model", m.Ext)
 	default:
 		p.errorf(m.Position(), "%s match has no nft form in the model", m.Name())
+	}
+}
+
+// tcp prints -m tcp: ports and flags.
+func (p *printer) tcp(rt *ruleText, m *rules.TCP) {
+	rt.port("tcp", "sport", m.SrcPorts, m.SrcNeg)
+	rt.port("tcp", "dport", m.DstPorts, m.DstNeg)
+	if m.Option != 0 || m.OptionNeg {
+		p.errorf(m.Pos, "tcp option match has no nft form in the model")
+	}
+	switch {
+	case m.FlagComp&^m.FlagMask != 0 && !m.FlagsNeg:
+		// Never equal: "& mask == value" would read back as no
+		// rule at all; "value / mask" keeps the value as written.
+		rt.add("tcp flags %s / %s", flagsList(m.FlagComp), flagsList(m.FlagMask))
+	case m.FlagMask != 0 || m.FlagComp != 0 || m.FlagsNeg:
+		op := "=="
+		if m.FlagsNeg {
+			op = "!="
+		}
+		mask := "0x0"
+		if m.FlagMask != 0 {
+			mask = "(" + flagsText(m.FlagMask) + ")"
+		}
+		rt.add("tcp flags & %s %s %s", mask, op, flagsText(m.FlagComp))
+	}
+}
+
+// multiport prints -m multiport as a set of the rule's protocol's ports.
+func (p *printer) multiport(rt *ruleText, r *rules.Rule, m *rules.Multiport) {
+	proto := map[uint8]string{6: "tcp", 17: "udp", 132: "sctp"}[r.Proto]
+	field := map[rules.MultiportDir]string{rules.MultiportSrc: "sport", rules.MultiportDst: "dport"}[m.Dir]
+	if proto == "" || field == "" || r.ProtoNeg {
+		p.errorf(m.Pos, "multiport match has no nft form here")
+		return
+	}
+	var vs []string
+	for _, pr := range m.Ports {
+		v := strconv.Itoa(int(pr.Lo))
+		if pr.Hi != pr.Lo {
+			v += "-" + strconv.Itoa(int(pr.Hi))
+		}
+		vs = append(vs, v)
+	}
+	if m.Neg && len(vs) == 1 && !strings.Contains(vs[0], "-") {
+		// A one-element set is one value to nft, which it may merge.
+		rt.port(proto, field, m.Ports[0], true)
+		return
+	}
+	rt.add("%s %s %s{ %s }", proto, field, negOp(m.Neg), strings.Join(vs, ", "))
+}
+
+// icmp prints -m icmp and -m icmp6: the type, and the codes.
+func (p *printer) icmp(rt *ruleText, m *rules.ICMP) {
+	key := "icmp"
+	if m.V6 {
+		key = "icmpv6"
+	}
+	if !m.V6 && m.Type == 0xff {
+		p.errorf(m.Pos, "icmp type any has no nft form in the model")
+		return
+	}
+	rt.add("%s type %s%d", key, negOp(m.Neg), m.Type)
+	switch {
+	case m.CodeMin == 0 && m.CodeMax == 0xff:
+	case m.Neg:
+		p.errorf(m.Pos, "icmp type != with a code has no nft form in the model")
+	default:
+		rt.add("%s code %s", key, codeText(m.CodeMin, m.CodeMax))
 	}
 }
 
