@@ -358,8 +358,51 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, too
 	}
 	taken := make(map[shapeKey]bool)
 	tables := portTables(shapes, order, taken)
-	// Merge shapes that differ in one field's length into LPM tries, one
-	// field after the other.
+	tables = append(tables, c.mergeTries(shapes, order, taken)...)
+	for _, k := range order {
+		if taken[k] {
+			continue
+		}
+		// The shape's entries are this table's alone: no copy.
+		tables = append(tables, &table{guard: k.g, lens: k.lens, lpm: -1, entries: shapes[k]})
+	}
+	for _, t := range tables {
+		sortByRule(t.entries)
+	}
+	tables = c.splitRanges(tables)
+	tables = c.mergeResiduals(tables)
+	for _, t := range tables {
+		t.first = t.entries[0].id
+		t.inline = !c.forceLookups && len(t.entries) <= maxInlineTuples || emptyShape(t)
+	}
+	slices.SortStableFunc(tables, func(a, b *table) int { return cmp.Compare(a.first, b.first) })
+
+	if !c.forceLookups && !c.lookupsPay(run, tables) {
+		return nil, false
+	}
+	lookups := 0
+	for _, t := range tables {
+		if !t.inline {
+			lookups++
+		}
+	}
+	if c.ntables+lookups > maxLookupTables {
+		return nil, true
+	}
+	for _, t := range tables {
+		if !t.inline {
+			t.name = fmt.Sprintf("%s%d", c.tablePrefix(), c.ntables)
+			c.ntables++
+		}
+	}
+	return &segmentPlan{rules: run, tables: tables}, false
+}
+
+// mergeTries merges the shapes not taken yet that differ in one field's
+// length into LPM tries, one field after the other, where a trie saves
+// lookups, and marks them taken.
+func (c *compiler) mergeTries(shapes map[shapeKey][]entry, order []shapeKey, taken map[shapeKey]bool) []*table {
+	var tables []*table
 	for _, f := range []ir.Field{ir.FieldSrc, ir.FieldDst, ir.FieldDport, ir.FieldSport} {
 		groups := make(map[shapeKey][]shapeKey)
 		var gorder []shapeKey
@@ -401,57 +444,25 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, too
 			tables = append(tables, t)
 		}
 	}
-	for _, k := range order {
-		if taken[k] {
+	return tables
+}
+
+// lookupsPay reports whether the tables cost less than testing the run's
+// rules one by one.
+func (c *compiler) lookupsPay(run []*ir.Rule, tables []*table) bool {
+	// Packets take one table per guard class; count them all, as the
+	// worst case.
+	cost, plain := 0, costPlainRule*len(run)
+	for _, t := range tables {
+		if t.guard.mode != modeFull {
 			continue
 		}
-		// The shape's entries are this table's alone: no copy.
-		tables = append(tables, &table{guard: k.g, lens: k.lens, lpm: -1, entries: shapes[k]})
-	}
-	for _, t := range tables {
-		sortByRule(t.entries)
-	}
-	tables = c.splitRanges(tables)
-	tables = c.mergeResiduals(tables)
-	for _, t := range tables {
-		t.first = t.entries[0].id
-		t.inline = !c.forceLookups && len(t.entries) <= maxInlineTuples || emptyShape(t)
-	}
-	slices.SortStableFunc(tables, func(a, b *table) int { return cmp.Compare(a.first, b.first) })
-
-	if !c.forceLookups {
-		// Packets take one table per guard class; count them all, as the
-		// worst case.
-		cost, plain := 0, costPlainRule*len(run)
-		for _, t := range tables {
-			if t.guard.mode != modeFull {
-				continue
-			}
-			cost += t.cost() + costPlainRule*len(c.residuals[t.guard.residual])
-			for _, k := range t.residuals {
-				cost += costPlainRule * len(c.residuals[k])
-			}
-		}
-		if cost >= plain {
-			return nil, false
+		cost += t.cost() + costPlainRule*len(c.residuals[t.guard.residual])
+		for _, k := range t.residuals {
+			cost += costPlainRule * len(c.residuals[k])
 		}
 	}
-	lookups := 0
-	for _, t := range tables {
-		if !t.inline {
-			lookups++
-		}
-	}
-	if c.ntables+lookups > maxLookupTables {
-		return nil, true
-	}
-	for _, t := range tables {
-		if !t.inline {
-			t.name = fmt.Sprintf("%s%d", c.tablePrefix(), c.ntables)
-			c.ntables++
-		}
-	}
-	return &segmentPlan{rules: run, tables: tables}, false
+	return cost < plain
 }
 
 // maxCandidates bounds the rules one key of a table of candidates lists:
