@@ -200,6 +200,9 @@ func (c *compiler) collect() error {
 			codeOf(m).collectMatch(c, m)
 		}
 	}
+	if c.logsUID() && (c.hook == HookNetfilter || c.hook == HookTCEgress) {
+		c.readsOwner = true // LOG --log-uid prints the socket's fsuid and fsgid
+	}
 	if c.readsOwner && c.readsMAC {
 		// They share the packet's fields; no chain iptables takes has both.
 		return fmt.Errorf("the rules test the source MAC address and the owner, which bpfwall does not compile in one chain")

@@ -53,9 +53,13 @@ const (
 	logOut     = 32 // u32 the output device, at a chain's netfilter hook; 0 elsewhere
 	logData    = 40 // the first CapLen bytes of the frame
 	logSize    = logData + LogCapture
-	// logRecordLen is what a record takes in the ring: its 8-byte header
-	// and the record, 8-byte aligned.
-	logRecordLen = 8 + logSize
+	// A program with --log-uid rules has records of logUIDSize bytes:
+	// after the frame, a u32 that is 1 when the socket's fsuid and fsgid
+	// follow as u32s.
+	logUIDSet  = logSize
+	logUIDVal  = logSize + 4
+	logGIDVal  = logSize + 8
+	logUIDSize = logSize + 16
 )
 
 // LogRecord is one event of a LOG rule.
@@ -72,6 +76,10 @@ type LogRecord struct {
 	// Flags are LogNoMAC and LogMACOther, which only the netfilter
 	// stage sets: Frame's first 14 bytes are then not the MAC header.
 	Flags uint32
+	// HasUID is set for a --log-uid rule's packet whose socket has a
+	// file, whose fsuid and fsgid UID and GID are (nf_log_dump_sk_uid_gid).
+	HasUID   bool
+	UID, GID uint32
 }
 
 // Flags of a LogRecord.
@@ -105,6 +113,9 @@ func ParseLogRecord(b []byte) (LogRecord, error) {
 		return LogRecord{}, fmt.Errorf("log record claims %d captured bytes of %d", n, r.Len)
 	}
 	r.Frame = b[logData : logData+n]
+	if len(b) >= logUIDSize && he.Uint32(b[logUIDSet:]) == 1 {
+		r.HasUID, r.UID, r.GID = true, he.Uint32(b[logUIDVal:]), he.Uint32(b[logGIDVal:])
+	}
 	return r, nil
 }
 
@@ -132,11 +143,11 @@ func logMaps() []*ebpf.MapSpec {
 func (c *compiler) checkLog(r *ir.Rule, a ir.Log) string {
 	chain := c.p.Chains[0].Name
 	switch {
-	case a.Flags&logUID != 0:
-		// nf_log_dump_sk_uid_gid prints the fsuid and fsgid of the
-		// socket's file: no packet hook can read them (and at INPUT the
-		// socket is the one early demux found, if any).
-		return "--log-uid (nft: log flags skuid, or all) is not supported: the hook cannot read the uid and gid of the socket's file"
+	case a.Flags&logUID != 0 && c.hook != HookNetfilter && c.hook != HookTCEgress:
+		// nf_log_dump_sk_uid_gid prints the fsuid and fsgid of the file
+		// of skb->sk: before the stack (and at INPUT the socket is the one
+		// early demux found, if any) the packet has no socket yet.
+		return fmt.Sprintf("--log-uid (nft: log flags skuid, or all) is not supported on %s: the packet has no socket there yet (only at a chain's own netfilter hook, or at tc-egress)", c.hook)
 	case c.p.Table == "netdev":
 		// nf_log_netdev_packet logs ARP and other frames too, which the
 		// program passes without running the chain.
@@ -154,6 +165,25 @@ func (c *compiler) checkLog(r *ir.Rule, a ir.Log) string {
 // logUID is XT_LOG_UID.
 const logUID = 0x08
 
+// logsUID reports whether a LOG rule of the program has --log-uid: its
+// records then carry the socket's fsuid and fsgid, which parse reads.
+func (c *compiler) logsUID() bool {
+	for _, r := range c.p.Rules {
+		if a, ok := r.Action.(ir.Log); ok && a.Flags&logUID != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// logRecordSize is the size of the program's LOG records.
+func (c *compiler) logRecordSize() int32 {
+	if c.logsUID() {
+		return logUIDSize
+	}
+	return logSize
+}
+
 // Stack slot of a chain function holding the program's context, when the
 // program has LOG rules; in main, of the entry chain it holds, also when
 // the program has REJECT rules.
@@ -169,11 +199,18 @@ func (c *compiler) logEvent(r *ir.Rule) {
 	copied := ruleLabel(r) + "_log_copied"
 	b.emit(
 		mapRef(asm.R1, LogMap),
-		mov(asm.R2, logSize),
+		mov(asm.R2, c.logRecordSize()),
 		mov(asm.R3, 0),
 		asm.FnRingbufReserve.Call(),
 		asm.JEq.Imm(asm.R0, 0, lost),
 		movr(asm.R7, asm.R0),
+	)
+	if a, _ := r.Action.(ir.Log); a.Flags&logUID != 0 {
+		c.logOwner(r)
+	} else if c.logsUID() {
+		b.emit(stImm(asm.R7, logUIDSet, 0, asm.Word))
+	}
+	b.emit(
 		stImm(asm.R7, logRule, int32(r.ID), asm.Word),
 		stImm(asm.R7, logCapLen, 0, asm.Word),
 		stImm(asm.R7, logFlags, 0, asm.Word),
@@ -230,6 +267,28 @@ func (c *compiler) logEvent(r *ir.Rule) {
 	c.logSubmit(r, lost, done)
 }
 
+// logOwner fills in the record in r7 with the fsuid and fsgid of the
+// socket of the packet in r6, as nf_log_dump_sk_uid_gid prints them: of
+// skb->sk itself, which must be a full socket (not a request socket, which
+// the owner match takes for its listener) with a file.
+func (c *compiler) logOwner(r *ir.Rule) {
+	b := c.b
+	none, done := ruleLabel(r)+"_log_nouid", ruleLabel(r)+"_log_uid"
+	b.emit(
+		ld(asm.R1, asm.R6, pktOwner, asm.Byte),
+		asm.JNE.Imm(asm.R1, ownerFile, none),
+		ld(asm.R1, asm.R6, pktOwnerUID, asm.Word),
+		st(asm.R7, logUIDVal, asm.R1, asm.Word),
+		ld(asm.R1, asm.R6, pktOwnerGID, asm.Word),
+		st(asm.R7, logGIDVal, asm.R1, asm.Word),
+		stImm(asm.R7, logUIDSet, 1, asm.Word),
+		ja(done),
+	)
+	b.mark(none)
+	b.emit(stImm(asm.R7, logUIDSet, 0, asm.Word))
+	b.mark(done)
+}
+
 // logSubmit submits the record in r7, or counts the event as lost.
 func (c *compiler) logSubmit(r *ir.Rule, lost, done string) {
 	b := c.b
@@ -244,7 +303,9 @@ func (c *compiler) logSubmit(r *ir.Rule, lost, done string) {
 		asm.FnRingbufQuery.Call(),
 		mov(asm.R2, rbNoWakeup),
 		asm.JLT.Imm(asm.R0, logWakeBytes, submit),
-		asm.JGE.Imm(asm.R0, logWakeBytes+logRecordLen, submit),
+		// What a record takes in the ring: its 8-byte header and the
+		// record, 8-byte aligned.
+		asm.JGE.Imm(asm.R0, logWakeBytes+8+c.logRecordSize(), submit),
 		mov(asm.R2, rbForceWakeup),
 	)
 	b.mark(submit)

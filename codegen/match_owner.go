@@ -32,6 +32,11 @@ const (
 	ownerNone   = 0 // no socket (or one of another namespace)
 	ownerSocket = 1 // a socket without a file: the kernel's own
 	ownerFile   = 2 // a process's socket: pktOwnerUID and pktOwnerGID hold its file's fsuid and fsgid
+	// ownerListener is or'ed in when skb->sk is a request socket, whose
+	// listener the owner match reads (skb_to_full_sk); LOG's
+	// nf_log_dump_sk_uid_gid prints nothing for one.
+	ownerListener = 0x80
+	ownerKind     = 0x7f
 )
 
 // owner emits owner_mt over the fields parseOwner stored.
@@ -40,6 +45,7 @@ func (c *compiler) owner(m ir.Owner, next string) {
 	noSocket, done := b.fresh("owner_nosocket"), b.fresh("owner_done")
 	b.emit(
 		ld(asm.R1, asm.R6, pktOwner, asm.Byte),
+		asm.And.Imm(asm.R1, ownerKind),
 		asm.JEq.Imm(asm.R1, ownerNone, noSocket),
 	)
 	if m.Socket && m.SocketNeg {
@@ -95,8 +101,9 @@ const (
 
 // parseOwner's slots, in parse's buffer, which holds nothing yet.
 const (
-	ownerSlot  = parseBuf     // u64: the address followed last
-	ownerValue = parseBuf + 8 // the value read last
+	ownerSlot  = parseBuf      // u64: the address followed last
+	ownerValue = parseBuf + 8  // the value read last
+	ownerFlags = parseBuf + 16 // u64: ownerListener when skb->sk is a request socket
 )
 
 // parseOwner stores what owner_mt reads of the packet's socket in
@@ -110,7 +117,10 @@ const (
 func (c *compiler) parseOwner() {
 	b := c.b
 	b.note("owner: the socket of skb_to_full_sk(skb), its file's fsuid and fsgid")
-	b.emit(stImm(asm.R7, pktOwner, ownerNone, asm.Byte))
+	b.emit(
+		stImm(asm.R7, pktOwner, ownerNone, asm.Byte),
+		stImm(asm.R10, ownerFlags, 0, asm.DWord),
+	)
 	if c.hook == HookNetfilter {
 		c.emitSkb(asm.R3, asm.R6)
 	} else {
@@ -154,6 +164,7 @@ func (c *compiler) parseOwner() {
 		asm.JNE.Imm(asm.R1, tcpNewSynRecv, "parse_owner_full"),
 	)
 	follow(requestListener)
+	b.emit(stImm(asm.R10, ownerFlags, ownerListener, asm.DWord))
 	b.mark("parse_owner_full")
 	if c.hook == HookNetfilter {
 		// net_eq(xt_net(par), sock_net(sk)).
@@ -167,7 +178,14 @@ func (c *compiler) parseOwner() {
 		)
 	}
 	follow(sockSocket)
-	b.emit(stImm(asm.R7, pktOwner, ownerSocket, asm.Byte))
+	found := func(kind int32) {
+		b.emit(
+			ld(asm.R1, asm.R10, ownerFlags, asm.DWord),
+			asm.Or.Imm(asm.R1, kind),
+			st(asm.R7, pktOwner, asm.R1, asm.Byte),
+		)
+	}
+	found(ownerSocket)
 	follow(socketFile)
 	follow(fileCred)
 	b.emit(ld(asm.R3, asm.R10, ownerSlot, asm.DWord))
@@ -181,15 +199,19 @@ func (c *compiler) parseOwner() {
 	b.emit(
 		ld(asm.R1, asm.R10, ownerValue, asm.Word),
 		st(asm.R7, pktOwnerGID, asm.R1, asm.Word),
-		stImm(asm.R7, pktOwner, ownerFile, asm.Byte),
 	)
+	found(ownerFile)
 	b.mark("parse_owner_done")
 }
 
 // testsOwner reports whether p reads the packets' sockets, whose fields'
-// offsets come from the kernel's BTF.
+// offsets come from the kernel's BTF: for an owner match, or a LOG rule
+// with --log-uid.
 func (p *Program) testsOwner() bool {
 	for _, r := range p.IR.Rules {
+		if a, ok := r.Action.(ir.Log); ok && a.Flags&logUID != 0 {
+			return true
+		}
 		for _, m := range r.Matches {
 			if _, ok := m.(ir.Owner); ok {
 				return true

@@ -38,7 +38,13 @@ type Packet struct {
 	Frame []byte
 	Len   int
 	Mark  uint32
+	// Owner is the packet's socket's file's fsuid and fsgid, which
+	// --log-uid prints; nil when it has none (nf_log_dump_sk_uid_gid).
+	Owner *Owner
 }
+
+// Owner is the fsuid and fsgid of a socket's file.
+type Owner struct{ UID, GID uint32 }
 
 // Rule is what the LOG rule says.
 type Rule struct {
@@ -77,7 +83,7 @@ func Line(p Packet, r Rule) (string, error) {
 	if p.In != "" {
 		w.mac(p, r.Flags, l3, etype)
 	}
-	d := &dumper{w: w, flags: r.Flags, mark: p.Mark, pkt: p.Frame[l3:]}
+	d := &dumper{w: w, flags: r.Flags, mark: p.Mark, owner: p.Owner, pkt: p.Frame[l3:]}
 	// skb->len at the hook: the IP layer has cut the frame to the
 	// datagram's length.
 	d.skbLen = p.Len - l3
@@ -169,9 +175,18 @@ type dumper struct {
 	w      *writer
 	flags  uint8
 	mark   uint32
+	owner  *Owner
 	pkt    []byte
 	skbLen int
 	short  bool // a header the kernel would read was not captured
+}
+
+// uid prints the socket's user and group for --log-uid, as
+// nf_log_dump_sk_uid_gid does, before the mark.
+func (d *dumper) uid() {
+	if d.flags&UID != 0 && d.owner != nil {
+		d.w.add("UID=%d GID=%d ", d.owner.UID, d.owner.GID)
+	}
 }
 
 // header is skb_header_pointer: n bytes at off, or nil when the packet
@@ -302,6 +317,9 @@ func (d *dumper) ipv4(off int) {
 		w.add("SPI=0x%x ", be32(eh))
 	default:
 		w.add("PROTO=%d ", proto)
+	}
+	if off == 0 {
+		d.uid()
 	}
 	if off == 0 && d.mark != 0 {
 		w.add("MARK=0x%x ", d.mark)
@@ -517,6 +535,9 @@ func (d *dumper) ipv6(off int, recurse bool) {
 		}
 	default:
 		w.add("PROTO=%d ", cur)
+	}
+	if recurse {
+		d.uid()
 	}
 	if recurse && d.mark != 0 {
 		w.add("MARK=0x%x ", d.mark)

@@ -350,6 +350,9 @@ func (f *logFollower) event(rec codegen.LogRecord) logEvent {
 	ev.Rule, ev.Chain, ev.Level, ev.Prefix = rule.Pos, rule.Chain, rule.Level, rule.Prefix
 	ifc := f.iface(rec.Ifindex)
 	p := nflog.Packet{Frame: rec.Frame, Len: int(rec.Len), Mark: rec.Mark, NotEther: !ifc.ether, NoMAC: rec.Flags&codegen.LogNoMAC != 0}
+	if rec.HasUID {
+		p.Owner = &nflog.Owner{UID: rec.UID, GID: rec.GID}
+	}
 	switch {
 	case f.place.Hook == codegen.HookNetfilter:
 		// The devices netfilter gives the chain; 0 for none.

@@ -513,20 +513,20 @@ const routedLogRules = `*filter
 :INPUT ACCEPT [0:0]
 :FORWARD ACCEPT [0:0]
 :OUTPUT ACCEPT [0:0]
--A INPUT -p tcp --syn --dport 22 -j LOG --log-prefix "rtI "
+-A INPUT -p tcp --syn --dport 22 -j LOG --log-prefix "rtI " --log-uid
 -A FORWARD -p tcp --syn --dport 80 -j LOG --log-prefix "rtF " --log-tcp-options
--A OUTPUT -p tcp --syn --dport 443 -j LOG --log-prefix "rtO " --log-level 6
+-A OUTPUT -p tcp --syn --dport 443 -j LOG --log-prefix "rtO " --log-level 6 --log-uid
 COMMIT
 `
 
 // logVarying are the fields of a LOG line that differ between two
 // connections: the IP ID, the source port and the TCP timestamp option's TSval.
-var logVarying = regexp.MustCompile(`ID=\d+ |SPT=\d+ |080A[0-9A-F]{8}`)
+var logVarying = regexp.MustCompile(`\bID=\d+ |SPT=\d+ |080A[0-9A-F]{8}`)
 
 // TestRestoreLogs: the LOG lines bpfwall log prints for chains at their
 // netfilter hooks (INPUT, FORWARD with both devices, OUTPUT without a MAC
-// header) are the kernel's for the same connections, but for what differs
-// between two connections.
+// header, --log-uid) are the kernel's for the same connections, but for
+// what differs between two connections.
 func TestRestoreLogs(t *testing.T) {
 	testenv.RequireTool(t, "iptables-legacy-restore")
 	bin := buildBpfwall(t)
@@ -584,6 +584,12 @@ func TestRestoreLogs(t *testing.T) {
 		if !slices.ContainsFunc(ours, func(l string) bool { return strings.HasPrefix(l, want) }) {
 			t.Errorf("no line starts %q:\n%s", want, strings.Join(ours, "\n"))
 		}
+	}
+	// --log-uid: the router's own socket is root's; the SYN that comes in
+	// has no socket yet.
+	if !slices.ContainsFunc(ours, func(l string) bool { return strings.HasPrefix(l, "rtO ") && strings.Contains(l, " UID=0 GID=0") }) ||
+		slices.ContainsFunc(ours, func(l string) bool { return strings.HasPrefix(l, "rtI ") && strings.Contains(l, " UID=") }) {
+		t.Errorf("--log-uid: want UID=0 GID=0 in the OUTPUT line only:\n%s", strings.Join(ours, "\n"))
 	}
 }
 
