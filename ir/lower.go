@@ -396,7 +396,7 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 	case *rules.DSCP:
 		return l.lowerDSCP(ms, m)
 	case *rules.Owner:
-		return l.lowerOwner(ms, m)
+		return l.lowerOwner(ms, m, nft)
 	case *rules.TTL:
 		return l.lowerTTL(ms, m)
 	case *rules.HL:

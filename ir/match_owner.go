@@ -96,9 +96,11 @@ func (m Owner) verify(v *verifier, st *ruleState) error {
 }
 
 // lowerOwner lowers -m owner, which xt_owner registers for OUTPUT and
-// POSTROUTING only: the kernel refuses the table otherwise.
-func (l *lowerer) lowerOwner(ms []Match, m *rules.Owner) []Match {
-	if l.hook != "OUTPUT" && l.hook != "POSTROUTING" {
+// POSTROUTING only: the kernel refuses the table otherwise. nft's meta
+// skuid and skgid (nft) are valid in every chain: they read skb->sk, which
+// early demux sets for INPUT too.
+func (l *lowerer) lowerOwner(ms []Match, m *rules.Owner, nft bool) []Match {
+	if !nft && l.hook != "OUTPUT" && l.hook != "POSTROUTING" {
 		l.errorf(m.Pos, "owner match is only valid in OUTPUT and POSTROUTING, not %s", l.hook)
 		return ms
 	}

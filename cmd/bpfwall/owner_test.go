@@ -239,3 +239,59 @@ func TestOwnerRandom(t *testing.T) {
 	}
 	t.Logf("%d rule sets per family, %d probes, %d mismatches; the kernel's outcomes %v", n, probed, mismatches, kinds)
 }
+
+// ownerNFT tests the router's sockets with nft's meta skuid and skgid,
+// whose != needs a socket with a file: the RST the kernel's own socket
+// sends for port 81 passes "meta skuid != 1", where xt_owner's "!
+// --uid-owner 1" would drop it.
+const ownerNFT = `table inet bw {
+	chain o {
+		type filter hook output priority 0; policy accept;
+		meta l4proto { icmp, ipv6-icmp } accept
+		meta skuid 1000-1999 tcp dport 443 drop
+		meta skgid != 2500 tcp dport 22 drop
+		meta skuid root tcp sport 22 drop
+		meta skuid != 0 tcp sport 8080 drop
+		meta skuid != 1 tcp sport 81 drop
+		meta skgid { 1000, 2000 } tcp dport 80 drop
+	}
+}
+`
+
+// TestOwnerNFT compares nft's meta skuid and skgid, read by fmt and
+// restored at the chains' netfilter hooks, with nft's own evaluation of
+// the same rule set, for both families.
+func TestOwnerNFT(t *testing.T) {
+	testenv.RequireTool(t, "nft")
+	bin := buildBpfwall(t)
+	r := newRouted(t)
+	r.listen(r.server, 22, 80, 443)
+	r.listen(r.client, 8080)
+	r.listenAs(r.router, 22, 0, 0)
+	r.listenAs(r.router, 8080, 1500, 2500)
+	for fam := range 2 {
+		r.ownerOutcomes(t, fam, ownerProbes) // neighbour discovery first
+	}
+	file := writeFile(t, "owner.nft", ownerNFT)
+	var got [2][]string
+	for fam, flag := range []string{"-4", "-6"} {
+		translated := r.run("", bin, "fmt", flag, file)
+		if !strings.Contains(translated, "-m owner --uid-owner 0-4294967294 -m owner ! --uid-owner 1") {
+			t.Fatalf("fmt %s does not read meta skuid != as a socket's file and the negated ID:\n%s", flag, translated)
+		}
+		r.run(translated, bin, "restore", "--no-delegate", flag)
+		r.flushConntrack()
+		got[fam] = r.ownerOutcomes(t, fam, ownerProbes)
+	}
+	r.run("", bin, "unload")
+	r.run("", "nft", "-f", file)
+	r.flushConntrack()
+	for fam := range 2 {
+		want := r.ownerOutcomes(t, fam, ownerProbes)
+		kinds := compareOutcomes(t, "nft", got[fam], want)
+		if kinds["open"] == 0 || kinds["timeout"] == 0 || kinds["refused"] == 0 {
+			t.Errorf("family %d: the kernel's outcomes %v do not test the rules", fam, kinds)
+		}
+		t.Logf("family %d: %d probes agree with nft: %v", fam, len(want), kinds)
+	}
+}

@@ -460,6 +460,8 @@ func (p *printer) match(rt *ruleText, r *rules.Rule, m rules.Match) {
 		}
 	case *rules.ICMP:
 		p.icmp(rt, m)
+	case *rules.Owner:
+		p.owner(rt, r, m)
 	case *rules.ICMPCode:
 		key := "icmp"
 		if m.V6 {
@@ -853,4 +855,46 @@ func codeText(lo, hi uint8) string {
 		return strconv.Itoa(int(lo))
 	}
 	return fmt.Sprintf("%d-%d", lo, hi)
+}
+
+// owner prints an owner match as meta skuid and skgid. Their != needs a
+// socket with a file, which xt_owner's negation does not: only where the
+// rule also tests that there is one (any ID, as Parse writes "meta skuid
+// != 1000") is it the same match; that test is then left to the !=.
+func (p *printer) owner(rt *ruleText, r *rules.Rule, m *rules.Owner) {
+	if m.Socket {
+		p.errorf(m.Pos, "owner --socket-exists has no nft form")
+		return
+	}
+	// test is an owner's test of the user or of the group.
+	type test struct {
+		r   *rules.IDRange
+		neg bool
+	}
+	for _, key := range []string{"meta skuid", "meta skgid"} {
+		id := func(o *rules.Owner) test {
+			if key == "meta skuid" {
+				return test{o.UID, o.UIDNeg}
+			}
+			return test{o.GID, o.GIDNeg}
+		}
+		t := id(m)
+		if t.r == nil {
+			continue
+		}
+		others := func(want func(test) bool) bool {
+			return slices.ContainsFunc(r.Matches, func(x rules.Match) bool {
+				o, ok := x.(*rules.Owner)
+				return ok && o != m && id(o).r != nil && want(id(o))
+			})
+		}
+		switch {
+		case t.neg && !others(func(o test) bool { return !o.neg && *o.r == anyID }):
+			p.errorf(m.Pos, "owner ! --%s-owner has no nft form: %s != does not match a packet without a socket", key[len("meta sk"):], key)
+			return
+		case !t.neg && *t.r == anyID && others(func(o test) bool { return o.neg }):
+			continue // the != says it
+		}
+		rt.add("%s %s%s", key, negOp(t.neg), t.r)
+	}
 }

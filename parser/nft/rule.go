@@ -871,7 +871,7 @@ func init() {
 		"ip protocol,meta l4proto,l4proto,tcp sport,tcp dport,udp sport,udp dport,sctp sport,sctp dport,th sport,th dport,"+
 		"tcp flags,icmp type,icmp code,icmpv6 type,icmpv6 code,ct state,ct status,meta iifname,iifname,meta oifname,"+
 		"oifname,meta iif,iif,meta oif,oif,meta mark,mark,meta pkttype,pkttype,ip ttl,ip6 hoplimit,"+
-		"ip length,ip6 length,meta length,length,ether saddr,ip dscp,ip6 dscp", ",") {
+		"ip length,ip6 length,meta length,length,ether saddr,ip dscp,ip6 dscp,meta skuid,skuid,meta skgid,skgid", ",") {
 		knownKeys[k] = true
 	}
 }
@@ -932,6 +932,8 @@ func (b *ruleBuilder) relation(pos rules.Pos, key, op string, mask *rhs, val rhs
 		b.ifname(pos, key, op, val)
 	case "meta mark", "mark":
 		b.mark(pos, op, mask, val)
+	case "meta skuid", "skuid", "meta skgid", "skgid":
+		b.skOwner(pos, key, op, val)
 	case "meta pkttype", "pkttype":
 		b.pktType(pos, op, val)
 	case "ip ttl":

@@ -221,9 +221,14 @@ var txlateInexact = []struct {
 	// does.
 	{"-I OUTPUT -p tcp --sport 0:65535 -j ACCEPT", "full port range translated away (non-first fragment)", nonFirstFragment},
 	{"-I OUTPUT -p udp --sport 0:65535 -j ACCEPT", "full port range translated away (non-first fragment)", nonFirstFragment},
+	// "! --uid-owner" holds for a packet without a process's socket;
+	// "skuid !=" ends the rule there.
+	{"-t nat -A OUTPUT -p tcp --dport 80 -m owner ! --uid-owner 1000 -j ACCEPT", "owner negation translated to skuid != (no socket)", noFile},
 }
 
 func nonFirstFragment(p *ir.Packet) bool { return p.FragOffset != 0 }
+
+func noFile(p *ir.Packet) bool { return p.Socket == nil || !p.Socket.File }
 
 // validIfname is dev_valid_name; an empty name is no interface.
 func validIfname(s string) bool {
