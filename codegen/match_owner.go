@@ -6,11 +6,12 @@ import (
 	"bpfwall/ir"
 )
 
-// -m owner. xt_owner registers for OUTPUT and POSTROUTING, which lowering
-// keeps it to; it compiles where those chains' packets carry their socket
-// in skb->sk: at the chains' own netfilter hooks and at tc-egress. parse
-// reads the socket once per packet (parseOwner) into the packet's
-// pktOwner fields, and the match compares them as owner_mt does.
+// -m owner, and nft's meta skuid and skgid. xt_owner registers for OUTPUT
+// and POSTROUTING, which lowering keeps iptables' owner to. It compiles
+// where packets carry their socket in skb->sk: at the chains' own
+// netfilter hooks and at tc-egress. parse reads the socket once per packet
+// (parseOwner) into the packet's pktOwner fields, and the match compares
+// them as owner_mt does.
 var ownerCode = kind[ir.Owner]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.Owner, next, _ string) bool {
 		c.owner(m, next)

@@ -85,17 +85,17 @@ func ownerID(o *opt, lookup func(string) (string, bool)) (rules.IDRange, error) 
 	if !isRange {
 		lo, hi, isRange = strings.Cut(o.Arg, ":")
 	}
-	min, ok := parseUint(lo, math.MaxUint32-1)
+	first, ok := parseUint(lo, math.MaxUint32-1)
 	if !ok {
 		return bad()
 	}
-	max := min
+	last := first
 	if isRange {
-		if max, ok = parseUint(hi, math.MaxUint32-1); !ok {
+		if last, ok = parseUint(hi, math.MaxUint32-1); !ok {
 			return bad()
 		}
 	}
-	return rules.IDRange{Min: uint32(min), Max: uint32(max)}, nil
+	return rules.IDRange{Min: uint32(first), Max: uint32(last)}, nil
 }
 
 func (p *ownerParser) finish(ctx *ruleCtx) (rules.Match, error) {
