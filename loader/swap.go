@@ -333,7 +333,25 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 			b.close()
 		}
 	}()
-	var ifaces []Iface
+	ifaces, add, err := s.targets(old, b)
+	if err != nil {
+		return b, err
+	}
+	if err := s.load(old, b, append(ifaces, add...)); err != nil {
+		return b, err
+	}
+	if err := s.pin(old, b); err != nil {
+		return b, err
+	}
+	if err := s.attachLinks(b, add); err != nil {
+		return b, err
+	}
+	return b, s.pinMeta(b, ifaces)
+}
+
+// targets returns the interfaces the old filter is attached to, which
+// the swap keeps (in b.keep), and those it adds.
+func (s *Swap) targets(old *Active, b *build) (ifaces, add []Iface, err error) {
 	attached := make(map[int]bool)
 	lookup := s.Program.Hook == codegen.HookSkLookup
 	// An sk-lookup filter, and a chain at its netfilter hook, attach to
@@ -357,13 +375,12 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		}
 	}
 	if nsWide && len(s.Ifaces) > 0 {
-		return b, fmt.Errorf("a %s filter attaches to the network namespace, not to interfaces (%s)", s.Program.Hook, strings.Join(s.Ifaces, ", "))
+		return nil, nil, fmt.Errorf("a %s filter attaches to the network namespace, not to interfaces (%s)", s.Program.Hook, strings.Join(s.Ifaces, ", "))
 	}
-	var add []Iface
 	for _, name := range s.Ifaces {
 		ifi, err := net.InterfaceByName(name)
 		if err != nil {
-			return b, fmt.Errorf("interface %s: %w", name, err)
+			return nil, nil, fmt.Errorf("interface %s: %w", name, err)
 		}
 		if attached[ifi.Index] {
 			continue
@@ -375,80 +392,94 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		add = append(add, netnsIface)
 	}
 	if len(ifaces)+len(add) == 0 {
-		return b, errors.New("no interface to attach to")
+		return nil, nil, errors.New("no interface to attach to")
 	}
+	return ifaces, add, nil
+}
 
+// load loads the program and its maps into b, with the state carried
+// from old, and tells them the interfaces.
+func (s *Swap) load(old *Active, b *build, all []Iface) error {
+	lookup := s.Program.Hook == codegen.HookSkLookup
 	if !lookup {
 		recent, err := recentCarry(s.Program, old)
 		if err != nil {
-			return b, err
+			return err
 		}
 		hl, err := carryHashLimit(s.Program, old)
 		if err != nil {
-			return b, err
+			return err
 		}
 		pending, err := openPending(b.dir, s.Program)
 		if err != nil {
-			return b, err
+			return err
 		}
 		if pending != nil {
 			defer pending.Close()
 		}
 		if b.loaded, err = Load(s.Program, Options{Recent: recent, HashLimit: hl.maps, Pending: pending}); err != nil {
-			return b, err
+			return err
 		}
 		if err := b.loaded.setSweeps(hl.sweep); err != nil {
-			return b, err
+			return err
 		}
-		for _, ifc := range append(ifaces, add...) {
+		for _, ifc := range all {
 			if ifc.Index == netnsIndex {
 				continue
 			}
 			if err := b.loaded.SetIface(uint32(ifc.Index), ifc.Name); err != nil {
-				return b, err
+				return err
 			}
 			if err := b.loaded.setNetfilterIface(uint32(ifc.Index)); err != nil {
-				return b, err
+				return err
 			}
 		}
 		if b.loaded.nfProg != nil {
 			// Netfilter sees the packets of these interfaces on their
 			// upper devices too.
 			var idx []int
-			for _, ifc := range append(ifaces, add...) {
+			for _, ifc := range all {
 				idx = append(idx, ifc.Index)
 			}
 			if b.uppers, err = stageUppers(idx); err != nil {
-				return b, err
+				return err
 			}
 			for _, u := range b.uppers {
 				if err := b.loaded.SetIface(uint32(u.Index), u.Name); err != nil {
-					return b, err
+					return err
 				}
 				if err := b.loaded.setNetfilterIface(uint32(u.Index)); err != nil {
-					return b, err
+					return err
 				}
 			}
 		}
 		if s.Program.UsesConntrack() {
 			// Before the program runs: its lookups need a tracked table.
 			if b.heldConntrack, err = HoldConntrack(); err != nil {
-				return b, err
+				return err
 			}
 		}
 	} else if err := b.loadLookup(s.Program); err != nil {
-		return b, err
+		return err
 	}
+	return nil
+}
+
+// pin makes the counters' base and the dispatcher a netfilter chain
+// needs, and pins every object beside the old ones, the netfilter stage's
+// link last.
+func (s *Swap) pin(old *Active, b *build) error {
+	var err error
 	n := len(s.Program.IR.Rules) + 1
 	b.counters = s.Counters
 	if b.counters == nil {
 		b.counters = make([]codegen.Counter, n)
 	}
 	if len(b.counters) != n {
-		return b, fmt.Errorf("%d starting counters for %d rules and the policy", len(b.counters), n)
+		return fmt.Errorf("%d starting counters for %d rules and the policy", len(b.counters), n)
 	}
 	if b.base, err = newBaseMap(b.counters); err != nil {
-		return b, err
+		return err
 	}
 
 	pins := map[string]pinner{
@@ -479,14 +510,14 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		// A dispatcher that runs stays pinned as it is (nfchain.go).
 		if old == nil || old.dispatcher == nil {
 			if b.dispatcher, b.slot, err = newDispatch("bpfwall_dispatch"); err != nil {
-				return b, err
+				return err
 			}
 			pins[pinDispatcher], pins[pinDispatch] = b.dispatcher, b.slot
 		}
 	}
 	for name, obj := range pins {
 		if err := pinNew(obj, filepath.Join(b.dir, name)); err != nil {
-			return b, err
+			return err
 		}
 		reached("pin " + name)
 	}
@@ -494,16 +525,22 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 		// The stage runs from here on: before the links switch to the
 		// program that defers packets to it (see netfilter.go).
 		if b.nfLink, err = b.loaded.attachNetfilter(); err != nil {
-			return b, err
+			return err
 		}
 		if err := pinNew(b.nfLink, filepath.Join(b.dir, pinNFLink)); err != nil {
-			return b, err
+			return err
 		}
 		reached("pin " + pinNFLink)
 	}
+	return nil
+}
+
+// attachLinks attaches the program (a netfilter chain's dispatcher) to the
+// interfaces it adds, and pins the links.
+func (s *Swap) attachLinks(b *build, add []Iface) error {
 	modes, err := xdpModes(s.Program, add, s.XDPMode)
 	if err != nil {
-		return b, err
+		return err
 	}
 	for _, ifc := range add {
 		var l link.Link
@@ -514,17 +551,22 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 			l, mode, err = attach(b.loaded.prog, s.Program.Hook, ifc, modes[ifc.Index])
 		}
 		if err != nil {
-			return b, err
+			return err
 		}
 		b.links[ifc.Index] = l
 		if err := pinNew(l, linkPin(b.dir, ifc.Index)); err != nil {
-			return b, err
+			return err
 		}
 		reached("pin " + filepath.Base(linkPin(b.dir, ifc.Index)))
 		ifc.Mode = mode
 		b.attached = append(b.attached, ifc)
 	}
 
+	return nil
+}
+
+// pinMeta pins the meta, last: with it the swap is complete.
+func (s *Swap) pinMeta(b *build, ifaces []Iface) error {
 	meta := s.Meta
 	meta.LoadedAt = time.Now().UTC()
 	meta.VerifiedInsns = b.loaded.VerifiedInsns
@@ -533,18 +575,18 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 	meta.Uppers = b.uppers
 	pending, err := pendingPins(b.dir)
 	if err != nil {
-		return b, err
+		return err
 	}
 	meta.Pins = append(pending, pinMeta)
 	if b.meta, err = newMetaMap(&meta); err != nil {
-		return b, err
+		return err
 	}
 	b.described = &meta
 	if err := pinNew(b.meta, filepath.Join(b.dir, pinMeta)); err != nil {
-		return b, err
+		return err
 	}
 	reached("pin " + pinMeta)
-	return b, nil
+	return nil
 }
 
 // commit moves the new pins over the old ones: the program first, which
