@@ -85,24 +85,31 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if nf {
-		// As iptables-restore and ip6tables-restore: the family is -6's,
-		// not a guess from the content ("-p ipv6-icmp" is valid IPv4).
-		opts := iptables.Options{Counters: *counters, Noflush: *noflush, Table: *table, ForceFamily: true}
-		family := rules.IPv4
-		if *ipv6 {
-			opts.Family, family = rules.IPv6, rules.IPv6
-		}
-		return restoreNetfilter(restoreRequest{
-			src: src, display: display, family: family, sets: sets, opts: opts, level: level,
-			test: *test, verbose: *verbose > 0, progress: progress, warn: &warn, flags: &f, noDelegate: *noDelegate,
-		}, stdout, stderr)
+	// As iptables-restore and ip6tables-restore: the family is -6's, not
+	// a guess from the content ("-p ipv6-icmp" is valid IPv4).
+	req := restoreRequest{
+		src: src, display: display, family: rules.IPv4, sets: sets, level: level,
+		opts: iptables.Options{Counters: *counters, Noflush: *noflush, Table: *table, ForceFamily: true},
+		test: *test, verbose: *verbose > 0, progress: progress, warn: &warn, flags: &f, noDelegate: *noDelegate,
 	}
+	if *ipv6 {
+		req.opts.Family, req.family = rules.IPv6, rules.IPv6
+	}
+	if nf {
+		return restoreNetfilter(req, stdout, stderr)
+	}
+	return restoreInterfaces(req, stdout, stderr)
+}
+
+// restoreInterfaces restores the filters loaded at interface hooks (-i,
+// --hook): each is parsed and compiled, and when all are, swapped.
+func restoreInterfaces(req restoreRequest, stdout, stderr io.Writer) error {
+	f := req.flags
 	targets, err := findTargets(f.hook, attachTo(f.hook, f.ifaces), stderr)
 	// A namespace whose filters were loaded with -i: a restore without
 	// it swaps those.
 	targets = slices.DeleteFunc(targets, func(t target) bool { return t.place.Hook == codegen.HookNetfilter })
-	if err != nil && *test && len(f.ifaces) == 0 {
+	if err != nil && req.test && len(f.ifaces) == 0 {
 		// Nothing loaded: -t checks the input for the hook asked for.
 		targets, err = findTargets(f.hook, []string{""}, stderr)
 	}
@@ -118,17 +125,14 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 	}
 	var plans []plan
 	for _, t := range targets {
-		opts := iptables.Options{Counters: *counters, Noflush: *noflush, Table: *table, ForceFamily: true}
-		if *ipv6 {
-			opts.Family = rules.IPv6
-		}
+		opts := req.opts
 		// The active rule set is parsed only when it is needed (restore
 		// -n, or tables the input does not name): at 100k rules a parse
 		// takes half a second.
 		var active *rules.Ruleset
 		var activeSets map[string]*rules.IPSet
 		if t.snap != nil {
-			if *noflush {
+			if req.opts.Noflush {
 				if active, err = t.active(); err != nil {
 					return err
 				}
@@ -138,19 +142,19 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		// Sets the input does not give stay as the active rule set has them.
-		opts.Sets = overSets(activeSets, sets)
+		opts.Sets = overSets(activeSets, req.sets)
 		mode := countersFromRuleset
-		if *noflush && active != nil {
+		if req.opts.Noflush && active != nil {
 			opts.Base, mode = active, countersFollowRuleset
 		}
-		rs, err := iptables.Parse(display, src, opts)
+		rs, err := iptables.Parse(req.display, req.src, opts)
 		if rs != nil {
-			warn.print(stderr, rs.Warnings)
+			req.warn.print(stderr, rs.Warnings)
 		}
 		if err != nil {
 			return reportRuleErrors(err, true, stderr)
 		}
-		if !*noflush && t.snap != nil && keepsTables(t.snap.Meta.Source, rs) {
+		if !req.opts.Noflush && t.snap != nil && keepsTables(t.snap.Meta.Source, rs) {
 			// As iptables-restore, tables the input does not name stay.
 			if active, err = t.active(); err != nil {
 				return err
@@ -164,23 +168,23 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 				}
 			}
 		}
-		progress("%s: parsed %d rules", t.place.Hook, countRules(rs))
-		prog, err := compileFor(rs, t, t.chain(f.chain), level, &warn, stderr)
+		req.progress("%s: parsed %d rules", t.place.Hook, countRules(rs))
+		prog, err := compileFor(rs, t, t.chain(f.chain), req.level, req.warn, stderr)
 		if err != nil {
 			return reportRuleErrors(err, true, stderr)
 		}
-		progress("%s: compiled %d rules of %s into %d instructions (%s)", t.place.Hook, len(prog.IR.Rules), t.chain(f.chain), prog.Size(), prog.Level)
+		req.progress("%s: compiled %d rules of %s into %d instructions (%s)", t.place.Hook, len(prog.IR.Rules), t.chain(f.chain), prog.Size(), prog.Level)
 		plans = append(plans, plan{t, rs, prog, mode})
 	}
 
-	if *test {
+	if req.test {
 		for _, p := range plans {
-			progress("%s: verifying", p.t.place.Hook)
+			req.progress("%s: verifying", p.t.place.Hook)
 			l, err := loader.Load(p.prog, loader.Options{})
 			if err != nil {
 				return privileged(err)
 			}
-			if *verbose > 0 {
+			if req.verbose {
 				fmt.Fprintf(stdout, "%s: %d rules verified, %d instructions processed\n", p.t.place.Hook, len(p.prog.IR.Rules), l.VerifiedInsns)
 			}
 			l.Close()
@@ -198,14 +202,14 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 				continue
 			}
 		}
-		progress("%s: loading (the kernel verifies the program) and swapping", p.t.place.Hook)
-		res, err := swapIn(p.t, p.rs, p.prog, display, &f, p.mode)
+		req.progress("%s: loading (the kernel verifies the program) and swapping", p.t.place.Hook)
+		res, err := swapIn(p.t, p.rs, p.prog, req.display, f, p.mode)
 		if err != nil {
 			return err
 		}
 		swapped++
 		noteStage(stderr, p.t, res)
-		if *verbose > 0 {
+		if req.verbose {
 			describeSwap(stdout, p.t, res)
 		}
 	}

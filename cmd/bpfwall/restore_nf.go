@@ -105,28 +105,9 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// The chains of this family that run now.
-	loaded := make(map[loader.Place]target)
-	var first *target
-	for _, c := range loader.NetfilterChains {
-		p := loader.ChainPlace(pinRoot, ns, req.family, c.Table, c.Chain)
-		a, err := loader.Open(p)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return privileged(err)
-		}
-		t := target{place: p}
-		t.snap, err = a.Snapshot()
-		a.Close()
-		if err != nil {
-			return err
-		}
-		loaded[p] = t
-		if first == nil {
-			first = &t
-		}
+	loaded, first, err := loadedChains(ns, req.family)
+	if err != nil {
+		return err
 	}
 	// The active rule set, with its live counters, when the input needs
 	// it: restore -n, or tables the input does not name, which stay.
@@ -236,6 +217,41 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
+	return applyNetfilter(req, rs, plans, drop, deleg, stdout)
+}
+
+// loadedChains returns the chains of the family that run now in the
+// network namespace ns, and the first of them, nil for none.
+func loadedChains(ns uint64, family rules.Family) (map[loader.Place]target, *target, error) {
+	loaded := make(map[loader.Place]target)
+	var first *target
+	for _, c := range loader.NetfilterChains {
+		p := loader.ChainPlace(pinRoot, ns, family, c.Table, c.Chain)
+		a, err := loader.Open(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, privileged(err)
+		}
+		t := target{place: p}
+		t.snap, err = a.Snapshot()
+		a.Close()
+		if err != nil {
+			return nil, nil, err
+		}
+		loaded[p] = t
+		if first == nil {
+			first = &t
+		}
+	}
+	return loaded, first, nil
+}
+
+// applyNetfilter swaps the compiled chains in, with the kernel's tables
+// for the delegated chains and the REJECT answers in the same restore,
+// and unloads the chains the rule set leaves nothing to do.
+func applyNetfilter(req restoreRequest, rs *rules.Ruleset, plans []chainPlan, drop []target, deleg *delegation, stdout io.Writer) error {
 	var swaps []*loader.Swap
 	for _, p := range plans {
 		meta, counters, err := loader.NewMeta(rs, p.prog, req.display)
@@ -267,7 +283,7 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 	for _, t := range rs.Tables {
 		restored = append(restored, t.Name)
 	}
-	if err := deleg.apply(opts.Counters, restored); err != nil {
+	if err := deleg.apply(req.opts.Counters, restored); err != nil {
 		return err
 	}
 	req.progress("netfilter %s: loading %d chains (the kernel verifies each) and swapping", req.family, len(swaps))
