@@ -39,19 +39,8 @@ func (b *ruleBuilder) dscp(pos rules.Pos, key, op string, val rhs) {
 			b.errorf(e.pos, "bad %s value %q", key, e.lo)
 			return
 		}
-		switch op {
-		case "", "==", "!=":
-		default:
-			if len(elems) != 1 || e.hasRange {
-				b.errorf(pos, "%s needs one value", op)
-				return
-			}
-			r, ok := cmpRange(op, lo, 63)
-			if !ok {
-				b.add(choice{})
-				return
-			}
-			lo, hi = r[0], r[1]
+		if lo, hi, ok = b.opRange(pos, op, elems, e, lo, hi, 63); !ok {
+			return
 		}
 		for v := lo; v <= hi; v++ {
 			values |= 1 << v
@@ -80,4 +69,24 @@ func (b *ruleBuilder) dscp(pos rules.Pos, key, op string, val rhs) {
 		}
 	}
 	b.add(c)
+}
+
+// opRange gives the range of values a comparison of one value (<, <=, >,
+// >=) holds for; lo..hi stay as they are for "", == and !=. It reports
+// false when it ended the rule: an error, or no value holds.
+func (b *ruleBuilder) opRange(pos rules.Pos, op string, elems []elem, e elem, lo, hi, maxV uint64) (uint64, uint64, bool) {
+	switch op {
+	case "", "==", "!=":
+		return lo, hi, true
+	}
+	if len(elems) != 1 || e.hasRange {
+		b.errorf(pos, "%s needs one value", op)
+		return 0, 0, false
+	}
+	r, ok := cmpRange(op, lo, maxV)
+	if !ok {
+		b.add(choice{})
+		return 0, 0, false
+	}
+	return r[0], r[1], true
 }

@@ -61,19 +61,8 @@ func (b *ruleBuilder) skOwner(pos rules.Pos, key, op string, val rhs) {
 			b.errorf(e.pos, "bad %s value %q", key, e.lo)
 			return
 		}
-		switch op {
-		case "", "==", "!=":
-		default:
-			if len(elems) != 1 || e.hasRange {
-				b.errorf(pos, "%s needs one value", op)
-				return
-			}
-			r, ok := cmpRange(op, lo, uint64(anyID.Max))
-			if !ok {
-				b.add(choice{})
-				return
-			}
-			lo, hi = r[0], r[1]
+		if lo, hi, ok = b.opRange(pos, op, elems, e, lo, hi, uint64(anyID.Max)); !ok {
+			return
 		}
 		ranges = append(ranges, rules.IDRange{Min: uint32(lo), Max: uint32(hi)})
 	}
