@@ -375,8 +375,8 @@ func (x *exprReader) expr(e expr.Any) error {
 		x.regs[e.DestRegister] = l
 	case *expr.Byteorder:
 		l, ok := x.regs[e.SourceRegister]
-		if !ok || !l.meta || l.key != expr.MetaKeyLEN || e.Op != expr.ByteorderHton || e.Size != 4 || e.Len != 4 {
-			return fmt.Errorf("byteorder other than of meta length is not supported")
+		if !ok || !l.meta || metaNumber[l.key] == "" || e.Op != expr.ByteorderHton || e.Size != 4 || e.Len != 4 {
+			return fmt.Errorf("byteorder other than of meta length, skuid or skgid is not supported")
 		}
 		l.hton = true
 		x.regs[e.DestRegister] = l
@@ -387,7 +387,7 @@ func (x *exprReader) expr(e expr.Any) error {
 		if !ok {
 			return fmt.Errorf("range on an unset register")
 		}
-		if l.meta && l.key == expr.MetaKeyLEN {
+		if l.meta && metaNumber[l.key] != "" {
 			lo, err1 := metaLength(l, e.FromData)
 			hi, err2 := metaLength(l, e.ToData)
 			if err := cmp.Or(err1, err2); err != nil {
@@ -398,7 +398,7 @@ func (x *exprReader) expr(e expr.Any) error {
 				op = "!= "
 			}
 			x.flush()
-			x.terms = append(x.terms, fmt.Sprintf("meta length %s%d-%d", op, lo, hi))
+			x.terms = append(x.terms, fmt.Sprintf("%s %s%d-%d", metaNumber[l.key], op, lo, hi))
 			return nil
 		}
 		f, err := x.field(l, 0)
@@ -586,12 +586,12 @@ func (x *exprReader) metaCmp(l load, op string, e *expr.Cmp) error {
 			return nil
 		}
 		x.terms = append(x.terms, fmt.Sprintf("meta mark %s%#x", op, v))
-	case expr.MetaKeyLEN:
+	case expr.MetaKeyLEN, expr.MetaKeySKUID, expr.MetaKeySKGID:
 		v, err := metaLength(l, e.Data)
 		if err != nil {
 			return err
 		}
-		x.terms = append(x.terms, fmt.Sprintf("meta length %s%d", op, v))
+		x.terms = append(x.terms, fmt.Sprintf("%s %s%d", metaNumber[l.key], op, v))
 	case expr.MetaKeyPKTTYPE:
 		name, ok := map[byte]string{0: "host", 1: "broadcast", 2: "multicast", 3: "other"}[e.Data[0]]
 		if !ok {
@@ -604,8 +604,13 @@ func (x *exprReader) metaCmp(l load, op string, e *expr.Cmp) error {
 	return nil
 }
 
-// metaLength reads a value compared with meta length: 4 bytes, in
-// network order after a byteorder expression, else in the host's.
+// metaNumber names the meta keys of a u32 in the host's order, which nft
+// turns to network order (byteorder) for ranges and comparisons.
+var metaNumber = map[expr.MetaKey]string{expr.MetaKeyLEN: "meta length", expr.MetaKeySKUID: "meta skuid", expr.MetaKeySKGID: "meta skgid"}
+
+// metaLength reads a value compared with meta length, skuid or skgid: 4
+// bytes, in network order after a byteorder expression, else in the
+// host's.
 func metaLength(l load, data []byte) (uint32, error) {
 	if len(data) != 4 || l.mask != nil {
 		return 0, fmt.Errorf("meta length compared with %d bytes", len(data))

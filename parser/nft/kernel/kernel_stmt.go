@@ -314,6 +314,11 @@ func (x *exprReader) part(l load) (keyPart, error) {
 			return keyPart{key: "meta mark", n: 4, format: func(b []byte) (string, error) {
 				return fmt.Sprintf("%#x", binary.NativeEndian.Uint32(b)), nil
 			}}, nil
+		case expr.MetaKeySKUID, expr.MetaKeySKGID:
+			key := map[expr.MetaKey]string{expr.MetaKeySKUID: "meta skuid", expr.MetaKeySKGID: "meta skgid"}[l.key]
+			return keyPart{key: key, n: 4, format: func(b []byte) (string, error) {
+				return strconv.FormatUint(uint64(binary.NativeEndian.Uint32(b)), 10), nil
+			}}, nil
 		}
 		return keyPart{}, fmt.Errorf("lookup of meta key %d is not supported", l.key)
 	case l.imm != nil:

@@ -63,6 +63,11 @@ const kernelRulesetStatements = `table inet filter {
 		ct status dnat accept
 		ct status ! snat,dnat tcp dport 23 drop
 		ct status & dnat == dnat counter
+		meta skuid 0 tcp dport 24 accept
+		meta skgid != 5 tcp dport 26 drop
+		meta skuid { 0, 33 } tcp dport 28 accept
+		meta skuid >= 100 tcp dport 29 counter
+		meta skgid != 10-20 tcp dport 30 drop
 		ip saddr @allowed tcp dport 22 accept
 		ip6 saddr @nets6 tcp dport 22 accept
 		ip saddr . tcp dport @svc accept
