@@ -36,6 +36,9 @@ type compiler struct {
 	readsOwner bool
 	// readsMAC: a rule tests the source MAC address.
 	readsMAC bool
+	// logUID: a LOG rule has --log-uid, and the program's records carry
+	// the socket's IDs (logRecordSize).
+	logUID bool
 	// optKinds are the TCP option kinds rules test, indexed by their bit
 	// in pktTCPOpts.
 	optKinds []uint8
@@ -200,7 +203,8 @@ func (c *compiler) collect() error {
 			codeOf(m).collectMatch(c, m)
 		}
 	}
-	if c.logsUID() && (c.hook == HookNetfilter || c.hook == HookTCEgress) {
+	c.logUID = c.logsUID()
+	if c.logUID && (c.hook == HookNetfilter || c.hook == HookTCEgress) {
 		c.readsOwner = true // LOG --log-uid prints the socket's fsuid and fsgid
 	}
 	if c.readsOwner && c.readsMAC {

@@ -167,6 +167,7 @@ const logUID = 0x08
 
 // logsUID reports whether a LOG rule of the program has --log-uid: its
 // records then carry the socket's fsuid and fsgid, which parse reads.
+// collect keeps the answer in c.logUID: LOG rules ask for every event.
 func (c *compiler) logsUID() bool {
 	for _, r := range c.p.Rules {
 		if a, ok := r.Action.(ir.Log); ok && a.Flags&logUID != 0 {
@@ -178,7 +179,7 @@ func (c *compiler) logsUID() bool {
 
 // logRecordSize is the size of the program's LOG records.
 func (c *compiler) logRecordSize() int32 {
-	if c.logsUID() {
+	if c.logUID {
 		return logUIDSize
 	}
 	return logSize
@@ -207,7 +208,7 @@ func (c *compiler) logEvent(r *ir.Rule) {
 	)
 	if a, _ := r.Action.(ir.Log); a.Flags&logUID != 0 {
 		c.logOwner(r)
-	} else if c.logsUID() {
+	} else if c.logUID {
 		b.emit(stImm(asm.R7, logUIDSet, 0, asm.Word))
 	}
 	b.emit(
