@@ -1,6 +1,9 @@
 package rules
 
-import "strconv"
+import (
+	"os/user"
+	"strconv"
+)
 
 // Owner is "-m owner" (libxt_owner, xt_owner.c): the socket of a locally
 // generated packet and the file system user and group of the file that
@@ -49,4 +52,25 @@ func (m *Owner) appendSave(b []byte) []byte {
 		b = appendFlag(b, "suppl-groups", false)
 	}
 	return b
+}
+
+// LookupID finds the ID of a user, or of a group, by name, as getpwnam
+// and getgrnam do for libxt_owner and nft.
+func LookupID(name string, group bool) (uint32, bool) {
+	var id string
+	if group {
+		g, err := user.LookupGroup(name)
+		if err != nil {
+			return 0, false
+		}
+		id = g.Gid
+	} else {
+		u, err := user.Lookup(name)
+		if err != nil {
+			return 0, false
+		}
+		id = u.Uid
+	}
+	v, err := strconv.ParseUint(id, 10, 32)
+	return uint32(v), err == nil
 }

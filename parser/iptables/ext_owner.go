@@ -2,8 +2,6 @@ package iptables
 
 import (
 	"math"
-	"os/user"
-	"strconv"
 	"strings"
 
 	"bpfwall/rules"
@@ -31,25 +29,13 @@ type ownerParser struct{ m *rules.Owner }
 func (p *ownerParser) parse(o *opt) error {
 	switch o.Name {
 	case "uid-owner":
-		r, err := ownerID(o, func(name string) (string, bool) {
-			u, err := user.Lookup(name)
-			if err != nil {
-				return "", false
-			}
-			return u.Uid, true
-		})
+		r, err := ownerID(o, false)
 		if err != nil {
 			return err
 		}
 		p.m.UID, p.m.UIDNeg = &r, o.Neg
 	case "gid-owner":
-		r, err := ownerID(o, func(name string) (string, bool) {
-			g, err := user.LookupGroup(name)
-			if err != nil {
-				return "", false
-			}
-			return g.Gid, true
-		})
+		r, err := ownerID(o, true)
 		if err != nil {
 			return err
 		}
@@ -71,12 +57,9 @@ func (p *ownerParser) parse(o *opt) error {
 // ownerID reads a user or group: a name lookup finds, or an ID or a range
 // of IDs (owner_parse_range: "-" or ":" between them, each up to
 // 4294967294, since -1 is no ID).
-func ownerID(o *opt, lookup func(string) (string, bool)) (rules.IDRange, error) {
-	if id, ok := lookup(o.Arg); ok {
-		n, err := strconv.ParseUint(id, 10, 32)
-		if err == nil {
-			return rules.IDRange{Min: uint32(n), Max: uint32(n)}, nil
-		}
+func ownerID(o *opt, group bool) (rules.IDRange, error) {
+	if id, ok := rules.LookupID(o.Arg, group); ok {
+		return rules.IDRange{Min: id, Max: id}, nil
 	}
 	bad := func() (rules.IDRange, error) {
 		return rules.IDRange{}, o.errorf("owner: Bad value for \"--%s\" option: %q", o.Name, o.Arg)

@@ -1,8 +1,6 @@
 package nft
 
 import (
-	"os/user"
-	"strconv"
 	"strings"
 
 	"bpfwall/rules"
@@ -22,29 +20,11 @@ var anyID = rules.IDRange{Min: 0, Max: 1<<32 - 2}
 // number.
 func ownerID(s string, gid bool) (uint64, bool) {
 	s = strings.Trim(s, `"`)
-	lookup := func(name string) (string, error) {
-		if gid {
-			g, err := user.LookupGroup(name)
-			if err != nil {
-				return "", err
-			}
-			return g.Gid, nil
-		}
-		u, err := user.Lookup(name)
-		if err != nil {
-			return "", err
-		}
-		return u.Uid, nil
-	}
 	if v, err := parseNum(s, 32); err == nil {
 		return v, v <= uint64(anyID.Max)
 	}
-	id, err := lookup(s)
-	if err != nil {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(id, 10, 32)
-	return v, err == nil && v <= uint64(anyID.Max)
+	v, ok := rules.LookupID(s, gid)
+	return uint64(v), ok && v <= anyID.Max
 }
 
 func (b *ruleBuilder) skOwner(pos rules.Pos, key, op string, val rhs) {
