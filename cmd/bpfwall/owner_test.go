@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -294,4 +296,98 @@ func TestOwnerNFT(t *testing.T) {
 		}
 		t.Logf("family %d: %d probes agree with nft: %v", fam, len(want), kinds)
 	}
+}
+
+// dscpRules test the DSCP in every filter chain that restore puts at its
+// netfilter hook: what a connection from, to and through the router
+// carries in its TOS byte (IPv6: traffic class).
+const dscpRules = `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -p tcp --dport 22 -m dscp --dscp 0x0a -j DROP
+-A FORWARD -p tcp --dport 80 -m dscp ! --dscp-class EF -j DROP
+-A OUTPUT -p tcp --dport 443 -m dscp --dscp-class CS1 -j DROP
+COMMIT
+`
+
+// TestRestoreDSCP compares -m dscp at the chains' netfilter hooks, loaded
+// by restore without -i, with iptables-legacy: connections whose sockets
+// set the TOS byte (IPv6: the traffic class) to each code point the rules
+// name, and to none.
+func TestRestoreDSCP(t *testing.T) {
+	testenv.RequireTool(t, "iptables-legacy-restore", "ip6tables-legacy-restore")
+	bin := buildBpfwall(t)
+	r := newRouted(t)
+	r.listen(r.server, 80, 443)
+	r.listen(r.router, 22)
+	ns := map[string]string{"client": r.client, "router": r.router}
+	type dscpProbe struct {
+		probe
+		dscp int
+	}
+	var probes []dscpProbe
+	for _, p := range []probe{{"client", "rc", 22}, {"client", "server", 80}, {"router", "server", 443}} {
+		for _, d := range []int{0, 0x0a, 0x2e, 0x08} {
+			probes = append(probes, dscpProbe{p, d})
+		}
+	}
+	outcomes := func(fam int) []string {
+		out := make([]string, len(probes))
+		var wg sync.WaitGroup
+		for i, p := range probes {
+			wg.Go(func() {
+				addr := net.JoinHostPort(routedAddrs[p.to][fam], fmt.Sprint(p.port))
+				r.in(ns[p.from], func() {
+					d := net.Dialer{Timeout: 500 * time.Millisecond, Control: func(_, _ string, c syscall.RawConn) error {
+						var serr error
+						err := c.Control(func(fd uintptr) {
+							if fam == 0 {
+								serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TOS, p.dscp<<2)
+							} else {
+								serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_TCLASS, p.dscp<<2)
+							}
+						})
+						return cmp.Or(err, serr)
+					}}
+					d.SetMultipathTCP(false)
+					c, err := d.Dial("tcp", addr)
+					outcome := "open"
+					switch {
+					case err == nil:
+						c.Close()
+					case strings.Contains(err.Error(), "timeout"):
+						outcome = "timeout"
+					default:
+						outcome = err.Error()
+					}
+					out[i] = fmt.Sprintf("%s (dscp %#x) -> %s %s", p.from, p.dscp, addr, outcome)
+				})
+			})
+		}
+		wg.Wait()
+		return out
+	}
+	for fam := range 2 {
+		outcomes(fam) // neighbour discovery first
+	}
+	file := writeFile(t, "dscp.rules", dscpRules)
+	var got [2][]string
+	for fam, flag := range []string{"-4", "-6"} {
+		r.run("", bin, "restore", flag, file)
+		got[fam] = outcomes(fam)
+	}
+	r.run("", bin, "unload")
+	r.run(dscpRules, "iptables-legacy-restore")
+	r.run(dscpRules, "ip6tables-legacy-restore")
+	for fam := range 2 {
+		want := outcomes(fam)
+		kinds := compareOutcomes(t, "iptables", got[fam], want)
+		if kinds["open"] == 0 || kinds["timeout"] == 0 {
+			t.Errorf("family %d: the kernel's outcomes %v do not test the rules", fam, kinds)
+		}
+		t.Logf("family %d: %d probes agree with iptables: %v", fam, len(want), kinds)
+	}
+	r.run(emptyRules, "iptables-legacy-restore")
+	r.run(emptyRules, "ip6tables-legacy-restore")
 }
