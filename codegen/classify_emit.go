@@ -8,6 +8,8 @@ import (
 
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -19,24 +21,24 @@ import (
 func (c *compiler) classified(s *segmentPlan, next string) {
 	b := c.b
 	first, last := s.rules[0], s.rules[len(s.rules)-1]
-	b.note("%s-%d -A %s: rules r%d-r%d (%d) classified by %d tables", linePos(first.Pos), last.Pos.Line,
+	b.Note("%s-%d -A %s: rules r%d-r%d (%d) classified by %d tables", linePos(first.Pos), last.Pos.Line,
 		c.p.Chains[first.Chain].Name, first.ID, last.ID, len(s.rules), len(s.tables))
 	for _, t := range s.tables {
-		b.note("  %s", c.describeTable(t))
+		b.Note("  %s", c.describeTable(t))
 	}
-	done := b.fresh("classified")
-	b.emit(mov(asm.R7, -1), mov(asm.R8, 0))
+	done := b.Fresh("classified")
+	b.Emit(insn.Mov(asm.R7, -1), insn.Mov(asm.R8, 0))
 	for k, t := range s.tables {
-		skip := b.fresh("table_end")
+		skip := b.Fresh("table_end")
 		if k > 0 {
 			// No later table holds an earlier rule than the one found.
-			b.emit(asm.JLT.Imm(asm.R7, int32(t.first), done))
+			b.Emit(asm.JLT.Imm(asm.R7, int32(t.first), done))
 		}
 		c.tableGuard(t.guard, skip)
 		if proto, ok := t.proto(); ok && (!t.inline || t.guard.residual != "") {
 			// Cheaper than a lookup, or a residual, that cannot hit.
-			b.emit(
-				ld(asm.R1, asm.R6, pktProto, asm.Byte),
+			b.Emit(
+				insn.Ld(asm.R1, asm.R6, pkt.Proto, asm.Byte),
 				asm.JNE.Imm(asm.R1, int32(proto), skip),
 			)
 		}
@@ -53,35 +55,35 @@ func (c *compiler) classified(s *segmentPlan, next string) {
 		} else {
 			c.lookupTable(t, skip)
 		}
-		b.mark(skip)
+		b.Mark(skip)
 	}
-	b.mark(done)
-	hot, ret := b.fresh("classified_hotdrop"), b.fresh("classified_return")
-	b.emit(
+	b.Mark(done)
+	hot, ret := b.Fresh("classified_hotdrop"), b.Fresh("classified_return")
+	b.Emit(
 		asm.JEq.Imm(asm.R7, -1, next),
 		asm.JEq.Imm(asm.R8, kindHotdrop, hot),
 	)
 	c.countReg(asm.R7)
 	if c.hook == HookStage {
 		// The stage cannot send a REJECT's reply: it drops and counts.
-		counted := b.fresh("reject_counted")
-		b.emit(asm.JNE.Imm(asm.R8, kindReject, counted))
+		counted := b.Fresh("reject_counted")
+		b.Emit(asm.JNE.Imm(asm.R8, kindReject, counted))
 		c.stageCount(StageRejectDropped, chainKey)
-		b.emit(mov(asm.R8, kindDrop))
-		b.mark(counted)
+		b.Emit(insn.Mov(asm.R8, kindDrop))
+		b.Mark(counted)
 	}
-	b.emit(
+	b.Emit(
 		asm.JEq.Imm(asm.R8, kindReturn, ret),
-		movr(asm.R0, asm.R7),
+		insn.Movr(asm.R0, asm.R7),
 		asm.LSh.Imm(asm.R0, codeShift),
 		asm.Or.Reg(asm.R0, asm.R8),
 		asm.Return(),
 	)
-	b.mark(ret)
+	b.Mark(ret)
 	c.chainReturn()
-	b.mark(hot)
-	b.emit(
-		movr(asm.R0, asm.R7),
+	b.Mark(hot)
+	b.Emit(
+		insn.Movr(asm.R0, asm.R7),
 		asm.LSh.Imm(asm.R0, codeShift),
 		asm.Or.Imm(asm.R0, codeHotdrop),
 		asm.Return(),
@@ -189,49 +191,49 @@ func (t *table) proto() (uint8, bool) {
 func (c *compiler) tableGuard(g guard, skip string) {
 	b := c.b
 	if g.v6proto {
-		b.emit(
-			ld(asm.R1, asm.R6, pktFlags, asm.Byte),
-			asm.And.Imm(asm.R1, flagBadExtHeaders),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R6, pkt.Flags, asm.Byte),
+			asm.And.Imm(asm.R1, pkt.FlagBadExtHeaders),
 		)
 		if g.mode == modePreProto {
-			b.emit(asm.JEq.Imm(asm.R1, 0, skip))
+			b.Emit(asm.JEq.Imm(asm.R1, 0, skip))
 			return
 		}
-		b.emit(asm.JNE.Imm(asm.R1, 0, skip))
+		b.Emit(asm.JNE.Imm(asm.R1, 0, skip))
 	}
 	if g.l4Len == 0 {
 		return
 	}
-	b.emit(ld(asm.R1, asm.R6, pktFragOff, asm.Word))
+	b.Emit(insn.Ld(asm.R1, asm.R6, pkt.FragOff, asm.Word))
 	switch g.mode {
 	case modeFull:
-		b.emit(
+		b.Emit(
 			asm.JNE.Imm(asm.R1, 0, skip),
-			ld(asm.R1, asm.R6, pktL4Len, asm.Word),
+			insn.Ld(asm.R1, asm.R6, pkt.L4Len, asm.Word),
 			asm.JLT.Imm(asm.R1, int32(g.l4Len), skip),
 		)
 	case modePreL4:
-		short := b.fresh("short")
+		short := b.Fresh("short")
 		if g.tiny && c.p.Family == rules.IPv4 {
-			b.emit(asm.JEq.Imm(asm.R1, 8, short))
+			b.Emit(asm.JEq.Imm(asm.R1, 8, short))
 		}
-		b.emit(
+		b.Emit(
 			asm.JNE.Imm(asm.R1, 0, skip),
-			ld(asm.R1, asm.R6, pktL4Len, asm.Word),
+			insn.Ld(asm.R1, asm.R6, pkt.L4Len, asm.Word),
 			asm.JGE.Imm(asm.R1, int32(g.l4Len), skip),
 		)
-		b.mark(short)
+		b.Mark(short)
 	}
 }
 
 // found records rule id of kind as the earliest found unless an earlier
 // one was, then goes to skip.
 func (c *compiler) found(id, kind uint32, skip string) {
-	c.b.emit(
+	c.b.Emit(
 		asm.JLE.Imm(asm.R7, int32(id), skip),
-		mov(asm.R7, int32(id)),
-		mov(asm.R8, int32(kind)),
-		ja(skip),
+		insn.Mov(asm.R7, int32(id)),
+		insn.Mov(asm.R8, int32(kind)),
+		insn.Ja(skip),
 	)
 }
 
@@ -239,14 +241,14 @@ func (c *compiler) found(id, kind uint32, skip string) {
 func (c *compiler) inlineTable(t *table, skip string) {
 	b := c.b
 	for _, e := range t.entries {
-		miss := b.fresh("miss")
+		miss := b.Fresh("miss")
 		for f := range ir.NumFields {
 			if e.t.Len[f] > 0 {
 				c.compareField(f, e.t.Value[f][:f.Width(c.p.Family)], int(e.t.Len[f]), miss)
 			}
 		}
 		c.found(e.id, e.kind, skip)
-		b.mark(miss)
+		b.Mark(miss)
 	}
 }
 
@@ -254,15 +256,15 @@ func (c *compiler) inlineTable(t *table, skip string) {
 func fieldOff(f ir.Field) int16 {
 	switch f {
 	case ir.FieldSrc:
-		return pktSrc
+		return pkt.Src
 	case ir.FieldDst:
-		return pktDst
+		return pkt.Dst
 	case ir.FieldSport:
-		return pktSport
+		return pkt.Sport
 	case ir.FieldDport:
-		return pktDport
+		return pkt.Dport
 	}
-	return pktProto
+	return pkt.Proto
 }
 
 // wordMask is the host-order mask of the first bits of a 32-bit word.
@@ -281,22 +283,22 @@ func (c *compiler) compareField(f ir.Field, value []byte, bits int, miss string)
 	case ir.FieldSrc, ir.FieldDst:
 		for i := 0; i < len(value)/4 && bits > 32*i; i++ {
 			wb := bits - 32*i
-			b.emit(ld(asm.R1, asm.R6, fieldOff(f)+int16(4*i), asm.Word))
+			b.Emit(insn.Ld(asm.R1, asm.R6, fieldOff(f)+int16(4*i), asm.Word))
 			if wb < 32 {
-				b.emit(asm.And.Imm32(asm.R1, u32(wordMask(wb))))
+				b.Emit(asm.And.Imm32(asm.R1, insn.U32(wordMask(wb))))
 			}
-			b.emit(asm.JNE.Imm32(asm.R1, u32(binary.BigEndian.Uint32(value[4*i:])&wordMask(wb)), miss))
+			b.Emit(asm.JNE.Imm32(asm.R1, insn.U32(binary.BigEndian.Uint32(value[4*i:])&wordMask(wb)), miss))
 		}
 	case ir.FieldSport, ir.FieldDport:
-		b.emit(ld(asm.R1, asm.R6, fieldOff(f), asm.Word))
+		b.Emit(insn.Ld(asm.R1, asm.R6, fieldOff(f), asm.Word))
 		mask := wordMask(16+bits) & 0xffff
 		if bits < 16 {
-			b.emit(asm.And.Imm(asm.R1, int32(mask)))
+			b.Emit(asm.And.Imm(asm.R1, int32(mask)))
 		}
-		b.emit(asm.JNE.Imm(asm.R1, int32(uint32(binary.BigEndian.Uint16(value))&mask), miss))
+		b.Emit(asm.JNE.Imm(asm.R1, int32(uint32(binary.BigEndian.Uint16(value))&mask), miss))
 	case ir.FieldProto:
-		b.emit(
-			ld(asm.R1, asm.R6, pktProto, asm.Byte),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R6, pkt.Proto, asm.Byte),
 			asm.JNE.Imm(asm.R1, int32(value[0]), miss),
 		)
 	}
@@ -318,11 +320,11 @@ func (c *compiler) lookupTable(t *table, skip string) {
 		return
 	}
 	c.lookupKey(t, skip)
-	b.emit(
-		ld(asm.R1, asm.R0, 0, asm.Word),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R0, 0, asm.Word),
 		asm.JGE.Reg(asm.R1, asm.R7, skip),
-		movr(asm.R7, asm.R1),
-		ld(asm.R8, asm.R0, 4, asm.Word),
+		insn.Movr(asm.R7, asm.R1),
+		insn.Ld(asm.R8, asm.R0, 4, asm.Word),
 	)
 	c.maps = append(c.maps, c.mapSpec(t))
 }
@@ -332,9 +334,9 @@ func (c *compiler) lookupTable(t *table, skip string) {
 // skip.
 func (c *compiler) lookupKey(k *table, skip string) {
 	c.storeKey(k)
-	c.b.emit(
-		mapRef(asm.R1, k.name),
-		movr(asm.R2, asm.R6),
+	c.b.Emit(
+		insn.MapRef(asm.R1, k.name),
+		insn.Movr(asm.R2, asm.R6),
 		asm.Add.Imm(asm.R2, pktLookupKey),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, skip),
@@ -349,7 +351,7 @@ func (c *compiler) storeKey(t *table) {
 	base := int16(pktLookupKey)
 	covered := make([]bool, l.size)
 	if t.lpm >= 0 {
-		b.emit(stImm(asm.R6, base, int32(8*(l.size-4)), asm.Word))
+		b.Emit(insn.StImm(asm.R6, base, int32(8*(l.size-4)), asm.Word))
 		for i := range 4 {
 			covered[i] = true
 		}
@@ -362,7 +364,7 @@ func (c *compiler) storeKey(t *table) {
 	}
 	for i, ok := range covered {
 		if !ok {
-			b.emit(stImm(asm.R6, base+int16(i), 0, asm.Byte))
+			b.Emit(insn.StImm(asm.R6, base+int16(i), 0, asm.Byte))
 		}
 	}
 }
@@ -373,18 +375,18 @@ func (c *compiler) storeKey(t *table) {
 func (c *compiler) rangesLookup(t *table, skip string) {
 	b := c.b
 	c.lookupKey(t.rangesKey(), skip)
-	got := b.fresh("run_found")
-	b.emit(ld(asm.R1, asm.R6, fieldOff(ir.Field(t.lpm)), asm.Word))
+	got := b.Fresh("run_found")
+	b.Emit(insn.Ld(asm.R1, asm.R6, fieldOff(ir.Field(t.lpm)), asm.Word))
 	if t.ranges.keyBits > 0 {
-		b.emit(asm.And.Imm(asm.R1, 1<<runBits-1))
+		b.Emit(asm.And.Imm(asm.R1, 1<<runBits-1))
 	}
 	c.searchRuns(0, maxRuns, got)
-	b.mark(got)
-	b.emit(
+	b.Mark(got)
+	b.Emit(
 		asm.JEq.Imm(asm.R2, 0, skip),
 		asm.JGE.Reg(asm.R1, asm.R7, skip),
-		movr(asm.R7, asm.R1),
-		movr(asm.R8, asm.R2),
+		insn.Movr(asm.R7, asm.R1),
+		insn.Movr(asm.R8, asm.R2),
 	)
 	c.maps = append(c.maps, c.mapSpec(t))
 }
@@ -397,20 +399,20 @@ const chainResidualBits = -12
 // bit in chainResidualBits when it holds.
 func (c *compiler) residualBits(t *table) {
 	b := c.b
-	b.emit(stImm(asm.R10, chainResidualBits, 0, asm.Word))
+	b.Emit(insn.StImm(asm.R10, chainResidualBits, 0, asm.Word))
 	for i, k := range t.residuals {
-		fails := b.fresh("residual_fails")
+		fails := b.Fresh("residual_fails")
 		for _, m := range c.residuals[k] {
 			if c.match(nil, m, fails, "") {
 				panic(fmt.Sprintf("codegen: residual match %T drops packets", m))
 			}
 		}
-		b.emit(
-			ld(asm.R1, asm.R10, chainResidualBits, asm.Word),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, chainResidualBits, asm.Word),
 			asm.Or.Imm(asm.R1, 1<<i),
-			st(asm.R10, chainResidualBits, asm.R1, asm.Word),
+			insn.St(asm.R10, chainResidualBits, asm.R1, asm.Word),
 		)
-		b.mark(fails)
+		b.Mark(fails)
 	}
 }
 
@@ -419,26 +421,26 @@ func (c *compiler) residualBits(t *table) {
 func (c *compiler) candidatesLookup(t *table, skip string) {
 	b := c.b
 	c.lookupKey(t, skip)
-	b.emit(ld(asm.R3, asm.R10, chainResidualBits, asm.Word))
+	b.Emit(insn.Ld(asm.R3, asm.R10, chainResidualBits, asm.Word))
 	for i := range maxCandidates {
 		next := skip
 		if i+1 < maxCandidates {
-			next = b.fresh("candidate_fails")
+			next = b.Fresh("candidate_fails")
 		}
 		off := int16(candidateSize * i)
-		b.emit(
-			ld(asm.R2, asm.R0, off+6, asm.Half),
-			movr(asm.R4, asm.R3),
+		b.Emit(
+			insn.Ld(asm.R2, asm.R0, off+6, asm.Half),
+			insn.Movr(asm.R4, asm.R3),
 			asm.And.Reg(asm.R4, asm.R2),
 			asm.JNE.Reg(asm.R4, asm.R2, next),
-			ld(asm.R1, asm.R0, off, asm.Word),
+			insn.Ld(asm.R1, asm.R0, off, asm.Word),
 			asm.JGE.Reg(asm.R1, asm.R7, skip),
-			movr(asm.R7, asm.R1),
-			ld(asm.R8, asm.R0, off+4, asm.Half),
-			ja(skip),
+			insn.Movr(asm.R7, asm.R1),
+			insn.Ld(asm.R8, asm.R0, off+4, asm.Half),
+			insn.Ja(skip),
 		)
 		if next != skip {
-			b.mark(next)
+			b.Mark(next)
 		}
 	}
 	c.maps = append(c.maps, c.mapSpec(t))
@@ -452,21 +454,21 @@ func (c *compiler) candidatesLookup(t *table, skip string) {
 func (c *compiler) searchRuns(lo, n int, got string) {
 	b := c.b
 	if n == 1 {
-		b.emit(
-			ld(asm.R2, asm.R0, int16(runSize*lo+2), asm.Half),
-			ld(asm.R1, asm.R0, int16(runSize*lo+4), asm.Word),
-			ja(got),
+		b.Emit(
+			insn.Ld(asm.R2, asm.R0, int16(runSize*lo+2), asm.Half),
+			insn.Ld(asm.R1, asm.R0, int16(runSize*lo+4), asm.Word),
+			insn.Ja(got),
 		)
 		return
 	}
 	half := n / 2
-	right := b.fresh("runs_above")
-	b.emit(
-		ld(asm.R2, asm.R0, int16(runSize*(lo+half-1)), asm.Half),
+	right := b.Fresh("runs_above")
+	b.Emit(
+		insn.Ld(asm.R2, asm.R0, int16(runSize*(lo+half-1)), asm.Half),
 		asm.JGT.Reg(asm.R1, asm.R2, right),
 	)
 	c.searchRuns(lo, half, got)
-	b.mark(right)
+	b.Mark(right)
 	c.searchRuns(lo+half, n-half, got)
 }
 
@@ -474,20 +476,20 @@ func (c *compiler) searchRuns(lo, n int, got string) {
 // slots have kind 0.
 func (c *compiler) arrayLookup(t *table, skip string) {
 	b := c.b
-	b.emit(
-		ld(asm.R1, asm.R6, fieldOff(ir.Field(t.lpm)), asm.Word),
-		st(asm.R6, pktLookupKey, asm.R1, asm.Word),
-		mapRef(asm.R1, t.name),
-		movr(asm.R2, asm.R6),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R6, fieldOff(ir.Field(t.lpm)), asm.Word),
+		insn.St(asm.R6, pktLookupKey, asm.R1, asm.Word),
+		insn.MapRef(asm.R1, t.name),
+		insn.Movr(asm.R2, asm.R6),
 		asm.Add.Imm(asm.R2, pktLookupKey),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, skip),
-		ld(asm.R2, asm.R0, 4, asm.Word),
+		insn.Ld(asm.R2, asm.R0, 4, asm.Word),
 		asm.JEq.Imm(asm.R2, 0, skip),
-		ld(asm.R1, asm.R0, 0, asm.Word),
+		insn.Ld(asm.R1, asm.R0, 0, asm.Word),
 		asm.JGE.Reg(asm.R1, asm.R7, skip),
-		movr(asm.R7, asm.R1),
-		movr(asm.R8, asm.R2),
+		insn.Movr(asm.R7, asm.R1),
+		insn.Movr(asm.R8, asm.R2),
 	)
 	c.maps = append(c.maps, c.mapSpec(t))
 }
@@ -501,44 +503,44 @@ func (c *compiler) keyField(s slot, bits int, base int16) {
 		for i := range s.size / 4 {
 			wb := bits - 32*i
 			if wb <= 0 {
-				b.emit(stImm(asm.R6, at+int16(4*i), 0, asm.Word))
+				b.Emit(insn.StImm(asm.R6, at+int16(4*i), 0, asm.Word))
 				continue
 			}
-			b.emit(ld(asm.R1, asm.R6, fieldOff(s.field)+int16(4*i), asm.Word))
+			b.Emit(insn.Ld(asm.R1, asm.R6, fieldOff(s.field)+int16(4*i), asm.Word))
 			if wb < 32 {
-				b.emit(asm.And.Imm32(asm.R1, u32(wordMask(wb))))
+				b.Emit(asm.And.Imm32(asm.R1, insn.U32(wordMask(wb))))
 			}
-			b.emit(ntoh(asm.R1, asm.Word), st(asm.R6, at+int16(4*i), asm.R1, asm.Word))
+			b.Emit(insn.Ntoh(asm.R1, asm.Word), insn.St(asm.R6, at+int16(4*i), asm.R1, asm.Word))
 		}
 	case ir.FieldSport, ir.FieldDport:
-		b.emit(ld(asm.R1, asm.R6, fieldOff(s.field), asm.Word))
+		b.Emit(insn.Ld(asm.R1, asm.R6, fieldOff(s.field), asm.Word))
 		if bits < 16 {
-			b.emit(asm.And.Imm(asm.R1, int32(wordMask(16+bits)&0xffff)))
+			b.Emit(asm.And.Imm(asm.R1, int32(wordMask(16+bits)&0xffff)))
 		}
-		b.emit(ntoh(asm.R1, asm.Half), st(asm.R6, at, asm.R1, asm.Half))
+		b.Emit(insn.Ntoh(asm.R1, asm.Half), insn.St(asm.R6, at, asm.R1, asm.Half))
 	case ir.FieldProto:
-		b.emit(ld(asm.R1, asm.R6, pktProto, asm.Byte), st(asm.R6, at, asm.R1, asm.Byte))
+		b.Emit(insn.Ld(asm.R1, asm.R6, pkt.Proto, asm.Byte), insn.St(asm.R6, at, asm.R1, asm.Byte))
 	}
 }
 
 // countReg adds the packet to the counters of the rule whose ID is in
 // reg.
 func (c *compiler) countReg(reg asm.Register) {
-	done := c.b.fresh("counted")
-	c.b.emit(
-		st(asm.R10, chainKey, reg, asm.Word),
-		movr(asm.R2, asm.R10),
+	done := c.b.Fresh("counted")
+	c.b.Emit(
+		insn.St(asm.R10, chainKey, reg, asm.Word),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, chainKey),
-		mapRef(asm.R1, CountersMap),
+		insn.MapRef(asm.R1, CountersMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, done),
-		ld(asm.R1, asm.R0, 0, asm.DWord),
+		insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
 		asm.Add.Imm(asm.R1, 1),
-		st(asm.R0, 0, asm.R1, asm.DWord),
-		ld(asm.R1, asm.R6, pktBytes, asm.Word),
-		ld(asm.R2, asm.R0, 8, asm.DWord),
+		insn.St(asm.R0, 0, asm.R1, asm.DWord),
+		insn.Ld(asm.R1, asm.R6, pkt.Bytes, asm.Word),
+		insn.Ld(asm.R2, asm.R0, 8, asm.DWord),
 		asm.Add.Reg(asm.R2, asm.R1),
-		st(asm.R0, 8, asm.R2, asm.DWord),
+		insn.St(asm.R0, 8, asm.R2, asm.DWord),
 	)
-	c.b.mark(done)
+	c.b.Mark(done)
 }

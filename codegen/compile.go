@@ -7,6 +7,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -24,7 +26,7 @@ type compiler struct {
 	// dynptr is the stack slot of the bpf_dynptr over the packet in the
 	// function being emitted (netfilter stage).
 	dynptr int16
-	b      *builder // where code goes now
+	b      *insn.Builder // where code goes now
 	errs   rules.ErrorList
 
 	// ifaces are the interface patterns looked up in IfacesMap, indexed
@@ -40,7 +42,7 @@ type compiler struct {
 	// the socket's IDs (logRecordSize).
 	logUID bool
 	// optKinds are the TCP option kinds rules test, indexed by their bit
-	// in pktTCPOpts.
+	// in pkt.TCPOpts.
 	optKinds []uint8
 	// segments are the symbols of each chain's functions, in order.
 	segments [][]string
@@ -131,12 +133,12 @@ func (c *compiler) program() (_ asm.Instructions, err error) {
 	if c.inlined, err = c.inlineChains(); err != nil {
 		return nil, err
 	}
-	chains := make([]*builder, len(c.p.Chains))
+	chains := make([]*insn.Builder, len(c.p.Chains))
 	for _, ci := range c.calleesFirst() {
 		if c.inlined[ci] {
 			continue
 		}
-		chains[ci] = root.sub()
+		chains[ci] = root.Sub()
 		c.b = chains[ci]
 		c.chain(ci)
 	}
@@ -147,7 +149,7 @@ func (c *compiler) program() (_ asm.Instructions, err error) {
 	c.main()
 	for _, cb := range chains {
 		if cb != nil {
-			root.splice(cb)
+			root.Splice(cb)
 		}
 	}
 	if c.hook == HookSkLookup {
@@ -165,7 +167,7 @@ func (c *compiler) program() (_ asm.Instructions, err error) {
 	if len(c.hashTables()) > 0 {
 		c.hashSweep()
 	}
-	return root.finish()
+	return root.Finish()
 }
 
 // calleesFirst orders the chains so that every chain comes after the
@@ -279,38 +281,38 @@ func (c *compiler) main() {
 		return
 	}
 	b := c.b
-	b.function(c.funcMain(), "parse the packet, run chain %s, record the decision", c.p.Chains[0].Name)
-	b.emit(movr(asm.R6, asm.R1))
+	b.Function(c.funcMain(), "parse the packet, run chain %s, record the decision", c.p.Chains[0].Name)
+	b.Emit(insn.Movr(asm.R6, asm.R1))
 	for off := c.mainPkt(); off < 0; off += 8 {
-		b.emit(stImm(asm.R10, off, 0, asm.DWord))
+		b.Emit(insn.StImm(asm.R10, off, 0, asm.DWord))
 	}
 	if c.parseInlined() {
-		b.emit(movr(asm.R7, asm.R10), asm.Add.Imm(asm.R7, int32(c.mainPkt())))
+		b.Emit(insn.Movr(asm.R7, asm.R10), asm.Add.Imm(asm.R7, int32(c.mainPkt())))
 		c.parseBody()
-		b.mark(symParseDone)
+		b.Mark(symParseDone)
 		if c.hasRecent {
 			// It shares its bytes with parse's slots: see mainPkt.
-			b.emit(stImm(asm.R10, c.mainPkt()+c.pktRecentNow(), 0, asm.DWord))
+			b.Emit(insn.StImm(asm.R10, c.mainPkt()+c.pktRecentNow(), 0, asm.DWord))
 		}
 	} else {
-		b.emit(
-			movr(asm.R1, asm.R6),
-			movr(asm.R2, asm.R10),
+		b.Emit(
+			insn.Movr(asm.R1, asm.R6),
+			insn.Movr(asm.R2, asm.R10),
 			asm.Add.Imm(asm.R2, int32(c.mainPkt())),
-			call(symParse),
+			insn.Call(symParse),
 		)
 	}
-	b.emit(
-		mov(asm.R8, 0),
+	b.Emit(
+		insn.Mov(asm.R8, 0),
 		asm.JEq.Imm(asm.R0, parseOK, symMainChain),
-		mov(asm.R7, SkippedNotIP),
-		mov(asm.R9, c.hook.pass()),
+		insn.Mov(asm.R7, SkippedNotIP),
+		insn.Mov(asm.R9, c.hook.pass()),
 		asm.JEq.Imm(asm.R0, parseNotIP, symMainEnd),
-		mov(asm.R7, SkippedInvalid),
-		mov(asm.R9, c.hook.drop()),
-		ja(symMainEnd),
+		insn.Mov(asm.R7, SkippedInvalid),
+		insn.Mov(asm.R9, c.hook.drop()),
+		insn.Ja(symMainEnd),
 	)
-	b.mark(symMainChain)
+	b.Mark(symMainChain)
 	c.mainChains()
 }
 
@@ -320,11 +322,11 @@ func (c *compiler) main() {
 func (c *compiler) mainChains() {
 	b := c.b
 	if c.p.Forward && c.hook != HookSkLookup && c.hook != HookNetfilter {
-		b.note("ip_forward drops a packet with TTL (hop limit) 1 or less before FORWARD: it passes, to be dropped there")
-		b.emit(
-			ld(asm.R1, asm.R10, c.mainPkt()+pktTTL, asm.Byte),
-			mov(asm.R7, TTLExpired),
-			mov(asm.R9, c.hook.pass()),
+		b.Note("ip_forward drops a packet with TTL (hop limit) 1 or less before FORWARD: it passes, to be dropped there")
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, c.mainPkt()+pkt.TTL, asm.Byte),
+			insn.Mov(asm.R7, TTLExpired),
+			insn.Mov(asm.R9, c.hook.pass()),
 			asm.JLE.Imm(asm.R1, 1, symMainEnd),
 		)
 	}
@@ -334,9 +336,9 @@ func (c *compiler) mainChains() {
 		c.fragmentGate()
 	} else if c.defers() {
 		// Without the gate, every fragment is of class U.
-		b.emit(
-			ld(asm.R1, asm.R10, c.mainPkt()+pktFlags, asm.Byte),
-			asm.JSet.Imm(asm.R1, flagFragment, symDeferred),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, c.mainPkt()+pkt.Flags, asm.Byte),
+			asm.JSet.Imm(asm.R1, pkt.FlagFragment, symDeferred),
 		)
 	}
 	if c.defers() {
@@ -344,92 +346,92 @@ func (c *compiler) mainChains() {
 	}
 	c.rejectForgetCall()
 	if c.ct {
-		b.emit(
-			movr(asm.R1, asm.R6),
-			movr(asm.R2, asm.R10),
+		b.Emit(
+			insn.Movr(asm.R1, asm.R6),
+			insn.Movr(asm.R2, asm.R10),
 			asm.Add.Imm(asm.R2, int32(c.mainPkt())),
-			call(symCTState),
-			st(asm.R10, c.mainPkt()+pktCTState, asm.R0, asm.Byte),
+			insn.Call(symCTState),
+			insn.St(asm.R10, c.mainPkt()+pkt.CTState, asm.R0, asm.Byte),
 		)
 	}
 	if c.entry != nil {
-		b.note("chain %s, in main", c.p.Chains[0].Name)
+		b.Note("chain %s, in main", c.p.Chains[0].Name)
 		// LOG reads the context at chainCtx, and REJECT wants it back
 		// in r6: the chain's code, like a chain function's, keeps r6
 		// for the packet.
 		if c.log || len(c.rejects) > 0 {
-			b.emit(st(asm.R10, chainCtx, asm.R6, asm.DWord))
+			b.Emit(insn.St(asm.R10, chainCtx, asm.R6, asm.DWord))
 		}
-		b.emit(movr(asm.R6, asm.R10), asm.Add.Imm(asm.R6, int32(c.mainPkt())))
-		b.emit(c.entry...)
-		b.mark(symEntryDone)
+		b.Emit(insn.Movr(asm.R6, asm.R10), asm.Add.Imm(asm.R6, int32(c.mainPkt())))
+		b.Emit(c.entry...)
+		b.Mark(symEntryDone)
 		if len(c.rejects) > 0 {
-			b.emit(ld(asm.R6, asm.R10, chainCtx, asm.DWord))
+			b.Emit(insn.Ld(asm.R6, asm.R10, chainCtx, asm.DWord))
 		}
-		b.emit(
+		b.Emit(
 			asm.JEq.Imm(asm.R0, codeContinue, "entry_policy"),
 			asm.JNE.Imm(asm.R0, codeReturn, "ruled"),
 		)
 		// The policy's decision names no rule: r8 is 0 again.
-		b.mark("entry_policy")
-		b.emit(mov(asm.R8, 0))
+		b.Mark("entry_policy")
+		b.Emit(insn.Mov(asm.R8, 0))
 	} else {
 		c.callChain(0, asm.R10, int32(c.mainPkt()), "policy", "ruled")
 	}
-	b.mark("policy")
-	b.note("policy %s of chain %s", c.p.Chains[0].Policy, c.p.Chains[0].Name)
-	c.count(len(c.p.Rules), asm.R10, c.mainPkt()+pktBytes, c.mainKey())
+	b.Mark("policy")
+	b.Note("policy %s of chain %s", c.p.Chains[0].Policy, c.p.Chains[0].Name)
+	c.count(len(c.p.Rules), asm.R10, c.mainPkt()+pkt.Bytes, c.mainKey())
 	policy, decided := c.hook.pass(), symMainEnd
 	if c.p.Chains[0].Policy == rules.PolicyDrop {
 		policy = c.hook.drop()
 	} else if c.hook == HookSkLookup {
 		decided = symSteerStatement
 	}
-	b.emit(
-		mov(asm.R7, DecidedByPolicy),
-		mov(asm.R9, policy),
-		ja(decided),
+	b.Emit(
+		insn.Mov(asm.R7, DecidedByPolicy),
+		insn.Mov(asm.R9, policy),
+		insn.Ja(decided),
 	)
-	b.mark("ruled")
+	b.Mark("ruled")
 	accepted := symMainEnd
 	if c.hook == HookSkLookup {
 		accepted = symSteer // an ACCEPT, or a TPROXY to steer
 	}
-	b.emit(
-		movr(asm.R8, asm.R0),
+	b.Emit(
+		insn.Movr(asm.R8, asm.R0),
 		asm.RSh.Imm(asm.R8, codeShift),
 		asm.And.Imm(asm.R0, codeMask),
-		mov(asm.R7, DecidedByRule),
-		mov(asm.R9, c.hook.pass()),
+		insn.Mov(asm.R7, DecidedByRule),
+		insn.Mov(asm.R9, c.hook.pass()),
 		asm.JEq.Imm(asm.R0, codeAccept, accepted),
-		mov(asm.R9, c.hook.drop()),
+		insn.Mov(asm.R9, c.hook.drop()),
 	)
 	if len(c.rejects) > 0 {
-		b.emit(asm.JEq.Imm(asm.R0, codeDrop, "ruled_drop"))
+		b.Emit(asm.JEq.Imm(asm.R0, codeDrop, "ruled_drop"))
 	} else {
-		b.emit(asm.JEq.Imm(asm.R0, codeDrop, symMainEnd))
+		b.Emit(asm.JEq.Imm(asm.R0, codeDrop, symMainEnd))
 	}
-	b.emit(mov(asm.R7, Hotdrop))
+	b.Emit(insn.Mov(asm.R7, Hotdrop))
 	if len(c.rejects) > 0 {
-		b.emit(ja(symMainEnd))
+		b.Emit(insn.Ja(symMainEnd))
 		c.rejectDecided()
 	}
-	b.mark(symMainEnd)
+	b.Mark(symMainEnd)
 	if c.trace {
-		b.emit(
-			stImm(asm.R10, c.mainKey(), 0, asm.Word),
-			movr(asm.R2, asm.R10),
+		b.Emit(
+			insn.StImm(asm.R10, c.mainKey(), 0, asm.Word),
+			insn.Movr(asm.R2, asm.R10),
 			asm.Add.Imm(asm.R2, int32(c.mainKey())),
-			mapRef(asm.R1, DecisionMap),
+			insn.MapRef(asm.R1, DecisionMap),
 			asm.FnMapLookupElem.Call(),
 			asm.JEq.Imm(asm.R0, 0, "verdict"),
-			st(asm.R0, 0, asm.R8, asm.Word),
-			st(asm.R0, 4, asm.R7, asm.Word),
+			insn.St(asm.R0, 0, asm.R8, asm.Word),
+			insn.St(asm.R0, 4, asm.R7, asm.Word),
 		)
 	}
-	b.mark("verdict")
-	b.emit(
-		movr(asm.R0, asm.R9),
+	b.Mark("verdict")
+	b.Emit(
+		insn.Movr(asm.R0, asm.R9),
 		asm.Return(),
 	)
 	if c.hook == HookSkLookup {
@@ -444,64 +446,64 @@ func (c *compiler) mainChains() {
 func code(r *ir.Rule, kind int32) int32 { return int32(r.ID)<<codeShift | kind }
 
 // count adds the packet to counters[id]: the packet's length is at
-// pkt+lenOff, and key is a free stack slot for the map key.
-func (c *compiler) count(id int, pkt asm.Register, lenOff int16, key int16) {
-	done := c.b.fresh("counted")
-	c.b.emit(
-		stImm(asm.R10, key, int32(id), asm.Word),
-		movr(asm.R2, asm.R10),
+// frame+lenOff, and key is a free stack slot for the map key.
+func (c *compiler) count(id int, frame asm.Register, lenOff int16, key int16) {
+	done := c.b.Fresh("counted")
+	c.b.Emit(
+		insn.StImm(asm.R10, key, int32(id), asm.Word),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, int32(key)),
-		mapRef(asm.R1, CountersMap),
+		insn.MapRef(asm.R1, CountersMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, done),
-		ld(asm.R1, asm.R0, 0, asm.DWord),
+		insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
 		asm.Add.Imm(asm.R1, 1),
-		st(asm.R0, 0, asm.R1, asm.DWord),
-		ld(asm.R1, pkt, lenOff, asm.Word),
-		ld(asm.R2, asm.R0, 8, asm.DWord),
+		insn.St(asm.R0, 0, asm.R1, asm.DWord),
+		insn.Ld(asm.R1, frame, lenOff, asm.Word),
+		insn.Ld(asm.R2, asm.R0, 8, asm.DWord),
 		asm.Add.Reg(asm.R2, asm.R1),
-		st(asm.R0, 8, asm.R2, asm.DWord),
+		insn.St(asm.R0, 8, asm.R2, asm.DWord),
 	)
-	c.b.mark(done)
+	c.b.Mark(done)
 }
 
 // callChain calls the segments of chain ci with the parsed packet at
-// pkt+off: it goes on to done when the chain ends or returns, and to
+// frame+off: it goes on to done when the chain ends or returns, and to
 // decided, with the code in r0, when it decides; an empty decided returns
 // the code to the caller.
-func (c *compiler) callChain(ci int, pkt asm.Register, off int32, done, decided string) {
+func (c *compiler) callChain(ci int, frame asm.Register, off int32, done, decided string) {
 	b := c.b
 	segs := c.segments[ci]
 	for k, seg := range segs {
-		b.emit(movr(asm.R1, pkt))
+		b.Emit(insn.Movr(asm.R1, frame))
 		if off != 0 {
-			b.emit(asm.Add.Imm(asm.R1, off))
+			b.Emit(asm.Add.Imm(asm.R1, off))
 		}
 		if c.log {
 			// The context: in r6 in main, whose packet is on its stack;
 			// at chainCtx in a chain function.
-			if pkt == asm.R10 {
-				b.emit(movr(asm.R2, asm.R6))
+			if frame == asm.R10 {
+				b.Emit(insn.Movr(asm.R2, asm.R6))
 			} else {
-				b.emit(ld(asm.R2, asm.R10, chainCtx, asm.DWord))
+				b.Emit(insn.Ld(asm.R2, asm.R10, chainCtx, asm.DWord))
 			}
 		}
 		next := done
 		if k+1 < len(segs) {
-			next = b.fresh("after_" + seg)
+			next = b.Fresh("after_" + seg)
 		}
-		b.emit(
-			call(seg),
+		b.Emit(
+			insn.Call(seg),
 			asm.JEq.Imm(asm.R0, codeContinue, next),
 			asm.JEq.Imm(asm.R0, codeReturn, done),
 		)
 		if decided == "" {
-			b.emit(asm.Return())
+			b.Emit(asm.Return())
 		} else {
-			b.emit(ja(decided))
+			b.Emit(insn.Ja(decided))
 		}
 		if k+1 < len(segs) {
-			b.mark(next)
+			b.Mark(next)
 		}
 	}
 }
@@ -529,22 +531,22 @@ func (c *compiler) chain(ci int) {
 	for _, u := range c.units(ch.Rules) {
 		// Where a failing match goes: the next rule, or the end of the
 		// segment when the next rule starts another.
-		rb := root.sub()
+		rb := root.Sub()
 		c.b = rb
 		next := c.unit(u)
 		c.b = root
-		n := branches(rb.insns)
+		n := insn.Branches(rb.Code())
 		if inSegment > 0 && inSegment+n > maxSegmentBranches {
 			// The rule starts the next segment: this one ends here.
-			root.emit(mov(asm.R0, codeContinue), asm.Return())
+			root.Emit(insn.Mov(asm.R0, codeContinue), asm.Return())
 			c.segment(ci)
 			inSegment = 0
 		}
-		root.splice(rb)
-		root.mark(next)
+		root.Splice(rb)
+		root.Mark(next)
 		inSegment += n
 	}
-	root.emit(mov(asm.R0, codeContinue), asm.Return())
+	root.Emit(insn.Mov(asm.R0, codeContinue), asm.Return())
 }
 
 // segment starts the next function of chain ci.
@@ -557,33 +559,33 @@ func (c *compiler) segment(ci int) {
 	fn := c.funcChain(sym)
 	switch {
 	case k > 0:
-		b.function(fn, "chain %s, part %d", ch.Name, k+1)
+		b.Function(fn, "chain %s, part %d", ch.Name, k+1)
 	case ci == 0:
-		b.function(fn, "chain %s, policy %s", ch.Name, ch.Policy)
+		b.Function(fn, "chain %s, policy %s", ch.Name, ch.Policy)
 	default:
-		b.function(fn, "chain %s", ch.Name)
+		b.Function(fn, "chain %s", ch.Name)
 	}
 	// A global function's pointer argument may be NULL as far as the
 	// verifier knows.
 	body := sym + "_rules"
 	if c.log {
-		b.emit(st(asm.R10, chainCtx, asm.R2, asm.DWord))
+		b.Emit(insn.St(asm.R10, chainCtx, asm.R2, asm.DWord))
 	}
-	b.emit(
-		movr(asm.R6, asm.R1),
+	b.Emit(
+		insn.Movr(asm.R6, asm.R1),
 		asm.JNE.Imm(asm.R6, 0, body),
-		mov(asm.R0, codeContinue),
+		insn.Mov(asm.R0, codeContinue),
 		asm.Return(),
 	)
-	b.mark(body)
+	b.Mark(body)
 }
 
 // rule emits one rule: its matches, which jump to next when one fails, the
 // counter, and the action.
 func (c *compiler) rule(r *ir.Rule, next string) {
 	b := c.b
-	b.mark(ruleLabel(r))
-	b.note("%s -A %s %s", linePos(r.Pos), c.p.Chains[r.Chain].Name, r.Text)
+	b.Mark(ruleLabel(r))
+	b.Note("%s -A %s %s", linePos(r.Pos), c.p.Chains[r.Chain].Name, r.Text)
 	hotdrop := ruleLabel(r) + "_hotdrop"
 	usesHotdrop := false
 	for _, m := range r.Matches {
@@ -591,21 +593,21 @@ func (c *compiler) rule(r *ir.Rule, next string) {
 			usesHotdrop = true
 		}
 	}
-	c.count(r.ID, asm.R6, pktBytes, chainKey)
+	c.count(r.ID, asm.R6, pkt.Bytes, chainKey)
 	fallsThrough := false
 	switch a := r.Action.(type) {
 	case ir.Accept:
-		b.emit(mov(asm.R0, code(r, codeAccept)), asm.Return())
+		b.Emit(insn.Mov(asm.R0, code(r, codeAccept)), asm.Return())
 	case ir.Drop, ir.Reject:
 		// main sends a REJECT rule's reply (rejectDecided); the netfilter
 		// stage cannot, and counts the packet it drops instead.
 		if _, ok := a.(ir.Reject); ok && c.hook == HookStage {
 			c.stageCount(StageRejectDropped, chainKey)
 		}
-		b.emit(mov(asm.R0, code(r, codeDrop)), asm.Return())
+		b.Emit(insn.Mov(asm.R0, code(r, codeDrop)), asm.Return())
 	case ir.TProxy:
 		// main finds the rule's socket in TargetsMap and SocketsMap.
-		b.emit(mov(asm.R0, code(r, codeAccept)), asm.Return())
+		b.Emit(insn.Mov(asm.R0, code(r, codeAccept)), asm.Return())
 	case ir.Return:
 		c.chainReturn()
 	case ir.Jump:
@@ -625,7 +627,7 @@ func (c *compiler) rule(r *ir.Rule, next string) {
 		} else {
 			c.callChain(a.Chain, asm.R6, 0, done, "")
 		}
-		b.mark(done)
+		b.Mark(done)
 		c.chainReturn()
 	case ir.Log:
 		c.logEvent(r)
@@ -637,9 +639,9 @@ func (c *compiler) rule(r *ir.Rule, next string) {
 	}
 	if usesHotdrop {
 		if fallsThrough {
-			b.emit(ja(next))
+			b.Emit(insn.Ja(next))
 		}
-		b.mark(hotdrop)
-		b.emit(mov(asm.R0, code(r, codeHotdrop)), asm.Return())
+		b.Mark(hotdrop)
+		b.Emit(insn.Mov(asm.R0, code(r, codeHotdrop)), asm.Return())
 	}
 }

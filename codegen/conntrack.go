@@ -9,6 +9,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -120,7 +122,7 @@ func kfuncCall(name string) asm.Instruction {
 // ldField loads the field f of the kernel struct at src+0 into dst;
 // KernelSpec sets the offset.
 func ldField(dst, src asm.Register, f fieldRef, size asm.Size) asm.Instruction {
-	ins := ld(dst, src, 0, size)
+	ins := insn.Ld(dst, src, 0, size)
 	ins.Metadata.Set(kernelField{}, f)
 	return ins
 }
@@ -279,103 +281,103 @@ func (c *compiler) ctState() {
 		return
 	}
 	b := c.b
-	b.function(c.funcCtxPkt(symCTState), "conntrack state of the packet at r2: the kernel's conntrack table, or what nf_conntrack_in makes of a packet it has no entry for")
-	b.emit(
-		movr(asm.R6, asm.R1),
-		movr(asm.R7, asm.R2),
+	b.Function(c.funcCtxPkt(symCTState), "conntrack state of the packet at r2: the kernel's conntrack table, or what nf_conntrack_in makes of a packet it has no entry for")
+	b.Emit(
+		insn.Movr(asm.R6, asm.R1),
+		insn.Movr(asm.R7, asm.R2),
 		asm.JNE.Imm(asm.R7, 0, "ct_pkt"),
 	)
-	b.mark("ct_unknown")
-	b.emit(mov(asm.R0, ctStateUnknown), asm.Return())
-	b.mark("ct_invalid")
-	b.emit(mov(asm.R0, ctStateInvalid), asm.Return())
-	b.mark("ct_new")
-	b.emit(mov(asm.R0, ctStateNew), asm.Return())
-	b.mark("ct_pkt")
+	b.Mark("ct_unknown")
+	b.Emit(insn.Mov(asm.R0, ctStateUnknown), asm.Return())
+	b.Mark("ct_invalid")
+	b.Emit(insn.Mov(asm.R0, ctStateInvalid), asm.Return())
+	b.Mark("ct_new")
+	b.Emit(insn.Mov(asm.R0, ctStateNew), asm.Return())
+	b.Mark("ct_pkt")
 	for off := int16(ctPorts); off < 0; off += 8 {
-		b.emit(stImm(asm.R10, off, 0, asm.DWord))
+		b.Emit(insn.StImm(asm.R10, off, 0, asm.DWord))
 	}
-	b.note("class U, which the netfilter stage decides: broken extension headers, fragments, protocols other than TCP and UDP")
-	b.emit(
-		ld(asm.R1, asm.R7, pktFlags, asm.Byte),
-		asm.JSet.Imm(asm.R1, flagBadExtHeaders|flagFragment, "ct_unknown"),
-		ld(asm.R8, asm.R7, pktL4Len, asm.Word),
-		ld(asm.R1, asm.R7, pktProto, asm.Byte),
+	b.Note("class U, which the netfilter stage decides: broken extension headers, fragments, protocols other than TCP and UDP")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R7, pkt.Flags, asm.Byte),
+		asm.JSet.Imm(asm.R1, pkt.FlagBadExtHeaders|pkt.FlagFragment, "ct_unknown"),
+		insn.Ld(asm.R8, asm.R7, pkt.L4Len, asm.Word),
+		insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte),
 		asm.JEq.Imm(asm.R1, protoTCP, "ct_tcp"),
 		asm.JEq.Imm(asm.R1, protoUDP, "ct_udp"),
-		ja("ct_unknown"),
+		insn.Ja("ct_unknown"),
 	)
 
-	b.mark("ct_tcp")
-	b.note("tcp_error: header length and tcp_valid_flags")
-	b.emit(
+	b.Mark("ct_tcp")
+	b.Note("tcp_error: header length and tcp_valid_flags")
+	b.Emit(
 		asm.JLT.Imm(asm.R8, 20, "ct_invalid"),
-		ld(asm.R1, asm.R7, pktFlags, asm.Byte),
-		asm.JSet.Imm(asm.R1, flagTCPOptsTruncated, "ct_invalid"),
-		ld(asm.R8, asm.R7, pktTCPFlags, asm.Byte),
+		insn.Ld(asm.R1, asm.R7, pkt.Flags, asm.Byte),
+		asm.JSet.Imm(asm.R1, pkt.FlagTCPOptsTruncated, "ct_invalid"),
+		insn.Ld(asm.R8, asm.R7, pkt.TCPFlags, asm.Byte),
 		asm.And.Imm(asm.R8, 0x37), // FIN SYN RST ACK URG
 	)
 	for _, f := range []int32{0x02, 0x22, 0x12, 0x04, 0x14, 0x11, 0x31, 0x10, 0x30} {
-		b.emit(asm.JEq.Imm(asm.R8, f, "ct_tcp_valid"))
+		b.Emit(asm.JEq.Imm(asm.R8, f, "ct_tcp_valid"))
 	}
-	b.emit(ja("ct_invalid"))
-	b.mark("ct_tcp_valid")
+	b.Emit(insn.Ja("ct_invalid"))
+	b.Mark("ct_tcp_valid")
 	c.ctPacketTuple()
 	c.ctLookup(protoTCP, "ct_tcp_found")
-	b.note("no entry: tcp_new starts a connection with a SYN, picks one up with an ACK when nf_conntrack_tcp_loose")
+	b.Note("no entry: tcp_new starts a connection with a SYN, picks one up with an ACK when nf_conntrack_tcp_loose")
 	for _, f := range []int32{0x02, 0x22} {
-		b.emit(asm.JEq.Imm(asm.R8, f, "ct_new"))
+		b.Emit(asm.JEq.Imm(asm.R8, f, "ct_new"))
 	}
 	for _, f := range []int32{0x10, 0x30} {
-		b.emit(asm.JEq.Imm(asm.R8, f, "ct_tcp_pickup"))
+		b.Emit(asm.JEq.Imm(asm.R8, f, "ct_tcp_pickup"))
 	}
-	b.emit(ja("ct_invalid"))
-	b.mark("ct_tcp_pickup")
+	b.Emit(insn.Ja("ct_invalid"))
+	b.Mark("ct_tcp_pickup")
 	c.ctTCPLoose()
-	b.emit(
+	b.Emit(
 		asm.JNE.Imm(asm.R1, 0, "ct_new"),
-		ja("ct_invalid"),
+		insn.Ja("ct_invalid"),
 	)
 
-	b.mark("ct_udp")
-	b.note("udp_error: the length field")
-	b.emit(
+	b.Mark("ct_udp")
+	b.Note("udp_error: the length field")
+	b.Emit(
 		asm.JLT.Imm(asm.R8, 8, "ct_invalid"),
-		movr(asm.R1, asm.R6),
-		ld(asm.R2, asm.R7, pktL4Off, asm.Half),
+		insn.Movr(asm.R1, asm.R6),
+		insn.Ld(asm.R2, asm.R7, pkt.L4Off, asm.Half),
 	)
 	c.load(asm.R10, ctPorts, 8, "ct_invalid")
-	b.emit(
-		ld(asm.R1, asm.R10, ctPorts+4, asm.Half),
-		ntoh(asm.R1, asm.Half),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, ctPorts+4, asm.Half),
+		insn.Ntoh(asm.R1, asm.Half),
 		asm.JLT.Imm(asm.R1, 8, "ct_invalid"),
 		asm.JGT.Reg(asm.R1, asm.R8, "ct_invalid"),
 	)
 	c.ctPacketTuple()
 	c.ctLookup(protoUDP, "ct_found")
-	b.emit(ja("ct_new"))
+	b.Emit(insn.Ja("ct_new"))
 
-	b.mark("ct_found")
-	b.note("an entry (resolve_normal_ct): a reply, or seen a reply, is established; expected is related; else new")
-	b.emit(
-		movr(asm.R9, asm.R0),
-		mov(asm.R8, ctStateEstab),
-		ld(asm.R1, asm.R10, ctOpts+ctOptsDir, asm.Byte),
+	b.Mark("ct_found")
+	b.Note("an entry (resolve_normal_ct): a reply, or seen a reply, is established; expected is related; else new")
+	b.Emit(
+		insn.Movr(asm.R9, asm.R0),
+		insn.Mov(asm.R8, ctStateEstab),
+		insn.Ld(asm.R1, asm.R10, ctOpts+ctOptsDir, asm.Byte),
 		asm.JEq.Imm(asm.R1, ipCTDirReply, "ct_release"),
 		ldField(asm.R1, asm.R9, nfConnStatus, asm.DWord),
 		asm.JSet.Imm(asm.R1, ipsSeenReply, "ct_release"),
-		mov(asm.R8, ctStateRelated),
+		insn.Mov(asm.R8, ctStateRelated),
 		asm.JSet.Imm(asm.R1, ipsExpected, "ct_release"),
-		mov(asm.R8, ctStateNew),
+		insn.Mov(asm.R8, ctStateNew),
 	)
-	b.emit(ja("ct_release"))
+	b.Emit(insn.Ja("ct_release"))
 	c.ctTCPFound()
 
-	b.mark("ct_release")
-	b.emit(
-		movr(asm.R1, asm.R9),
+	b.Mark("ct_release")
+	b.Emit(
+		insn.Movr(asm.R1, asm.R9),
 		kfuncCall(kfuncRelease),
-		movr(asm.R0, asm.R8),
+		insn.Movr(asm.R0, asm.R8),
 		asm.Return(),
 	)
 	c.ctSackCallback()
@@ -398,16 +400,16 @@ var (
 // comes: without an entry there is no nf_conn to find the namespace from.
 func (c *compiler) ctTCPLoose() {
 	b := c.b
-	b.emit(movr(asm.R1, asm.R6), kfuncCall(kfuncCastKernCtx))
+	b.Emit(insn.Movr(asm.R1, asm.R6), kfuncCall(kfuncCastKernCtx))
 	if c.hook.tc() {
-		b.emit(ldField(asm.R1, asm.R0, skbDev, asm.DWord))
+		b.Emit(ldField(asm.R1, asm.R0, skbDev, asm.DWord))
 	} else {
-		b.emit(
+		b.Emit(
 			ldField(asm.R1, asm.R0, xdpBuffRxq, asm.DWord),
 			ldField(asm.R1, asm.R1, xdpRxqDev, asm.DWord),
 		)
 	}
-	b.emit(
+	b.Emit(
 		ldField(asm.R1, asm.R1, netDeviceNet, asm.DWord),
 		ldField(asm.R1, asm.R1, netTCPLoose, asm.Byte),
 	)
@@ -421,9 +423,9 @@ func (c *compiler) ctTCPLoose() {
 // as ESTABLISHED and RELATED.
 func (c *compiler) ctStateEgress() {
 	b := c.b
-	b.function(c.funcCtxPkt(symCTState), "conntrack state of the packet: skb->_nfct, which conntrack set before the packet left")
+	b.Function(c.funcCtxPkt(symCTState), "conntrack state of the packet: skb->_nfct, which conntrack set before the packet left")
 	// bpf_cast_to_kern_ctx: the sk_buff behind the context.
-	b.emit(kfuncCall(kfuncCastKernCtx))
+	b.Emit(kfuncCall(kfuncCastKernCtx))
 	c.ctStateNfct()
 }
 
@@ -433,31 +435,31 @@ func (c *compiler) ctStateEgress() {
 func (c *compiler) ctStateNfct() {
 	b := c.b
 	nat := c.hook == HookNetfilter && c.p.TestsNAT()
-	b.emit(ldField(asm.R1, asm.R0, skbNfct, asm.DWord))
+	b.Emit(ldField(asm.R1, asm.R0, skbNfct, asm.DWord))
 	if nat {
-		b.emit(st(asm.R10, ctNfct, asm.R1, asm.DWord))
+		b.Emit(insn.St(asm.R10, ctNfct, asm.R1, asm.DWord))
 	}
-	b.emit(
-		mov(asm.R0, ctStateInvalid),
+	b.Emit(
+		insn.Mov(asm.R0, ctStateInvalid),
 		asm.JEq.Imm(asm.R1, 0, "ct_egress_done"),
 		asm.And.Imm(asm.R1, nfctInfoMask),
-		mov(asm.R0, ctStateEstab),
+		insn.Mov(asm.R0, ctStateEstab),
 		asm.JEq.Imm(asm.R1, ipCTEstablished, "ct_egress_done"),
 		asm.JEq.Imm(asm.R1, ipCTEstablishedReply, "ct_egress_done"),
-		mov(asm.R0, ctStateRelated),
+		insn.Mov(asm.R0, ctStateRelated),
 		asm.JEq.Imm(asm.R1, ipCTRelated, "ct_egress_done"),
 		asm.JEq.Imm(asm.R1, ipCTRelatedReply, "ct_egress_done"),
-		mov(asm.R0, ctStateNew),
+		insn.Mov(asm.R0, ctStateNew),
 		asm.JEq.Imm(asm.R1, ipCTNew, "ct_egress_done"),
-		mov(asm.R0, ctStateUntracked),
+		insn.Mov(asm.R0, ctStateUntracked),
 		asm.JEq.Imm(asm.R1, ipCTUntracked, "ct_egress_done"),
-		mov(asm.R0, ctStateInvalid),
+		insn.Mov(asm.R0, ctStateInvalid),
 	)
-	b.mark("ct_egress_done")
+	b.Mark("ct_egress_done")
 	if nat {
 		c.ctNAT()
 	}
-	b.emit(asm.Return())
+	b.Emit(asm.Return())
 }
 
 // Bits of nf_conn.status that conntrack_mt reports as the states SNAT and
@@ -484,36 +486,36 @@ const (
 // status is read with bpf_probe_read_kernel.
 func (c *compiler) ctNAT() {
 	b := c.b
-	b.note("SNAT and DNAT: nf_conn.status's IPS_SRC_NAT and IPS_DST_NAT, when the packet has an entry")
+	b.Note("SNAT and DNAT: nf_conn.status's IPS_SRC_NAT and IPS_DST_NAT, when the packet has an entry")
 	add := asm.Add.Imm(asm.R3, 0)
 	add.Metadata.Set(kernelField{}, nfConnStatus)
-	b.emit(
-		ld(asm.R3, asm.R10, ctNfct, asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R3, asm.R10, ctNfct, asm.DWord),
 		asm.And.Imm(asm.R3, ^int32(nfctInfoMask)), // NFCT_PTRMASK
 		asm.JEq.Imm(asm.R3, 0, "ct_nat_done"),
 		add,
-		st(asm.R10, ctSaved, asm.R0, asm.DWord),
-		movr(asm.R1, asm.R10),
+		insn.St(asm.R10, ctSaved, asm.R0, asm.DWord),
+		insn.Movr(asm.R1, asm.R10),
 		asm.Add.Imm(asm.R1, ctStatus),
-		mov(asm.R2, 8),
+		insn.Mov(asm.R2, 8),
 		asm.FnProbeReadKernel.Call(),
-		movr(asm.R1, asm.R0),
-		ld(asm.R0, asm.R10, ctSaved, asm.DWord),
+		insn.Movr(asm.R1, asm.R0),
+		insn.Ld(asm.R0, asm.R10, ctSaved, asm.DWord),
 		asm.JNE.Imm(asm.R1, 0, "ct_nat_done"),
-		ld(asm.R1, asm.R10, ctStatus, asm.DWord),
+		insn.Ld(asm.R1, asm.R10, ctStatus, asm.DWord),
 		asm.JSet.Imm(asm.R1, ipsSrcNAT, "ct_nat_src"),
-		ja("ct_nat_dst"),
+		insn.Ja("ct_nat_dst"),
 	)
-	b.mark("ct_nat_src")
-	b.emit(asm.Or.Imm(asm.R0, int32(ir.ConnSNAT)))
-	b.mark("ct_nat_dst")
-	b.emit(
+	b.Mark("ct_nat_src")
+	b.Emit(asm.Or.Imm(asm.R0, int32(ir.ConnSNAT)))
+	b.Mark("ct_nat_dst")
+	b.Emit(
 		asm.JSet.Imm(asm.R1, ipsDstNAT, "ct_nat_dnat"),
-		ja("ct_nat_done"),
+		insn.Ja("ct_nat_done"),
 	)
-	b.mark("ct_nat_dnat")
-	b.emit(asm.Or.Imm(asm.R0, int32(ir.ConnDNAT)))
-	b.mark("ct_nat_done")
+	b.Mark("ct_nat_dnat")
+	b.Emit(asm.Or.Imm(asm.R0, int32(ir.ConnDNAT)))
+	b.Mark("ct_nat_done")
 }
 
 // ctPacketTuple fills the bpf_sock_tuple in with the packet's addresses
@@ -524,22 +526,22 @@ func (c *compiler) ctPacketTuple() {
 		n = 4
 	}
 	for i := int16(0); i < n; i++ {
-		c.b.emit(
-			ld(asm.R1, asm.R7, pktSrc+4*i, asm.Word),
-			ntoh(asm.R1, asm.Word),
-			st(asm.R10, ctTuple+4*i, asm.R1, asm.Word),
-			ld(asm.R1, asm.R7, pktDst+4*i, asm.Word),
-			ntoh(asm.R1, asm.Word),
-			st(asm.R10, ctTuple+4*n+4*i, asm.R1, asm.Word),
+		c.b.Emit(
+			insn.Ld(asm.R1, asm.R7, pkt.Src+4*i, asm.Word),
+			insn.Ntoh(asm.R1, asm.Word),
+			insn.St(asm.R10, ctTuple+4*i, asm.R1, asm.Word),
+			insn.Ld(asm.R1, asm.R7, pkt.Dst+4*i, asm.Word),
+			insn.Ntoh(asm.R1, asm.Word),
+			insn.St(asm.R10, ctTuple+4*n+4*i, asm.R1, asm.Word),
 		)
 	}
-	c.b.emit(
-		ld(asm.R1, asm.R7, pktSport, asm.Word),
-		ntoh(asm.R1, asm.Half),
-		st(asm.R10, ctTuple+8*n, asm.R1, asm.Half),
-		ld(asm.R1, asm.R7, pktDport, asm.Word),
-		ntoh(asm.R1, asm.Half),
-		st(asm.R10, ctTuple+8*n+2, asm.R1, asm.Half),
+	c.b.Emit(
+		insn.Ld(asm.R1, asm.R7, pkt.Sport, asm.Word),
+		insn.Ntoh(asm.R1, asm.Half),
+		insn.St(asm.R10, ctTuple+8*n, asm.R1, asm.Half),
+		insn.Ld(asm.R1, asm.R7, pkt.Dport, asm.Word),
+		insn.Ntoh(asm.R1, asm.Half),
+		insn.St(asm.R10, ctTuple+8*n+2, asm.R1, asm.Half),
 	)
 }
 
@@ -556,21 +558,21 @@ func (c *compiler) ctLookup(proto int32, found string) {
 	if c.hook.tc() {
 		lookup = kfuncSkbLookup
 	}
-	b.emit(
-		stImm(asm.R10, ctOpts+ctOptsNetns, currentNetns, asm.Word),
-		stImm(asm.R10, ctOpts+ctOptsDir, 0, asm.Byte),
+	b.Emit(
+		insn.StImm(asm.R10, ctOpts+ctOptsNetns, currentNetns, asm.Word),
+		insn.StImm(asm.R10, ctOpts+ctOptsDir, 0, asm.Byte),
 	)
 	if proto >= 0 {
-		b.emit(stImm(asm.R10, ctOpts+ctOptsL4Proto, proto, asm.Byte))
+		b.Emit(insn.StImm(asm.R10, ctOpts+ctOptsL4Proto, proto, asm.Byte))
 	}
-	b.emit(
-		movr(asm.R1, asm.R6),
-		movr(asm.R2, asm.R10),
+	b.Emit(
+		insn.Movr(asm.R1, asm.R6),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, ctTuple),
-		mov(asm.R3, size),
-		movr(asm.R4, asm.R10),
+		insn.Mov(asm.R3, size),
+		insn.Movr(asm.R4, asm.R10),
 		asm.Add.Imm(asm.R4, ctOpts),
-		mov(asm.R5, ctOptsSize),
+		insn.Mov(asm.R5, ctOptsSize),
 		kfuncCall(lookup),
 		asm.JNE.Imm(asm.R0, 0, found),
 	)

@@ -7,6 +7,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/insn"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -89,11 +90,11 @@ func (c *compiler) inlineChain(ci int, ret string) {
 	outerRet := c.ret
 	c.ret = ret
 	ch := c.p.Chains[ci]
-	c.b.note("chain %s, inlined", ch.Name)
+	c.b.Note("chain %s, inlined", ch.Name)
 	for _, u := range c.units(ch.Rules) {
-		c.b.mark(c.unit(u))
+		c.b.Mark(c.unit(u))
 	}
-	c.b.emit(ja(ret))
+	c.b.Emit(insn.Ja(ret))
 	c.ret = outerRet
 }
 
@@ -101,10 +102,10 @@ func (c *compiler) inlineChain(ci int, ret string) {
 // function, or, inlined, to what follows its call.
 func (c *compiler) chainReturn() {
 	if c.ret != "" {
-		c.b.emit(ja(c.ret))
+		c.b.Emit(insn.Ja(c.ret))
 		return
 	}
-	c.b.emit(mov(asm.R0, codeReturn), asm.Return())
+	c.b.Emit(insn.Mov(asm.R0, codeReturn), asm.Return())
 }
 
 // maxEntryInsns is the largest entry chain main holds in place of a call
@@ -123,22 +124,22 @@ const entryFrame = -parseBuf
 // it holds the parser, the chain is one small function, and its frame
 // fits in parse's header buffer. The chain's code has the packet in r6;
 // main keeps the context at chainCtx for LOG and REJECT.
-func (c *compiler) inlineEntry(fn *builder, done string) asm.Instructions {
-	if !c.inlineParse || len(c.segments[0]) != 1 || len(fn.insns) > maxEntryInsns {
+func (c *compiler) inlineEntry(fn *insn.Builder, done string) asm.Instructions {
+	if !c.inlineParse || len(c.segments[0]) != 1 || len(fn.Code()) > maxEntryInsns {
 		return nil
 	}
 	// The prologue (segment) ends with its first exit.
-	body := slices.IndexFunc(fn.insns, func(ins asm.Instruction) bool { return ins.OpCode.JumpOp() == asm.Exit }) + 1
-	if body == 0 || body >= len(fn.insns) {
+	body := slices.IndexFunc(fn.Code(), func(ins asm.Instruction) bool { return ins.OpCode.JumpOp() == asm.Exit }) + 1
+	if body == 0 || body >= len(fn.Code()) {
 		return nil
 	}
-	insns := slices.Clone(fn.insns[body:])
+	insns := slices.Clone(fn.Code()[body:])
 	for i, ins := range insns {
 		if btf.FuncMetadata(&insns[i]) != nil || !inEntryFrame(insns, i) {
 			return nil // another function, or a slot below the buffer
 		}
 		if ins.OpCode.JumpOp() == asm.Exit {
-			j := ja(done)
+			j := insn.Ja(done)
 			if s := ins.Symbol(); s != "" {
 				j = j.WithSymbol(s)
 			}

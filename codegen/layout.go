@@ -1,69 +1,17 @@
 package codegen
 
-// The parsed packet: parse fills it in once, in the main function's stack
-// frame, and every chain function reads it through a pointer. Multi-byte
-// fields hold host-order numbers, so that the instructions comparing them
-// carry the same constants on every machine.
-const (
-	pktSrc      = 0  // [4]u32: the IPv4 address in word 0, IPv6 in words 0-3
-	pktDst      = 16 // [4]u32
-	pktIfaces   = 32 // u64: bit i set when the interface matches Program.Ifaces[i]
-	pktMACHi    = 40 // u32: source MAC bytes 0-1
-	pktMACLo    = 44 // u32: source MAC bytes 2-5
-	pktLength   = 48 // u32: ir.Packet.Length
-	pktBytes    = 52 // u32: what iptables counts: the IP datagram's length
-	pktL4Len    = 56 // u32: ir.Packet.L4Len
-	pktMark     = 60 // u32: skb->mark (tc)
-	pktFragOff  = 64 // u32: fragment offset in bytes
-	pktSport    = 68 // u32
-	pktDport    = 72 // u32
-	pktL4Off    = 76 // u16: offset of the transport header in the frame (conntrack)
-	pktDSCP     = 78 // u8: the DSCP (only when a rule tests it)
-	pktOwner    = 79 // u8: ownerNone, ownerSocket or ownerFile (only when a rule tests the owner)
-	pktTCPOpts  = 80 // u64: bit i set when the TCP options hold kind optKinds[i]
-	pktTTL      = 88 // u8
-	pktProto    = 89 // u8
-	pktTCPFlags = 90 // u8
-	pktICMPType = 91 // u8
-	pktICMPCode = 92 // u8
-	pktPktType  = 93 // u8: the packet type pkttype_mt compares (tc)
-	pktFlags    = 94 // u8: flagBadExtHeaders, flagTCPOptsTruncated, flagAuthHeader, flagFragment
-	pktCTState  = 95 // u8: the ir.ConnState ct_state found (conntrack)
-	pktSize     = 96
-)
-
-// The owner match's fields share the MAC's: xt_mac is valid in PREROUTING,
-// INPUT and FORWARD only, xt_owner in OUTPUT and POSTROUTING only, so no
-// chain's program has both.
-const (
-	pktOwnerUID = pktMACHi // u32: the socket file's fsuid
-	pktOwnerGID = pktMACLo // u32: its fsgid
-)
-
-const (
-	flagBadExtHeaders    = 1 << 0
-	flagTCPOptsTruncated = 1 << 1
-	// flagAuthHeader: the extension header walk meets an authentication
-	// header, where nft's (IP6_FH_F_AUTH) stops; ir.Packet.AuthHeader.
-	flagAuthHeader = 1 << 2
-	// flagFragment: an IPv4 fragment (MF or offset) or an IPv6 fragment
-	// header; set only in programs that test the conntrack state.
-	flagFragment = 1 << 3
-	// flagVLAN: the frame carried a VLAN tag; set only in programs that
-	// defer packets to the netfilter stage.
-	flagVLAN = 1 << 4
-)
+import "bpfwall/codegen/pkt"
 
 // At -O1 the parsed packet has room for the classifier's lookup keys after
 // its fields: global functions may only touch the memory of their pointer
 // arguments, and the stack of a call chain is too small for a key per
 // frame.
 const (
-	pktLookupKey  = pktSize
+	pktLookupKey  = pkt.Size
 	lookupKeySize = 48
 )
 
-// pktSize is the size of the parsed packet at the compiler's level, with
+// pkt.Size is the size of the parsed packet at the compiler's level, with
 // pktRecentNow's field in a program with recent matches.
 func (c *compiler) pktSize() int16 {
 	n := c.pktRecentNow()
@@ -78,9 +26,9 @@ func (c *compiler) pktSize() int16 {
 // recent match of the packet uses that tick, or its table's later time.
 func (c *compiler) pktRecentNow() int16 {
 	if c.level != O0 {
-		return pktSize + lookupKeySize
+		return pkt.Size + lookupKeySize
 	}
-	return pktSize
+	return pkt.Size
 }
 
 // The main function's stack frame: the parsed packet, then a u32 map key.
@@ -92,7 +40,7 @@ func (c *compiler) pktRecentNow() int16 {
 // before its lookup, and main zeroes recent's tick after the parser.
 func (c *compiler) mainPkt() int16 {
 	if c.parseInlined() {
-		return -parseFrameSize - pktSize
+		return -parseFrameSize - pkt.Size
 	}
 	return -c.pktSize()
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 )
 
@@ -198,73 +200,73 @@ func (c *compiler) logEvent(r *ir.Rule) {
 	lost := ruleLabel(r) + "_log_lost"
 	done := ruleLabel(r) + "_logged"
 	copied := ruleLabel(r) + "_log_copied"
-	b.emit(
-		mapRef(asm.R1, LogMap),
-		mov(asm.R2, c.logRecordSize()),
-		mov(asm.R3, 0),
+	b.Emit(
+		insn.MapRef(asm.R1, LogMap),
+		insn.Mov(asm.R2, c.logRecordSize()),
+		insn.Mov(asm.R3, 0),
 		asm.FnRingbufReserve.Call(),
 		asm.JEq.Imm(asm.R0, 0, lost),
-		movr(asm.R7, asm.R0),
+		insn.Movr(asm.R7, asm.R0),
 	)
 	if a, _ := r.Action.(ir.Log); a.Flags&logUID != 0 {
 		c.logOwner(r)
 	} else if c.logUID {
-		b.emit(stImm(asm.R7, logUIDSet, 0, asm.Word))
+		b.Emit(insn.StImm(asm.R7, logUIDSet, 0, asm.Word))
 	}
-	b.emit(
-		stImm(asm.R7, logRule, int32(r.ID), asm.Word),
-		stImm(asm.R7, logCapLen, 0, asm.Word),
-		stImm(asm.R7, logFlags, 0, asm.Word),
-		stImm(asm.R7, logOut, 0, asm.Word),
+	b.Emit(
+		insn.StImm(asm.R7, logRule, int32(r.ID), asm.Word),
+		insn.StImm(asm.R7, logCapLen, 0, asm.Word),
+		insn.StImm(asm.R7, logFlags, 0, asm.Word),
+		insn.StImm(asm.R7, logOut, 0, asm.Word),
 		asm.FnKtimeGetNs.Call(),
-		st(asm.R7, logTime, asm.R0, asm.DWord),
-		ld(asm.R1, asm.R10, chainCtx, asm.DWord),
+		insn.St(asm.R7, logTime, asm.R0, asm.DWord),
+		insn.Ld(asm.R1, asm.R10, chainCtx, asm.DWord),
 	)
 	if c.hook.nf() {
 		// r6, the parsed packet, is not needed after the LOG.
-		b.emit(st(asm.R10, chainDynptr-8, asm.R6, asm.DWord))
+		b.Emit(insn.St(asm.R10, chainDynptr-8, asm.R6, asm.DWord))
 		c.logNetfilter(r, copied)
-		b.mark(copied)
-		b.emit(ld(asm.R6, asm.R10, chainDynptr-8, asm.DWord))
+		b.Mark(copied)
+		b.Emit(insn.Ld(asm.R6, asm.R10, chainDynptr-8, asm.DWord))
 		c.logSubmit(r, lost, done)
 		return
 	}
 	if c.hook.tc() {
-		b.emit(
-			ld(asm.R2, asm.R1, skbIfindex, asm.Word),
-			st(asm.R7, logIfindex, asm.R2, asm.Word),
-			ld(asm.R2, asm.R1, skbMark, asm.Word),
-			st(asm.R7, logMark, asm.R2, asm.Word),
-			ld(asm.R8, asm.R1, skbLen, asm.Word),
+		b.Emit(
+			insn.Ld(asm.R2, asm.R1, skbIfindex, asm.Word),
+			insn.St(asm.R7, logIfindex, asm.R2, asm.Word),
+			insn.Ld(asm.R2, asm.R1, skbMark, asm.Word),
+			insn.St(asm.R7, logMark, asm.R2, asm.Word),
+			insn.Ld(asm.R8, asm.R1, skbLen, asm.Word),
 		)
 	} else {
-		b.emit(
-			ld(asm.R2, asm.R1, xdpIngressIfindex, asm.Word),
-			st(asm.R7, logIfindex, asm.R2, asm.Word),
-			stImm(asm.R7, logMark, 0, asm.Word),
+		b.Emit(
+			insn.Ld(asm.R2, asm.R1, xdpIngressIfindex, asm.Word),
+			insn.St(asm.R7, logIfindex, asm.R2, asm.Word),
+			insn.StImm(asm.R7, logMark, 0, asm.Word),
 			asm.FnXdpGetBuffLen.Call(),
-			movr(asm.R8, asm.R0),
+			insn.Movr(asm.R8, asm.R0),
 		)
 	}
 	capped := ruleLabel(r) + "_log_capped"
-	b.emit(
-		st(asm.R7, logLen, asm.R8, asm.Word),
+	b.Emit(
+		insn.St(asm.R7, logLen, asm.R8, asm.Word),
 		asm.JLE.Imm(asm.R8, LogCapture, capped),
-		mov(asm.R8, LogCapture),
+		insn.Mov(asm.R8, LogCapture),
 	)
-	b.mark(capped)
-	b.emit(
+	b.Mark(capped)
+	b.Emit(
 		asm.JEq.Imm(asm.R8, 0, copied),
-		ld(asm.R1, asm.R10, chainCtx, asm.DWord),
-		mov(asm.R2, 0),
-		movr(asm.R3, asm.R7),
+		insn.Ld(asm.R1, asm.R10, chainCtx, asm.DWord),
+		insn.Mov(asm.R2, 0),
+		insn.Movr(asm.R3, asm.R7),
 		asm.Add.Imm(asm.R3, logData),
-		movr(asm.R4, asm.R8),
+		insn.Movr(asm.R4, asm.R8),
 		c.loadHelper().Call(),
 		asm.JNE.Imm(asm.R0, 0, copied),
-		st(asm.R7, logCapLen, asm.R8, asm.Word),
+		insn.St(asm.R7, logCapLen, asm.R8, asm.Word),
 	)
-	b.mark(copied)
+	b.Mark(copied)
 	c.logSubmit(r, lost, done)
 }
 
@@ -275,19 +277,19 @@ func (c *compiler) logEvent(r *ir.Rule) {
 func (c *compiler) logOwner(r *ir.Rule) {
 	b := c.b
 	none, done := ruleLabel(r)+"_log_nouid", ruleLabel(r)+"_log_uid"
-	b.emit(
-		ld(asm.R1, asm.R6, pktOwner, asm.Byte),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R6, pkt.Owner, asm.Byte),
 		asm.JNE.Imm(asm.R1, ownerFile, none),
-		ld(asm.R1, asm.R6, pktOwnerUID, asm.Word),
-		st(asm.R7, logUIDVal, asm.R1, asm.Word),
-		ld(asm.R1, asm.R6, pktOwnerGID, asm.Word),
-		st(asm.R7, logGIDVal, asm.R1, asm.Word),
-		stImm(asm.R7, logUIDSet, 1, asm.Word),
-		ja(done),
+		insn.Ld(asm.R1, asm.R6, pkt.OwnerUID, asm.Word),
+		insn.St(asm.R7, logUIDVal, asm.R1, asm.Word),
+		insn.Ld(asm.R1, asm.R6, pkt.OwnerGID, asm.Word),
+		insn.St(asm.R7, logGIDVal, asm.R1, asm.Word),
+		insn.StImm(asm.R7, logUIDSet, 1, asm.Word),
+		insn.Ja(done),
 	)
-	b.mark(none)
-	b.emit(stImm(asm.R7, logUIDSet, 0, asm.Word))
-	b.mark(done)
+	b.Mark(none)
+	b.Emit(insn.StImm(asm.R7, logUIDSet, 0, asm.Word))
+	b.Mark(done)
 }
 
 // logSubmit submits the record in r7, or counts the event as lost.
@@ -298,34 +300,34 @@ func (c *compiler) logSubmit(r *ir.Rule, lost, done string) {
 	// which otherwise finds the events when it polls. (The data available
 	// counts this event, reserved.)
 	submit := ruleLabel(r) + "_log_submit"
-	b.emit(
-		mapRef(asm.R1, LogMap),
-		mov(asm.R2, rbAvailData),
+	b.Emit(
+		insn.MapRef(asm.R1, LogMap),
+		insn.Mov(asm.R2, rbAvailData),
 		asm.FnRingbufQuery.Call(),
-		mov(asm.R2, rbNoWakeup),
+		insn.Mov(asm.R2, rbNoWakeup),
 		asm.JLT.Imm(asm.R0, logWakeBytes, submit),
 		// What a record takes in the ring: its 8-byte header and the
 		// record, 8-byte aligned.
 		asm.JGE.Imm(asm.R0, logWakeBytes+8+c.logRecordSize(), submit),
-		mov(asm.R2, rbForceWakeup),
+		insn.Mov(asm.R2, rbForceWakeup),
 	)
-	b.mark(submit)
-	b.emit(
-		movr(asm.R1, asm.R7),
+	b.Mark(submit)
+	b.Emit(
+		insn.Movr(asm.R1, asm.R7),
 		asm.FnRingbufSubmit.Call(),
-		ja(done),
+		insn.Ja(done),
 	)
-	b.mark(lost)
-	b.emit(
-		stImm(asm.R10, chainKey, 0, asm.Word),
-		movr(asm.R2, asm.R10),
+	b.Mark(lost)
+	b.Emit(
+		insn.StImm(asm.R10, chainKey, 0, asm.Word),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, chainKey),
-		mapRef(asm.R1, LogLostMap),
+		insn.MapRef(asm.R1, LogLostMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, done),
-		ld(asm.R1, asm.R0, 0, asm.DWord),
+		insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
 		asm.Add.Imm(asm.R1, 1),
-		st(asm.R0, 0, asm.R1, asm.DWord),
+		insn.St(asm.R0, 0, asm.R1, asm.DWord),
 	)
-	b.mark(done)
+	b.Mark(done)
 }

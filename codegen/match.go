@@ -5,6 +5,7 @@ import (
 
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
 	"bpfwall/ir"
 )
 
@@ -178,26 +179,26 @@ func skbOnly[M ir.Match](what string) func(*compiler, M) string {
 // jump to next when it fails.
 func (c *compiler) constant(holds bool, next string) {
 	if !holds {
-		c.b.emit(ja(next))
+		c.b.Emit(insn.Ja(next))
 	}
 }
 
 // equal emits "reg == v" (or, negated, "reg != v"), failing to next.
 func (c *compiler) equal(reg asm.Register, v uint32, neg bool, next string) {
 	if neg {
-		c.b.emit(asm.JEq.Imm32(reg, u32(v), next))
+		c.b.Emit(asm.JEq.Imm32(reg, insn.U32(v), next))
 	} else {
-		c.b.emit(asm.JNE.Imm32(reg, u32(v), next))
+		c.b.Emit(asm.JNE.Imm32(reg, insn.U32(v), next))
 	}
 }
 
 // bit emits "bit i of the u64 at off is set" (or, negated, clear).
 func (c *compiler) bit(off int16, i int, neg bool, next string) {
-	c.b.emit(ld(asm.R1, asm.R6, off, asm.DWord))
+	c.b.Emit(insn.Ld(asm.R1, asm.R6, off, asm.DWord))
 	if i > 0 {
-		c.b.emit(asm.RSh.Imm(asm.R1, int32(i)))
+		c.b.Emit(asm.RSh.Imm(asm.R1, int32(i)))
 	}
-	c.b.emit(asm.And.Imm(asm.R1, 1))
+	c.b.Emit(asm.And.Imm(asm.R1, 1))
 	c.equal(asm.R1, 1, neg, next)
 }
 
@@ -216,9 +217,9 @@ func (c *compiler) words(offs []int16, want, mask []uint32, neg bool, next strin
 		return
 	}
 	load := func(i int) {
-		b.emit(ld(asm.R1, asm.R6, offs[i], asm.Word))
+		b.Emit(insn.Ld(asm.R1, asm.R6, offs[i], asm.Word))
 		if mask[i] != 0xffffffff {
-			b.emit(asm.And.Imm32(asm.R1, u32(mask[i])))
+			b.Emit(asm.And.Imm32(asm.R1, insn.U32(mask[i])))
 		}
 	}
 	if !neg || len(tested) == 1 {
@@ -229,13 +230,13 @@ func (c *compiler) words(offs []int16, want, mask []uint32, neg bool, next strin
 		return
 	}
 	// Negated over several words: any difference makes it hold.
-	holds := b.fresh("differs")
+	holds := b.Fresh("differs")
 	for _, i := range tested {
 		load(i)
-		b.emit(asm.JNE.Imm32(asm.R1, u32(want[i]), holds))
+		b.Emit(asm.JNE.Imm32(asm.R1, insn.U32(want[i]), holds))
 	}
-	b.emit(ja(next))
-	b.mark(holds)
+	b.Emit(insn.Ja(next))
+	b.Mark(holds)
 }
 
 // valueRange is an inclusive range of values.
@@ -254,46 +255,46 @@ func (c *compiler) inRanges(offs []int16, size asm.Size, ranges []valueRange, ma
 	// The common case: one field, one range, not negated.
 	if !neg && len(offs) == 1 && len(ranges) == 1 {
 		r := ranges[0]
-		b.emit(ld(asm.R1, asm.R6, offs[0], size))
+		b.Emit(insn.Ld(asm.R1, asm.R6, offs[0], size))
 		switch {
 		case r.lo == r.hi:
-			b.emit(asm.JNE.Imm32(asm.R1, u32(r.lo), next))
+			b.Emit(asm.JNE.Imm32(asm.R1, insn.U32(r.lo), next))
 		default:
 			if r.lo > 0 {
-				b.emit(asm.JLT.Imm32(asm.R1, u32(r.lo), next))
+				b.Emit(asm.JLT.Imm32(asm.R1, insn.U32(r.lo), next))
 			}
 			if r.hi < max {
-				b.emit(asm.JGT.Imm32(asm.R1, u32(r.hi), next))
+				b.Emit(asm.JGT.Imm32(asm.R1, insn.U32(r.hi), next))
 			}
 		}
 		return
 	}
 	in := next
 	if !neg {
-		in = b.fresh("in_range")
+		in = b.Fresh("in_range")
 	}
 	for _, off := range offs {
-		b.emit(ld(asm.R1, asm.R6, off, size))
+		b.Emit(insn.Ld(asm.R1, asm.R6, off, size))
 		for _, r := range ranges {
 			switch {
 			case r.lo == r.hi:
-				b.emit(asm.JEq.Imm32(asm.R1, u32(r.lo), in))
+				b.Emit(asm.JEq.Imm32(asm.R1, insn.U32(r.lo), in))
 			case r.lo == 0:
-				b.emit(asm.JLE.Imm32(asm.R1, u32(r.hi), in))
+				b.Emit(asm.JLE.Imm32(asm.R1, insn.U32(r.hi), in))
 			case r.hi >= max:
-				b.emit(asm.JGE.Imm32(asm.R1, u32(r.lo), in))
+				b.Emit(asm.JGE.Imm32(asm.R1, insn.U32(r.lo), in))
 			default:
-				below := b.fresh("below")
-				b.emit(
-					asm.JLT.Imm32(asm.R1, u32(r.lo), below),
-					asm.JLE.Imm32(asm.R1, u32(r.hi), in),
+				below := b.Fresh("below")
+				b.Emit(
+					asm.JLT.Imm32(asm.R1, insn.U32(r.lo), below),
+					asm.JLE.Imm32(asm.R1, insn.U32(r.hi), in),
 				)
-				b.mark(below)
+				b.Mark(below)
 			}
 		}
 	}
 	if !neg {
-		b.emit(ja(next))
-		b.mark(in)
+		b.Emit(insn.Ja(next))
+		b.Mark(in)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 )
 
@@ -32,9 +33,9 @@ func addrWords(a netip.Addr) []uint32 {
 
 func addrOff(d ir.Dir) int16 {
 	if d == ir.Dst {
-		return pktDst
+		return pkt.Dst
 	}
-	return pktSrc
+	return pkt.Src
 }
 
 // addr emits -s / -d: (address & Mask) == Addr.

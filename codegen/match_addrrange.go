@@ -5,6 +5,7 @@ import (
 
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
 	"bpfwall/ir"
 )
 
@@ -31,7 +32,7 @@ func (c *compiler) addrRange(m ir.AddrRange, next string) {
 	}
 	outside := next
 	if m.Neg {
-		outside = b.fresh("outside")
+		outside = b.Fresh("outside")
 	}
 	off := addrOff(m.Dir)
 	if !lowest {
@@ -41,8 +42,8 @@ func (c *compiler) addrRange(m ir.AddrRange, next string) {
 		c.compareWords(off, to, asm.JLT, asm.JGT, outside)
 	}
 	if m.Neg {
-		b.emit(ja(next))
-		b.mark(outside)
+		b.Emit(insn.Ja(next))
+		b.Mark(outside)
 	}
 }
 
@@ -52,13 +53,13 @@ func (c *compiler) addrRange(m ir.AddrRange, next string) {
 // an upper one) and falls through when the address is within it.
 func (c *compiler) compareWords(off int16, bound []uint32, within, beyond asm.JumpOp, fail string) {
 	b := c.b
-	ok := b.fresh("within")
+	ok := b.Fresh("within")
 	for i, w := range bound {
-		b.emit(ld(asm.R1, asm.R6, off+int16(4*i), asm.Word))
+		b.Emit(insn.Ld(asm.R1, asm.R6, off+int16(4*i), asm.Word))
 		if i < len(bound)-1 {
-			b.emit(within.Imm32(asm.R1, u32(w), ok))
+			b.Emit(within.Imm32(asm.R1, insn.U32(w), ok))
 		}
-		b.emit(beyond.Imm32(asm.R1, u32(w), fail))
+		b.Emit(beyond.Imm32(asm.R1, insn.U32(w), fail))
 	}
-	b.mark(ok)
+	b.Mark(ok)
 }

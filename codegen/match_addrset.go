@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
 	"bpfwall/ir"
 )
 
@@ -33,35 +34,35 @@ func (c *compiler) addrSet(m ir.AddrSet, next string) {
 	}
 	name := c.setMap(m)
 	words := c.p.Family.Bits() / 32
-	b.emit(stImm(asm.R10, chainSetKey, int32(c.p.Family.Bits()), asm.Word))
+	b.Emit(insn.StImm(asm.R10, chainSetKey, int32(c.p.Family.Bits()), asm.Word))
 	for i := range words {
-		b.emit(
-			ld(asm.R1, asm.R6, addrOff(m.Dir)+int16(4*i), asm.Word),
-			ntoh(asm.R1, asm.Word),
-			st(asm.R10, chainSetKey+4+int16(4*i), asm.R1, asm.Word),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R6, addrOff(m.Dir)+int16(4*i), asm.Word),
+			insn.Ntoh(asm.R1, asm.Word),
+			insn.St(asm.R10, chainSetKey+4+int16(4*i), asm.R1, asm.Word),
 		)
 	}
-	b.emit(
-		mapRef(asm.R1, name),
-		movr(asm.R2, asm.R10),
+	b.Emit(
+		insn.MapRef(asm.R1, name),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, chainSetKey),
 		asm.FnMapLookupElem.Call(),
 	)
 	if !m.Neg {
-		b.emit(
+		b.Emit(
 			asm.JEq.Imm(asm.R0, 0, next),
-			ld(asm.R1, asm.R0, 0, asm.Word),
+			insn.Ld(asm.R1, asm.R0, 0, asm.Word),
 			asm.JEq.Imm(asm.R1, 0, next),
 		)
 		return
 	}
-	holds := b.fresh("not_in_set")
-	b.emit(
+	holds := b.Fresh("not_in_set")
+	b.Emit(
 		asm.JEq.Imm(asm.R0, 0, holds),
-		ld(asm.R1, asm.R0, 0, asm.Word),
+		insn.Ld(asm.R1, asm.R0, 0, asm.Word),
 		asm.JNE.Imm(asm.R1, 0, next),
 	)
-	b.mark(holds)
+	b.Mark(holds)
 }
 
 // setMap returns the name of the LPM trie of m's set, made on first use:

@@ -3,6 +3,8 @@ package codegen
 import (
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 )
 
@@ -31,16 +33,16 @@ var ctStateCode = kind[ir.CTState]{
 // it jumps to hotdrop.
 func (c *compiler) ctMatch(m ir.CTState, next, hotdrop string) bool {
 	b := c.b
-	b.emit(ld(asm.R1, asm.R6, pktCTState, asm.Byte))
+	b.Emit(insn.Ld(asm.R1, asm.R6, pkt.CTState, asm.Byte))
 	unknown := c.defers()
 	if unknown {
-		b.emit(asm.JSet.Imm(asm.R1, ctStateUnknown, hotdrop))
+		b.Emit(asm.JSet.Imm(asm.R1, ctStateUnknown, hotdrop))
 	}
-	b.emit(asm.And.Imm(asm.R1, int32(m.States)))
+	b.Emit(asm.And.Imm(asm.R1, int32(m.States)))
 	if m.Neg {
-		b.emit(asm.JNE.Imm(asm.R1, 0, next))
+		b.Emit(asm.JNE.Imm(asm.R1, 0, next))
 	} else {
-		b.emit(asm.JEq.Imm(asm.R1, 0, next))
+		b.Emit(asm.JEq.Imm(asm.R1, 0, next))
 	}
 	return unknown
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -169,31 +171,31 @@ func maskWords(bits uint8, words int) []uint32 {
 // r8 the entry, r9 the outcome. It uses hotdrop.
 func (c *compiler) hashlimit(m ir.HashLimit, next, hotdrop string) {
 	b := c.b
-	l := hashlimitLabels{found: b.fresh("hl_found"), relookup: b.fresh("hl_relookup"), live: b.fresh("hl_live"),
-		recalced: b.fresh("hl_recalced"), capped: b.fresh("hl_capped"), short: b.fresh("hl_short")}
+	l := hashlimitLabels{found: b.Fresh("hl_found"), relookup: b.Fresh("hl_relookup"), live: b.Fresh("hl_live"),
+		recalced: b.Fresh("hl_recalced"), capped: b.Fresh("hl_capped"), short: b.Fresh("hl_short")}
 	c.hashlimitKey(m)
-	b.emit(
+	b.Emit(
 		asm.FnJiffies64.Call(),
-		movr(asm.R7, asm.R0),
+		insn.Movr(asm.R7, asm.R0),
 	)
 	c.hashlimitEntry(m, l, hotdrop)
-	b.mark(l.found)
-	b.emit(
-		movr(asm.R8, asm.R0),
-		movr(asm.R1, asm.R8),
+	b.Mark(l.found)
+	b.Emit(
+		insn.Movr(asm.R8, asm.R0),
+		insn.Movr(asm.R1, asm.R8),
 		asm.FnSpinLock.Call(),
 	)
 	c.hashlimitRecalc(m, l)
 	c.hashlimitPay(m, l)
-	b.mark(l.short)
-	b.emit(
-		movr(asm.R1, asm.R8),
+	b.Mark(l.short)
+	b.Emit(
+		insn.Movr(asm.R1, asm.R8),
 		asm.FnSpinUnlock.Call(),
 	)
 	if m.Above {
-		b.emit(asm.Xor.Imm(asm.R9, 1))
+		b.Emit(asm.Xor.Imm(asm.R9, 1))
 	}
-	b.emit(asm.JEq.Imm(asm.R9, 0, next))
+	b.Emit(asm.JEq.Imm(asm.R9, 0, next))
 }
 
 // hashlimitLabels are the labels of one hashlimit match.
@@ -202,9 +204,9 @@ type hashlimitLabels struct{ found, relookup, live, recalced, capped, short stri
 // hashlimitKey writes the packet's key of m's table at chainHashKey.
 func (c *compiler) hashlimitKey(m ir.HashLimit) {
 	b := c.b
-	b.note("hashlimit key: the masked addresses and ports of mode %#x", m.Mode)
+	b.Note("hashlimit key: the masked addresses and ports of mode %#x", m.Mode)
 	for off := int16(0); off < hashKeySize; off += 4 {
-		b.emit(stImm(asm.R10, chainHashKey+off, 0, asm.Word))
+		b.Emit(insn.StImm(asm.R10, chainHashKey+off, 0, asm.Word))
 	}
 	words := 1
 	if c.p.Family == rules.IPv6 {
@@ -215,24 +217,24 @@ func (c *compiler) hashlimitKey(m ir.HashLimit) {
 			if mask == 0 {
 				continue
 			}
-			b.emit(ld(asm.R1, asm.R6, field+int16(4*i), asm.Word))
+			b.Emit(insn.Ld(asm.R1, asm.R6, field+int16(4*i), asm.Word))
 			if mask != 0xffffffff {
-				b.emit(asm.And.Imm32(asm.R1, u32(mask)))
+				b.Emit(asm.And.Imm32(asm.R1, insn.U32(mask)))
 			}
-			b.emit(st(asm.R10, chainHashKey+keyOff+int16(4*i), asm.R1, asm.Word))
+			b.Emit(insn.St(asm.R10, chainHashKey+keyOff+int16(4*i), asm.R1, asm.Word))
 		}
 	}
 	if m.Mode&rules.HashSrcIP != 0 {
-		addr(pktSrc, hashKeySrc, m.SrcMask)
+		addr(pkt.Src, hashKeySrc, m.SrcMask)
 	}
 	if m.Mode&rules.HashDstIP != 0 {
-		addr(pktDst, hashKeyDst, m.DstMask)
+		addr(pkt.Dst, hashKeyDst, m.DstMask)
 	}
 	if m.Mode&rules.HashSrcPort != 0 {
-		b.emit(ld(asm.R1, asm.R6, pktSport, asm.Word), st(asm.R10, chainHashKey+hashKeySport, asm.R1, asm.Half))
+		b.Emit(insn.Ld(asm.R1, asm.R6, pkt.Sport, asm.Word), insn.St(asm.R10, chainHashKey+hashKeySport, asm.R1, asm.Half))
 	}
 	if m.Mode&rules.HashDstPort != 0 {
-		b.emit(ld(asm.R1, asm.R6, pktDport, asm.Word), st(asm.R10, chainHashKey+hashKeyDport, asm.R1, asm.Half))
+		b.Emit(insn.Ld(asm.R1, asm.R6, pkt.Dport, asm.Word), insn.St(asm.R10, chainHashKey+hashKeyDport, asm.R1, asm.Half))
 	}
 }
 
@@ -245,70 +247,70 @@ func (c *compiler) hashlimitEntry(m ir.HashLimit, l hashlimitLabels, hotdrop str
 	capacity, _ := m.Credits(ir.DefaultHZ)
 	name := HashLimitMap(m.Table)
 	lookup := func() {
-		b.emit(
-			mapRef(asm.R1, name),
-			movr(asm.R2, asm.R10),
+		b.Emit(
+			insn.MapRef(asm.R1, name),
+			insn.Movr(asm.R2, asm.R10),
 			asm.Add.Imm(asm.R2, chainHashKey),
 			asm.FnMapLookupElem.Call(),
 		)
 	}
 	update := func() {
-		b.emit(
-			mapRef(asm.R1, name),
-			movr(asm.R2, asm.R10),
+		b.Emit(
+			insn.MapRef(asm.R1, name),
+			insn.Movr(asm.R2, asm.R10),
 			asm.Add.Imm(asm.R2, chainHashKey),
-			movr(asm.R3, asm.R10),
+			insn.Movr(asm.R3, asm.R10),
 			asm.Add.Imm(asm.R3, chainHashEntry),
-			mov(asm.R4, 1), // BPF_NOEXIST
+			insn.Mov(asm.R4, 1), // BPF_NOEXIST
 			asm.FnMapUpdateElem.Call(),
 			asm.JEq.Imm(asm.R0, 0, l.relookup),
 			asm.JEq.Imm(asm.R0, errEEXIST, l.relookup), // another CPU added it: dsthash_alloc_init's race
 		)
 	}
 	lookup()
-	b.emit(asm.JNE.Imm(asm.R0, 0, l.found))
-	b.note("a new key: a full bucket (rateinfo_init)")
-	b.emit(
-		stImm(asm.R10, chainHashEntry+hashEntryLock, 0, asm.DWord),
-		movr(asm.R1, asm.R7),
+	b.Emit(asm.JNE.Imm(asm.R0, 0, l.found))
+	b.Note("a new key: a full bucket (rateinfo_init)")
+	b.Emit(
+		insn.StImm(asm.R10, chainHashEntry+hashEntryLock, 0, asm.DWord),
+		insn.Movr(asm.R1, asm.R7),
 		asm.Add.Imm(asm.R1, int32(m.Expire)),
-		st(asm.R10, chainHashEntry+hashEntryExpires, asm.R1, asm.DWord),
-		st(asm.R10, chainHashEntry+hashEntryPrev, asm.R7, asm.DWord),
+		insn.St(asm.R10, chainHashEntry+hashEntryExpires, asm.R1, asm.DWord),
+		insn.St(asm.R10, chainHashEntry+hashEntryPrev, asm.R7, asm.DWord),
 		asm.LoadImm(asm.R1, int64(capacity), asm.DWord),
-		st(asm.R10, chainHashEntry+hashEntryCredit, asm.R1, asm.DWord),
+		insn.St(asm.R10, chainHashEntry+hashEntryCredit, asm.R1, asm.DWord),
 		asm.LoadImm(asm.R1, int64(m.Burst), asm.DWord),
-		st(asm.R10, chainHashEntry+hashEntryCapLeft, asm.R1, asm.DWord),
+		insn.St(asm.R10, chainHashEntry+hashEntryCapLeft, asm.R1, asm.DWord),
 	)
 	update()
-	b.note("the table is full: the collector's sweep of the expired entries, at most once per gcinterval")
-	b.emit(
-		stImm(asm.R10, chainHashNow, int32(m.Table), asm.DWord),
-		mapRef(asm.R1, HashGCMap),
-		movr(asm.R2, asm.R10),
+	b.Note("the table is full: the collector's sweep of the expired entries, at most once per gcinterval")
+	b.Emit(
+		insn.StImm(asm.R10, chainHashNow, int32(m.Table), asm.DWord),
+		insn.MapRef(asm.R1, HashGCMap),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, chainHashNow),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, hotdrop),
-		ld(asm.R1, asm.R0, 0, asm.DWord),
-		movr(asm.R2, asm.R7),
+		insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
+		insn.Movr(asm.R2, asm.R7),
 		asm.Sub.Reg(asm.R2, asm.R1),
 		asm.JSLT.Imm(asm.R2, 0, hotdrop),
-		movr(asm.R1, asm.R7),
+		insn.Movr(asm.R1, asm.R7),
 		asm.Add.Imm(asm.R1, int32(m.GCInterval)),
 		// Two CPUs may both sweep: the second finds nothing more to do.
-		st(asm.R0, 0, asm.R1, asm.DWord),
-		st(asm.R10, chainHashNow, asm.R7, asm.DWord),
-		mapRef(asm.R1, name),
-		funcRef(asm.R2, symHashSweep),
-		movr(asm.R3, asm.R10),
+		insn.St(asm.R0, 0, asm.R1, asm.DWord),
+		insn.St(asm.R10, chainHashNow, asm.R7, asm.DWord),
+		insn.MapRef(asm.R1, name),
+		insn.FuncRef(asm.R2, symHashSweep),
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, chainHashNow),
-		mov(asm.R4, 0),
+		insn.Mov(asm.R4, 0),
 		asm.FnForEachMapElem.Call(),
 	)
 	update()
-	b.emit(ja(hotdrop))
-	b.mark(l.relookup)
+	b.Emit(insn.Ja(hotdrop))
+	b.Mark(l.relookup)
 	lookup()
-	b.emit(asm.JEq.Imm(asm.R0, 0, hotdrop))
+	b.Emit(asm.JEq.Imm(asm.R0, 0, hotdrop))
 }
 
 // hashlimitRecalc refills the bucket of the entry at r8 for the time
@@ -320,54 +322,54 @@ func (c *compiler) hashlimitRecalc(m ir.HashLimit, l hashlimitLabels) {
 	if m.Bytes {
 		cpj = ir.CreditsPerJiffyBytes(ir.DefaultHZ)
 	}
-	b.note("an expired entry is a new one (the collector's work)")
-	b.emit(
-		movr(asm.R1, asm.R7),
-		ld(asm.R2, asm.R8, hashEntryExpires, asm.DWord),
+	b.Note("an expired entry is a new one (the collector's work)")
+	b.Emit(
+		insn.Movr(asm.R1, asm.R7),
+		insn.Ld(asm.R2, asm.R8, hashEntryExpires, asm.DWord),
 		asm.Sub.Reg(asm.R1, asm.R2),
 		asm.JSLT.Imm(asm.R1, 0, l.live),
-		st(asm.R8, hashEntryPrev, asm.R7, asm.DWord),
+		insn.St(asm.R8, hashEntryPrev, asm.R7, asm.DWord),
 		asm.LoadImm(asm.R1, int64(capacity), asm.DWord),
-		st(asm.R8, hashEntryCredit, asm.R1, asm.DWord),
+		insn.St(asm.R8, hashEntryCredit, asm.R1, asm.DWord),
 		asm.LoadImm(asm.R1, int64(m.Burst), asm.DWord),
-		st(asm.R8, hashEntryCapLeft, asm.R1, asm.DWord),
+		insn.St(asm.R8, hashEntryCapLeft, asm.R1, asm.DWord),
 	)
-	b.mark(l.live)
-	b.note("rateinfo_recalc: credit += (now - prev) * CREDITS_PER_JIFFY, at most the cap")
-	b.emit(
-		movr(asm.R1, asm.R7),
+	b.Mark(l.live)
+	b.Note("rateinfo_recalc: credit += (now - prev) * CREDITS_PER_JIFFY, at most the cap")
+	b.Emit(
+		insn.Movr(asm.R1, asm.R7),
 		asm.Add.Imm(asm.R1, int32(m.Expire)),
-		st(asm.R8, hashEntryExpires, asm.R1, asm.DWord),
-		movr(asm.R1, asm.R7),
-		ld(asm.R2, asm.R8, hashEntryPrev, asm.DWord),
+		insn.St(asm.R8, hashEntryExpires, asm.R1, asm.DWord),
+		insn.Movr(asm.R1, asm.R7),
+		insn.Ld(asm.R2, asm.R8, hashEntryPrev, asm.DWord),
 		asm.Sub.Reg(asm.R1, asm.R2),
 		asm.JEq.Imm(asm.R1, 0, l.recalced),
-		st(asm.R8, hashEntryPrev, asm.R7, asm.DWord),
+		insn.St(asm.R8, hashEntryPrev, asm.R7, asm.DWord),
 		asm.LSh.Imm(asm.R1, int32(bits.TrailingZeros64(cpj))),
-		ld(asm.R2, asm.R8, hashEntryCredit, asm.DWord),
+		insn.Ld(asm.R2, asm.R8, hashEntryCredit, asm.DWord),
 	)
 	if m.Bytes {
 		// An overflow fills the bucket.
-		full := b.fresh("hl_full")
-		b.emit(
-			movr(asm.R4, asm.R2),
+		full := b.Fresh("hl_full")
+		b.Emit(
+			insn.Movr(asm.R4, asm.R2),
 			asm.Add.Reg(asm.R2, asm.R1),
 			asm.LoadImm(asm.R3, int64(capacity), asm.DWord),
 			asm.JGE.Reg(asm.R4, asm.R2, full),
 			asm.JLE.Reg(asm.R2, asm.R3, l.capped),
 		)
-		b.mark(full)
-		b.emit(movr(asm.R2, asm.R3))
+		b.Mark(full)
+		b.Emit(insn.Movr(asm.R2, asm.R3))
 	} else {
-		b.emit(
+		b.Emit(
 			asm.Add.Reg(asm.R2, asm.R1),
 			asm.LoadImm(asm.R3, int64(capacity), asm.DWord),
 			asm.JLE.Reg(asm.R2, asm.R3, l.capped),
-			movr(asm.R2, asm.R3),
+			insn.Movr(asm.R2, asm.R3),
 		)
 	}
-	b.mark(l.capped)
-	b.emit(st(asm.R8, hashEntryCredit, asm.R2, asm.DWord))
+	b.Mark(l.capped)
+	b.Emit(insn.St(asm.R8, hashEntryCredit, asm.R2, asm.DWord))
 }
 
 // hashlimitPay takes the packet's cost from the bucket: r9 is 1 when it
@@ -375,49 +377,49 @@ func (c *compiler) hashlimitRecalc(m ir.HashLimit, l hashlimitLabels) {
 func (c *compiler) hashlimitPay(m ir.HashLimit, l hashlimitLabels) {
 	b := c.b
 	capacity, cost := m.Credits(ir.DefaultHZ)
-	b.mark(l.recalced)
+	b.Mark(l.recalced)
 	if m.Bytes {
 		// hashlimit_byte_cost: (len / 16 + 1) chunks, at most a full
 		// bucket; an empty bucket takes one of the burst's refills.
-		priced, paid := b.fresh("hl_priced"), b.fresh("hl_refilled")
-		b.emit(
-			ld(asm.R2, asm.R6, pktLength, asm.Word),
+		priced, paid := b.Fresh("hl_priced"), b.Fresh("hl_refilled")
+		b.Emit(
+			insn.Ld(asm.R2, asm.R6, pkt.Length, asm.Word),
 			asm.RSh.Imm(asm.R2, 4),
 			asm.Add.Imm(asm.R2, 1),
 			asm.LoadImm(asm.R1, int64(cost), asm.DWord),
 			asm.Mul.Reg(asm.R2, asm.R1),
 			asm.LoadImm(asm.R3, int64(capacity), asm.DWord),
 			asm.JLE.Reg(asm.R2, asm.R3, priced),
-			movr(asm.R2, asm.R3),
+			insn.Movr(asm.R2, asm.R3),
 		)
-		b.mark(priced)
-		b.emit(
-			ld(asm.R1, asm.R8, hashEntryCredit, asm.DWord),
+		b.Mark(priced)
+		b.Emit(
+			insn.Ld(asm.R1, asm.R8, hashEntryCredit, asm.DWord),
 			asm.JGE.Reg(asm.R1, asm.R2, paid),
-			ld(asm.R4, asm.R8, hashEntryCapLeft, asm.DWord),
+			insn.Ld(asm.R4, asm.R8, hashEntryCapLeft, asm.DWord),
 			asm.JEq.Imm(asm.R4, 0, paid),
 			asm.Sub.Imm(asm.R4, 1),
-			st(asm.R8, hashEntryCapLeft, asm.R4, asm.DWord),
-			st(asm.R8, hashEntryCredit, asm.R3, asm.DWord),
+			insn.St(asm.R8, hashEntryCapLeft, asm.R4, asm.DWord),
+			insn.St(asm.R8, hashEntryCredit, asm.R3, asm.DWord),
 		)
-		b.mark(paid)
-		b.emit(
-			ld(asm.R1, asm.R8, hashEntryCredit, asm.DWord),
-			mov(asm.R9, 0),
+		b.Mark(paid)
+		b.Emit(
+			insn.Ld(asm.R1, asm.R8, hashEntryCredit, asm.DWord),
+			insn.Mov(asm.R9, 0),
 			asm.JLT.Reg(asm.R1, asm.R2, l.short),
 		)
 	} else {
-		b.emit(
-			ld(asm.R1, asm.R8, hashEntryCredit, asm.DWord),
-			mov(asm.R9, 0),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R8, hashEntryCredit, asm.DWord),
+			insn.Mov(asm.R9, 0),
 			asm.LoadImm(asm.R2, int64(cost), asm.DWord),
 			asm.JLT.Reg(asm.R1, asm.R2, l.short),
 		)
 	}
-	b.emit(
+	b.Emit(
 		asm.Sub.Reg(asm.R1, asm.R2),
-		st(asm.R8, hashEntryCredit, asm.R1, asm.DWord),
-		mov(asm.R9, 1),
+		insn.St(asm.R8, hashEntryCredit, asm.R1, asm.DWord),
+		insn.Mov(asm.R9, 1),
 	)
 }
 
@@ -428,21 +430,21 @@ func (c *compiler) hashlimitPay(m ir.HashLimit, l hashlimitLabels) {
 // deleting the entry when now has reached its expiry (select_gc).
 func (c *compiler) hashSweep() {
 	b := c.b
-	b.function(funcSweep(), "delete an expired hashlimit entry")
+	b.Function(funcSweep(), "delete an expired hashlimit entry")
 	keep := "hashlimit_sweep_keep"
-	b.emit(
-		movr(asm.R6, asm.R1),
-		movr(asm.R7, asm.R2),
-		ld(asm.R1, asm.R4, 0, asm.DWord),
-		ld(asm.R2, asm.R3, hashEntryExpires, asm.DWord),
+	b.Emit(
+		insn.Movr(asm.R6, asm.R1),
+		insn.Movr(asm.R7, asm.R2),
+		insn.Ld(asm.R1, asm.R4, 0, asm.DWord),
+		insn.Ld(asm.R2, asm.R3, hashEntryExpires, asm.DWord),
 		asm.Sub.Reg(asm.R1, asm.R2),
 		asm.JSLT.Imm(asm.R1, 0, keep),
-		movr(asm.R1, asm.R6),
-		movr(asm.R2, asm.R7),
+		insn.Movr(asm.R1, asm.R6),
+		insn.Movr(asm.R2, asm.R7),
 		asm.FnMapDeleteElem.Call(),
 	)
-	b.mark(keep)
-	b.emit(mov(asm.R0, 0), asm.Return())
+	b.Mark(keep)
+	b.Emit(insn.Mov(asm.R0, 0), asm.Return())
 }
 
 // funcSweep describes the sweep callback, static as

@@ -3,6 +3,8 @@ package codegen
 import (
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 )
 
@@ -26,25 +28,25 @@ func (c *compiler) icmp(m ir.ICMP, next string) {
 	}
 	fail := next
 	if m.Neg {
-		fail = b.fresh("icmp_other")
+		fail = b.Fresh("icmp_other")
 	}
 	if !m.Any {
-		b.emit(
-			ld(asm.R1, asm.R6, pktICMPType, asm.Byte),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R6, pkt.ICMPType, asm.Byte),
 			asm.JNE.Imm(asm.R1, int32(m.Type), fail),
 		)
 	}
 	if m.CodeMin > 0 || m.CodeMax < 0xff {
-		b.emit(ld(asm.R1, asm.R6, pktICMPCode, asm.Byte))
+		b.Emit(insn.Ld(asm.R1, asm.R6, pkt.ICMPCode, asm.Byte))
 		if m.CodeMin > 0 {
-			b.emit(asm.JLT.Imm(asm.R1, int32(m.CodeMin), fail))
+			b.Emit(asm.JLT.Imm(asm.R1, int32(m.CodeMin), fail))
 		}
 		if m.CodeMax < 0xff {
-			b.emit(asm.JGT.Imm(asm.R1, int32(m.CodeMax), fail))
+			b.Emit(asm.JGT.Imm(asm.R1, int32(m.CodeMax), fail))
 		}
 	}
 	if m.Neg {
-		b.emit(ja(next))
-		b.mark(fail)
+		b.Emit(insn.Ja(next))
+		b.Mark(fail)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 )
 
@@ -43,7 +44,7 @@ func (c *compiler) iface(m ir.Iface, next string) {
 		c.constant(!m.Neg, next)
 		return
 	}
-	c.bit(pktIfaces, c.ifaceBit(m), m.Neg, next)
+	c.bit(pkt.Ifaces, c.ifaceBit(m), m.Neg, next)
 }
 
 // ifaceKey is the pattern m tests, as IfacesMap numbers it: at netfilter

@@ -3,6 +3,8 @@ package codegen
 import (
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -12,13 +14,13 @@ import (
 var l4HeaderCode = kind[ir.L4Header]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.L4Header, next, hotdrop string) bool {
 		b := c.b
-		b.emit(ld(asm.R1, asm.R6, pktFragOff, asm.Word))
+		b.Emit(insn.Ld(asm.R1, asm.R6, pkt.FragOff, asm.Word))
 		if m.TinyFragDrop && c.p.Family == rules.IPv4 {
-			b.emit(asm.JEq.Imm(asm.R1, 8, hotdrop))
+			b.Emit(asm.JEq.Imm(asm.R1, 8, hotdrop))
 		}
-		b.emit(
+		b.Emit(
 			asm.JNE.Imm(asm.R1, 0, next),
-			ld(asm.R1, asm.R6, pktL4Len, asm.Word),
+			insn.Ld(asm.R1, asm.R6, pkt.L4Len, asm.Word),
 			asm.JLT.Imm(asm.R1, int32(m.Len), hotdrop),
 		)
 		return true

@@ -5,6 +5,8 @@ import (
 
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -29,19 +31,19 @@ var l4ProtoCode = kind[ir.L4Proto]{
 // where the walk fails.
 func (c *compiler) l4Proto(m ir.L4Proto, next string) {
 	b := c.b
-	auth, cmp := b.fresh("l4proto_auth"), b.fresh("l4proto_cmp")
-	b.emit(
-		ld(asm.R2, asm.R6, pktFlags, asm.Byte),
-		movr(asm.R1, asm.R2),
-		asm.And.Imm(asm.R1, flagAuthHeader),
+	auth, cmp := b.Fresh("l4proto_auth"), b.Fresh("l4proto_cmp")
+	b.Emit(
+		insn.Ld(asm.R2, asm.R6, pkt.Flags, asm.Byte),
+		insn.Movr(asm.R1, asm.R2),
+		asm.And.Imm(asm.R1, pkt.FlagAuthHeader),
 		asm.JNE.Imm(asm.R1, 0, auth),
-		asm.And.Imm(asm.R2, flagBadExtHeaders),
+		asm.And.Imm(asm.R2, pkt.FlagBadExtHeaders),
 		asm.JNE.Imm(asm.R2, 0, next),
-		ld(asm.R1, asm.R6, pktProto, asm.Byte),
-		ja(cmp),
+		insn.Ld(asm.R1, asm.R6, pkt.Proto, asm.Byte),
+		insn.Ja(cmp),
 	)
-	b.mark(auth)
-	b.emit(mov(asm.R1, nextAuth))
-	b.mark(cmp)
+	b.Mark(auth)
+	b.Emit(insn.Mov(asm.R1, nextAuth))
+	b.Mark(cmp)
 	c.equal(asm.R1, uint32(m.Proto), m.Neg, next)
 }

@@ -7,6 +7,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 )
 
@@ -109,23 +111,23 @@ func (c *compiler) limitsMap() *ebpf.MapSpec {
 // lockBucket looks bucket id up into r8 and takes its lock; r7 (the clock)
 // and r9 survive. With no bucket, which cannot happen, the match fails.
 func (c *compiler) lockBucket(id int, next string) {
-	c.b.emit(
-		stImm(asm.R10, chainKey, int32(id), asm.Word),
-		movr(asm.R2, asm.R10),
+	c.b.Emit(
+		insn.StImm(asm.R10, chainKey, int32(id), asm.Word),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, chainKey),
-		mapRef(asm.R1, LimitsMap),
+		insn.MapRef(asm.R1, LimitsMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, next),
-		movr(asm.R8, asm.R0),
-		movr(asm.R1, asm.R8),
+		insn.Movr(asm.R8, asm.R0),
+		insn.Movr(asm.R1, asm.R8),
 		asm.FnSpinLock.Call(),
 	)
 }
 
 // unlockBucket releases r8's lock and fails to next unless r9 is set.
 func (c *compiler) unlockBucket(next string) {
-	c.b.emit(
-		movr(asm.R1, asm.R8),
+	c.b.Emit(
+		insn.Movr(asm.R1, asm.R8),
 		asm.FnSpinUnlock.Call(),
 		asm.JEq.Imm(asm.R9, 0, next),
 	)
@@ -135,15 +137,15 @@ func (c *compiler) unlockBucket(next string) {
 // when it creates the rule: the clock in r7 as the last time and a full
 // credit, which fill loads into r1, stored as size. It goes on at started.
 func (c *compiler) startBucket(started string, fill asm.Instruction, size asm.Size) {
-	c.b.emit(
-		ld(asm.R1, asm.R8, bucketStarted, asm.Word),
+	c.b.Emit(
+		insn.Ld(asm.R1, asm.R8, bucketStarted, asm.Word),
 		asm.JNE.Imm(asm.R1, 0, started),
-		stImm(asm.R8, bucketStarted, 1, asm.Word),
-		st(asm.R8, bucketPrev, asm.R7, asm.DWord),
+		insn.StImm(asm.R8, bucketStarted, 1, asm.Word),
+		insn.St(asm.R8, bucketPrev, asm.R7, asm.DWord),
 		fill,
-		st(asm.R8, bucketCredit, asm.R1, size),
+		insn.St(asm.R8, bucketCredit, asm.R1, size),
 	)
-	c.b.mark(started)
+	c.b.Mark(started)
 }
 
 // limit emits xt_limit's limit_mt with the kernel's u32 arithmetic:
@@ -159,33 +161,33 @@ func (c *compiler) limit(m ir.Limit, next string) {
 	b := c.b
 	capacity, cost := m.Credits(ir.DefaultHZ)
 	cpj := ir.CreditsPerJiffy(ir.DefaultHZ)
-	started, capped, short := b.fresh("limit_started"), b.fresh("limit_capped"), b.fresh("limit_short")
-	b.emit(
+	started, capped, short := b.Fresh("limit_started"), b.Fresh("limit_capped"), b.Fresh("limit_short")
+	b.Emit(
 		asm.FnJiffies64.Call(),
-		movr(asm.R7, asm.R0),
+		insn.Movr(asm.R7, asm.R0),
 	)
 	c.lockBucket(m.Bucket, next)
-	c.startBucket(started, asm.Mov.Imm32(asm.R1, u32(capacity)), asm.Word)
-	b.emit(
-		ld(asm.R1, asm.R8, bucketPrev, asm.DWord),
-		st(asm.R8, bucketPrev, asm.R7, asm.DWord),
+	c.startBucket(started, asm.Mov.Imm32(asm.R1, insn.U32(capacity)), asm.Word)
+	b.Emit(
+		insn.Ld(asm.R1, asm.R8, bucketPrev, asm.DWord),
+		insn.St(asm.R8, bucketPrev, asm.R7, asm.DWord),
 		asm.Sub.Reg(asm.R7, asm.R1),
 		asm.LSh.Imm(asm.R7, int32(bits.TrailingZeros32(cpj))), // CREDITS_PER_JIFFY is a power of two
 		asm.Mov.Reg32(asm.R7, asm.R7),
-		ld(asm.R1, asm.R8, bucketCredit, asm.Word),
+		insn.Ld(asm.R1, asm.R8, bucketCredit, asm.Word),
 		asm.Add.Reg32(asm.R1, asm.R7),
-		asm.JLE.Imm32(asm.R1, u32(capacity), capped),
-		asm.Mov.Imm32(asm.R1, u32(capacity)),
+		asm.JLE.Imm32(asm.R1, insn.U32(capacity), capped),
+		asm.Mov.Imm32(asm.R1, insn.U32(capacity)),
 	)
-	b.mark(capped)
-	b.emit(
-		mov(asm.R9, 0),
-		asm.JLT.Imm32(asm.R1, u32(cost), short),
-		asm.Sub.Imm32(asm.R1, u32(cost)),
-		mov(asm.R9, 1),
+	b.Mark(capped)
+	b.Emit(
+		insn.Mov(asm.R9, 0),
+		asm.JLT.Imm32(asm.R1, insn.U32(cost), short),
+		asm.Sub.Imm32(asm.R1, insn.U32(cost)),
+		insn.Mov(asm.R9, 1),
 	)
-	b.mark(short)
-	b.emit(st(asm.R8, bucketCredit, asm.R1, asm.Word))
+	b.Mark(short)
+	b.Emit(insn.St(asm.R8, bucketCredit, asm.R1, asm.Word))
 	c.unlockBucket(next)
 }
 
@@ -200,22 +202,22 @@ func (c *compiler) limit(m ir.Limit, next string) {
 func (c *compiler) rateLimit(m ir.RateLimit, next string) {
 	b := c.b
 	tokensMax, _ := m.TokensMax()
-	started, capped, short, done := b.fresh("limit_started"), b.fresh("limit_capped"), b.fresh("limit_short"), b.fresh("limit_done")
+	started, capped, short, done := b.Fresh("limit_started"), b.Fresh("limit_capped"), b.Fresh("limit_short"), b.Fresh("limit_done")
 	if m.Bytes {
 		// nsecs * skb->len / rate, the product wrapping in u64.
-		b.emit(
-			ld(asm.R9, asm.R6, pktLength, asm.Word),
+		b.Emit(
+			insn.Ld(asm.R9, asm.R6, pkt.Length, asm.Word),
 			asm.LoadImm(asm.R1, int64(m.Nsecs), asm.DWord),
 			asm.Mul.Reg(asm.R9, asm.R1),
 			asm.LoadImm(asm.R1, int64(m.Rate), asm.DWord),
 			asm.Div.Reg(asm.R9, asm.R1),
 		)
 	} else {
-		b.emit(asm.LoadImm(asm.R9, int64(m.Cost(0)), asm.DWord))
+		b.Emit(asm.LoadImm(asm.R9, int64(m.Cost(0)), asm.DWord))
 	}
-	b.emit(
+	b.Emit(
 		asm.FnKtimeGetNs.Call(),
-		movr(asm.R7, asm.R0),
+		insn.Movr(asm.R7, asm.R0),
 	)
 	c.lockBucket(m.Bucket, next)
 	c.startBucket(started, asm.LoadImm(asm.R1, int64(tokensMax), asm.DWord), asm.DWord)
@@ -223,31 +225,31 @@ func (c *compiler) rateLimit(m ir.RateLimit, next string) {
 	if m.Over {
 		goesOn, stops = 0, 1
 	}
-	b.emit(
-		ld(asm.R1, asm.R8, bucketCredit, asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R8, bucketCredit, asm.DWord),
 		asm.Add.Reg(asm.R1, asm.R7),
-		ld(asm.R2, asm.R8, bucketPrev, asm.DWord),
+		insn.Ld(asm.R2, asm.R8, bucketPrev, asm.DWord),
 		asm.Sub.Reg(asm.R1, asm.R2),
 		asm.LoadImm(asm.R2, int64(tokensMax), asm.DWord),
 		asm.JLE.Reg(asm.R1, asm.R2, capped),
-		movr(asm.R1, asm.R2),
+		insn.Movr(asm.R1, asm.R2),
 	)
-	b.mark(capped)
-	b.emit(
-		st(asm.R8, bucketPrev, asm.R7, asm.DWord),
-		movr(asm.R2, asm.R1),
+	b.Mark(capped)
+	b.Emit(
+		insn.St(asm.R8, bucketPrev, asm.R7, asm.DWord),
+		insn.Movr(asm.R2, asm.R1),
 		asm.Sub.Reg(asm.R2, asm.R9),
 		asm.JSLT.Imm(asm.R2, 0, short),
-		st(asm.R8, bucketCredit, asm.R2, asm.DWord),
-		mov(asm.R9, goesOn),
-		ja(done),
+		insn.St(asm.R8, bucketCredit, asm.R2, asm.DWord),
+		insn.Mov(asm.R9, goesOn),
+		insn.Ja(done),
 	)
-	b.mark(short)
-	b.emit(
-		st(asm.R8, bucketCredit, asm.R1, asm.DWord),
-		mov(asm.R9, stops),
+	b.Mark(short)
+	b.Emit(
+		insn.St(asm.R8, bucketCredit, asm.R1, asm.DWord),
+		insn.Mov(asm.R9, stops),
 	)
-	b.mark(done)
+	b.Mark(done)
 	c.unlockBucket(next)
 }
 

@@ -3,6 +3,7 @@ package codegen
 import (
 	"encoding/binary"
 
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 )
 
@@ -11,7 +12,7 @@ var macCode = kind[ir.SrcMAC]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.SrcMAC, next, _ string) bool {
 		hi := uint32(binary.BigEndian.Uint16(m.Addr[0:2]))
 		lo := binary.BigEndian.Uint32(m.Addr[2:6])
-		c.words([]int16{pktMACHi, pktMACLo}, []uint32{hi, lo}, []uint32{0xffffffff, 0xffffffff}, m.Neg, next)
+		c.words([]int16{pkt.MACHi, pkt.MACLo}, []uint32{hi, lo}, []uint32{0xffffffff, 0xffffffff}, m.Neg, next)
 		return false
 	},
 	hooks: func(c *compiler, _ ir.SrcMAC) string {

@@ -3,6 +3,8 @@ package codegen
 import (
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 )
 
@@ -10,7 +12,7 @@ import (
 // and POSTROUTING, which lowering keeps iptables' owner to. It compiles
 // where packets carry their socket in skb->sk: at the chains' own
 // netfilter hooks and at tc-egress. parse reads the socket once per packet
-// (parseOwner) into the packet's pktOwner fields, and the match compares
+// (parseOwner) into the packet's pkt.Owner fields, and the match compares
 // them as owner_mt does.
 var ownerCode = kind[ir.Owner]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.Owner, next, _ string) bool {
@@ -28,11 +30,11 @@ var ownerCode = kind[ir.Owner]{
 	collect: func(c *compiler, _ ir.Owner) { c.readsOwner = true },
 }
 
-// What parseOwner found, in pktOwner.
+// What parseOwner found, in pkt.Owner.
 const (
 	ownerNone   = 0 // no socket (or one of another namespace)
 	ownerSocket = 1 // a socket without a file: the kernel's own
-	ownerFile   = 2 // a process's socket: pktOwnerUID and pktOwnerGID hold its file's fsuid and fsgid
+	ownerFile   = 2 // a process's socket: pkt.OwnerUID and pkt.OwnerGID hold its file's fsuid and fsgid
 	// ownerListener is or'ed in when skb->sk is a request socket, whose
 	// listener the owner match reads (skb_to_full_sk); LOG's
 	// nf_log_dump_sk_uid_gid prints nothing for one.
@@ -43,41 +45,41 @@ const (
 // owner emits owner_mt over the fields parseOwner stored.
 func (c *compiler) owner(m ir.Owner, next string) {
 	b := c.b
-	noSocket, done := b.fresh("owner_nosocket"), b.fresh("owner_done")
-	b.emit(
-		ld(asm.R1, asm.R6, pktOwner, asm.Byte),
+	noSocket, done := b.Fresh("owner_nosocket"), b.Fresh("owner_done")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R6, pkt.Owner, asm.Byte),
 		asm.And.Imm(asm.R1, ownerKind),
 		asm.JEq.Imm(asm.R1, ownerNone, noSocket),
 	)
 	if m.Socket && m.SocketNeg {
 		// A socket, and "! --socket-exists".
-		b.emit(ja(next))
+		b.Emit(insn.Ja(next))
 	} else {
-		kernel := b.fresh("owner_kernel")
-		b.emit(asm.JEq.Imm(asm.R1, ownerSocket, kernel))
+		kernel := b.Fresh("owner_kernel")
+		b.Emit(asm.JEq.Imm(asm.R1, ownerSocket, kernel))
 		// A process's socket: its file's user and group.
 		if m.UID != nil {
-			c.inRanges([]int16{pktOwnerUID}, asm.Word, []valueRange{{m.UID.Min, m.UID.Max}}, 0xffffffff, m.UIDNeg, next)
+			c.inRanges([]int16{pkt.OwnerUID}, asm.Word, []valueRange{{m.UID.Min, m.UID.Max}}, 0xffffffff, m.UIDNeg, next)
 		}
 		if m.GID != nil {
-			c.inRanges([]int16{pktOwnerGID}, asm.Word, []valueRange{{m.GID.Min, m.GID.Max}}, 0xffffffff, m.GIDNeg, next)
+			c.inRanges([]int16{pkt.OwnerGID}, asm.Word, []valueRange{{m.GID.Min, m.GID.Max}}, 0xffffffff, m.GIDNeg, next)
 		}
-		b.emit(ja(done))
+		b.Emit(insn.Ja(done))
 		// A kernel socket has no user or group: only their negations
 		// hold.
-		b.mark(kernel)
+		b.Mark(kernel)
 		if m.UID != nil && !m.UIDNeg || m.GID != nil && !m.GIDNeg {
-			b.emit(ja(next))
+			b.Emit(insn.Ja(next))
 		} else {
-			b.emit(ja(done))
+			b.Emit(insn.Ja(done))
 		}
 	}
 	// No socket: only a rule whose every test is negated holds.
-	b.mark(noSocket)
+	b.Mark(noSocket)
 	if m.UID != nil && !m.UIDNeg || m.GID != nil && !m.GIDNeg || m.Socket && !m.SocketNeg {
-		b.emit(ja(next))
+		b.Emit(insn.Ja(next))
 	}
-	b.mark(done)
+	b.Mark(done)
 }
 
 // Kernel fields parseOwner reads.
@@ -108,7 +110,7 @@ const (
 )
 
 // parseOwner stores what owner_mt reads of the packet's socket in
-// pktOwner, pktOwnerUID and pktOwnerGID: skb_to_full_sk(skb) (a request
+// pkt.Owner, pkt.OwnerUID and pkt.OwnerGID: skb_to_full_sk(skb) (a request
 // sock's listener), its sk_socket in the chain's namespace, and the
 // fsuid and fsgid of that socket's file's credentials. The pointers are
 // numbers to the verifier: each is read with bpf_probe_read_kernel, and
@@ -117,26 +119,26 @@ const (
 // context is in r6 and the packet in r7; r1-r5 are clobbered.
 func (c *compiler) parseOwner() {
 	b := c.b
-	b.note("owner: the socket of skb_to_full_sk(skb), its file's fsuid and fsgid")
-	b.emit(
-		stImm(asm.R7, pktOwner, ownerNone, asm.Byte),
-		stImm(asm.R10, ownerFlags, 0, asm.DWord),
+	b.Note("owner: the socket of skb_to_full_sk(skb), its file's fsuid and fsgid")
+	b.Emit(
+		insn.StImm(asm.R7, pkt.Owner, ownerNone, asm.Byte),
+		insn.StImm(asm.R10, ownerFlags, 0, asm.DWord),
 	)
 	if c.hook == HookNetfilter {
 		c.emitSkb(asm.R3, asm.R6)
 	} else {
-		b.emit(movr(asm.R1, asm.R6), kfuncCall(kfuncCastKernCtx), movr(asm.R3, asm.R0))
+		b.Emit(insn.Movr(asm.R1, asm.R6), kfuncCall(kfuncCastKernCtx), insn.Movr(asm.R3, asm.R0))
 	}
 	// read reads size bytes at the address in r3 plus f's offset into
 	// ownerValue, or goes to parse_owner_done.
 	read := func(f fieldRef, size int32) {
 		add := asm.Add.Imm(asm.R3, 0)
 		add.Metadata.Set(kernelField{}, f)
-		b.emit(
+		b.Emit(
 			add,
-			movr(asm.R1, asm.R10),
+			insn.Movr(asm.R1, asm.R10),
 			asm.Add.Imm(asm.R1, ownerValue),
-			mov(asm.R2, size),
+			insn.Mov(asm.R2, size),
 			asm.FnProbeReadKernel.Call(),
 			asm.JNE.Imm(asm.R0, 0, "parse_owner_done"),
 		)
@@ -144,65 +146,65 @@ func (c *compiler) parseOwner() {
 	// follow reads the pointer at f of the address in ownerSlot into
 	// ownerSlot and r3, or goes to parse_owner_done when it is NULL.
 	follow := func(f fieldRef) {
-		b.emit(ld(asm.R3, asm.R10, ownerSlot, asm.DWord))
+		b.Emit(insn.Ld(asm.R3, asm.R10, ownerSlot, asm.DWord))
 		read(f, 8)
-		b.emit(
-			ld(asm.R3, asm.R10, ownerValue, asm.DWord),
+		b.Emit(
+			insn.Ld(asm.R3, asm.R10, ownerValue, asm.DWord),
 			asm.JEq.Imm(asm.R3, 0, "parse_owner_done"),
-			st(asm.R10, ownerSlot, asm.R3, asm.DWord),
+			insn.St(asm.R10, ownerSlot, asm.R3, asm.DWord),
 		)
 	}
 	read(skbSk, 8)
-	b.emit(
-		ld(asm.R3, asm.R10, ownerValue, asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R3, asm.R10, ownerValue, asm.DWord),
 		asm.JEq.Imm(asm.R3, 0, "parse_owner_done"),
-		st(asm.R10, ownerSlot, asm.R3, asm.DWord),
+		insn.St(asm.R10, ownerSlot, asm.R3, asm.DWord),
 	)
 	read(sockState, 1)
-	b.emit(
-		ld(asm.R1, asm.R10, ownerValue, asm.Byte),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, ownerValue, asm.Byte),
 		asm.JEq.Imm(asm.R1, tcpTimeWait, "parse_owner_done"),
 		asm.JNE.Imm(asm.R1, tcpNewSynRecv, "parse_owner_full"),
 	)
 	follow(requestListener)
-	b.emit(stImm(asm.R10, ownerFlags, ownerListener, asm.DWord))
-	b.mark("parse_owner_full")
+	b.Emit(insn.StImm(asm.R10, ownerFlags, ownerListener, asm.DWord))
+	b.Mark("parse_owner_full")
 	if c.hook == HookNetfilter {
 		// net_eq(xt_net(par), sock_net(sk)).
-		b.emit(ld(asm.R3, asm.R10, ownerSlot, asm.DWord))
+		b.Emit(insn.Ld(asm.R3, asm.R10, ownerSlot, asm.DWord))
 		read(sockNet, 8)
-		b.emit(
+		b.Emit(
 			ldField(asm.R1, asm.R6, nfCtxState, asm.DWord),
 			ldField(asm.R1, asm.R1, nfHookStateNet, asm.DWord),
-			ld(asm.R2, asm.R10, ownerValue, asm.DWord),
+			insn.Ld(asm.R2, asm.R10, ownerValue, asm.DWord),
 			asm.JNE.Reg(asm.R1, asm.R2, "parse_owner_done"),
 		)
 	}
 	follow(sockSocket)
 	found := func(kind int32) {
-		b.emit(
-			ld(asm.R1, asm.R10, ownerFlags, asm.DWord),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, ownerFlags, asm.DWord),
 			asm.Or.Imm(asm.R1, kind),
-			st(asm.R7, pktOwner, asm.R1, asm.Byte),
+			insn.St(asm.R7, pkt.Owner, asm.R1, asm.Byte),
 		)
 	}
 	found(ownerSocket)
 	follow(socketFile)
 	follow(fileCred)
-	b.emit(ld(asm.R3, asm.R10, ownerSlot, asm.DWord))
+	b.Emit(insn.Ld(asm.R3, asm.R10, ownerSlot, asm.DWord))
 	read(credFsuid, 4)
-	b.emit(
-		ld(asm.R1, asm.R10, ownerValue, asm.Word),
-		st(asm.R7, pktOwnerUID, asm.R1, asm.Word),
-		ld(asm.R3, asm.R10, ownerSlot, asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, ownerValue, asm.Word),
+		insn.St(asm.R7, pkt.OwnerUID, asm.R1, asm.Word),
+		insn.Ld(asm.R3, asm.R10, ownerSlot, asm.DWord),
 	)
 	read(credFsgid, 4)
-	b.emit(
-		ld(asm.R1, asm.R10, ownerValue, asm.Word),
-		st(asm.R7, pktOwnerGID, asm.R1, asm.Word),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, ownerValue, asm.Word),
+		insn.St(asm.R7, pkt.OwnerGID, asm.R1, asm.Word),
 	)
 	found(ownerFile)
-	b.mark("parse_owner_done")
+	b.Mark("parse_owner_done")
 }
 
 // testsOwner reports whether p reads the packets' sockets, whose fields'

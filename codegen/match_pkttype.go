@@ -3,6 +3,8 @@ package codegen
 import (
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 )
 
@@ -10,7 +12,7 @@ import (
 // see.
 var pktTypeCode = kind[ir.PktType]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.PktType, next, _ string) bool {
-		c.b.emit(ld(asm.R1, asm.R6, pktPktType, asm.Byte))
+		c.b.Emit(insn.Ld(asm.R1, asm.R6, pkt.PktType, asm.Byte))
 		c.equal(asm.R1, uint32(m.Type), m.Neg, next)
 		return false
 	},

@@ -3,6 +3,7 @@ package codegen
 import (
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 )
 
@@ -12,11 +13,11 @@ var portsCode = kind[ir.Ports]{
 		var offs []int16
 		switch m.Dir {
 		case ir.Src:
-			offs = []int16{pktSport}
+			offs = []int16{pkt.Sport}
 		case ir.Dst:
-			offs = []int16{pktDport}
+			offs = []int16{pkt.Dport}
 		default:
-			offs = []int16{pktSport, pktDport}
+			offs = []int16{pkt.Sport, pkt.Dport}
 		}
 		ranges := make([]valueRange, len(m.Ranges))
 		for i, pr := range m.Ranges {

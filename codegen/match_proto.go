@@ -5,6 +5,8 @@ import (
 
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -16,14 +18,14 @@ var protoCode = kind[ir.Proto]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.Proto, next, hotdrop string) bool {
 		b := c.b
 		if c.p.Family == rules.IPv6 {
-			b.emit(
-				ld(asm.R1, asm.R6, pktFlags, asm.Byte),
-				asm.And.Imm(asm.R1, flagBadExtHeaders),
+			b.Emit(
+				insn.Ld(asm.R1, asm.R6, pkt.Flags, asm.Byte),
+				asm.And.Imm(asm.R1, pkt.FlagBadExtHeaders),
 				asm.JNE.Imm(asm.R1, 0, hotdrop),
 			)
 		}
 		if m.Proto != 0 || c.p.Family != rules.IPv6 {
-			b.emit(ld(asm.R1, asm.R6, pktProto, asm.Byte))
+			b.Emit(insn.Ld(asm.R1, asm.R6, pkt.Proto, asm.Byte))
 			c.equal(asm.R1, uint32(m.Proto), m.Neg, next)
 		}
 		return c.p.Family == rules.IPv6

@@ -11,6 +11,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -189,16 +191,16 @@ func (c *compiler) recent(m ir.Recent, next string) {
 	found, out, update := r.label("found"), r.label("out"), r.label("update")
 	r.lock(next)
 	r.lookup(found, out)
-	r.b.mark(found)
+	r.b.Mark(found)
 	r.slot(out)
 	r.command(update, out)
 	if m.Command == rules.RecentSet || m.Command == rules.RecentUpdate {
-		r.b.mark(update)
+		r.b.Mark(update)
 		r.update()
 	}
-	r.b.mark(out)
-	r.b.emit(
-		movr(asm.R1, asm.R8),
+	r.b.Mark(out)
+	r.b.Emit(
+		insn.Movr(asm.R1, asm.R8),
 		asm.FnSpinUnlock.Call(),
 		asm.JEq.Imm(asm.R9, 0, next),
 	)
@@ -208,14 +210,14 @@ func (c *compiler) recent(m ir.Recent, next string) {
 // of recent_mt over them.
 type recentEmitter struct {
 	c        *compiler
-	b        *builder
+	b        *insn.Builder
 	m        ir.Recent
 	n        int32 // slots
 	slotSize int32
 	words    int // of an address
 }
 
-func (r *recentEmitter) label(s string) string { return r.b.fresh("recent_" + s) }
+func (r *recentEmitter) label(s string) string { return r.b.Fresh("recent_" + s) }
 
 // lock writes the key, reads the packet's tick, takes the table's lock
 // (or goes to next without a table) and sets the table's clock; r9 is
@@ -223,62 +225,62 @@ func (r *recentEmitter) label(s string) string { return r.b.fresh("recent_" + s)
 func (r *recentEmitter) lock(next string) {
 	b, c := r.b, r.c
 	name := RecentMap(r.m.Table)
-	field := pktSrc
+	field := pkt.Src
 	if r.m.Dest {
-		field = pktDst
+		field = pkt.Dst
 	}
 	mask := r.m.Mask.AsSlice()
-	b.note("recent key: the %s address masked with %s, and the TTL", map[bool]string{false: "source", true: "destination"}[r.m.Dest], r.m.Mask)
+	b.Note("recent key: the %s address masked with %s, and the TTL", map[bool]string{false: "source", true: "destination"}[r.m.Dest], r.m.Mask)
 	for w := range r.words {
 		mw := binary.BigEndian.Uint32(mask[4*w:])
-		b.emit(ld(asm.R1, asm.R6, int16(field+4*w), asm.Word))
+		b.Emit(insn.Ld(asm.R1, asm.R6, int16(field+4*w), asm.Word))
 		if mw != 0xffffffff {
-			b.emit(asm.And.Imm32(asm.R1, u32(mw)))
+			b.Emit(asm.And.Imm32(asm.R1, insn.U32(mw)))
 		}
-		b.emit(st(asm.R10, chainRecentKey+int16(4*w), asm.R1, asm.Word))
+		b.Emit(insn.St(asm.R10, chainRecentKey+int16(4*w), asm.R1, asm.Word))
 	}
 	// One tick per packet, read by its first recent match: the kernel
 	// reads jiffies at each match, and a packet's matches seeing the same
 	// tick is one of the orderings it allows.
 	recorded, fresh := r.label("ticked"), r.label("fresh")
-	b.emit(
-		ld(asm.R1, asm.R6, pktTTL, asm.Byte),
-		st(asm.R10, chainRecentTTL, asm.R1, asm.DWord),
-		ld(asm.R7, asm.R6, c.pktRecentNow(), asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R6, pkt.TTL, asm.Byte),
+		insn.St(asm.R10, chainRecentTTL, asm.R1, asm.DWord),
+		insn.Ld(asm.R7, asm.R6, c.pktRecentNow(), asm.DWord),
 		asm.JNE.Imm(asm.R7, 0, recorded),
 		asm.FnJiffies64.Call(),
-		movr(asm.R7, asm.R0),
-		st(asm.R6, c.pktRecentNow(), asm.R7, asm.DWord),
+		insn.Movr(asm.R7, asm.R0),
+		insn.St(asm.R6, c.pktRecentNow(), asm.R7, asm.DWord),
 	)
-	b.mark(recorded)
-	b.emit(
-		stImm(asm.R10, chainKey, 0, asm.Word),
-		movr(asm.R2, asm.R10),
+	b.Mark(recorded)
+	b.Emit(
+		insn.StImm(asm.R10, chainKey, 0, asm.Word),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, chainKey),
-		mapRef(asm.R1, name),
+		insn.MapRef(asm.R1, name),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, next),
-		movr(asm.R8, asm.R0),
-		movr(asm.R1, asm.R8),
+		insn.Movr(asm.R8, asm.R0),
+		insn.Movr(asm.R1, asm.R8),
 		asm.FnSpinLock.Call(),
 	)
 	// The kernel reads jiffies under recent_lock; the program reads them
 	// before taking the lock, and another CPU may have taken it in
 	// between with a later tick: the table's time does not go back, as if
 	// this match had read the clock after that one.
-	b.note("the table's clock: the later of the tick read and the table's last")
-	b.emit(
-		ld(asm.R1, asm.R8, recentNow, asm.DWord),
+	b.Note("the table's clock: the later of the tick read and the table's last")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R8, recentNow, asm.DWord),
 		asm.JGE.Reg(asm.R7, asm.R1, fresh),
-		movr(asm.R7, asm.R1),
+		insn.Movr(asm.R7, asm.R1),
 	)
-	b.mark(fresh)
-	b.emit(st(asm.R8, recentNow, asm.R7, asm.DWord))
+	b.Mark(fresh)
+	b.Emit(insn.St(asm.R8, recentNow, asm.R7, asm.DWord))
 	inv := int32(0)
 	if r.m.Invert {
 		inv = 1
 	}
-	b.emit(mov(asm.R9, inv))
+	b.Emit(insn.Mov(asm.R9, inv))
 }
 
 // loop emits a loop over the slots in use, which are the first
@@ -289,32 +291,32 @@ func (r *recentEmitter) lock(next string) {
 func (r *recentEmitter) loop(body func(cont string)) {
 	b := r.b
 	top, cont, done := r.label("loop"), r.label("next"), r.label("done")
-	b.emit(
-		mov(asm.R1, 0),
-		movr(asm.R2, asm.R8),
+	b.Emit(
+		insn.Mov(asm.R1, 0),
+		insn.Movr(asm.R2, asm.R8),
 		asm.Add.Imm(asm.R2, recentSlotsOff),
-		ld(asm.R3, asm.R8, recentEntries, asm.Word),
+		insn.Ld(asm.R3, asm.R8, recentEntries, asm.Word),
 	)
-	b.mark(top)
-	b.emit(asm.JGE.Reg(asm.R1, asm.R3, done))
+	b.Mark(top)
+	b.Emit(asm.JGE.Reg(asm.R1, asm.R3, done))
 	body(cont)
-	b.mark(cont)
-	b.emit(
+	b.Mark(cont)
+	b.Emit(
 		asm.Add.Imm(asm.R1, 1),
 		asm.Add.Imm(asm.R2, r.slotSize),
 		asm.JLT.Imm(asm.R1, r.n, top),
 	)
-	b.mark(done)
+	b.Mark(done)
 }
 
 // slotInto points dst at slot r1 (below recentNone), or fails to
 // none; r1 is lost.
 func (r *recentEmitter) slotInto(dst asm.Register, none string) {
 	b := r.b
-	b.emit(
+	b.Emit(
 		asm.JGE.Imm(asm.R1, r.n, none),
 		asm.Mul.Imm(asm.R1, r.slotSize),
-		movr(dst, asm.R8),
+		insn.Movr(dst, asm.R8),
 		asm.Add.Reg(dst, asm.R1),
 		asm.Add.Imm(dst, recentSlotsOff),
 	)
@@ -326,17 +328,17 @@ func (r *recentEmitter) slot(none string) { r.slotInto(asm.R5, none) }
 // into recentMinSlot, recentNone for an empty table. It keeps r5.
 func (r *recentEmitter) head() {
 	b := r.b
-	b.emit(
-		stImm(asm.R8, recentMinSeq, -1, asm.DWord),
-		stImm(asm.R8, recentMinSlot, recentNone, asm.Word),
+	b.Emit(
+		insn.StImm(asm.R8, recentMinSeq, -1, asm.DWord),
+		insn.StImm(asm.R8, recentMinSlot, recentNone, asm.Word),
 	)
 	r.loop(func(cont string) {
-		b.emit(
-			ld(asm.R4, asm.R2, slotSeq, asm.DWord),
-			ld(asm.R0, asm.R8, recentMinSeq, asm.DWord),
+		b.Emit(
+			insn.Ld(asm.R4, asm.R2, slotSeq, asm.DWord),
+			insn.Ld(asm.R0, asm.R8, recentMinSeq, asm.DWord),
 			asm.JGE.Reg(asm.R4, asm.R0, cont),
-			st(asm.R8, recentMinSeq, asm.R4, asm.DWord),
-			st(asm.R8, recentMinSlot, asm.R1, asm.Word),
+			insn.St(asm.R8, recentMinSeq, asm.R4, asm.DWord),
+			insn.St(asm.R8, recentMinSlot, asm.R1, asm.Word),
 		)
 	})
 }
@@ -349,46 +351,46 @@ func (r *recentEmitter) head() {
 func (r *recentEmitter) remove() {
 	b := r.b
 	cleared, gone, copyTop, copied := r.label("cleared"), r.label("gone"), r.label("copy"), r.label("copied")
-	b.emit(
-		st(asm.R10, chainRecentMoved, asm.R5, asm.DWord),
-		ld(asm.R1, asm.R8, recentEntries, asm.Word),
+	b.Emit(
+		insn.St(asm.R10, chainRecentMoved, asm.R5, asm.DWord),
+		insn.Ld(asm.R1, asm.R8, recentEntries, asm.Word),
 		asm.Sub.Imm(asm.R1, 1),
-		st(asm.R8, recentEntries, asm.R1, asm.Word),
+		insn.St(asm.R8, recentEntries, asm.R1, asm.Word),
 	)
 	r.slotInto(asm.R2, gone)
-	b.emit(
-		st(asm.R10, chainRecentMoved, asm.R2, asm.DWord),
+	b.Emit(
+		insn.St(asm.R10, chainRecentMoved, asm.R2, asm.DWord),
 		asm.JEq.Reg(asm.R2, asm.R5, cleared),
 	)
 	for off := int16(0); off < slotStamps; off += 8 {
-		b.emit(
-			ld(asm.R0, asm.R2, off, asm.DWord),
-			st(asm.R5, off, asm.R0, asm.DWord),
+		b.Emit(
+			insn.Ld(asm.R0, asm.R2, off, asm.DWord),
+			insn.St(asm.R5, off, asm.R0, asm.DWord),
 		)
 	}
 	// The moved slot's nstamps, now r5's, bounds the copy.
-	b.emit(
-		movr(asm.R1, asm.R5),
+	b.Emit(
+		insn.Movr(asm.R1, asm.R5),
 		asm.Add.Imm(asm.R1, slotStamps),
 		asm.Add.Imm(asm.R2, slotStamps),
-		mov(asm.R3, 0),
+		insn.Mov(asm.R3, 0),
 	)
-	b.mark(copyTop)
-	b.emit(
-		ld(asm.R0, asm.R5, slotNstamps, asm.Half),
+	b.Mark(copyTop)
+	b.Emit(
+		insn.Ld(asm.R0, asm.R5, slotNstamps, asm.Half),
 		asm.JGE.Reg(asm.R3, asm.R0, copied),
-		ld(asm.R0, asm.R2, 0, asm.DWord),
-		st(asm.R1, 0, asm.R0, asm.DWord),
+		insn.Ld(asm.R0, asm.R2, 0, asm.DWord),
+		insn.St(asm.R1, 0, asm.R0, asm.DWord),
 		asm.Add.Imm(asm.R1, 8),
 		asm.Add.Imm(asm.R2, 8),
 		asm.Add.Imm(asm.R3, 1),
 		asm.JLT.Imm(asm.R3, int32(r.m.Stamps), copyTop),
 	)
-	b.mark(copied)
-	b.emit(ld(asm.R2, asm.R10, chainRecentMoved, asm.DWord))
-	b.mark(cleared)
-	b.emit(stImm(asm.R2, slotSeq, 0, asm.DWord))
-	b.mark(gone)
+	b.Mark(copied)
+	b.Emit(insn.Ld(asm.R2, asm.R10, chainRecentMoved, asm.DWord))
+	b.Mark(cleared)
+	b.Emit(insn.StImm(asm.R2, slotSeq, 0, asm.DWord))
+	b.Mark(gone)
 }
 
 // lookup finds the packet's slot (recent_entry_lookup) into recentFound,
@@ -396,76 +398,76 @@ func (r *recentEmitter) remove() {
 // (recent_entry_init) and the others go to out.
 func (r *recentEmitter) lookup(found, out string) {
 	b := r.b
-	b.note("recent_entry_lookup: the slot with the address%s", map[bool]string{false: "", true: " and a TTL that is the packet's, or either 0"}[r.m.TTL])
-	b.emit(stImm(asm.R8, recentFound, recentNone, asm.Word))
+	b.Note("recent_entry_lookup: the slot with the address%s", map[bool]string{false: "", true: " and a TTL that is the packet's, or either 0"}[r.m.TTL])
+	b.Emit(insn.StImm(asm.R8, recentFound, recentNone, asm.Word))
 	searched := r.label("searched")
 	r.loop(func(cont string) {
 		for w := range r.words {
-			b.emit(
-				ld(asm.R0, asm.R2, slotAddr+int16(4*w), asm.Word),
-				ld(asm.R4, asm.R10, chainRecentKey+int16(4*w), asm.Word),
+			b.Emit(
+				insn.Ld(asm.R0, asm.R2, slotAddr+int16(4*w), asm.Word),
+				insn.Ld(asm.R4, asm.R10, chainRecentKey+int16(4*w), asm.Word),
 				asm.JNE.Reg(asm.R0, asm.R4, cont),
 			)
 		}
 		if r.m.TTL {
 			hit := r.label("ttl_ok")
-			b.emit(
-				ld(asm.R0, asm.R10, chainRecentTTL, asm.DWord),
+			b.Emit(
+				insn.Ld(asm.R0, asm.R10, chainRecentTTL, asm.DWord),
 				asm.JEq.Imm(asm.R0, 0, hit),
-				ld(asm.R4, asm.R2, slotTTL, asm.Byte),
+				insn.Ld(asm.R4, asm.R2, slotTTL, asm.Byte),
 				asm.JEq.Imm(asm.R4, 0, hit),
 				asm.JNE.Reg(asm.R0, asm.R4, cont),
 			)
-			b.mark(hit)
+			b.Mark(hit)
 		}
-		b.emit(
-			st(asm.R8, recentFound, asm.R1, asm.Word),
-			ja(searched),
+		b.Emit(
+			insn.St(asm.R8, recentFound, asm.R1, asm.Word),
+			insn.Ja(searched),
 		)
 	})
-	b.mark(searched)
-	b.emit(ld(asm.R1, asm.R8, recentFound, asm.Word))
-	b.emit(asm.JLT.Imm(asm.R1, r.n, found))
+	b.Mark(searched)
+	b.Emit(insn.Ld(asm.R1, asm.R8, recentFound, asm.Word))
+	b.Emit(asm.JLT.Imm(asm.R1, r.n, found))
 	if r.m.Command != rules.RecentSet {
-		b.emit(ja(out))
+		b.Emit(insn.Ja(out))
 	} else {
-		b.note("recent_entry_init: a full table loses its least recently updated entry first")
+		b.Note("recent_entry_init: a full table loses its least recently updated entry first")
 		room := r.label("room")
-		b.emit(
-			ld(asm.R1, asm.R8, recentEntries, asm.Word),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R8, recentEntries, asm.Word),
 			asm.JLT.Imm(asm.R1, r.n, room),
 		)
 		r.head()
-		b.emit(ld(asm.R1, asm.R8, recentMinSlot, asm.Word))
+		b.Emit(insn.Ld(asm.R1, asm.R8, recentMinSlot, asm.Word))
 		r.slot(room)
 		r.remove()
-		b.mark(room)
-		b.emit(ld(asm.R1, asm.R8, recentEntries, asm.Word))
+		b.Mark(room)
+		b.Emit(insn.Ld(asm.R1, asm.R8, recentEntries, asm.Word))
 		r.slot(out) // a table with no free slot cannot happen
 		for w := range r.words {
-			b.emit(
-				ld(asm.R1, asm.R10, chainRecentKey+int16(4*w), asm.Word),
-				st(asm.R5, slotAddr+int16(4*w), asm.R1, asm.Word),
+			b.Emit(
+				insn.Ld(asm.R1, asm.R10, chainRecentKey+int16(4*w), asm.Word),
+				insn.St(asm.R5, slotAddr+int16(4*w), asm.R1, asm.Word),
 			)
 		}
 		for w := r.words; w < 4; w++ {
-			b.emit(stImm(asm.R5, slotAddr+int16(4*w), 0, asm.Word))
+			b.Emit(insn.StImm(asm.R5, slotAddr+int16(4*w), 0, asm.Word))
 		}
-		b.emit(
-			ld(asm.R1, asm.R10, chainRecentTTL, asm.DWord),
-			st(asm.R5, slotTTL, asm.R1, asm.Byte),
-			st(asm.R5, slotStamps, asm.R7, asm.DWord),
-			stImm(asm.R5, slotIndex, 1, asm.Half),
-			stImm(asm.R5, slotNstamps, 1, asm.Half),
-			ld(asm.R1, asm.R8, recentSeq, asm.DWord),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, chainRecentTTL, asm.DWord),
+			insn.St(asm.R5, slotTTL, asm.R1, asm.Byte),
+			insn.St(asm.R5, slotStamps, asm.R7, asm.DWord),
+			insn.StImm(asm.R5, slotIndex, 1, asm.Half),
+			insn.StImm(asm.R5, slotNstamps, 1, asm.Half),
+			insn.Ld(asm.R1, asm.R8, recentSeq, asm.DWord),
 			asm.Add.Imm(asm.R1, 1),
-			st(asm.R8, recentSeq, asm.R1, asm.DWord),
-			st(asm.R5, slotSeq, asm.R1, asm.DWord),
-			ld(asm.R1, asm.R8, recentEntries, asm.Word),
+			insn.St(asm.R8, recentSeq, asm.R1, asm.DWord),
+			insn.St(asm.R5, slotSeq, asm.R1, asm.DWord),
+			insn.Ld(asm.R1, asm.R8, recentEntries, asm.Word),
 			asm.Add.Imm(asm.R1, 1),
-			st(asm.R8, recentEntries, asm.R1, asm.Word),
+			insn.St(asm.R8, recentEntries, asm.R1, asm.Word),
 			asm.Xor.Imm(asm.R9, 1),
-			ja(out),
+			insn.Ja(out),
 		)
 	}
 }
@@ -477,41 +479,41 @@ func (r *recentEmitter) command(update, out string) {
 	b := r.b
 	switch r.m.Command {
 	case rules.RecentSet:
-		b.emit(asm.Xor.Imm(asm.R9, 1), ja(update))
+		b.Emit(asm.Xor.Imm(asm.R9, 1), insn.Ja(update))
 	case rules.RecentRemove:
 		r.remove()
-		b.emit(asm.Xor.Imm(asm.R9, 1), ja(out))
+		b.Emit(asm.Xor.Imm(asm.R9, 1), insn.Ja(out))
 	case rules.RecentCheck, rules.RecentUpdate:
 		// The window starts at now - seconds*HZ, the product in u32.
 		window := uint64(r.m.Seconds * uint32(ir.DefaultHZ))
-		b.note("count the stamps within %d s (%d jiffies): %d or more flip the outcome", r.m.Seconds, window, max(r.m.HitCount, 1))
+		b.Note("count the stamps within %d s (%d jiffies): %d or more flip the outcome", r.m.Seconds, window, max(r.m.HitCount, 1))
 		// The kernel stops counting at --hitcount (any stamp without
 		// it); counting every stamp in the window and comparing the
 		// count with max(hitcount, 1) flips the same outcomes. The count
 		// and the flip are branch-free: the verifier walks the ring once,
 		// and what follows once.
 		counted := r.label("counted")
-		b.emit(
-			movr(asm.R4, asm.R7),
+		b.Emit(
+			insn.Movr(asm.R4, asm.R7),
 			asm.LoadImm(asm.R3, int64(window), asm.DWord),
 			asm.Sub.Reg(asm.R4, asm.R3),
 		)
 		if r.m.Seconds == 0 {
-			b.emit(ld(asm.R3, asm.R5, slotNstamps, asm.Half))
+			b.Emit(insn.Ld(asm.R3, asm.R5, slotNstamps, asm.Half))
 		} else {
 			top := r.label("stamp")
-			b.emit(
-				mov(asm.R3, 0),
-				mov(asm.R1, 0),
-				movr(asm.R2, asm.R5),
+			b.Emit(
+				insn.Mov(asm.R3, 0),
+				insn.Mov(asm.R1, 0),
+				insn.Movr(asm.R2, asm.R5),
 			)
-			b.mark(top)
-			b.emit(
-				ld(asm.R0, asm.R5, slotNstamps, asm.Half),
+			b.Mark(top)
+			b.Emit(
+				insn.Ld(asm.R0, asm.R5, slotNstamps, asm.Half),
 				asm.JGE.Reg(asm.R1, asm.R0, counted),
 				// time_after(time, stamp): (long)(stamp - time) < 0, the
 				// sign bit; a stamp counts when it is clear.
-				ld(asm.R0, asm.R2, slotStamps, asm.DWord),
+				insn.Ld(asm.R0, asm.R2, slotStamps, asm.DWord),
 				asm.Sub.Reg(asm.R0, asm.R4),
 				asm.RSh.Imm(asm.R0, 63),
 				asm.Add.Imm(asm.R3, 1),
@@ -521,95 +523,95 @@ func (r *recentEmitter) command(update, out string) {
 				asm.JLT.Imm(asm.R1, int32(r.m.Stamps), top),
 			)
 		}
-		b.mark(counted)
+		b.Mark(counted)
 		// r9 ^= (hits >= max(hitcount, 1)): the sign of hits - that,
 		// both at most 65535.
-		b.emit(
-			movr(asm.R0, asm.R3),
+		b.Emit(
+			insn.Movr(asm.R0, asm.R3),
 			asm.Sub.Imm(asm.R0, int32(max(r.m.HitCount, 1))),
 			asm.RSh.Imm(asm.R0, 63),
 			asm.Xor.Imm(asm.R0, 1),
 			asm.Xor.Reg(asm.R9, asm.R0),
 		)
 		if r.m.Reap {
-			b.note("recent_entry_reap: the least recently updated entry goes when its last stamp is out of the window")
+			b.Note("recent_entry_reap: the least recently updated entry goes when its last stamp is out of the window")
 			reaped, reap := r.label("reaped"), r.label("reap")
 			// r5 becomes the head; the entry waits on the stack (the
 			// key's place: the key is no longer needed).
-			b.emit(st(asm.R10, chainRecentKey, asm.R5, asm.DWord))
+			b.Emit(insn.St(asm.R10, chainRecentKey, asm.R5, asm.DWord))
 			r.head()
-			b.emit(
-				movr(asm.R4, asm.R7), // the window's start again: head used r4
+			b.Emit(
+				insn.Movr(asm.R4, asm.R7), // the window's start again: head used r4
 				asm.LoadImm(asm.R3, int64(window), asm.DWord),
 				asm.Sub.Reg(asm.R4, asm.R3),
-				ld(asm.R1, asm.R8, recentMinSlot, asm.Word),
+				insn.Ld(asm.R1, asm.R8, recentMinSlot, asm.Word),
 			)
 			r.slot(reaped)
 			if r.m.Command == rules.RecentUpdate {
-				b.emit(
-					ld(asm.R3, asm.R10, chainRecentKey, asm.DWord),
+				b.Emit(
+					insn.Ld(asm.R3, asm.R10, chainRecentKey, asm.DWord),
 					asm.JNE.Reg(asm.R5, asm.R3, reap),
 					asm.JNE.Imm(asm.R9, 0, reaped),
 				)
 			}
-			b.mark(reap)
-			b.emit(
-				ld(asm.R0, asm.R5, slotIndex, asm.Half),
+			b.Mark(reap)
+			b.Emit(
+				insn.Ld(asm.R0, asm.R5, slotIndex, asm.Half),
 				asm.Sub.Imm(asm.R0, 1),
 				asm.And.Imm(asm.R0, int32(r.m.Stamps-1)),
 				asm.LSh.Imm(asm.R0, 3),
-				movr(asm.R3, asm.R5),
+				insn.Movr(asm.R3, asm.R5),
 				asm.Add.Reg(asm.R3, asm.R0),
-				ld(asm.R3, asm.R3, slotStamps, asm.DWord),
+				insn.Ld(asm.R3, asm.R3, slotStamps, asm.DWord),
 				asm.Sub.Reg(asm.R3, asm.R4),
 				asm.JSGE.Imm(asm.R3, 0, reaped),
 			)
 			r.remove()
 			// The entry may have been the slot that moved into the
 			// head's place.
-			b.emit(
-				ld(asm.R3, asm.R10, chainRecentMoved, asm.DWord),
-				ld(asm.R0, asm.R10, chainRecentKey, asm.DWord),
+			b.Emit(
+				insn.Ld(asm.R3, asm.R10, chainRecentMoved, asm.DWord),
+				insn.Ld(asm.R0, asm.R10, chainRecentKey, asm.DWord),
 				asm.JNE.Reg(asm.R0, asm.R3, reaped),
-				st(asm.R10, chainRecentKey, asm.R5, asm.DWord),
+				insn.St(asm.R10, chainRecentKey, asm.R5, asm.DWord),
 			)
-			b.mark(reaped)
-			b.emit(ld(asm.R5, asm.R10, chainRecentKey, asm.DWord))
+			b.Mark(reaped)
+			b.Emit(insn.Ld(asm.R5, asm.R10, chainRecentKey, asm.DWord))
 		}
 		if r.m.Command == rules.RecentUpdate {
-			b.emit(asm.JNE.Imm(asm.R9, 0, update))
+			b.Emit(asm.JNE.Imm(asm.R9, 0, update))
 		}
-		b.emit(ja(out))
+		b.Emit(insn.Ja(out))
 	}
 }
 
 // update stamps the slot r5 (recent_entry_update).
 func (r *recentEmitter) update() {
 	b := r.b
-	b.note("recent_entry_update: the next stamp of the ring, the end of the lru list, the TTL")
+	b.Note("recent_entry_update: the next stamp of the ring, the end of the lru list, the TTL")
 	grown := r.label("grown")
-	b.emit(
-		ld(asm.R0, asm.R5, slotIndex, asm.Half),
+	b.Emit(
+		insn.Ld(asm.R0, asm.R5, slotIndex, asm.Half),
 		asm.And.Imm(asm.R0, int32(r.m.Stamps-1)),
-		movr(asm.R1, asm.R0),
+		insn.Movr(asm.R1, asm.R0),
 		asm.LSh.Imm(asm.R1, 3),
-		movr(asm.R2, asm.R5),
+		insn.Movr(asm.R2, asm.R5),
 		asm.Add.Reg(asm.R2, asm.R1),
-		st(asm.R2, slotStamps, asm.R7, asm.DWord),
+		insn.St(asm.R2, slotStamps, asm.R7, asm.DWord),
 		asm.Add.Imm(asm.R0, 1),
-		st(asm.R5, slotIndex, asm.R0, asm.Half),
-		ld(asm.R1, asm.R5, slotNstamps, asm.Half),
+		insn.St(asm.R5, slotIndex, asm.R0, asm.Half),
+		insn.Ld(asm.R1, asm.R5, slotNstamps, asm.Half),
 		asm.JLE.Reg(asm.R0, asm.R1, grown),
-		st(asm.R5, slotNstamps, asm.R0, asm.Half),
+		insn.St(asm.R5, slotNstamps, asm.R0, asm.Half),
 	)
-	b.mark(grown)
-	b.emit(
-		ld(asm.R1, asm.R8, recentSeq, asm.DWord),
+	b.Mark(grown)
+	b.Emit(
+		insn.Ld(asm.R1, asm.R8, recentSeq, asm.DWord),
 		asm.Add.Imm(asm.R1, 1),
-		st(asm.R8, recentSeq, asm.R1, asm.DWord),
-		st(asm.R5, slotSeq, asm.R1, asm.DWord),
-		ld(asm.R1, asm.R10, chainRecentTTL, asm.DWord),
-		st(asm.R5, slotTTL, asm.R1, asm.Byte),
+		insn.St(asm.R8, recentSeq, asm.R1, asm.DWord),
+		insn.St(asm.R5, slotSeq, asm.R1, asm.DWord),
+		insn.Ld(asm.R1, asm.R10, chainRecentTTL, asm.DWord),
+		insn.St(asm.R5, slotTTL, asm.R1, asm.Byte),
 	)
 }
 

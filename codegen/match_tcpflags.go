@@ -3,6 +3,8 @@ package codegen
 import (
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 )
 
@@ -13,9 +15,9 @@ var tcpFlagsCode = kind[ir.TCPFlags]{
 			c.constant((m.Comp == 0) != m.Neg, next)
 			return false
 		}
-		c.b.emit(ld(asm.R1, asm.R6, pktTCPFlags, asm.Byte))
+		c.b.Emit(insn.Ld(asm.R1, asm.R6, pkt.TCPFlags, asm.Byte))
 		if m.Mask != 0xff {
-			c.b.emit(asm.And.Imm(asm.R1, int32(m.Mask)))
+			c.b.Emit(asm.And.Imm(asm.R1, int32(m.Mask)))
 		}
 		c.equal(asm.R1, uint32(m.Comp), m.Neg, next)
 		return false

@@ -6,6 +6,8 @@ import (
 
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 )
 
@@ -13,12 +15,12 @@ import (
 // options cut short drop the packet, as tcp_find_option's caller does.
 var tcpOptionCode = kind[ir.TCPOption]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.TCPOption, next, hotdrop string) bool {
-		c.b.emit(
-			ld(asm.R1, asm.R6, pktFlags, asm.Byte),
-			asm.And.Imm(asm.R1, flagTCPOptsTruncated),
+		c.b.Emit(
+			insn.Ld(asm.R1, asm.R6, pkt.Flags, asm.Byte),
+			asm.And.Imm(asm.R1, pkt.FlagTCPOptsTruncated),
 			asm.JNE.Imm(asm.R1, 0, hotdrop),
 		)
-		c.bit(pktTCPOpts, c.optBit(m.Kind), m.Neg, next)
+		c.bit(pkt.TCPOpts, c.optBit(m.Kind), m.Neg, next)
 		return true
 	},
 	lookup: refuse[ir.TCPOption]("tcp option match"),

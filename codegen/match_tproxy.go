@@ -3,6 +3,7 @@ package codegen
 import (
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
 	"bpfwall/ir"
 )
 
@@ -20,19 +21,19 @@ var tproxyToCode = kind[ir.TProxyTo]{
 // otherwise records the rule in pktSteer. main assigns the socket if the
 // verdict accepts the lookup.
 func (c *compiler) tproxyStatement(r *ir.Rule, next string) {
-	c.b.emit(
-		stImm(asm.R10, chainKey, int32(r.ID), asm.Word),
-		movr(asm.R2, asm.R10),
+	c.b.Emit(
+		insn.StImm(asm.R10, chainKey, int32(r.ID), asm.Word),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, chainKey),
-		mapRef(asm.R1, TargetsMap),
+		insn.MapRef(asm.R1, TargetsMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, next),
-		movr(asm.R2, asm.R0),
-		mapRef(asm.R1, SocketsMap),
+		insn.Movr(asm.R2, asm.R0),
+		insn.MapRef(asm.R1, SocketsMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, next),
-		movr(asm.R1, asm.R0),
+		insn.Movr(asm.R1, asm.R0),
 		asm.FnSkRelease.Call(),
-		stImm(asm.R6, pktSteer, int32(r.ID)+1, asm.Word),
+		insn.StImm(asm.R6, pktSteer, int32(r.ID)+1, asm.Word),
 	)
 }

@@ -3,6 +3,8 @@ package codegen
 import (
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 )
 
@@ -10,8 +12,8 @@ import (
 // fails to no match, never a drop.
 var transportCode = kind[ir.Transport]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.Transport, next, _ string) bool {
-		c.b.emit(
-			ld(asm.R1, asm.R6, pktL4Len, asm.Word),
+		c.b.Emit(
+			insn.Ld(asm.R1, asm.R6, pkt.L4Len, asm.Word),
 			asm.JLT.Imm(asm.R1, int32(m.Len), next),
 		)
 		return false

@@ -6,6 +6,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -132,32 +134,32 @@ func (c *compiler) stageMaps() []*ebpf.MapSpec {
 
 // stageCount adds one to StageMap[i]; key is a free stack slot.
 func (c *compiler) stageCount(i int32, key int16) {
-	done := c.b.fresh("stage_counted")
-	c.b.emit(
-		stImm(asm.R10, key, i, asm.Word),
-		movr(asm.R2, asm.R10),
+	done := c.b.Fresh("stage_counted")
+	c.b.Emit(
+		insn.StImm(asm.R10, key, i, asm.Word),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, int32(key)),
-		mapRef(asm.R1, StageMap),
+		insn.MapRef(asm.R1, StageMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, done),
-		ld(asm.R1, asm.R0, 0, asm.DWord),
+		insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
 		asm.Add.Imm(asm.R1, 1),
-		st(asm.R0, 0, asm.R1, asm.DWord),
+		insn.St(asm.R0, 0, asm.R1, asm.DWord),
 	)
-	c.b.mark(done)
+	c.b.Mark(done)
 }
 
 // deferred emits main's label symDeferred: count the packet, record the
 // decision and pass it to the netfilter stage. r8 is 0.
 func (c *compiler) deferred() {
 	b := c.b
-	b.mark(symDeferred)
-	b.note("class U: conntrack decides the state, the netfilter stage the verdict")
+	b.Mark(symDeferred)
+	b.Note("class U: conntrack decides the state, the netfilter stage the verdict")
 	c.stageCount(StageDeferred, c.mainKey())
-	b.emit(
-		mov(asm.R7, Deferred),
-		mov(asm.R9, c.hook.pass()),
-		ja(symMainEnd),
+	b.Emit(
+		insn.Mov(asm.R7, Deferred),
+		insn.Mov(asm.R9, c.hook.pass()),
+		insn.Ja(symMainEnd),
 	)
 }
 
@@ -171,22 +173,22 @@ const symDeferred = "deferred"
 // match drops it.
 func (c *compiler) deferClassU() {
 	b := c.b
-	tracked := b.fresh("tcp_or_udp")
-	pkt := c.mainPkt()
-	b.emit(
-		ld(asm.R1, asm.R10, pkt+pktFlags, asm.Byte),
-		asm.JSet.Imm(asm.R1, flagVLAN, tracked),
-		asm.JSet.Imm(asm.R1, flagBadExtHeaders|flagFragment, symDeferred),
-		ld(asm.R1, asm.R10, pkt+pktProto, asm.Byte),
+	tracked := b.Fresh("tcp_or_udp")
+	base := c.mainPkt()
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, base+pkt.Flags, asm.Byte),
+		asm.JSet.Imm(asm.R1, pkt.FlagVLAN, tracked),
+		asm.JSet.Imm(asm.R1, pkt.FlagBadExtHeaders|pkt.FlagFragment, symDeferred),
+		insn.Ld(asm.R1, asm.R10, base+pkt.Proto, asm.Byte),
 		asm.JEq.Imm(asm.R1, protoTCP, tracked),
 		asm.JNE.Imm(asm.R1, protoUDP, symDeferred),
 	)
-	b.mark(tracked)
+	b.Mark(tracked)
 }
 
 // emitSkb loads the sk_buff of the netfilter context at ctx into dst.
 func (c *compiler) emitSkb(dst, ctx asm.Register) {
-	c.b.emit(ldField(dst, ctx, nfCtxSkb, asm.DWord))
+	c.b.Emit(ldField(dst, ctx, nfCtxSkb, asm.DWord))
 }
 
 // dynptrFromSkb makes the bpf_dynptr at r10+slot cover the packet of the
@@ -194,9 +196,9 @@ func (c *compiler) emitSkb(dst, ctx asm.Register) {
 // it cannot.
 func (c *compiler) dynptrFromSkb(ctx asm.Register, slot int16, fail string) {
 	c.emitSkb(asm.R1, ctx)
-	c.b.emit(
-		mov(asm.R2, 0),
-		movr(asm.R3, asm.R10),
+	c.b.Emit(
+		insn.Mov(asm.R2, 0),
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, int32(slot)),
 		kfuncCall(kfuncDynptrFromSkb),
 		asm.JNE.Imm(asm.R0, 0, fail),
@@ -209,17 +211,17 @@ func (c *compiler) dynptrFromSkb(ctx asm.Register, slot int16, fail string) {
 // function (c.dynptr). r0 is 0 when the bytes were copied.
 func (c *compiler) loadCall() {
 	if !c.hook.nf() {
-		c.b.emit(c.loadHelper().Call())
+		c.b.Emit(c.loadHelper().Call())
 		return
 	}
-	c.b.emit(
-		movr(asm.R5, asm.R2),
-		movr(asm.R1, asm.R3),
-		movr(asm.R2, asm.R4),
-		movr(asm.R4, asm.R5),
-		movr(asm.R3, asm.R10),
+	c.b.Emit(
+		insn.Movr(asm.R5, asm.R2),
+		insn.Movr(asm.R1, asm.R3),
+		insn.Movr(asm.R2, asm.R4),
+		insn.Movr(asm.R4, asm.R5),
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, int32(c.dynptr)),
-		mov(asm.R5, 0),
+		insn.Mov(asm.R5, 0),
 		asm.FnDynptrRead.Call(),
 	)
 }
@@ -228,10 +230,10 @@ func (c *compiler) loadCall() {
 // is the context.
 func (c *compiler) emitIfindex(dst asm.Register) {
 	if !c.hook.nf() {
-		c.b.emit(c.ifindex(dst))
+		c.b.Emit(c.ifindex(dst))
 		return
 	}
-	c.b.emit(
+	c.b.Emit(
 		ldField(dst, asm.R6, nfCtxState, asm.DWord),
 		ldField(dst, dst, hookStateIn, asm.DWord),
 		ldField(dst, dst, netdevIfindex, asm.Word),
@@ -246,9 +248,9 @@ func (c *compiler) fragMaxSize(dst asm.Register) {
 	if c.p.Family == rules.IPv6 {
 		f = ip6cbFragMax
 	}
-	ins := ld(dst, dst, 0, asm.Half)
+	ins := insn.Ld(dst, dst, 0, asm.Half)
 	ins.Metadata.Set(kernelField{}, fieldPath{skbCB, f})
-	c.b.emit(ins)
+	c.b.Emit(ins)
 }
 
 // nfMain emits the stage's entry point: accept what is not class U or
@@ -258,81 +260,81 @@ func (c *compiler) fragMaxSize(dst asm.Register) {
 //	r6 ctx, r7 decision kind, r8 deciding rule, r9 return code
 func (c *compiler) nfMain() {
 	b := c.b
-	b.function(c.funcMain(), "netfilter stage of the %s program: the packets it deferred, after conntrack; chain %s", c.ingress, c.p.Chains[0].Name)
-	b.emit(movr(asm.R6, asm.R1))
-	b.note("only packets from the interfaces the %s program is attached to", c.ingress)
+	b.Function(c.funcMain(), "netfilter stage of the %s program: the packets it deferred, after conntrack; chain %s", c.ingress, c.p.Chains[0].Name)
+	b.Emit(insn.Movr(asm.R6, asm.R1))
+	b.Note("only packets from the interfaces the %s program is attached to", c.ingress)
 	c.emitIfindex(asm.R1)
-	b.emit(
-		st(asm.R10, c.mainKey(), asm.R1, asm.Word),
-		movr(asm.R2, asm.R10),
+	b.Emit(
+		insn.St(asm.R10, c.mainKey(), asm.R1, asm.Word),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, int32(c.mainKey())),
-		mapRef(asm.R1, NetfilterIfacesMap),
+		insn.MapRef(asm.R1, NetfilterIfacesMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, "nf_accept"),
 	)
-	b.note("TCP and UDP, not fragmented nor reassembled: the %s program decided it", c.ingress)
+	b.Note("TCP and UDP, not fragmented nor reassembled: the %s program decided it", c.ingress)
 	c.dynptrFromSkb(asm.R6, c.nfMainDynptr(), "nf_accept")
 	n, proto := int32(12), int16(9)
 	if c.p.Family == rules.IPv6 {
 		n, proto = 8, 6
 	}
-	b.emit(
-		movr(asm.R1, asm.R10),
+	b.Emit(
+		insn.Movr(asm.R1, asm.R10),
 		asm.Add.Imm(asm.R1, int32(c.nfMainHdr())),
-		mov(asm.R2, n),
-		movr(asm.R3, asm.R10),
+		insn.Mov(asm.R2, n),
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, int32(c.nfMainDynptr())),
-		mov(asm.R4, 0),
-		mov(asm.R5, 0),
+		insn.Mov(asm.R4, 0),
+		insn.Mov(asm.R5, 0),
 		asm.FnDynptrRead.Call(),
 		asm.JNE.Imm(asm.R0, 0, "nf_accept"),
-		ld(asm.R1, asm.R10, c.nfMainHdr()+proto, asm.Byte),
+		insn.Ld(asm.R1, asm.R10, c.nfMainHdr()+proto, asm.Byte),
 		asm.JEq.Imm(asm.R1, protoTCP, "nf_quick_frag"),
 		asm.JNE.Imm(asm.R1, protoUDP, "nf_parse"),
 	)
-	b.mark("nf_quick_frag")
+	b.Mark("nf_quick_frag")
 	if c.p.Family == rules.IPv4 {
-		b.emit(
-			ld(asm.R1, asm.R10, c.nfMainHdr()+6, asm.Half),
-			ntoh(asm.R1, asm.Half),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, c.nfMainHdr()+6, asm.Half),
+			insn.Ntoh(asm.R1, asm.Half),
 			asm.And.Imm(asm.R1, 0x3fff), // MF and the offset
 			asm.JNE.Imm(asm.R1, 0, "nf_parse"),
 		)
 	}
 	c.emitSkb(asm.R1, asm.R6)
 	c.fragMaxSize(asm.R1)
-	b.emit(asm.JEq.Imm(asm.R1, 0, "nf_accept"))
+	b.Emit(asm.JEq.Imm(asm.R1, 0, "nf_accept"))
 
-	b.mark("nf_parse")
+	b.Mark("nf_parse")
 	for off := c.mainPkt(); off < 0; off += 8 {
-		b.emit(stImm(asm.R10, off, 0, asm.DWord))
+		b.Emit(insn.StImm(asm.R10, off, 0, asm.DWord))
 	}
-	b.emit(
-		movr(asm.R1, asm.R6),
-		movr(asm.R2, asm.R10),
+	b.Emit(
+		insn.Movr(asm.R1, asm.R6),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, int32(c.mainPkt())),
-		call(symParse),
+		insn.Call(symParse),
 		asm.JNE.Imm(asm.R0, parseOK, "nf_accept"),
 	)
-	b.note("class U: fragments, broken extension headers, protocols other than TCP and UDP, reassembled datagrams")
-	pkt := c.mainPkt()
-	b.emit(
-		ld(asm.R1, asm.R10, pkt+pktFlags, asm.Byte),
-		asm.JSet.Imm(asm.R1, flagBadExtHeaders|flagFragment, "nf_class_u"),
-		ld(asm.R1, asm.R10, pkt+pktProto, asm.Byte),
+	b.Note("class U: fragments, broken extension headers, protocols other than TCP and UDP, reassembled datagrams")
+	base := c.mainPkt()
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, base+pkt.Flags, asm.Byte),
+		asm.JSet.Imm(asm.R1, pkt.FlagBadExtHeaders|pkt.FlagFragment, "nf_class_u"),
+		insn.Ld(asm.R1, asm.R10, base+pkt.Proto, asm.Byte),
 		asm.JEq.Imm(asm.R1, protoTCP, "nf_reassembled"),
 		asm.JNE.Imm(asm.R1, protoUDP, "nf_class_u"),
 	)
-	b.mark("nf_reassembled")
+	b.Mark("nf_reassembled")
 	c.emitSkb(asm.R1, asm.R6)
 	c.fragMaxSize(asm.R1)
-	b.emit(asm.JNE.Imm(asm.R1, 0, "nf_class_u"))
-	b.mark("nf_accept")
-	b.emit(mov(asm.R0, nfAccept), asm.Return())
+	b.Emit(asm.JNE.Imm(asm.R1, 0, "nf_class_u"))
+	b.Mark("nf_accept")
+	b.Emit(insn.Mov(asm.R0, nfAccept), asm.Return())
 
-	b.mark("nf_class_u")
+	b.Mark("nf_class_u")
 	c.stageCount(StageEvaluated, c.mainKey())
-	b.emit(mov(asm.R8, 0))
+	b.Emit(insn.Mov(asm.R8, 0))
 	c.mainChains()
 }
 
@@ -340,7 +342,7 @@ func (c *compiler) nfMain() {
 // as at tc-egress.
 func (c *compiler) ctStateNetfilter() {
 	b := c.b
-	b.function(c.funcCtxPkt(symCTState), "conntrack state of the packet: skb->_nfct, which conntrack has just set")
+	b.Function(c.funcCtxPkt(symCTState), "conntrack state of the packet: skb->_nfct, which conntrack has just set")
 	c.emitSkb(asm.R0, asm.R1)
 	c.ctStateNfct()
 }
@@ -348,7 +350,7 @@ func (c *compiler) ctStateNetfilter() {
 // compileStage compiles the netfilter stage of the ingress program c
 // compiled.
 func (c *compiler) compileStage() (*Program, error) {
-	s := &compiler{p: c.p, orig: c.orig, hook: HookStage, ingress: c.hook, b: newBuilder(), level: c.level, forceLookups: c.forceLookups, trace: c.trace}
+	s := &compiler{p: c.p, orig: c.orig, hook: HookStage, ingress: c.hook, b: insn.New(), level: c.level, forceLookups: c.forceLookups, trace: c.trace}
 	s.log = s.hasLog()
 	s.check()
 	if err := s.errs.Err(); err != nil {
@@ -383,22 +385,22 @@ func stageRejectWarnings(p *ir.Program) []*rules.Error {
 // packet starts (r8 = 0).
 func (c *compiler) parseNetfilterL2() {
 	b := c.b
-	b.note("the packet starts at the network header; the MAC header is at skb->head + skb->mac_header")
+	b.Note("the packet starts at the network header; the MAC header is at skb->head + skb->mac_header")
 	c.macHeader(asm.R3)
-	b.emit(
-		movr(asm.R1, asm.R10),
+	b.Emit(
+		insn.Movr(asm.R1, asm.R10),
 		asm.Add.Imm(asm.R1, parseBuf),
-		mov(asm.R2, ethHeaderLen),
+		insn.Mov(asm.R2, ethHeaderLen),
 		asm.FnProbeReadKernel.Call(),
 		asm.JNE.Imm(asm.R0, 0, "parse_not_ip"),
-		ld(asm.R1, asm.R10, parseBuf+6, asm.Half),
-		ntoh(asm.R1, asm.Half),
-		st(asm.R7, pktMACHi, asm.R1, asm.Word),
-		ld(asm.R1, asm.R10, parseBuf+8, asm.Word),
-		ntoh(asm.R1, asm.Word),
-		st(asm.R7, pktMACLo, asm.R1, asm.Word),
-		mov(asm.R8, 0),
-		ja("parse_meta"),
+		insn.Ld(asm.R1, asm.R10, parseBuf+6, asm.Half),
+		insn.Ntoh(asm.R1, asm.Half),
+		insn.St(asm.R7, pkt.MACHi, asm.R1, asm.Word),
+		insn.Ld(asm.R1, asm.R10, parseBuf+8, asm.Word),
+		insn.Ntoh(asm.R1, asm.Word),
+		insn.St(asm.R7, pkt.MACLo, asm.R1, asm.Word),
+		insn.Mov(asm.R8, 0),
+		insn.Ja("parse_meta"),
 	)
 }
 
@@ -406,7 +408,7 @@ func (c *compiler) parseNetfilterL2() {
 // context in r6.
 func (c *compiler) macHeader(dst asm.Register) {
 	c.emitSkb(asm.R4, asm.R6)
-	c.b.emit(
+	c.b.Emit(
 		ldField(dst, asm.R4, skbHead, asm.DWord),
 		ldField(asm.R5, asm.R4, skbMACHeader, asm.Half),
 		asm.Add.Reg(dst, asm.R5),
@@ -420,19 +422,19 @@ func (c *compiler) parseNetfilterMeta() {
 		return
 	}
 	b := c.b
-	b.note("skb metadata")
+	b.Note("skb metadata")
 	c.emitSkb(asm.R2, asm.R6)
 	shift := asm.RSh.Imm(asm.R1, 0)
-	pt := ld(asm.R1, asm.R2, 0, asm.Byte)
+	pt := insn.Ld(asm.R1, asm.R2, 0, asm.Byte)
 	pt.Metadata.Set(kernelBitfield{}, skbPktTypeBF)
-	b.emit(
+	b.Emit(
 		ldField(asm.R1, asm.R2, skbMarkField, asm.Word),
-		st(asm.R7, pktMark, asm.R1, asm.Word),
+		insn.St(asm.R7, pkt.Mark, asm.R1, asm.Word),
 		pt,
 		shift,
 		asm.And.Imm(asm.R1, 7),
-		st(asm.R10, parseRawType, asm.R1, asm.DWord),
-		st(asm.R7, pktPktType, asm.R1, asm.Byte),
+		insn.St(asm.R10, parseRawType, asm.R1, asm.DWord),
+		insn.St(asm.R7, pkt.PktType, asm.R1, asm.Byte),
 	)
 }
 
@@ -442,46 +444,46 @@ func (c *compiler) parseNetfilterMeta() {
 func (c *compiler) logNetfilter(r *ir.Rule, copied string) {
 	b := c.b
 	c.dynptr = chainDynptr
-	b.emit(movr(asm.R6, asm.R1))
+	b.Emit(insn.Movr(asm.R6, asm.R1))
 	c.emitIfindex(asm.R2)
-	b.emit(st(asm.R7, logIfindex, asm.R2, asm.Word))
+	b.Emit(insn.St(asm.R7, logIfindex, asm.R2, asm.Word))
 	if c.hook == HookNetfilter {
-		b.emit(
+		b.Emit(
 			ldField(asm.R2, asm.R6, nfCtxState, asm.DWord),
 			ldField(asm.R2, asm.R2, hookStateOut, asm.DWord),
 			ldField(asm.R2, asm.R2, netdevIfindex, asm.Word),
-			st(asm.R7, logOut, asm.R2, asm.Word),
+			insn.St(asm.R7, logOut, asm.R2, asm.Word),
 		)
 	}
 	c.emitSkb(asm.R2, asm.R6)
-	b.emit(
+	b.Emit(
 		ldField(asm.R1, asm.R2, skbMarkField, asm.Word),
-		st(asm.R7, logMark, asm.R1, asm.Word),
+		insn.St(asm.R7, logMark, asm.R1, asm.Word),
 		ldField(asm.R8, asm.R2, skbLenField, asm.Word),
-		movr(asm.R1, asm.R8),
+		insn.Movr(asm.R1, asm.R8),
 		asm.Add.Imm(asm.R1, ethHeaderLen),
-		st(asm.R7, logLen, asm.R1, asm.Word),
+		insn.St(asm.R7, logLen, asm.R1, asm.Word),
 	)
 	capped := ruleLabel(r) + "_log_capped"
-	b.emit(
+	b.Emit(
 		asm.JLE.Imm(asm.R8, LogCapture-ethHeaderLen, capped),
-		mov(asm.R8, LogCapture-ethHeaderLen),
+		insn.Mov(asm.R8, LogCapture-ethHeaderLen),
 	)
-	b.mark(capped)
+	b.Mark(capped)
 	c.logNetfilterMAC(r, copied)
 	c.dynptrFromSkb(asm.R6, chainDynptr, copied)
-	b.emit(
-		movr(asm.R1, asm.R7),
+	b.Emit(
+		insn.Movr(asm.R1, asm.R7),
 		asm.Add.Imm(asm.R1, logData+ethHeaderLen),
-		movr(asm.R2, asm.R8),
-		movr(asm.R3, asm.R10),
+		insn.Movr(asm.R2, asm.R8),
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, chainDynptr),
-		mov(asm.R4, 0),
-		mov(asm.R5, 0),
+		insn.Mov(asm.R4, 0),
+		insn.Mov(asm.R5, 0),
 		asm.FnDynptrRead.Call(),
 		asm.JNE.Imm(asm.R0, 0, copied),
 		asm.Add.Imm(asm.R8, ethHeaderLen),
-		st(asm.R7, logCapLen, asm.R8, asm.Word),
+		insn.St(asm.R7, logCapLen, asm.R8, asm.Word),
 	)
 }
 
@@ -499,20 +501,20 @@ func (c *compiler) logNetfilterMAC(r *ir.Rule, copied string) {
 	b := c.b
 	l := ruleLabel(r)
 	hhl, noMAC, other, blank, done := l+"_mac_hhl", l+"_mac_none", l+"_mac_other", l+"_mac_blank", l+"_mac_done"
-	b.note("the MAC header dump_mac_header prints")
-	b.emit(
-		stImm(asm.R7, logFlags, 0, asm.Word),
+	b.Note("the MAC header dump_mac_header prints")
+	b.Emit(
+		insn.StImm(asm.R7, logFlags, 0, asm.Word),
 		ldField(asm.R2, asm.R6, nfCtxState, asm.DWord),
 		ldField(asm.R2, asm.R2, hookStateIn, asm.DWord),
 		// No input device only in a test run, whose skb eth_type_trans
 		// made on lo (hard_header_len ETH_HLEN).
-		mov(asm.R3, ethHeaderLen),
+		insn.Mov(asm.R3, ethHeaderLen),
 		asm.JEq.Imm(asm.R2, 0, hhl),
 		ldField(asm.R3, asm.R2, netdevHHLen, asm.Half),
 	)
-	b.mark(hhl)
+	b.Mark(hhl)
 	c.emitSkb(asm.R4, asm.R6)
-	b.emit(
+	b.Emit(
 		ldField(asm.R5, asm.R4, skbMACHeader, asm.Half),
 		ldField(asm.R1, asm.R4, skbNetHeader, asm.Half),
 		asm.JEq.Imm(asm.R5, 0xffff, noMAC),
@@ -523,26 +525,26 @@ func (c *compiler) logNetfilterMAC(r *ir.Rule, copied string) {
 		asm.JNE.Imm(asm.R1, ethHeaderLen, other),
 		ldField(asm.R3, asm.R4, skbHead, asm.DWord),
 		asm.Add.Reg(asm.R3, asm.R5),
-		movr(asm.R1, asm.R7),
+		insn.Movr(asm.R1, asm.R7),
 		asm.Add.Imm(asm.R1, logData),
-		mov(asm.R2, ethHeaderLen),
+		insn.Mov(asm.R2, ethHeaderLen),
 		asm.FnProbeReadKernel.Call(),
 		asm.JNE.Imm(asm.R0, 0, copied),
-		ja(done),
+		insn.Ja(done),
 	)
-	b.mark(other)
-	b.emit(stImm(asm.R7, logFlags, LogMACOther, asm.Word), ja(blank))
-	b.mark(noMAC)
-	b.emit(stImm(asm.R7, logFlags, LogNoMAC, asm.Word))
-	b.mark(blank)
+	b.Mark(other)
+	b.Emit(insn.StImm(asm.R7, logFlags, LogMACOther, asm.Word), insn.Ja(blank))
+	b.Mark(noMAC)
+	b.Emit(insn.StImm(asm.R7, logFlags, LogNoMAC, asm.Word))
+	b.Mark(blank)
 	et := []byte{0x08, 0x00} // ETH_P_IP, in network byte order
 	if c.p.Family == rules.IPv6 {
 		et = []byte{0x86, 0xdd}
 	}
-	b.emit(
-		stImm(asm.R7, logData, 0, asm.DWord),
-		stImm(asm.R7, logData+8, 0, asm.Word),
-		stImm(asm.R7, logData+12, int32(binary.NativeEndian.Uint16(et)), asm.Half),
+	b.Emit(
+		insn.StImm(asm.R7, logData, 0, asm.DWord),
+		insn.StImm(asm.R7, logData+8, 0, asm.Word),
+		insn.StImm(asm.R7, logData+12, int32(binary.NativeEndian.Uint16(et)), asm.Half),
 	)
-	b.mark(done)
+	b.Mark(done)
 }

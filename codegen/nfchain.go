@@ -8,6 +8,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -46,15 +48,15 @@ var (
 // ifNameSize is IFNAMSIZ.
 const ifNameSize = 16
 
-// netfilterIfaces sets the packet's interface bits (pktIfaces) from the
+// netfilterIfaces sets the packet's interface bits (pkt.Ifaces) from the
 // names of the hook state's devices: bit i when the device of pattern
 // i's direction matches it. A device netfilter does not give the chain
 // (NULL) has the empty name, which no collected pattern matches ("+" is
 // constant). r6 is the context, r7 the packet; r8 stays 0.
 func (c *compiler) netfilterIfaces() {
 	b := c.b
-	b.note("-i and -o: the devices' names against the patterns, as ifname_compare_aligned")
-	b.emit(mov(asm.R5, 0))
+	b.Note("-i and -o: the devices' names against the patterns, as ifname_compare_aligned")
+	b.Emit(insn.Mov(asm.R5, 0))
 	for _, dir := range []ir.IfaceDir{ir.IfaceIn, ir.IfaceOut} {
 		var pats []int
 		for i, p := range c.ifaces {
@@ -69,8 +71,8 @@ func (c *compiler) netfilterIfaces() {
 		if dir == ir.IfaceOut {
 			dev, field = "out", hookStateOut
 		}
-		none := b.fresh("no_" + dev + "_dev")
-		b.emit(
+		none := b.Fresh("no_" + dev + "_dev")
+		b.Emit(
 			ldField(asm.R1, asm.R6, nfCtxState, asm.DWord),
 			ldField(asm.R1, asm.R1, field, asm.DWord),
 			asm.JEq.Imm(asm.R1, 0, none),
@@ -80,9 +82,9 @@ func (c *compiler) netfilterIfaces() {
 		for _, i := range pats {
 			c.ifaceNameTest(i, c.ifaces[i])
 		}
-		b.mark(none)
+		b.Mark(none)
 	}
-	b.emit(st(asm.R7, pktIfaces, asm.R5, asm.DWord))
+	b.Emit(insn.St(asm.R7, pkt.Ifaces, asm.R5, asm.DWord))
 }
 
 // ifaceNameTest sets bit i of r5 when the name in r2 (bytes 0-7) and r3
@@ -99,21 +101,21 @@ func (c *compiler) ifaceNameTest(i int, p ir.Iface) {
 	for k := 0; k < n && k < ifNameSize; k++ {
 		mask[k] = 0xff
 	}
-	no := b.fresh("iface_no_match")
+	no := b.Fresh("iface_no_match")
 	for w, reg := range []asm.Register{asm.R2, asm.R3} {
 		m := binary.NativeEndian.Uint64(mask[8*w:])
 		if m == 0 {
 			continue
 		}
 		v := binary.NativeEndian.Uint64(val[8*w:])
-		b.emit(movr(asm.R0, reg))
+		b.Emit(insn.Movr(asm.R0, reg))
 		if m != ^uint64(0) {
-			b.emit(asm.LoadImm(asm.R1, int64(m), asm.DWord), asm.And.Reg(asm.R0, asm.R1))
+			b.Emit(asm.LoadImm(asm.R1, int64(m), asm.DWord), asm.And.Reg(asm.R0, asm.R1))
 		}
-		b.emit(asm.LoadImm(asm.R1, int64(v), asm.DWord), asm.JNE.Reg(asm.R0, asm.R1, no))
+		b.Emit(asm.LoadImm(asm.R1, int64(v), asm.DWord), asm.JNE.Reg(asm.R0, asm.R1, no))
 	}
-	b.emit(asm.LoadImm(asm.R1, int64(1)<<i, asm.DWord), asm.Or.Reg(asm.R5, asm.R1))
-	b.mark(no)
+	b.Emit(asm.LoadImm(asm.R1, int64(1)<<i, asm.DWord), asm.Or.Reg(asm.R5, asm.R1))
+	b.Mark(no)
 }
 
 // REJECT at a chain's own netfilter hook. A BPF netfilter program cannot
@@ -231,7 +233,7 @@ func (c *compiler) rejectForgetCall() {
 	if c.hook != HookNetfilter || len(c.rejects) == 0 {
 		return
 	}
-	c.b.emit(movr(asm.R1, asm.R6), mov(asm.R2, 0), call(symRejectForget))
+	c.b.Emit(insn.Movr(asm.R1, asm.R6), insn.Mov(asm.R2, 0), insn.Call(symRejectForget))
 }
 
 // nfRejectFunctions emits reject_note and reject_forget.
@@ -240,14 +242,14 @@ func (c *compiler) nfRejectFunctions() {
 	const dp, buf = -16, -16 - pendingHdr
 	hdr := headerBytes(c.p.Family)
 	lookup := func(none string) {
-		b.emit(
-			stImm(asm.R10, dp-4-pendingHdr, 0, asm.Word),
-			movr(asm.R2, asm.R10),
+		b.Emit(
+			insn.StImm(asm.R10, dp-4-pendingHdr, 0, asm.Word),
+			insn.Movr(asm.R2, asm.R10),
 			asm.Add.Imm(asm.R2, dp-4-pendingHdr),
-			mapRef(asm.R1, RejectPendingMap),
+			insn.MapRef(asm.R1, RejectPendingMap),
 			asm.FnMapLookupElem.Call(),
 			asm.JEq.Imm(asm.R0, 0, none),
-			movr(asm.R8, asm.R0),
+			insn.Movr(asm.R8, asm.R0),
 		)
 	}
 
@@ -256,59 +258,59 @@ func (c *compiler) nfRejectFunctions() {
 	// fail if it cannot. r6 is the context.
 	readHeader := func(base asm.Register, off int16, fail string) {
 		for o := int16(0); o < pendingHdr; o += 8 {
-			b.emit(stImm(base, off+o, 0, asm.DWord))
+			b.Emit(insn.StImm(base, off+o, 0, asm.DWord))
 		}
 		c.dynptrFromSkb(asm.R6, dp, fail)
-		b.emit(
-			movr(asm.R1, base),
+		b.Emit(
+			insn.Movr(asm.R1, base),
 			asm.Add.Imm(asm.R1, int32(off)),
-			mov(asm.R2, hdr),
-			movr(asm.R3, asm.R10),
+			insn.Mov(asm.R2, hdr),
+			insn.Movr(asm.R3, asm.R10),
 			asm.Add.Imm(asm.R3, dp),
-			mov(asm.R4, 0),
-			mov(asm.R5, 0),
+			insn.Mov(asm.R4, 0),
+			insn.Mov(asm.R5, 0),
 			asm.FnDynptrRead.Call(),
 			asm.JNE.Imm(asm.R0, 0, fail),
 		)
 	}
 
-	b.function(c.funcCtxCode(symRejectNote), "note the packet a REJECT rule decided, for the kernel's REJECT rule to answer")
-	b.emit(movr(asm.R6, asm.R1), movr(asm.R7, asm.R2))
+	b.Function(c.funcCtxCode(symRejectNote), "note the packet a REJECT rule decided, for the kernel's REJECT rule to answer")
+	b.Emit(insn.Movr(asm.R6, asm.R1), insn.Movr(asm.R7, asm.R2))
 	lookup("note_done")
-	b.emit(st(asm.R8, pendingKind, asm.R7, asm.Word))
+	b.Emit(insn.St(asm.R8, pendingKind, asm.R7, asm.Word))
 	c.emitSkb(asm.R1, asm.R6)
-	b.emit(ldField(asm.R1, asm.R1, skbLenField, asm.Word), st(asm.R8, pendingLen, asm.R1, asm.Word))
+	b.Emit(ldField(asm.R1, asm.R1, skbLenField, asm.Word), insn.St(asm.R8, pendingLen, asm.R1, asm.Word))
 	readHeader(asm.R8, pendingBytes, "note_failed")
-	b.emit(ja("note_done"))
-	b.mark("note_failed")
-	b.emit(stImm(asm.R8, pendingKind, 0, asm.Word))
-	b.mark("note_done")
-	b.emit(mov(asm.R0, 0), asm.Return())
+	b.Emit(insn.Ja("note_done"))
+	b.Mark("note_failed")
+	b.Emit(insn.StImm(asm.R8, pendingKind, 0, asm.Word))
+	b.Mark("note_done")
+	b.Emit(insn.Mov(asm.R0, 0), asm.Return())
 
-	b.function(c.funcCtxCode(symRejectForget), "clear a note an identical earlier packet left")
-	b.emit(movr(asm.R6, asm.R1))
+	b.Function(c.funcCtxCode(symRejectForget), "clear a note an identical earlier packet left")
+	b.Emit(insn.Movr(asm.R6, asm.R1))
 	lookup("forget_done")
-	b.emit(
-		ld(asm.R1, asm.R8, pendingKind, asm.Word),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R8, pendingKind, asm.Word),
 		asm.JEq.Imm(asm.R1, 0, "forget_done"),
 	)
 	c.emitSkb(asm.R1, asm.R6)
-	b.emit(
+	b.Emit(
 		ldField(asm.R1, asm.R1, skbLenField, asm.Word),
-		ld(asm.R2, asm.R8, pendingLen, asm.Word),
+		insn.Ld(asm.R2, asm.R8, pendingLen, asm.Word),
 		asm.JNE.Reg(asm.R1, asm.R2, "forget_done"),
 	)
 	readHeader(asm.R10, buf, "forget_done")
 	for off := int16(0); off < pendingHdr; off += 8 {
-		b.emit(
-			ld(asm.R1, asm.R10, buf+off, asm.DWord),
-			ld(asm.R2, asm.R8, pendingBytes+off, asm.DWord),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, buf+off, asm.DWord),
+			insn.Ld(asm.R2, asm.R8, pendingBytes+off, asm.DWord),
 			asm.JNE.Reg(asm.R1, asm.R2, "forget_done"),
 		)
 	}
-	b.emit(stImm(asm.R8, pendingKind, 0, asm.Word))
-	b.mark("forget_done")
-	b.emit(mov(asm.R0, 0), asm.Return())
+	b.Emit(insn.StImm(asm.R8, pendingKind, 0, asm.Word))
+	b.Mark("forget_done")
+	b.Emit(insn.Mov(asm.R0, 0), asm.Return())
 }
 
 // skbLenOff is offsetof(struct __sk_buff, len).
@@ -322,43 +324,43 @@ func RejectAnswer(fam rules.Family, with string) *ebpf.CollectionSpec {
 	const key, buf = -4, -4 - 4 - pendingHdr
 	no := "answer_no"
 	insns := asm.Instructions{
-		movr(asm.R6, asm.R1),
-		stImm(asm.R10, key, 0, asm.Word),
-		movr(asm.R2, asm.R10),
+		insn.Movr(asm.R6, asm.R1),
+		insn.StImm(asm.R10, key, 0, asm.Word),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, key),
-		mapRef(asm.R1, RejectPendingMap),
+		insn.MapRef(asm.R1, RejectPendingMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, no),
-		movr(asm.R7, asm.R0),
-		ld(asm.R1, asm.R7, pendingKind, asm.Word),
+		insn.Movr(asm.R7, asm.R0),
+		insn.Ld(asm.R1, asm.R7, pendingKind, asm.Word),
 		asm.JNE.Imm(asm.R1, rejectCode(with), no),
-		ld(asm.R1, asm.R6, skbLenOff, asm.Word),
-		ld(asm.R2, asm.R7, pendingLen, asm.Word),
+		insn.Ld(asm.R1, asm.R6, skbLenOff, asm.Word),
+		insn.Ld(asm.R2, asm.R7, pendingLen, asm.Word),
 		asm.JNE.Reg(asm.R1, asm.R2, no),
 	}
 	for off := int16(0); off < pendingHdr; off += 8 {
-		insns = append(insns, stImm(asm.R10, buf+off, 0, asm.DWord))
+		insns = append(insns, insn.StImm(asm.R10, buf+off, 0, asm.DWord))
 	}
 	insns = append(insns,
-		movr(asm.R1, asm.R6),
-		mov(asm.R2, 0),
-		movr(asm.R3, asm.R10),
+		insn.Movr(asm.R1, asm.R6),
+		insn.Mov(asm.R2, 0),
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, buf),
-		mov(asm.R4, headerBytes(fam)),
+		insn.Mov(asm.R4, headerBytes(fam)),
 		asm.FnSkbLoadBytes.Call(),
 		asm.JNE.Imm(asm.R0, 0, no),
 	)
 	for off := int16(0); off < pendingHdr; off += 8 {
 		insns = append(insns,
-			ld(asm.R1, asm.R10, buf+off, asm.DWord),
-			ld(asm.R2, asm.R7, pendingBytes+off, asm.DWord),
+			insn.Ld(asm.R1, asm.R10, buf+off, asm.DWord),
+			insn.Ld(asm.R2, asm.R7, pendingBytes+off, asm.DWord),
 			asm.JNE.Reg(asm.R1, asm.R2, no),
 		)
 	}
 	insns = append(insns,
-		mov(asm.R0, 1),
+		insn.Mov(asm.R0, 1),
 		asm.Return(),
-		mov(asm.R0, 0).WithSymbol(no),
+		insn.Mov(asm.R0, 0).WithSymbol(no),
 		asm.Return(),
 	)
 	return &ebpf.CollectionSpec{

@@ -3,6 +3,8 @@ package codegen
 import (
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/rules"
 )
 
@@ -71,12 +73,12 @@ func (c *compiler) load(frame asm.Register, buf int16, n int32, fail string) {
 		c.directLoad(frame, buf, n, fail)
 		return
 	}
-	c.b.emit(movr(asm.R3, frame), asm.Add.Imm(asm.R3, int32(buf)))
+	c.b.Emit(insn.Movr(asm.R3, frame), asm.Add.Imm(asm.R3, int32(buf)))
 	if n > 0 {
-		c.b.emit(mov(asm.R4, n))
+		c.b.Emit(insn.Mov(asm.R4, n))
 	}
 	c.loadCall()
-	c.b.emit(asm.JNE.Imm(asm.R0, 0, fail))
+	c.b.Emit(asm.JNE.Imm(asm.R0, 0, fail))
 }
 
 // Where the context holds the packet's linear data: xdp_md.data and
@@ -95,17 +97,17 @@ const (
 // when all n bytes are there, else through the helper.
 func (c *compiler) directLoad(frame asm.Register, buf int16, n int32, fail string) {
 	b := c.b
-	slow, done := b.fresh("load_helper"), b.fresh("loaded")
+	slow, done := b.Fresh("load_helper"), b.Fresh("loaded")
 	data, end := int16(xdpData), int16(xdpDataEnd)
 	if c.hook.tc() {
 		data, end = skbData, skbDataEnd
 	}
-	b.emit(
+	b.Emit(
 		asm.JGT.Imm(asm.R2, maxDirectOffset, slow),
-		ld(asm.R5, asm.R1, data, asm.Word),
-		ld(asm.R0, asm.R1, end, asm.Word),
+		insn.Ld(asm.R5, asm.R1, data, asm.Word),
+		insn.Ld(asm.R0, asm.R1, end, asm.Word),
 		asm.Add.Reg(asm.R5, asm.R2),
-		movr(asm.R4, asm.R5),
+		insn.Movr(asm.R4, asm.R5),
 		asm.Add.Imm(asm.R4, n),
 		asm.JGT.Reg(asm.R4, asm.R0, slow),
 	)
@@ -125,15 +127,15 @@ func (c *compiler) directLoad(frame asm.Register, buf int16, n int32, fail strin
 		case 1:
 			size = asm.Byte
 		}
-		b.emit(ld(asm.R4, asm.R5, int16(i), size), st(frame, buf+int16(i), asm.R4, size))
+		b.Emit(insn.Ld(asm.R4, asm.R5, int16(i), size), insn.St(frame, buf+int16(i), asm.R4, size))
 		i += w
 	}
-	b.emit(mov(asm.R0, 0), ja(done))
-	b.mark(slow)
-	b.emit(movr(asm.R3, frame), asm.Add.Imm(asm.R3, int32(buf)), mov(asm.R4, n))
+	b.Emit(insn.Mov(asm.R0, 0), insn.Ja(done))
+	b.Mark(slow)
+	b.Emit(insn.Movr(asm.R3, frame), asm.Add.Imm(asm.R3, int32(buf)), insn.Mov(asm.R4, n))
 	c.loadCall()
-	b.emit(asm.JNE.Imm(asm.R0, 0, fail))
-	b.mark(done)
+	b.Emit(asm.JNE.Imm(asm.R0, 0, fail))
+	b.Mark(done)
 }
 
 // frameHolds jumps to fail unless the frame holds n bytes (a register)
@@ -146,40 +148,40 @@ func (c *compiler) directLoad(frame asm.Register, buf int16, n int32, fail strin
 func (c *compiler) frameHolds(n asm.Register, fail string) {
 	b := c.b
 	if c.hook != HookXDP {
-		b.emit(asm.JSGT.Reg(n, asm.R9, fail))
+		b.Emit(asm.JSGT.Reg(n, asm.R9, fail))
 		return
 	}
-	ok := b.fresh("frame_holds")
-	b.emit(
+	ok := b.Fresh("frame_holds")
+	b.Emit(
 		// Signed: the headers may start past the linear data.
 		asm.JSLE.Reg(n, asm.R9, ok),
-		st(asm.R10, parseScratch, n, asm.DWord),
-		movr(asm.R1, asm.R6),
+		insn.St(asm.R10, parseScratch, n, asm.DWord),
+		insn.Movr(asm.R1, asm.R6),
 		asm.FnXdpGetBuffLen.Call(),
 		asm.Sub.Reg(asm.R0, asm.R8),
-		ld(n, asm.R10, parseScratch, asm.DWord),
+		insn.Ld(n, asm.R10, parseScratch, asm.DWord),
 		asm.JSGT.Reg(n, asm.R0, fail),
 	)
-	b.mark(ok)
+	b.Mark(ok)
 }
 
 // ifindex loads the index of the device the program runs on into dst.
 func (c *compiler) ifindex(dst asm.Register) asm.Instruction {
 	if c.hook.tc() {
-		return ld(dst, asm.R6, skbIfindex, asm.Word)
+		return insn.Ld(dst, asm.R6, skbIfindex, asm.Word)
 	}
-	return ld(dst, asm.R6, xdpIngressIfindex, asm.Word)
+	return insn.Ld(dst, asm.R6, xdpIngressIfindex, asm.Word)
 }
 
 // bpfLoop calls bpf_loop(n, callback, parseLoop of this frame, 0); the
 // loop state must be set up with loopState.
 func (c *compiler) bpfLoop(n int32, callback string) {
-	c.b.emit(
-		mov(asm.R1, n),
-		funcRef(asm.R2, callback),
-		movr(asm.R3, asm.R10),
+	c.b.Emit(
+		insn.Mov(asm.R1, n),
+		insn.FuncRef(asm.R2, callback),
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, parseLoop),
-		mov(asm.R4, 0),
+		insn.Mov(asm.R4, 0),
 		asm.FnLoop.Call(),
 	)
 }
@@ -187,43 +189,43 @@ func (c *compiler) bpfLoop(n int32, callback string) {
 // loopState looks ScratchMap's value up, puts it and the context in
 // parseLoop for a callback, and leaves it in r0 for the caller to set up.
 func (c *compiler) loopState() {
-	c.b.emit(
-		stImm(asm.R10, parseScratch, 0, asm.Word),
-		movr(asm.R2, asm.R10),
+	c.b.Emit(
+		insn.StImm(asm.R10, parseScratch, 0, asm.Word),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, parseScratch),
-		mapRef(asm.R1, ScratchMap),
+		insn.MapRef(asm.R1, ScratchMap),
 		asm.FnMapLookupElem.Call(),
 		// An array's only entry is always there.
 		asm.JEq.Imm(asm.R0, 0, "parse_invalid"),
-		st(asm.R10, parseLoop+lsCtx, asm.R6, asm.DWord),
-		st(asm.R10, parseLoop+lsState, asm.R0, asm.DWord),
+		insn.St(asm.R10, parseLoop+lsCtx, asm.R6, asm.DWord),
+		insn.St(asm.R10, parseLoop+lsState, asm.R0, asm.DWord),
 	)
 }
 
 // loopResult loads the loop state after a loop into r3.
 func (c *compiler) loopResult() {
-	c.b.emit(ld(asm.R3, asm.R10, parseLoop+lsState, asm.DWord))
+	c.b.Emit(insn.Ld(asm.R3, asm.R10, parseLoop+lsState, asm.DWord))
 }
 
 // callbackPrologue keeps the context in the callback's frame and the loop
 // state in r6.
 func (c *compiler) callbackPrologue() {
-	c.b.emit(
-		ld(asm.R1, asm.R2, lsCtx, asm.DWord),
-		st(asm.R10, cbCtx, asm.R1, asm.DWord),
-		ld(asm.R6, asm.R2, lsState, asm.DWord),
+	c.b.Emit(
+		insn.Ld(asm.R1, asm.R2, lsCtx, asm.DWord),
+		insn.St(asm.R10, cbCtx, asm.R1, asm.DWord),
+		insn.Ld(asm.R6, asm.R2, lsState, asm.DWord),
 	)
 	if c.hook.nf() {
 		c.dynptr = cbDynptr
 		// Every step reads from a dynptr of its own frame.
-		c.b.emit(ld(asm.R1, asm.R10, cbCtx, asm.DWord))
-		fail := c.b.fresh("cb_no_dynptr")
-		ok := c.b.fresh("cb_dynptr")
+		c.b.Emit(insn.Ld(asm.R1, asm.R10, cbCtx, asm.DWord))
+		fail := c.b.Fresh("cb_no_dynptr")
+		ok := c.b.Fresh("cb_dynptr")
 		c.dynptrFromSkb(asm.R1, cbDynptr, fail)
-		c.b.emit(ja(ok))
-		c.b.mark(fail)
-		c.b.emit(mov(asm.R0, 1), asm.Return())
-		c.b.mark(ok)
+		c.b.Emit(insn.Ja(ok))
+		c.b.Mark(fail)
+		c.b.Emit(insn.Mov(asm.R0, 1), asm.Return())
+		c.b.Mark(ok)
 	}
 }
 
@@ -251,12 +253,12 @@ func (c *compiler) parse() {
 // bpfwall_pkt in r7, and the code at body unless the pointer is NULL, as
 // far as the verifier knows of a global function's argument.
 func (c *compiler) parseFunction(body, note string) {
-	c.b.function(c.funcCtxPkt(symParse), "%s", note)
-	c.b.emit(
-		movr(asm.R6, asm.R1),
-		movr(asm.R7, asm.R2),
+	c.b.Function(c.funcCtxPkt(symParse), "%s", note)
+	c.b.Emit(
+		insn.Movr(asm.R6, asm.R1),
+		insn.Movr(asm.R7, asm.R2),
 		asm.JNE.Imm(asm.R7, 0, body),
-		mov(asm.R0, parseNotIP),
+		insn.Mov(asm.R0, parseNotIP),
 		asm.Return(),
 	)
 }
@@ -273,13 +275,13 @@ func (c *compiler) parseInlined() bool { return c.inlineParse }
 // from parse, or, inlined in main, at parse_done.
 func (c *compiler) parseBody() {
 	b := c.b
-	b.mark("parse_frame")
+	b.Mark("parse_frame")
 	// Loads of variable length, and the TCP option walk, read the buffer
 	// at offsets the verifier does not know: it must be initialized. Main
 	// zeroes its whole frame when it holds the parser.
 	if !c.parseInlined() {
 		for off := int16(parseBuf); off < parseBuf+64; off += 8 {
-			b.emit(stImm(asm.R10, off, 0, asm.DWord))
+			b.Emit(insn.StImm(asm.R10, off, 0, asm.DWord))
 		}
 	}
 	if c.hook.nf() {
@@ -290,24 +292,24 @@ func (c *compiler) parseBody() {
 	case HookStage:
 		c.parseNetfilterL2()
 	case HookNetfilter:
-		b.note("the packet starts at the network header")
-		b.emit(mov(asm.R8, 0))
+		b.Note("the packet starts at the network header")
+		b.Emit(insn.Mov(asm.R8, 0))
 	default:
 		c.parseEthernet()
 	}
 
 	if c.hook.nf() {
-		b.mark("parse_meta")
+		b.Mark("parse_meta")
 		c.parseNetfilterMeta()
 	}
 	if c.hook.tc() {
-		b.note("skb metadata; ip_rcv_core and ip6_rcv_core drop packets for other hosts")
-		b.emit(
-			ld(asm.R1, asm.R6, skbMark, asm.Word),
-			st(asm.R7, pktMark, asm.R1, asm.Word),
-			ld(asm.R1, asm.R6, skbPktType, asm.Word),
-			st(asm.R10, parseRawType, asm.R1, asm.DWord),
-			st(asm.R7, pktPktType, asm.R1, asm.Byte),
+		b.Note("skb metadata; ip_rcv_core and ip6_rcv_core drop packets for other hosts")
+		b.Emit(
+			insn.Ld(asm.R1, asm.R6, skbMark, asm.Word),
+			insn.St(asm.R7, pkt.Mark, asm.R1, asm.Word),
+			insn.Ld(asm.R1, asm.R6, skbPktType, asm.Word),
+			insn.St(asm.R10, parseRawType, asm.R1, asm.DWord),
+			insn.St(asm.R7, pkt.PktType, asm.R1, asm.Byte),
 			asm.JEq.Imm(asm.R1, packetOtherHost, "parse_invalid"),
 		)
 	}
@@ -317,36 +319,36 @@ func (c *compiler) parseBody() {
 	if len(c.ifaces) > 0 && c.hook == HookNetfilter {
 		c.netfilterIfaces()
 	} else if len(c.ifaces) > 0 {
-		b.note("the interface's name patterns, from %s", IfacesMap)
+		b.Note("the interface's name patterns, from %s", IfacesMap)
 		c.emitIfindex(asm.R1)
-		b.emit(
-			st(asm.R10, parseScratch, asm.R1, asm.Word),
-			movr(asm.R2, asm.R10),
+		b.Emit(
+			insn.St(asm.R10, parseScratch, asm.R1, asm.Word),
+			insn.Movr(asm.R2, asm.R10),
 			asm.Add.Imm(asm.R2, parseScratch),
-			mapRef(asm.R1, IfacesMap),
+			insn.MapRef(asm.R1, IfacesMap),
 			asm.FnMapLookupElem.Call(),
 			asm.JEq.Imm(asm.R0, 0, "parse_ip"),
-			ld(asm.R1, asm.R0, 0, asm.DWord),
-			st(asm.R7, pktIfaces, asm.R1, asm.DWord),
+			insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
+			insn.St(asm.R7, pkt.Ifaces, asm.R1, asm.DWord),
 		)
 	}
-	b.mark("parse_ip")
+	b.Mark("parse_ip")
 	switch {
 	case c.hook.nf():
 		c.emitSkb(asm.R9, asm.R6)
-		b.emit(ldField(asm.R9, asm.R9, skbLenField, asm.Word))
+		b.Emit(ldField(asm.R9, asm.R9, skbLenField, asm.Word))
 	case c.hook.tc():
-		b.emit(ld(asm.R9, asm.R6, skbLen, asm.Word))
+		b.Emit(insn.Ld(asm.R9, asm.R6, skbLen, asm.Word))
 	default:
 		// The linear data's length: a lower bound of the frame's, which
 		// frameHolds asks for when a check needs more.
-		b.emit(
-			ld(asm.R9, asm.R6, xdpDataEnd, asm.Word),
-			ld(asm.R1, asm.R6, xdpData, asm.Word),
+		b.Emit(
+			insn.Ld(asm.R9, asm.R6, xdpDataEnd, asm.Word),
+			insn.Ld(asm.R1, asm.R6, xdpData, asm.Word),
 			asm.Sub.Reg(asm.R9, asm.R1),
 		)
 	}
-	b.emit(asm.Sub.Reg(asm.R9, asm.R8))
+	b.Emit(asm.Sub.Reg(asm.R9, asm.R8))
 	if c.p.Family == rules.IPv4 {
 		c.parseIPv4()
 	} else {
@@ -357,12 +359,12 @@ func (c *compiler) parseBody() {
 		label string
 		code  int32
 	}{{"parse_ok", parseOK}, {"parse_not_ip", parseNotIP}, {"parse_invalid", parseInvalid}} {
-		b.mark(exit.label)
-		b.emit(mov(asm.R0, exit.code))
+		b.Mark(exit.label)
+		b.Emit(insn.Mov(asm.R0, exit.code))
 		if c.parseInlined() {
-			b.emit(ja(symParseDone))
+			b.Emit(insn.Ja(symParseDone))
 		} else {
-			b.emit(asm.Return())
+			b.Emit(asm.Return())
 		}
 	}
 }
@@ -372,73 +374,73 @@ func (c *compiler) parseBody() {
 // the program's family.
 func (c *compiler) parseEthernet() {
 	b := c.b
-	b.note("ethernet header, up to two VLAN tags")
-	b.emit(movr(asm.R1, asm.R6), mov(asm.R2, 0))
+	b.Note("ethernet header, up to two VLAN tags")
+	b.Emit(insn.Movr(asm.R1, asm.R6), insn.Mov(asm.R2, 0))
 	c.load(asm.R10, parseBuf, 14, "parse_not_ip")
-	b.emit(
-		ld(asm.R1, asm.R10, parseBuf+6, asm.Half),
-		ntoh(asm.R1, asm.Half),
-		st(asm.R7, pktMACHi, asm.R1, asm.Word),
-		ld(asm.R1, asm.R10, parseBuf+8, asm.Word),
-		ntoh(asm.R1, asm.Word),
-		st(asm.R7, pktMACLo, asm.R1, asm.Word),
-		ld(asm.R9, asm.R10, parseBuf+12, asm.Half),
-		ntoh(asm.R9, asm.Half),
-		mov(asm.R8, 14),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, parseBuf+6, asm.Half),
+		insn.Ntoh(asm.R1, asm.Half),
+		insn.St(asm.R7, pkt.MACHi, asm.R1, asm.Word),
+		insn.Ld(asm.R1, asm.R10, parseBuf+8, asm.Word),
+		insn.Ntoh(asm.R1, asm.Word),
+		insn.St(asm.R7, pkt.MACLo, asm.R1, asm.Word),
+		insn.Ld(asm.R9, asm.R10, parseBuf+12, asm.Half),
+		insn.Ntoh(asm.R9, asm.Half),
+		insn.Mov(asm.R8, 14),
 	)
 	if c.hook.tc() {
 		// The kernel takes the outer VLAN tag off a frame before tc sees
 		// it (skb_vlan_untag, or the device did): it counts toward the
 		// two tags ir.Decode skips.
-		b.emit(
-			ld(asm.R1, asm.R6, skbVLANPresent, asm.Word),
-			st(asm.R10, parseTmp, asm.R1, asm.DWord),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R6, skbVLANPresent, asm.Word),
+			insn.St(asm.R10, parseTmp, asm.R1, asm.DWord),
 		)
 		if c.defers() {
-			untagged := b.fresh("untagged")
-			b.emit(asm.JEq.Imm(asm.R1, 0, untagged))
-			c.setFlag(flagVLAN)
-			b.mark(untagged)
+			untagged := b.Fresh("untagged")
+			b.Emit(asm.JEq.Imm(asm.R1, 0, untagged))
+			c.setFlag(pkt.FlagVLAN)
+			b.Mark(untagged)
 		}
 	}
 	for range 2 {
-		tag := b.fresh("vlan")
-		b.emit(
+		tag := b.Fresh("vlan")
+		b.Emit(
 			asm.JEq.Imm(asm.R9, etherTypeVLAN, tag),
 			asm.JNE.Imm(asm.R9, etherTypeQinQ, "parse_ethertype"),
 		)
-		b.mark(tag)
+		b.Mark(tag)
 		if c.defers() {
-			c.setFlag(flagVLAN)
+			c.setFlag(pkt.FlagVLAN)
 		}
 		if c.hook.tc() {
-			b.emit(
-				ld(asm.R1, asm.R10, parseTmp, asm.DWord),
+			b.Emit(
+				insn.Ld(asm.R1, asm.R10, parseTmp, asm.DWord),
 				asm.JGE.Imm(asm.R1, 2, "parse_not_ip"),
 				asm.Add.Imm(asm.R1, 1),
-				st(asm.R10, parseTmp, asm.R1, asm.DWord),
+				insn.St(asm.R10, parseTmp, asm.R1, asm.DWord),
 			)
 		}
-		b.emit(movr(asm.R1, asm.R6), movr(asm.R2, asm.R8))
+		b.Emit(insn.Movr(asm.R1, asm.R6), insn.Movr(asm.R2, asm.R8))
 		c.load(asm.R10, parseBuf, 4, "parse_not_ip")
-		b.emit(
-			ld(asm.R9, asm.R10, parseBuf+2, asm.Half),
-			ntoh(asm.R9, asm.Half),
+		b.Emit(
+			insn.Ld(asm.R9, asm.R10, parseBuf+2, asm.Half),
+			insn.Ntoh(asm.R9, asm.Half),
 			asm.Add.Imm(asm.R8, 4),
 		)
 	}
-	b.emit(
+	b.Emit(
 		asm.JEq.Imm(asm.R9, etherTypeVLAN, "parse_not_ip"),
 		asm.JEq.Imm(asm.R9, etherTypeQinQ, "parse_not_ip"),
 	)
-	b.mark("parse_ethertype")
+	b.Mark("parse_ethertype")
 	ethertype := int32(etherTypeIPv4)
 	if c.p.Family == rules.IPv6 {
 		ethertype = etherTypeIPv6
 	}
 	// Packets of the other family go to the other table: to the program
 	// they are not IP.
-	b.emit(asm.JNE.Imm(asm.R9, ethertype, "parse_not_ip"))
+	b.Emit(asm.JNE.Imm(asm.R9, ethertype, "parse_not_ip"))
 
 }
 
@@ -446,99 +448,99 @@ func (c *compiler) parseEthernet() {
 // It leaves the transport header's offset in r8 and its length in r9.
 func (c *compiler) parseIPv4() {
 	b := c.b
-	b.note("ipv4 header: version, header length, checksum, total length (ip_rcv_core)")
+	b.Note("ipv4 header: version, header length, checksum, total length (ip_rcv_core)")
 	// A frame too short for the header, or for its options, fails their
 	// load: only the total length is checked against the frame.
-	b.emit(movr(asm.R1, asm.R6), movr(asm.R2, asm.R8))
+	b.Emit(insn.Movr(asm.R1, asm.R6), insn.Movr(asm.R2, asm.R8))
 	c.load(asm.R10, parseBuf, 20, "parse_invalid")
-	b.emit(
-		ld(asm.R1, asm.R10, parseBuf, asm.Byte),
-		movr(asm.R2, asm.R1),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, parseBuf, asm.Byte),
+		insn.Movr(asm.R2, asm.R1),
 		asm.RSh.Imm(asm.R2, 4),
 		asm.JNE.Imm(asm.R2, 4, "parse_invalid"),
 		asm.And.Imm(asm.R1, 0x0f),
 		asm.LSh.Imm(asm.R1, 2),
 		asm.JLT.Imm(asm.R1, 20, "parse_invalid"),
-		st(asm.R10, parseTmp, asm.R1, asm.DWord),
+		insn.St(asm.R10, parseTmp, asm.R1, asm.DWord),
 		asm.JLE.Imm(asm.R1, 20, "ipv4_checksum"),
 		// The options.
-		movr(asm.R4, asm.R1),
+		insn.Movr(asm.R4, asm.R1),
 		asm.Sub.Imm(asm.R4, 20),
-		movr(asm.R2, asm.R8),
+		insn.Movr(asm.R2, asm.R8),
 		asm.Add.Imm(asm.R2, 20),
-		movr(asm.R1, asm.R6),
+		insn.Movr(asm.R1, asm.R6),
 	)
 	c.load(asm.R10, parseBuf+20, 0, "parse_invalid")
-	b.mark("ipv4_checksum")
+	b.Mark("ipv4_checksum")
 	if !c.hook.nf() {
 		c.ipv4Checksum() // netfilter's packets passed ip_rcv_core
 	}
-	b.emit(
-		ld(asm.R1, asm.R10, parseBuf+2, asm.Half),
-		ntoh(asm.R1, asm.Half),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, parseBuf+2, asm.Half),
+		insn.Ntoh(asm.R1, asm.Half),
 	)
 	c.frameHolds(asm.R1, "parse_invalid")
-	b.emit(
-		ld(asm.R2, asm.R10, parseTmp, asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R2, asm.R10, parseTmp, asm.DWord),
 		asm.JLT.Reg(asm.R1, asm.R2, "parse_invalid"),
 	)
-	b.note("ipv4 fields; the packet ends at its total length (pskb_trim_rcsum)")
-	b.emit(
-		st(asm.R7, pktLength, asm.R1, asm.Word),
-		st(asm.R7, pktBytes, asm.R1, asm.Word),
-		movr(asm.R9, asm.R1),
+	b.Note("ipv4 fields; the packet ends at its total length (pskb_trim_rcsum)")
+	b.Emit(
+		insn.St(asm.R7, pkt.Length, asm.R1, asm.Word),
+		insn.St(asm.R7, pkt.Bytes, asm.R1, asm.Word),
+		insn.Movr(asm.R9, asm.R1),
 		asm.Sub.Reg(asm.R9, asm.R2),
 		asm.Add.Reg(asm.R8, asm.R2),
-		ld(asm.R1, asm.R10, parseBuf+12, asm.Word),
-		ntoh(asm.R1, asm.Word),
-		st(asm.R7, pktSrc, asm.R1, asm.Word),
-		ld(asm.R1, asm.R10, parseBuf+16, asm.Word),
-		ntoh(asm.R1, asm.Word),
-		st(asm.R7, pktDst, asm.R1, asm.Word),
-		ld(asm.R1, asm.R10, parseBuf+8, asm.Byte),
+		insn.Ld(asm.R1, asm.R10, parseBuf+12, asm.Word),
+		insn.Ntoh(asm.R1, asm.Word),
+		insn.St(asm.R7, pkt.Src, asm.R1, asm.Word),
+		insn.Ld(asm.R1, asm.R10, parseBuf+16, asm.Word),
+		insn.Ntoh(asm.R1, asm.Word),
+		insn.St(asm.R7, pkt.Dst, asm.R1, asm.Word),
+		insn.Ld(asm.R1, asm.R10, parseBuf+8, asm.Byte),
 	)
 	c.forwardedTTL()
-	b.emit(
-		st(asm.R7, pktTTL, asm.R1, asm.Byte),
-		ld(asm.R1, asm.R10, parseBuf+9, asm.Byte),
-		st(asm.R7, pktProto, asm.R1, asm.Byte),
-		ld(asm.R1, asm.R10, parseBuf+6, asm.Half),
-		ntoh(asm.R1, asm.Half),
+	b.Emit(
+		insn.St(asm.R7, pkt.TTL, asm.R1, asm.Byte),
+		insn.Ld(asm.R1, asm.R10, parseBuf+9, asm.Byte),
+		insn.St(asm.R7, pkt.Proto, asm.R1, asm.Byte),
+		insn.Ld(asm.R1, asm.R10, parseBuf+6, asm.Half),
+		insn.Ntoh(asm.R1, asm.Half),
 		asm.And.Imm(asm.R1, 0x1fff),
 		asm.LSh.Imm(asm.R1, 3),
-		st(asm.R7, pktFragOff, asm.R1, asm.Word),
+		insn.St(asm.R7, pkt.FragOff, asm.R1, asm.Word),
 	)
 	if c.readsDSCP {
-		b.emit(
-			ld(asm.R1, asm.R10, parseBuf+1, asm.Byte),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, parseBuf+1, asm.Byte),
 			asm.RSh.Imm(asm.R1, 2),
-			st(asm.R7, pktDSCP, asm.R1, asm.Byte),
+			insn.St(asm.R7, pkt.DSCP, asm.R1, asm.Byte),
 		)
 	}
 	if c.fragFlag() {
-		notFrag := b.fresh("not_fragment")
-		b.emit(
-			ld(asm.R1, asm.R10, parseBuf+6, asm.Half),
-			ntoh(asm.R1, asm.Half),
+		notFrag := b.Fresh("not_fragment")
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, parseBuf+6, asm.Half),
+			insn.Ntoh(asm.R1, asm.Half),
 			asm.And.Imm(asm.R1, 0x3fff), // MF and the offset
 			asm.JEq.Imm(asm.R1, 0, notFrag),
-			ld(asm.R1, asm.R7, pktFlags, asm.Byte),
-			asm.Or.Imm(asm.R1, flagFragment),
-			st(asm.R7, pktFlags, asm.R1, asm.Byte),
+			insn.Ld(asm.R1, asm.R7, pkt.Flags, asm.Byte),
+			asm.Or.Imm(asm.R1, pkt.FlagFragment),
+			insn.St(asm.R7, pkt.Flags, asm.R1, asm.Byte),
 		)
-		b.mark(notFrag)
+		b.Mark(notFrag)
 	}
 	if c.skbHook() {
 		// pkttype_mt: a looped-back packet is multicast when its
 		// destination is, broadcast otherwise.
-		b.emit(
-			ld(asm.R1, asm.R10, parseRawType, asm.DWord),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, parseRawType, asm.DWord),
 			asm.JNE.Imm(asm.R1, packetLoopback, "parse_l4"),
-			stImm(asm.R7, pktPktType, 1, asm.Byte),
-			ld(asm.R1, asm.R7, pktDst, asm.Word),
+			insn.StImm(asm.R7, pkt.PktType, 1, asm.Byte),
+			insn.Ld(asm.R1, asm.R7, pkt.Dst, asm.Word),
 			asm.RSh.Imm(asm.R1, 28),
 			asm.JNE.Imm(asm.R1, 0xe, "parse_l4"),
-			stImm(asm.R7, pktPktType, 2, asm.Byte),
+			insn.StImm(asm.R7, pkt.PktType, 2, asm.Byte),
 		)
 	}
 	// parseL4 follows.
@@ -551,43 +553,43 @@ func (c *compiler) parseIPv4() {
 // helper call (bpf_csum_diff) costs more than the 5 to 15 additions.
 func (c *compiler) ipv4Checksum() {
 	b := c.b
-	folded := b.fresh("csum_folded")
+	folded := b.Fresh("csum_folded")
 	// The loop counts words in a value of its own: compared with the
 	// header length itself, each length would be a verifier state of
 	// its own for the rest of the parser.
-	b.emit(
-		ld(asm.R4, asm.R10, parseTmp, asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R4, asm.R10, parseTmp, asm.DWord),
 		asm.RSh.Imm(asm.R4, 2),
-		mov(asm.R0, 0),
+		insn.Mov(asm.R0, 0),
 	)
 	for i := int16(0); i < 15; i++ {
 		if i >= 5 {
-			b.emit(asm.JLE.Imm(asm.R4, int32(i), folded))
+			b.Emit(asm.JLE.Imm(asm.R4, int32(i), folded))
 		}
-		b.emit(
-			ld(asm.R1, asm.R10, parseBuf+4*i, asm.Word),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, parseBuf+4*i, asm.Word),
 			asm.Add.Reg(asm.R0, asm.R1),
 		)
 	}
-	b.mark(folded)
+	b.Mark(folded)
 	// At most 15 words: the sum is below 2^36. Folding the upper 32
 	// bits in leaves it below 2^32 + 15, and three 16-bit folds bring
 	// that to 16 bits. The words' byte order does not change the test:
 	// 0xffff reads the same either way.
-	b.emit(
+	b.Emit(
 		asm.Mov.Reg32(asm.R1, asm.R0),
 		asm.RSh.Imm(asm.R0, 32),
 		asm.Add.Reg(asm.R0, asm.R1),
 	)
 	for range 3 {
-		b.emit(
-			movr(asm.R1, asm.R0),
+		b.Emit(
+			insn.Movr(asm.R1, asm.R0),
 			asm.And.Imm(asm.R1, 0xffff),
 			asm.RSh.Imm(asm.R0, 16),
 			asm.Add.Reg(asm.R0, asm.R1),
 		)
 	}
-	b.emit(asm.JNE.Imm(asm.R0, 0xffff, "parse_invalid"))
+	b.Emit(asm.JNE.Imm(asm.R0, 0xffff, "parse_invalid"))
 }
 
 // parseIPv6 is ir's decodeIPv6: ip6_rcv_core's checks, the hop-by-hop
@@ -596,85 +598,85 @@ func (c *compiler) ipv4Checksum() {
 // length in r9, or ends parsing.
 func (c *compiler) parseIPv6() {
 	b := c.b
-	b.note("ipv6 header: version, addresses (ip6_rcv_core)")
+	b.Note("ipv6 header: version, addresses (ip6_rcv_core)")
 	// A frame too short for the header fails its load.
-	b.emit(movr(asm.R1, asm.R6), movr(asm.R2, asm.R8))
+	b.Emit(insn.Movr(asm.R1, asm.R6), insn.Movr(asm.R2, asm.R8))
 	c.load(asm.R10, parseBuf, 40, "parse_invalid")
-	b.emit(
-		ld(asm.R1, asm.R10, parseBuf, asm.Byte),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, parseBuf, asm.Byte),
 		asm.RSh.Imm(asm.R1, 4),
 		asm.JNE.Imm(asm.R1, 6, "parse_invalid"),
 	)
 	for i := int16(0); i < 8; i++ {
-		b.emit(
-			ld(asm.R1, asm.R10, parseBuf+8+4*i, asm.Word),
-			ntoh(asm.R1, asm.Word),
-			st(asm.R7, pktSrc+4*i, asm.R1, asm.Word),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, parseBuf+8+4*i, asm.Word),
+			insn.Ntoh(asm.R1, asm.Word),
+			insn.St(asm.R7, pkt.Src+4*i, asm.R1, asm.Word),
 		)
 	}
 	c.ipv6Addresses()
 
-	b.note("payload length; the packet ends there unless a jumbo option says otherwise")
-	b.emit(
-		ld(asm.R1, asm.R10, parseBuf+4, asm.Half),
-		ntoh(asm.R1, asm.Half),
-		st(asm.R10, parseTmp, asm.R1, asm.DWord),
-		ld(asm.R2, asm.R10, parseBuf+6, asm.Byte),
+	b.Note("payload length; the packet ends there unless a jumbo option says otherwise")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, parseBuf+4, asm.Half),
+		insn.Ntoh(asm.R1, asm.Half),
+		insn.St(asm.R10, parseTmp, asm.R1, asm.DWord),
+		insn.Ld(asm.R2, asm.R10, parseBuf+6, asm.Byte),
 		asm.JNE.Imm(asm.R1, 0, "ipv6_trim"),
 		asm.JEq.Imm(asm.R2, 0, "ipv6_jumbo"),
 	)
-	b.mark("ipv6_trim")
-	b.emit(
-		movr(asm.R3, asm.R1),
+	b.Mark("ipv6_trim")
+	b.Emit(
+		insn.Movr(asm.R3, asm.R1),
 		asm.Add.Imm(asm.R3, 40),
 	)
 	c.frameHolds(asm.R3, "parse_invalid")
-	b.emit(
-		movr(asm.R9, asm.R3),
-		ld(asm.R1, asm.R10, parseTmp, asm.DWord),
-		ld(asm.R2, asm.R10, parseBuf+6, asm.Byte),
-		ja("ipv6_fields"),
+	b.Emit(
+		insn.Movr(asm.R9, asm.R3),
+		insn.Ld(asm.R1, asm.R10, parseTmp, asm.DWord),
+		insn.Ld(asm.R2, asm.R10, parseBuf+6, asm.Byte),
+		insn.Ja("ipv6_fields"),
 	)
-	b.mark("ipv6_jumbo")
+	b.Mark("ipv6_jumbo")
 	if c.hook == HookXDP {
 		// A jumbogram's length is the frame's: r9 must be exact.
-		b.emit(
-			movr(asm.R1, asm.R6),
+		b.Emit(
+			insn.Movr(asm.R1, asm.R6),
 			asm.FnXdpGetBuffLen.Call(),
 			asm.Mov.Reg32(asm.R9, asm.R0),
 			asm.Sub.Reg(asm.R9, asm.R8),
-			mov(asm.R1, 0),
-			mov(asm.R2, 0),
+			insn.Mov(asm.R1, 0),
+			insn.Mov(asm.R2, 0),
 		)
 	}
-	b.mark("ipv6_fields")
-	b.emit(
+	b.Mark("ipv6_fields")
+	b.Emit(
 		asm.Add.Imm(asm.R1, 40),
-		st(asm.R7, pktLength, asm.R1, asm.Word),
-		ld(asm.R1, asm.R10, parseBuf+7, asm.Byte),
+		insn.St(asm.R7, pkt.Length, asm.R1, asm.Word),
+		insn.Ld(asm.R1, asm.R10, parseBuf+7, asm.Byte),
 	)
 	c.forwardedTTL()
-	b.emit(st(asm.R7, pktTTL, asm.R1, asm.Byte))
+	b.Emit(insn.St(asm.R7, pkt.TTL, asm.R1, asm.Byte))
 	if c.readsDSCP {
 		// The traffic class is the 8 bits after the version.
-		b.emit(
-			ld(asm.R1, asm.R10, parseBuf, asm.Half),
-			ntoh(asm.R1, asm.Half),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, parseBuf, asm.Half),
+			insn.Ntoh(asm.R1, asm.Half),
 			asm.RSh.Imm(asm.R1, 6),
 			asm.And.Imm(asm.R1, 0x3f),
-			st(asm.R7, pktDSCP, asm.R1, asm.Byte),
+			insn.St(asm.R7, pkt.DSCP, asm.R1, asm.Byte),
 		)
 	}
 	if c.skbHook() {
 		// pkttype_mt: every looped-back IPv6 packet is multicast.
-		b.emit(
-			ld(asm.R1, asm.R10, parseRawType, asm.DWord),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, parseRawType, asm.DWord),
 			asm.JNE.Imm(asm.R1, packetLoopback, "ipv6_hop_by_hop"),
-			stImm(asm.R7, pktPktType, 2, asm.Byte),
+			insn.StImm(asm.R7, pkt.PktType, 2, asm.Byte),
 		)
 	}
-	b.mark("ipv6_hop_by_hop")
-	b.emit(asm.JNE.Imm(asm.R2, 0, "ipv6_ext_headers"))
+	b.Mark("ipv6_hop_by_hop")
+	b.Emit(asm.JNE.Imm(asm.R2, 0, "ipv6_ext_headers"))
 	c.ipv6HopByHop()
 	c.ipv6ExtHeaders()
 }
@@ -687,22 +689,22 @@ func (c *compiler) ipv6Addresses() {
 	if c.hook == HookNetfilter {
 		// ip6_rcv_core checked these before any hook; OUTPUT's packets
 		// are the stack's own.
-		b.emit(ja("ipv6_src_checked"))
+		b.Emit(insn.Ja("ipv6_src_checked"))
 	}
 	// ipv6_addr_loopback (::1) and ipv6_addr_is_multicast (ff00::/8).
 	loopbackDev := c.hook != HookTCEgress
 	if loopbackDev {
 		c.emitIfindex(asm.R1)
-		b.emit(asm.JEq.Imm(asm.R1, loopbackIfindex, "ipv6_multicast"))
+		b.Emit(asm.JEq.Imm(asm.R1, loopbackIfindex, "ipv6_multicast"))
 	}
-	c.ipv6Loopback(pktSrc, "parse_invalid")
-	c.ipv6Loopback(pktDst, "parse_invalid")
-	b.mark("ipv6_multicast")
-	c.ipv6Multicast(pktDst, "ipv6_dst_multicast")
-	b.emit(ja("ipv6_src"))
-	b.mark("ipv6_dst_multicast")
-	b.emit(
-		ld(asm.R1, asm.R10, parseBuf+25, asm.Byte),
+	c.ipv6Loopback(pkt.Src, "parse_invalid")
+	c.ipv6Loopback(pkt.Dst, "parse_invalid")
+	b.Mark("ipv6_multicast")
+	c.ipv6Multicast(pkt.Dst, "ipv6_dst_multicast")
+	b.Emit(insn.Ja("ipv6_src"))
+	b.Mark("ipv6_dst_multicast")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, parseBuf+25, asm.Byte),
 		asm.And.Imm(asm.R1, 0x0f),
 		asm.JEq.Imm(asm.R1, 0, "parse_invalid"),
 		asm.JNE.Imm(asm.R1, 1, "ipv6_src"),
@@ -710,19 +712,19 @@ func (c *compiler) ipv6Addresses() {
 	// Interface-local scope: only from ourselves.
 	if loopbackDev {
 		c.emitIfindex(asm.R1)
-		b.emit(asm.JEq.Imm(asm.R1, loopbackIfindex, "ipv6_src"))
+		b.Emit(asm.JEq.Imm(asm.R1, loopbackIfindex, "ipv6_src"))
 	}
 	if c.skbHook() {
-		b.emit(
-			ld(asm.R1, asm.R10, parseRawType, asm.DWord),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, parseRawType, asm.DWord),
 			asm.JEq.Imm(asm.R1, packetLoopback, "ipv6_src"),
 		)
 	}
-	b.emit(ja("parse_invalid"))
-	b.mark("ipv6_src")
-	c.ipv6Multicast(pktSrc, "parse_invalid")
+	b.Emit(insn.Ja("parse_invalid"))
+	b.Mark("ipv6_src")
+	c.ipv6Multicast(pkt.Src, "parse_invalid")
 	if c.hook == HookNetfilter {
-		b.mark("ipv6_src_checked")
+		b.Mark("ipv6_src_checked")
 	}
 
 }
@@ -731,53 +733,53 @@ func (c *compiler) ipv6Addresses() {
 // ip6_parse_tlv), whose jumbo option gives a jumbogram its length.
 func (c *compiler) ipv6HopByHop() {
 	b := c.b
-	b.note("hop-by-hop options (ipv6_parse_hopopts, ip6_parse_tlv)")
-	b.emit(
+	b.Note("hop-by-hop options (ipv6_parse_hopopts, ip6_parse_tlv)")
+	b.Emit(
 		asm.JLT.Imm(asm.R9, 48, "parse_invalid"),
-		movr(asm.R1, asm.R6),
-		movr(asm.R2, asm.R8),
+		insn.Movr(asm.R1, asm.R6),
+		insn.Movr(asm.R2, asm.R8),
 		asm.Add.Imm(asm.R2, 40),
 	)
 	c.load(asm.R10, parseScratch, 8, "parse_invalid")
-	b.emit(
-		ld(asm.R1, asm.R10, parseScratch+1, asm.Byte),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, parseScratch+1, asm.Byte),
 		asm.Add.Imm(asm.R1, 1),
 		asm.LSh.Imm(asm.R1, 3),
-		movr(asm.R2, asm.R1),
+		insn.Movr(asm.R2, asm.R1),
 		asm.Add.Imm(asm.R2, 40),
 		asm.JGT.Reg(asm.R2, asm.R9, "parse_invalid"),
-		st(asm.R10, parseSave, asm.R1, asm.DWord),
+		insn.St(asm.R10, parseSave, asm.R1, asm.DWord),
 	)
 	c.loopState()
-	b.emit(
-		ld(asm.R1, asm.R10, parseSave, asm.DWord),
-		movr(asm.R2, asm.R8),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, parseSave, asm.DWord),
+		insn.Movr(asm.R2, asm.R8),
 		asm.Add.Imm(asm.R2, 42),
-		st(asm.R0, hbhOff, asm.R2, asm.DWord),
+		insn.St(asm.R0, hbhOff, asm.R2, asm.DWord),
 		asm.Sub.Imm(asm.R1, 2),
-		st(asm.R0, hbhRem, asm.R1, asm.DWord),
-		stImm(asm.R0, hbhResult, loopRunning, asm.DWord),
-		stImm(asm.R0, hbhPad, 0, asm.DWord),
-		stImm(asm.R0, hbhCount, 0, asm.DWord),
-		stImm(asm.R0, hbhAlign, 42%4, asm.DWord),
-		stImm(asm.R0, hbhJumbo, 0, asm.DWord),
-		stImm(asm.R0, hbhMaxJumbo, 0, asm.DWord),
+		insn.St(asm.R0, hbhRem, asm.R1, asm.DWord),
+		insn.StImm(asm.R0, hbhResult, loopRunning, asm.DWord),
+		insn.StImm(asm.R0, hbhPad, 0, asm.DWord),
+		insn.StImm(asm.R0, hbhCount, 0, asm.DWord),
+		insn.StImm(asm.R0, hbhAlign, 42%4, asm.DWord),
+		insn.StImm(asm.R0, hbhJumbo, 0, asm.DWord),
+		insn.StImm(asm.R0, hbhMaxJumbo, 0, asm.DWord),
 	)
 	c.bpfLoop(maxHopByHopSteps, symHopByHop)
 	c.loopResult()
-	b.emit(
-		ld(asm.R1, asm.R3, hbhResult, asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R3, hbhResult, asm.DWord),
 		asm.JNE.Imm(asm.R1, loopDone, "parse_invalid"),
 		// ipv6_hop_jumbo: the payload length must be 0 and every jumbo
 		// length within the packet; the last one trims it.
-		ld(asm.R1, asm.R3, hbhMaxJumbo, asm.DWord),
+		insn.Ld(asm.R1, asm.R3, hbhMaxJumbo, asm.DWord),
 		asm.JEq.Imm(asm.R1, 0, "ipv6_ext_headers"),
-		ld(asm.R2, asm.R10, parseTmp, asm.DWord),
+		insn.Ld(asm.R2, asm.R10, parseTmp, asm.DWord),
 		asm.JNE.Imm(asm.R2, 0, "parse_invalid"),
-		movr(asm.R2, asm.R9),
+		insn.Movr(asm.R2, asm.R9),
 		asm.Sub.Imm(asm.R2, 40),
 		asm.JGT.Reg(asm.R1, asm.R2, "parse_invalid"),
-		ld(asm.R9, asm.R3, hbhJumbo, asm.DWord),
+		insn.Ld(asm.R9, asm.R3, hbhJumbo, asm.DWord),
 		asm.Add.Imm(asm.R9, 40),
 	)
 }
@@ -787,67 +789,67 @@ func (c *compiler) ipv6HopByHop() {
 // flags of the walk; r8 and r9 end at the transport header.
 func (c *compiler) ipv6ExtHeaders() {
 	b := c.b
-	b.mark("ipv6_ext_headers")
-	b.note("walk the extension headers to the upper-layer header (ipv6_find_hdr)")
-	b.emit(st(asm.R7, pktBytes, asm.R9, asm.Word))
+	b.Mark("ipv6_ext_headers")
+	b.Note("walk the extension headers to the upper-layer header (ipv6_find_hdr)")
+	b.Emit(insn.St(asm.R7, pkt.Bytes, asm.R9, asm.Word))
 	c.loopState()
-	b.emit(
-		movr(asm.R1, asm.R8),
+	b.Emit(
+		insn.Movr(asm.R1, asm.R8),
 		asm.Add.Imm(asm.R1, 40),
-		st(asm.R0, extStart, asm.R1, asm.DWord),
-		movr(asm.R1, asm.R8),
+		insn.St(asm.R0, extStart, asm.R1, asm.DWord),
+		insn.Movr(asm.R1, asm.R8),
 		asm.Add.Reg(asm.R1, asm.R9),
-		st(asm.R0, extEnd, asm.R1, asm.DWord),
-		ld(asm.R1, asm.R10, parseBuf+6, asm.Byte),
-		st(asm.R0, extNext, asm.R1, asm.DWord),
-		stImm(asm.R0, extResult, loopRunning, asm.DWord),
-		stImm(asm.R0, extFragOff, 0, asm.DWord),
-		stImm(asm.R0, extAuth, 0, asm.DWord),
+		insn.St(asm.R0, extEnd, asm.R1, asm.DWord),
+		insn.Ld(asm.R1, asm.R10, parseBuf+6, asm.Byte),
+		insn.St(asm.R0, extNext, asm.R1, asm.DWord),
+		insn.StImm(asm.R0, extResult, loopRunning, asm.DWord),
+		insn.StImm(asm.R0, extFragOff, 0, asm.DWord),
+		insn.StImm(asm.R0, extAuth, 0, asm.DWord),
 	)
 	if c.fragFlag() {
-		b.emit(stImm(asm.R0, extFrag, 0, asm.DWord))
+		b.Emit(insn.StImm(asm.R0, extFrag, 0, asm.DWord))
 	}
 	c.bpfLoop(maxExtHeaders, symExtHdrs)
 	c.loopResult()
-	b.emit(ld(asm.R1, asm.R3, extAuth, asm.DWord))
+	b.Emit(insn.Ld(asm.R1, asm.R3, extAuth, asm.DWord))
 	if c.fragFlag() {
-		b.emit(
-			ld(asm.R2, asm.R3, extFrag, asm.DWord),
+		b.Emit(
+			insn.Ld(asm.R2, asm.R3, extFrag, asm.DWord),
 			asm.Or.Reg(asm.R1, asm.R2),
 		)
 	}
 	if c.defers() {
-		// Keep flagVLAN.
-		b.emit(
-			ld(asm.R2, asm.R7, pktFlags, asm.Byte),
+		// Keep pkt.FlagVLAN.
+		b.Emit(
+			insn.Ld(asm.R2, asm.R7, pkt.Flags, asm.Byte),
 			asm.Or.Reg(asm.R1, asm.R2),
 		)
 	}
-	b.emit(
-		st(asm.R7, pktFlags, asm.R1, asm.Byte),
-		ld(asm.R1, asm.R3, extResult, asm.DWord),
+	b.Emit(
+		insn.St(asm.R7, pkt.Flags, asm.R1, asm.Byte),
+		insn.Ld(asm.R1, asm.R3, extResult, asm.DWord),
 		asm.JEq.Imm(asm.R1, loopDone, "ipv6_upper"),
 		// ipv6_find_hdr failed: a rule testing the protocol drops the
 		// packet.
-		ld(asm.R1, asm.R7, pktFlags, asm.Byte),
-		asm.Or.Imm(asm.R1, flagBadExtHeaders),
-		st(asm.R7, pktFlags, asm.R1, asm.Byte),
-		ja("parse_ok"),
+		insn.Ld(asm.R1, asm.R7, pkt.Flags, asm.Byte),
+		asm.Or.Imm(asm.R1, pkt.FlagBadExtHeaders),
+		insn.St(asm.R7, pkt.Flags, asm.R1, asm.Byte),
+		insn.Ja("parse_ok"),
 	)
-	b.mark("ipv6_upper")
-	b.emit(
-		ld(asm.R1, asm.R3, extNext, asm.DWord),
-		st(asm.R7, pktProto, asm.R1, asm.Byte),
-		ld(asm.R1, asm.R3, extFragOff, asm.DWord),
-		st(asm.R7, pktFragOff, asm.R1, asm.Word),
+	b.Mark("ipv6_upper")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R3, extNext, asm.DWord),
+		insn.St(asm.R7, pkt.Proto, asm.R1, asm.Byte),
+		insn.Ld(asm.R1, asm.R3, extFragOff, asm.DWord),
+		insn.St(asm.R7, pkt.FragOff, asm.R1, asm.Word),
 		// A non-first fragment: nft's transport offset stays 0, its loads
 		// read the IPv6 header (r8, r9 still describe it).
 		asm.JNE.Imm(asm.R1, 0, "parse_l4"),
-		ld(asm.R1, asm.R3, extStart, asm.DWord),
-		ld(asm.R2, asm.R3, extEnd, asm.DWord),
+		insn.Ld(asm.R1, asm.R3, extStart, asm.DWord),
+		insn.Ld(asm.R2, asm.R3, extEnd, asm.DWord),
 		asm.JGT.Reg(asm.R1, asm.R2, "parse_ok"),
-		movr(asm.R8, asm.R1),
-		movr(asm.R9, asm.R2),
+		insn.Movr(asm.R8, asm.R1),
+		insn.Movr(asm.R9, asm.R2),
 		asm.Sub.Reg(asm.R9, asm.R1),
 	)
 }
@@ -855,25 +857,25 @@ func (c *compiler) ipv6ExtHeaders() {
 // ipv6Loopback jumps to yes when the address at pkt+off is ::1.
 func (c *compiler) ipv6Loopback(off int16, yes string) {
 	b := c.b
-	no := b.fresh("not_loopback")
-	b.emit(
-		ld(asm.R1, asm.R7, off, asm.Word),
+	no := b.Fresh("not_loopback")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R7, off, asm.Word),
 		asm.JNE.Imm(asm.R1, 0, no),
-		ld(asm.R1, asm.R7, off+4, asm.Word),
+		insn.Ld(asm.R1, asm.R7, off+4, asm.Word),
 		asm.JNE.Imm(asm.R1, 0, no),
-		ld(asm.R1, asm.R7, off+8, asm.Word),
+		insn.Ld(asm.R1, asm.R7, off+8, asm.Word),
 		asm.JNE.Imm(asm.R1, 0, no),
-		ld(asm.R1, asm.R7, off+12, asm.Word),
+		insn.Ld(asm.R1, asm.R7, off+12, asm.Word),
 		asm.JEq.Imm(asm.R1, 1, yes),
 	)
-	b.mark(no)
+	b.Mark(no)
 }
 
 // ipv6Multicast jumps to yes when the address at pkt+off is in ff00::/8.
 func (c *compiler) ipv6Multicast(off int16, yes string) {
 	b := c.b
-	b.emit(
-		ld(asm.R1, asm.R7, off, asm.Word),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R7, off, asm.Word),
 		asm.RSh.Imm(asm.R1, 24),
 		asm.JEq.Imm(asm.R1, 0xff, yes),
 	)
@@ -885,135 +887,135 @@ func (c *compiler) ipv6Multicast(off int16, yes string) {
 // L4Header guard fails first).
 func (c *compiler) parseL4() {
 	b := c.b
-	b.mark("parse_l4")
-	b.note("transport header: ports, tcp flags and options, icmp type and code")
+	b.Mark("parse_l4")
+	b.Note("transport header: ports, tcp flags and options, icmp type and code")
 	if c.ct {
-		b.emit(st(asm.R7, pktL4Off, asm.R8, asm.Half))
+		b.Emit(insn.St(asm.R7, pkt.L4Off, asm.R8, asm.Half))
 	}
-	b.emit(
-		st(asm.R7, pktL4Len, asm.R9, asm.Word),
+	b.Emit(
+		insn.St(asm.R7, pkt.L4Len, asm.R9, asm.Word),
 		asm.JEq.Imm(asm.R9, 0, "parse_ok"),
-		movr(asm.R4, asm.R9),
+		insn.Movr(asm.R4, asm.R9),
 	)
 	if !c.hook.nf() {
 		// The first 20 bytes, as almost every packet has them, read in
 		// place. Of a shorter one, the first 8 are read in place: all
 		// that parse reads of any header but TCP's, whose flags and
 		// data offset come after them through the helper.
-		b.emit(
+		b.Emit(
 			asm.JLT.Imm(asm.R4, 20, "l4_short"),
-			movr(asm.R1, asm.R6),
-			movr(asm.R2, asm.R8),
+			insn.Movr(asm.R1, asm.R6),
+			insn.Movr(asm.R2, asm.R8),
 		)
 		c.load(asm.R10, parseBuf, 20, "parse_ok")
-		b.emit(ja("l4_loaded"))
-		b.mark("l4_short")
-		b.emit(
+		b.Emit(insn.Ja("l4_loaded"))
+		b.Mark("l4_short")
+		b.Emit(
 			asm.JLT.Imm(asm.R4, 8, "l4_load"),
-			movr(asm.R1, asm.R6),
-			movr(asm.R2, asm.R8),
+			insn.Movr(asm.R1, asm.R6),
+			insn.Movr(asm.R2, asm.R8),
 		)
 		c.load(asm.R10, parseBuf, 8, "parse_ok")
-		b.emit(
-			ld(asm.R1, asm.R7, pktProto, asm.Byte),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte),
 			asm.JNE.Imm(asm.R1, protoTCP, "l4_loaded"),
-			movr(asm.R4, asm.R9),
+			insn.Movr(asm.R4, asm.R9),
 		)
 	} else {
-		b.emit(
+		b.Emit(
 			asm.JLE.Imm(asm.R4, 20, "l4_load"),
-			mov(asm.R4, 20),
+			insn.Mov(asm.R4, 20),
 		)
 	}
-	b.mark("l4_load")
-	b.emit(movr(asm.R1, asm.R6), movr(asm.R2, asm.R8))
+	b.Mark("l4_load")
+	b.Emit(insn.Movr(asm.R1, asm.R6), insn.Movr(asm.R2, asm.R8))
 	c.load(asm.R10, parseBuf, 0, "parse_ok")
-	b.mark("l4_loaded")
-	b.emit(ld(asm.R1, asm.R7, pktProto, asm.Byte))
+	b.Mark("l4_loaded")
+	b.Emit(insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte))
 	for _, p := range []int32{protoTCP, protoUDP, protoUDPLite, protoSCTP, protoDCCP} {
-		b.emit(asm.JEq.Imm(asm.R1, p, "l4_ports"))
+		b.Emit(asm.JEq.Imm(asm.R1, p, "l4_ports"))
 	}
-	b.emit(ja("l4_icmp"))
-	b.mark("l4_ports")
-	b.emit(
+	b.Emit(insn.Ja("l4_icmp"))
+	b.Mark("l4_ports")
+	b.Emit(
 		// Each port as far as the packet holds it (nft loads the source
 		// port of a header cut after it).
 		asm.JLT.Imm(asm.R9, 2, "l4_tcp"),
-		ld(asm.R2, asm.R10, parseBuf, asm.Half),
-		ntoh(asm.R2, asm.Half),
-		st(asm.R7, pktSport, asm.R2, asm.Word),
+		insn.Ld(asm.R2, asm.R10, parseBuf, asm.Half),
+		insn.Ntoh(asm.R2, asm.Half),
+		insn.St(asm.R7, pkt.Sport, asm.R2, asm.Word),
 		asm.JLT.Imm(asm.R9, 4, "l4_tcp"),
-		ld(asm.R2, asm.R10, parseBuf+2, asm.Half),
-		ntoh(asm.R2, asm.Half),
-		st(asm.R7, pktDport, asm.R2, asm.Word),
+		insn.Ld(asm.R2, asm.R10, parseBuf+2, asm.Half),
+		insn.Ntoh(asm.R2, asm.Half),
+		insn.St(asm.R7, pkt.Dport, asm.R2, asm.Word),
 	)
-	b.mark("l4_tcp")
-	b.emit(
+	b.Mark("l4_tcp")
+	b.Emit(
 		asm.JNE.Imm(asm.R1, protoTCP, "l4_icmp"),
 		asm.JLT.Imm(asm.R9, 14, "parse_ok"),
-		ld(asm.R2, asm.R10, parseBuf+13, asm.Byte),
-		st(asm.R7, pktTCPFlags, asm.R2, asm.Byte),
+		insn.Ld(asm.R2, asm.R10, parseBuf+13, asm.Byte),
+		insn.St(asm.R7, pkt.TCPFlags, asm.R2, asm.Byte),
 		asm.JLT.Imm(asm.R9, 20, "parse_ok"),
 		// A fragment's data has no options.
-		ld(asm.R2, asm.R7, pktFragOff, asm.Word),
+		insn.Ld(asm.R2, asm.R7, pkt.FragOff, asm.Word),
 		asm.JNE.Imm(asm.R2, 0, "parse_ok"),
-		ld(asm.R2, asm.R10, parseBuf+12, asm.Byte),
+		insn.Ld(asm.R2, asm.R10, parseBuf+12, asm.Byte),
 		asm.RSh.Imm(asm.R2, 4),
 		asm.LSh.Imm(asm.R2, 2),
 		asm.JLT.Imm(asm.R2, 20, "tcp_options_truncated"),
 		asm.JGT.Reg(asm.R2, asm.R9, "tcp_options_truncated"),
 	)
 	if len(c.optKinds) > 0 {
-		b.note("tcp options (tcp_find_option)")
-		b.emit(
+		b.Note("tcp options (tcp_find_option)")
+		b.Emit(
 			asm.JLE.Imm(asm.R2, 20, "parse_ok"),
 			asm.Sub.Imm(asm.R2, 20),
-			st(asm.R10, parseSave, asm.R2, asm.DWord),
+			insn.St(asm.R10, parseSave, asm.R2, asm.DWord),
 		)
 		c.loopState()
-		b.emit(
-			ld(asm.R4, asm.R10, parseSave, asm.DWord),
-			st(asm.R0, optLen, asm.R4, asm.DWord),
-			stImm(asm.R0, optIndex, 0, asm.DWord),
-			stImm(asm.R0, optFound, 0, asm.DWord),
-			movr(asm.R3, asm.R0),
+		b.Emit(
+			insn.Ld(asm.R4, asm.R10, parseSave, asm.DWord),
+			insn.St(asm.R0, optLen, asm.R4, asm.DWord),
+			insn.StImm(asm.R0, optIndex, 0, asm.DWord),
+			insn.StImm(asm.R0, optFound, 0, asm.DWord),
+			insn.Movr(asm.R3, asm.R0),
 			asm.Add.Imm(asm.R3, stOptions),
-			movr(asm.R2, asm.R8),
+			insn.Movr(asm.R2, asm.R8),
 			asm.Add.Imm(asm.R2, 20),
-			movr(asm.R1, asm.R6),
+			insn.Movr(asm.R1, asm.R6),
 		)
 		c.loadCall()
-		b.emit(
+		b.Emit(
 			asm.JNE.Imm(asm.R0, 0, "parse_ok"),
 		)
 		c.bpfLoop(maxTCPOptionSteps, symTCPOpts)
 		c.loopResult()
-		b.emit(
-			ld(asm.R1, asm.R3, optFound, asm.DWord),
-			st(asm.R7, pktTCPOpts, asm.R1, asm.DWord),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R3, optFound, asm.DWord),
+			insn.St(asm.R7, pkt.TCPOpts, asm.R1, asm.DWord),
 		)
 	}
-	b.emit(ja("parse_ok"))
-	b.mark("tcp_options_truncated")
-	b.emit(
-		ld(asm.R1, asm.R7, pktFlags, asm.Byte),
-		asm.Or.Imm(asm.R1, flagTCPOptsTruncated),
-		st(asm.R7, pktFlags, asm.R1, asm.Byte),
-		ja("parse_ok"),
+	b.Emit(insn.Ja("parse_ok"))
+	b.Mark("tcp_options_truncated")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R7, pkt.Flags, asm.Byte),
+		asm.Or.Imm(asm.R1, pkt.FlagTCPOptsTruncated),
+		insn.St(asm.R7, pkt.Flags, asm.R1, asm.Byte),
+		insn.Ja("parse_ok"),
 	)
 	icmp := int32(protoICMP)
 	if c.p.Family == rules.IPv6 {
 		icmp = protoICMPv6
 	}
-	b.mark("l4_icmp")
-	b.emit(
+	b.Mark("l4_icmp")
+	b.Emit(
 		asm.JNE.Imm(asm.R1, icmp, "parse_ok"),
 		// nft's "icmp type" loads the type byte alone.
-		ld(asm.R2, asm.R10, parseBuf, asm.Byte),
-		st(asm.R7, pktICMPType, asm.R2, asm.Byte),
+		insn.Ld(asm.R2, asm.R10, parseBuf, asm.Byte),
+		insn.St(asm.R7, pkt.ICMPType, asm.R2, asm.Byte),
 		asm.JLT.Imm(asm.R9, 2, "parse_ok"),
-		ld(asm.R2, asm.R10, parseBuf+1, asm.Byte),
-		st(asm.R7, pktICMPCode, asm.R2, asm.Byte),
+		insn.Ld(asm.R2, asm.R10, parseBuf+1, asm.Byte),
+		insn.St(asm.R7, pkt.ICMPCode, asm.R2, asm.Byte),
 	)
 }
 
@@ -1043,8 +1045,8 @@ const (
 	extNext    = st2 // the current header's type; the result's protocol
 	extResult  = st3
 	extFragOff = st4 // fragment offset of a non-first fragment
-	extAuth    = st5 // flagAuthHeader once the walk meets an authentication header
-	extFrag    = st6 // flagFragment once it meets a fragment header (conntrack)
+	extAuth    = st5 // pkt.FlagAuthHeader once the walk meets an authentication header
+	extFrag    = st6 // pkt.FlagFragment once it meets a fragment header (conntrack)
 )
 
 // The loop state of the TCP option walk; the options are at stOptions.
@@ -1072,76 +1074,76 @@ const (
 //	r6 loop state, r7 option type, r8 offset, r9 bytes left
 func (c *compiler) hopByHopCallback() {
 	b := c.b
-	b.function(funcCallback(symHopByHop), "one hop-by-hop option")
+	b.Function(funcCallback(symHopByHop), "one hop-by-hop option")
 	// Loads have constant lengths: the verifier can prove little about
 	// lengths computed from the option bytes.
 	c.callbackPrologue()
-	b.emit(
-		ld(asm.R1, asm.R6, hbhResult, asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R6, hbhResult, asm.DWord),
 		asm.JNE.Imm(asm.R1, loopRunning, "hbh_stop"),
-		ld(asm.R8, asm.R6, hbhOff, asm.DWord),
-		ld(asm.R9, asm.R6, hbhRem, asm.DWord),
+		insn.Ld(asm.R8, asm.R6, hbhOff, asm.DWord),
+		insn.Ld(asm.R9, asm.R6, hbhRem, asm.DWord),
 		asm.JEq.Imm(asm.R9, 0, "hbh_done"),
-		stImm(asm.R10, cbBuf, 0, asm.DWord),
-		ld(asm.R1, asm.R10, cbCtx, asm.DWord),
-		movr(asm.R2, asm.R8),
+		insn.StImm(asm.R10, cbBuf, 0, asm.DWord),
+		insn.Ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+		insn.Movr(asm.R2, asm.R8),
 	)
 	c.load(asm.R10, cbBuf, 1, "hbh_fail")
-	b.emit(
-		ld(asm.R7, asm.R10, cbBuf, asm.Byte),
+	b.Emit(
+		insn.Ld(asm.R7, asm.R10, cbBuf, asm.Byte),
 		asm.JNE.Imm(asm.R7, tlvPad1, "hbh_option"),
-		ld(asm.R1, asm.R6, hbhPad, asm.DWord),
+		insn.Ld(asm.R1, asm.R6, hbhPad, asm.DWord),
 		asm.Add.Imm(asm.R1, 1),
 		asm.JGT.Imm(asm.R1, 7, "hbh_fail"),
-		st(asm.R6, hbhPad, asm.R1, asm.DWord),
-		mov(asm.R5, 1),
-		ja("hbh_advance"),
+		insn.St(asm.R6, hbhPad, asm.R1, asm.DWord),
+		insn.Mov(asm.R5, 1),
+		insn.Ja("hbh_advance"),
 	)
-	b.mark("hbh_option")
-	b.emit(
+	b.Mark("hbh_option")
+	b.Emit(
 		asm.JLT.Imm(asm.R9, 2, "hbh_fail"),
-		ld(asm.R1, asm.R10, cbCtx, asm.DWord),
-		movr(asm.R2, asm.R8),
+		insn.Ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+		insn.Movr(asm.R2, asm.R8),
 		asm.Add.Imm(asm.R2, 1),
 	)
 	c.load(asm.R10, cbBuf+1, 1, "hbh_fail")
-	b.emit(
-		ld(asm.R5, asm.R10, cbBuf+1, asm.Byte),
+	b.Emit(
+		insn.Ld(asm.R5, asm.R10, cbBuf+1, asm.Byte),
 		asm.Add.Imm(asm.R5, 2),
 		asm.JGT.Reg(asm.R5, asm.R9, "hbh_fail"),
-		st(asm.R10, cbBuf+4, asm.R5, asm.Word),
+		insn.St(asm.R10, cbBuf+4, asm.R5, asm.Word),
 		asm.JNE.Imm(asm.R7, tlvPadN, "hbh_counted"),
-		ld(asm.R1, asm.R6, hbhPad, asm.DWord),
+		insn.Ld(asm.R1, asm.R6, hbhPad, asm.DWord),
 		asm.Add.Reg(asm.R1, asm.R5),
 		asm.JGT.Imm(asm.R1, 7, "hbh_fail"),
-		st(asm.R6, hbhPad, asm.R1, asm.DWord),
+		insn.St(asm.R6, hbhPad, asm.R1, asm.DWord),
 	)
 	// PadN's bytes must be zero; it is at most 7 bytes long here.
 	for i := int32(2); i < 7; i++ {
-		b.emit(
-			ld(asm.R5, asm.R10, cbBuf+4, asm.Word),
+		b.Emit(
+			insn.Ld(asm.R5, asm.R10, cbBuf+4, asm.Word),
 			asm.JLE.Imm(asm.R5, i, "hbh_advance"),
-			ld(asm.R1, asm.R10, cbCtx, asm.DWord),
-			movr(asm.R2, asm.R8),
+			insn.Ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+			insn.Movr(asm.R2, asm.R8),
 			asm.Add.Imm(asm.R2, i),
 		)
 		c.load(asm.R10, cbBuf, 1, "hbh_fail")
-		b.emit(
-			ld(asm.R1, asm.R10, cbBuf, asm.Byte),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, cbBuf, asm.Byte),
 			asm.JNE.Imm(asm.R1, 0, "hbh_fail"),
 		)
 	}
-	b.emit(
-		ld(asm.R5, asm.R10, cbBuf+4, asm.Word),
-		ja("hbh_advance"),
+	b.Emit(
+		insn.Ld(asm.R5, asm.R10, cbBuf+4, asm.Word),
+		insn.Ja("hbh_advance"),
 	)
-	b.mark("hbh_counted")
-	b.emit(
-		ld(asm.R1, asm.R6, hbhCount, asm.DWord),
+	b.Mark("hbh_counted")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R6, hbhCount, asm.DWord),
 		asm.Add.Imm(asm.R1, 1),
 		asm.JGT.Imm(asm.R1, 8, "hbh_fail"),
-		st(asm.R6, hbhCount, asm.R1, asm.DWord),
-		stImm(asm.R6, hbhPad, 0, asm.DWord),
+		insn.St(asm.R6, hbhCount, asm.R1, asm.DWord),
+		insn.StImm(asm.R6, hbhPad, 0, asm.DWord),
 		asm.JEq.Imm(asm.R7, tlvRouterAlert, "hbh_router_alert"),
 		asm.JEq.Imm(asm.R7, tlvIOAM, "hbh_ioam"),
 		asm.JEq.Imm(asm.R7, tlvJumbo, "hbh_jumbo"),
@@ -1149,62 +1151,62 @@ func (c *compiler) hopByHopCallback() {
 		// ip6_tlvopt_unknown: only the action bits 00 skip the option.
 		asm.RSh.Imm(asm.R7, 6),
 		asm.JNE.Imm(asm.R7, 0, "hbh_fail"),
-		ja("hbh_option_done"),
+		insn.Ja("hbh_option_done"),
 	)
-	b.mark("hbh_router_alert")
-	b.emit(
-		ld(asm.R1, asm.R10, cbBuf+1, asm.Byte),
+	b.Mark("hbh_router_alert")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, cbBuf+1, asm.Byte),
 		asm.JNE.Imm(asm.R1, 2, "hbh_fail"),
-		ja("hbh_option_done"),
+		insn.Ja("hbh_option_done"),
 	)
-	b.mark("hbh_ioam")
-	b.emit(
-		ld(asm.R1, asm.R6, hbhAlign, asm.DWord),
+	b.Mark("hbh_ioam")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R6, hbhAlign, asm.DWord),
 		asm.JNE.Imm(asm.R1, 0, "hbh_fail"),
-		ja("hbh_option_done"),
+		insn.Ja("hbh_option_done"),
 	)
-	b.mark("hbh_jumbo")
-	b.emit(
-		ld(asm.R1, asm.R10, cbBuf+1, asm.Byte),
+	b.Mark("hbh_jumbo")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, cbBuf+1, asm.Byte),
 		asm.JNE.Imm(asm.R1, 4, "hbh_fail"),
-		ld(asm.R1, asm.R6, hbhAlign, asm.DWord),
+		insn.Ld(asm.R1, asm.R6, hbhAlign, asm.DWord),
 		asm.JNE.Imm(asm.R1, 2, "hbh_fail"),
-		ld(asm.R1, asm.R10, cbCtx, asm.DWord),
-		movr(asm.R2, asm.R8),
+		insn.Ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+		insn.Movr(asm.R2, asm.R8),
 		asm.Add.Imm(asm.R2, 2),
 	)
 	c.load(asm.R10, cbBuf, 4, "hbh_fail")
-	b.emit(
-		ld(asm.R1, asm.R10, cbBuf, asm.Word),
-		ntoh(asm.R1, asm.Word),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, cbBuf, asm.Word),
+		insn.Ntoh(asm.R1, asm.Word),
 		asm.JLE.Imm(asm.R1, 0xffff, "hbh_fail"),
-		st(asm.R6, hbhJumbo, asm.R1, asm.DWord),
-		ld(asm.R2, asm.R6, hbhMaxJumbo, asm.DWord),
+		insn.St(asm.R6, hbhJumbo, asm.R1, asm.DWord),
+		insn.Ld(asm.R2, asm.R6, hbhMaxJumbo, asm.DWord),
 		asm.JLE.Reg(asm.R1, asm.R2, "hbh_option_done"),
-		st(asm.R6, hbhMaxJumbo, asm.R1, asm.DWord),
+		insn.St(asm.R6, hbhMaxJumbo, asm.R1, asm.DWord),
 	)
-	b.mark("hbh_option_done")
-	b.emit(ld(asm.R5, asm.R10, cbBuf+4, asm.Word))
+	b.Mark("hbh_option_done")
+	b.Emit(insn.Ld(asm.R5, asm.R10, cbBuf+4, asm.Word))
 	// r5 is the option's length.
-	b.mark("hbh_advance")
-	b.emit(
+	b.Mark("hbh_advance")
+	b.Emit(
 		asm.Add.Reg(asm.R8, asm.R5),
 		asm.Sub.Reg(asm.R9, asm.R5),
-		st(asm.R6, hbhOff, asm.R8, asm.DWord),
-		st(asm.R6, hbhRem, asm.R9, asm.DWord),
-		ld(asm.R1, asm.R6, hbhAlign, asm.DWord),
+		insn.St(asm.R6, hbhOff, asm.R8, asm.DWord),
+		insn.St(asm.R6, hbhRem, asm.R9, asm.DWord),
+		insn.Ld(asm.R1, asm.R6, hbhAlign, asm.DWord),
 		asm.Add.Reg(asm.R1, asm.R5),
 		asm.And.Imm(asm.R1, 3),
-		st(asm.R6, hbhAlign, asm.R1, asm.DWord),
-		mov(asm.R0, 0),
+		insn.St(asm.R6, hbhAlign, asm.R1, asm.DWord),
+		insn.Mov(asm.R0, 0),
 		asm.Return(),
 	)
-	b.mark("hbh_done")
-	b.emit(stImm(asm.R6, hbhResult, loopDone, asm.DWord))
-	b.mark("hbh_stop")
-	b.emit(mov(asm.R0, 1), asm.Return())
-	b.mark("hbh_fail")
-	b.emit(stImm(asm.R6, hbhResult, loopFailed, asm.DWord), mov(asm.R0, 1), asm.Return())
+	b.Mark("hbh_done")
+	b.Emit(insn.StImm(asm.R6, hbhResult, loopDone, asm.DWord))
+	b.Mark("hbh_stop")
+	b.Emit(insn.Mov(asm.R0, 1), asm.Return())
+	b.Mark("hbh_fail")
+	b.Emit(insn.StImm(asm.R6, hbhResult, loopFailed, asm.DWord), insn.Mov(asm.R0, 1), asm.Return())
 }
 
 // extHeadersCallback emits one step of ipv6_find_hdr (target -1), as ir's
@@ -1213,106 +1215,106 @@ func (c *compiler) hopByHopCallback() {
 //	r6 loop state, r7 header type, r8 offset, r9 end of the packet
 func (c *compiler) extHeadersCallback() {
 	b := c.b
-	b.function(funcCallback(symExtHdrs), "one extension header")
+	b.Function(funcCallback(symExtHdrs), "one extension header")
 	c.callbackPrologue()
-	b.emit(
-		ld(asm.R1, asm.R6, extResult, asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R6, extResult, asm.DWord),
 		asm.JNE.Imm(asm.R1, loopRunning, "ext_stop"),
-		ld(asm.R7, asm.R6, extNext, asm.DWord),
+		insn.Ld(asm.R7, asm.R6, extNext, asm.DWord),
 	)
 	c.jumpIfExtHeader(asm.R7, "ext_header")
-	b.emit(
+	b.Emit(
 		// The upper-layer header, or "no next header".
-		stImm(asm.R6, extResult, loopDone, asm.DWord),
-		mov(asm.R0, 1),
+		insn.StImm(asm.R6, extResult, loopDone, asm.DWord),
+		insn.Mov(asm.R0, 1),
 		asm.Return(),
 	)
-	b.mark("ext_header")
-	b.emit(
-		ld(asm.R8, asm.R6, extStart, asm.DWord),
-		ld(asm.R9, asm.R6, extEnd, asm.DWord),
-		movr(asm.R1, asm.R8),
+	b.Mark("ext_header")
+	b.Emit(
+		insn.Ld(asm.R8, asm.R6, extStart, asm.DWord),
+		insn.Ld(asm.R9, asm.R6, extEnd, asm.DWord),
+		insn.Movr(asm.R1, asm.R8),
 		asm.Add.Imm(asm.R1, 2),
 		asm.JGT.Reg(asm.R1, asm.R9, "ext_fail"),
-		stImm(asm.R10, cbBuf, 0, asm.DWord),
-		ld(asm.R1, asm.R10, cbCtx, asm.DWord),
-		movr(asm.R2, asm.R8),
+		insn.StImm(asm.R10, cbBuf, 0, asm.DWord),
+		insn.Ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+		insn.Movr(asm.R2, asm.R8),
 	)
 	c.load(asm.R10, cbBuf, 2, "ext_fail")
 	// reachesAuth: nft's walk stops at an authentication header whose
 	// first two bytes it could read (ipv6_find_hdr reads them first).
-	noAuth := b.fresh("ext_no_auth")
-	b.emit(
+	noAuth := b.Fresh("ext_no_auth")
+	b.Emit(
 		asm.JNE.Imm(asm.R7, nextAuth, noAuth),
-		stImm(asm.R6, extAuth, flagAuthHeader, asm.DWord),
+		insn.StImm(asm.R6, extAuth, pkt.FlagAuthHeader, asm.DWord),
 	)
-	b.mark(noAuth)
-	b.emit(
+	b.Mark(noAuth)
+	b.Emit(
 		asm.JEq.Imm(asm.R7, nextRouting, "ext_need4"),
 		asm.JNE.Imm(asm.R7, nextFragment, "ext_length"),
 	)
 	// struct ipv6_rt_hdr, and frag_off of struct frag_hdr.
-	b.mark("ext_need4")
-	b.emit(
-		movr(asm.R1, asm.R8),
+	b.Mark("ext_need4")
+	b.Emit(
+		insn.Movr(asm.R1, asm.R8),
 		asm.Add.Imm(asm.R1, 4),
 		asm.JGT.Reg(asm.R1, asm.R9, "ext_fail"),
-		ld(asm.R1, asm.R10, cbCtx, asm.DWord),
-		movr(asm.R2, asm.R8),
+		insn.Ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+		insn.Movr(asm.R2, asm.R8),
 		asm.Add.Imm(asm.R2, 2),
 	)
 	c.load(asm.R10, cbBuf+2, 2, "ext_fail")
-	b.mark("ext_length")
-	b.emit(
-		ld(asm.R2, asm.R10, cbBuf, asm.Byte),
-		ld(asm.R3, asm.R10, cbBuf+1, asm.Byte),
+	b.Mark("ext_length")
+	b.Emit(
+		insn.Ld(asm.R2, asm.R10, cbBuf, asm.Byte),
+		insn.Ld(asm.R3, asm.R10, cbBuf+1, asm.Byte),
 		asm.JEq.Imm(asm.R7, nextFragment, "ext_fragment"),
 		asm.JEq.Imm(asm.R7, nextAuth, "ext_auth"),
 		asm.Add.Imm(asm.R3, 1),
 		asm.LSh.Imm(asm.R3, 3),
-		ja("ext_advance"),
+		insn.Ja("ext_advance"),
 	)
-	b.mark("ext_auth")
-	b.emit(
+	b.Mark("ext_auth")
+	b.Emit(
 		asm.Add.Imm(asm.R3, 2),
 		asm.LSh.Imm(asm.R3, 2),
-		ja("ext_advance"),
+		insn.Ja("ext_advance"),
 	)
-	b.mark("ext_fragment")
+	b.Mark("ext_fragment")
 	if c.fragFlag() {
-		b.emit(
-			stImm(asm.R6, extFrag, flagFragment, asm.DWord),
+		b.Emit(
+			insn.StImm(asm.R6, extFrag, pkt.FlagFragment, asm.DWord),
 		)
 	}
-	b.emit(
-		mov(asm.R3, 8),
-		ld(asm.R4, asm.R10, cbBuf+2, asm.Half),
-		ntoh(asm.R4, asm.Half),
+	b.Emit(
+		insn.Mov(asm.R3, 8),
+		insn.Ld(asm.R4, asm.R10, cbBuf+2, asm.Half),
+		insn.Ntoh(asm.R4, asm.Half),
 		asm.And.Imm(asm.R4, 0xfff8),
 		asm.JEq.Imm(asm.R4, 0, "ext_advance"),
 	)
 	// A non-first fragment: its next header is the answer, unless it is
 	// another extension header.
 	c.jumpIfExtHeader(asm.R2, "ext_fail")
-	b.emit(
-		st(asm.R6, extNext, asm.R2, asm.DWord),
-		st(asm.R6, extFragOff, asm.R4, asm.DWord),
-		stImm(asm.R6, extResult, loopDone, asm.DWord),
-		mov(asm.R0, 1),
+	b.Emit(
+		insn.St(asm.R6, extNext, asm.R2, asm.DWord),
+		insn.St(asm.R6, extFragOff, asm.R4, asm.DWord),
+		insn.StImm(asm.R6, extResult, loopDone, asm.DWord),
+		insn.Mov(asm.R0, 1),
 		asm.Return(),
 	)
-	b.mark("ext_advance")
-	b.emit(
-		st(asm.R6, extNext, asm.R2, asm.DWord),
+	b.Mark("ext_advance")
+	b.Emit(
+		insn.St(asm.R6, extNext, asm.R2, asm.DWord),
 		asm.Add.Reg(asm.R8, asm.R3),
-		st(asm.R6, extStart, asm.R8, asm.DWord),
-		mov(asm.R0, 0),
+		insn.St(asm.R6, extStart, asm.R8, asm.DWord),
+		insn.Mov(asm.R0, 0),
 		asm.Return(),
 	)
-	b.mark("ext_fail")
-	b.emit(stImm(asm.R6, extResult, loopFailed, asm.DWord))
-	b.mark("ext_stop")
-	b.emit(mov(asm.R0, 1), asm.Return())
+	b.Mark("ext_fail")
+	b.Emit(insn.StImm(asm.R6, extResult, loopFailed, asm.DWord))
+	b.Mark("ext_stop")
+	b.Emit(insn.Mov(asm.R0, 1), asm.Return())
 }
 
 // IPv6 next-header values ipv6_ext_hdr knows.
@@ -1329,7 +1331,7 @@ const (
 // that ipv6_find_hdr walks over: ipv6_ext_hdr, except "no next header".
 func (c *compiler) jumpIfExtHeader(reg asm.Register, label string) {
 	for _, t := range []int32{nextHopByHop, nextRouting, nextFragment, nextAuth, nextDestOpts} {
-		c.b.emit(asm.JEq.Imm(reg, t, label))
+		c.b.Emit(asm.JEq.Imm(reg, t, label))
 	}
 }
 
@@ -1339,69 +1341,69 @@ func (c *compiler) jumpIfExtHeader(reg asm.Register, label string) {
 //	r6 loop state, r1 index, r2 length of the options
 func (c *compiler) tcpOptionsCallback() {
 	b := c.b
-	b.function(funcCallback(symTCPOpts), "one tcp option")
+	b.Function(funcCallback(symTCPOpts), "one tcp option")
 	c.callbackPrologue()
-	b.emit(
-		ld(asm.R1, asm.R6, optIndex, asm.DWord),
-		ld(asm.R2, asm.R6, optLen, asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R6, optIndex, asm.DWord),
+		insn.Ld(asm.R2, asm.R6, optLen, asm.DWord),
 		asm.JGE.Reg(asm.R1, asm.R2, "opt_done"),
 		asm.JGT.Imm(asm.R1, maxTCPOptionSteps-1, "opt_done"),
-		movr(asm.R3, asm.R6),
+		insn.Movr(asm.R3, asm.R6),
 		asm.Add.Reg(asm.R3, asm.R1),
-		ld(asm.R4, asm.R3, stOptions, asm.Byte),
-		ld(asm.R5, asm.R6, optFound, asm.DWord),
+		insn.Ld(asm.R4, asm.R3, stOptions, asm.Byte),
+		insn.Ld(asm.R5, asm.R6, optFound, asm.DWord),
 	)
 	for i, kind := range c.optKinds {
-		other := b.fresh("opt_other")
-		b.emit(
+		other := b.Fresh("opt_other")
+		b.Emit(
 			asm.JNE.Imm(asm.R4, int32(kind), other),
-			mov(asm.R0, 1),
+			insn.Mov(asm.R0, 1),
 			asm.LSh.Imm(asm.R0, int32(i)),
 			asm.Or.Reg(asm.R5, asm.R0),
 		)
-		b.mark(other)
+		b.Mark(other)
 	}
-	b.emit(
-		st(asm.R6, optFound, asm.R5, asm.DWord),
+	b.Emit(
+		insn.St(asm.R6, optFound, asm.R5, asm.DWord),
 		// Kinds 0 and 1 are one byte long; the others say their length,
 		// and a length byte past the end ends the walk.
 		asm.JLT.Imm(asm.R4, 2, "opt_one"),
-		movr(asm.R5, asm.R1),
+		insn.Movr(asm.R5, asm.R1),
 		asm.Add.Imm(asm.R5, 1),
 		asm.JGE.Reg(asm.R5, asm.R2, "opt_one"),
-		movr(asm.R3, asm.R6),
+		insn.Movr(asm.R3, asm.R6),
 		asm.Add.Reg(asm.R3, asm.R5),
-		ld(asm.R4, asm.R3, stOptions, asm.Byte),
+		insn.Ld(asm.R4, asm.R3, stOptions, asm.Byte),
 		asm.JNE.Imm(asm.R4, 0, "opt_step"),
-		mov(asm.R4, 1),
+		insn.Mov(asm.R4, 1),
 	)
-	b.mark("opt_step")
-	b.emit(
+	b.Mark("opt_step")
+	b.Emit(
 		asm.Add.Reg(asm.R1, asm.R4),
-		ja("opt_store"),
+		insn.Ja("opt_store"),
 	)
-	b.mark("opt_one")
-	b.emit(asm.Add.Imm(asm.R1, 1))
-	b.mark("opt_store")
-	b.emit(
-		st(asm.R6, optIndex, asm.R1, asm.DWord),
-		mov(asm.R0, 0),
+	b.Mark("opt_one")
+	b.Emit(asm.Add.Imm(asm.R1, 1))
+	b.Mark("opt_store")
+	b.Emit(
+		insn.St(asm.R6, optIndex, asm.R1, asm.DWord),
+		insn.Mov(asm.R0, 0),
 		asm.Return(),
 	)
-	b.mark("opt_done")
-	b.emit(mov(asm.R0, 1), asm.Return())
+	b.Mark("opt_done")
+	b.Emit(insn.Mov(asm.R0, 1), asm.Return())
 }
 
 // setFlag sets flag in the parsed packet at r7.
 func (c *compiler) setFlag(flag int32) {
-	c.b.emit(
-		ld(asm.R1, asm.R7, pktFlags, asm.Byte),
+	c.b.Emit(
+		insn.Ld(asm.R1, asm.R7, pkt.Flags, asm.Byte),
 		asm.Or.Imm(asm.R1, flag),
-		st(asm.R7, pktFlags, asm.R1, asm.Byte),
+		insn.St(asm.R7, pkt.Flags, asm.R1, asm.Byte),
 	)
 }
 
-// fragFlag reports whether parse sets flagFragment: conntrack and the
+// fragFlag reports whether parse sets pkt.FlagFragment: conntrack and the
 // reassembled view (ir.Program.Reassembled) need it.
 // forwardedTTL turns the TTL (hop limit) in r1 into the one the packet
 // arrived with, where it left already forwarded: a FORWARD program at
@@ -1411,13 +1413,13 @@ func (c *compiler) forwardedTTL() {
 	if c.hook != HookTCEgress && c.hook != HookNetfilter || !c.p.Forward {
 		return
 	}
-	done := c.b.fresh("ttl_as_arrived")
-	c.b.note("FORWARD saw one more than the TTL that leaves")
-	c.b.emit(
+	done := c.b.Fresh("ttl_as_arrived")
+	c.b.Note("FORWARD saw one more than the TTL that leaves")
+	c.b.Emit(
 		asm.JEq.Imm(asm.R1, 255, done),
 		asm.Add.Imm(asm.R1, 1),
 	)
-	c.b.mark(done)
+	c.b.Mark(done)
 }
 
 func (c *compiler) fragFlag() bool { return c.ct || c.p.Reassembled }

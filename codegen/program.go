@@ -6,6 +6,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -183,7 +184,7 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 			return nil, fmt.Errorf("compile for %s: %w", opts.Hook, err)
 		}
 	}
-	c := &compiler{p: p, orig: orig, hook: opts.Hook, b: newBuilder(), level: opts.Level, forceLookups: opts.ForceLookups, trace: opts.Trace}
+	c := &compiler{p: p, orig: orig, hook: opts.Hook, b: insn.New(), level: opts.Level, forceLookups: opts.ForceLookups, trace: opts.Trace}
 	c.log = c.hasLog()
 	c.check()
 	if err := c.errs.Err(); err != nil {
@@ -218,7 +219,7 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 		rules.ErrorList(out.Warnings).Sort()
 	}
 	for _, r := range p.Rules {
-		if removed[c.b.canonical(ruleLabel(r))] {
+		if removed[c.b.Canonical(ruleLabel(r))] {
 			out.unreachable = append(out.unreachable, orig.Rules[r.ID])
 		}
 	}

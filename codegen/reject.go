@@ -7,6 +7,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -218,33 +220,33 @@ func rejectSym(k int) string { return fmt.Sprintf("reject%d", k) }
 // answer (nfchain.go). It goes on to symMainEnd.
 func (c *compiler) rejectDecided() {
 	b := c.b
-	b.mark("ruled_drop")
+	b.Mark("ruled_drop")
 	if c.hook == HookNetfilter {
-		b.note("a DROP; a REJECT is noted and accepted, and the kernel's REJECT rule after this program answers it")
+		b.Note("a DROP; a REJECT is noted and accepted, and the kernel's REJECT rule after this program answers it")
 	} else {
-		b.note("a DROP: REJECT rules send their reply first")
+		b.Note("a DROP: REJECT rules send their reply first")
 	}
-	b.emit(
-		st(asm.R10, c.mainKey(), asm.R8, asm.Word),
-		movr(asm.R2, asm.R10),
+	b.Emit(
+		insn.St(asm.R10, c.mainKey(), asm.R8, asm.Word),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, int32(c.mainKey())),
-		mapRef(asm.R1, RejectRulesMap),
+		insn.MapRef(asm.R1, RejectRulesMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, symMainEnd),
-		ld(asm.R1, asm.R0, 0, asm.Word),
+		insn.Ld(asm.R1, asm.R0, 0, asm.Word),
 	)
 	for k, with := range c.rejects {
-		next := b.fresh("not_reject")
-		b.emit(asm.JNE.Imm(asm.R1, int32(k+1), next), movr(asm.R1, asm.R6))
+		next := b.Fresh("not_reject")
+		b.Emit(asm.JNE.Imm(asm.R1, int32(k+1), next), insn.Movr(asm.R1, asm.R6))
 		if c.hook == HookNetfilter {
-			b.emit(mov(asm.R2, rejectCode(with)), call(symRejectNote), mov(asm.R9, nfAccept))
+			b.Emit(insn.Mov(asm.R2, rejectCode(with)), insn.Call(symRejectNote), insn.Mov(asm.R9, nfAccept))
 		} else {
-			b.emit(movr(asm.R2, asm.R10), asm.Add.Imm(asm.R2, int32(c.mainPkt())), call(rejectSym(k)), movr(asm.R9, asm.R0))
+			b.Emit(insn.Movr(asm.R2, asm.R10), asm.Add.Imm(asm.R2, int32(c.mainPkt())), insn.Call(rejectSym(k)), insn.Movr(asm.R9, asm.R0))
 		}
-		b.emit(ja(symMainEnd))
-		b.mark(next)
+		b.Emit(insn.Ja(symMainEnd))
+		b.Mark(next)
 	}
-	b.emit(ja(symMainEnd))
+	b.Emit(insn.Ja(symMainEnd))
 }
 
 // rejectFunctions emits the reject functions and their loop callback.
@@ -274,27 +276,27 @@ func (c *compiler) rejectFunction(k int, with string) {
 	t := rejectTypes[with]
 	v6 := c.p.Family == rules.IPv6
 	sym := rejectSym(k)
-	b.function(c.funcCtxPkt(rejectSym(k)), "REJECT --reject-with %s: build the reply in place and transmit it", with)
+	b.Function(c.funcCtxPkt(rejectSym(k)), "REJECT --reject-with %s: build the reply in place and transmit it", with)
 	l := func(s string) string { return sym + "_" + s }
 	noReply := l("no_reply")
-	b.emit(
-		movr(asm.R6, asm.R1),
-		movr(asm.R7, asm.R2),
+	b.Emit(
+		insn.Movr(asm.R6, asm.R1),
+		insn.Movr(asm.R7, asm.R2),
 		asm.JEq.Imm(asm.R7, 0, noReply),
 	)
 	for off := int16(rjPkt); off < 0; off += 8 {
-		b.emit(stImm(asm.R10, off, 0, asm.DWord))
+		b.Emit(insn.StImm(asm.R10, off, 0, asm.DWord))
 	}
-	b.emit(
-		stImm(asm.R10, rjKey, 0, asm.Word),
-		movr(asm.R2, asm.R10),
+	b.Emit(
+		insn.StImm(asm.R10, rjKey, 0, asm.Word),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, rjKey),
-		mapRef(asm.R1, RejectScratchMap),
+		insn.MapRef(asm.R1, RejectScratchMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, noReply),
-		st(asm.R10, rjLoop+lsCtx, asm.R6, asm.DWord),
-		st(asm.R10, rjLoop+lsState, asm.R0, asm.DWord),
-		st(asm.R10, rjPkt, asm.R7, asm.DWord),
+		insn.St(asm.R10, rjLoop+lsCtx, asm.R6, asm.DWord),
+		insn.St(asm.R10, rjLoop+lsState, asm.R0, asm.DWord),
+		insn.St(asm.R10, rjPkt, asm.R7, asm.DWord),
 	)
 
 	c.rejectOffsets(sym, noReply)
@@ -314,8 +316,8 @@ func (c *compiler) rejectFunction(k int, with string) {
 		c.rejectBuildUnreach(sym, t.code, noReply)
 	}
 
-	b.mark(noReply)
-	b.emit(mov(asm.R0, c.hook.drop()), asm.Return())
+	b.Mark(noReply)
+	b.Emit(insn.Mov(asm.R0, c.hook.drop()), asm.Return())
 }
 
 // rejectOffsets stores the offsets of the IP header (after the VLAN tags
@@ -324,50 +326,50 @@ func (c *compiler) rejectFunction(k int, with string) {
 func (c *compiler) rejectOffsets(sym, noReply string) {
 	b := c.b
 	l := func(s string) string { return sym + "_" + s }
-	b.note("the offsets of the IP header (after the VLAN tags parse skipped) and of the transport header")
+	b.Note("the offsets of the IP header (after the VLAN tags parse skipped) and of the transport header")
 	done := l("l3_found")
-	b.emit(
-		movr(asm.R1, asm.R6),
-		mov(asm.R2, 12),
-		movr(asm.R3, asm.R10),
+	b.Emit(
+		insn.Movr(asm.R1, asm.R6),
+		insn.Mov(asm.R2, 12),
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, rjTmp),
-		mov(asm.R4, 2),
+		insn.Mov(asm.R4, 2),
 		c.loadHelper().Call(),
 		asm.JNE.Imm(asm.R0, 0, noReply),
-		ld(asm.R9, asm.R10, rjTmp, asm.Half),
-		ntoh(asm.R9, asm.Half),
-		mov(asm.R8, 14),
+		insn.Ld(asm.R9, asm.R10, rjTmp, asm.Half),
+		insn.Ntoh(asm.R9, asm.Half),
+		insn.Mov(asm.R8, 14),
 	)
 	for range 2 {
-		tag := b.fresh(sym + "_vlan")
-		b.emit(
+		tag := b.Fresh(sym + "_vlan")
+		b.Emit(
 			asm.JEq.Imm(asm.R9, etherTypeVLAN, tag),
 			asm.JNE.Imm(asm.R9, etherTypeQinQ, done),
 		)
-		b.mark(tag)
-		b.emit(
-			movr(asm.R1, asm.R6),
-			movr(asm.R2, asm.R8),
+		b.Mark(tag)
+		b.Emit(
+			insn.Movr(asm.R1, asm.R6),
+			insn.Movr(asm.R2, asm.R8),
 			asm.Add.Imm(asm.R2, 2),
-			movr(asm.R3, asm.R10),
+			insn.Movr(asm.R3, asm.R10),
 			asm.Add.Imm(asm.R3, rjTmp),
-			mov(asm.R4, 2),
+			insn.Mov(asm.R4, 2),
 			c.loadHelper().Call(),
 			asm.JNE.Imm(asm.R0, 0, noReply),
-			ld(asm.R9, asm.R10, rjTmp, asm.Half),
-			ntoh(asm.R9, asm.Half),
+			insn.Ld(asm.R9, asm.R10, rjTmp, asm.Half),
+			insn.Ntoh(asm.R9, asm.Half),
 			asm.Add.Imm(asm.R8, 4),
 		)
 	}
-	b.mark(done)
-	b.emit(
-		st(asm.R10, rjL3, asm.R8, asm.DWord),
-		// The transport header is pktL4Len bytes before the end.
-		ld(asm.R1, asm.R7, pktBytes, asm.Word),
+	b.Mark(done)
+	b.Emit(
+		insn.St(asm.R10, rjL3, asm.R8, asm.DWord),
+		// The transport header is pkt.L4Len bytes before the end.
+		insn.Ld(asm.R1, asm.R7, pkt.Bytes, asm.Word),
 		asm.Add.Reg(asm.R8, asm.R1),
-		ld(asm.R1, asm.R7, pktL4Len, asm.Word),
+		insn.Ld(asm.R1, asm.R7, pkt.L4Len, asm.Word),
 		asm.Sub.Reg(asm.R8, asm.R1),
-		st(asm.R10, rjL4, asm.R8, asm.DWord),
+		insn.St(asm.R10, rjL4, asm.R8, asm.DWord),
 	)
 
 }
@@ -378,57 +380,57 @@ func (c *compiler) rejectOffsets(sym, noReply string) {
 func (c *compiler) rejectSilent(t rejectType, noReply string) {
 	b := c.b
 	v6 := c.p.Family == rules.IPv6
-	b.note("the packets the kernel sends nothing to")
+	b.Note("the packets the kernel sends nothing to")
 	ipLen := int32(20)
 	if v6 {
 		ipLen = 40
 	}
-	b.emit(
+	b.Emit(
 		// Where the datagram ends.
-		ld(asm.R1, asm.R10, rjL3, asm.DWord),
-		ld(asm.R2, asm.R7, pktBytes, asm.Word),
+		insn.Ld(asm.R1, asm.R10, rjL3, asm.DWord),
+		insn.Ld(asm.R2, asm.R7, pkt.Bytes, asm.Word),
 		asm.Add.Reg(asm.R2, asm.R1),
-		st(asm.R10, rjEnd, asm.R2, asm.DWord),
+		insn.St(asm.R10, rjEnd, asm.R2, asm.DWord),
 		// Non-first fragments (for ICMP: icmp_send, reject6_csum_ok; for
 		// TCP a fragment's data would have to pass as a TCP header with
 		// a good checksum).
-		ld(asm.R1, asm.R7, pktFragOff, asm.Word),
+		insn.Ld(asm.R1, asm.R7, pkt.FragOff, asm.Word),
 		asm.JNE.Imm(asm.R1, 0, noReply),
 	)
 	if c.p.Reassembled {
 		// Netfilter rejects the reassembled datagram here, answering
 		// about (and quoting) the whole of it; the program has only its
 		// first fragment, and sends nothing (docs/reject.md).
-		b.emit(
-			ld(asm.R1, asm.R7, pktFlags, asm.Byte),
-			asm.And.Imm(asm.R1, flagFragment),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R7, pkt.Flags, asm.Byte),
+			asm.And.Imm(asm.R1, pkt.FlagFragment),
 			asm.JNE.Imm(asm.R1, 0, noReply),
 		)
 	}
 	if v6 {
 		// ipv6_skip_exthdr failed.
-		b.emit(
-			ld(asm.R1, asm.R7, pktFlags, asm.Byte),
-			asm.And.Imm(asm.R1, flagBadExtHeaders),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R7, pkt.Flags, asm.Byte),
+			asm.And.Imm(asm.R1, pkt.FlagBadExtHeaders),
 			asm.JNE.Imm(asm.R1, 0, noReply),
 		)
 	}
 	// The original headers: link layer, IP.
-	b.emit(
-		ld(asm.R4, asm.R10, rjL3, asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R4, asm.R10, rjL3, asm.DWord),
 		asm.JGT.Imm(asm.R4, 32, noReply),
 		asm.JLT.Imm(asm.R4, 14, noReply),
-		movr(asm.R1, asm.R6),
-		mov(asm.R2, 0),
-		movr(asm.R3, asm.R10),
+		insn.Movr(asm.R1, asm.R6),
+		insn.Mov(asm.R2, 0),
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, rjL2),
 		c.loadHelper().Call(),
 		asm.JNE.Imm(asm.R0, 0, noReply),
-		movr(asm.R1, asm.R6),
-		ld(asm.R2, asm.R10, rjL3, asm.DWord),
-		movr(asm.R3, asm.R10),
+		insn.Movr(asm.R1, asm.R6),
+		insn.Ld(asm.R2, asm.R10, rjL3, asm.DWord),
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, rjOrig),
-		mov(asm.R4, ipLen),
+		insn.Mov(asm.R4, ipLen),
 		c.loadHelper().Call(),
 		asm.JNE.Imm(asm.R0, 0, noReply),
 	)
@@ -439,8 +441,8 @@ func (c *compiler) rejectSilent(t rejectType, noReply string) {
 	// RTCF_BROADCAST for IPv4 (icmp_send, nf_send_reset), for IPv6
 	// icmp6_send's and nf_send_reset6's address checks.
 	if v6 {
-		b.emit(
-			ld(asm.R1, asm.R10, rjOrig+24, asm.Byte),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, rjOrig+24, asm.Byte),
 			asm.JEq.Imm(asm.R1, 0xff, noReply),
 		)
 		// An unspecified source; nf_send_reset6 also wants a unicast
@@ -450,8 +452,8 @@ func (c *compiler) rejectSilent(t rejectType, noReply string) {
 			c.rejectUnspecified(rjOrig+24, noReply)
 		}
 	} else {
-		b.emit(
-			ld(asm.R1, asm.R7, pktDst, asm.Word),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R7, pkt.Dst, asm.Word),
 			asm.JEq.Imm(asm.R1, -1, noReply),
 			asm.RSh.Imm(asm.R1, 28),
 			asm.JEq.Imm(asm.R1, 0xe, noReply),
@@ -476,42 +478,42 @@ func (c *compiler) rejectSilent(t rejectType, noReply string) {
 // program does not build: it sends nothing; see docs/reject.md.)
 func (c *compiler) rejectIPOptions(noReply string) {
 	b := c.b
-	done := b.fresh("no_ip_options")
-	b.emit(
-		ld(asm.R4, asm.R10, rjOrig, asm.Byte),
+	done := b.Fresh("no_ip_options")
+	b.Emit(
+		insn.Ld(asm.R4, asm.R10, rjOrig, asm.Byte),
 		asm.And.Imm(asm.R4, 0x0f),
 		asm.LSh.Imm(asm.R4, 2),
 		asm.Sub.Imm(asm.R4, 20),
 		asm.JEq.Imm(asm.R4, 0, done),
 		asm.JGT.Imm(asm.R4, 40, noReply),
-		ld(asm.R3, asm.R10, rjLoop+lsState, asm.DWord),
-		st(asm.R3, rsEnd, asm.R4, asm.DWord),
-		stImm(asm.R3, rsOff, 0, asm.DWord),
-		stImm(asm.R3, rsErr, 0, asm.DWord),
+		insn.Ld(asm.R3, asm.R10, rjLoop+lsState, asm.DWord),
+		insn.St(asm.R3, rsEnd, asm.R4, asm.DWord),
+		insn.StImm(asm.R3, rsOff, 0, asm.DWord),
+		insn.StImm(asm.R3, rsErr, 0, asm.DWord),
 		asm.Add.Imm(asm.R3, rsBuf),
-		movr(asm.R1, asm.R6),
-		ld(asm.R2, asm.R10, rjL3, asm.DWord),
+		insn.Movr(asm.R1, asm.R6),
+		insn.Ld(asm.R2, asm.R10, rjL3, asm.DWord),
 		asm.Add.Imm(asm.R2, 20),
 		c.loadHelper().Call(),
 		asm.JNE.Imm(asm.R0, 0, noReply),
-		mov(asm.R1, 40),
+		insn.Mov(asm.R1, 40),
 	)
 	c.rejectLoop(symRejectOption, noReply)
-	b.mark(done)
+	b.Mark(done)
 }
 
 // rejectLoop calls bpf_loop(r1, callback, rjLoop of this frame, 0) and
 // goes to fail when the callback set rsErr; it leaves the loop state in
 // r3.
 func (c *compiler) rejectLoop(callback, fail string) {
-	c.b.emit(
-		funcRef(asm.R2, callback),
-		movr(asm.R3, asm.R10),
+	c.b.Emit(
+		insn.FuncRef(asm.R2, callback),
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, rjLoop),
-		mov(asm.R4, 0),
+		insn.Mov(asm.R4, 0),
 		asm.FnLoop.Call(),
-		ld(asm.R3, asm.R10, rjLoop+lsState, asm.DWord),
-		ld(asm.R1, asm.R3, rsErr, asm.DWord),
+		insn.Ld(asm.R3, asm.R10, rjLoop+lsState, asm.DWord),
+		insn.Ld(asm.R1, asm.R3, rsErr, asm.DWord),
 		asm.JNE.Imm(asm.R1, 0, fail),
 	)
 }
@@ -533,20 +535,20 @@ const (
 //	r6 state, r7 offset, r8 options' length
 func (c *compiler) rejectOptionStep() {
 	b := c.b
-	b.function(funcCallback(symRejectOption), "the next IPv4 option: is it one the kernel writes into?")
+	b.Function(funcCallback(symRejectOption), "the next IPv4 option: is it one the kernel writes into?")
 	stop := symRejectOption + "_stop"
 	next := symRejectOption + "_next"
-	b.emit(
-		ld(asm.R6, asm.R2, lsState, asm.DWord),
-		ld(asm.R7, asm.R6, rsOff, asm.DWord),
-		ld(asm.R8, asm.R6, rsEnd, asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R6, asm.R2, lsState, asm.DWord),
+		insn.Ld(asm.R7, asm.R6, rsOff, asm.DWord),
+		insn.Ld(asm.R8, asm.R6, rsEnd, asm.DWord),
 		asm.JGE.Reg(asm.R7, asm.R8, stop),
 		asm.JGE.Imm(asm.R7, 40, stop),
-		movr(asm.R1, asm.R6),
+		insn.Movr(asm.R1, asm.R6),
 		asm.Add.Reg(asm.R1, asm.R7),
-		ld(asm.R2, asm.R1, rsBuf, asm.Byte),
+		insn.Ld(asm.R2, asm.R1, rsBuf, asm.Byte),
 		asm.JEq.Imm(asm.R2, ipoptEnd, stop),
-		movr(asm.R3, asm.R7),
+		insn.Movr(asm.R3, asm.R7),
 		asm.Add.Imm(asm.R3, 1),
 		asm.JEq.Imm(asm.R2, ipoptNoop, next),
 		asm.JEq.Imm(asm.R2, ipoptRR, symRejectOption+"_found"),
@@ -554,50 +556,50 @@ func (c *compiler) rejectOptionStep() {
 		// Another option: skip its length; a malformed one ends the
 		// walk (ip_options_compile drops the packet before INPUT).
 		asm.JGE.Reg(asm.R3, asm.R8, stop),
-		ld(asm.R2, asm.R1, rsBuf+1, asm.Byte),
+		insn.Ld(asm.R2, asm.R1, rsBuf+1, asm.Byte),
 		asm.JLT.Imm(asm.R2, 2, stop),
-		movr(asm.R3, asm.R7),
+		insn.Movr(asm.R3, asm.R7),
 		asm.Add.Reg(asm.R3, asm.R2),
 	)
-	b.mark(next)
-	b.emit(
-		st(asm.R6, rsOff, asm.R3, asm.DWord),
-		mov(asm.R0, 0),
+	b.Mark(next)
+	b.Emit(
+		insn.St(asm.R6, rsOff, asm.R3, asm.DWord),
+		insn.Mov(asm.R0, 0),
 		asm.Return(),
 	)
-	b.mark(symRejectOption + "_found")
-	b.emit(stImm(asm.R6, rsErr, 1, asm.DWord))
-	b.mark(stop)
-	b.emit(mov(asm.R0, 1), asm.Return())
+	b.Mark(symRejectOption + "_found")
+	b.Emit(insn.StImm(asm.R6, rsErr, 1, asm.DWord))
+	b.Mark(stop)
+	b.Emit(insn.Mov(asm.R0, 1), asm.Return())
 }
 
 // rejectUnspecified jumps to yes when the IPv6 address at r10+off is ::.
 func (c *compiler) rejectUnspecified(off int16, yes string) {
 	b := c.b
-	no := b.fresh("specified")
+	no := b.Fresh("specified")
 	for i := int16(0); i < 16; i += 8 {
-		b.emit(
-			ld(asm.R1, asm.R10, off+i, asm.DWord),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, off+i, asm.DWord),
 			asm.JNE.Imm(asm.R1, 0, no),
 		)
 	}
-	b.emit(ja(yes))
-	b.mark(no)
+	b.Emit(insn.Ja(yes))
+	b.Mark(no)
 }
 
 // rejectNotHost jumps to yes for a frame that is not PACKET_HOST.
 func (c *compiler) rejectNotHost(yes string) {
 	b := c.b
 	if c.hook.tc() {
-		b.emit(
-			ld(asm.R1, asm.R6, skbPktType, asm.Word),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R6, skbPktType, asm.Word),
 			asm.JNE.Imm(asm.R1, 0, yes),
 		)
 		return
 	}
 	// XDP: the group bit of the destination MAC (eth_type_trans).
-	b.emit(
-		ld(asm.R1, asm.R10, rjL2, asm.Byte),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, rjL2, asm.Byte),
 		asm.And.Imm(asm.R1, 1),
 		asm.JNE.Imm(asm.R1, 0, yes),
 	)
@@ -607,21 +609,21 @@ func (c *compiler) rejectNotHost(yes string) {
 // whole TCP header, no RST in reply to a RST. The header goes to rjTCP.
 func (c *compiler) rejectTCPChecks(noReply string) {
 	b := c.b
-	b.emit(
-		ld(asm.R1, asm.R7, pktProto, asm.Byte),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte),
 		asm.JNE.Imm(asm.R1, protoTCP, noReply),
-		ld(asm.R2, asm.R10, rjL4, asm.DWord),
-		movr(asm.R1, asm.R2),
+		insn.Ld(asm.R2, asm.R10, rjL4, asm.DWord),
+		insn.Movr(asm.R1, asm.R2),
 		asm.Add.Imm(asm.R1, 20),
-		ld(asm.R3, asm.R10, rjEnd, asm.DWord),
+		insn.Ld(asm.R3, asm.R10, rjEnd, asm.DWord),
 		asm.JGT.Reg(asm.R1, asm.R3, noReply),
-		movr(asm.R1, asm.R6),
-		movr(asm.R3, asm.R10),
+		insn.Movr(asm.R1, asm.R6),
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, rjTCP),
-		mov(asm.R4, 20),
+		insn.Mov(asm.R4, 20),
 		c.loadHelper().Call(),
 		asm.JNE.Imm(asm.R0, 0, noReply),
-		ld(asm.R1, asm.R10, rjTCP+13, asm.Byte),
+		insn.Ld(asm.R1, asm.R10, rjTCP+13, asm.Byte),
 		asm.And.Imm(asm.R1, 0x04),
 		asm.JNE.Imm(asm.R1, 0, noReply),
 	)
@@ -634,20 +636,20 @@ const icmpErrorTypes = 1<<1 | 1<<2 | 1<<3 | 1<<4 | 1<<5 | 1<<6 | 1<<7 | 1<<9 | 1
 // about an ICMP packet too short to have a type.
 func (c *compiler) rejectICMPChecks(noReply string) {
 	b := c.b
-	done := b.fresh("not_icmp_error")
-	b.emit(
-		ld(asm.R1, asm.R7, pktProto, asm.Byte),
+	done := b.Fresh("not_icmp_error")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte),
 		asm.JNE.Imm(asm.R1, protoICMP, done),
-		ld(asm.R1, asm.R7, pktL4Len, asm.Word),
+		insn.Ld(asm.R1, asm.R7, pkt.L4Len, asm.Word),
 		asm.JEq.Imm(asm.R1, 0, noReply),
-		ld(asm.R1, asm.R7, pktICMPType, asm.Byte),
+		insn.Ld(asm.R1, asm.R7, pkt.ICMPType, asm.Byte),
 		asm.JGT.Imm(asm.R1, 18, noReply),
-		mov(asm.R2, icmpErrorTypes),
+		insn.Mov(asm.R2, icmpErrorTypes),
 		asm.RSh.Reg(asm.R2, asm.R1),
 		asm.And.Imm(asm.R2, 1),
 		asm.JNE.Imm(asm.R2, 0, noReply),
 	)
-	b.mark(done)
+	b.Mark(done)
 }
 
 // rejectICMPv6Checks: reject6_csum_ok wants a transport header inside
@@ -655,17 +657,17 @@ func (c *compiler) rejectICMPChecks(noReply string) {
 // packet without a type.
 func (c *compiler) rejectICMPv6Checks(noReply string) {
 	b := c.b
-	done := b.fresh("not_icmp6_error")
-	b.emit(
-		ld(asm.R1, asm.R10, rjL4, asm.DWord),
-		ld(asm.R2, asm.R10, rjEnd, asm.DWord),
+	done := b.Fresh("not_icmp6_error")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, rjL4, asm.DWord),
+		insn.Ld(asm.R2, asm.R10, rjEnd, asm.DWord),
 		asm.JGE.Reg(asm.R1, asm.R2, noReply),
-		ld(asm.R1, asm.R7, pktProto, asm.Byte),
+		insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte),
 		asm.JNE.Imm(asm.R1, protoICMPv6, done),
-		ld(asm.R1, asm.R7, pktICMPType, asm.Byte),
+		insn.Ld(asm.R1, asm.R7, pkt.ICMPType, asm.Byte),
 		asm.JLT.Imm(asm.R1, 128, noReply),
 	)
-	b.mark(done)
+	b.Mark(done)
 }
 
 // Protocols whose checksum nf_reject_verify_csum does not check: GRE,
@@ -683,75 +685,75 @@ func (c *compiler) rejectVerifyChecksum(sym string, tcp bool, noReply string) {
 	v6 := c.p.Family == rules.IPv6
 	ok := sym + "_csum_ok"
 	verify := sym + "_csum_verify"
-	b.note("the transport checksum")
+	b.Note("the transport checksum")
 	if c.hook.tc() {
-		b.emit(
-			movr(asm.R1, asm.R6),
-			mov(asm.R2, 0), // BPF_CSUM_LEVEL_QUERY
+		b.Emit(
+			insn.Movr(asm.R1, asm.R6),
+			insn.Mov(asm.R2, 0), // BPF_CSUM_LEVEL_QUERY
 			asm.FnCsumLevel.Call(),
 			asm.JSGE.Imm(asm.R0, 0, ok),
 		)
 	}
-	b.emit(ld(asm.R1, asm.R7, pktProto, asm.Byte))
+	b.Emit(insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte))
 	if !tcp {
 		for _, p := range uncheckedProtos {
-			b.emit(asm.JEq.Imm(asm.R1, p, ok))
+			b.Emit(asm.JEq.Imm(asm.R1, p, ok))
 		}
 		// A UDP checksum of zero means none.
-		b.emit(
+		b.Emit(
 			asm.JNE.Imm(asm.R1, protoUDP, verify),
-			ld(asm.R2, asm.R7, pktL4Len, asm.Word),
+			insn.Ld(asm.R2, asm.R7, pkt.L4Len, asm.Word),
 			asm.JLT.Imm(asm.R2, 8, verify),
-			movr(asm.R1, asm.R6),
-			ld(asm.R2, asm.R10, rjL4, asm.DWord),
+			insn.Movr(asm.R1, asm.R6),
+			insn.Ld(asm.R2, asm.R10, rjL4, asm.DWord),
 			asm.Add.Imm(asm.R2, 6),
-			movr(asm.R3, asm.R10),
+			insn.Movr(asm.R3, asm.R10),
 			asm.Add.Imm(asm.R3, rjTmp),
-			mov(asm.R4, 2),
+			insn.Mov(asm.R4, 2),
 			c.loadHelper().Call(),
 			asm.JNE.Imm(asm.R0, 0, noReply),
-			ld(asm.R1, asm.R10, rjTmp, asm.Half),
+			insn.Ld(asm.R1, asm.R10, rjTmp, asm.Half),
 			asm.JEq.Imm(asm.R1, 0, ok),
 		)
 	}
-	b.mark(verify)
+	b.Mark(verify)
 	// Sum the pseudo-header: IPv4's for TCP and UDP, IPv6's always.
-	b.emit(
-		stImm(asm.R10, rjSum, 0, asm.DWord),
-		ld(asm.R1, asm.R10, rjEnd, asm.DWord),
-		ld(asm.R2, asm.R10, rjL4, asm.DWord),
+	b.Emit(
+		insn.StImm(asm.R10, rjSum, 0, asm.DWord),
+		insn.Ld(asm.R1, asm.R10, rjEnd, asm.DWord),
+		insn.Ld(asm.R2, asm.R10, rjL4, asm.DWord),
 		asm.Sub.Reg(asm.R1, asm.R2),
-		st(asm.R10, rjTmp, asm.R1, asm.DWord), // transport length
+		insn.St(asm.R10, rjTmp, asm.R1, asm.DWord), // transport length
 	)
 	pseudo := sym + "_pseudo"
 	sumL4 := sym + "_sum_l4"
 	if !v6 {
-		b.emit(
-			ld(asm.R1, asm.R7, pktProto, asm.Byte),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte),
 			asm.JEq.Imm(asm.R1, protoTCP, pseudo),
 			asm.JEq.Imm(asm.R1, protoUDP, pseudo),
-			ja(sumL4),
+			insn.Ja(sumL4),
 		)
 	}
-	b.mark(pseudo)
+	b.Mark(pseudo)
 	c.rejectPseudoProto(rjOrig, -1)
 	c.rejectPartialChecksum(sym, ok)
-	b.mark(sumL4)
-	b.emit(
-		ld(asm.R1, asm.R10, rjL4, asm.DWord),
-		ld(asm.R2, asm.R10, rjEnd, asm.DWord),
+	b.Mark(sumL4)
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, rjL4, asm.DWord),
+		insn.Ld(asm.R2, asm.R10, rjEnd, asm.DWord),
 	)
 	c.rejectSumRange(noReply)
-	b.emit(ld(asm.R0, asm.R10, rjSum, asm.DWord))
-	b.emit(fold(asm.R0, asm.R1)...)
+	b.Emit(insn.Ld(asm.R0, asm.R10, rjSum, asm.DWord))
+	b.Emit(fold(asm.R0, asm.R1)...)
 	// A valid sum is 0xffff; IPv4's sum also covers the IP header, which
 	// turns an all-zero sum (an empty or all-zero payload) into 0xffff.
-	b.emit(asm.JEq.Imm(asm.R0, 0xffff, ok))
+	b.Emit(asm.JEq.Imm(asm.R0, 0xffff, ok))
 	if !v6 {
-		b.emit(asm.JEq.Imm(asm.R0, 0, ok))
+		b.Emit(asm.JEq.Imm(asm.R0, 0, ok))
 	}
-	b.emit(ja(noReply))
-	b.mark(ok)
+	b.Emit(insn.Ja(noReply))
+	b.Mark(ok)
 }
 
 // rejectPartialChecksum goes to ok for a TCP or UDP packet whose checksum
@@ -765,41 +767,41 @@ func (c *compiler) rejectPartialChecksum(sym string, ok string) {
 	b := c.b
 	notPartial := sym + "_not_partial"
 	read := sym + "_partial_field"
-	b.note("a checksum the device was left to fill in (CHECKSUM_PARTIAL)")
-	b.emit(
-		ld(asm.R1, asm.R7, pktProto, asm.Byte),
-		mov(asm.R2, 16), // tcphdr.check
+	b.Note("a checksum the device was left to fill in (CHECKSUM_PARTIAL)")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte),
+		insn.Mov(asm.R2, 16), // tcphdr.check
 		asm.JEq.Imm(asm.R1, protoTCP, read),
-		mov(asm.R2, 6), // udphdr.check
+		insn.Mov(asm.R2, 6), // udphdr.check
 		asm.JNE.Imm(asm.R1, protoUDP, notPartial),
 	)
-	b.mark(read)
-	b.emit(
-		ld(asm.R1, asm.R10, rjL4, asm.DWord),
+	b.Mark(read)
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, rjL4, asm.DWord),
 		asm.Add.Reg(asm.R2, asm.R1),
-		movr(asm.R1, asm.R6),
-		movr(asm.R3, asm.R10),
+		insn.Movr(asm.R1, asm.R6),
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, rjTmp),
-		mov(asm.R4, 2),
+		insn.Mov(asm.R4, 2),
 		c.loadHelper().Call(),
 		// A header too short to hold the field: the whole sum decides.
 		asm.JNE.Imm(asm.R0, 0, notPartial),
-		ld(asm.R0, asm.R10, rjSum, asm.DWord),
+		insn.Ld(asm.R0, asm.R10, rjSum, asm.DWord),
 	)
-	b.emit(fold(asm.R0, asm.R1)...)
-	b.emit(
-		ld(asm.R1, asm.R10, rjTmp, asm.Half),
+	b.Emit(fold(asm.R0, asm.R1)...)
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, rjTmp, asm.Half),
 		asm.JEq.Reg(asm.R0, asm.R1, ok),
 	)
-	b.mark(notPartial)
+	b.Mark(notPartial)
 }
 
 // fold folds the 32-bit ones' complement sum in r to 16 bits.
 func fold(r, tmp asm.Register) []asm.Instruction {
 	return []asm.Instruction{
 		asm.Mov.Reg32(r, r),
-		movr(tmp, r), asm.And.Imm(tmp, 0xffff), asm.RSh.Imm(r, 16), asm.Add.Reg(r, tmp),
-		movr(tmp, r), asm.And.Imm(tmp, 0xffff), asm.RSh.Imm(r, 16), asm.Add.Reg(r, tmp),
+		insn.Movr(tmp, r), asm.And.Imm(tmp, 0xffff), asm.RSh.Imm(r, 16), asm.Add.Reg(r, tmp),
+		insn.Movr(tmp, r), asm.And.Imm(tmp, 0xffff), asm.RSh.Imm(r, 16), asm.Add.Reg(r, tmp),
 	}
 }
 
@@ -813,49 +815,49 @@ func (c *compiler) rejectPseudoProto(ip int16, proto int32) {
 	if v6 {
 		addrs, size = 8, 40
 	}
-	b.emit(ld(asm.R3, asm.R10, rjLoop+lsState, asm.DWord))
+	b.Emit(insn.Ld(asm.R3, asm.R10, rjLoop+lsState, asm.DWord))
 	// The addresses, then length and protocol in network order.
 	n := int16(8)
 	if v6 {
 		n = 32
 	}
 	for i := int16(0); i < n; i += 4 {
-		b.emit(
-			ld(asm.R1, asm.R10, ip+addrs+i, asm.Word),
-			st(asm.R3, rsPseudo+i, asm.R1, asm.Word),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, ip+addrs+i, asm.Word),
+			insn.St(asm.R3, rsPseudo+i, asm.R1, asm.Word),
 		)
 	}
 	if proto < 0 {
-		b.emit(ld(asm.R1, asm.R7, pktProto, asm.Byte))
+		b.Emit(insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte))
 	} else {
-		b.emit(mov(asm.R1, proto))
+		b.Emit(insn.Mov(asm.R1, proto))
 	}
-	b.emit(ld(asm.R2, asm.R10, rjTmp, asm.DWord))
+	b.Emit(insn.Ld(asm.R2, asm.R10, rjTmp, asm.DWord))
 	if v6 {
 		// u32 length, three zero bytes, next header.
-		b.emit(
+		b.Emit(
 			asm.HostTo(asm.BE, asm.R2, asm.Word),
-			st(asm.R3, rsPseudo+32, asm.R2, asm.Word),
-			stImm(asm.R3, rsPseudo+36, 0, asm.Word),
-			st(asm.R3, rsPseudo+39, asm.R1, asm.Byte),
+			insn.St(asm.R3, rsPseudo+32, asm.R2, asm.Word),
+			insn.StImm(asm.R3, rsPseudo+36, 0, asm.Word),
+			insn.St(asm.R3, rsPseudo+39, asm.R1, asm.Byte),
 		)
 	} else {
 		// A zero byte, the protocol, u16 length.
-		b.emit(
-			stImm(asm.R3, rsPseudo+8, 0, asm.Byte),
-			st(asm.R3, rsPseudo+9, asm.R1, asm.Byte),
+		b.Emit(
+			insn.StImm(asm.R3, rsPseudo+8, 0, asm.Byte),
+			insn.St(asm.R3, rsPseudo+9, asm.R1, asm.Byte),
 			asm.HostTo(asm.BE, asm.R2, asm.Half),
-			st(asm.R3, rsPseudo+10, asm.R2, asm.Half),
+			insn.St(asm.R3, rsPseudo+10, asm.R2, asm.Half),
 		)
 	}
-	b.emit(asm.Add.Imm(asm.R3, rsPseudo))
+	b.Emit(asm.Add.Imm(asm.R3, rsPseudo))
 	c.rejectSum(size)
 }
 
 // rejectSumStack adds n bytes (a multiple of 4) at r10+off to rjSum.
 func (c *compiler) rejectSumStack(off int16, n int32) {
-	c.b.emit(
-		movr(asm.R3, asm.R10),
+	c.b.Emit(
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, int32(off)),
 	)
 	c.rejectSum(n)
@@ -863,14 +865,14 @@ func (c *compiler) rejectSumStack(off int16, n int32) {
 
 // rejectSum adds n bytes (a multiple of 4) at r3 to rjSum.
 func (c *compiler) rejectSum(n int32) {
-	c.b.emit(
-		mov(asm.R1, 0),
-		mov(asm.R2, 0),
-		mov(asm.R4, n),
-		ld(asm.R5, asm.R10, rjSum, asm.DWord),
+	c.b.Emit(
+		insn.Mov(asm.R1, 0),
+		insn.Mov(asm.R2, 0),
+		insn.Mov(asm.R4, n),
+		insn.Ld(asm.R5, asm.R10, rjSum, asm.DWord),
 		asm.FnCsumDiff.Call(),
 		asm.Mov.Reg32(asm.R0, asm.R0),
-		st(asm.R10, rjSum, asm.R0, asm.DWord),
+		insn.St(asm.R10, rjSum, asm.R0, asm.DWord),
 	)
 }
 
@@ -878,30 +880,30 @@ func (c *compiler) rejectSum(n int32) {
 // with a bpf_loop over chunks; it jumps to fail when a load fails.
 func (c *compiler) rejectSumRange(fail string) {
 	b := c.b
-	b.emit(
-		ld(asm.R3, asm.R10, rjLoop+lsState, asm.DWord),
-		st(asm.R3, rsOff, asm.R1, asm.DWord),
-		st(asm.R3, rsEnd, asm.R2, asm.DWord),
-		ld(asm.R4, asm.R10, rjSum, asm.DWord),
-		st(asm.R3, rsSum, asm.R4, asm.DWord),
-		stImm(asm.R3, rsErr, 0, asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R3, asm.R10, rjLoop+lsState, asm.DWord),
+		insn.St(asm.R3, rsOff, asm.R1, asm.DWord),
+		insn.St(asm.R3, rsEnd, asm.R2, asm.DWord),
+		insn.Ld(asm.R4, asm.R10, rjSum, asm.DWord),
+		insn.St(asm.R3, rsSum, asm.R4, asm.DWord),
+		insn.StImm(asm.R3, rsErr, 0, asm.DWord),
 		// As many steps as there are chunks (none for an empty range).
-		mov(asm.R0, 0),
+		insn.Mov(asm.R0, 0),
 	)
-	skip := b.fresh("sum_steps")
-	b.emit(
+	skip := b.Fresh("sum_steps")
+	b.Emit(
 		asm.JGE.Reg(asm.R1, asm.R2, skip),
-		movr(asm.R0, asm.R2),
+		insn.Movr(asm.R0, asm.R2),
 		asm.Sub.Reg(asm.R0, asm.R1),
 		asm.Add.Imm(asm.R0, rsChunk-1),
 		asm.RSh.Imm(asm.R0, 9),
 	)
-	b.mark(skip)
-	b.emit(movr(asm.R1, asm.R0))
+	b.Mark(skip)
+	b.Emit(insn.Movr(asm.R1, asm.R0))
 	c.rejectLoop(symRejectStep, fail)
-	b.emit(
-		ld(asm.R1, asm.R3, rsSum, asm.DWord),
-		st(asm.R10, rjSum, asm.R1, asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R3, rsSum, asm.DWord),
+		insn.St(asm.R10, rjSum, asm.R1, asm.DWord),
 	)
 }
 
@@ -910,61 +912,61 @@ func (c *compiler) rejectSumRange(fail string) {
 //	r6 state, r7 offset, r8 end, r9 chunk length
 func (c *compiler) rejectStep() {
 	b := c.b
-	b.function(funcCallback(symRejectStep), "sum the next %d bytes of the range into the checksum", rsChunk)
+	b.Function(funcCallback(symRejectStep), "sum the next %d bytes of the range into the checksum", rsChunk)
 	stop := symRejectStep + "_stop"
-	b.emit(
-		ld(asm.R1, asm.R2, lsCtx, asm.DWord),
-		st(asm.R10, cbCtx, asm.R1, asm.DWord),
-		ld(asm.R6, asm.R2, lsState, asm.DWord),
-		ld(asm.R7, asm.R6, rsOff, asm.DWord),
-		ld(asm.R8, asm.R6, rsEnd, asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R2, lsCtx, asm.DWord),
+		insn.St(asm.R10, cbCtx, asm.R1, asm.DWord),
+		insn.Ld(asm.R6, asm.R2, lsState, asm.DWord),
+		insn.Ld(asm.R7, asm.R6, rsOff, asm.DWord),
+		insn.Ld(asm.R8, asm.R6, rsEnd, asm.DWord),
 		asm.JGE.Reg(asm.R7, asm.R8, stop),
-		movr(asm.R9, asm.R8),
+		insn.Movr(asm.R9, asm.R8),
 		asm.Sub.Reg(asm.R9, asm.R7),
 		asm.JLE.Imm(asm.R9, rsChunk, symRejectStep+"_len"),
-		mov(asm.R9, rsChunk),
+		insn.Mov(asm.R9, rsChunk),
 	)
-	b.mark(symRejectStep + "_len")
-	b.emit(
+	b.Mark(symRejectStep + "_len")
+	b.Emit(
 		asm.JLT.Imm(asm.R9, 1, stop),
 		// Zero the word that the chunk's last bytes start, so that the
 		// sum of the rounded-up length adds nothing after them.
-		movr(asm.R1, asm.R9),
+		insn.Movr(asm.R1, asm.R9),
 		asm.And.Imm(asm.R1, ^3),
-		movr(asm.R2, asm.R6),
+		insn.Movr(asm.R2, asm.R6),
 		asm.Add.Imm(asm.R2, rsBuf),
 		asm.Add.Reg(asm.R2, asm.R1),
-		stImm(asm.R2, 0, 0, asm.Word),
-		ld(asm.R1, asm.R10, cbCtx, asm.DWord),
-		movr(asm.R2, asm.R7),
-		movr(asm.R3, asm.R6),
+		insn.StImm(asm.R2, 0, 0, asm.Word),
+		insn.Ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+		insn.Movr(asm.R2, asm.R7),
+		insn.Movr(asm.R3, asm.R6),
 		asm.Add.Imm(asm.R3, rsBuf),
-		movr(asm.R4, asm.R9),
+		insn.Movr(asm.R4, asm.R9),
 		c.loadHelper().Call(),
 		asm.JEq.Imm(asm.R0, 0, symRejectStep+"_sum"),
-		stImm(asm.R6, rsErr, 1, asm.DWord),
-		ja(stop),
+		insn.StImm(asm.R6, rsErr, 1, asm.DWord),
+		insn.Ja(stop),
 	)
-	b.mark(symRejectStep + "_sum")
-	b.emit(
-		mov(asm.R1, 0),
-		mov(asm.R2, 0),
-		movr(asm.R3, asm.R6),
+	b.Mark(symRejectStep + "_sum")
+	b.Emit(
+		insn.Mov(asm.R1, 0),
+		insn.Mov(asm.R2, 0),
+		insn.Movr(asm.R3, asm.R6),
 		asm.Add.Imm(asm.R3, rsBuf),
-		movr(asm.R4, asm.R9),
+		insn.Movr(asm.R4, asm.R9),
 		asm.Add.Imm(asm.R4, 3),
 		asm.And.Imm(asm.R4, ^3),
-		ld(asm.R5, asm.R6, rsSum, asm.DWord),
+		insn.Ld(asm.R5, asm.R6, rsSum, asm.DWord),
 		asm.FnCsumDiff.Call(),
 		asm.Mov.Reg32(asm.R0, asm.R0),
-		st(asm.R6, rsSum, asm.R0, asm.DWord),
+		insn.St(asm.R6, rsSum, asm.R0, asm.DWord),
 		asm.Add.Reg(asm.R7, asm.R9),
-		st(asm.R6, rsOff, asm.R7, asm.DWord),
-		mov(asm.R0, 0),
+		insn.St(asm.R6, rsOff, asm.R7, asm.DWord),
+		insn.Mov(asm.R0, 0),
 		asm.Return(),
 	)
-	b.mark(stop)
-	b.emit(mov(asm.R0, 1), asm.Return())
+	b.Mark(stop)
+	b.Emit(insn.Mov(asm.R0, 1), asm.Return())
 }
 
 // Quoting limits: icmp_send returns as much of the packet as fits in 576
@@ -988,14 +990,14 @@ func (c *compiler) rejectConfig(noReply string) {
 	if c.p.Family == rules.IPv6 {
 		off = 1
 	}
-	c.b.emit(
-		stImm(asm.R10, rjKey, 0, asm.Word),
-		movr(asm.R2, asm.R10),
+	c.b.Emit(
+		insn.StImm(asm.R10, rjKey, 0, asm.Word),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, rjKey),
-		mapRef(asm.R1, RejectConfigMap),
+		insn.MapRef(asm.R1, RejectConfigMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, noReply),
-		ld(asm.R1, asm.R0, off, asm.Byte),
+		insn.Ld(asm.R1, asm.R0, off, asm.Byte),
 	)
 }
 
@@ -1008,67 +1010,67 @@ func (c *compiler) rejectIPHeader(proto int32, noReply string) {
 	b := c.b
 	c.rejectConfig(noReply)
 	if c.p.Family == rules.IPv6 {
-		b.emit(
-			stImm(asm.R10, rjHdr, 0x60, asm.Byte),
-			st(asm.R10, rjHdr+7, asm.R1, asm.Byte),
-			stImm(asm.R10, rjHdr+6, proto, asm.Byte),
-			movr(asm.R2, asm.R9),
+		b.Emit(
+			insn.StImm(asm.R10, rjHdr, 0x60, asm.Byte),
+			insn.St(asm.R10, rjHdr+7, asm.R1, asm.Byte),
+			insn.StImm(asm.R10, rjHdr+6, proto, asm.Byte),
+			insn.Movr(asm.R2, asm.R9),
 			asm.HostTo(asm.BE, asm.R2, asm.Half),
-			st(asm.R10, rjHdr+4, asm.R2, asm.Half),
+			insn.St(asm.R10, rjHdr+4, asm.R2, asm.Half),
 		)
 		for i := int16(0); i < 16; i += 8 {
-			b.emit(
-				ld(asm.R2, asm.R10, rjOrig+24+i, asm.DWord),
-				st(asm.R10, rjHdr+8+i, asm.R2, asm.DWord),
-				ld(asm.R2, asm.R10, rjOrig+8+i, asm.DWord),
-				st(asm.R10, rjHdr+24+i, asm.R2, asm.DWord),
+			b.Emit(
+				insn.Ld(asm.R2, asm.R10, rjOrig+24+i, asm.DWord),
+				insn.St(asm.R10, rjHdr+8+i, asm.R2, asm.DWord),
+				insn.Ld(asm.R2, asm.R10, rjOrig+8+i, asm.DWord),
+				insn.St(asm.R10, rjHdr+24+i, asm.R2, asm.DWord),
 			)
 		}
 		return
 	}
-	b.emit(
-		stImm(asm.R10, rjHdr, 0x45, asm.Byte),
-		st(asm.R10, rjHdr+8, asm.R1, asm.Byte),
-		stImm(asm.R10, rjHdr+9, proto, asm.Byte),
-		movr(asm.R2, asm.R9),
+	b.Emit(
+		insn.StImm(asm.R10, rjHdr, 0x45, asm.Byte),
+		insn.St(asm.R10, rjHdr+8, asm.R1, asm.Byte),
+		insn.StImm(asm.R10, rjHdr+9, proto, asm.Byte),
+		insn.Movr(asm.R2, asm.R9),
 		asm.Add.Imm(asm.R2, 20),
 		asm.HostTo(asm.BE, asm.R2, asm.Half),
-		st(asm.R10, rjHdr+2, asm.R2, asm.Half),
-		ld(asm.R2, asm.R10, rjOrig+16, asm.Word),
-		st(asm.R10, rjHdr+12, asm.R2, asm.Word),
-		ld(asm.R2, asm.R10, rjOrig+12, asm.Word),
-		st(asm.R10, rjHdr+16, asm.R2, asm.Word),
+		insn.St(asm.R10, rjHdr+2, asm.R2, asm.Half),
+		insn.Ld(asm.R2, asm.R10, rjOrig+16, asm.Word),
+		insn.St(asm.R10, rjHdr+12, asm.R2, asm.Word),
+		insn.Ld(asm.R2, asm.R10, rjOrig+12, asm.Word),
+		insn.St(asm.R10, rjHdr+16, asm.R2, asm.Word),
 	)
 	if proto == protoTCP {
 		// nf_reject_iphdr_put: TOS 0, ID 0, DF.
-		b.emit(stImm(asm.R10, rjHdr+6, 0x40, asm.Byte))
+		b.Emit(insn.StImm(asm.R10, rjHdr+6, 0x40, asm.Byte))
 	} else {
 		// __icmp_send: the TOS bits and the precedence of internetwork
 		// control; ip_select_ident picks the ID, not DF (the ICMP
 		// socket's IP_PMTUDISC_DONT).
-		b.emit(
-			ld(asm.R2, asm.R10, rjOrig+1, asm.Byte),
+		b.Emit(
+			insn.Ld(asm.R2, asm.R10, rjOrig+1, asm.Byte),
 			asm.And.Imm(asm.R2, icmpTOSMask),
 			asm.Or.Imm(asm.R2, icmpTOSInternetCtl),
-			st(asm.R10, rjHdr+1, asm.R2, asm.Byte),
+			insn.St(asm.R10, rjHdr+1, asm.R2, asm.Byte),
 			asm.FnGetPrandomU32.Call(),
-			st(asm.R10, rjHdr+4, asm.R0, asm.Half),
+			insn.St(asm.R10, rjHdr+4, asm.R0, asm.Half),
 		)
 	}
 	// The header checksum.
-	b.emit(
-		mov(asm.R1, 0),
-		mov(asm.R2, 0),
-		movr(asm.R3, asm.R10),
+	b.Emit(
+		insn.Mov(asm.R1, 0),
+		insn.Mov(asm.R2, 0),
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, rjHdr),
-		mov(asm.R4, 20),
-		mov(asm.R5, 0),
+		insn.Mov(asm.R4, 20),
+		insn.Mov(asm.R5, 0),
 		asm.FnCsumDiff.Call(),
 	)
-	b.emit(fold(asm.R0, asm.R1)...)
-	b.emit(
+	b.Emit(fold(asm.R0, asm.R1)...)
+	b.Emit(
 		asm.Xor.Imm(asm.R0, 0xffff),
-		st(asm.R10, rjHdr+10, asm.R0, asm.Half),
+		insn.St(asm.R10, rjHdr+10, asm.R0, asm.Half),
 	)
 }
 
@@ -1076,11 +1078,11 @@ func (c *compiler) rejectIPHeader(proto int32, noReply string) {
 // word at a time (the stack wants aligned accesses).
 func (c *compiler) rejectSwapL2() {
 	for i := int16(0); i < 6; i += 2 {
-		c.b.emit(
-			ld(asm.R1, asm.R10, rjL2+i, asm.Half),
-			ld(asm.R2, asm.R10, rjL2+6+i, asm.Half),
-			st(asm.R10, rjL2+i, asm.R2, asm.Half),
-			st(asm.R10, rjL2+6+i, asm.R1, asm.Half),
+		c.b.Emit(
+			insn.Ld(asm.R1, asm.R10, rjL2+i, asm.Half),
+			insn.Ld(asm.R2, asm.R10, rjL2+6+i, asm.Half),
+			insn.St(asm.R10, rjL2+i, asm.R2, asm.Half),
+			insn.St(asm.R10, rjL2+6+i, asm.R1, asm.Half),
 		)
 	}
 }
@@ -1095,11 +1097,11 @@ func (c *compiler) rejectL4Checksum(off int16, n int32, proto int32, at int16) {
 		c.rejectPseudoProto(rjHdr, proto)
 	}
 	c.rejectSumStack(rjHdr+off, n)
-	b.emit(ld(asm.R0, asm.R10, rjSum, asm.DWord))
-	b.emit(fold(asm.R0, asm.R1)...)
-	b.emit(
+	b.Emit(insn.Ld(asm.R0, asm.R10, rjSum, asm.DWord))
+	b.Emit(fold(asm.R0, asm.R1)...)
+	b.Emit(
 		asm.Xor.Imm(asm.R0, 0xffff),
-		st(asm.R10, rjHdr+off+at, asm.R0, asm.Half),
+		insn.St(asm.R10, rjHdr+off+at, asm.R0, asm.Half),
 	)
 }
 
@@ -1113,59 +1115,59 @@ func (c *compiler) rejectBuildReset(sym, noReply string) {
 		ipLen = 40
 	}
 	tcp := rjHdr + ipLen
-	b.note("the RST: ports swapped; seq from the ACK, or an ACK of everything the packet carried")
-	b.emit(mov(asm.R9, 20))
+	b.Note("the RST: ports swapped; seq from the ACK, or an ACK of everything the packet carried")
+	b.Emit(insn.Mov(asm.R9, 20))
 	c.rejectIPHeader(protoTCP, noReply)
 	hasACK, flags := sym+"_has_ack", sym+"_flags"
-	b.emit(
-		ld(asm.R1, asm.R10, rjTCP, asm.Half),
-		st(asm.R10, tcp+2, asm.R1, asm.Half),
-		ld(asm.R1, asm.R10, rjTCP+2, asm.Half),
-		st(asm.R10, tcp, asm.R1, asm.Half),
-		stImm(asm.R10, tcp+12, 0x50, asm.Byte),
-		ld(asm.R1, asm.R10, rjTCP+13, asm.Byte),
-		movr(asm.R2, asm.R1),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, rjTCP, asm.Half),
+		insn.St(asm.R10, tcp+2, asm.R1, asm.Half),
+		insn.Ld(asm.R1, asm.R10, rjTCP+2, asm.Half),
+		insn.St(asm.R10, tcp, asm.R1, asm.Half),
+		insn.StImm(asm.R10, tcp+12, 0x50, asm.Byte),
+		insn.Ld(asm.R1, asm.R10, rjTCP+13, asm.Byte),
+		insn.Movr(asm.R2, asm.R1),
 		asm.And.Imm(asm.R2, 0x10),
 		asm.JNE.Imm(asm.R2, 0, hasACK),
 		// ack_seq = seq + SYN + FIN + the payload's length.
-		movr(asm.R3, asm.R1),
+		insn.Movr(asm.R3, asm.R1),
 		asm.RSh.Imm(asm.R3, 1),
 		asm.And.Imm(asm.R3, 1), // SYN
 		asm.And.Imm(asm.R1, 1), // FIN
 		asm.Add.Reg(asm.R3, asm.R1),
-		ld(asm.R1, asm.R10, rjTCP+4, asm.Word),
-		ntoh(asm.R1, asm.Word),
+		insn.Ld(asm.R1, asm.R10, rjTCP+4, asm.Word),
+		insn.Ntoh(asm.R1, asm.Word),
 		asm.Add.Reg(asm.R3, asm.R1),
-		ld(asm.R1, asm.R10, rjEnd, asm.DWord),
+		insn.Ld(asm.R1, asm.R10, rjEnd, asm.DWord),
 		asm.Add.Reg(asm.R3, asm.R1),
-		ld(asm.R1, asm.R10, rjL4, asm.DWord),
+		insn.Ld(asm.R1, asm.R10, rjL4, asm.DWord),
 		asm.Sub.Reg(asm.R3, asm.R1),
-		ld(asm.R1, asm.R10, rjTCP+12, asm.Byte),
+		insn.Ld(asm.R1, asm.R10, rjTCP+12, asm.Byte),
 		asm.RSh.Imm(asm.R1, 4),
 		asm.LSh.Imm(asm.R1, 2),
 		asm.Sub.Reg(asm.R3, asm.R1),
 		asm.HostTo(asm.BE, asm.R3, asm.Word),
-		st(asm.R10, tcp+8, asm.R3, asm.Word),
-		stImm(asm.R10, tcp+13, 0x14, asm.Byte), // RST, ACK
-		ja(flags),
+		insn.St(asm.R10, tcp+8, asm.R3, asm.Word),
+		insn.StImm(asm.R10, tcp+13, 0x14, asm.Byte), // RST, ACK
+		insn.Ja(flags),
 	)
-	b.mark(hasACK)
-	b.emit(
-		ld(asm.R1, asm.R10, rjTCP+8, asm.Word),
-		st(asm.R10, tcp+4, asm.R1, asm.Word),
-		stImm(asm.R10, tcp+13, 0x04, asm.Byte), // RST
+	b.Mark(hasACK)
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, rjTCP+8, asm.Word),
+		insn.St(asm.R10, tcp+4, asm.R1, asm.Word),
+		insn.StImm(asm.R10, tcp+13, 0x04, asm.Byte), // RST
 	)
-	b.mark(flags)
-	b.emit(
-		stImm(asm.R10, rjSum, 0, asm.DWord),
-		stImm(asm.R10, rjTmp, 20, asm.DWord),
+	b.Mark(flags)
+	b.Emit(
+		insn.StImm(asm.R10, rjSum, 0, asm.DWord),
+		insn.StImm(asm.R10, rjTmp, 20, asm.DWord),
 	)
 	c.rejectL4Checksum(ipLen, 20, protoTCP, 16)
 	c.rejectSwapL2()
 
-	b.note("cut the frame to the headers, write them, transmit")
-	b.emit(
-		ld(asm.R9, asm.R10, rjL3, asm.DWord),
+	b.Note("cut the frame to the headers, write them, transmit")
+	b.Emit(
+		insn.Ld(asm.R9, asm.R10, rjL3, asm.DWord),
 		asm.Add.Imm(asm.R9, int32(ipLen)+20),
 	)
 	c.rejectResize(noReply)
@@ -1184,40 +1186,40 @@ func (c *compiler) rejectBuildUnreach(sym string, code uint8, noReply string) {
 		ipLen, maxQuote, typ, proto = 40, maxQuote6, 1, protoICMPv6
 	}
 	icmp := rjHdr + ipLen
-	b.emit(mov(asm.R1, maxQuote), st(asm.R10, rjQuoteMax, asm.R1, asm.DWord))
+	b.Emit(insn.Mov(asm.R1, maxQuote), insn.St(asm.R10, rjQuoteMax, asm.R1, asm.DWord))
 	if c.p.Chains[0].Name == "FORWARD" {
 		c.rejectRoute(noReply)
 	}
-	b.note("the error quotes up to %d bytes of the packet", maxQuote)
-	b.emit(
-		ld(asm.R2, asm.R10, rjQuoteMax, asm.DWord),
-		ld(asm.R1, asm.R7, pktBytes, asm.Word),
+	b.Note("the error quotes up to %d bytes of the packet", maxQuote)
+	b.Emit(
+		insn.Ld(asm.R2, asm.R10, rjQuoteMax, asm.DWord),
+		insn.Ld(asm.R1, asm.R7, pkt.Bytes, asm.Word),
 		asm.JLE.Reg(asm.R1, asm.R2, sym+"_quote"),
-		movr(asm.R1, asm.R2),
+		insn.Movr(asm.R1, asm.R2),
 	)
-	b.mark(sym + "_quote")
-	b.emit(asm.JGT.Imm(asm.R1, maxQuote, noReply)) // for the verifier: never
-	b.emit(st(asm.R10, rjQuote, asm.R1, asm.DWord))
+	b.Mark(sym + "_quote")
+	b.Emit(asm.JGT.Imm(asm.R1, maxQuote, noReply)) // for the verifier: never
+	b.Emit(insn.St(asm.R10, rjQuote, asm.R1, asm.DWord))
 	if c.p.Chains[0].Name == "FORWARD" {
 		c.rejectForwardTTL(noReply)
-		b.emit(ld(asm.R1, asm.R10, rjQuote, asm.DWord))
+		b.Emit(insn.Ld(asm.R1, asm.R10, rjQuote, asm.DWord))
 	}
-	b.emit(
-		stImm(asm.R10, rjSum, 0, asm.DWord),
-		ld(asm.R2, asm.R10, rjL3, asm.DWord),
+	b.Emit(
+		insn.StImm(asm.R10, rjSum, 0, asm.DWord),
+		insn.Ld(asm.R2, asm.R10, rjL3, asm.DWord),
 		asm.Add.Reg(asm.R2, asm.R1),
-		ld(asm.R1, asm.R10, rjL3, asm.DWord),
+		insn.Ld(asm.R1, asm.R10, rjL3, asm.DWord),
 	)
 	c.rejectSumRange(noReply)
-	b.emit(
-		ld(asm.R9, asm.R10, rjQuote, asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R9, asm.R10, rjQuote, asm.DWord),
 		asm.Add.Imm(asm.R9, 8),
-		st(asm.R10, rjTmp, asm.R9, asm.DWord),
+		insn.St(asm.R10, rjTmp, asm.R9, asm.DWord),
 	)
 	c.rejectIPHeader(proto, noReply)
-	b.emit(
-		stImm(asm.R10, icmp, typ, asm.Byte),
-		stImm(asm.R10, icmp+1, int32(code), asm.Byte),
+	b.Emit(
+		insn.StImm(asm.R10, icmp, typ, asm.Byte),
+		insn.StImm(asm.R10, icmp+1, int32(code), asm.Byte),
 	)
 	c.rejectL4Checksum(ipLen, 8, proto, 2)
 	if c.p.Chains[0].Name != "FORWARD" {
@@ -1225,26 +1227,26 @@ func (c *compiler) rejectBuildUnreach(sym string, code uint8, noReply string) {
 	}
 
 	hdrs := int32(ipLen) + 8
-	b.note("make room for the headers in front of the packet, cut it after the quote, write them, transmit")
+	b.Note("make room for the headers in front of the packet, cut it after the quote, write them, transmit")
 	if c.hook.tc() {
-		b.emit(
-			movr(asm.R1, asm.R6),
-			mov(asm.R2, hdrs),
-			mov(asm.R3, 0),
+		b.Emit(
+			insn.Movr(asm.R1, asm.R6),
+			insn.Mov(asm.R2, hdrs),
+			insn.Mov(asm.R3, 0),
 			asm.FnSkbChangeHead.Call(),
 		)
 	} else {
-		b.emit(
-			movr(asm.R1, asm.R6),
-			mov(asm.R2, -hdrs),
+		b.Emit(
+			insn.Movr(asm.R1, asm.R6),
+			insn.Mov(asm.R2, -hdrs),
 			asm.FnXdpAdjustHead.Call(),
 		)
 	}
-	b.emit(
+	b.Emit(
 		asm.JNE.Imm(asm.R0, 0, noReply),
-		ld(asm.R9, asm.R10, rjL3, asm.DWord),
+		insn.Ld(asm.R9, asm.R10, rjL3, asm.DWord),
 		asm.Add.Imm(asm.R9, hdrs),
-		ld(asm.R1, asm.R10, rjQuote, asm.DWord),
+		insn.Ld(asm.R1, asm.R10, rjQuote, asm.DWord),
 		asm.Add.Reg(asm.R9, asm.R1),
 	)
 	c.rejectResize(noReply)
@@ -1263,16 +1265,16 @@ func (c *compiler) rejectBuildUnreach(sym string, code uint8, noReply string) {
 // program sends nothing (see docs/reject.md).
 func (c *compiler) rejectRoute(noReply string) {
 	b := c.b
-	mtuDone := b.fresh("route_mtu")
-	b.note("the route back to the source: the error's source address, next hop and MTU (icmp_route_lookup)")
+	mtuDone := b.Fresh("route_mtu")
+	b.Note("the route back to the source: the error's source address, next hop and MTU (icmp_route_lookup)")
 	// struct bpf_fib_lookup goes in the scratch buffer, free until the
 	// quote is summed: the stack has no room left.
-	b.emit(
-		ld(asm.R7, asm.R10, rjLoop+lsState, asm.DWord),
+	b.Emit(
+		insn.Ld(asm.R7, asm.R10, rjLoop+lsState, asm.DWord),
 		asm.Add.Imm(asm.R7, rsBuf),
 	)
 	for off := int16(0); off < fibSize; off += 8 {
-		b.emit(stImm(asm.R7, off, 0, asm.DWord))
+		b.Emit(insn.StImm(asm.R7, off, 0, asm.DWord))
 	}
 	v6 := c.p.Family == rules.IPv6
 	// The reply goes to the original source; its source address takes
@@ -1281,61 +1283,61 @@ func (c *compiler) rejectRoute(noReply string) {
 	if v6 {
 		family, proto, origSrc, origDst, addrLen = afInet6, protoICMPv6, 8, 24, 16
 	}
-	b.emit(
-		stImm(asm.R7, fibFamily, family, asm.Byte),
-		stImm(asm.R7, fibProto, proto, asm.Byte),
+	b.Emit(
+		insn.StImm(asm.R7, fibFamily, family, asm.Byte),
+		insn.StImm(asm.R7, fibProto, proto, asm.Byte),
 		c.ifindex(asm.R1),
-		st(asm.R7, fibIfindex, asm.R1, asm.Word),
+		insn.St(asm.R7, fibIfindex, asm.R1, asm.Word),
 	)
 	for i := int16(0); i < addrLen; i += 4 {
-		b.emit(
-			ld(asm.R1, asm.R10, rjOrig+origSrc+i, asm.Word),
-			st(asm.R7, fibDst+i, asm.R1, asm.Word),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, rjOrig+origSrc+i, asm.Word),
+			insn.St(asm.R7, fibDst+i, asm.R1, asm.Word),
 		)
 	}
-	b.emit(
-		movr(asm.R1, asm.R6),
-		movr(asm.R2, asm.R7),
-		mov(asm.R3, fibSize),
-		mov(asm.R4, fibLookupSrc),
+	b.Emit(
+		insn.Movr(asm.R1, asm.R6),
+		insn.Movr(asm.R2, asm.R7),
+		insn.Mov(asm.R3, fibSize),
+		insn.Mov(asm.R4, fibLookupSrc),
 		asm.FnFibLookup.Call(),
 		asm.JNE.Imm(asm.R0, fibLookupSuccess, noReply),
 		c.ifindex(asm.R1),
-		ld(asm.R2, asm.R7, fibIfindex, asm.Word),
+		insn.Ld(asm.R2, asm.R7, fibIfindex, asm.Word),
 		asm.JNE.Reg(asm.R1, asm.R2, noReply),
 	)
 	for i := int16(0); i < addrLen; i += 4 {
-		b.emit(
-			ld(asm.R1, asm.R7, fibSrc+i, asm.Word),
-			st(asm.R10, rjOrig+origDst+i, asm.R1, asm.Word),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R7, fibSrc+i, asm.Word),
+			insn.St(asm.R10, rjOrig+origDst+i, asm.R1, asm.Word),
 		)
 	}
 	// The next hop's addresses, as routing found them.
 	for i := int16(0); i < 6; i += 2 {
-		b.emit(
-			ld(asm.R1, asm.R7, fibDMAC+i, asm.Half),
-			st(asm.R10, rjL2+i, asm.R1, asm.Half),
-			ld(asm.R1, asm.R7, fibSMAC+i, asm.Half),
-			st(asm.R10, rjL2+6+i, asm.R1, asm.Half),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R7, fibDMAC+i, asm.Half),
+			insn.St(asm.R10, rjL2+i, asm.R1, asm.Half),
+			insn.Ld(asm.R1, asm.R7, fibSMAC+i, asm.Half),
+			insn.St(asm.R10, rjL2+6+i, asm.R1, asm.Half),
 		)
 	}
 	if v6 {
 		// icmp6_send quotes up to IPV6_MIN_MTU whatever the route.
-		b.emit(ld(asm.R7, asm.R10, rjPkt, asm.DWord))
+		b.Emit(insn.Ld(asm.R7, asm.R10, rjPkt, asm.DWord))
 		return
 	}
-	b.emit(
+	b.Emit(
 		// room = min(mtu, 576) - 28; nothing when it cannot hold an IP
 		// header.
-		ld(asm.R1, asm.R7, fibMTU, asm.Half),
+		insn.Ld(asm.R1, asm.R7, fibMTU, asm.Half),
 		asm.JGE.Imm(asm.R1, 576, mtuDone),
 		asm.Sub.Imm(asm.R1, 28),
 		asm.JLE.Imm(asm.R1, 20, noReply),
-		st(asm.R10, rjQuoteMax, asm.R1, asm.DWord),
+		insn.St(asm.R10, rjQuoteMax, asm.R1, asm.DWord),
 	)
-	b.mark(mtuDone)
+	b.Mark(mtuDone)
 	// r7 is the parsed packet again.
-	b.emit(ld(asm.R7, asm.R10, rjPkt, asm.DWord))
+	b.Emit(insn.Ld(asm.R7, asm.R10, rjPkt, asm.DWord))
 }
 
 // rejectForwardTTL decrements the TTL in the packet as ip_forward does
@@ -1346,32 +1348,32 @@ func (c *compiler) rejectForwardTTL(noReply string) {
 	b := c.b
 	if c.p.Family == rules.IPv6 {
 		// ip6_forward: hop_limit--, nothing else.
-		b.note("the hop limit FORWARD saw (ip6_forward)")
-		b.emit(
-			ld(asm.R1, asm.R10, rjOrig+7, asm.Byte),
+		b.Note("the hop limit FORWARD saw (ip6_forward)")
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, rjOrig+7, asm.Byte),
 			asm.JLE.Imm(asm.R1, 1, noReply),
 			asm.Sub.Imm(asm.R1, 1),
-			st(asm.R10, rjOrig+7, asm.R1, asm.Byte),
+			insn.St(asm.R10, rjOrig+7, asm.R1, asm.Byte),
 		)
 		c.rejectStoreOrig(7, 1, noReply)
 		return
 	}
-	carry := b.fresh("ttl_carry")
-	b.note("the TTL FORWARD saw (ip_decrease_ttl)")
-	b.emit(
-		ld(asm.R1, asm.R10, rjOrig+8, asm.Byte),
+	carry := b.Fresh("ttl_carry")
+	b.Note("the TTL FORWARD saw (ip_decrease_ttl)")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, rjOrig+8, asm.Byte),
 		asm.JLE.Imm(asm.R1, 1, noReply),
 		asm.Sub.Imm(asm.R1, 1),
-		st(asm.R10, rjOrig+8, asm.R1, asm.Byte),
-		ld(asm.R2, asm.R10, rjOrig+10, asm.Half),
-		mov(asm.R3, 0x0100),
+		insn.St(asm.R10, rjOrig+8, asm.R1, asm.Byte),
+		insn.Ld(asm.R2, asm.R10, rjOrig+10, asm.Half),
+		insn.Mov(asm.R3, 0x0100),
 		asm.HostTo(asm.BE, asm.R3, asm.Half),
 		asm.Add.Reg(asm.R2, asm.R3),
 		asm.JLT.Imm(asm.R2, 0xffff, carry),
 		asm.Add.Imm(asm.R2, 1),
 	)
-	b.mark(carry)
-	b.emit(st(asm.R10, rjOrig+10, asm.R2, asm.Half))
+	b.Mark(carry)
+	b.Emit(insn.St(asm.R10, rjOrig+10, asm.R2, asm.Half))
 	c.rejectStoreOrig(8, 4, noReply)
 }
 
@@ -1383,18 +1385,18 @@ func (c *compiler) rejectStoreOrig(off, n int32, noReply string) {
 	if c.hook.tc() {
 		store = asm.FnSkbStoreBytes
 	}
-	b.emit(
-		movr(asm.R1, asm.R6),
-		ld(asm.R2, asm.R10, rjL3, asm.DWord),
+	b.Emit(
+		insn.Movr(asm.R1, asm.R6),
+		insn.Ld(asm.R2, asm.R10, rjL3, asm.DWord),
 		asm.Add.Imm(asm.R2, off),
-		movr(asm.R3, asm.R10),
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, rjOrig+off),
-		mov(asm.R4, n),
+		insn.Mov(asm.R4, n),
 	)
 	if c.hook.tc() {
-		b.emit(mov(asm.R5, 0))
+		b.Emit(insn.Mov(asm.R5, 0))
 	}
-	b.emit(store.Call(), asm.JNE.Imm(asm.R0, 0, noReply))
+	b.Emit(store.Call(), asm.JNE.Imm(asm.R0, 0, noReply))
 }
 
 // rejectResize makes the frame r9 bytes long.
@@ -1406,39 +1408,39 @@ func (c *compiler) rejectResize(noReply string) {
 		// the RST's end (IPv6 extension headers): then the bytes go from
 		// after the IP header instead (bpf_skb_adjust_room), all of them
 		// rewritten anyway.
-		done := b.fresh("resized")
-		b.emit(
-			movr(asm.R1, asm.R6),
-			movr(asm.R2, asm.R9),
-			mov(asm.R3, 0),
+		done := b.Fresh("resized")
+		b.Emit(
+			insn.Movr(asm.R1, asm.R6),
+			insn.Movr(asm.R2, asm.R9),
+			insn.Mov(asm.R3, 0),
 			asm.FnSkbChangeTail.Call(),
 			asm.JEq.Imm(asm.R0, 0, done),
-			ld(asm.R2, asm.R6, skbLen, asm.Word),
+			insn.Ld(asm.R2, asm.R6, skbLen, asm.Word),
 			asm.JLE.Reg(asm.R2, asm.R9, noReply),
-			movr(asm.R2, asm.R9),
-			ld(asm.R1, asm.R6, skbLen, asm.Word),
+			insn.Movr(asm.R2, asm.R9),
+			insn.Ld(asm.R1, asm.R6, skbLen, asm.Word),
 			asm.Sub.Reg(asm.R2, asm.R1),
-			movr(asm.R1, asm.R6),
-			mov(asm.R3, 0), // BPF_ADJ_ROOM_NET
-			mov(asm.R4, 0),
+			insn.Movr(asm.R1, asm.R6),
+			insn.Mov(asm.R3, 0), // BPF_ADJ_ROOM_NET
+			insn.Mov(asm.R4, 0),
 			asm.FnSkbAdjustRoom.Call(),
 			asm.JNE.Imm(asm.R0, 0, noReply),
 		)
-		b.mark(done)
+		b.Mark(done)
 		return
 	}
-	done := b.fresh("resized")
-	b.emit(
-		movr(asm.R1, asm.R6),
+	done := b.Fresh("resized")
+	b.Emit(
+		insn.Movr(asm.R1, asm.R6),
 		asm.FnXdpGetBuffLen.Call(),
-		movr(asm.R2, asm.R9),
+		insn.Movr(asm.R2, asm.R9),
 		asm.Sub.Reg(asm.R2, asm.R0),
 		asm.JEq.Imm(asm.R2, 0, done),
-		movr(asm.R1, asm.R6),
+		insn.Movr(asm.R1, asm.R6),
 		asm.FnXdpAdjustTail.Call(),
 		asm.JNE.Imm(asm.R0, 0, noReply),
 	)
-	b.mark(done)
+	b.Mark(done)
 }
 
 // rejectStore writes the link-layer header at offset 0 and the n bytes of
@@ -1451,30 +1453,30 @@ func (c *compiler) rejectStore(n int32, noReply string) {
 	}
 	flags := func() {
 		if c.hook.tc() {
-			b.emit(mov(asm.R5, 1)) // BPF_F_RECOMPUTE_CSUM
+			b.Emit(insn.Mov(asm.R5, 1)) // BPF_F_RECOMPUTE_CSUM
 		}
 	}
-	b.emit(
-		movr(asm.R1, asm.R6),
-		mov(asm.R2, 0),
-		movr(asm.R3, asm.R10),
+	b.Emit(
+		insn.Movr(asm.R1, asm.R6),
+		insn.Mov(asm.R2, 0),
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, rjL2),
-		ld(asm.R4, asm.R10, rjL3, asm.DWord),
+		insn.Ld(asm.R4, asm.R10, rjL3, asm.DWord),
 		asm.JGT.Imm(asm.R4, 32, noReply),
 		asm.JLT.Imm(asm.R4, 14, noReply),
 	)
 	flags()
-	b.emit(
+	b.Emit(
 		store.Call(),
 		asm.JNE.Imm(asm.R0, 0, noReply),
-		movr(asm.R1, asm.R6),
-		ld(asm.R2, asm.R10, rjL3, asm.DWord),
-		movr(asm.R3, asm.R10),
+		insn.Movr(asm.R1, asm.R6),
+		insn.Ld(asm.R2, asm.R10, rjL3, asm.DWord),
+		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, rjHdr),
-		mov(asm.R4, n),
+		insn.Mov(asm.R4, n),
 	)
 	flags()
-	b.emit(
+	b.Emit(
 		store.Call(),
 		asm.JNE.Imm(asm.R0, 0, noReply),
 	)
@@ -1484,18 +1486,18 @@ func (c *compiler) rejectStore(n int32, noReply string) {
 func (c *compiler) rejectTransmit() {
 	b := c.b
 	if !c.hook.tc() {
-		b.emit(mov(asm.R0, xdpTx), asm.Return())
+		b.Emit(insn.Mov(asm.R0, xdpTx), asm.Return())
 		return
 	}
-	b.emit(
+	b.Emit(
 		// The device's checksum verdict was about the old packet; the
 		// reply carries no mark (IP4_REPLY_MARK without fwmark_reflect).
-		movr(asm.R1, asm.R6),
-		mov(asm.R2, 3), // BPF_CSUM_LEVEL_RESET
+		insn.Movr(asm.R1, asm.R6),
+		insn.Mov(asm.R2, 3), // BPF_CSUM_LEVEL_RESET
 		asm.FnCsumLevel.Call(),
-		stImm(asm.R6, skbMark, 0, asm.Word),
-		ld(asm.R1, asm.R6, skbIfindex, asm.Word),
-		mov(asm.R2, 0),
+		insn.StImm(asm.R6, skbMark, 0, asm.Word),
+		insn.Ld(asm.R1, asm.R6, skbIfindex, asm.Word),
+		insn.Mov(asm.R2, 0),
 		asm.FnRedirect.Call(),
 		asm.Return(),
 	)

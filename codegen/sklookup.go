@@ -9,6 +9,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/insn"
+	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -211,63 +213,63 @@ const (
 func (c *compiler) parseLookup() {
 	b := c.b
 	c.parseFunction("lookup_family", "read the socket lookup into the bpfwall_pkt at r2")
-	b.mark("lookup_family")
+	b.Mark("lookup_family")
 	family := int32(afInet)
 	if c.p.Family == rules.IPv6 {
 		family = afInet6
 	}
-	b.emit(
-		ld(asm.R1, asm.R6, lookupFamily, asm.Word),
+	b.Emit(
+		insn.Ld(asm.R1, asm.R6, lookupFamily, asm.Word),
 		asm.JNE.Imm(asm.R1, family, "lookup_other"),
-		ld(asm.R1, asm.R6, lookupProtocol, asm.Word),
-		st(asm.R7, pktProto, asm.R1, asm.Byte),
-		mov(asm.R1, 0xffff),
-		st(asm.R7, pktL4Len, asm.R1, asm.Word),
-		ld(asm.R1, asm.R6, lookupRemPort, asm.Half),
-		ntoh(asm.R1, asm.Half),
-		st(asm.R7, pktSport, asm.R1, asm.Word),
-		ld(asm.R1, asm.R6, lookupLocPort, asm.Word),
-		st(asm.R7, pktDport, asm.R1, asm.Word),
+		insn.Ld(asm.R1, asm.R6, lookupProtocol, asm.Word),
+		insn.St(asm.R7, pkt.Proto, asm.R1, asm.Byte),
+		insn.Mov(asm.R1, 0xffff),
+		insn.St(asm.R7, pkt.L4Len, asm.R1, asm.Word),
+		insn.Ld(asm.R1, asm.R6, lookupRemPort, asm.Half),
+		insn.Ntoh(asm.R1, asm.Half),
+		insn.St(asm.R7, pkt.Sport, asm.R1, asm.Word),
+		insn.Ld(asm.R1, asm.R6, lookupLocPort, asm.Word),
+		insn.St(asm.R7, pkt.Dport, asm.R1, asm.Word),
 	)
 	if c.p.Family == rules.IPv4 {
-		b.emit(
-			ld(asm.R1, asm.R6, lookupRemote4, asm.Word),
-			ntoh(asm.R1, asm.Word),
-			st(asm.R7, pktSrc, asm.R1, asm.Word),
-			ld(asm.R1, asm.R6, lookupLocal4, asm.Word),
-			ntoh(asm.R1, asm.Word),
-			st(asm.R7, pktDst, asm.R1, asm.Word),
+		b.Emit(
+			insn.Ld(asm.R1, asm.R6, lookupRemote4, asm.Word),
+			insn.Ntoh(asm.R1, asm.Word),
+			insn.St(asm.R7, pkt.Src, asm.R1, asm.Word),
+			insn.Ld(asm.R1, asm.R6, lookupLocal4, asm.Word),
+			insn.Ntoh(asm.R1, asm.Word),
+			insn.St(asm.R7, pkt.Dst, asm.R1, asm.Word),
 		)
 	} else {
 		for i := int16(0); i < 4; i++ {
-			b.emit(
-				ld(asm.R1, asm.R6, lookupRemote6+4*i, asm.Word),
-				ntoh(asm.R1, asm.Word),
-				st(asm.R7, pktSrc+4*i, asm.R1, asm.Word),
-				ld(asm.R1, asm.R6, lookupLocal6+4*i, asm.Word),
-				ntoh(asm.R1, asm.Word),
-				st(asm.R7, pktDst+4*i, asm.R1, asm.Word),
+			b.Emit(
+				insn.Ld(asm.R1, asm.R6, lookupRemote6+4*i, asm.Word),
+				insn.Ntoh(asm.R1, asm.Word),
+				insn.St(asm.R7, pkt.Src+4*i, asm.R1, asm.Word),
+				insn.Ld(asm.R1, asm.R6, lookupLocal6+4*i, asm.Word),
+				insn.Ntoh(asm.R1, asm.Word),
+				insn.St(asm.R7, pkt.Dst+4*i, asm.R1, asm.Word),
 			)
 		}
 	}
 	if len(c.ifaces) > 0 {
-		b.note("the interface's name patterns, from %s", IfacesMap)
-		b.emit(
-			ld(asm.R1, asm.R6, lookupIfindex, asm.Word),
-			st(asm.R10, parseScratch, asm.R1, asm.Word),
-			movr(asm.R2, asm.R10),
+		b.Note("the interface's name patterns, from %s", IfacesMap)
+		b.Emit(
+			insn.Ld(asm.R1, asm.R6, lookupIfindex, asm.Word),
+			insn.St(asm.R10, parseScratch, asm.R1, asm.Word),
+			insn.Movr(asm.R2, asm.R10),
 			asm.Add.Imm(asm.R2, parseScratch),
-			mapRef(asm.R1, IfacesMap),
+			insn.MapRef(asm.R1, IfacesMap),
 			asm.FnMapLookupElem.Call(),
 			asm.JEq.Imm(asm.R0, 0, "lookup_ok"),
-			ld(asm.R1, asm.R0, 0, asm.DWord),
-			st(asm.R7, pktIfaces, asm.R1, asm.DWord),
+			insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
+			insn.St(asm.R7, pkt.Ifaces, asm.R1, asm.DWord),
 		)
 	}
-	b.mark("lookup_ok")
-	b.emit(mov(asm.R0, parseOK), asm.Return())
-	b.mark("lookup_other")
-	b.emit(mov(asm.R0, parseNotIP), asm.Return())
+	b.Mark("lookup_ok")
+	b.Emit(insn.Mov(asm.R0, parseOK), asm.Return())
+	b.Mark("lookup_other")
+	b.Emit(insn.Mov(asm.R0, parseNotIP), asm.Return())
 }
 
 // Where main goes at the sk-lookup hook with a rule's ACCEPT (symSteer),
@@ -280,7 +282,7 @@ const (
 // pktSteer holds, at the sk-lookup hook, the rule ID + 1 of the last nft
 // tproxy statement that found its socket (0: none). It is the mark's
 // slot, which no lookup has.
-const pktSteer = pktMark
+const pktSteer = pkt.Mark
 
 // steer emits the end of main for a lookup the rules accepted (rule in
 // r8): a TPROXY rule assigns its socket, or drops the lookup when the
@@ -291,42 +293,42 @@ const pktSteer = pktMark
 //	r6 ctx, r7 decision kind, r8 deciding rule, r9 return code
 func (c *compiler) steer() {
 	b := c.b
-	b.mark(symSteer)
-	b.note("a TPROXY rule's socket, from %s and %s", TargetsMap, SocketsMap)
-	b.emit(
-		st(asm.R10, c.mainKey(), asm.R8, asm.Word),
-		movr(asm.R2, asm.R10),
+	b.Mark(symSteer)
+	b.Note("a TPROXY rule's socket, from %s and %s", TargetsMap, SocketsMap)
+	b.Emit(
+		insn.St(asm.R10, c.mainKey(), asm.R8, asm.Word),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, int32(c.mainKey())),
-		mapRef(asm.R1, TargetsMap),
+		insn.MapRef(asm.R1, TargetsMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, symSteerStatement),
-		ld(asm.R1, asm.R0, socketKeySize, asm.Word), // targetValue.Terminal
+		insn.Ld(asm.R1, asm.R0, socketKeySize, asm.Word), // targetValue.Terminal
 		asm.JEq.Imm(asm.R1, 0, symSteerStatement),
-		movr(asm.R2, asm.R0),
-		mapRef(asm.R1, SocketsMap),
+		insn.Movr(asm.R2, asm.R0),
+		insn.MapRef(asm.R1, SocketsMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JNE.Imm(asm.R0, 0, "steer_found"),
-		mov(asm.R7, NoSocket),
-		mov(asm.R9, skDrop),
-		ja(symMainEnd),
+		insn.Mov(asm.R7, NoSocket),
+		insn.Mov(asm.R9, skDrop),
+		insn.Ja(symMainEnd),
 	)
-	b.mark("steer_found")
+	b.Mark("steer_found")
 	c.assign()
 
-	b.mark(symSteerStatement)
-	b.note("the socket of the last nft tproxy statement that found one")
-	b.emit(
-		ld(asm.R1, asm.R10, c.mainPkt()+pktSteer, asm.Word),
+	b.Mark(symSteerStatement)
+	b.Note("the socket of the last nft tproxy statement that found one")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, c.mainPkt()+pktSteer, asm.Word),
 		asm.JEq.Imm(asm.R1, 0, symMainEnd),
 		asm.Sub.Imm(asm.R1, 1),
-		st(asm.R10, c.mainKey(), asm.R1, asm.Word),
-		movr(asm.R2, asm.R10),
+		insn.St(asm.R10, c.mainKey(), asm.R1, asm.Word),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, int32(c.mainKey())),
-		mapRef(asm.R1, TargetsMap),
+		insn.MapRef(asm.R1, TargetsMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, symMainEnd),
-		movr(asm.R2, asm.R0),
-		mapRef(asm.R1, SocketsMap),
+		insn.Movr(asm.R2, asm.R0),
+		insn.MapRef(asm.R1, SocketsMap),
 		asm.FnMapLookupElem.Call(),
 		// Gone since the statement found it: as if it had closed just
 		// before, the lookup goes on.
@@ -339,20 +341,20 @@ func (c *compiler) steer() {
 // release, and goes to main's end with SK_PASS, or SK_DROP and
 // AssignFailed when the socket does not fit the lookup.
 func (c *compiler) assign() {
-	c.b.emit(
-		movr(asm.R9, asm.R0),
-		movr(asm.R1, asm.R6),
-		movr(asm.R2, asm.R9),
-		mov(asm.R3, 0),
+	c.b.Emit(
+		insn.Movr(asm.R9, asm.R0),
+		insn.Movr(asm.R1, asm.R6),
+		insn.Movr(asm.R2, asm.R9),
+		insn.Mov(asm.R3, 0),
 		asm.FnSkAssign.Call(),
-		st(asm.R10, c.mainKey(), asm.R0, asm.DWord),
-		movr(asm.R1, asm.R9),
+		insn.St(asm.R10, c.mainKey(), asm.R0, asm.DWord),
+		insn.Movr(asm.R1, asm.R9),
 		asm.FnSkRelease.Call(),
-		mov(asm.R9, skPass),
-		ld(asm.R1, asm.R10, c.mainKey(), asm.DWord),
+		insn.Mov(asm.R9, skPass),
+		insn.Ld(asm.R1, asm.R10, c.mainKey(), asm.DWord),
 		asm.JEq.Imm(asm.R1, 0, symMainEnd),
-		mov(asm.R7, AssignFailed),
-		mov(asm.R9, skDrop),
-		ja(symMainEnd),
+		insn.Mov(asm.R7, AssignFailed),
+		insn.Mov(asm.R9, skDrop),
+		insn.Ja(symMainEnd),
 	)
 }
