@@ -11,6 +11,7 @@ import (
 
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
+	"bpfwall/codegen/uapi"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -303,8 +304,8 @@ func (c *compiler) ctState() {
 		asm.JSet.Imm(asm.R1, pkt.FlagBadExtHeaders|pkt.FlagFragment, "ct_unknown"),
 		insn.Ld(asm.R8, asm.R7, pkt.L4Len, asm.Word),
 		insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte),
-		asm.JEq.Imm(asm.R1, protoTCP, "ct_tcp"),
-		asm.JEq.Imm(asm.R1, protoUDP, "ct_udp"),
+		asm.JEq.Imm(asm.R1, uapi.ProtoTCP, "ct_tcp"),
+		asm.JEq.Imm(asm.R1, uapi.ProtoUDP, "ct_udp"),
 		insn.Ja("ct_unknown"),
 	)
 
@@ -323,7 +324,7 @@ func (c *compiler) ctState() {
 	b.Emit(insn.Ja("ct_invalid"))
 	b.Mark("ct_tcp_valid")
 	c.ctPacketTuple()
-	c.ctLookup(protoTCP, "ct_tcp_found")
+	c.ctLookup(uapi.ProtoTCP, "ct_tcp_found")
 	b.Note("no entry: tcp_new starts a connection with a SYN, picks one up with an ACK when nf_conntrack_tcp_loose")
 	for _, f := range []int32{0x02, 0x22} {
 		b.Emit(asm.JEq.Imm(asm.R8, f, "ct_new"))
@@ -354,7 +355,7 @@ func (c *compiler) ctState() {
 		asm.JGT.Reg(asm.R1, asm.R8, "ct_invalid"),
 	)
 	c.ctPacketTuple()
-	c.ctLookup(protoUDP, "ct_found")
+	c.ctLookup(uapi.ProtoUDP, "ct_found")
 	b.Emit(insn.Ja("ct_new"))
 
 	b.Mark("ct_found")

@@ -5,6 +5,7 @@ import (
 
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
+	"bpfwall/codegen/uapi"
 )
 
 // fragmentGate decides fragments before the chain where netfilter sees
@@ -36,7 +37,7 @@ func (c *compiler) fragmentGate() {
 		)
 		b.Mark("fragment_tagged")
 	}
-	if need, _ := c.orig.FirstFragmentNeed(protoTCP); need == 0 {
+	if need, _ := c.orig.FirstFragmentNeed(uapi.ProtoTCP); need == 0 {
 		b.Mark(whole) // the program reads no transport header
 		return
 	}
@@ -50,7 +51,7 @@ func (c *compiler) fragmentGate() {
 	)
 	// The protocols with a header of their own; every other protocol
 	// needs what FirstFragmentNeed says for protocol 0.
-	for _, proto := range []uint8{protoICMP, protoTCP, protoUDP, protoDCCP, protoICMPv6, protoSCTP, protoUDPLite} {
+	for _, proto := range []uint8{uapi.ProtoICMP, uapi.ProtoTCP, uapi.ProtoUDP, uapi.ProtoDCCP, uapi.ProtoICMPv6, uapi.ProtoSCTP, uapi.ProtoUDPLite} {
 		need, opts := c.orig.FirstFragmentNeed(proto)
 		if need == 0 && !opts {
 			continue

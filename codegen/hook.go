@@ -1,6 +1,10 @@
 package codegen
 
-import "fmt"
+import (
+	"fmt"
+
+	"bpfwall/codegen/uapi"
+)
 
 // Hook is where a compiled program runs.
 type Hook uint8
@@ -55,39 +59,27 @@ func (h Hook) tc() bool { return h == HookTCIngress || h == HookTCEgress }
 // bpf_nf_ctx: a chain's own hook or the stage.
 func (h Hook) nf() bool { return h == HookNetfilter || h == HookStage }
 
-// Return codes of the hooks.
-const (
-	xdpDrop   = 1 // XDP_DROP
-	xdpPass   = 2 // XDP_PASS
-	tcActOK   = 0 // TC_ACT_OK
-	tcActShot = 2 // TC_ACT_SHOT
-	skDrop    = 0 // SK_DROP
-	skPass    = 1 // SK_PASS
-	nfDrop    = 0 // NF_DROP
-	nfAccept  = 1 // NF_ACCEPT
-)
-
 // pass and drop are the program's return codes for ACCEPT and DROP.
 func (h Hook) pass() int32 {
 	switch h {
 	case HookXDP:
-		return xdpPass
+		return uapi.XDPPass
 	case HookSkLookup:
-		return skPass
+		return uapi.SkPass
 	case HookNetfilter, HookStage:
-		return nfAccept
+		return uapi.NFAccept
 	}
-	return tcActOK
+	return uapi.TCActOK
 }
 
 func (h Hook) drop() int32 {
 	switch h {
 	case HookXDP:
-		return xdpDrop
+		return uapi.XDPDrop
 	case HookSkLookup:
-		return skDrop
+		return uapi.SkDrop
 	case HookNetfilter, HookStage:
-		return nfDrop
+		return uapi.NFDrop
 	}
-	return tcActShot
+	return uapi.TCActShot
 }

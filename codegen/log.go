@@ -10,6 +10,7 @@ import (
 
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
+	"bpfwall/codegen/uapi"
 	"bpfwall/ir"
 )
 
@@ -233,15 +234,15 @@ func (c *compiler) logEvent(r *ir.Rule) {
 	}
 	if c.hook.tc() {
 		b.Emit(
-			insn.Ld(asm.R2, asm.R1, skbIfindex, asm.Word),
+			insn.Ld(asm.R2, asm.R1, uapi.SkbIfindex, asm.Word),
 			insn.St(asm.R7, logIfindex, asm.R2, asm.Word),
-			insn.Ld(asm.R2, asm.R1, skbMark, asm.Word),
+			insn.Ld(asm.R2, asm.R1, uapi.SkbMark, asm.Word),
 			insn.St(asm.R7, logMark, asm.R2, asm.Word),
-			insn.Ld(asm.R8, asm.R1, skbLen, asm.Word),
+			insn.Ld(asm.R8, asm.R1, uapi.SkbLen, asm.Word),
 		)
 	} else {
 		b.Emit(
-			insn.Ld(asm.R2, asm.R1, xdpIngressIfindex, asm.Word),
+			insn.Ld(asm.R2, asm.R1, uapi.XDPIngressIfindex, asm.Word),
 			insn.St(asm.R7, logIfindex, asm.R2, asm.Word),
 			insn.StImm(asm.R7, logMark, 0, asm.Word),
 			asm.FnXdpGetBuffLen.Call(),

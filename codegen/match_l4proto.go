@@ -7,6 +7,7 @@ import (
 
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
+	"bpfwall/codegen/uapi"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -18,7 +19,7 @@ var l4ProtoCode = kind[ir.L4Proto]{
 		return false
 	},
 	lookup: func(m ir.L4Proto) string {
-		if !m.Neg && m.Proto != protoTCP && m.Proto != protoUDP {
+		if !m.Neg && m.Proto != uapi.ProtoTCP && m.Proto != uapi.ProtoUDP {
 			return fmt.Sprintf("protocol %s (only tcp and udp reach socket lookup)", rules.ProtoName(m.Proto))
 		}
 		return ""

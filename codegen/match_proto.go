@@ -7,6 +7,7 @@ import (
 
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
+	"bpfwall/codegen/uapi"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -33,7 +34,7 @@ var protoCode = kind[ir.Proto]{
 	// A rule for another protocol would drop or accept packets that
 	// never come to socket lookup: it means nothing there.
 	lookup: func(m ir.Proto) string {
-		if !m.Neg && m.Proto != 0 && m.Proto != protoTCP && m.Proto != protoUDP {
+		if !m.Neg && m.Proto != 0 && m.Proto != uapi.ProtoTCP && m.Proto != uapi.ProtoUDP {
 			return fmt.Sprintf("protocol %s (only tcp and udp reach socket lookup)", rules.ProtoName(m.Proto))
 		}
 		return ""

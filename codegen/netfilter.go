@@ -8,6 +8,7 @@ import (
 
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
+	"bpfwall/codegen/uapi"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -180,8 +181,8 @@ func (c *compiler) deferClassU() {
 		asm.JSet.Imm(asm.R1, pkt.FlagVLAN, tracked),
 		asm.JSet.Imm(asm.R1, pkt.FlagBadExtHeaders|pkt.FlagFragment, symDeferred),
 		insn.Ld(asm.R1, asm.R10, base+pkt.Proto, asm.Byte),
-		asm.JEq.Imm(asm.R1, protoTCP, tracked),
-		asm.JNE.Imm(asm.R1, protoUDP, symDeferred),
+		asm.JEq.Imm(asm.R1, uapi.ProtoTCP, tracked),
+		asm.JNE.Imm(asm.R1, uapi.ProtoUDP, symDeferred),
 	)
 	b.Mark(tracked)
 }
@@ -289,8 +290,8 @@ func (c *compiler) nfMain() {
 		asm.FnDynptrRead.Call(),
 		asm.JNE.Imm(asm.R0, 0, "nf_accept"),
 		insn.Ld(asm.R1, asm.R10, c.nfMainHdr()+proto, asm.Byte),
-		asm.JEq.Imm(asm.R1, protoTCP, "nf_quick_frag"),
-		asm.JNE.Imm(asm.R1, protoUDP, "nf_parse"),
+		asm.JEq.Imm(asm.R1, uapi.ProtoTCP, "nf_quick_frag"),
+		asm.JNE.Imm(asm.R1, uapi.ProtoUDP, "nf_parse"),
 	)
 	b.Mark("nf_quick_frag")
 	if c.p.Family == rules.IPv4 {
@@ -322,15 +323,15 @@ func (c *compiler) nfMain() {
 		insn.Ld(asm.R1, asm.R10, base+pkt.Flags, asm.Byte),
 		asm.JSet.Imm(asm.R1, pkt.FlagBadExtHeaders|pkt.FlagFragment, "nf_class_u"),
 		insn.Ld(asm.R1, asm.R10, base+pkt.Proto, asm.Byte),
-		asm.JEq.Imm(asm.R1, protoTCP, "nf_reassembled"),
-		asm.JNE.Imm(asm.R1, protoUDP, "nf_class_u"),
+		asm.JEq.Imm(asm.R1, uapi.ProtoTCP, "nf_reassembled"),
+		asm.JNE.Imm(asm.R1, uapi.ProtoUDP, "nf_class_u"),
 	)
 	b.Mark("nf_reassembled")
 	c.emitSkb(asm.R1, asm.R6)
 	c.fragMaxSize(asm.R1)
 	b.Emit(asm.JNE.Imm(asm.R1, 0, "nf_class_u"))
 	b.Mark("nf_accept")
-	b.Emit(insn.Mov(asm.R0, nfAccept), asm.Return())
+	b.Emit(insn.Mov(asm.R0, uapi.NFAccept), asm.Return())
 
 	b.Mark("nf_class_u")
 	c.stageCount(StageEvaluated, c.mainKey())

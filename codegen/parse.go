@@ -5,37 +5,8 @@ import (
 
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
+	"bpfwall/codegen/uapi"
 	"bpfwall/rules"
-)
-
-// Protocol numbers and ethertypes parse knows.
-const (
-	etherTypeIPv4 = 0x0800
-	etherTypeIPv6 = 0x86dd
-	etherTypeVLAN = 0x8100 // 802.1Q
-	etherTypeQinQ = 0x88a8 // 802.1ad
-
-	protoICMP    = 1
-	protoTCP     = 6
-	protoUDP     = 17
-	protoDCCP    = 33
-	protoICMPv6  = 58
-	protoSCTP    = 132
-	protoUDPLite = 136
-
-	packetOtherHost = 3 // PACKET_OTHERHOST
-	packetLoopback  = 5 // PACKET_LOOPBACK
-)
-
-// Offsets in the program context.
-const (
-	xdpIngressIfindex = 12 // xdp_md.ingress_ifindex
-	skbLen            = 0  // __sk_buff.len
-	skbPktType        = 4  // __sk_buff.pkt_type
-	skbMark           = 8  // __sk_buff.mark
-	skbVLANPresent    = 20 // __sk_buff.vlan_present
-	skbIfindex        = 40 // __sk_buff.ifindex
-	loopbackIfindex   = 1  // every network namespace's lo
 )
 
 // Bounds of the loops, beyond anything a packet can make them do.
@@ -81,26 +52,18 @@ func (c *compiler) load(frame asm.Register, buf int16, n int32, fail string) {
 	c.b.Emit(asm.JNE.Imm(asm.R0, 0, fail))
 }
 
-// Where the context holds the packet's linear data: xdp_md.data and
-// data_end, __sk_buff.data and data_end.
-const (
-	xdpData    = 0
-	xdpDataEnd = 4
-	skbData    = 76
-	skbDataEnd = 80
-	// maxDirectOffset bounds the offset of a direct read, for the
-	// verifier: past it, the helper reads.
-	maxDirectOffset = 0x3fff
-)
+// maxDirectOffset bounds the offset of a direct read, for the verifier:
+// past it, the helper reads.
+const maxDirectOffset = 0x3fff
 
 // directLoad is load's fixed-length copy: in place from the linear data
 // when all n bytes are there, else through the helper.
 func (c *compiler) directLoad(frame asm.Register, buf int16, n int32, fail string) {
 	b := c.b
 	slow, done := b.Fresh("load_helper"), b.Fresh("loaded")
-	data, end := int16(xdpData), int16(xdpDataEnd)
+	data, end := int16(uapi.XDPData), int16(uapi.XDPDataEnd)
 	if c.hook.tc() {
-		data, end = skbData, skbDataEnd
+		data, end = uapi.SkbData, uapi.SkbDataEnd
 	}
 	b.Emit(
 		asm.JGT.Imm(asm.R2, maxDirectOffset, slow),
@@ -168,9 +131,9 @@ func (c *compiler) frameHolds(n asm.Register, fail string) {
 // ifindex loads the index of the device the program runs on into dst.
 func (c *compiler) ifindex(dst asm.Register) asm.Instruction {
 	if c.hook.tc() {
-		return insn.Ld(dst, asm.R6, skbIfindex, asm.Word)
+		return insn.Ld(dst, asm.R6, uapi.SkbIfindex, asm.Word)
 	}
-	return insn.Ld(dst, asm.R6, xdpIngressIfindex, asm.Word)
+	return insn.Ld(dst, asm.R6, uapi.XDPIngressIfindex, asm.Word)
 }
 
 // bpfLoop calls bpf_loop(n, callback, parseLoop of this frame, 0); the
@@ -305,12 +268,12 @@ func (c *compiler) parseBody() {
 	if c.hook.tc() {
 		b.Note("skb metadata; ip_rcv_core and ip6_rcv_core drop packets for other hosts")
 		b.Emit(
-			insn.Ld(asm.R1, asm.R6, skbMark, asm.Word),
+			insn.Ld(asm.R1, asm.R6, uapi.SkbMark, asm.Word),
 			insn.St(asm.R7, pkt.Mark, asm.R1, asm.Word),
-			insn.Ld(asm.R1, asm.R6, skbPktType, asm.Word),
+			insn.Ld(asm.R1, asm.R6, uapi.SkbPktType, asm.Word),
 			insn.St(asm.R10, parseRawType, asm.R1, asm.DWord),
 			insn.St(asm.R7, pkt.PktType, asm.R1, asm.Byte),
-			asm.JEq.Imm(asm.R1, packetOtherHost, "parse_invalid"),
+			asm.JEq.Imm(asm.R1, uapi.PacketOtherHost, "parse_invalid"),
 		)
 	}
 	if c.readsOwner {
@@ -338,13 +301,13 @@ func (c *compiler) parseBody() {
 		c.emitSkb(asm.R9, asm.R6)
 		b.Emit(ldField(asm.R9, asm.R9, skbLenField, asm.Word))
 	case c.hook.tc():
-		b.Emit(insn.Ld(asm.R9, asm.R6, skbLen, asm.Word))
+		b.Emit(insn.Ld(asm.R9, asm.R6, uapi.SkbLen, asm.Word))
 	default:
 		// The linear data's length: a lower bound of the frame's, which
 		// frameHolds asks for when a check needs more.
 		b.Emit(
-			insn.Ld(asm.R9, asm.R6, xdpDataEnd, asm.Word),
-			insn.Ld(asm.R1, asm.R6, xdpData, asm.Word),
+			insn.Ld(asm.R9, asm.R6, uapi.XDPDataEnd, asm.Word),
+			insn.Ld(asm.R1, asm.R6, uapi.XDPData, asm.Word),
 			asm.Sub.Reg(asm.R9, asm.R1),
 		)
 	}
@@ -393,7 +356,7 @@ func (c *compiler) parseEthernet() {
 		// it (skb_vlan_untag, or the device did): it counts toward the
 		// two tags ir.Decode skips.
 		b.Emit(
-			insn.Ld(asm.R1, asm.R6, skbVLANPresent, asm.Word),
+			insn.Ld(asm.R1, asm.R6, uapi.SkbVLANPresent, asm.Word),
 			insn.St(asm.R10, parseTmp, asm.R1, asm.DWord),
 		)
 		if c.defers() {
@@ -406,8 +369,8 @@ func (c *compiler) parseEthernet() {
 	for range 2 {
 		tag := b.Fresh("vlan")
 		b.Emit(
-			asm.JEq.Imm(asm.R9, etherTypeVLAN, tag),
-			asm.JNE.Imm(asm.R9, etherTypeQinQ, "parse_ethertype"),
+			asm.JEq.Imm(asm.R9, uapi.EtherTypeVLAN, tag),
+			asm.JNE.Imm(asm.R9, uapi.EtherTypeQinQ, "parse_ethertype"),
 		)
 		b.Mark(tag)
 		if c.defers() {
@@ -430,13 +393,13 @@ func (c *compiler) parseEthernet() {
 		)
 	}
 	b.Emit(
-		asm.JEq.Imm(asm.R9, etherTypeVLAN, "parse_not_ip"),
-		asm.JEq.Imm(asm.R9, etherTypeQinQ, "parse_not_ip"),
+		asm.JEq.Imm(asm.R9, uapi.EtherTypeVLAN, "parse_not_ip"),
+		asm.JEq.Imm(asm.R9, uapi.EtherTypeQinQ, "parse_not_ip"),
 	)
 	b.Mark("parse_ethertype")
-	ethertype := int32(etherTypeIPv4)
+	ethertype := int32(uapi.EtherTypeIPv4)
 	if c.p.Family == rules.IPv6 {
-		ethertype = etherTypeIPv6
+		ethertype = uapi.EtherTypeIPv6
 	}
 	// Packets of the other family go to the other table: to the program
 	// they are not IP.
@@ -535,7 +498,7 @@ func (c *compiler) parseIPv4() {
 		// destination is, broadcast otherwise.
 		b.Emit(
 			insn.Ld(asm.R1, asm.R10, parseRawType, asm.DWord),
-			asm.JNE.Imm(asm.R1, packetLoopback, "parse_l4"),
+			asm.JNE.Imm(asm.R1, uapi.PacketLoopback, "parse_l4"),
 			insn.StImm(asm.R7, pkt.PktType, 1, asm.Byte),
 			insn.Ld(asm.R1, asm.R7, pkt.Dst, asm.Word),
 			asm.RSh.Imm(asm.R1, 28),
@@ -671,7 +634,7 @@ func (c *compiler) parseIPv6() {
 		// pkttype_mt: every looped-back IPv6 packet is multicast.
 		b.Emit(
 			insn.Ld(asm.R1, asm.R10, parseRawType, asm.DWord),
-			asm.JNE.Imm(asm.R1, packetLoopback, "ipv6_hop_by_hop"),
+			asm.JNE.Imm(asm.R1, uapi.PacketLoopback, "ipv6_hop_by_hop"),
 			insn.StImm(asm.R7, pkt.PktType, 2, asm.Byte),
 		)
 	}
@@ -695,7 +658,7 @@ func (c *compiler) ipv6Addresses() {
 	loopbackDev := c.hook != HookTCEgress
 	if loopbackDev {
 		c.emitIfindex(asm.R1)
-		b.Emit(asm.JEq.Imm(asm.R1, loopbackIfindex, "ipv6_multicast"))
+		b.Emit(asm.JEq.Imm(asm.R1, uapi.LoopbackIfindex, "ipv6_multicast"))
 	}
 	c.ipv6Loopback(pkt.Src, "parse_invalid")
 	c.ipv6Loopback(pkt.Dst, "parse_invalid")
@@ -712,12 +675,12 @@ func (c *compiler) ipv6Addresses() {
 	// Interface-local scope: only from ourselves.
 	if loopbackDev {
 		c.emitIfindex(asm.R1)
-		b.Emit(asm.JEq.Imm(asm.R1, loopbackIfindex, "ipv6_src"))
+		b.Emit(asm.JEq.Imm(asm.R1, uapi.LoopbackIfindex, "ipv6_src"))
 	}
 	if c.skbHook() {
 		b.Emit(
 			insn.Ld(asm.R1, asm.R10, parseRawType, asm.DWord),
-			asm.JEq.Imm(asm.R1, packetLoopback, "ipv6_src"),
+			asm.JEq.Imm(asm.R1, uapi.PacketLoopback, "ipv6_src"),
 		)
 	}
 	b.Emit(insn.Ja("parse_invalid"))
@@ -918,7 +881,7 @@ func (c *compiler) parseL4() {
 		c.load(asm.R10, parseBuf, 8, "parse_ok")
 		b.Emit(
 			insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte),
-			asm.JNE.Imm(asm.R1, protoTCP, "l4_loaded"),
+			asm.JNE.Imm(asm.R1, uapi.ProtoTCP, "l4_loaded"),
 			insn.Movr(asm.R4, asm.R9),
 		)
 	} else {
@@ -932,7 +895,7 @@ func (c *compiler) parseL4() {
 	c.load(asm.R10, parseBuf, 0, "parse_ok")
 	b.Mark("l4_loaded")
 	b.Emit(insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte))
-	for _, p := range []int32{protoTCP, protoUDP, protoUDPLite, protoSCTP, protoDCCP} {
+	for _, p := range []int32{uapi.ProtoTCP, uapi.ProtoUDP, uapi.ProtoUDPLite, uapi.ProtoSCTP, uapi.ProtoDCCP} {
 		b.Emit(asm.JEq.Imm(asm.R1, p, "l4_ports"))
 	}
 	b.Emit(insn.Ja("l4_icmp"))
@@ -951,7 +914,7 @@ func (c *compiler) parseL4() {
 	)
 	b.Mark("l4_tcp")
 	b.Emit(
-		asm.JNE.Imm(asm.R1, protoTCP, "l4_icmp"),
+		asm.JNE.Imm(asm.R1, uapi.ProtoTCP, "l4_icmp"),
 		asm.JLT.Imm(asm.R9, 14, "parse_ok"),
 		insn.Ld(asm.R2, asm.R10, parseBuf+13, asm.Byte),
 		insn.St(asm.R7, pkt.TCPFlags, asm.R2, asm.Byte),
@@ -1003,9 +966,9 @@ func (c *compiler) parseL4() {
 		insn.St(asm.R7, pkt.Flags, asm.R1, asm.Byte),
 		insn.Ja("parse_ok"),
 	)
-	icmp := int32(protoICMP)
+	icmp := int32(uapi.ProtoICMP)
 	if c.p.Family == rules.IPv6 {
-		icmp = protoICMPv6
+		icmp = uapi.ProtoICMPv6
 	}
 	b.Mark("l4_icmp")
 	b.Emit(

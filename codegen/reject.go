@@ -9,6 +9,7 @@ import (
 
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
+	"bpfwall/codegen/uapi"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -66,12 +67,6 @@ var rejectTypes = map[string]rejectType{
 	"icmp6-reject-route":     {code: 6},
 	"tcp-reset":              {tcpReset: true},
 }
-
-// Return codes for a transmitted reply.
-const (
-	xdpTx         = 3 // XDP_TX
-	tcActRedirect = 7 // TC_ACT_REDIRECT
-)
 
 // checkReject reports why rule r's REJECT cannot be compiled exactly, or
 // "".
@@ -192,22 +187,6 @@ const (
 	rjPkt      = -256 // the parsed packet's pointer
 )
 
-// struct bpf_fib_lookup.
-const (
-	fibFamily  = 0
-	fibProto   = 1
-	fibMTU     = 6 // tot_len in, mtu_result out
-	fibIfindex = 8
-	fibSrc     = 16
-	fibDst     = 32
-	fibSMAC    = 52
-	fibDMAC    = 58
-	fibSize    = 64
-
-	fibLookupSrc     = 1 << 4 // BPF_FIB_LOOKUP_SRC
-	fibLookupSuccess = 0
-)
-
 // symRejectStep is the checksum loop's callback.
 const symRejectStep = "reject_csum_step"
 
@@ -239,7 +218,7 @@ func (c *compiler) rejectDecided() {
 		next := b.Fresh("not_reject")
 		b.Emit(asm.JNE.Imm(asm.R1, int32(k+1), next), insn.Movr(asm.R1, asm.R6))
 		if c.hook == HookNetfilter {
-			b.Emit(insn.Mov(asm.R2, rejectCode(with)), insn.Call(symRejectNote), insn.Mov(asm.R9, nfAccept))
+			b.Emit(insn.Mov(asm.R2, rejectCode(with)), insn.Call(symRejectNote), insn.Mov(asm.R9, uapi.NFAccept))
 		} else {
 			b.Emit(insn.Movr(asm.R2, asm.R10), asm.Add.Imm(asm.R2, int32(c.mainPkt())), insn.Call(rejectSym(k)), insn.Movr(asm.R9, asm.R0))
 		}
@@ -343,8 +322,8 @@ func (c *compiler) rejectOffsets(sym, noReply string) {
 	for range 2 {
 		tag := b.Fresh(sym + "_vlan")
 		b.Emit(
-			asm.JEq.Imm(asm.R9, etherTypeVLAN, tag),
-			asm.JNE.Imm(asm.R9, etherTypeQinQ, done),
+			asm.JEq.Imm(asm.R9, uapi.EtherTypeVLAN, tag),
+			asm.JNE.Imm(asm.R9, uapi.EtherTypeQinQ, done),
 		)
 		b.Mark(tag)
 		b.Emit(
@@ -592,7 +571,7 @@ func (c *compiler) rejectNotHost(yes string) {
 	b := c.b
 	if c.hook.tc() {
 		b.Emit(
-			insn.Ld(asm.R1, asm.R6, skbPktType, asm.Word),
+			insn.Ld(asm.R1, asm.R6, uapi.SkbPktType, asm.Word),
 			asm.JNE.Imm(asm.R1, 0, yes),
 		)
 		return
@@ -611,7 +590,7 @@ func (c *compiler) rejectTCPChecks(noReply string) {
 	b := c.b
 	b.Emit(
 		insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte),
-		asm.JNE.Imm(asm.R1, protoTCP, noReply),
+		asm.JNE.Imm(asm.R1, uapi.ProtoTCP, noReply),
 		insn.Ld(asm.R2, asm.R10, rjL4, asm.DWord),
 		insn.Movr(asm.R1, asm.R2),
 		asm.Add.Imm(asm.R1, 20),
@@ -639,7 +618,7 @@ func (c *compiler) rejectICMPChecks(noReply string) {
 	done := b.Fresh("not_icmp_error")
 	b.Emit(
 		insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte),
-		asm.JNE.Imm(asm.R1, protoICMP, done),
+		asm.JNE.Imm(asm.R1, uapi.ProtoICMP, done),
 		insn.Ld(asm.R1, asm.R7, pkt.L4Len, asm.Word),
 		asm.JEq.Imm(asm.R1, 0, noReply),
 		insn.Ld(asm.R1, asm.R7, pkt.ICMPType, asm.Byte),
@@ -663,7 +642,7 @@ func (c *compiler) rejectICMPv6Checks(noReply string) {
 		insn.Ld(asm.R2, asm.R10, rjEnd, asm.DWord),
 		asm.JGE.Reg(asm.R1, asm.R2, noReply),
 		insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte),
-		asm.JNE.Imm(asm.R1, protoICMPv6, done),
+		asm.JNE.Imm(asm.R1, uapi.ProtoICMPv6, done),
 		insn.Ld(asm.R1, asm.R7, pkt.ICMPType, asm.Byte),
 		asm.JLT.Imm(asm.R1, 128, noReply),
 	)
@@ -674,7 +653,7 @@ func (c *compiler) rejectICMPv6Checks(noReply string) {
 // ESP, AH, SCTP, UDP-Lite. (DCCP left the list when Linux 6.16 retired
 // DCCP: its checksum is checked as any other protocol's, as the random
 // differential test found.)
-var uncheckedProtos = []int32{47, 50, 51, protoSCTP, protoUDPLite}
+var uncheckedProtos = []int32{47, 50, 51, uapi.ProtoSCTP, uapi.ProtoUDPLite}
 
 // rejectVerifyChecksum: the kernel replies only to a packet whose
 // transport checksum is right (nf_reject_verify_csum, nf_ip_checksum,
@@ -701,7 +680,7 @@ func (c *compiler) rejectVerifyChecksum(sym string, tcp bool, noReply string) {
 		}
 		// A UDP checksum of zero means none.
 		b.Emit(
-			asm.JNE.Imm(asm.R1, protoUDP, verify),
+			asm.JNE.Imm(asm.R1, uapi.ProtoUDP, verify),
 			insn.Ld(asm.R2, asm.R7, pkt.L4Len, asm.Word),
 			asm.JLT.Imm(asm.R2, 8, verify),
 			insn.Movr(asm.R1, asm.R6),
@@ -730,8 +709,8 @@ func (c *compiler) rejectVerifyChecksum(sym string, tcp bool, noReply string) {
 	if !v6 {
 		b.Emit(
 			insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte),
-			asm.JEq.Imm(asm.R1, protoTCP, pseudo),
-			asm.JEq.Imm(asm.R1, protoUDP, pseudo),
+			asm.JEq.Imm(asm.R1, uapi.ProtoTCP, pseudo),
+			asm.JEq.Imm(asm.R1, uapi.ProtoUDP, pseudo),
 			insn.Ja(sumL4),
 		)
 	}
@@ -771,9 +750,9 @@ func (c *compiler) rejectPartialChecksum(sym string, ok string) {
 	b.Emit(
 		insn.Ld(asm.R1, asm.R7, pkt.Proto, asm.Byte),
 		insn.Mov(asm.R2, 16), // tcphdr.check
-		asm.JEq.Imm(asm.R1, protoTCP, read),
+		asm.JEq.Imm(asm.R1, uapi.ProtoTCP, read),
 		insn.Mov(asm.R2, 6), // udphdr.check
-		asm.JNE.Imm(asm.R1, protoUDP, notPartial),
+		asm.JNE.Imm(asm.R1, uapi.ProtoUDP, notPartial),
 	)
 	b.Mark(read)
 	b.Emit(
@@ -1041,7 +1020,7 @@ func (c *compiler) rejectIPHeader(proto int32, noReply string) {
 		insn.Ld(asm.R2, asm.R10, rjOrig+12, asm.Word),
 		insn.St(asm.R10, rjHdr+16, asm.R2, asm.Word),
 	)
-	if proto == protoTCP {
+	if proto == uapi.ProtoTCP {
 		// nf_reject_iphdr_put: TOS 0, ID 0, DF.
 		b.Emit(insn.StImm(asm.R10, rjHdr+6, 0x40, asm.Byte))
 	} else {
@@ -1093,7 +1072,7 @@ func (c *compiler) rejectSwapL2() {
 // rjHdr+off+at.
 func (c *compiler) rejectL4Checksum(off int16, n int32, proto int32, at int16) {
 	b := c.b
-	if proto != protoICMP {
+	if proto != uapi.ProtoICMP {
 		c.rejectPseudoProto(rjHdr, proto)
 	}
 	c.rejectSumStack(rjHdr+off, n)
@@ -1117,7 +1096,7 @@ func (c *compiler) rejectBuildReset(sym, noReply string) {
 	tcp := rjHdr + ipLen
 	b.Note("the RST: ports swapped; seq from the ACK, or an ACK of everything the packet carried")
 	b.Emit(insn.Mov(asm.R9, 20))
-	c.rejectIPHeader(protoTCP, noReply)
+	c.rejectIPHeader(uapi.ProtoTCP, noReply)
 	hasACK, flags := sym+"_has_ack", sym+"_flags"
 	b.Emit(
 		insn.Ld(asm.R1, asm.R10, rjTCP, asm.Half),
@@ -1162,7 +1141,7 @@ func (c *compiler) rejectBuildReset(sym, noReply string) {
 		insn.StImm(asm.R10, rjSum, 0, asm.DWord),
 		insn.StImm(asm.R10, rjTmp, 20, asm.DWord),
 	)
-	c.rejectL4Checksum(ipLen, 20, protoTCP, 16)
+	c.rejectL4Checksum(ipLen, 20, uapi.ProtoTCP, 16)
 	c.rejectSwapL2()
 
 	b.Note("cut the frame to the headers, write them, transmit")
@@ -1181,9 +1160,9 @@ func (c *compiler) rejectBuildReset(sym, noReply string) {
 func (c *compiler) rejectBuildUnreach(sym string, code uint8, noReply string) {
 	b := c.b
 	v6 := c.p.Family == rules.IPv6
-	ipLen, maxQuote, typ, proto := int16(20), int32(maxQuote4), int32(3), int32(protoICMP)
+	ipLen, maxQuote, typ, proto := int16(20), int32(maxQuote4), int32(3), int32(uapi.ProtoICMP)
 	if v6 {
-		ipLen, maxQuote, typ, proto = 40, maxQuote6, 1, protoICMPv6
+		ipLen, maxQuote, typ, proto = 40, maxQuote6, 1, uapi.ProtoICMPv6
 	}
 	icmp := rjHdr + ipLen
 	b.Emit(insn.Mov(asm.R1, maxQuote), insn.St(asm.R10, rjQuoteMax, asm.R1, asm.DWord))
@@ -1273,51 +1252,51 @@ func (c *compiler) rejectRoute(noReply string) {
 		insn.Ld(asm.R7, asm.R10, rjLoop+lsState, asm.DWord),
 		asm.Add.Imm(asm.R7, rsBuf),
 	)
-	for off := int16(0); off < fibSize; off += 8 {
+	for off := int16(0); off < uapi.FibSize; off += 8 {
 		b.Emit(insn.StImm(asm.R7, off, 0, asm.DWord))
 	}
 	v6 := c.p.Family == rules.IPv6
 	// The reply goes to the original source; its source address takes
 	// the original destination's place in rjOrig.
-	family, proto, origSrc, origDst, addrLen := int32(afInet), int32(protoICMP), int16(12), int16(16), int16(4)
+	family, proto, origSrc, origDst, addrLen := int32(afInet), int32(uapi.ProtoICMP), int16(12), int16(16), int16(4)
 	if v6 {
-		family, proto, origSrc, origDst, addrLen = afInet6, protoICMPv6, 8, 24, 16
+		family, proto, origSrc, origDst, addrLen = afInet6, uapi.ProtoICMPv6, 8, 24, 16
 	}
 	b.Emit(
-		insn.StImm(asm.R7, fibFamily, family, asm.Byte),
-		insn.StImm(asm.R7, fibProto, proto, asm.Byte),
+		insn.StImm(asm.R7, uapi.FibFamily, family, asm.Byte),
+		insn.StImm(asm.R7, uapi.FibProto, proto, asm.Byte),
 		c.ifindex(asm.R1),
-		insn.St(asm.R7, fibIfindex, asm.R1, asm.Word),
+		insn.St(asm.R7, uapi.FibIfindex, asm.R1, asm.Word),
 	)
 	for i := int16(0); i < addrLen; i += 4 {
 		b.Emit(
 			insn.Ld(asm.R1, asm.R10, rjOrig+origSrc+i, asm.Word),
-			insn.St(asm.R7, fibDst+i, asm.R1, asm.Word),
+			insn.St(asm.R7, uapi.FibDst+i, asm.R1, asm.Word),
 		)
 	}
 	b.Emit(
 		insn.Movr(asm.R1, asm.R6),
 		insn.Movr(asm.R2, asm.R7),
-		insn.Mov(asm.R3, fibSize),
-		insn.Mov(asm.R4, fibLookupSrc),
+		insn.Mov(asm.R3, uapi.FibSize),
+		insn.Mov(asm.R4, uapi.FibLookupSrc),
 		asm.FnFibLookup.Call(),
-		asm.JNE.Imm(asm.R0, fibLookupSuccess, noReply),
+		asm.JNE.Imm(asm.R0, uapi.FibLookupSuccess, noReply),
 		c.ifindex(asm.R1),
-		insn.Ld(asm.R2, asm.R7, fibIfindex, asm.Word),
+		insn.Ld(asm.R2, asm.R7, uapi.FibIfindex, asm.Word),
 		asm.JNE.Reg(asm.R1, asm.R2, noReply),
 	)
 	for i := int16(0); i < addrLen; i += 4 {
 		b.Emit(
-			insn.Ld(asm.R1, asm.R7, fibSrc+i, asm.Word),
+			insn.Ld(asm.R1, asm.R7, uapi.FibSrc+i, asm.Word),
 			insn.St(asm.R10, rjOrig+origDst+i, asm.R1, asm.Word),
 		)
 	}
 	// The next hop's addresses, as routing found them.
 	for i := int16(0); i < 6; i += 2 {
 		b.Emit(
-			insn.Ld(asm.R1, asm.R7, fibDMAC+i, asm.Half),
+			insn.Ld(asm.R1, asm.R7, uapi.FibDMAC+i, asm.Half),
 			insn.St(asm.R10, rjL2+i, asm.R1, asm.Half),
-			insn.Ld(asm.R1, asm.R7, fibSMAC+i, asm.Half),
+			insn.Ld(asm.R1, asm.R7, uapi.FibSMAC+i, asm.Half),
 			insn.St(asm.R10, rjL2+6+i, asm.R1, asm.Half),
 		)
 	}
@@ -1329,7 +1308,7 @@ func (c *compiler) rejectRoute(noReply string) {
 	b.Emit(
 		// room = min(mtu, 576) - 28; nothing when it cannot hold an IP
 		// header.
-		insn.Ld(asm.R1, asm.R7, fibMTU, asm.Half),
+		insn.Ld(asm.R1, asm.R7, uapi.FibMTU, asm.Half),
 		asm.JGE.Imm(asm.R1, 576, mtuDone),
 		asm.Sub.Imm(asm.R1, 28),
 		asm.JLE.Imm(asm.R1, 20, noReply),
@@ -1415,10 +1394,10 @@ func (c *compiler) rejectResize(noReply string) {
 			insn.Mov(asm.R3, 0),
 			asm.FnSkbChangeTail.Call(),
 			asm.JEq.Imm(asm.R0, 0, done),
-			insn.Ld(asm.R2, asm.R6, skbLen, asm.Word),
+			insn.Ld(asm.R2, asm.R6, uapi.SkbLen, asm.Word),
 			asm.JLE.Reg(asm.R2, asm.R9, noReply),
 			insn.Movr(asm.R2, asm.R9),
-			insn.Ld(asm.R1, asm.R6, skbLen, asm.Word),
+			insn.Ld(asm.R1, asm.R6, uapi.SkbLen, asm.Word),
 			asm.Sub.Reg(asm.R2, asm.R1),
 			insn.Movr(asm.R1, asm.R6),
 			insn.Mov(asm.R3, 0), // BPF_ADJ_ROOM_NET
@@ -1486,7 +1465,7 @@ func (c *compiler) rejectStore(n int32, noReply string) {
 func (c *compiler) rejectTransmit() {
 	b := c.b
 	if !c.hook.tc() {
-		b.Emit(insn.Mov(asm.R0, xdpTx), asm.Return())
+		b.Emit(insn.Mov(asm.R0, uapi.XDPTx), asm.Return())
 		return
 	}
 	b.Emit(
@@ -1495,8 +1474,8 @@ func (c *compiler) rejectTransmit() {
 		insn.Movr(asm.R1, asm.R6),
 		insn.Mov(asm.R2, 3), // BPF_CSUM_LEVEL_RESET
 		asm.FnCsumLevel.Call(),
-		insn.StImm(asm.R6, skbMark, 0, asm.Word),
-		insn.Ld(asm.R1, asm.R6, skbIfindex, asm.Word),
+		insn.StImm(asm.R6, uapi.SkbMark, 0, asm.Word),
+		insn.Ld(asm.R1, asm.R6, uapi.SkbIfindex, asm.Word),
 		insn.Mov(asm.R2, 0),
 		asm.FnRedirect.Call(),
 		asm.Return(),

@@ -11,6 +11,7 @@ import (
 
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
+	"bpfwall/codegen/uapi"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -309,7 +310,7 @@ func (c *compiler) steer() {
 		asm.FnMapLookupElem.Call(),
 		asm.JNE.Imm(asm.R0, 0, "steer_found"),
 		insn.Mov(asm.R7, NoSocket),
-		insn.Mov(asm.R9, skDrop),
+		insn.Mov(asm.R9, uapi.SkDrop),
 		insn.Ja(symMainEnd),
 	)
 	b.Mark("steer_found")
@@ -350,11 +351,11 @@ func (c *compiler) assign() {
 		insn.St(asm.R10, c.mainKey(), asm.R0, asm.DWord),
 		insn.Movr(asm.R1, asm.R9),
 		asm.FnSkRelease.Call(),
-		insn.Mov(asm.R9, skPass),
+		insn.Mov(asm.R9, uapi.SkPass),
 		insn.Ld(asm.R1, asm.R10, c.mainKey(), asm.DWord),
 		asm.JEq.Imm(asm.R1, 0, symMainEnd),
 		insn.Mov(asm.R7, AssignFailed),
-		insn.Mov(asm.R9, skDrop),
+		insn.Mov(asm.R9, uapi.SkDrop),
 		insn.Ja(symMainEnd),
 	)
 }
