@@ -119,18 +119,3 @@ func (c *compiler) funcChain(name string) *btf.Func {
 		Type:    &btf.FuncProto{Return: btfInt, Params: params},
 	}
 }
-
-// funcCallback describes a bpf_loop callback: long cb(__u64 index, void *ctx).
-func funcCallback(name string) *btf.Func {
-	return &btf.Func{
-		Name:    name,
-		Linkage: btf.StaticFunc,
-		Type: &btf.FuncProto{
-			Return: btfLong,
-			Params: []btf.FuncParam{
-				{Name: "index", Type: btfU64},
-				{Name: "ctx", Type: &btf.Pointer{Target: &btf.Void{}}},
-			},
-		},
-	}
-}

@@ -25,7 +25,7 @@ const (
 	ctSnd   = -136 // ip_ct_tcp_state of the segment's direction
 	ctRcv   = -160 // of the other direction
 	ctSeg   = -192 // the segment, see seg*
-	ctLoop  = -216 // the SACK walk's bpf_loop context: lsCtx, lsState; a u32 map key at +16
+	ctLoop  = -216 // the SACK walk's bpf_loop context: insn.LoopCtx, insn.LoopState; a u32 map key at +16
 	ctEntry = -240 // the entry's status and last_* fields, see ent*
 	ctLow   = ctEntry
 )
@@ -718,7 +718,7 @@ func (c *compiler) ctTCPSack() {
 		asm.Sub.Imm(asm.R1, 20),
 		asm.JEq.Imm(asm.R1, 0, "ct_tcp_sack_done"),
 		asm.JGT.Imm(asm.R1, 40, "ct_tcp_sack_done"),
-		insn.St(asm.R10, ctLoop+lsCtx, asm.R1, asm.DWord), // the length, until the map lookup
+		insn.St(asm.R10, ctLoop+insn.LoopCtx, asm.R1, asm.DWord), // the length, until the map lookup
 		// tcp_sack's fast path: timestamps alone hold no SACK block.
 		asm.JNE.Imm(asm.R1, 12, "ct_tcp_sack_walk"),
 		insn.Movr(asm.R1, asm.R6),
@@ -739,15 +739,15 @@ func (c *compiler) ctTCPSack() {
 		insn.MapRef(asm.R1, ScratchMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, "ct_tcp_sack_unknown"),
-		insn.Ld(asm.R4, asm.R10, ctLoop+lsCtx, asm.DWord),
+		insn.Ld(asm.R4, asm.R10, ctLoop+insn.LoopCtx, asm.DWord),
 		asm.JEq.Imm(asm.R4, 0, "ct_tcp_sack_unknown"),
 		asm.JGT.Imm(asm.R4, 40, "ct_tcp_sack_unknown"),
 		insn.St(asm.R0, sackLen, asm.R4, asm.DWord),
 		insn.StImm(asm.R0, sackIndex, 0, asm.DWord),
 		insn.Ld(asm.R1, asm.R10, ctSeg+segSack, asm.Word),
 		insn.St(asm.R0, sackMax, asm.R1, asm.DWord),
-		insn.St(asm.R10, ctLoop+lsCtx, asm.R6, asm.DWord),
-		insn.St(asm.R10, ctLoop+lsState, asm.R0, asm.DWord),
+		insn.St(asm.R10, ctLoop+insn.LoopCtx, asm.R6, asm.DWord),
+		insn.St(asm.R10, ctLoop+insn.LoopState, asm.R0, asm.DWord),
 		insn.Movr(asm.R1, asm.R6),
 		insn.Ld(asm.R2, asm.R7, pkt.L4Off, asm.Half),
 		asm.Add.Imm(asm.R2, 20),
@@ -760,7 +760,7 @@ func (c *compiler) ctTCPSack() {
 		asm.Add.Imm(asm.R3, ctLoop),
 		insn.Mov(asm.R4, 0),
 		asm.FnLoop.Call(),
-		insn.Ld(asm.R3, asm.R10, ctLoop+lsState, asm.DWord),
+		insn.Ld(asm.R3, asm.R10, ctLoop+insn.LoopState, asm.DWord),
 		insn.Ld(asm.R1, asm.R3, sackMax, asm.DWord),
 		insn.St(asm.R10, ctSeg+segSack, asm.R1, asm.Word),
 		insn.Ja("ct_tcp_sack_done"),
@@ -776,7 +776,7 @@ func (c *compiler) ctTCPSack() {
 //	r6 loop state, r1 index, r2 length of the options
 func (c *compiler) ctSackCallback() {
 	b := c.b
-	b.Function(funcCallback(symCTSack), "one step of tcp_sack")
+	b.Function(insn.Callback(symCTSack), "one step of tcp_sack")
 	c.callbackPrologue()
 	b.Emit(
 		insn.Ld(asm.R1, asm.R6, sackIndex, asm.DWord),

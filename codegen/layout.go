@@ -67,17 +67,11 @@ const (
 	parseTmp     = -72  // u64
 	parseRawType = -80  // u64: skb->pkt_type (tc)
 	parseScratch = -88  // 8 bytes: map keys, small loads
-	parseLoop    = -104 // the bpf_loop callbacks' context: lsCtx, lsState
+	parseLoop    = -104 // the bpf_loop callbacks' context: insn.LoopCtx, insn.LoopState
 	parseSave    = -112 // u64 kept across loopState
 
 	// parseFrameSize is how much of the frame parse's slots take.
 	parseFrameSize = -parseSave
-)
-
-// The context of a bpf_loop callback, in parse's frame.
-const (
-	lsCtx   = 0 // the program's context, for the load helper
-	lsState = 8 // the loop state, in ScratchMap's value
 )
 
 // A loop's state lives in ScratchMap's value, whose contents the verifier
@@ -96,12 +90,6 @@ const (
 	st7         = 56
 	// stOptions holds the TCP options, at most 40 bytes.
 	stOptions = 64
-)
-
-// A callback's stack frame.
-const (
-	cbBuf = -8  // 8 bytes of packet
-	cbCtx = -16 // the program's context
 )
 
 // Return codes of parse.

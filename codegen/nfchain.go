@@ -10,6 +10,7 @@ import (
 
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
+	"bpfwall/codegen/reject"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -153,14 +154,7 @@ const (
 )
 
 // RejectNames are the --reject-with values, by code - 1.
-var RejectNames = func() []string {
-	var out []string
-	for name := range rejectTypes {
-		out = append(out, name)
-	}
-	slices.Sort(out)
-	return out
-}()
+var RejectNames = reject.Names()
 
 // rejectCode is the code of --reject-with with in pendingReject records.
 func rejectCode(with string) int32 { return int32(slices.Index(RejectNames, with) + 1) }

@@ -160,28 +160,28 @@ func (c *compiler) loopState() {
 		asm.FnMapLookupElem.Call(),
 		// An array's only entry is always there.
 		asm.JEq.Imm(asm.R0, 0, "parse_invalid"),
-		insn.St(asm.R10, parseLoop+lsCtx, asm.R6, asm.DWord),
-		insn.St(asm.R10, parseLoop+lsState, asm.R0, asm.DWord),
+		insn.St(asm.R10, parseLoop+insn.LoopCtx, asm.R6, asm.DWord),
+		insn.St(asm.R10, parseLoop+insn.LoopState, asm.R0, asm.DWord),
 	)
 }
 
 // loopResult loads the loop state after a loop into r3.
 func (c *compiler) loopResult() {
-	c.b.Emit(insn.Ld(asm.R3, asm.R10, parseLoop+lsState, asm.DWord))
+	c.b.Emit(insn.Ld(asm.R3, asm.R10, parseLoop+insn.LoopState, asm.DWord))
 }
 
 // callbackPrologue keeps the context in the callback's frame and the loop
 // state in r6.
 func (c *compiler) callbackPrologue() {
 	c.b.Emit(
-		insn.Ld(asm.R1, asm.R2, lsCtx, asm.DWord),
-		insn.St(asm.R10, cbCtx, asm.R1, asm.DWord),
-		insn.Ld(asm.R6, asm.R2, lsState, asm.DWord),
+		insn.Ld(asm.R1, asm.R2, insn.LoopCtx, asm.DWord),
+		insn.St(asm.R10, insn.CallbackCtx, asm.R1, asm.DWord),
+		insn.Ld(asm.R6, asm.R2, insn.LoopState, asm.DWord),
 	)
 	if c.hook.nf() {
 		c.dynptr = cbDynptr
 		// Every step reads from a dynptr of its own frame.
-		c.b.Emit(insn.Ld(asm.R1, asm.R10, cbCtx, asm.DWord))
+		c.b.Emit(insn.Ld(asm.R1, asm.R10, insn.CallbackCtx, asm.DWord))
 		fail := c.b.Fresh("cb_no_dynptr")
 		ok := c.b.Fresh("cb_dynptr")
 		c.dynptrFromSkb(asm.R1, cbDynptr, fail)
@@ -1037,7 +1037,7 @@ const (
 //	r6 loop state, r7 option type, r8 offset, r9 bytes left
 func (c *compiler) hopByHopCallback() {
 	b := c.b
-	b.Function(funcCallback(symHopByHop), "one hop-by-hop option")
+	b.Function(insn.Callback(symHopByHop), "one hop-by-hop option")
 	// Loads have constant lengths: the verifier can prove little about
 	// lengths computed from the option bytes.
 	c.callbackPrologue()
@@ -1047,13 +1047,13 @@ func (c *compiler) hopByHopCallback() {
 		insn.Ld(asm.R8, asm.R6, hbhOff, asm.DWord),
 		insn.Ld(asm.R9, asm.R6, hbhRem, asm.DWord),
 		asm.JEq.Imm(asm.R9, 0, "hbh_done"),
-		insn.StImm(asm.R10, cbBuf, 0, asm.DWord),
-		insn.Ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+		insn.StImm(asm.R10, insn.CallbackBuf, 0, asm.DWord),
+		insn.Ld(asm.R1, asm.R10, insn.CallbackCtx, asm.DWord),
 		insn.Movr(asm.R2, asm.R8),
 	)
-	c.load(asm.R10, cbBuf, 1, "hbh_fail")
+	c.load(asm.R10, insn.CallbackBuf, 1, "hbh_fail")
 	b.Emit(
-		insn.Ld(asm.R7, asm.R10, cbBuf, asm.Byte),
+		insn.Ld(asm.R7, asm.R10, insn.CallbackBuf, asm.Byte),
 		asm.JNE.Imm(asm.R7, tlvPad1, "hbh_option"),
 		insn.Ld(asm.R1, asm.R6, hbhPad, asm.DWord),
 		asm.Add.Imm(asm.R1, 1),
@@ -1065,16 +1065,16 @@ func (c *compiler) hopByHopCallback() {
 	b.Mark("hbh_option")
 	b.Emit(
 		asm.JLT.Imm(asm.R9, 2, "hbh_fail"),
-		insn.Ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+		insn.Ld(asm.R1, asm.R10, insn.CallbackCtx, asm.DWord),
 		insn.Movr(asm.R2, asm.R8),
 		asm.Add.Imm(asm.R2, 1),
 	)
-	c.load(asm.R10, cbBuf+1, 1, "hbh_fail")
+	c.load(asm.R10, insn.CallbackBuf+1, 1, "hbh_fail")
 	b.Emit(
-		insn.Ld(asm.R5, asm.R10, cbBuf+1, asm.Byte),
+		insn.Ld(asm.R5, asm.R10, insn.CallbackBuf+1, asm.Byte),
 		asm.Add.Imm(asm.R5, 2),
 		asm.JGT.Reg(asm.R5, asm.R9, "hbh_fail"),
-		insn.St(asm.R10, cbBuf+4, asm.R5, asm.Word),
+		insn.St(asm.R10, insn.CallbackBuf+4, asm.R5, asm.Word),
 		asm.JNE.Imm(asm.R7, tlvPadN, "hbh_counted"),
 		insn.Ld(asm.R1, asm.R6, hbhPad, asm.DWord),
 		asm.Add.Reg(asm.R1, asm.R5),
@@ -1084,20 +1084,20 @@ func (c *compiler) hopByHopCallback() {
 	// PadN's bytes must be zero; it is at most 7 bytes long here.
 	for i := int32(2); i < 7; i++ {
 		b.Emit(
-			insn.Ld(asm.R5, asm.R10, cbBuf+4, asm.Word),
+			insn.Ld(asm.R5, asm.R10, insn.CallbackBuf+4, asm.Word),
 			asm.JLE.Imm(asm.R5, i, "hbh_advance"),
-			insn.Ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+			insn.Ld(asm.R1, asm.R10, insn.CallbackCtx, asm.DWord),
 			insn.Movr(asm.R2, asm.R8),
 			asm.Add.Imm(asm.R2, i),
 		)
-		c.load(asm.R10, cbBuf, 1, "hbh_fail")
+		c.load(asm.R10, insn.CallbackBuf, 1, "hbh_fail")
 		b.Emit(
-			insn.Ld(asm.R1, asm.R10, cbBuf, asm.Byte),
+			insn.Ld(asm.R1, asm.R10, insn.CallbackBuf, asm.Byte),
 			asm.JNE.Imm(asm.R1, 0, "hbh_fail"),
 		)
 	}
 	b.Emit(
-		insn.Ld(asm.R5, asm.R10, cbBuf+4, asm.Word),
+		insn.Ld(asm.R5, asm.R10, insn.CallbackBuf+4, asm.Word),
 		insn.Ja("hbh_advance"),
 	)
 	b.Mark("hbh_counted")
@@ -1118,7 +1118,7 @@ func (c *compiler) hopByHopCallback() {
 	)
 	b.Mark("hbh_router_alert")
 	b.Emit(
-		insn.Ld(asm.R1, asm.R10, cbBuf+1, asm.Byte),
+		insn.Ld(asm.R1, asm.R10, insn.CallbackBuf+1, asm.Byte),
 		asm.JNE.Imm(asm.R1, 2, "hbh_fail"),
 		insn.Ja("hbh_option_done"),
 	)
@@ -1130,17 +1130,17 @@ func (c *compiler) hopByHopCallback() {
 	)
 	b.Mark("hbh_jumbo")
 	b.Emit(
-		insn.Ld(asm.R1, asm.R10, cbBuf+1, asm.Byte),
+		insn.Ld(asm.R1, asm.R10, insn.CallbackBuf+1, asm.Byte),
 		asm.JNE.Imm(asm.R1, 4, "hbh_fail"),
 		insn.Ld(asm.R1, asm.R6, hbhAlign, asm.DWord),
 		asm.JNE.Imm(asm.R1, 2, "hbh_fail"),
-		insn.Ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+		insn.Ld(asm.R1, asm.R10, insn.CallbackCtx, asm.DWord),
 		insn.Movr(asm.R2, asm.R8),
 		asm.Add.Imm(asm.R2, 2),
 	)
-	c.load(asm.R10, cbBuf, 4, "hbh_fail")
+	c.load(asm.R10, insn.CallbackBuf, 4, "hbh_fail")
 	b.Emit(
-		insn.Ld(asm.R1, asm.R10, cbBuf, asm.Word),
+		insn.Ld(asm.R1, asm.R10, insn.CallbackBuf, asm.Word),
 		insn.Ntoh(asm.R1, asm.Word),
 		asm.JLE.Imm(asm.R1, 0xffff, "hbh_fail"),
 		insn.St(asm.R6, hbhJumbo, asm.R1, asm.DWord),
@@ -1149,7 +1149,7 @@ func (c *compiler) hopByHopCallback() {
 		insn.St(asm.R6, hbhMaxJumbo, asm.R1, asm.DWord),
 	)
 	b.Mark("hbh_option_done")
-	b.Emit(insn.Ld(asm.R5, asm.R10, cbBuf+4, asm.Word))
+	b.Emit(insn.Ld(asm.R5, asm.R10, insn.CallbackBuf+4, asm.Word))
 	// r5 is the option's length.
 	b.Mark("hbh_advance")
 	b.Emit(
@@ -1178,7 +1178,7 @@ func (c *compiler) hopByHopCallback() {
 //	r6 loop state, r7 header type, r8 offset, r9 end of the packet
 func (c *compiler) extHeadersCallback() {
 	b := c.b
-	b.Function(funcCallback(symExtHdrs), "one extension header")
+	b.Function(insn.Callback(symExtHdrs), "one extension header")
 	c.callbackPrologue()
 	b.Emit(
 		insn.Ld(asm.R1, asm.R6, extResult, asm.DWord),
@@ -1199,11 +1199,11 @@ func (c *compiler) extHeadersCallback() {
 		insn.Movr(asm.R1, asm.R8),
 		asm.Add.Imm(asm.R1, 2),
 		asm.JGT.Reg(asm.R1, asm.R9, "ext_fail"),
-		insn.StImm(asm.R10, cbBuf, 0, asm.DWord),
-		insn.Ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+		insn.StImm(asm.R10, insn.CallbackBuf, 0, asm.DWord),
+		insn.Ld(asm.R1, asm.R10, insn.CallbackCtx, asm.DWord),
 		insn.Movr(asm.R2, asm.R8),
 	)
-	c.load(asm.R10, cbBuf, 2, "ext_fail")
+	c.load(asm.R10, insn.CallbackBuf, 2, "ext_fail")
 	// reachesAuth: nft's walk stops at an authentication header whose
 	// first two bytes it could read (ipv6_find_hdr reads them first).
 	noAuth := b.Fresh("ext_no_auth")
@@ -1222,15 +1222,15 @@ func (c *compiler) extHeadersCallback() {
 		insn.Movr(asm.R1, asm.R8),
 		asm.Add.Imm(asm.R1, 4),
 		asm.JGT.Reg(asm.R1, asm.R9, "ext_fail"),
-		insn.Ld(asm.R1, asm.R10, cbCtx, asm.DWord),
+		insn.Ld(asm.R1, asm.R10, insn.CallbackCtx, asm.DWord),
 		insn.Movr(asm.R2, asm.R8),
 		asm.Add.Imm(asm.R2, 2),
 	)
-	c.load(asm.R10, cbBuf+2, 2, "ext_fail")
+	c.load(asm.R10, insn.CallbackBuf+2, 2, "ext_fail")
 	b.Mark("ext_length")
 	b.Emit(
-		insn.Ld(asm.R2, asm.R10, cbBuf, asm.Byte),
-		insn.Ld(asm.R3, asm.R10, cbBuf+1, asm.Byte),
+		insn.Ld(asm.R2, asm.R10, insn.CallbackBuf, asm.Byte),
+		insn.Ld(asm.R3, asm.R10, insn.CallbackBuf+1, asm.Byte),
 		asm.JEq.Imm(asm.R7, nextFragment, "ext_fragment"),
 		asm.JEq.Imm(asm.R7, nextAuth, "ext_auth"),
 		asm.Add.Imm(asm.R3, 1),
@@ -1251,7 +1251,7 @@ func (c *compiler) extHeadersCallback() {
 	}
 	b.Emit(
 		insn.Mov(asm.R3, 8),
-		insn.Ld(asm.R4, asm.R10, cbBuf+2, asm.Half),
+		insn.Ld(asm.R4, asm.R10, insn.CallbackBuf+2, asm.Half),
 		insn.Ntoh(asm.R4, asm.Half),
 		asm.And.Imm(asm.R4, 0xfff8),
 		asm.JEq.Imm(asm.R4, 0, "ext_advance"),
@@ -1304,7 +1304,7 @@ func (c *compiler) jumpIfExtHeader(reg asm.Register, label string) {
 //	r6 loop state, r1 index, r2 length of the options
 func (c *compiler) tcpOptionsCallback() {
 	b := c.b
-	b.Function(funcCallback(symTCPOpts), "one tcp option")
+	b.Function(insn.Callback(symTCPOpts), "one tcp option")
 	c.callbackPrologue()
 	b.Emit(
 		insn.Ld(asm.R1, asm.R6, optIndex, asm.DWord),

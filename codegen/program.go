@@ -7,6 +7,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"bpfwall/codegen/insn"
+	"bpfwall/codegen/reject"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -387,7 +388,7 @@ func (c *compiler) check() {
 			}
 			if c.hook == HookNetfilter {
 				// The kernel's REJECT answers (nfchain.go).
-				if _, ok := rejectTypes[a.With]; !ok || strings6(a.With) != (c.p.Family == rules.IPv6) && a.With != "tcp-reset" {
+				if !reject.Valid(a.With, c.p.Family == rules.IPv6) {
 					c.errs = append(c.errs, rules.Errorf(r.Pos, "REJECT --reject-with %s is not supported for %s", a.With, c.p.Family))
 				}
 				break

@@ -201,12 +201,6 @@ const (
 	lookupIfindex  = 64
 )
 
-// Address families.
-const (
-	afInet  = 2
-	afInet6 = 10
-)
-
 // parseLookup emits the sk-lookup hook's parse: it fills in the
 // bpfwall_pkt at r2 from the lookup context in r1. A lookup is a TCP or
 // UDP header that is all there: no fragment offset, the whole transport
@@ -215,9 +209,9 @@ func (c *compiler) parseLookup() {
 	b := c.b
 	c.parseFunction("lookup_family", "read the socket lookup into the bpfwall_pkt at r2")
 	b.Mark("lookup_family")
-	family := int32(afInet)
+	family := int32(uapi.AFInet)
 	if c.p.Family == rules.IPv6 {
-		family = afInet6
+		family = uapi.AFInet6
 	}
 	b.Emit(
 		insn.Ld(asm.R1, asm.R6, lookupFamily, asm.Word),

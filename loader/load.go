@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/reject"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -175,7 +176,7 @@ func (l *Loaded) setRejectConfig() error {
 	if m == nil {
 		return nil
 	}
-	cfg := codegen.RejectConfig{TTL: 64, HopLimit: 64}
+	cfg := reject.DefaultConfig
 	path, to := "/proc/sys/net/ipv4/ip_default_ttl", &cfg.TTL
 	if l.Program.IR.Family == rules.IPv6 {
 		path, to = "/proc/sys/net/ipv6/conf/default/hop_limit", &cfg.HopLimit

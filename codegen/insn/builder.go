@@ -193,3 +193,36 @@ func MapRef(dst asm.Register, name string) asm.Instruction {
 
 // U32 is v as the int32 immediate of a 32-bit instruction.
 func U32(v uint32) int32 { return int32(v) }
+
+// The context a caller gives bpf_loop for a callback, in its own frame.
+const (
+	LoopCtx   = 0 // the program's context, for the load helper
+	LoopState = 8 // the loop's state, in a map value
+)
+
+// A callback's stack frame.
+const (
+	CallbackBuf = -8  // 8 bytes of packet
+	CallbackCtx = -16 // the program's context
+)
+
+var (
+	btfLong = &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}
+	btfU64  = &btf.Int{Name: "__u64", Size: 8}
+)
+
+// Callback describes a bpf_loop callback: static long name(u64 index,
+// void *ctx), which bpf_loop requires to be static.
+func Callback(name string) *btf.Func {
+	return &btf.Func{
+		Name:    name,
+		Linkage: btf.StaticFunc,
+		Type: &btf.FuncProto{
+			Return: btfLong,
+			Params: []btf.FuncParam{
+				{Name: "index", Type: btfU64},
+				{Name: "ctx", Type: &btf.Pointer{Target: &btf.Void{}}},
+			},
+		},
+	}
+}

@@ -19,6 +19,12 @@ const (
 	ProtoUDPLite = 136
 )
 
+// Address families (socket.h).
+const (
+	AFInet  = 2
+	AFInet6 = 10
+)
+
 // Packet types (if_packet.h).
 const (
 	PacketOtherHost = 3 // PACKET_OTHERHOST
