@@ -153,11 +153,11 @@ const (
 	pendingRecord = pendingBytes + pendingHdr
 )
 
-// RejectNames are the --reject-with values, by code - 1.
-var RejectNames = reject.Names()
+// rejectNames are the --reject-with values, by code - 1.
+var rejectNames = reject.Names()
 
 // rejectCode is the code of --reject-with with in pendingReject records.
-func rejectCode(with string) int32 { return int32(slices.Index(RejectNames, with) + 1) }
+func rejectCode(with string) int32 { return int32(slices.Index(rejectNames, with) + 1) }
 
 // headerBytes is how many header bytes a pendingReject record holds.
 func headerBytes(fam rules.Family) int32 {

@@ -26,9 +26,10 @@ func TestValid(t *testing.T) {
 	}
 }
 
-// The netfilter hooks' pending records carry a --reject-with as its index
-// in Names plus one, which the loader decodes: the order must not depend
-// on the map's.
+// A chain's program at its netfilter hook and the socket filter of the
+// kernel's REJECT rule after it name a --reject-with by its index in
+// Names, and a swap may pair a new program with a filter an earlier run
+// pinned: the order must not depend on the map's.
 func TestNames(t *testing.T) {
 	names := Names()
 	if len(names) != len(types) || !slices.IsSorted(names) {
