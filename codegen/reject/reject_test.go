@@ -28,8 +28,7 @@ func TestValid(t *testing.T) {
 
 // A chain's program at its netfilter hook and the socket filter of the
 // kernel's REJECT rule after it name a --reject-with by its index in
-// Names, and a swap may pair a new program with a filter an earlier run
-// pinned: the order must not depend on the map's.
+// Names: the order must not depend on the map's.
 func TestNames(t *testing.T) {
 	names := Names()
 	if len(names) != len(types) || !slices.IsSorted(names) {
