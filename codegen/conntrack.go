@@ -2,14 +2,13 @@ package codegen
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
 	"bpfwall/codegen/insn"
+	"bpfwall/codegen/kernel"
 	"bpfwall/codegen/pkt"
 	"bpfwall/codegen/uapi"
 	"bpfwall/ir"
@@ -33,16 +32,6 @@ import (
 
 const symCTState = "ct_state"
 
-// kfuncName is the metadata key of a kfunc call: the kfunc's name.
-type kfuncName struct{}
-
-// kernelField is the metadata key of a load whose offset is that of a
-// field of a kernel struct.
-type kernelField struct{}
-
-// fieldRef names a kernel struct's field.
-type fieldRef struct{ Struct, Field string }
-
 // Kfuncs and kernel fields ct_state uses.
 const (
 	kfuncXDPLookup   = "bpf_xdp_ct_lookup"
@@ -52,8 +41,8 @@ const (
 )
 
 var (
-	nfConnStatus = fieldRef{"nf_conn", "status"}
-	skbNfct      = fieldRef{"sk_buff", "_nfct"}
+	nfConnStatus = kernel.Field{Struct: "nf_conn", Field: "status"}
+	skbNfct      = kernel.Field{Struct: "sk_buff", Field: "_nfct"}
 )
 
 // enum ip_conntrack_info, the low bits of skb->_nfct.
@@ -109,165 +98,21 @@ func (p *Program) UsesConntrack() bool { return p.IR.TestsConntrack() }
 // kernel: a program that looks up conntrack, and every netfilter program.
 func (p *Program) NeedsKernelBTF() bool { return p.UsesConntrack() || p.Hook.nf() || p.testsOwner() }
 
-// kfuncCall is a call of the kfunc called name; KernelSpec sets its BTF ID.
-func kfuncCall(name string) asm.Instruction {
-	ins := asm.Instruction{
-		OpCode:   asm.OpCode(asm.JumpClass).SetJumpOp(asm.Call),
-		Src:      asm.PseudoKfuncCall,
-		Constant: -1,
-	}
-	ins.Metadata.Set(kfuncName{}, name)
-	return ins
-}
-
-// ldField loads the field f of the kernel struct at src+0 into dst;
-// KernelSpec sets the offset.
-func ldField(dst, src asm.Register, f fieldRef, size asm.Size) asm.Instruction {
-	ins := insn.Ld(dst, src, 0, size)
-	ins.Metadata.Set(kernelField{}, f)
-	return ins
-}
-
 // KernelSpec returns a copy of Spec whose kfunc calls and kernel struct
 // offsets are those of kernel, the running kernel's BTF
 // (btf.LoadKernelSpec); Spec itself when the program needs none.
-func (p *Program) KernelSpec(kernel *btf.Spec) (*ebpf.CollectionSpec, error) {
+func (p *Program) KernelSpec(spec *btf.Spec) (*ebpf.CollectionSpec, error) {
 	if !p.NeedsKernelBTF() {
 		return p.Spec, nil
 	}
-	if kernel == nil {
+	if spec == nil {
 		return nil, fmt.Errorf("the %s program needs the kernel's BTF: %w", p.Hook, ebpf.ErrNotSupported)
 	}
-	spec := p.Spec.Copy()
-	insns := spec.Programs[ProgramName].Instructions
-	for i := range insns {
-		ins := &insns[i]
-		if name, ok := ins.Metadata.Get(kfuncName{}).(string); ok {
-			var fn *btf.Func
-			if err := kernel.TypeByName(name, &fn); err != nil {
-				return nil, fmt.Errorf("kfunc %s: %w (conntrack state matches need nf_conntrack's kfuncs)", name, err)
-			}
-			id, err := kernel.TypeID(fn)
-			if err != nil {
-				return nil, fmt.Errorf("kfunc %s: %w", name, err)
-			}
-			ins.Constant, ins.Offset = int64(id), 0
-		}
-		if f := ins.Metadata.Get(kernelField{}); f != nil {
-			var path fieldPath
-			switch f := f.(type) {
-			case fieldRef:
-				path = fieldPath{f}
-			case fieldPath:
-				path = f
-			}
-			off := 0
-			for _, f := range path {
-				bits, _, err := fieldBits(kernel, f)
-				if err != nil {
-					return nil, err
-				}
-				if bits%8 != 0 {
-					return nil, fmt.Errorf("field %s.%s at bit %d cannot be loaded", f.Struct, f.Field, bits)
-				}
-				off += bits / 8
-			}
-			if off > 1<<15-1 {
-				return nil, fmt.Errorf("field %v at byte %d cannot be loaded", path, off)
-			}
-			if ins.OpCode.Class().IsALU() {
-				ins.Constant = int64(off) // an address's offset added
-			} else {
-				ins.Offset = int16(off)
-			}
-		}
-		if f, ok := ins.Metadata.Get(kernelBitfield{}).(fieldRef); ok {
-			// A byte load and the shift that follows it.
-			bits, size, err := fieldBits(kernel, f)
-			if err != nil {
-				return nil, err
-			}
-			if size == 0 || bits%8+size > 8 || i+1 == len(insns) {
-				return nil, fmt.Errorf("field %s.%s is not a bitfield within a byte", f.Struct, f.Field)
-			}
-			ins.Offset = int16(bits / 8)
-			insns[i+1].Constant = int64(bits % 8)
-		}
+	out := p.Spec.Copy()
+	if err := kernel.Resolve(out.Programs[ProgramName].Instructions, spec); err != nil {
+		return nil, err
 	}
-	return spec, nil
-}
-
-// fieldPath is a field inside a field: their offsets add up.
-type fieldPath []fieldRef
-
-// kernelBitfield is the metadata key of a byte load of a kernel struct's
-// bitfield, followed by the right shift that KernelSpec sets.
-type kernelBitfield struct{}
-
-// fieldBits is the bit offset of f in the kernel's BTF, and its bitfield
-// size (0 for a field that is not a bitfield). A name not found in a
-// struct is looked for in its anonymous structs and unions, as C does.
-func fieldBits(kernel *btf.Spec, f fieldRef) (int, int, error) {
-	var s *btf.Struct
-	if err := kernel.TypeByName(f.Struct, &s); err != nil {
-		return 0, 0, fmt.Errorf("struct %s: %w", f.Struct, err)
-	}
-	var typ btf.Type = s
-	var off, size int
-	for _, part := range strings.Split(f.Field, ".") {
-		name, index := part, -1
-		if i := strings.IndexByte(part, '['); i >= 0 && strings.HasSuffix(part, "]") {
-			n, err := strconv.Atoi(part[i+1 : len(part)-1])
-			if err != nil {
-				return 0, 0, fmt.Errorf("field %s.%s: bad index in %q", f.Struct, f.Field, part)
-			}
-			name, index = part[:i], n
-		}
-		m, moff, ok := findMember(typ, name)
-		if !ok {
-			return 0, 0, fmt.Errorf("struct %s has no field %s", f.Struct, f.Field)
-		}
-		off, typ, size = off+moff, m.Type, int(m.BitfieldSize)
-		if index >= 0 {
-			a, ok := btf.UnderlyingType(typ).(*btf.Array)
-			if !ok || index >= int(a.Nelems) {
-				return 0, 0, fmt.Errorf("field %s.%s: %s is not an array of more than %d", f.Struct, f.Field, name, index)
-			}
-			esize, err := btf.Sizeof(a.Type)
-			if err != nil {
-				return 0, 0, fmt.Errorf("field %s.%s: %w", f.Struct, f.Field, err)
-			}
-			off += 8 * esize * index
-			typ = a.Type
-		}
-	}
-	return off, size, nil
-}
-
-// findMember finds the member called name of the struct or union typ,
-// or of its anonymous members, and its bit offset in typ.
-func findMember(typ btf.Type, name string) (btf.Member, int, bool) {
-	var members []btf.Member
-	switch t := btf.UnderlyingType(typ).(type) {
-	case *btf.Struct:
-		members = t.Members
-	case *btf.Union:
-		members = t.Members
-	}
-	for _, m := range members {
-		if m.Name == name {
-			return m, int(m.Offset), true
-		}
-	}
-	for _, m := range members {
-		if m.Name != "" {
-			continue
-		}
-		if in, off, ok := findMember(m.Type, name); ok {
-			return in, int(m.Offset) + off, true
-		}
-	}
-	return btf.Member{}, 0, false
+	return out, nil
 }
 
 // ctState emits the function that returns the conntrack state of the
@@ -365,7 +210,7 @@ func (c *compiler) ctState() {
 		insn.Mov(asm.R8, ctStateEstab),
 		insn.Ld(asm.R1, asm.R10, ctOpts+ctOptsDir, asm.Byte),
 		asm.JEq.Imm(asm.R1, ipCTDirReply, "ct_release"),
-		ldField(asm.R1, asm.R9, nfConnStatus, asm.DWord),
+		kernel.Load(asm.R1, asm.R9, asm.DWord, nfConnStatus),
 		asm.JSet.Imm(asm.R1, ipsSeenReply, "ct_release"),
 		insn.Mov(asm.R8, ctStateRelated),
 		asm.JSet.Imm(asm.R1, ipsExpected, "ct_release"),
@@ -377,7 +222,7 @@ func (c *compiler) ctState() {
 	b.Mark("ct_release")
 	b.Emit(
 		insn.Movr(asm.R1, asm.R9),
-		kfuncCall(kfuncRelease),
+		kernel.Call(kfuncRelease),
 		insn.Movr(asm.R0, asm.R8),
 		asm.Return(),
 	)
@@ -388,11 +233,11 @@ func (c *compiler) ctState() {
 // in on, the namespace the lookups search (BPF_F_CURRENT_NETNS), and its
 // nf_conntrack_tcp_loose.
 var (
-	xdpBuffRxq   = fieldRef{"xdp_buff", "rxq"}
-	xdpRxqDev    = fieldRef{"xdp_rxq_info", "dev"}
-	skbDev       = fieldRef{"sk_buff", "dev"}
-	netDeviceNet = fieldRef{"net_device", "nd_net.net"}
-	netTCPLoose  = fieldRef{"net", "ct.nf_ct_proto.tcp.tcp_loose"}
+	xdpBuffRxq   = kernel.Field{Struct: "xdp_buff", Field: "rxq"}
+	xdpRxqDev    = kernel.Field{Struct: "xdp_rxq_info", Field: "dev"}
+	skbDev       = kernel.Field{Struct: "sk_buff", Field: "dev"}
+	netDeviceNet = kernel.Field{Struct: "net_device", Field: "nd_net.net"}
+	netTCPLoose  = kernel.Field{Struct: "net", Field: "ct.nf_ct_proto.tcp.tcp_loose"}
 )
 
 // ctTCPLoose loads the namespace's nf_conntrack_tcp_loose into r1,
@@ -401,18 +246,18 @@ var (
 // comes: without an entry there is no nf_conn to find the namespace from.
 func (c *compiler) ctTCPLoose() {
 	b := c.b
-	b.Emit(insn.Movr(asm.R1, asm.R6), kfuncCall(kfuncCastKernCtx))
+	b.Emit(insn.Movr(asm.R1, asm.R6), kernel.Call(kfuncCastKernCtx))
 	if c.hook.tc() {
-		b.Emit(ldField(asm.R1, asm.R0, skbDev, asm.DWord))
+		b.Emit(kernel.Load(asm.R1, asm.R0, asm.DWord, skbDev))
 	} else {
 		b.Emit(
-			ldField(asm.R1, asm.R0, xdpBuffRxq, asm.DWord),
-			ldField(asm.R1, asm.R1, xdpRxqDev, asm.DWord),
+			kernel.Load(asm.R1, asm.R0, asm.DWord, xdpBuffRxq),
+			kernel.Load(asm.R1, asm.R1, asm.DWord, xdpRxqDev),
 		)
 	}
 	b.Emit(
-		ldField(asm.R1, asm.R1, netDeviceNet, asm.DWord),
-		ldField(asm.R1, asm.R1, netTCPLoose, asm.Byte),
+		kernel.Load(asm.R1, asm.R1, asm.DWord, netDeviceNet),
+		kernel.Load(asm.R1, asm.R1, asm.Byte, netTCPLoose),
 	)
 }
 
@@ -426,7 +271,7 @@ func (c *compiler) ctStateEgress() {
 	b := c.b
 	b.Function(c.funcCtxPkt(symCTState), "conntrack state of the packet: skb->_nfct, which conntrack set before the packet left")
 	// bpf_cast_to_kern_ctx: the sk_buff behind the context.
-	b.Emit(kfuncCall(kfuncCastKernCtx))
+	b.Emit(kernel.Call(kfuncCastKernCtx))
 	c.ctStateNfct()
 }
 
@@ -436,7 +281,7 @@ func (c *compiler) ctStateEgress() {
 func (c *compiler) ctStateNfct() {
 	b := c.b
 	nat := c.hook == HookNetfilter && c.p.TestsNAT()
-	b.Emit(ldField(asm.R1, asm.R0, skbNfct, asm.DWord))
+	b.Emit(kernel.Load(asm.R1, asm.R0, asm.DWord, skbNfct))
 	if nat {
 		b.Emit(insn.St(asm.R10, ctNfct, asm.R1, asm.DWord))
 	}
@@ -488,8 +333,7 @@ const (
 func (c *compiler) ctNAT() {
 	b := c.b
 	b.Note("SNAT and DNAT: nf_conn.status's IPS_SRC_NAT and IPS_DST_NAT, when the packet has an entry")
-	add := asm.Add.Imm(asm.R3, 0)
-	add.Metadata.Set(kernelField{}, nfConnStatus)
+	add := kernel.AddOffset(asm.R3, nfConnStatus)
 	b.Emit(
 		insn.Ld(asm.R3, asm.R10, ctNfct, asm.DWord),
 		asm.And.Imm(asm.R3, ^int32(nfctInfoMask)), // NFCT_PTRMASK
@@ -574,7 +418,7 @@ func (c *compiler) ctLookup(proto int32, found string) {
 		insn.Movr(asm.R4, asm.R10),
 		asm.Add.Imm(asm.R4, ctOpts),
 		insn.Mov(asm.R5, ctOptsSize),
-		kfuncCall(lookup),
+		kernel.Call(lookup),
 		asm.JNE.Imm(asm.R0, 0, found),
 	)
 }

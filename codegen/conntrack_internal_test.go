@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"bpfwall/codegen/kernel"
 	"bpfwall/ir"
 	"bpfwall/parser/iptables"
 	"bpfwall/rules"
@@ -35,8 +36,8 @@ func TestCTEntryReadOnce(t *testing.T) {
 				}
 				reads := map[string]int{}
 				for _, ins := range p.Spec.Programs[ProgramName].Instructions {
-					if f, ok := ins.Metadata.Get(kernelField{}).(fieldRef); ok && f.Struct == "nf_conn" {
-						reads[f.Field]++
+					if path := kernel.Fields(ins); len(path) == 1 && path[0].Struct == "nf_conn" {
+						reads[path[0].Field]++
 					}
 				}
 				for _, f := range []string{"proto.tcp.state", "proto.tcp.last_dir", "proto.tcp.last_index", "proto.tcp.last_end",

@@ -6,6 +6,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"bpfwall/codegen/insn"
+	"bpfwall/codegen/kernel"
 	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 )
@@ -84,22 +85,24 @@ const (
 )
 
 // tcpField names field of nf_conn.proto.tcp.
-func tcpField(field string) fieldRef { return fieldRef{"nf_conn", "proto.tcp." + field} }
+func tcpField(field string) kernel.Field {
+	return kernel.Field{Struct: "nf_conn", Field: "proto.tcp." + field}
+}
 
 // The entry's namespace, and its TCP conntrack sysctls that change a
 // segment's verdict.
 var (
-	nfConnNet              = fieldRef{"nf_conn", "ct_net.net"}
-	netTCPBeLiberal        = fieldRef{"net", "ct.nf_ct_proto.tcp.tcp_be_liberal"}
-	netTCPIgnoreInvalidRST = fieldRef{"net", "ct.nf_ct_proto.tcp.tcp_ignore_invalid_rst"}
+	nfConnNet              = kernel.Field{Struct: "nf_conn", Field: "ct_net.net"}
+	netTCPBeLiberal        = kernel.Field{Struct: "net", Field: "ct.nf_ct_proto.tcp.tcp_be_liberal"}
+	netTCPIgnoreInvalidRST = kernel.Field{Struct: "net", Field: "ct.nf_ct_proto.tcp.tcp_ignore_invalid_rst"}
 )
 
 // ctSysctl loads the sysctl f of the entry's namespace into r1: it is
 // read when the packet is, as nf_conntrack_tcp_packet reads it.
-func (c *compiler) ctSysctl(f fieldRef) {
+func (c *compiler) ctSysctl(f kernel.Field) {
 	c.b.Emit(
-		ldField(asm.R1, asm.R9, nfConnNet, asm.DWord),
-		ldField(asm.R1, asm.R1, f, asm.Byte),
+		kernel.Load(asm.R1, asm.R9, asm.DWord, nfConnNet),
+		kernel.Load(asm.R1, asm.R1, asm.Byte, f),
 	)
 }
 
@@ -235,9 +238,9 @@ const (
 // known (ctCopySeen).
 func (c *compiler) ctCopyEntry() {
 	c.b.Emit(
-		ldField(asm.R1, asm.R9, nfConnStatus, asm.DWord),
+		kernel.Load(asm.R1, asm.R9, asm.DWord, nfConnStatus),
 		insn.St(asm.R10, ctEntry+entStatus, asm.R1, asm.Word),
-		ldField(asm.R1, asm.R9, tcpField("state"), asm.Byte),
+		kernel.Load(asm.R1, asm.R9, asm.Byte, tcpField("state")),
 		insn.St(asm.R10, ctSeg+segState, asm.R1, asm.Byte),
 	)
 	for _, f := range []struct {
@@ -250,7 +253,7 @@ func (c *compiler) ctCopyEntry() {
 		{"last_wscale", entLastScale, asm.Byte}, {"last_flags", entLastFlags, asm.Byte},
 	} {
 		c.b.Emit(
-			ldField(asm.R1, asm.R9, tcpField(f.name), f.size),
+			kernel.Load(asm.R1, asm.R9, f.size, tcpField(f.name)),
 			insn.St(asm.R10, ctEntry+f.off, asm.R1, f.size),
 		)
 	}
@@ -267,7 +270,7 @@ func (c *compiler) ctCopySeen(i int, dst int16) {
 		{"td_maxack", tdMaxAck, asm.Word}, {"td_scale", tdScale, asm.Byte}, {"flags", tdFlags, asm.Byte},
 	} {
 		c.b.Emit(
-			ldField(asm.R1, asm.R9, tcpField(fmt.Sprintf("seen[%d].%s", i, f.name)), f.size),
+			kernel.Load(asm.R1, asm.R9, f.size, tcpField(fmt.Sprintf("seen[%d].%s", i, f.name))),
 			insn.St(asm.R10, dst+f.off, asm.R1, f.size),
 		)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/kernel"
 	"bpfwall/rules"
 )
 
@@ -137,19 +138,14 @@ func formatInstruction(ins asm.Instruction) string {
 		return fmt.Sprintf("r%d = func[%s]", ins.Dst, ins.Reference())
 	case op.IsDWordLoad():
 		return fmt.Sprintf("r%d = %#x ll", ins.Dst, uint64(ins.Constant))
-	case cls == asm.LdXClass && op.Mode() == asm.MemMode && ins.Metadata.Get(kernelField{}) != nil:
+	case cls == asm.LdXClass && op.Mode() == asm.MemMode && kernel.Fields(ins) != nil:
 		var offs []string
-		switch f := ins.Metadata.Get(kernelField{}).(type) {
-		case fieldRef:
+		for _, f := range kernel.Fields(ins) {
 			offs = append(offs, fmt.Sprintf("offsetof(%s, %s)", f.Struct, f.Field))
-		case fieldPath:
-			for _, f := range f {
-				offs = append(offs, fmt.Sprintf("offsetof(%s, %s)", f.Struct, f.Field))
-			}
 		}
 		return fmt.Sprintf("r%d = *(%s *)(r%d + %s)", ins.Dst, sizeNames[op.Size()], ins.Src, strings.Join(offs, " + "))
-	case cls == asm.LdXClass && op.Mode() == asm.MemMode && ins.Metadata.Get(kernelBitfield{}) != nil:
-		f := ins.Metadata.Get(kernelBitfield{}).(fieldRef)
+	case cls == asm.LdXClass && op.Mode() == asm.MemMode && isBitfield(ins):
+		f, _ := kernel.Bitfield(ins)
 		return fmt.Sprintf("r%d = *(%s *)(r%d + byte of %s.%s)", ins.Dst, sizeNames[op.Size()], ins.Src, f.Struct, f.Field)
 	case cls == asm.LdXClass && op.Mode() == asm.MemMode:
 		return fmt.Sprintf("r%d = *(%s *)(r%d %s)", ins.Dst, sizeNames[op.Size()], ins.Src, signed(int64(ins.Offset)))
@@ -188,7 +184,7 @@ func formatInstruction(ins asm.Instruction) string {
 			if ins.IsFunctionCall() {
 				return "call " + ins.Reference()
 			}
-			if name, ok := ins.Metadata.Get(kfuncName{}).(string); ok {
+			if name, ok := kernel.Kfunc(ins); ok {
 				return "call kfunc " + name
 			}
 			fn := asm.BuiltinFunc(ins.Constant)
@@ -233,4 +229,9 @@ func signed(v int64) string {
 		return fmt.Sprintf("- %d", -v)
 	}
 	return fmt.Sprintf("+ %d", v)
+}
+
+func isBitfield(ins asm.Instruction) bool {
+	_, ok := kernel.Bitfield(ins)
+	return ok
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"bpfwall/codegen/insn"
+	"bpfwall/codegen/kernel"
 	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 )
@@ -84,16 +85,16 @@ func (c *compiler) owner(m ir.Owner, next string) {
 
 // Kernel fields parseOwner reads.
 var (
-	skbSk           = fieldRef{"sk_buff", "sk"}
-	sockState       = fieldRef{"sock", "__sk_common.skc_state"}
-	sockNet         = fieldRef{"sock", "__sk_common.skc_net.net"}
-	sockSocket      = fieldRef{"sock", "sk_socket"}
-	requestListener = fieldRef{"request_sock", "__req_common.skc_listener"} // rsk_listener
-	socketFile      = fieldRef{"socket", "file"}
-	fileCred        = fieldRef{"file", "f_cred"}
-	credFsuid       = fieldRef{"cred", "fsuid"}
-	credFsgid       = fieldRef{"cred", "fsgid"}
-	nfHookStateNet  = fieldRef{"nf_hook_state", "net"}
+	skbSk           = kernel.Field{Struct: "sk_buff", Field: "sk"}
+	sockState       = kernel.Field{Struct: "sock", Field: "__sk_common.skc_state"}
+	sockNet         = kernel.Field{Struct: "sock", Field: "__sk_common.skc_net.net"}
+	sockSocket      = kernel.Field{Struct: "sock", Field: "sk_socket"}
+	requestListener = kernel.Field{Struct: "request_sock", Field: "__req_common.skc_listener"} // rsk_listener
+	socketFile      = kernel.Field{Struct: "socket", Field: "file"}
+	fileCred        = kernel.Field{Struct: "file", Field: "f_cred"}
+	credFsuid       = kernel.Field{Struct: "cred", Field: "fsuid"}
+	credFsgid       = kernel.Field{Struct: "cred", Field: "fsgid"}
+	nfHookStateNet  = kernel.Field{Struct: "nf_hook_state", Field: "net"}
 )
 
 // Socket states (include/net/tcp_states.h).
@@ -127,13 +128,12 @@ func (c *compiler) parseOwner() {
 	if c.hook == HookNetfilter {
 		c.emitSkb(asm.R3, asm.R6)
 	} else {
-		b.Emit(insn.Movr(asm.R1, asm.R6), kfuncCall(kfuncCastKernCtx), insn.Movr(asm.R3, asm.R0))
+		b.Emit(insn.Movr(asm.R1, asm.R6), kernel.Call(kfuncCastKernCtx), insn.Movr(asm.R3, asm.R0))
 	}
 	// read reads size bytes at the address in r3 plus f's offset into
 	// ownerValue, or goes to parse_owner_done.
-	read := func(f fieldRef, size int32) {
-		add := asm.Add.Imm(asm.R3, 0)
-		add.Metadata.Set(kernelField{}, f)
+	read := func(f kernel.Field, size int32) {
+		add := kernel.AddOffset(asm.R3, f)
 		b.Emit(
 			add,
 			insn.Movr(asm.R1, asm.R10),
@@ -145,7 +145,7 @@ func (c *compiler) parseOwner() {
 	}
 	// follow reads the pointer at f of the address in ownerSlot into
 	// ownerSlot and r3, or goes to parse_owner_done when it is NULL.
-	follow := func(f fieldRef) {
+	follow := func(f kernel.Field) {
 		b.Emit(insn.Ld(asm.R3, asm.R10, ownerSlot, asm.DWord))
 		read(f, 8)
 		b.Emit(
@@ -174,8 +174,8 @@ func (c *compiler) parseOwner() {
 		b.Emit(insn.Ld(asm.R3, asm.R10, ownerSlot, asm.DWord))
 		read(sockNet, 8)
 		b.Emit(
-			ldField(asm.R1, asm.R6, nfCtxState, asm.DWord),
-			ldField(asm.R1, asm.R1, nfHookStateNet, asm.DWord),
+			kernel.Load(asm.R1, asm.R6, asm.DWord, nfCtxState),
+			kernel.Load(asm.R1, asm.R1, asm.DWord, nfHookStateNet),
 			insn.Ld(asm.R2, asm.R10, ownerValue, asm.DWord),
 			asm.JNE.Reg(asm.R1, asm.R2, "parse_owner_done"),
 		)

@@ -7,6 +7,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"bpfwall/codegen/insn"
+	"bpfwall/codegen/kernel"
 	"bpfwall/codegen/pkt"
 	"bpfwall/codegen/uapi"
 	"bpfwall/ir"
@@ -80,20 +81,20 @@ const NetfilterPriority = -199
 
 // Kernel fields and kfuncs the stage uses.
 var (
-	nfCtxState    = fieldRef{"bpf_nf_ctx", "state"}
-	nfCtxSkb      = fieldRef{"bpf_nf_ctx", "skb"}
-	hookStateIn   = fieldRef{"nf_hook_state", "in"}
-	netdevIfindex = fieldRef{"net_device", "ifindex"}
-	skbLenField   = fieldRef{"sk_buff", "len"}
-	skbMarkField  = fieldRef{"sk_buff", "mark"}
-	skbHead       = fieldRef{"sk_buff", "head"}
-	skbMACHeader  = fieldRef{"sk_buff", "mac_header"}
-	skbNetHeader  = fieldRef{"sk_buff", "network_header"}
-	netdevHHLen   = fieldRef{"net_device", "hard_header_len"}
-	skbCB         = fieldRef{"sk_buff", "cb"}
-	skbPktTypeBF  = fieldRef{"sk_buff", "pkt_type"}
-	ipcbFragMax   = fieldRef{"inet_skb_parm", "frag_max_size"}
-	ip6cbFragMax  = fieldRef{"inet6_skb_parm", "frag_max_size"}
+	nfCtxState    = kernel.Field{Struct: "bpf_nf_ctx", Field: "state"}
+	nfCtxSkb      = kernel.Field{Struct: "bpf_nf_ctx", Field: "skb"}
+	hookStateIn   = kernel.Field{Struct: "nf_hook_state", Field: "in"}
+	netdevIfindex = kernel.Field{Struct: "net_device", Field: "ifindex"}
+	skbLenField   = kernel.Field{Struct: "sk_buff", Field: "len"}
+	skbMarkField  = kernel.Field{Struct: "sk_buff", Field: "mark"}
+	skbHead       = kernel.Field{Struct: "sk_buff", Field: "head"}
+	skbMACHeader  = kernel.Field{Struct: "sk_buff", Field: "mac_header"}
+	skbNetHeader  = kernel.Field{Struct: "sk_buff", Field: "network_header"}
+	netdevHHLen   = kernel.Field{Struct: "net_device", Field: "hard_header_len"}
+	skbCB         = kernel.Field{Struct: "sk_buff", Field: "cb"}
+	skbPktTypeBF  = kernel.Field{Struct: "sk_buff", Field: "pkt_type"}
+	ipcbFragMax   = kernel.Field{Struct: "inet_skb_parm", Field: "frag_max_size"}
+	ip6cbFragMax  = kernel.Field{Struct: "inet6_skb_parm", Field: "frag_max_size"}
 )
 
 const kfuncDynptrFromSkb = "bpf_dynptr_from_skb"
@@ -189,7 +190,7 @@ func (c *compiler) deferClassU() {
 
 // emitSkb loads the sk_buff of the netfilter context at ctx into dst.
 func (c *compiler) emitSkb(dst, ctx asm.Register) {
-	c.b.Emit(ldField(dst, ctx, nfCtxSkb, asm.DWord))
+	c.b.Emit(kernel.Load(dst, ctx, asm.DWord, nfCtxSkb))
 }
 
 // dynptrFromSkb makes the bpf_dynptr at r10+slot cover the packet of the
@@ -201,7 +202,7 @@ func (c *compiler) dynptrFromSkb(ctx asm.Register, slot int16, fail string) {
 		insn.Mov(asm.R2, 0),
 		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, int32(slot)),
-		kfuncCall(kfuncDynptrFromSkb),
+		kernel.Call(kfuncDynptrFromSkb),
 		asm.JNE.Imm(asm.R0, 0, fail),
 	)
 }
@@ -235,9 +236,9 @@ func (c *compiler) emitIfindex(dst asm.Register) {
 		return
 	}
 	c.b.Emit(
-		ldField(dst, asm.R6, nfCtxState, asm.DWord),
-		ldField(dst, dst, hookStateIn, asm.DWord),
-		ldField(dst, dst, netdevIfindex, asm.Word),
+		kernel.Load(dst, asm.R6, asm.DWord, nfCtxState),
+		kernel.Load(dst, dst, asm.DWord, hookStateIn),
+		kernel.Load(dst, dst, asm.Word, netdevIfindex),
 	)
 }
 
@@ -249,9 +250,7 @@ func (c *compiler) fragMaxSize(dst asm.Register) {
 	if c.p.Family == rules.IPv6 {
 		f = ip6cbFragMax
 	}
-	ins := insn.Ld(dst, dst, 0, asm.Half)
-	ins.Metadata.Set(kernelField{}, fieldPath{skbCB, f})
-	c.b.Emit(ins)
+	c.b.Emit(kernel.Load(dst, dst, asm.Half, skbCB, f))
 }
 
 // nfMain emits the stage's entry point: accept what is not class U or
@@ -410,8 +409,8 @@ func (c *compiler) parseNetfilterL2() {
 func (c *compiler) macHeader(dst asm.Register) {
 	c.emitSkb(asm.R4, asm.R6)
 	c.b.Emit(
-		ldField(dst, asm.R4, skbHead, asm.DWord),
-		ldField(asm.R5, asm.R4, skbMACHeader, asm.Half),
+		kernel.Load(dst, asm.R4, asm.DWord, skbHead),
+		kernel.Load(asm.R5, asm.R4, asm.Half, skbMACHeader),
 		asm.Add.Reg(dst, asm.R5),
 	)
 }
@@ -425,14 +424,12 @@ func (c *compiler) parseNetfilterMeta() {
 	b := c.b
 	b.Note("skb metadata")
 	c.emitSkb(asm.R2, asm.R6)
-	shift := asm.RSh.Imm(asm.R1, 0)
-	pt := insn.Ld(asm.R1, asm.R2, 0, asm.Byte)
-	pt.Metadata.Set(kernelBitfield{}, skbPktTypeBF)
 	b.Emit(
-		ldField(asm.R1, asm.R2, skbMarkField, asm.Word),
+		kernel.Load(asm.R1, asm.R2, asm.Word, skbMarkField),
 		insn.St(asm.R7, pkt.Mark, asm.R1, asm.Word),
-		pt,
-		shift,
+	)
+	b.Emit(kernel.LoadBitfield(asm.R1, asm.R2, skbPktTypeBF)...)
+	b.Emit(
 		asm.And.Imm(asm.R1, 7),
 		insn.St(asm.R10, parseRawType, asm.R1, asm.DWord),
 		insn.St(asm.R7, pkt.PktType, asm.R1, asm.Byte),
@@ -450,17 +447,17 @@ func (c *compiler) logNetfilter(r *ir.Rule, copied string) {
 	b.Emit(insn.St(asm.R7, logIfindex, asm.R2, asm.Word))
 	if c.hook == HookNetfilter {
 		b.Emit(
-			ldField(asm.R2, asm.R6, nfCtxState, asm.DWord),
-			ldField(asm.R2, asm.R2, hookStateOut, asm.DWord),
-			ldField(asm.R2, asm.R2, netdevIfindex, asm.Word),
+			kernel.Load(asm.R2, asm.R6, asm.DWord, nfCtxState),
+			kernel.Load(asm.R2, asm.R2, asm.DWord, hookStateOut),
+			kernel.Load(asm.R2, asm.R2, asm.Word, netdevIfindex),
 			insn.St(asm.R7, logOut, asm.R2, asm.Word),
 		)
 	}
 	c.emitSkb(asm.R2, asm.R6)
 	b.Emit(
-		ldField(asm.R1, asm.R2, skbMarkField, asm.Word),
+		kernel.Load(asm.R1, asm.R2, asm.Word, skbMarkField),
 		insn.St(asm.R7, logMark, asm.R1, asm.Word),
-		ldField(asm.R8, asm.R2, skbLenField, asm.Word),
+		kernel.Load(asm.R8, asm.R2, asm.Word, skbLenField),
 		insn.Movr(asm.R1, asm.R8),
 		asm.Add.Imm(asm.R1, ethHeaderLen),
 		insn.St(asm.R7, logLen, asm.R1, asm.Word),
@@ -505,26 +502,26 @@ func (c *compiler) logNetfilterMAC(r *ir.Rule, copied string) {
 	b.Note("the MAC header dump_mac_header prints")
 	b.Emit(
 		insn.StImm(asm.R7, logFlags, 0, asm.Word),
-		ldField(asm.R2, asm.R6, nfCtxState, asm.DWord),
-		ldField(asm.R2, asm.R2, hookStateIn, asm.DWord),
+		kernel.Load(asm.R2, asm.R6, asm.DWord, nfCtxState),
+		kernel.Load(asm.R2, asm.R2, asm.DWord, hookStateIn),
 		// No input device only in a test run, whose skb eth_type_trans
 		// made on lo (hard_header_len ETH_HLEN).
 		insn.Mov(asm.R3, ethHeaderLen),
 		asm.JEq.Imm(asm.R2, 0, hhl),
-		ldField(asm.R3, asm.R2, netdevHHLen, asm.Half),
+		kernel.Load(asm.R3, asm.R2, asm.Half, netdevHHLen),
 	)
 	b.Mark(hhl)
 	c.emitSkb(asm.R4, asm.R6)
 	b.Emit(
-		ldField(asm.R5, asm.R4, skbMACHeader, asm.Half),
-		ldField(asm.R1, asm.R4, skbNetHeader, asm.Half),
+		kernel.Load(asm.R5, asm.R4, asm.Half, skbMACHeader),
+		kernel.Load(asm.R1, asm.R4, asm.Half, skbNetHeader),
 		asm.JEq.Imm(asm.R5, 0xffff, noMAC),
 		asm.JEq.Reg(asm.R5, asm.R1, noMAC),
 		asm.JEq.Imm(asm.R3, 0, noMAC),
 		asm.JNE.Imm(asm.R3, ethHeaderLen, other),
 		asm.Sub.Reg(asm.R1, asm.R5),
 		asm.JNE.Imm(asm.R1, ethHeaderLen, other),
-		ldField(asm.R3, asm.R4, skbHead, asm.DWord),
+		kernel.Load(asm.R3, asm.R4, asm.DWord, skbHead),
 		asm.Add.Reg(asm.R3, asm.R5),
 		insn.Movr(asm.R1, asm.R7),
 		asm.Add.Imm(asm.R1, logData),

@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 
 	"bpfwall/codegen/insn"
+	"bpfwall/codegen/kernel"
 	"bpfwall/codegen/pkt"
 	"bpfwall/codegen/reject"
 	"bpfwall/ir"
@@ -41,9 +42,9 @@ import (
 
 // Kernel fields the chain's program reads besides the stage's.
 var (
-	hookStateOut = fieldRef{"nf_hook_state", "out"}
-	netdevName0  = fieldRef{"net_device", "name"}
-	netdevName8  = fieldRef{"net_device", "name[8]"}
+	hookStateOut = kernel.Field{Struct: "nf_hook_state", Field: "out"}
+	netdevName0  = kernel.Field{Struct: "net_device", Field: "name"}
+	netdevName8  = kernel.Field{Struct: "net_device", Field: "name[8]"}
 )
 
 // ifNameSize is IFNAMSIZ.
@@ -74,11 +75,11 @@ func (c *compiler) netfilterIfaces() {
 		}
 		none := b.Fresh("no_" + dev + "_dev")
 		b.Emit(
-			ldField(asm.R1, asm.R6, nfCtxState, asm.DWord),
-			ldField(asm.R1, asm.R1, field, asm.DWord),
+			kernel.Load(asm.R1, asm.R6, asm.DWord, nfCtxState),
+			kernel.Load(asm.R1, asm.R1, asm.DWord, field),
 			asm.JEq.Imm(asm.R1, 0, none),
-			ldField(asm.R2, asm.R1, netdevName0, asm.DWord),
-			ldField(asm.R3, asm.R1, netdevName8, asm.DWord),
+			kernel.Load(asm.R2, asm.R1, asm.DWord, netdevName0),
+			kernel.Load(asm.R3, asm.R1, asm.DWord, netdevName8),
 		)
 		for _, i := range pats {
 			c.ifaceNameTest(i, c.ifaces[i])
@@ -273,7 +274,7 @@ func (c *compiler) nfRejectFunctions() {
 	lookup("note_done")
 	b.Emit(insn.St(asm.R8, pendingKind, asm.R7, asm.Word))
 	c.emitSkb(asm.R1, asm.R6)
-	b.Emit(ldField(asm.R1, asm.R1, skbLenField, asm.Word), insn.St(asm.R8, pendingLen, asm.R1, asm.Word))
+	b.Emit(kernel.Load(asm.R1, asm.R1, asm.Word, skbLenField), insn.St(asm.R8, pendingLen, asm.R1, asm.Word))
 	readHeader(asm.R8, pendingBytes, "note_failed")
 	b.Emit(insn.Ja("note_done"))
 	b.Mark("note_failed")
@@ -290,7 +291,7 @@ func (c *compiler) nfRejectFunctions() {
 	)
 	c.emitSkb(asm.R1, asm.R6)
 	b.Emit(
-		ldField(asm.R1, asm.R1, skbLenField, asm.Word),
+		kernel.Load(asm.R1, asm.R1, asm.Word, skbLenField),
 		insn.Ld(asm.R2, asm.R8, pendingLen, asm.Word),
 		asm.JNE.Reg(asm.R1, asm.R2, "forget_done"),
 	)

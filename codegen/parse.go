@@ -4,6 +4,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"bpfwall/codegen/insn"
+	"bpfwall/codegen/kernel"
 	"bpfwall/codegen/pkt"
 	"bpfwall/codegen/uapi"
 	"bpfwall/rules"
@@ -299,7 +300,7 @@ func (c *compiler) parseBody() {
 	switch {
 	case c.hook.nf():
 		c.emitSkb(asm.R9, asm.R6)
-		b.Emit(ldField(asm.R9, asm.R9, skbLenField, asm.Word))
+		b.Emit(kernel.Load(asm.R9, asm.R9, asm.Word, skbLenField))
 	case c.hook.tc():
 		b.Emit(insn.Ld(asm.R9, asm.R6, uapi.SkbLen, asm.Word))
 	default:
