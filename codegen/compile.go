@@ -7,6 +7,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/conntrack"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
@@ -157,10 +158,7 @@ func (c *compiler) program() (_ asm.Instructions, err error) {
 	} else {
 		c.parse()
 	}
-	switch {
-	case c.ct && c.hook.nf():
-		c.ctStateNetfilter()
-	case c.ct:
+	if c.ct {
 		c.ctState()
 	}
 	c.rejectFunctions()
@@ -350,7 +348,7 @@ func (c *compiler) mainChains() {
 			insn.Movr(asm.R1, asm.R6),
 			insn.Movr(asm.R2, asm.R10),
 			asm.Add.Imm(asm.R2, int32(c.mainPkt())),
-			insn.Call(symCTState),
+			insn.Call(conntrack.Sym),
 			insn.St(asm.R10, c.mainPkt()+pkt.CTState, asm.R0, asm.Byte),
 		)
 	}

@@ -36,7 +36,7 @@ func (c *compiler) ctMatch(m ir.CTState, next, hotdrop string) bool {
 	b.Emit(insn.Ld(asm.R1, asm.R6, pkt.CTState, asm.Byte))
 	unknown := c.defers()
 	if unknown {
-		b.Emit(asm.JSet.Imm(asm.R1, ctStateUnknown, hotdrop))
+		b.Emit(asm.JSet.Imm(asm.R1, int32(ir.ConnUnknown), hotdrop))
 	}
 	b.Emit(asm.And.Imm(asm.R1, int32(m.States)))
 	if m.Neg {

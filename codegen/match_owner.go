@@ -128,7 +128,7 @@ func (c *compiler) parseOwner() {
 	if c.hook == HookNetfilter {
 		c.emitSkb(asm.R3, asm.R6)
 	} else {
-		b.Emit(insn.Movr(asm.R1, asm.R6), kernel.Call(kfuncCastKernCtx), insn.Movr(asm.R3, asm.R0))
+		b.Emit(insn.Movr(asm.R1, asm.R6), kernel.Call(kernel.CastToKernCtx), insn.Movr(asm.R3, asm.R0))
 	}
 	// read reads size bytes at the address in r3 plus f's offset into
 	// ownerValue, or goes to parse_owner_done.

@@ -6,6 +6,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/conntrack"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/kernel"
 	"bpfwall/codegen/pkt"
@@ -338,13 +339,14 @@ func (c *compiler) nfMain() {
 	c.mainChains()
 }
 
-// ctStateNetfilter emits ct_state for the netfilter stage: skb->_nfct,
-// as at tc-egress.
+// ctStateNetfilter emits ct_state at the netfilter hooks: skb->_nfct, as
+// at tc-egress, and at a chain's own hook SNAT and DNAT from the entry's
+// status when the rules test them.
 func (c *compiler) ctStateNetfilter() {
 	b := c.b
-	b.Function(c.funcCtxPkt(symCTState), "conntrack state of the packet: skb->_nfct, which conntrack has just set")
+	b.Function(c.funcCtxPkt(conntrack.Sym), "conntrack state of the packet: skb->_nfct, which conntrack has just set")
 	c.emitSkb(asm.R0, asm.R1)
-	c.ctStateNfct()
+	conntrack.FromSkb(b, c.hook == HookNetfilter && c.p.TestsNAT())
 }
 
 // compileStage compiles the netfilter stage of the ingress program c

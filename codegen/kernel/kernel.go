@@ -14,6 +14,10 @@ import (
 // ("cb[0]").
 type Field struct{ Struct, Field string }
 
+// CastToKernCtx is the kfunc bpf_cast_to_kern_ctx: the kernel's struct
+// behind a program's context, an sk_buff or an xdp_buff.
+const CastToKernCtx = "bpf_cast_to_kern_ctx"
+
 // Metadata keys of the instructions Resolve completes.
 type (
 	kfuncKey    struct{} // string: the kfunc's name

@@ -1,4 +1,4 @@
-package codegen
+package conntrack
 
 import (
 	"fmt"
@@ -67,13 +67,6 @@ const (
 	segFound = 24 // u8: the state resolve_normal_ct gives
 )
 
-// The loop state of the SACK walk; the options are at stOptions.
-const (
-	sackIndex = st0
-	sackLen   = st1
-	sackMax   = st2 // the highest right edge so far
-)
-
 const symCTSack = "walk_tcp_sack"
 
 // Status bits and ip_ct_tcp flags ct_state reads.
@@ -97,21 +90,21 @@ var (
 	netTCPIgnoreInvalidRST = kernel.Field{Struct: "net", Field: "ct.nf_ct_proto.tcp.tcp_ignore_invalid_rst"}
 )
 
-// ctSysctl loads the sysctl f of the entry's namespace into r1: it is
+// sysctl loads the sysctl f of the entry's namespace into r1: it is
 // read when the packet is, as nf_conntrack_tcp_packet reads it.
-func (c *compiler) ctSysctl(f kernel.Field) {
-	c.b.Emit(
+func (g *gen) sysctl(f kernel.Field) {
+	g.b.Emit(
 		kernel.Load(asm.R1, asm.R9, asm.DWord, nfConnNet),
 		kernel.Load(asm.R1, asm.R1, asm.Byte, f),
 	)
 }
 
-// ctTCPFound emits what follows a TCP lookup that found the entry in r0,
+// tcpFound emits what follows a TCP lookup that found the entry in r0,
 // with the segment's flags (FIN SYN RST ACK URG) in r8: nf_conntrack_in's
 // state for the segment, as ir.Packet.ConntrackTCP. Every path ends at
 // ct_release with the state in r8.
-func (c *compiler) ctTCPFound() {
-	b := c.b
+func (g *gen) tcpFound() {
+	b := g.b
 	b.Mark("ct_tcp_found")
 	b.Note("a tcp entry: nf_conntrack_tcp_packet's verdict on copies of the entry's windows (ir.Packet.ConntrackTCP)")
 	b.Emit(insn.Movr(asm.R9, asm.R0))
@@ -119,7 +112,7 @@ func (c *compiler) ctTCPFound() {
 		b.Emit(insn.StImm(asm.R10, off, 0, asm.DWord))
 	}
 	b.Note("the entry's fields, each read once")
-	c.ctCopyEntry()
+	g.copyEntry()
 	b.Emit(
 		insn.St(asm.R10, ctSeg+segFlags, asm.R8, asm.Byte),
 		insn.Ld(asm.R1, asm.R10, ctOpts+ctOptsDir, asm.Byte),
@@ -152,7 +145,7 @@ func (c *compiler) ctTCPFound() {
 		insn.Movr(asm.R1, asm.R6),
 		insn.Ld(asm.R2, asm.R7, pkt.L4Off, asm.Half),
 	)
-	c.load(asm.R10, ctBuf, 20, "ct_release")
+	g.Load(asm.R10, ctBuf, 20, "ct_release")
 	b.Emit(
 		insn.Ld(asm.R1, asm.R10, ctBuf+4, asm.Word),
 		insn.Ntoh(asm.R1, asm.Word),
@@ -206,16 +199,16 @@ func (c *compiler) ctTCPFound() {
 		insn.Ld(asm.R1, asm.R10, ctSeg+segDir, asm.Byte),
 		asm.JEq.Imm(asm.R1, ipCTDirReply, "ct_tcp_seen_reply"),
 	)
-	c.ctCopySeen(0, ctSnd)
-	c.ctCopySeen(1, ctRcv)
+	g.copySeen(0, ctSnd)
+	g.copySeen(1, ctRcv)
 	b.Emit(insn.Ja("ct_tcp_seen_done"))
 	b.Mark("ct_tcp_seen_reply")
-	c.ctCopySeen(1, ctSnd)
-	c.ctCopySeen(0, ctRcv)
+	g.copySeen(1, ctSnd)
+	g.copySeen(0, ctRcv)
 	b.Mark("ct_tcp_seen_done")
 
-	c.ctTCPTransition()
-	c.ctTCPWindow()
+	g.tcpTransition()
+	g.tcpWindow()
 
 	b.Mark("ct_tcp_accept")
 	b.Emit(insn.Ld(asm.R8, asm.R10, ctSeg+segFound, asm.Byte), insn.Ja("ct_release"))
@@ -233,11 +226,11 @@ const (
 	tcpACK = 0x10
 )
 
-// ctCopyEntry copies the entry's status, TCP state and last_* fields to
+// copyEntry copies the entry's status, TCP state and last_* fields to
 // the frame (ctEntry, segState); the windows follow once the direction is
-// known (ctCopySeen).
-func (c *compiler) ctCopyEntry() {
-	c.b.Emit(
+// known (copySeen).
+func (g *gen) copyEntry() {
+	g.b.Emit(
 		kernel.Load(asm.R1, asm.R9, asm.DWord, nfConnStatus),
 		insn.St(asm.R10, ctEntry+entStatus, asm.R1, asm.Word),
 		kernel.Load(asm.R1, asm.R9, asm.Byte, tcpField("state")),
@@ -252,15 +245,15 @@ func (c *compiler) ctCopyEntry() {
 		{"last_dir", entLastDir, asm.Byte}, {"last_index", entLastIndex, asm.Byte},
 		{"last_wscale", entLastScale, asm.Byte}, {"last_flags", entLastFlags, asm.Byte},
 	} {
-		c.b.Emit(
+		g.b.Emit(
 			kernel.Load(asm.R1, asm.R9, f.size, tcpField(f.name)),
 			insn.St(asm.R10, ctEntry+f.off, asm.R1, f.size),
 		)
 	}
 }
 
-// ctCopySeen copies nf_conn.proto.tcp.seen[i] to the frame at dst.
-func (c *compiler) ctCopySeen(i int, dst int16) {
+// copySeen copies nf_conn.proto.tcp.seen[i] to the frame at dst.
+func (g *gen) copySeen(i int, dst int16) {
 	for _, f := range []struct {
 		name string
 		off  int16
@@ -269,7 +262,7 @@ func (c *compiler) ctCopySeen(i int, dst int16) {
 		{"td_end", tdEnd, asm.Word}, {"td_maxend", tdMaxEnd, asm.Word}, {"td_maxwin", tdMaxWin, asm.Word},
 		{"td_maxack", tdMaxAck, asm.Word}, {"td_scale", tdScale, asm.Byte}, {"flags", tdFlags, asm.Byte},
 	} {
-		c.b.Emit(
+		g.b.Emit(
 			kernel.Load(asm.R1, asm.R9, f.size, tcpField(fmt.Sprintf("seen[%d].%s", i, f.name))),
 			insn.St(asm.R10, dst+f.off, asm.R1, f.size),
 		)
@@ -290,11 +283,11 @@ func tcpConntracksRows() [12]int64 {
 	return rows
 }
 
-// ctTCPTransition emits nf_conntrack_tcp_packet up to tcp_in_window: the
+// tcpTransition emits nf_conntrack_tcp_packet up to tcp_in_window: the
 // next state from tcp_conntracks and the special cases that decide
 // without the window check.
-func (c *compiler) ctTCPTransition() {
-	b := c.b
+func (g *gen) tcpTransition() {
+	b := g.b
 	b.Note("tcp_conntracks[dir][index][state], packed four bits a state")
 	b.Emit(
 		insn.Ld(asm.R2, asm.R10, ctSeg+segDir, asm.Byte),
@@ -394,13 +387,13 @@ func (c *compiler) ctTCPTransition() {
 		asm.JSet.Imm(asm.R1, ir.TCPExpChallengeAck, "ct_tcp_accept"),
 		insn.Ja("ct_tcp_window"),
 	)
-	c.ctTCPReset()
+	g.tcpReset()
 }
 
-// ctTCPReset is the transition to CLOSE: which RSTs skip the window, and
+// tcpReset is the transition to CLOSE: which RSTs skip the window, and
 // which are invalid before the peer's highest ACK.
-func (c *compiler) ctTCPReset() {
-	b := c.b
+func (g *gen) tcpReset() {
+	b := g.b
 	b.Mark("ct_tcp_to_close")
 	b.Note("an RST: closing states skip the window; before the peer's highest ACK it is invalid, unless nf_conntrack_tcp_ignore_invalid_rst")
 	b.Emit(
@@ -421,7 +414,7 @@ func (c *compiler) ctTCPReset() {
 		insn.Ld(asm.R1, asm.R10, ctSeg+segSeq, asm.Word),
 		asm.JNE.Imm(asm.R1, 0, "ct_tcp_rst_seq"),
 	)
-	c.jumpUnlessEstablished("ct_tcp_window")
+	g.jumpUnlessEstablished("ct_tcp_window")
 	b.Mark("ct_tcp_rst_seq")
 	b.Emit(
 		insn.Ld(asm.R1, asm.R10, ctSeg+segSeq, asm.Word),
@@ -429,10 +422,10 @@ func (c *compiler) ctTCPReset() {
 		asm.Sub.Reg32(asm.R1, asm.R2),
 		asm.JSGE.Imm32(asm.R1, 0, "ct_tcp_rst_valid"),
 	)
-	c.ctSysctl(netTCPIgnoreInvalidRST)
+	g.sysctl(netTCPIgnoreInvalidRST)
 	b.Emit(asm.JEq.Imm(asm.R1, 0, "ct_tcp_invalid"))
 	b.Mark("ct_tcp_rst_valid")
-	c.jumpUnlessEstablished("ct_tcp_window")
+	g.jumpUnlessEstablished("ct_tcp_window")
 	b.Emit(
 		insn.Ld(asm.R1, asm.R10, ctSeg+segSeq, asm.Word),
 		insn.Ld(asm.R2, asm.R10, ctRcv+tdMaxAck, asm.Word),
@@ -493,8 +486,8 @@ const (
 
 // jumpUnlessEstablished jumps to label unless nf_conntrack_tcp_established:
 // the entry is ESTABLISHED and assured.
-func (c *compiler) jumpUnlessEstablished(label string) {
-	c.b.Emit(
+func (g *gen) jumpUnlessEstablished(label string) {
+	g.b.Emit(
 		insn.Ld(asm.R2, asm.R10, ctSeg+segState, asm.Byte),
 		asm.JNE.Imm(asm.R2, int32(ir.TCPEstablished), label),
 		insn.Ld(asm.R2, asm.R10, ctEntry+entStatus, asm.Word),
@@ -503,11 +496,11 @@ func (c *compiler) jumpUnlessEstablished(label string) {
 	)
 }
 
-// ctInitSender is tcp_init_sender's part that the verdict depends on:
+// initSender is tcp_init_sender's part that the verdict depends on:
 // the sender's window starts at this segment. r1 holds the segment's end.
-func (c *compiler) ctInitSender() {
-	win := c.b.Fresh("ct_tcp_win")
-	c.b.Emit(
+func (g *gen) initSender() {
+	win := g.b.Fresh("ct_tcp_win")
+	g.b.Emit(
 		insn.Ld(asm.R1, asm.R10, ctSeg+segEnd, asm.Word),
 		insn.St(asm.R10, ctSnd+tdEnd, asm.R1, asm.Word),
 		insn.St(asm.R10, ctSnd+tdMaxEnd, asm.R1, asm.Word),
@@ -515,17 +508,17 @@ func (c *compiler) ctInitSender() {
 		asm.JNE.Imm(asm.R1, 0, win),
 		insn.Mov(asm.R1, 1),
 	)
-	c.b.Mark(win)
-	c.b.Emit(insn.St(asm.R10, ctSnd+tdMaxWin, asm.R1, asm.Word))
+	g.b.Mark(win)
+	g.b.Emit(insn.St(asm.R10, ctSnd+tdMaxWin, asm.R1, asm.Word))
 }
 
-// ctTCPWindow emits tcp_in_window: whether the segment is within the
+// tcpWindow emits tcp_in_window: whether the segment is within the
 // windows; only its INVALID answer changes the state. Sequence numbers
 // compare as the kernel's before(a, b), (s32)(a - b) < 0, and after(a, b)
 // as before(b, a), which differs from (s32)(a - b) > 0 when a and b are
 // 2^31 apart.
-func (c *compiler) ctTCPWindow() {
-	b := c.b
+func (g *gen) tcpWindow() {
+	b := g.b
 	b.Mark("ct_tcp_window")
 	b.Note("tcp_in_window; the sack is the highest SACK block's right edge when the receiver permits SACK")
 	b.Emit(
@@ -569,7 +562,7 @@ func (c *compiler) ctTCPWindow() {
 		insn.Ja("ct_tcp_checks"),
 	)
 	b.Mark("ct_tcp_init")
-	c.ctInitSender()
+	g.initSender()
 	b.Emit(
 		insn.Ld(asm.R2, asm.R10, ctSeg+segFlags, asm.Byte),
 		asm.JSet.Imm(asm.R2, tcpACK, "ct_tcp_checks"),
@@ -594,21 +587,21 @@ func (c *compiler) ctTCPWindow() {
 		insn.Ja("ct_tcp_checks"),
 	)
 	b.Mark("ct_tcp_reinit_do")
-	c.ctInitSender()
+	g.initSender()
 	b.Emit(
 		insn.Ld(asm.R2, asm.R10, ctSeg+segFlags, asm.Byte),
 		asm.JSet.Imm(asm.R2, tcpACK, "ct_tcp_checks"),
 		insn.Ld(asm.R1, asm.R10, ctSeg+segDir, asm.Byte),
 		asm.JEq.Imm(asm.R1, ipCTDirReply, "ct_tcp_accept"),
 	)
-	c.ctTCPBounds()
-	c.ctTCPSack()
+	g.tcpBounds()
+	g.tcpSack()
 }
 
-// ctTCPBounds checks the segment against the windows: tcp_in_window's
+// tcpBounds checks the segment against the windows: tcp_in_window's
 // conditions I and III, an RST's sequence, and the liberal senders.
-func (c *compiler) ctTCPBounds() {
-	b := c.b
+func (g *gen) tcpBounds() {
+	b := g.b
 	b.Mark("ct_tcp_checks")
 	b.Note("no ACK, or an RST with ack 0, acknowledges the receiver's end")
 	b.Emit(
@@ -700,7 +693,7 @@ func (c *compiler) ctTCPBounds() {
 		insn.Ld(asm.R1, asm.R10, ctSnd+tdFlags, asm.Byte),
 		asm.JSet.Imm(asm.R1, ir.TCPFlagBeLiberal, "ct_tcp_accept"),
 	)
-	c.ctSysctl(netTCPBeLiberal)
+	g.sysctl(netTCPBeLiberal)
 	b.Emit(
 		asm.JNE.Imm(asm.R1, 0, "ct_tcp_accept"),
 		insn.Ja("ct_tcp_invalid"),
@@ -708,10 +701,10 @@ func (c *compiler) ctTCPBounds() {
 
 }
 
-// ctTCPSack finds the highest SACK block's right edge in the segment's
+// tcpSack finds the highest SACK block's right edge in the segment's
 // options (tcp_sack) and goes back to ct_tcp_sack_done.
-func (c *compiler) ctTCPSack() {
-	b := c.b
+func (g *gen) tcpSack() {
+	b := g.b
 	b.Mark("ct_tcp_sack")
 	b.Note("tcp_sack: the options to ScratchMap's value, one step of the walk a bpf_loop iteration")
 	b.Emit(
@@ -728,7 +721,7 @@ func (c *compiler) ctTCPSack() {
 		insn.Ld(asm.R2, asm.R7, pkt.L4Off, asm.Half),
 		asm.Add.Imm(asm.R2, 20),
 	)
-	c.load(asm.R10, ctBuf+20, 4, "ct_tcp_sack_unknown")
+	g.Load(asm.R10, ctBuf+20, 4, "ct_tcp_sack_unknown")
 	b.Emit(
 		insn.Ld(asm.R1, asm.R10, ctBuf+20, asm.Word),
 		insn.Ntoh(asm.R1, asm.Word),
@@ -739,7 +732,7 @@ func (c *compiler) ctTCPSack() {
 		insn.StImm(asm.R10, ctLoop+16, 0, asm.Word),
 		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, ctLoop+16),
-		insn.MapRef(asm.R1, ScratchMap),
+		insn.MapRef(asm.R1, g.ScratchMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, "ct_tcp_sack_unknown"),
 		insn.Ld(asm.R4, asm.R10, ctLoop+insn.LoopCtx, asm.DWord),
@@ -755,9 +748,9 @@ func (c *compiler) ctTCPSack() {
 		insn.Ld(asm.R2, asm.R7, pkt.L4Off, asm.Half),
 		asm.Add.Imm(asm.R2, 20),
 	)
-	c.load(asm.R0, stOptions, 0, "ct_tcp_sack_unknown")
+	g.Load(asm.R0, sackOptions, 0, "ct_tcp_sack_unknown")
 	b.Emit(
-		insn.Mov(asm.R1, maxTCPOptionSteps),
+		insn.Mov(asm.R1, maxOptions),
 		insn.FuncRef(asm.R2, symCTSack),
 		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, ctLoop),
@@ -772,23 +765,23 @@ func (c *compiler) ctTCPSack() {
 	b.Emit(insn.Mov(asm.R8, ctStateUnknown), insn.Ja("ct_release"))
 }
 
-// ctSackCallback emits one step of tcp_sack's walk over the options at
-// stOptions: the first well-formed SACK option's blocks raise sackMax and
+// sackCallback emits one step of tcp_sack's walk over the options at
+// sackOptions: the first well-formed SACK option's blocks raise sackMax and
 // end the walk.
 //
 //	r6 loop state, r1 index, r2 length of the options
-func (c *compiler) ctSackCallback() {
-	b := c.b
+func (g *gen) sackCallback() {
+	b := g.b
 	b.Function(insn.Callback(symCTSack), "one step of tcp_sack")
-	c.callbackPrologue()
+	g.CallbackPrologue()
 	b.Emit(
 		insn.Ld(asm.R1, asm.R6, sackIndex, asm.DWord),
 		insn.Ld(asm.R2, asm.R6, sackLen, asm.DWord),
 		asm.JGE.Reg(asm.R1, asm.R2, "sack_stop"),
-		asm.JGT.Imm(asm.R1, maxTCPOptionSteps-1, "sack_stop"),
+		asm.JGT.Imm(asm.R1, maxOptions-1, "sack_stop"),
 		insn.Movr(asm.R3, asm.R6),
 		asm.Add.Reg(asm.R3, asm.R1),
-		insn.Ld(asm.R4, asm.R3, stOptions, asm.Byte),
+		insn.Ld(asm.R4, asm.R3, sackOptions, asm.Byte),
 		asm.JEq.Imm(asm.R4, 0, "sack_stop"), // end of options
 		asm.JNE.Imm(asm.R4, 1, "sack_option"),
 		asm.Add.Imm(asm.R1, 1), // no-op
@@ -799,7 +792,7 @@ func (c *compiler) ctSackCallback() {
 		insn.Movr(asm.R5, asm.R2),
 		asm.Sub.Reg(asm.R5, asm.R1),
 		asm.JLT.Imm(asm.R5, 2, "sack_stop"),
-		insn.Ld(asm.R0, asm.R3, stOptions+1, asm.Byte),
+		insn.Ld(asm.R0, asm.R3, sackOptions+1, asm.Byte),
 		asm.JLT.Imm(asm.R0, 2, "sack_stop"),      // silly options
 		asm.JGT.Reg(asm.R0, asm.R5, "sack_stop"), // partial
 		asm.JNE.Imm(asm.R4, 5, "sack_skip"),
@@ -816,10 +809,10 @@ func (c *compiler) ctSackCallback() {
 			// ends within the 40 bytes.
 			insn.Movr(asm.R5, asm.R1),
 			asm.Add.Imm(asm.R5, 2+8*blk+4),
-			asm.JGT.Imm(asm.R5, maxTCPOptionSteps-4, "sack_stop"),
+			asm.JGT.Imm(asm.R5, maxOptions-4, "sack_stop"),
 			insn.Movr(asm.R3, asm.R6),
 			asm.Add.Reg(asm.R3, asm.R5),
-			insn.Ld(asm.R4, asm.R3, stOptions, asm.Word),
+			insn.Ld(asm.R4, asm.R3, sackOptions, asm.Word),
 			insn.Ntoh(asm.R4, asm.Word),
 			insn.Ld(asm.R3, asm.R6, sackMax, asm.DWord),
 			asm.Sub.Reg32(asm.R3, asm.R4),
