@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 	"bpfwall/loader"
@@ -142,7 +143,7 @@ func BenchmarkRun(b *testing.B) {
 					}
 					loaded := time.Now()
 					defer coll.Close()
-					prog := coll.Programs[codegen.ProgramName]
+					prog := coll.Programs[abi.ProgramName]
 					// The packet must be one no rule decides.
 					ret, _, err := prog.Benchmark(frame, 1, nil)
 					if err != nil {
@@ -323,7 +324,7 @@ func runCT(b *testing.B, ns *netns, p *codegen.Program, frame []byte, accept boo
 		b.Fatal(err)
 	}
 	defer coll.Close()
-	prog := coll.Programs[codegen.ProgramName]
+	prog := coll.Programs[abi.ProgramName]
 	var ret uint32
 	var d time.Duration
 	b.ResetTimer()
@@ -385,10 +386,10 @@ func runStage(b *testing.B, ns *netns, p *codegen.Program, frame []byte, want ui
 	}
 	defer nf.Close()
 	// The test run's hook state has no input device: ifindex 0.
-	if err := nf.Maps[codegen.NetfilterIfacesMap].Put(uint32(0), uint32(1)); err != nil {
+	if err := nf.Maps[abi.NetfilterIfacesMap].Put(uint32(0), uint32(1)); err != nil {
 		b.Fatal(err)
 	}
-	prog := nf.Programs[codegen.ProgramName]
+	prog := nf.Programs[abi.ProgramName]
 	var ret uint32
 	b.ResetTimer()
 	start := time.Now()

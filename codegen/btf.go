@@ -69,12 +69,12 @@ var (
 		{Name: "packets", Type: btfU64},
 		{Name: "bytes", Type: btfU64, Offset: 64},
 	}}
-	// btfDecision is a Decision.
+	// btfDecision is a abi.Decision.
 	btfDecision = &btf.Struct{Name: "bpfwall_decision", Size: 8, Members: []btf.Member{
 		{Name: "rule", Type: btfU32},
 		{Name: "kind", Type: btfU32, Offset: 32},
 	}}
-	// btfIfaceMask is an IfacesMap value: the interface patterns an
+	// btfIfaceMask is an abi.IfacesMap value: the interface patterns an
 	// interface's name matches, as bits.
 	btfIfaceMask = &btf.Typedef{Name: "bpfwall_iface_mask", Type: btfU64}
 )

@@ -47,7 +47,7 @@ const (
 	kindHotdrop = codeHotdrop
 	kindReturn  = 4
 	// kindReject is a REJECT in the netfilter stage, which drops the
-	// packet and counts StageRejectDropped; elsewhere a REJECT is
+	// packet and counts abi.StageRejectDropped; elsewhere a REJECT is
 	// kindDrop and main sends its reply.
 	kindReject = 5
 )

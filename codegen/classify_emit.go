@@ -8,6 +8,7 @@ import (
 
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
@@ -68,7 +69,7 @@ func (c *compiler) classified(s *segmentPlan, next string) {
 		// The stage cannot send a REJECT's reply: it drops and counts.
 		counted := b.Fresh("reject_counted")
 		b.Emit(asm.JNE.Imm(asm.R8, kindReject, counted))
-		c.stageCount(StageRejectDropped, chainKey)
+		c.stageCount(abi.StageRejectDropped, chainKey)
 		b.Emit(insn.Mov(asm.R8, kindDrop))
 		b.Mark(counted)
 	}
@@ -531,7 +532,7 @@ func (c *compiler) countReg(reg asm.Register) {
 		insn.St(asm.R10, chainKey, reg, asm.Word),
 		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, chainKey),
-		insn.MapRef(asm.R1, CountersMap),
+		insn.MapRef(asm.R1, abi.CountersMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, done),
 		insn.Ld(asm.R1, asm.R0, 0, asm.DWord),

@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/rules"
 )
 
@@ -58,17 +59,17 @@ func TestSpec(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		spec := p.Spec.Programs[codegen.ProgramName]
+		spec := p.Spec.Programs[abi.ProgramName]
 		if spec == nil || spec.Type != tc.typ || spec.AttachType != tc.attach || spec.License != "GPL" {
 			t.Fatalf("%s: program spec %+v", tc.hook, spec)
 		}
 		if got := spec.Flags&(1<<5) != 0; got != tc.multiBuf {
 			t.Errorf("%s: BPF_F_XDP_HAS_FRAGS is %v", tc.hook, got)
 		}
-		if n := p.Spec.Maps[codegen.CountersMap].MaxEntries; n != 5 {
+		if n := p.Spec.Maps[abi.CountersMap].MaxEntries; n != 5 {
 			t.Errorf("%s: counters has %d entries, want one per rule and the policy", tc.hook, n)
 		}
-		for _, name := range []string{codegen.DecisionMap, codegen.IfacesMap, codegen.ScratchMap} {
+		for _, name := range []string{abi.DecisionMap, abi.IfacesMap, abi.ScratchMap} {
 			if p.Spec.Maps[name] == nil {
 				t.Errorf("%s: no map %s", tc.hook, name)
 			}

@@ -7,6 +7,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/conntrack"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
@@ -30,7 +31,7 @@ type compiler struct {
 	b      *insn.Builder // where code goes now
 	errs   rules.ErrorList
 
-	// ifaces are the interface patterns looked up in IfacesMap, indexed
+	// ifaces are the interface patterns looked up in abi.IfacesMap, indexed
 	// by their bit.
 	ifaces []ir.Iface
 	// readsDSCP: a rule tests the DSCP, which parse then stores.
@@ -303,10 +304,10 @@ func (c *compiler) main() {
 	b.Emit(
 		insn.Mov(asm.R8, 0),
 		asm.JEq.Imm(asm.R0, parseOK, symMainChain),
-		insn.Mov(asm.R7, SkippedNotIP),
+		insn.Mov(asm.R7, int32(abi.SkippedNotIP)),
 		insn.Mov(asm.R9, c.hook.pass()),
 		asm.JEq.Imm(asm.R0, parseNotIP, symMainEnd),
-		insn.Mov(asm.R7, SkippedInvalid),
+		insn.Mov(asm.R7, int32(abi.SkippedInvalid)),
 		insn.Mov(asm.R9, c.hook.drop()),
 		insn.Ja(symMainEnd),
 	)
@@ -323,7 +324,7 @@ func (c *compiler) mainChains() {
 		b.Note("ip_forward drops a packet with TTL (hop limit) 1 or less before FORWARD: it passes, to be dropped there")
 		b.Emit(
 			insn.Ld(asm.R1, asm.R10, c.mainPkt()+pkt.TTL, asm.Byte),
-			insn.Mov(asm.R7, TTLExpired),
+			insn.Mov(asm.R7, int32(abi.TTLExpired)),
 			insn.Mov(asm.R9, c.hook.pass()),
 			asm.JLE.Imm(asm.R1, 1, symMainEnd),
 		)
@@ -386,7 +387,7 @@ func (c *compiler) mainChains() {
 		decided = symSteerStatement
 	}
 	b.Emit(
-		insn.Mov(asm.R7, DecidedByPolicy),
+		insn.Mov(asm.R7, int32(abi.DecidedByPolicy)),
 		insn.Mov(asm.R9, policy),
 		insn.Ja(decided),
 	)
@@ -399,7 +400,7 @@ func (c *compiler) mainChains() {
 		insn.Movr(asm.R8, asm.R0),
 		asm.RSh.Imm(asm.R8, codeShift),
 		asm.And.Imm(asm.R0, codeMask),
-		insn.Mov(asm.R7, DecidedByRule),
+		insn.Mov(asm.R7, int32(abi.DecidedByRule)),
 		insn.Mov(asm.R9, c.hook.pass()),
 		asm.JEq.Imm(asm.R0, codeAccept, accepted),
 		insn.Mov(asm.R9, c.hook.drop()),
@@ -409,7 +410,7 @@ func (c *compiler) mainChains() {
 	} else {
 		b.Emit(asm.JEq.Imm(asm.R0, codeDrop, symMainEnd))
 	}
-	b.Emit(insn.Mov(asm.R7, Hotdrop))
+	b.Emit(insn.Mov(asm.R7, int32(abi.Hotdrop)))
 	if len(c.rejects) > 0 {
 		b.Emit(insn.Ja(symMainEnd))
 		c.rejectDecided()
@@ -420,7 +421,7 @@ func (c *compiler) mainChains() {
 			insn.StImm(asm.R10, c.mainKey(), 0, asm.Word),
 			insn.Movr(asm.R2, asm.R10),
 			asm.Add.Imm(asm.R2, int32(c.mainKey())),
-			insn.MapRef(asm.R1, DecisionMap),
+			insn.MapRef(asm.R1, abi.DecisionMap),
 			asm.FnMapLookupElem.Call(),
 			asm.JEq.Imm(asm.R0, 0, "verdict"),
 			insn.St(asm.R0, 0, asm.R8, asm.Word),
@@ -451,7 +452,7 @@ func (c *compiler) count(id int, frame asm.Register, lenOff int16, key int16) {
 		insn.StImm(asm.R10, key, int32(id), asm.Word),
 		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, int32(key)),
-		insn.MapRef(asm.R1, CountersMap),
+		insn.MapRef(asm.R1, abi.CountersMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, done),
 		insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
@@ -600,11 +601,11 @@ func (c *compiler) rule(r *ir.Rule, next string) {
 		// main sends a REJECT rule's reply (rejectDecided); the netfilter
 		// stage cannot, and counts the packet it drops instead.
 		if _, ok := a.(ir.Reject); ok && c.hook == HookStage {
-			c.stageCount(StageRejectDropped, chainKey)
+			c.stageCount(abi.StageRejectDropped, chainKey)
 		}
 		b.Emit(insn.Mov(asm.R0, code(r, codeDrop)), asm.Return())
 	case ir.TProxy:
-		// main finds the rule's socket in TargetsMap and SocketsMap.
+		// main finds the rule's socket in abi.TargetsMap and abi.SocketsMap.
 		b.Emit(insn.Mov(asm.R0, code(r, codeAccept)), asm.Return())
 	case ir.Return:
 		c.chainReturn()

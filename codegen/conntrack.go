@@ -7,6 +7,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/conntrack"
 	"bpfwall/codegen/kernel"
 	"bpfwall/ir"
@@ -33,13 +34,13 @@ func (c *compiler) ctState() {
 			IPv6:       c.p.Family == rules.IPv6,
 			TC:         c.hook.tc(),
 			Proto:      c.funcCtxPkt("").Type.(*btf.FuncProto),
-			ScratchMap: ScratchMap,
+			ScratchMap: abi.ScratchMap,
 			Packet:     parser{c},
 		})
 	}
 }
 
-// ScratchMap's value holds ct_state's loop state too.
+// abi.ScratchMap's value holds ct_state's loop state too.
 var _ [scratchSize - conntrack.ScratchSize]struct{}
 
 // parser is how ct_state reads packet bytes: as the packet parser does.
@@ -86,7 +87,7 @@ func (p *Program) KernelSpec(spec *btf.Spec) (*ebpf.CollectionSpec, error) {
 		return nil, fmt.Errorf("the %s program needs the kernel's BTF: %w", p.Hook, ebpf.ErrNotSupported)
 	}
 	out := p.Spec.Copy()
-	if err := kernel.Resolve(out.Programs[ProgramName].Instructions, spec); err != nil {
+	if err := kernel.Resolve(out.Programs[abi.ProgramName].Instructions, spec); err != nil {
 		return nil, err
 	}
 	return out, nil

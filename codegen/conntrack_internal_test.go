@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/kernel"
 	"bpfwall/ir"
 	"bpfwall/parser/iptables"
@@ -35,7 +36,7 @@ func TestCTEntryReadOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 				reads := map[string]int{}
-				for _, ins := range p.Spec.Programs[ProgramName].Instructions {
+				for _, ins := range p.Spec.Programs[abi.ProgramName].Instructions {
 					if path := kernel.Fields(ins); len(path) == 1 && path[0].Struct == "nf_conn" {
 						reads[path[0].Field]++
 					}

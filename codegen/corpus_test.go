@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 	"bpfwall/parser/iptables"
@@ -109,7 +110,7 @@ func note(blockers map[string]map[string]bool, what string, err error) {
 // instructions the verifier processed.
 func loadProgram(t *testing.T, p *codegen.Program) (insns, verified int) {
 	t.Helper()
-	for _, ins := range p.Spec.Programs[codegen.ProgramName].Instructions {
+	for _, ins := range p.Spec.Programs[abi.ProgramName].Instructions {
 		insns += int(ins.Size() / 8)
 	}
 	spec, err := p.KernelSpec(kernelBTF(t))
@@ -121,7 +122,7 @@ func loadProgram(t *testing.T, p *codegen.Program) (insns, verified int) {
 		t.Fatalf("load: %v", err)
 	}
 	defer coll.Close()
-	info, err := coll.Programs[codegen.ProgramName].Info()
+	info, err := coll.Programs[abi.ProgramName].Info()
 	if err != nil {
 		t.Fatal(err)
 	}

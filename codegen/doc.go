@@ -65,7 +65,7 @@
 // cost as much as the parser's work. Main's frame does not grow for it:
 // parse's slots are at its top, the packet's fields below them, and the
 // -O1 lookup keys share bytes with parse's slots (mainPkt). REJECT's
-// functions keep their larger buffers in a per-CPU map (RejectScratchMap)
+// functions keep their larger buffers in a per-CPU map (abi.RejectScratchMap)
 // so that main, a reject function and its loop callback fit BPF's 512
 // bytes. The netfilter hooks still call parse.
 package codegen

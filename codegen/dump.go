@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/kernel"
 	"bpfwall/rules"
 )
@@ -20,22 +21,22 @@ import (
 // text. The output depends only on the program.
 func (p *Program) Dump(w io.Writer) error {
 	var b strings.Builder
-	spec := p.Spec.Programs[ProgramName]
+	spec := p.Spec.Programs[abi.ProgramName]
 	entry := p.IR.Chains[0]
 	fmt.Fprintf(&b, "; bpfwall %s %s program: %s table %s, chain %s (policy %s), %d rules in %d chains\n",
 		p.Level, p.Hook, p.IR.Family, p.IR.Table, entry.Name, entry.Policy, len(p.IR.Rules), len(p.IR.Chains))
 	fmt.Fprintf(&b, "; %s, license %s, %d instructions\n", spec.Type, spec.License, rawLen(spec.Instructions))
 	b.WriteString("; maps:\n")
-	for _, name := range []string{CountersMap, DecisionMap, IfacesMap, ScratchMap} {
+	for _, name := range []string{abi.CountersMap, abi.DecisionMap, abi.IfacesMap, abi.ScratchMap} {
 		m := p.Spec.Maps[name]
 		if m == nil {
-			continue // DecisionMap without Options.Trace
+			continue // abi.DecisionMap without Options.Trace
 		}
 		fmt.Fprintf(&b, ";   %-8s %-12s key %d, value %d, max_entries %d\n", name, m.Type, m.KeySize, m.ValueSize, m.MaxEntries)
 	}
 	for _, name := range slices.Sorted(maps.Keys(p.Spec.Maps)) {
 		switch name {
-		case CountersMap, DecisionMap, IfacesMap, ScratchMap:
+		case abi.CountersMap, abi.DecisionMap, abi.IfacesMap, abi.ScratchMap:
 			continue
 		}
 		m := p.Spec.Maps[name]

@@ -3,6 +3,7 @@ package codegen
 import (
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
 	"bpfwall/codegen/uapi"
@@ -10,8 +11,8 @@ import (
 
 // fragmentGate decides fragments before the chain where netfilter sees
 // reassembled datagrams (ir.Program.Reassembled): a later fragment passes
-// (LaterFragment), a first fragment without the transport bytes the
-// program reads is dropped (TinyFragment), and any other first fragment
+// (abi.LaterFragment), a first fragment without the transport bytes the
+// program reads is dropped (abi.TinyFragment), and any other first fragment
 // goes through the chain as the datagram it stands for. r8 is 0.
 func (c *compiler) fragmentGate() {
 	b := c.b
@@ -23,7 +24,7 @@ func (c *compiler) fragmentGate() {
 		asm.And.Imm(asm.R1, pkt.FlagFragment),
 		asm.JEq.Imm(asm.R1, 0, whole),
 		insn.Ld(asm.R1, asm.R10, base+pkt.FragOff, asm.Word),
-		insn.Mov(asm.R7, LaterFragment),
+		insn.Mov(asm.R7, int32(abi.LaterFragment)),
 		insn.Mov(asm.R9, c.hook.pass()),
 		asm.JNE.Imm(asm.R1, 0, symMainEnd),
 	)
@@ -46,7 +47,7 @@ func (c *compiler) fragmentGate() {
 		insn.Ld(asm.R2, asm.R10, base+pkt.L4Len, asm.Word),
 		insn.Ld(asm.R3, asm.R10, base+pkt.Flags, asm.Byte),
 		asm.And.Imm(asm.R3, pkt.FlagTCPOptsTruncated),
-		insn.Mov(asm.R7, TinyFragment),
+		insn.Mov(asm.R7, int32(abi.TinyFragment)),
 		insn.Mov(asm.R9, c.hook.drop()),
 	)
 	// The protocols with a header of their own; every other protocol

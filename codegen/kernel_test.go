@@ -19,6 +19,7 @@ import (
 	"golang.org/x/tools/txtar"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 	"bpfwall/rules"
@@ -232,22 +233,22 @@ func load(t *testing.T, p *codegen.Program, ns *netns) *loaded {
 	}
 	t.Cleanup(func() { coll.Close() })
 	for _, d := range ns.devs {
-		if err := coll.Maps[codegen.IfacesMap].Put(d.index, p.IfaceMask(d.name)); err != nil {
+		if err := coll.Maps[abi.IfacesMap].Put(d.index, p.IfaceMask(d.name)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return &loaded{p: p, ns: ns, coll: coll, prog: coll.Programs[codegen.ProgramName]}
+	return &loaded{p: p, ns: ns, coll: coll, prog: coll.Programs[abi.ProgramName]}
 }
 
 // run passes a frame through the program as if it came in on (or, for
 // tc-egress, went out through) dev, and returns the verdict and decision.
-func (l *loaded) run(data []byte, dev device, mark uint32) (_ ir.Verdict, _ codegen.Decision, err error) {
+func (l *loaded) run(data []byte, dev device, mark uint32) (_ ir.Verdict, _ abi.Decision, err error) {
 	return l.runSplit(data, len(data), dev, mark)
 }
 
 // runSplit is run with the frame's first linear bytes in the linear data
 // at xdp, and the rest in fragments: a multi-buffer frame.
-func (l *loaded) runSplit(data []byte, linear int, dev device, mark uint32) (_ ir.Verdict, _ codegen.Decision, err error) {
+func (l *loaded) runSplit(data []byte, linear int, dev device, mark uint32) (_ ir.Verdict, _ abi.Decision, err error) {
 	opts := &ebpf.RunOptions{Data: data, DataOut: make([]byte, len(data)+256)}
 	if l.p.Hook == codegen.HookXDP {
 		// struct xdp_md: data, data_end, data_meta, ingress_ifindex. A
@@ -259,24 +260,24 @@ func (l *loaded) runSplit(data []byte, linear int, dev device, mark uint32) (_ i
 		skb[2], skb[10] = mark, dev.index
 		opts.Context = skb
 	}
-	dm := l.coll.Maps[codegen.DecisionMap]
-	var perCPU []codegen.Decision
+	dm := l.coll.Maps[abi.DecisionMap]
+	var perCPU []abi.Decision
 	if err := dm.Lookup(uint32(0), &perCPU); err != nil {
-		return 0, codegen.Decision{}, err
+		return 0, abi.Decision{}, err
 	}
 	clear(perCPU)
 	if err := dm.Put(uint32(0), perCPU); err != nil {
-		return 0, codegen.Decision{}, err
+		return 0, abi.Decision{}, err
 	}
 	var ret uint32
 	l.ns.do(func() { ret, err = l.prog.Run(opts) })
 	if err != nil {
-		return 0, codegen.Decision{}, fmt.Errorf("test run: %w", err)
+		return 0, abi.Decision{}, fmt.Errorf("test run: %w", err)
 	}
 	if err := dm.Lookup(uint32(0), &perCPU); err != nil {
-		return 0, codegen.Decision{}, err
+		return 0, abi.Decision{}, err
 	}
-	var d codegen.Decision
+	var d abi.Decision
 	n := 0
 	for _, c := range perCPU {
 		if c.Kind != 0 {
@@ -293,7 +294,7 @@ func (l *loaded) runSplit(data []byte, linear int, dev device, mark uint32) (_ i
 	case ret == 1 && l.p.Hook == codegen.HookXDP, ret == 2 && l.p.Hook != codegen.HookXDP:
 		v = ir.VerdictDrop
 		// A REJECT rule that sends no reply drops the packet.
-		if d.Kind == codegen.DecidedByRule && int(d.Rule) < len(l.p.IR.Rules) {
+		if d.Kind == abi.DecidedByRule && int(d.Rule) < len(l.p.IR.Rules) {
 			if _, ok := l.p.IR.Rules[d.Rule].Action.(ir.Reject); ok {
 				v = ir.VerdictReject
 			}
@@ -374,11 +375,11 @@ func (l *loaded) bucketPrev(t *testing.T, i int) (uint64, bool) {
 }
 
 // counters returns the counters summed over CPUs.
-func (l *loaded) counters(t *testing.T) []codegen.Counter {
+func (l *loaded) counters(t *testing.T) []abi.Counter {
 	t.Helper()
-	m := l.coll.Maps[codegen.CountersMap]
-	out := make([]codegen.Counter, len(l.p.IR.Rules)+1)
-	var perCPU []codegen.Counter
+	m := l.coll.Maps[abi.CountersMap]
+	out := make([]abi.Counter, len(l.p.IR.Rules)+1)
+	var perCPU []abi.Counter
 	for i := range out {
 		if err := m.Lookup(uint32(i), &perCPU); err != nil {
 			t.Fatal(err)
@@ -442,10 +443,10 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 		macs = append(macs, d.mac)
 	}
 	g := newGenerator(p.IR, seed, macs)
-	want := make([]codegen.Counter, len(p.IR.Rules)+1)
+	want := make([]abi.Counter, len(p.IR.Rules)+1)
 	st := &ir.State{}
 	mismatches, refused := 0, 0
-	kinds := make(map[uint32]int)
+	kinds := make(map[abi.DecisionKind]int)
 	decided := make(map[uint32]bool)
 	check := func(f frame) {
 		dev := devs[f.iface]
@@ -488,14 +489,14 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 			want[len(p.IR.Rules)].Bytes += ipBytes(f.data)
 		}
 		kinds[d.Kind]++
-		if d.Kind == codegen.DecidedByRule || d.Kind == codegen.Hotdrop {
+		if d.Kind == abi.DecidedByRule || d.Kind == abi.Hotdrop {
 			decided[d.Rule] = true
 		}
-		if v != res.Verdict || d != codegen.DecisionFor(res) {
+		if v != res.Verdict || d != abi.DecisionFor(res) {
 			mismatches++
 			if mismatches <= 5 {
 				t.Errorf("%s on %s, mark %#x:\n% x\nkernel: %s %+v\nir:     %s %+v",
-					f.desc, dev.name, f.mark, f.data[:min(len(f.data), 256)], v, d, res, codegen.DecisionFor(res))
+					f.desc, dev.name, f.mark, f.data[:min(len(f.data), 256)], v, d, res, abi.DecisionFor(res))
 			}
 		}
 	}
@@ -529,14 +530,14 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 	}
 	t.Logf("decisions by kind %v; %d of %d rules decided a packet: %v", kinds, len(decided), len(p.IR.Rules), decided)
 	// Every program sees packets of each kind the generator always makes.
-	always := []uint32{codegen.SkippedInvalid, codegen.SkippedNotIP}
+	always := []abi.DecisionKind{abi.SkippedInvalid, abi.SkippedNotIP}
 	if p.IR.Reassembled && p.IR.Family == rules.IPv4 {
 		// The generator makes IPv4 fragments at offset 8.
-		always = append(always, codegen.LaterFragment)
+		always = append(always, abi.LaterFragment)
 	}
 	for _, k := range always {
 		if kinds[k] == 0 {
-			t.Errorf("no frame was decided as kind %d", k)
+			t.Errorf("no frame was decided as kind %s", k)
 		}
 	}
 	l.compareRecent(t, st)

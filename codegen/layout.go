@@ -74,7 +74,7 @@ const (
 	parseFrameSize = -parseSave
 )
 
-// A loop's state lives in ScratchMap's value, whose contents the verifier
+// A loop's state lives in abi.ScratchMap's value, whose contents the verifier
 // does not track: it checks a callback with every state it can see at the
 // callback's start, and, on the stack, offsets that grow with every step
 // would make that an unrolling of the whole loop.

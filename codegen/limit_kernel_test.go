@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 	"bpfwall/parser/nft"
@@ -64,12 +65,12 @@ func TestLimitAcrossCPUs(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer coll.Close()
-			prog := coll.Programs[codegen.ProgramName]
+			prog := coll.Programs[abi.ProgramName]
 			onEachCPU(t, cpus, func(int) error {
 				return runTimes(prog, data, perCPU)
 			})
-			var counts []codegen.Counter
-			if err := coll.Maps[codegen.CountersMap].Lookup(uint32(0), &counts); err != nil {
+			var counts []abi.Counter
+			if err := coll.Maps[abi.CountersMap].Lookup(uint32(0), &counts); err != nil {
 				t.Fatal(err)
 			}
 			var passed uint64
@@ -151,7 +152,7 @@ func BenchmarkLimit(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer coll.Close()
-			prog := coll.Programs[codegen.ProgramName]
+			prog := coll.Programs[abi.ProgramName]
 			b.ResetTimer()
 			_, d, err := prog.Benchmark(data, b.N, nil)
 			if err != nil {
@@ -166,12 +167,12 @@ func BenchmarkLimit(b *testing.B) {
 // and expires them after expire (ms, and further table options), and
 // returns the program and a function that runs a UDP packet from an
 // address through it.
-func twoKeyTable(t *testing.T, ns *netns, expire string) (*loaded, func(from string) codegen.Decision) {
+func twoKeyTable(t *testing.T, ns *netns, expire string) (*loaded, func(from string) abi.Decision) {
 	src := "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
 		"-A INPUT -p udp -m hashlimit --hashlimit-upto 10/sec --hashlimit-mode srcip --hashlimit-name t" +
 		" --hashlimit-htable-size 2 --hashlimit-htable-max 2 --hashlimit-htable-expire " + expire + " -j ACCEPT\nCOMMIT\n"
 	l := load(t, compileText(t, src, rules.IPv4, codegen.HookXDP), ns)
-	return l, func(from string) codegen.Decision {
+	return l, func(from string) abi.Decision {
 		t.Helper()
 		_, d, err := l.run(frame4(t, layers.IPProtocolUDP, from, "192.0.2.2", 40000, 53), ns.devs[1], 0)
 		if err != nil {
@@ -191,12 +192,12 @@ func TestHashLimitSweepInterval(t *testing.T) {
 	testenv.RequireTool(t, "ip")
 	l, send := twoKeyTable(t, newNetns(t), "60000 --hashlimit-htable-gcinterval 60000")
 	for _, from := range []string{"10.0.0.1", "10.0.0.2"} {
-		if d := send(from); d.Kind != codegen.DecidedByRule {
+		if d := send(from); d.Kind != abi.DecidedByRule {
 			t.Fatalf("%s: decision %+v, want the rule's", from, d)
 		}
 	}
 	// Full, nothing expired: swept, and dropped.
-	if d := send("10.0.0.3"); d.Kind != codegen.Hotdrop {
+	if d := send("10.0.0.3"); d.Kind != abi.Hotdrop {
 		t.Fatalf("a third key with two live ones: decision %+v, want a hotdrop", d)
 	}
 	// 10.0.0.1 expires; the next sweep is a minute away.
@@ -210,14 +211,14 @@ func TestHashLimitSweepInterval(t *testing.T) {
 	if err := table.Put(key, e); err != nil {
 		t.Fatal(err)
 	}
-	if d := send("10.0.0.4"); d.Kind != codegen.Hotdrop {
+	if d := send("10.0.0.4"); d.Kind != abi.Hotdrop {
 		t.Errorf("a new key within the interval after a sweep: decision %+v, want a hotdrop", d)
 	}
 	// The interval is over: the sweep takes 10.0.0.1 out.
 	if err := l.coll.Maps[codegen.HashGCMap].Put(uint32(0), uint64(0)); err != nil {
 		t.Fatal(err)
 	}
-	if d := send("10.0.0.4"); d.Kind != codegen.DecidedByRule {
+	if d := send("10.0.0.4"); d.Kind != abi.DecidedByRule {
 		t.Errorf("a new key after the interval: decision %+v, want the rule's", d)
 	}
 	if err := table.Lookup(key, &e); err == nil {
@@ -235,23 +236,23 @@ func TestHashLimitTableFull(t *testing.T) {
 		name   string
 		expire string
 		pause  time.Duration
-		want   uint32 // the third key's decision
+		want   abi.DecisionKind // the third key's decision
 	}{
-		{"live", "60000", 0, codegen.Hotdrop},
-		{"expired", "1", 50 * time.Millisecond, codegen.DecidedByRule},
+		{"live", "60000", 0, abi.Hotdrop},
+		{"expired", "1", 50 * time.Millisecond, abi.DecidedByRule},
 	}
 	ns := newNetns(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, send := twoKeyTable(t, ns, tc.expire)
 			for _, from := range []string{"10.0.0.1", "10.0.0.2"} {
-				if d := send(from); d.Kind != codegen.DecidedByRule {
+				if d := send(from); d.Kind != abi.DecidedByRule {
 					t.Fatalf("%s: decision %+v, want the rule's", from, d)
 				}
 			}
 			time.Sleep(tc.pause)
 			if d := send("10.0.0.3"); d.Kind != tc.want {
-				t.Errorf("a third key: decision %+v, want kind %d", d, tc.want)
+				t.Errorf("a third key: decision %+v, want kind %s", d, tc.want)
 			}
 		})
 	}
@@ -283,7 +284,7 @@ func BenchmarkHashLimitFullTable(b *testing.B) {
 		b.Fatal(err)
 	}
 	data := frame4(b, layers.IPProtocolUDP, "10.0.0.1", "192.0.2.2", 40000, 53)
-	prog := coll.Programs[codegen.ProgramName]
+	prog := coll.Programs[abi.ProgramName]
 	b.ResetTimer()
 	_, d, err := prog.Benchmark(data, b.N, nil)
 	if err != nil {

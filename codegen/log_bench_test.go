@@ -13,6 +13,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/internal/testenv"
 )
 
@@ -56,9 +57,9 @@ func BenchmarkLog(b *testing.B) {
 						b.Fatal(err)
 					}
 					defer coll.Close()
-					prog := coll.Programs[codegen.ProgramName]
+					prog := coll.Programs[abi.ProgramName]
 					if c.log {
-						rd, err := ringbuf.NewReader(coll.Maps[codegen.LogMap])
+						rd, err := ringbuf.NewReader(coll.Maps[abi.LogMap])
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -84,7 +85,7 @@ func BenchmarkLog(b *testing.B) {
 						}
 					}
 					if strings.HasSuffix(c.name, "batched") {
-						b.ReportMetric(batched(b, prog, coll.Maps[codegen.LogMap], c.frame), "ns/packet")
+						b.ReportMetric(batched(b, prog, coll.Maps[abi.LogMap], c.frame), "ns/packet")
 						return
 					}
 					b.ResetTimer()

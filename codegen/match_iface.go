@@ -34,7 +34,7 @@ var ifaceCode = kind[ir.Iface]{
 
 // iface emits -i / -o. The interface the hook does not know has the empty
 // name, which only "+" matches; the one it knows is looked up in
-// IfacesMap by parse, and "+" matches every name.
+// abi.IfacesMap by parse, and "+" matches every name.
 func (c *compiler) iface(m ir.Iface, next string) {
 	if !c.knowsIface(m.Dir) {
 		c.constant((m.Name == "") != m.Neg, next)
@@ -47,7 +47,7 @@ func (c *compiler) iface(m ir.Iface, next string) {
 	c.bit(pkt.Ifaces, c.ifaceBit(m), m.Neg, next)
 }
 
-// ifaceKey is the pattern m tests, as IfacesMap numbers it: at netfilter
+// ifaceKey is the pattern m tests, as abi.IfacesMap numbers it: at netfilter
 // hooks, which know both devices, with its direction.
 func (c *compiler) ifaceKey(m ir.Iface) ir.Iface {
 	key := ir.Iface{Name: m.Name, Prefix: m.Prefix}

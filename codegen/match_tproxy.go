@@ -3,6 +3,7 @@ package codegen
 import (
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/insn"
 	"bpfwall/ir"
 )
@@ -25,11 +26,11 @@ func (c *compiler) tproxyStatement(r *ir.Rule, next string) {
 		insn.StImm(asm.R10, chainKey, int32(r.ID), asm.Word),
 		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, chainKey),
-		insn.MapRef(asm.R1, TargetsMap),
+		insn.MapRef(asm.R1, abi.TargetsMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, next),
 		insn.Movr(asm.R2, asm.R0),
-		insn.MapRef(asm.R1, SocketsMap),
+		insn.MapRef(asm.R1, abi.SocketsMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, next),
 		insn.Movr(asm.R1, asm.R0),

@@ -6,6 +6,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/conntrack"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/kernel"
@@ -22,14 +23,14 @@ import (
 // protocols other than TCP and UDP (ICMP and ICMPv6 included), fragments
 // (conntrack sees the reassembled datagram) and IPv6 packets whose
 // extension headers cannot be walked. It passes them untouched, before
-// any rule runs, and counts them (StageMap).
+// any rule runs, and counts them (abi.StageMap).
 //
 // Program.Netfilter, compiled from the same ir.Program, is a
 // BPF_PROG_TYPE_NETFILTER program that the loader attaches at PRE_ROUTING
 // just after conntrack (NetfilterPriority). It sees every packet after
 // defragmentation; it evaluates the chains for the packets of class U
 // that came in on an interface the ingress program is attached to
-// (NetfilterIfacesMap), with the state conntrack gave them (skb->_nfct,
+// (abi.NetfilterIfacesMap), with the state conntrack gave them (skb->_nfct,
 // read as conntrack_mt reads it), and accepts everything else. Class U
 // depends only on the packet's bytes, and on the reassembly of the
 // datagram, which the stage reads from IPCB(skb)->frag_max_size: both
@@ -38,41 +39,7 @@ import (
 // that one filter counts, logs and limits.
 //
 // REJECT cannot send its reply from a netfilter program (no helper
-// transmits): the stage drops the packet and counts it (StageMap).
-
-// Maps of the netfilter stage.
-const (
-	// StageMap is a PERCPU_ARRAY of u64 counters, shared by the ingress
-	// program and its netfilter stage; see the Stage* indexes.
-	StageMap = "nf_stage"
-	// NetfilterIfacesMap is a HASH from a u32 ifindex to a u32, filled by
-	// the loader with the interfaces the ingress program is attached to
-	// and their upper devices (VLAN, macvlan, ...), on which netfilter
-	// sees their packets: the stage evaluates the packets that came in on
-	// them.
-	NetfilterIfacesMap = "nf_ifaces"
-)
-
-// Counters of StageMap.
-const (
-	// StageDeferred counts the packets the ingress program passed to the
-	// netfilter stage.
-	StageDeferred = 0
-	// StageEvaluated counts the packets the netfilter stage evaluated.
-	StageEvaluated = 1
-	// StageRejectDropped counts the packets whose verdict in the
-	// netfilter stage was a REJECT, dropped without a reply.
-	StageRejectDropped = 2
-	stageCounters      = 4
-)
-
-// Deferred is the Decision kind of a packet the ingress program passed to
-// the netfilter stage (ir.SkipDeferred).
-const Deferred = 10
-
-// TTLExpired: passed, in FORWARD, a packet with TTL (hop limit) 1 or less,
-// which ip_forward drops before the FORWARD hook (ir.SkipTTLExpired).
-const TTLExpired = 11
+// transmits): the stage drops the packet and counts it (abi.StageMap).
 
 // NetfilterPriority is the stage's priority at PRE_ROUTING: just after
 // conntrack (NF_IP_PRI_CONNTRACK, -200), which runs after defragmentation
@@ -127,22 +94,22 @@ func (c *compiler) defers() bool {
 func (c *compiler) stageMaps() []*ebpf.MapSpec {
 	var out []*ebpf.MapSpec
 	if c.defers() || c.hook == HookStage {
-		out = append(out, &ebpf.MapSpec{Name: StageMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: stageCounters, Key: btfU32, Value: btfU64})
+		out = append(out, &ebpf.MapSpec{Name: abi.StageMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: abi.StageCounters, Key: btfU32, Value: btfU64})
 	}
 	if c.hook == HookStage {
-		out = append(out, &ebpf.MapSpec{Name: NetfilterIfacesMap, Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: ifacesMapSize, Key: btfU32, Value: btfU32})
+		out = append(out, &ebpf.MapSpec{Name: abi.NetfilterIfacesMap, Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: ifacesMapSize, Key: btfU32, Value: btfU32})
 	}
 	return out
 }
 
-// stageCount adds one to StageMap[i]; key is a free stack slot.
+// stageCount adds one to abi.StageMap[i]; key is a free stack slot.
 func (c *compiler) stageCount(i int32, key int16) {
 	done := c.b.Fresh("stage_counted")
 	c.b.Emit(
 		insn.StImm(asm.R10, key, i, asm.Word),
 		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, int32(key)),
-		insn.MapRef(asm.R1, StageMap),
+		insn.MapRef(asm.R1, abi.StageMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, done),
 		insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
@@ -158,9 +125,9 @@ func (c *compiler) deferred() {
 	b := c.b
 	b.Mark(symDeferred)
 	b.Note("class U: conntrack decides the state, the netfilter stage the verdict")
-	c.stageCount(StageDeferred, c.mainKey())
+	c.stageCount(abi.StageDeferred, c.mainKey())
 	b.Emit(
-		insn.Mov(asm.R7, Deferred),
+		insn.Mov(asm.R7, int32(abi.Deferred)),
 		insn.Mov(asm.R9, c.hook.pass()),
 		insn.Ja(symMainEnd),
 	)
@@ -269,7 +236,7 @@ func (c *compiler) nfMain() {
 		insn.St(asm.R10, c.mainKey(), asm.R1, asm.Word),
 		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, int32(c.mainKey())),
-		insn.MapRef(asm.R1, NetfilterIfacesMap),
+		insn.MapRef(asm.R1, abi.NetfilterIfacesMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, "nf_accept"),
 	)
@@ -334,7 +301,7 @@ func (c *compiler) nfMain() {
 	b.Emit(insn.Mov(asm.R0, uapi.NFAccept), asm.Return())
 
 	b.Mark("nf_class_u")
-	c.stageCount(StageEvaluated, c.mainKey())
+	c.stageCount(abi.StageEvaluated, c.mainKey())
 	b.Emit(insn.Mov(asm.R8, 0))
 	c.mainChains()
 }
@@ -446,35 +413,35 @@ func (c *compiler) logNetfilter(r *ir.Rule, copied string) {
 	c.dynptr = chainDynptr
 	b.Emit(insn.Movr(asm.R6, asm.R1))
 	c.emitIfindex(asm.R2)
-	b.Emit(insn.St(asm.R7, logIfindex, asm.R2, asm.Word))
+	b.Emit(insn.St(asm.R7, abi.LogIfindex, asm.R2, asm.Word))
 	if c.hook == HookNetfilter {
 		b.Emit(
 			kernel.Load(asm.R2, asm.R6, asm.DWord, nfCtxState),
 			kernel.Load(asm.R2, asm.R2, asm.DWord, hookStateOut),
 			kernel.Load(asm.R2, asm.R2, asm.Word, netdevIfindex),
-			insn.St(asm.R7, logOut, asm.R2, asm.Word),
+			insn.St(asm.R7, abi.LogOut, asm.R2, asm.Word),
 		)
 	}
 	c.emitSkb(asm.R2, asm.R6)
 	b.Emit(
 		kernel.Load(asm.R1, asm.R2, asm.Word, skbMarkField),
-		insn.St(asm.R7, logMark, asm.R1, asm.Word),
+		insn.St(asm.R7, abi.LogMark, asm.R1, asm.Word),
 		kernel.Load(asm.R8, asm.R2, asm.Word, skbLenField),
 		insn.Movr(asm.R1, asm.R8),
 		asm.Add.Imm(asm.R1, ethHeaderLen),
-		insn.St(asm.R7, logLen, asm.R1, asm.Word),
+		insn.St(asm.R7, abi.LogLen, asm.R1, asm.Word),
 	)
 	capped := ruleLabel(r) + "_log_capped"
 	b.Emit(
-		asm.JLE.Imm(asm.R8, LogCapture-ethHeaderLen, capped),
-		insn.Mov(asm.R8, LogCapture-ethHeaderLen),
+		asm.JLE.Imm(asm.R8, abi.LogCapture-ethHeaderLen, capped),
+		insn.Mov(asm.R8, abi.LogCapture-ethHeaderLen),
 	)
 	b.Mark(capped)
 	c.logNetfilterMAC(r, copied)
 	c.dynptrFromSkb(asm.R6, chainDynptr, copied)
 	b.Emit(
 		insn.Movr(asm.R1, asm.R7),
-		asm.Add.Imm(asm.R1, logData+ethHeaderLen),
+		asm.Add.Imm(asm.R1, abi.LogData+ethHeaderLen),
 		insn.Movr(asm.R2, asm.R8),
 		insn.Movr(asm.R3, asm.R10),
 		asm.Add.Imm(asm.R3, chainDynptr),
@@ -483,7 +450,7 @@ func (c *compiler) logNetfilter(r *ir.Rule, copied string) {
 		asm.FnDynptrRead.Call(),
 		asm.JNE.Imm(asm.R0, 0, copied),
 		asm.Add.Imm(asm.R8, ethHeaderLen),
-		insn.St(asm.R7, logCapLen, asm.R8, asm.Word),
+		insn.St(asm.R7, abi.LogCapLen, asm.R8, asm.Word),
 	)
 }
 
@@ -492,7 +459,7 @@ func (c *compiler) logNetfilter(r *ir.Rule, copied string) {
 // when that is 0, the MAC header was not set or is empty (mac_header ==
 // network_header). The record holds 14 bytes: an Ethernet header exactly
 // 14 bytes before the network header is copied; otherwise the record says
-// LogNoMAC (the line prints "MAC= ") or LogMACOther (a MAC header of
+// abi.LogNoMAC (the line prints "MAC= ") or abi.LogMACOther (a MAC header of
 // another length, which the line cannot show), and its 14 bytes are
 // zeros and the family's ethertype. Nothing else is read: no kernel
 // memory that is not the packet's MAC header goes into the ring. r6 is
@@ -503,7 +470,7 @@ func (c *compiler) logNetfilterMAC(r *ir.Rule, copied string) {
 	hhl, noMAC, other, blank, done := l+"_mac_hhl", l+"_mac_none", l+"_mac_other", l+"_mac_blank", l+"_mac_done"
 	b.Note("the MAC header dump_mac_header prints")
 	b.Emit(
-		insn.StImm(asm.R7, logFlags, 0, asm.Word),
+		insn.StImm(asm.R7, abi.LogFlags, 0, asm.Word),
 		kernel.Load(asm.R2, asm.R6, asm.DWord, nfCtxState),
 		kernel.Load(asm.R2, asm.R2, asm.DWord, hookStateIn),
 		// No input device only in a test run, whose skb eth_type_trans
@@ -526,25 +493,25 @@ func (c *compiler) logNetfilterMAC(r *ir.Rule, copied string) {
 		kernel.Load(asm.R3, asm.R4, asm.DWord, skbHead),
 		asm.Add.Reg(asm.R3, asm.R5),
 		insn.Movr(asm.R1, asm.R7),
-		asm.Add.Imm(asm.R1, logData),
+		asm.Add.Imm(asm.R1, abi.LogData),
 		insn.Mov(asm.R2, ethHeaderLen),
 		asm.FnProbeReadKernel.Call(),
 		asm.JNE.Imm(asm.R0, 0, copied),
 		insn.Ja(done),
 	)
 	b.Mark(other)
-	b.Emit(insn.StImm(asm.R7, logFlags, LogMACOther, asm.Word), insn.Ja(blank))
+	b.Emit(insn.StImm(asm.R7, abi.LogFlags, abi.LogMACOther, asm.Word), insn.Ja(blank))
 	b.Mark(noMAC)
-	b.Emit(insn.StImm(asm.R7, logFlags, LogNoMAC, asm.Word))
+	b.Emit(insn.StImm(asm.R7, abi.LogFlags, abi.LogNoMAC, asm.Word))
 	b.Mark(blank)
 	et := []byte{0x08, 0x00} // ETH_P_IP, in network byte order
 	if c.p.Family == rules.IPv6 {
 		et = []byte{0x86, 0xdd}
 	}
 	b.Emit(
-		insn.StImm(asm.R7, logData, 0, asm.DWord),
-		insn.StImm(asm.R7, logData+8, 0, asm.Word),
-		insn.StImm(asm.R7, logData+12, int32(binary.NativeEndian.Uint16(et)), asm.Half),
+		insn.StImm(asm.R7, abi.LogData, 0, asm.DWord),
+		insn.StImm(asm.R7, abi.LogData+8, 0, asm.Word),
+		insn.StImm(asm.R7, abi.LogData+12, int32(binary.NativeEndian.Uint16(et)), asm.Half),
 	)
 	b.Mark(done)
 }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/tools/txtar"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 	"bpfwall/rules"
@@ -101,10 +102,10 @@ func loadStage(t *testing.T, p *codegen.Program, ns *netns) *stage {
 	t.Cleanup(func() { coll.Close() })
 	// The test run's hook state has no input device (it sets the
 	// output device for hook NF_INET_PRE_ROUTING): its ifindex reads 0.
-	if err := coll.Maps[codegen.NetfilterIfacesMap].Put(uint32(0), uint32(1)); err != nil {
+	if err := coll.Maps[abi.NetfilterIfacesMap].Put(uint32(0), uint32(1)); err != nil {
 		t.Fatal(err)
 	}
-	return &stage{in: in, coll: coll, prog: coll.Programs[codegen.ProgramName]}
+	return &stage{in: in, coll: coll, prog: coll.Programs[abi.ProgramName]}
 }
 
 // NFPROTO_IPV4, NFPROTO_IPV6 and NF_INET_PRE_ROUTING.
@@ -117,15 +118,15 @@ const (
 // run passes a frame through the stage as PRE_ROUTING would, on lo, and
 // returns the verdict and the decision; ok is false when the stage
 // recorded none.
-func (s *stage) run(data []byte, family rules.Family) (v ir.Verdict, d codegen.Decision, ok bool, err error) {
+func (s *stage) run(data []byte, family rules.Family) (v ir.Verdict, d abi.Decision, ok bool, err error) {
 	// struct nf_hook_state: hook, pf.
 	pf := uint8(nfprotoIPv4)
 	if family == rules.IPv6 {
 		pf = nfprotoIPv6
 	}
 	opts := &ebpf.RunOptions{Data: data, Context: []byte{nfInetPreRouting, pf}}
-	dm := s.coll.Maps[codegen.DecisionMap]
-	var perCPU []codegen.Decision
+	dm := s.coll.Maps[abi.DecisionMap]
+	var perCPU []abi.Decision
 	if err := dm.Lookup(uint32(0), &perCPU); err != nil {
 		return 0, d, false, err
 	}
@@ -155,7 +156,7 @@ func (s *stage) run(data []byte, family rules.Family) (v ir.Verdict, d codegen.D
 		v = ir.VerdictAccept
 	case 0:
 		v = ir.VerdictDrop
-		if d.Kind == codegen.DecidedByRule && int(d.Rule) < len(s.in.p.IR.Rules) {
+		if d.Kind == abi.DecidedByRule && int(d.Rule) < len(s.in.p.IR.Rules) {
 			if _, ok := s.in.p.IR.Rules[d.Rule].Action.(ir.Reject); ok {
 				v = ir.VerdictReject
 			}
@@ -166,10 +167,10 @@ func (s *stage) run(data []byte, family rules.Family) (v ir.Verdict, d codegen.D
 	return v, d, n == 1, nil
 }
 
-// stageCounters sums StageMap over CPUs.
+// stageCounters sums abi.StageMap over CPUs.
 func (s *stage) stageCounters(t *testing.T) []uint64 {
 	t.Helper()
-	m := s.coll.Maps[codegen.StageMap]
+	m := s.coll.Maps[abi.StageMap]
 	out := make([]uint64, m.MaxEntries())
 	var perCPU []uint64
 	for i := range out {
@@ -189,11 +190,11 @@ func checkStage(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n int)
 	s := loadStage(t, p, ns)
 	lo := ns.devs[0]
 	g := newGenerator(p.IR, seed, []net.HardwareAddr{lo.mac})
-	want := make([]codegen.Counter, len(p.IR.Rules)+1)
+	want := make([]abi.Counter, len(p.IR.Rules)+1)
 	st := &ir.State{}
 	var logged [][]byte // the frames LOG rules logged, in order
 	mismatches, refused, evaluated, rejected := 0, 0, uint64(0), uint64(0)
-	kinds := make(map[uint32]int)
+	kinds := make(map[abi.DecisionKind]int)
 	for i := range n {
 		f := g.frame()
 		data := f.data
@@ -239,7 +240,7 @@ func checkStage(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n int)
 			want[r.ID].Packets++
 			want[r.ID].Bytes += ipBytes(data)
 			if _, ok := r.Action.(ir.Log); ok {
-				logged = append(logged, data[:min(len(data), codegen.LogCapture)])
+				logged = append(logged, data[:min(len(data), abi.LogCapture)])
 			}
 		})
 		if res.Skipped == "" && res.Rule == nil {
@@ -250,10 +251,10 @@ func checkStage(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n int)
 			rejected++
 		}
 		kinds[d.Kind]++
-		if !decided || v != res.Verdict || d != codegen.DecisionFor(res) {
+		if !decided || v != res.Verdict || d != abi.DecisionFor(res) {
 			mismatches++
 			if mismatches <= 5 {
-				t.Errorf("frame %d (%s):\n% x\nstage: %s %+v (decided %v)\nir:    %s %+v", i, f.desc, data[:min(len(data), 128)], v, d, decided, res, codegen.DecisionFor(res))
+				t.Errorf("frame %d (%s):\n% x\nstage: %s %+v (decided %v)\nir:    %s %+v", i, f.desc, data[:min(len(data), 128)], v, d, decided, res, abi.DecisionFor(res))
 			}
 		}
 	}
@@ -268,14 +269,14 @@ func checkStage(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n int)
 	}
 	t.Logf("%d frames evaluated, %d rejected, %d logged; decisions by kind %v", evaluated, rejected, len(logged), kinds)
 	counts := s.stageCounters(t)
-	if counts[codegen.StageEvaluated] != evaluated || counts[codegen.StageRejectDropped] != rejected {
+	if counts[abi.StageEvaluated] != evaluated || counts[abi.StageRejectDropped] != rejected {
 		t.Errorf("StageMap counts %d evaluated and %d rejected packets, want %d and %d",
-			counts[codegen.StageEvaluated], counts[codegen.StageRejectDropped], evaluated, rejected)
+			counts[abi.StageEvaluated], counts[abi.StageRejectDropped], evaluated, rejected)
 	}
-	if p.Spec.Maps[codegen.LogMap] != nil {
+	if p.Spec.Maps[abi.LogMap] != nil {
 		// Every LOG record holds the frame as the ingress program would
 		// have logged it: the MAC header, then the packet.
-		rd, err := ringbuf.NewReader(s.in.coll.Maps[codegen.LogMap])
+		rd, err := ringbuf.NewReader(s.in.coll.Maps[abi.LogMap])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,11 +290,11 @@ func checkStage(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n int)
 				}
 				break
 			}
-			r, err := codegen.ParseLogRecord(rec.RawSample)
+			r, err := abi.ParseLogRecord(rec.RawSample)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if i >= len(logged) || !bytes.Equal(r.Frame, logged[i]) || int(r.Len) != len(logged[i]) && len(logged[i]) < codegen.LogCapture {
+			if i >= len(logged) || !bytes.Equal(r.Frame, logged[i]) || int(r.Len) != len(logged[i]) && len(logged[i]) < abi.LogCapture {
 				t.Errorf("LOG record %d: %d of %d bytes\n% x\nwant\n% x", i, len(r.Frame), r.Len, r.Frame, logged[min(i, len(logged)-1)])
 				break
 			}

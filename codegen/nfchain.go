@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/kernel"
 	"bpfwall/codegen/pkt"
@@ -123,7 +124,7 @@ func (c *compiler) ifaceNameTest(i int, p ir.Iface) {
 // REJECT at a chain's own netfilter hook. A BPF netfilter program cannot
 // send packets, so the kernel's own REJECT target answers, by
 // construction as iptables would: the program decides the REJECT, notes
-// the packet in RejectPendingMap (its --reject-with, its length and its
+// the packet in abi.RejectPendingMap (its --reject-with, its length and its
 // first network-header bytes) and accepts it; the chain's own table in
 // the kernel, which the restore writes (cmd/bpfwall delegate.go) and which
 // runs just after the program (the loader attaches it below the table's
@@ -138,10 +139,6 @@ func (c *compiler) ifaceNameTest(i int, p ir.Iface) {
 // it first, so that only a packet the program rejects now finds one;
 // two identical packets interleaved on a CPU (a preempted OUTPUT) both
 // find it, and the program gives identical packets one verdict.
-
-// RejectPendingMap is a PERCPU_ARRAY of one pendingReject record,
-// shared by a chain's programs and its answers.
-const RejectPendingMap = "reject_pending"
 
 // The pendingReject record: the --reject-with's code (rejectCode, 0:
 // none), the packet's length, and its first pendingHdr bytes (an IPv4
@@ -172,7 +169,7 @@ func headerBytes(fam rules.Family) int32 {
 // replies of REJECT rules, at xdp (XDP_TX) and tc (a redirect to the
 // device's egress). At a netfilter hook the kernel's REJECT answers.
 func (p *Program) Transmits() bool {
-	return p.Hook != HookNetfilter && p.Spec.Maps[RejectRulesMap] != nil
+	return p.Hook != HookNetfilter && p.Spec.Maps[abi.RejectRulesMap] != nil
 }
 
 // Rejects are the --reject-with values of the program's REJECT rules,
@@ -203,7 +200,7 @@ var btfPending = &btf.Struct{
 }
 
 func pendingMapSpec() *ebpf.MapSpec {
-	return &ebpf.MapSpec{Name: RejectPendingMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: pendingRecord, MaxEntries: 1, Key: btfU32, Value: btfPending}
+	return &ebpf.MapSpec{Name: abi.RejectPendingMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: pendingRecord, MaxEntries: 1, Key: btfU32, Value: btfPending}
 }
 
 const (
@@ -241,7 +238,7 @@ func (c *compiler) nfRejectFunctions() {
 			insn.StImm(asm.R10, dp-4-pendingHdr, 0, asm.Word),
 			insn.Movr(asm.R2, asm.R10),
 			asm.Add.Imm(asm.R2, dp-4-pendingHdr),
-			insn.MapRef(asm.R1, RejectPendingMap),
+			insn.MapRef(asm.R1, abi.RejectPendingMap),
 			asm.FnMapLookupElem.Call(),
 			asm.JEq.Imm(asm.R0, 0, none),
 			insn.Movr(asm.R8, asm.R0),
@@ -314,7 +311,7 @@ const skbLenOff = 0
 // RejectAnswer is the socket filter of --reject-with with, for the
 // kernel's rule that answers a chain's REJECT (-m bpf --object-pinned):
 // it matches the packet its chain's program noted with that
-// --reject-with. Its RejectPendingMap is the chain's.
+// --reject-with. Its abi.RejectPendingMap is the chain's.
 func RejectAnswer(fam rules.Family, with string) *ebpf.CollectionSpec {
 	const key, buf = -4, -4 - 4 - pendingHdr
 	no := "answer_no"
@@ -323,7 +320,7 @@ func RejectAnswer(fam rules.Family, with string) *ebpf.CollectionSpec {
 		insn.StImm(asm.R10, key, 0, asm.Word),
 		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, key),
-		insn.MapRef(asm.R1, RejectPendingMap),
+		insn.MapRef(asm.R1, abi.RejectPendingMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, no),
 		insn.Movr(asm.R7, asm.R0),
@@ -360,8 +357,8 @@ func RejectAnswer(fam rules.Family, with string) *ebpf.CollectionSpec {
 	)
 	return &ebpf.CollectionSpec{
 		Programs: map[string]*ebpf.ProgramSpec{
-			ProgramName: {Name: "bpfwall_answer", Type: ebpf.SocketFilter, License: "GPL", Instructions: insns},
+			abi.ProgramName: {Name: "bpfwall_answer", Type: ebpf.SocketFilter, License: "GPL", Instructions: insns},
 		},
-		Maps: map[string]*ebpf.MapSpec{RejectPendingMap: pendingMapSpec()},
+		Maps: map[string]*ebpf.MapSpec{abi.RejectPendingMap: pendingMapSpec()},
 	}
 }

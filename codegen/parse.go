@@ -3,6 +3,7 @@ package codegen
 import (
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/kernel"
 	"bpfwall/codegen/pkt"
@@ -150,14 +151,14 @@ func (c *compiler) bpfLoop(n int32, callback string) {
 	)
 }
 
-// loopState looks ScratchMap's value up, puts it and the context in
+// loopState looks abi.ScratchMap's value up, puts it and the context in
 // parseLoop for a callback, and leaves it in r0 for the caller to set up.
 func (c *compiler) loopState() {
 	c.b.Emit(
 		insn.StImm(asm.R10, parseScratch, 0, asm.Word),
 		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, parseScratch),
-		insn.MapRef(asm.R1, ScratchMap),
+		insn.MapRef(asm.R1, abi.ScratchMap),
 		asm.FnMapLookupElem.Call(),
 		// An array's only entry is always there.
 		asm.JEq.Imm(asm.R0, 0, "parse_invalid"),
@@ -283,13 +284,13 @@ func (c *compiler) parseBody() {
 	if len(c.ifaces) > 0 && c.hook == HookNetfilter {
 		c.netfilterIfaces()
 	} else if len(c.ifaces) > 0 {
-		b.Note("the interface's name patterns, from %s", IfacesMap)
+		b.Note("the interface's name patterns, from %s", abi.IfacesMap)
 		c.emitIfindex(asm.R1)
 		b.Emit(
 			insn.St(asm.R10, parseScratch, asm.R1, asm.Word),
 			insn.Movr(asm.R2, asm.R10),
 			asm.Add.Imm(asm.R2, parseScratch),
-			insn.MapRef(asm.R1, IfacesMap),
+			insn.MapRef(asm.R1, abi.IfacesMap),
 			asm.FnMapLookupElem.Call(),
 			asm.JEq.Imm(asm.R0, 0, "parse_ip"),
 			insn.Ld(asm.R1, asm.R0, 0, asm.DWord),

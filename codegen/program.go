@@ -6,6 +6,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/reject"
 	"bpfwall/ir"
@@ -59,7 +60,7 @@ type Options struct {
 	// short, and look every table up in a map, whatever the cost: for
 	// tests of the classifier on small rule sets.
 	ForceLookups bool
-	// Trace records how each packet was decided in DecisionMap, for
+	// Trace records how each packet was decided in abi.DecisionMap, for
 	// trace and the test runs that ask (loader.Loaded.Run). The zero
 	// value, what restore and load attach, records nothing: a per-packet
 	// map write that only trace reads.
@@ -69,8 +70,8 @@ type Options struct {
 // Program is a compiled rule set: a pure, deterministic description;
 // nothing is loaded.
 type Program struct {
-	// Spec holds the program ProgramName and the maps CountersMap,
-	// DecisionMap (with Options.Trace), IfacesMap and ScratchMap, LogMap and LogLostMap when
+	// Spec holds the program abi.ProgramName and the maps abi.CountersMap,
+	// abi.DecisionMap (with Options.Trace), abi.IfacesMap and abi.ScratchMap, abi.LogMap and abi.LogLostMap when
 	// there are LOG rules, and at -O1 the classifier's tables; address
 	// sets are LPM tries. Those maps come with their contents.
 	Spec *ebpf.CollectionSpec
@@ -78,7 +79,7 @@ type Program struct {
 	Hook Hook
 	// Ifaces are the interface patterns (Name, Prefix; Dir and Neg are
 	// ignored) of the -i (xdp, tc-ingress) or -o (tc-egress) matches: bit i
-	// of an IfacesMap value means "this interface's name matches
+	// of an abi.IfacesMap value means "this interface's name matches
 	// Ifaces[i]".
 	Ifaces []ir.Iface
 
@@ -104,59 +105,11 @@ type Program struct {
 	removed []ir.Removal
 }
 
-// Names of the program and its maps in Spec.
-const (
-	ProgramName = "bpfwall"
-	// CountersMap is a PERCPU_ARRAY from a uint32 rule ID to a Counter,
-	// with len(IR.Rules)+1 entries: the last one counts the entry chain's
-	// policy.
-	CountersMap = "counters"
-	// DecisionMap is a PERCPU_ARRAY with one entry (key 0), a Decision: the
-	// program stores there how it decided each packet. It is
-	// instrumentation for `bpfwall trace` and never changes a verdict.
-	DecisionMap = "decision"
-	// IfacesMap is a HASH from a uint32 ifindex to a uint64 bitmask over
-	// Program.Ifaces, filled by the loader; a missing ifindex means that no
-	// pattern matches.
-	IfacesMap = "ifaces"
-	// ScratchMap is a PERCPU_ARRAY with one entry that the program uses as
-	// working memory while it parses IPv6 extension headers and TCP
-	// options; it holds nothing between packets.
-	ScratchMap = "scratch"
-)
-
 // xdpHasFrags is BPF_F_XDP_HAS_FRAGS.
 const xdpHasFrags = 1 << 5
 
-// ifacesMapSize is how many interfaces IfacesMap can describe.
+// ifacesMapSize is how many interfaces abi.IfacesMap can describe.
 const ifacesMapSize = 4096
-
-// Counter is a rule's packet and byte count, as iptables counts them: the
-// bytes of the IP datagram.
-type Counter struct{ Packets, Bytes uint64 }
-
-// Decision is how the program decided a packet.
-type Decision struct {
-	Rule uint32 // rule ID for DecidedByRule and Hotdrop; 0 otherwise
-	Kind uint32
-}
-
-// Kinds of Decision.
-const (
-	DecidedByRule   = 1 // a rule's ACCEPT or DROP
-	DecidedByPolicy = 2 // the entry chain's policy
-	Hotdrop         = 3 // a match of Rule found its header cut short and dropped the packet
-	SkippedInvalid  = 4 // dropped: the IP layer drops it before netfilter would see it
-	SkippedNotIP    = 5 // passed: not IP, or the other family
-	NoSocket        = 6 // sk-lookup: dropped, Rule's TPROXY socket does not exist
-	AssignFailed    = 7 // sk-lookup: dropped, Rule's socket does not fit the lookup
-	// LaterFragment: passed, a non-first fragment of a datagram netfilter
-	// sees reassembled at this chain (ir.SkipLaterFragment).
-	LaterFragment = 8
-	// TinyFragment: dropped, a first fragment without the transport bytes
-	// the program reads (ir.SkipTinyFragment).
-	TinyFragment = 9
-)
 
 // maxInstructions is the kernel's limit on the size of a program
 // (BPF_COMPLEXITY_LIMIT_INSNS).
@@ -260,7 +213,7 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 	}
 	spec := &ebpf.CollectionSpec{
 		Programs: map[string]*ebpf.ProgramSpec{
-			ProgramName: {
+			abi.ProgramName: {
 				Name:         c.objectName()[:min(len(c.objectName()), 15)],
 				Type:         typ,
 				AttachType:   attach,
@@ -270,8 +223,8 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 			},
 		},
 		Maps: map[string]*ebpf.MapSpec{
-			CountersMap: {
-				Name:       CountersMap,
+			abi.CountersMap: {
+				Name:       abi.CountersMap,
 				Key:        btfU32,
 				Value:      btfCounter,
 				Type:       ebpf.PerCPUArray,
@@ -279,15 +232,15 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 				ValueSize:  16,
 				MaxEntries: uint32(len(c.p.Rules) + 1),
 			},
-			ScratchMap: {
-				Name:       ScratchMap,
+			abi.ScratchMap: {
+				Name:       abi.ScratchMap,
 				Type:       ebpf.PerCPUArray,
 				KeySize:    4,
 				ValueSize:  scratchSize,
 				MaxEntries: 1,
 			},
-			IfacesMap: {
-				Name:       IfacesMap,
+			abi.IfacesMap: {
+				Name:       abi.IfacesMap,
 				Key:        btfU32,
 				Value:      btfIfaceMask,
 				Type:       ebpf.Hash,
@@ -298,8 +251,8 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 		},
 	}
 	if c.trace {
-		spec.Maps[DecisionMap] = &ebpf.MapSpec{
-			Name:       DecisionMap,
+		spec.Maps[abi.DecisionMap] = &ebpf.MapSpec{
+			Name:       abi.DecisionMap,
 			Key:        btfU32,
 			Value:      btfDecision,
 			Type:       ebpf.PerCPUArray,
@@ -333,13 +286,13 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 // Size is the number of instructions of the main program, as the
 // loader records it (Meta.Instructions) and status and restore -v show it.
 func (p *Program) Size() int {
-	if spec := p.Spec.Programs[ProgramName]; spec != nil {
+	if spec := p.Spec.Programs[abi.ProgramName]; spec != nil {
 		return len(spec.Instructions)
 	}
 	return 0
 }
 
-// IfaceMask returns the IfacesMap value of an interface called name: the
+// IfaceMask returns the abi.IfacesMap value of an interface called name: the
 // patterns of Ifaces that its name matches.
 func (p *Program) IfaceMask(name string) uint64 {
 	var mask uint64

@@ -11,6 +11,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/internal/testenv"
 	"bpfwall/rules"
 )
@@ -46,7 +47,7 @@ func BenchmarkRecent(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer coll.Close()
-			prog := coll.Programs[codegen.ProgramName]
+			prog := coll.Programs[abi.ProgramName]
 			for i := range tc.fill {
 				f := frame4(b, layers.IPProtocolUDP, fmt.Sprintf("10.0.%d.%d", i/200, i%200+1), "192.0.2.2", 40000, 54)
 				if _, err := prog.Run(&ebpf.RunOptions{Data: f}); err != nil {
@@ -90,7 +91,7 @@ func BenchmarkRecentFlood(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer coll.Close()
-			prog := coll.Programs[codegen.ProgramName]
+			prog := coll.Programs[abi.ProgramName]
 			src := func(i int) string { return fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255) }
 			for i := range 100 {
 				if _, err := prog.Run(&ebpf.RunOptions{Data: frame4(b, layers.IPProtocolUDP, src(i), "192.0.2.2", 40000, 53)}); err != nil {
@@ -142,7 +143,7 @@ func TestRecentAcrossCPUs(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer coll.Close()
-			prog := coll.Programs[codegen.ProgramName]
+			prog := coll.Programs[abi.ProgramName]
 			onEachCPU(t, cpus, func(cpu int) error {
 				data := frame4(t, layers.IPProtocolUDP, fmt.Sprintf("10.0.0.%d", cpu+1), "192.0.2.2", 40000, 53)
 				return runTimes(prog, data, perCPU)
@@ -184,7 +185,7 @@ func TestRecentReapMovesEntry(t *testing.T) {
 		"-A INPUT -p udp -m udp --dport 2 -m recent --update --seconds 10 --reap -j ACCEPT\nCOMMIT\n"
 	p := compileText(t, src, rules.IPv4, codegen.HookXDP)
 	l := load(t, p, ns)
-	send := func(from string, dport uint16) codegen.Decision {
+	send := func(from string, dport uint16) abi.Decision {
 		t.Helper()
 		_, d, err := l.run(frame4(t, layers.IPProtocolUDP, from, "192.0.2.2", 40000, dport), ns.devs[1], 0)
 		if err != nil {
@@ -206,7 +207,7 @@ func TestRecentReapMovesEntry(t *testing.T) {
 	if err := table.Put(uint32(0), value); err != nil {
 		t.Fatal(err)
 	}
-	if d := send("10.0.0.2", 2); d.Kind != codegen.DecidedByRule || d.Rule != 1 {
+	if d := send("10.0.0.2", 2); d.Kind != abi.DecidedByRule || d.Rule != 1 {
 		t.Fatalf("update of 10.0.0.2: decision %+v, want rule 1's", d)
 	}
 	if err := table.Lookup(uint32(0), &value); err != nil {

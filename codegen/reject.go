@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/reject"
 	"bpfwall/codegen/uapi"
@@ -16,25 +17,11 @@ import (
 )
 
 // REJECT: a chain function returns a REJECT rule's decision as a DROP;
-// main looks the rule up in RejectRulesMap and, for a REJECT rule, calls
+// main looks the rule up in abi.RejectRulesMap and, for a REJECT rule, calls
 // the function that turns the packet into the reply the kernel would send
 // (nf_send_unreach and icmp_send, nf_send_reset; their IPv6 counterparts)
 // and transmits it: XDP_TX, or on tc a redirect to the device's egress.
 // Packets the kernel sends no reply to are dropped as they are.
-
-// Names of the maps a program with REJECT rules has.
-const (
-	// RejectRulesMap is an ARRAY from a uint32 rule ID to a uint32: 0 for
-	// a rule that does not reject, k+1 for one that calls reject function
-	// k.
-	RejectRulesMap = "reject_rules"
-	// RejectScratchMap is the reply builder's scratch space
-	// (reject.ScratchMap).
-	RejectScratchMap = reject.ScratchMap
-	// RejectConfigMap is an ARRAY with one reject.Config, which the loader
-	// may fill with the namespace's settings.
-	RejectConfigMap = reject.ConfigMap
-)
 
 // checkReject reports why rule r's REJECT cannot be compiled exactly, or
 // "".
@@ -88,7 +75,7 @@ func (c *compiler) rejectMaps() []*ebpf.MapSpec {
 		}
 	}
 	rulesMap := &ebpf.MapSpec{
-		Name:       RejectRulesMap,
+		Name:       abi.RejectRulesMap,
 		Type:       ebpf.Array,
 		KeySize:    4,
 		ValueSize:  4,
@@ -102,14 +89,14 @@ func (c *compiler) rejectMaps() []*ebpf.MapSpec {
 	return []*ebpf.MapSpec{
 		rulesMap,
 		{
-			Name:       RejectScratchMap,
+			Name:       abi.RejectScratchMap,
 			Type:       ebpf.PerCPUArray,
 			KeySize:    4,
 			ValueSize:  reject.ScratchSize,
 			MaxEntries: 1,
 		},
 		{
-			Name:       RejectConfigMap,
+			Name:       abi.RejectConfigMap,
 			Type:       ebpf.Array,
 			KeySize:    4,
 			ValueSize:  4,
@@ -136,7 +123,7 @@ func (c *compiler) rejectDecided() {
 		insn.St(asm.R10, c.mainKey(), asm.R8, asm.Word),
 		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, int32(c.mainKey())),
-		insn.MapRef(asm.R1, RejectRulesMap),
+		insn.MapRef(asm.R1, abi.RejectRulesMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, symMainEnd),
 		insn.Ld(asm.R1, asm.R0, 0, asm.Word),

@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 	"bpfwall/parser/iptables"
@@ -87,7 +88,7 @@ func benchProgram(b *testing.B, fam rules.Family, hook codegen.Hook, rule string
 	if err != nil {
 		b.Fatal(err)
 	}
-	pr := coll.DetachProgram(codegen.ProgramName)
+	pr := coll.DetachProgram(abi.ProgramName)
 	coll.Close() // the program keeps its maps
 	return pr
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 	"bpfwall/parser/iptables"
@@ -104,7 +105,7 @@ func TestVerifierScales(t *testing.T) {
 			}
 			p := compileText(t, c.src, c.fam, codegen.HookXDP)
 			insns := 0
-			for _, ins := range p.Spec.Programs[codegen.ProgramName].Instructions {
+			for _, ins := range p.Spec.Programs[abi.ProgramName].Instructions {
 				insns += int(ins.Size() / 8)
 			}
 			coll, err := ebpf.NewCollection(p.Spec)
@@ -112,7 +113,7 @@ func TestVerifierScales(t *testing.T) {
 				t.Fatalf("load %d instructions: %v", insns, err)
 			}
 			defer coll.Close()
-			info, err := coll.Programs[codegen.ProgramName].Info()
+			info, err := coll.Programs[abi.ProgramName].Info()
 			if err != nil {
 				t.Fatal(err)
 			}

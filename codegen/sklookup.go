@@ -3,12 +3,12 @@ package codegen
 import (
 	"encoding/binary"
 	"fmt"
-	"net/netip"
 	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
 	"bpfwall/codegen/uapi"
@@ -19,96 +19,17 @@ import (
 // The sk-lookup hook: the program reads a socket lookup (struct
 // bpf_sk_lookup) instead of a packet, runs the mangle PREROUTING rules on
 // it, and steers the lookups a TPROXY rule takes to that rule's socket,
-// which the loader keeps in SocketsMap. A rule whose socket is missing
+// which the loader keeps in abi.SocketsMap. A rule whose socket is missing
 // drops the lookup, as xt_TPROXY drops the packet; lookups the rules accept
 // (or no rule takes) go on to the kernel's own lookup.
 
-// Names of the sk-lookup maps in Spec.
-const (
-	// TargetsMap is an ARRAY from a uint32 rule ID to the SocketKey of a
-	// TPROXY rule's or nft tproxy statement's socket, followed by a uint32
-	// that is 1 for a TPROXY target (which decides); the entries of other
-	// rules are zero.
-	TargetsMap = "targets"
-	// SocketsMap is a SOCKHASH from a SocketKey to a socket. It is filled
-	// by the loader and outlives the programs: a swap of the rule set keeps
-	// it, so the sockets stay where they are.
-	SocketsMap = "sockets"
-	// SocketsMapSize is how many sockets SocketsMap holds.
-	SocketsMapSize = 4096
-)
-
-// SocketKey names the socket a TPROXY rule steers to: protocol, family,
-// --on-ip (zero when not given) and --on-port. Family 0 is no target.
-type SocketKey struct {
-	Family uint8 // 4 or 6
-	Proto  uint8 // 6 or 17
-	Port   uint16
-	Addr   [16]byte // IPv4 in the first four bytes
-}
-
-const socketKeySize = 20
-
-// NewSocketKey is the key of a TPROXY action.
-func NewSocketKey(fam rules.Family, t ir.TProxy) SocketKey {
-	k := SocketKey{Family: 4, Proto: t.Proto, Port: t.Port}
-	if fam == rules.IPv6 {
-		k.Family = 6
-	}
-	if t.Addr.IsValid() {
-		if t.Addr.Is4() {
-			a := t.Addr.As4()
-			copy(k.Addr[:], a[:])
-		} else {
-			k.Addr = t.Addr.As16()
-		}
-	}
-	return k
-}
-
-// AddrPort is the address and port of the key; the address is the
-// unspecified one when --on-ip was not given.
-func (k SocketKey) AddrPort() netip.AddrPort {
-	var a netip.Addr
-	if k.Family == 4 {
-		a = netip.AddrFrom4([4]byte(k.Addr[:4]))
-	} else {
-		a = netip.AddrFrom16(k.Addr)
-	}
-	return netip.AddrPortFrom(a, k.Port)
-}
-
-func (k SocketKey) String() string {
-	return fmt.Sprintf("%s %s", rules.ProtoName(k.Proto), k.AddrPort())
-}
-
-// MarshalBinary is the key as the maps hold it (host byte order port).
-func (k SocketKey) MarshalBinary() ([]byte, error) {
-	b := make([]byte, socketKeySize)
-	b[0], b[1] = k.Family, k.Proto
-	binary.NativeEndian.PutUint16(b[2:], k.Port)
-	copy(b[4:], k.Addr[:])
-	return b, nil
-}
-
-// UnmarshalBinary reads a key from a map.
-func (k *SocketKey) UnmarshalBinary(b []byte) error {
-	if len(b) != socketKeySize {
-		return fmt.Errorf("socket key of %d bytes, want %d", len(b), socketKeySize)
-	}
-	k.Family, k.Proto = b[0], b[1]
-	k.Port = binary.NativeEndian.Uint16(b[2:])
-	copy(k.Addr[:], b[4:])
-	return nil
-}
-
 // Targets returns the socket of every TPROXY rule and nft tproxy
 // statement, by rule ID.
-func (p *Program) Targets() map[int]SocketKey {
-	out := make(map[int]SocketKey)
+func (p *Program) Targets() map[int]abi.SocketKey {
+	out := make(map[int]abi.SocketKey)
 	for _, r := range p.IR.Rules {
 		if t, _, ok := steerTarget(r); ok {
-			out[r.ID] = NewSocketKey(p.IR.Family, t)
+			out[r.ID] = abi.NewSocketKey(p.IR.Family, t)
 		}
 	}
 	return out
@@ -128,9 +49,9 @@ func steerTarget(r *ir.Rule) (t ir.TProxy, terminal, ok bool) {
 	return ir.TProxy{}, false, false
 }
 
-// targetValue is a TargetsMap value.
+// targetValue is a abi.TargetsMap value.
 type targetValue struct {
-	Key      SocketKey
+	Key      abi.SocketKey
 	Terminal uint32
 }
 
@@ -139,7 +60,7 @@ func (v targetValue) MarshalBinary() ([]byte, error) {
 	return binary.NativeEndian.AppendUint32(b, v.Terminal), nil
 }
 
-const targetValueSize = socketKeySize + 4
+const targetValueSize = abi.SocketKeySize + 4
 
 // dumpTargets lists the TPROXY rules' sockets for a dump.
 func (p *Program) dumpTargets(b *strings.Builder) {
@@ -156,21 +77,21 @@ func (p *Program) dumpTargets(b *strings.Builder) {
 	b.WriteString("\n; the packet mark (--tproxy-mark) is not set: sk_lookup needs no policy routing\n")
 }
 
-// SocketsMapSpec is the spec of SocketsMap.
+// SocketsMapSpec is the spec of abi.SocketsMap.
 func SocketsMapSpec() *ebpf.MapSpec {
 	return &ebpf.MapSpec{
-		Name:       SocketsMap,
+		Name:       abi.SocketsMap,
 		Type:       ebpf.SockHash,
-		KeySize:    socketKeySize,
+		KeySize:    abi.SocketKeySize,
 		ValueSize:  8,
-		MaxEntries: SocketsMapSize,
+		MaxEntries: abi.SocketsMapSize,
 	}
 }
 
 // lookupMaps are the sk-lookup hook's maps.
 func (c *compiler) lookupMaps() []*ebpf.MapSpec {
 	targets := &ebpf.MapSpec{
-		Name:       TargetsMap,
+		Name:       abi.TargetsMap,
 		Type:       ebpf.Array,
 		KeySize:    4,
 		ValueSize:  targetValueSize,
@@ -178,7 +99,7 @@ func (c *compiler) lookupMaps() []*ebpf.MapSpec {
 	}
 	for _, r := range c.p.Rules {
 		if t, terminal, ok := steerTarget(r); ok {
-			v := targetValue{Key: NewSocketKey(c.p.Family, t)}
+			v := targetValue{Key: abi.NewSocketKey(c.p.Family, t)}
 			if terminal {
 				v.Terminal = 1
 			}
@@ -248,13 +169,13 @@ func (c *compiler) parseLookup() {
 		}
 	}
 	if len(c.ifaces) > 0 {
-		b.Note("the interface's name patterns, from %s", IfacesMap)
+		b.Note("the interface's name patterns, from %s", abi.IfacesMap)
 		b.Emit(
 			insn.Ld(asm.R1, asm.R6, lookupIfindex, asm.Word),
 			insn.St(asm.R10, parseScratch, asm.R1, asm.Word),
 			insn.Movr(asm.R2, asm.R10),
 			asm.Add.Imm(asm.R2, parseScratch),
-			insn.MapRef(asm.R1, IfacesMap),
+			insn.MapRef(asm.R1, abi.IfacesMap),
 			asm.FnMapLookupElem.Call(),
 			asm.JEq.Imm(asm.R0, 0, "lookup_ok"),
 			insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
@@ -289,21 +210,21 @@ const pktSteer = pkt.Mark
 func (c *compiler) steer() {
 	b := c.b
 	b.Mark(symSteer)
-	b.Note("a TPROXY rule's socket, from %s and %s", TargetsMap, SocketsMap)
+	b.Note("a TPROXY rule's socket, from %s and %s", abi.TargetsMap, abi.SocketsMap)
 	b.Emit(
 		insn.St(asm.R10, c.mainKey(), asm.R8, asm.Word),
 		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, int32(c.mainKey())),
-		insn.MapRef(asm.R1, TargetsMap),
+		insn.MapRef(asm.R1, abi.TargetsMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, symSteerStatement),
-		insn.Ld(asm.R1, asm.R0, socketKeySize, asm.Word), // targetValue.Terminal
+		insn.Ld(asm.R1, asm.R0, abi.SocketKeySize, asm.Word), // targetValue.Terminal
 		asm.JEq.Imm(asm.R1, 0, symSteerStatement),
 		insn.Movr(asm.R2, asm.R0),
-		insn.MapRef(asm.R1, SocketsMap),
+		insn.MapRef(asm.R1, abi.SocketsMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JNE.Imm(asm.R0, 0, "steer_found"),
-		insn.Mov(asm.R7, NoSocket),
+		insn.Mov(asm.R7, int32(abi.NoSocket)),
 		insn.Mov(asm.R9, uapi.SkDrop),
 		insn.Ja(symMainEnd),
 	)
@@ -319,11 +240,11 @@ func (c *compiler) steer() {
 		insn.St(asm.R10, c.mainKey(), asm.R1, asm.Word),
 		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, int32(c.mainKey())),
-		insn.MapRef(asm.R1, TargetsMap),
+		insn.MapRef(asm.R1, abi.TargetsMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, symMainEnd),
 		insn.Movr(asm.R2, asm.R0),
-		insn.MapRef(asm.R1, SocketsMap),
+		insn.MapRef(asm.R1, abi.SocketsMap),
 		asm.FnMapLookupElem.Call(),
 		// Gone since the statement found it: as if it had closed just
 		// before, the lookup goes on.
@@ -334,7 +255,7 @@ func (c *compiler) steer() {
 
 // assign emits bpf_sk_assign of the socket in r0 to the lookup and its
 // release, and goes to main's end with SK_PASS, or SK_DROP and
-// AssignFailed when the socket does not fit the lookup.
+// abi.AssignFailed when the socket does not fit the lookup.
 func (c *compiler) assign() {
 	c.b.Emit(
 		insn.Movr(asm.R9, asm.R0),
@@ -348,7 +269,7 @@ func (c *compiler) assign() {
 		insn.Mov(asm.R9, uapi.SkPass),
 		insn.Ld(asm.R1, asm.R10, c.mainKey(), asm.DWord),
 		asm.JEq.Imm(asm.R1, 0, symMainEnd),
-		insn.Mov(asm.R7, AssignFailed),
+		insn.Mov(asm.R7, int32(abi.AssignFailed)),
 		insn.Mov(asm.R9, uapi.SkDrop),
 		insn.Ja(symMainEnd),
 	)

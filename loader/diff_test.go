@@ -10,14 +10,15 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/internal/packets"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 	"bpfwall/parser/iptables"
 	"bpfwall/rules"
-
-	"golang.org/x/sys/unix"
 )
 
 // packetsPerRuleset is how many generated packets each rule set gets.
@@ -75,7 +76,7 @@ func checkAgainstEval(t *testing.T, prog *codegen.Program, seed uint64, n int) {
 			clock(t, l, st, pkt)
 			want = prog.IR.EvalState(st, pkt)
 		}
-		if got.Verdict != want.Verdict || got.Decision != codegen.DecisionFor(want) {
+		if got.Verdict != want.Verdict || got.Decision != abi.DecisionFor(want) {
 			mismatches++
 			if mismatches <= 3 {
 				t.Errorf("packet %d on %s (% x):\nkernel: %v %+v\nir.Eval: %v", i, iface, frame, got.Verdict, got.Decision, want)

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/reject"
 	"bpfwall/ir"
 	"bpfwall/rules"
@@ -36,7 +37,7 @@ type Options struct {
 	// by codegen's HashLimitMap name: those of the filter a swap replaces.
 	HashLimit map[string]*ebpf.Map
 	// Pending, for a chain at its netfilter hook with REJECT rules, is
-	// the chain's pinned codegen.RejectPendingMap, which its answers read
+	// the chain's pinned abi.RejectPendingMap, which its answers read
 	// (see EnsureAnswers).
 	Pending *ebpf.Map
 }
@@ -111,10 +112,10 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 	if opts.Sockets != nil || len(opts.Recent) > 0 || len(opts.HashLimit) > 0 || opts.Pending != nil {
 		copts.MapReplacements = map[string]*ebpf.Map{}
 		if opts.Pending != nil {
-			copts.MapReplacements[codegen.RejectPendingMap] = opts.Pending
+			copts.MapReplacements[abi.RejectPendingMap] = opts.Pending
 		}
 		if opts.Sockets != nil {
-			copts.MapReplacements[codegen.SocketsMap] = opts.Sockets
+			copts.MapReplacements[abi.SocketsMap] = opts.Sockets
 		}
 		for name, m := range opts.Recent {
 			copts.MapReplacements[name] = m
@@ -144,10 +145,10 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 		}
 		return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
 	}
-	l := &Loaded{Program: p, coll: coll, prog: coll.Programs[codegen.ProgramName]}
+	l := &Loaded{Program: p, coll: coll, prog: coll.Programs[abi.ProgramName]}
 	if l.prog == nil {
 		coll.Close()
-		return nil, fmt.Errorf("load %s program: collection has no program %q", p.Hook, codegen.ProgramName)
+		return nil, fmt.Errorf("load %s program: collection has no program %q", p.Hook, abi.ProgramName)
 	}
 	if err := l.setRejectConfig(); err != nil {
 		coll.Close()
@@ -172,7 +173,7 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 // calling thread's network namespace: net.ipv4.ip_default_ttl, and
 // net.ipv6.conf.default.hop_limit, which devices start with.
 func (l *Loaded) setRejectConfig() error {
-	m := l.coll.Maps[codegen.RejectConfigMap]
+	m := l.coll.Maps[abi.RejectConfigMap]
 	if m == nil {
 		return nil
 	}
@@ -224,14 +225,14 @@ func (l *Loaded) Close() {
 
 // Counters returns every rule's counters summed over CPUs, indexed by rule
 // ID; the last entry counts the entry chain's policy.
-func (l *Loaded) Counters() ([]codegen.Counter, error) {
-	return readCounters(l.coll.Maps[codegen.CountersMap])
+func (l *Loaded) Counters() ([]abi.Counter, error) {
+	return readCounters(l.coll.Maps[abi.CountersMap])
 }
 
 // SetIface records which of the program's interface patterns the name of
 // interface ifindex matches.
 func (l *Loaded) SetIface(ifindex uint32, name string) error {
-	if err := l.coll.Maps[codegen.IfacesMap].Put(ifindex, l.Program.IfaceMask(name)); err != nil {
+	if err := l.coll.Maps[abi.IfacesMap].Put(ifindex, l.Program.IfaceMask(name)); err != nil {
 		return fmt.Errorf("set interface %s (%d): %w", name, ifindex, err)
 	}
 	return nil

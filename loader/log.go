@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/ir"
 )
 
@@ -94,13 +95,13 @@ var ErrLogTimeout = os.ErrDeadlineExceeded
 
 // Read returns the next event, waiting until deadline at most (forever if
 // zero).
-func (r *LogReader) Read(deadline time.Time) (codegen.LogRecord, error) {
+func (r *LogReader) Read(deadline time.Time) (abi.LogRecord, error) {
 	r.rd.SetDeadline(deadline)
 	rec, err := r.rd.Read()
 	if err != nil {
-		return codegen.LogRecord{}, fmt.Errorf("read log: %w", err)
+		return abi.LogRecord{}, fmt.Errorf("read log: %w", err)
 	}
-	return codegen.ParseLogRecord(rec.RawSample)
+	return abi.ParseLogRecord(rec.RawSample)
 }
 
 // Pending is how many bytes of events wait in the ring buffer.
@@ -157,10 +158,10 @@ func (a *Active) openLogPins(dir string) error {
 // none when it has no LOG rules.
 func (l *Loaded) logPinners() map[string]pinner {
 	out := make(map[string]pinner)
-	if m := l.coll.Maps[codegen.LogMap]; m != nil {
+	if m := l.coll.Maps[abi.LogMap]; m != nil {
 		out[pinLog] = m
 	}
-	if m := l.coll.Maps[codegen.LogLostMap]; m != nil {
+	if m := l.coll.Maps[abi.LogLostMap]; m != nil {
 		out[pinLogLost] = m
 	}
 	return out
@@ -178,8 +179,8 @@ func ProgramAt(p Place) (ebpf.ProgramID, error) {
 
 // Logged returns the events of the program's LOG rules since the last
 // call, for test runs; none when it has no LOG rules.
-func (l *Loaded) Logged() ([]codegen.LogRecord, error) {
-	ring := l.coll.Maps[codegen.LogMap]
+func (l *Loaded) Logged() ([]abi.LogRecord, error) {
+	ring := l.coll.Maps[abi.LogMap]
 	if ring == nil {
 		return nil, nil
 	}
@@ -190,7 +191,7 @@ func (l *Loaded) Logged() ([]codegen.LogRecord, error) {
 		}
 		l.logReader = rd
 	}
-	var out []codegen.LogRecord
+	var out []abi.LogRecord
 	l.logReader.SetDeadline(time.Now())
 	for {
 		rec, err := l.logReader.Read()
@@ -200,7 +201,7 @@ func (l *Loaded) Logged() ([]codegen.LogRecord, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read log: %w", err)
 		}
-		r, err := codegen.ParseLogRecord(rec.RawSample)
+		r, err := abi.ParseLogRecord(rec.RawSample)
 		if err != nil {
 			return nil, err
 		}

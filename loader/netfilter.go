@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/rules"
 )
 
@@ -66,10 +67,10 @@ func (l *Loaded) loadNetfilter(kernel func() (*ebpf.CollectionSpec, error)) erro
 	if err != nil {
 		return fmt.Errorf("load the netfilter stage: %w", err)
 	}
-	prog := coll.Programs[codegen.ProgramName]
+	prog := coll.Programs[abi.ProgramName]
 	if prog == nil {
 		coll.Close()
-		return fmt.Errorf("load the netfilter stage: collection has no program %q", codegen.ProgramName)
+		return fmt.Errorf("load the netfilter stage: collection has no program %q", abi.ProgramName)
 	}
 	l.nf, l.nfProg = coll, prog
 	return nil
@@ -84,7 +85,7 @@ func (l *Loaded) setNetfilterIface(ifindex uint32) error {
 	if l.nf == nil {
 		return nil
 	}
-	if err := l.nf.Maps[codegen.NetfilterIfacesMap].Put(ifindex, uint32(1)); err != nil {
+	if err := l.nf.Maps[abi.NetfilterIfacesMap].Put(ifindex, uint32(1)); err != nil {
 		return fmt.Errorf("netfilter stage: interface %d: %w", ifindex, err)
 	}
 	return nil
@@ -131,8 +132,8 @@ func (l *Loaded) netfilterPinners() map[string]pinner {
 		return nil
 	}
 	return map[string]pinner{
-		pinNFStage:  l.coll.Maps[codegen.StageMap],
-		pinNFIfaces: l.nf.Maps[codegen.NetfilterIfacesMap],
+		pinNFStage:  l.coll.Maps[abi.StageMap],
+		pinNFIfaces: l.nf.Maps[abi.NetfilterIfacesMap],
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -218,16 +219,16 @@ func (r *Replay) Run(frame []byte, iface string) (Outcome, error) {
 
 // await waits for the decision of the packet just sent: the program's, or
 // its stage's when the program deferred the packet.
-func (r *Replay) await() (codegen.Decision, error) {
+func (r *Replay) await() (abi.Decision, error) {
 	deadline := time.Now().Add(replayTimeout)
 	deferred := false
 	for time.Now().Before(deadline) {
 		d, err := r.l.takeDecision()
 		if err != nil {
-			return codegen.Decision{}, err
+			return abi.Decision{}, err
 		}
 		switch {
-		case d.Kind == codegen.Deferred && r.l.nfProg != nil:
+		case d.Kind == abi.Deferred && r.l.nfProg != nil:
 			deferred = true
 		case d.Kind != 0:
 			return d, nil
@@ -237,16 +238,16 @@ func (r *Replay) await() (codegen.Decision, error) {
 	if deferred {
 		// Deferred, and the stage never saw it: the IP layer dropped
 		// it before PRE_ROUTING.
-		return codegen.Decision{Kind: codegen.SkippedInvalid}, nil
+		return abi.Decision{Kind: abi.SkippedInvalid}, nil
 	}
-	return codegen.Decision{}, errors.New("replay: the program did not decide the packet")
+	return abi.Decision{}, errors.New("replay: the program did not decide the packet")
 }
 
 // verdict is what the decision d does to the packet.
-func (r *Replay) verdict(d codegen.Decision) ir.Verdict {
+func (r *Replay) verdict(d abi.Decision) ir.Verdict {
 	p := r.l.Program.IR
 	switch d.Kind {
-	case codegen.DecidedByRule:
+	case abi.DecidedByRule:
 		if int(d.Rule) < len(p.Rules) {
 			switch p.Rules[d.Rule].Action.(type) {
 			case ir.Drop:
@@ -257,12 +258,12 @@ func (r *Replay) verdict(d codegen.Decision) ir.Verdict {
 			}
 		}
 		return ir.VerdictAccept
-	case codegen.DecidedByPolicy:
+	case abi.DecidedByPolicy:
 		if p.Chains[0].Policy == rules.PolicyDrop {
 			return ir.VerdictDrop
 		}
 		return ir.VerdictAccept
-	case codegen.Hotdrop, codegen.SkippedInvalid, codegen.TinyFragment:
+	case abi.Hotdrop, abi.SkippedInvalid, abi.TinyFragment:
 		return ir.VerdictDrop
 	}
 	return ir.VerdictAccept

@@ -7,6 +7,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -18,7 +19,7 @@ const loopbackIfindex = 1
 // Outcome is what the kernel did with one packet.
 type Outcome struct {
 	Verdict  ir.Verdict
-	Decision codegen.Decision
+	Decision abi.Decision
 	// Reply is the frame a REJECT rule sent back: the packet as the
 	// program left it when it transmitted it; nil otherwise.
 	Reply []byte
@@ -53,7 +54,7 @@ func (l *Loaded) Run(frame []byte, iface string) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, err
 	}
-	if d.Kind == codegen.Deferred && l.nfProg != nil {
+	if d.Kind == abi.Deferred && l.nfProg != nil {
 		return l.runNetfilter(frame, iface)
 	}
 	out := Outcome{Verdict: v, Decision: d}
@@ -62,7 +63,7 @@ func (l *Loaded) Run(frame []byte, iface string) (Outcome, error) {
 	}
 	// A REJECT rule that sends nothing (to an ICMP error, a fragment,
 	// ...) still rejects.
-	if v == ir.VerdictDrop && d.Kind == codegen.DecidedByRule && int(d.Rule) < len(l.Program.IR.Rules) {
+	if v == ir.VerdictDrop && d.Kind == abi.DecidedByRule && int(d.Rule) < len(l.Program.IR.Rules) {
 		if _, ok := l.Program.IR.Rules[d.Rule].Action.(ir.Reject); ok {
 			out.Verdict = ir.VerdictReject
 		}
@@ -100,7 +101,7 @@ func (l *Loaded) runNetfilter(frame []byte, iface string) (Outcome, error) {
 		out.Verdict = ir.VerdictAccept
 	case nfDrop:
 		out.Verdict = ir.VerdictDrop
-		if d.Kind == codegen.DecidedByRule && int(d.Rule) < len(l.Program.IR.Rules) {
+		if d.Kind == abi.DecidedByRule && int(d.Rule) < len(l.Program.IR.Rules) {
 			if _, ok := l.Program.IR.Rules[d.Rule].Action.(ir.Reject); ok {
 				out.Verdict = ir.VerdictReject // dropped without a reply
 			}
@@ -121,26 +122,26 @@ const (
 )
 
 // takeDecision reads the decision of the last test run and clears it.
-func (l *Loaded) takeDecision() (codegen.Decision, error) {
-	m := l.coll.Maps[codegen.DecisionMap]
+func (l *Loaded) takeDecision() (abi.Decision, error) {
+	m := l.coll.Maps[abi.DecisionMap]
 	if m == nil {
-		return codegen.Decision{}, errors.New("read decision: the program records none: compile it with codegen.Options.Trace")
+		return abi.Decision{}, errors.New("read decision: the program records none: compile it with codegen.Options.Trace")
 	}
-	var perCPU []codegen.Decision
+	var perCPU []abi.Decision
 	if err := m.Lookup(uint32(0), &perCPU); err != nil {
-		return codegen.Decision{}, fmt.Errorf("read decision: %w", err)
+		return abi.Decision{}, fmt.Errorf("read decision: %w", err)
 	}
 	// The test run happens on this CPU; the other slots hold older
 	// decisions, so the run's is found by clearing them first.
-	var out codegen.Decision
+	var out abi.Decision
 	for _, d := range perCPU {
 		if d.Kind != 0 {
 			out = d
 		}
 	}
-	zero := make([]codegen.Decision, len(perCPU))
+	zero := make([]abi.Decision, len(perCPU))
 	if err := m.Put(uint32(0), zero); err != nil {
-		return codegen.Decision{}, fmt.Errorf("clear decision: %w", err)
+		return abi.Decision{}, fmt.Errorf("clear decision: %w", err)
 	}
 	return out, nil
 }

@@ -13,12 +13,12 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -51,7 +51,7 @@ func attachNetNS(prog *ebpf.Program) (link.Link, error) {
 
 // SocketState is a TPROXY rule's socket in a filter's SocketsMap.
 type SocketState struct {
-	Key codegen.SocketKey `json:"-"`
+	Key abi.SocketKey `json:"-"`
 	// Target is the key as people read it ("tcp 127.0.0.1:8080").
 	Target string `json:"target"`
 	Rules  []int  `json:"rules"` // the rules steering to it, by ID
@@ -88,7 +88,7 @@ func (b *build) loadLookup(p *codegen.Program) error {
 		return err
 	}
 	if fresh {
-		if err := pinNew(b.loaded.coll.Maps[codegen.SocketsMap], path); err != nil {
+		if err := pinNew(b.loaded.coll.Maps[abi.SocketsMap], path); err != nil {
 			return err
 		}
 	}
@@ -127,7 +127,7 @@ func (l *Loaded) SetIfaces() error {
 }
 
 // Sockets returns the program's SocketsMap.
-func (l *Loaded) Sockets() *ebpf.Map { return l.coll.Maps[codegen.SocketsMap] }
+func (l *Loaded) Sockets() *ebpf.Map { return l.coll.Maps[abi.SocketsMap] }
 
 // FillSockets puts into the program's SocketsMap the socket of every
 // TPROXY target it does not hold yet, found in the network namespace (see
@@ -153,7 +153,7 @@ func (l *Loaded) FillSockets() ([]SocketState, error) {
 		s.FD.Close()
 		if err != nil {
 			// An MPTCP listener, for one: the rules go on without it.
-			st.Error = fmt.Sprintf("socket of pid %d fd %d refused by the %s map: %v", s.Owner.PID, s.Owner.FD, codegen.SocketsMap, err)
+			st.Error = fmt.Sprintf("socket of pid %d fd %d refused by the %s map: %v", s.Owner.PID, s.Owner.FD, abi.SocketsMap, err)
 			continue
 		}
 		st.Owner = &s.Owner
@@ -168,7 +168,7 @@ func (l *Loaded) FillSockets() ([]SocketState, error) {
 // rule.
 func targetStates(p *codegen.Program) []SocketState {
 	var out []SocketState
-	index := make(map[codegen.SocketKey]int)
+	index := make(map[abi.SocketKey]int)
 	targets := p.Targets()
 	ids := make([]int, 0, len(targets))
 	for id := range targets {
@@ -313,19 +313,19 @@ func (a *Active) SocketStates() ([]SocketState, error) {
 		return nil, fmt.Errorf("open sockets: %w", err)
 	}
 	defer m.Close()
-	targets, err := a.programMap(codegen.TargetsMap)
+	targets, err := a.programMap(abi.TargetsMap)
 	if err != nil {
 		return nil, err
 	}
 	defer targets.Close()
 	var states []SocketState
-	index := make(map[codegen.SocketKey]int)
+	index := make(map[abi.SocketKey]int)
 	value := make([]byte, targets.ValueSize())
 	for id := range targets.MaxEntries() {
 		if err := targets.Lookup(id, &value); err != nil {
-			return nil, fmt.Errorf("read %s: %w", codegen.TargetsMap, err)
+			return nil, fmt.Errorf("read %s: %w", abi.TargetsMap, err)
 		}
-		var k codegen.SocketKey
+		var k abi.SocketKey
 		if err := k.UnmarshalBinary(value[:len(value)-4]); err != nil {
 			return nil, err
 		}
@@ -405,7 +405,7 @@ func socketInodes() (map[uint64]uint32, error) {
 // sk-lookup filter at place, as the socket of target: the TPROXY rules
 // whose --on-ip and --on-port are target's take it. It returns the
 // socket's cookie.
-func Register(place Place, target codegen.SocketKey, sock *os.File) (uint64, error) {
+func Register(place Place, target abi.SocketKey, sock *os.File) (uint64, error) {
 	m, err := ebpf.LoadPinnedMap(filepath.Join(place.Dir(), pinSockets), nil)
 	if err != nil {
 		return 0, fmt.Errorf("register socket for %s: open sockets of the sk-lookup filter: %w", target, err)
@@ -423,7 +423,7 @@ func Register(place Place, target codegen.SocketKey, sock *os.File) (uint64, err
 
 // SocketTarget returns the target a socket serves by its own address:
 // its protocol, family, bound address and port.
-func SocketTarget(sock *os.File) (codegen.SocketKey, error) {
+func SocketTarget(sock *os.File) (abi.SocketKey, error) {
 	var proto int
 	var sa unix.Sockaddr
 	err := withFD(sock, func(fd int) (err error) {
@@ -434,9 +434,9 @@ func SocketTarget(sock *os.File) (codegen.SocketKey, error) {
 		return err
 	})
 	if err != nil {
-		return codegen.SocketKey{}, fmt.Errorf("socket %s: %w", sock.Name(), err)
+		return abi.SocketKey{}, fmt.Errorf("socket %s: %w", sock.Name(), err)
 	}
-	k := codegen.SocketKey{Proto: uint8(proto)}
+	k := abi.SocketKey{Proto: uint8(proto)}
 	switch sa := sa.(type) {
 	case *unix.SockaddrInet4:
 		k.Family, k.Port = 4, uint16(sa.Port)
@@ -444,10 +444,10 @@ func SocketTarget(sock *os.File) (codegen.SocketKey, error) {
 	case *unix.SockaddrInet6:
 		k.Family, k.Port, k.Addr = 6, uint16(sa.Port), sa.Addr
 	default:
-		return codegen.SocketKey{}, fmt.Errorf("socket %s is not an IP socket", sock.Name())
+		return abi.SocketKey{}, fmt.Errorf("socket %s is not an IP socket", sock.Name())
 	}
 	if k.Proto != unix.IPPROTO_TCP && k.Proto != unix.IPPROTO_UDP {
-		return codegen.SocketKey{}, fmt.Errorf("socket %s is neither TCP nor UDP (protocol %d)", sock.Name(), proto)
+		return abi.SocketKey{}, fmt.Errorf("socket %s is neither TCP nor UDP (protocol %d)", sock.Name(), proto)
 	}
 	return k, nil
 }
@@ -456,7 +456,7 @@ func SocketTarget(sock *os.File) (codegen.SocketKey, error) {
 // lookups of target: bpf_sk_assign refuses a socket of another protocol,
 // an IPv4 socket for an IPv6 lookup, and an IPV6_V6ONLY socket for an
 // IPv4 one.
-func CanServe(sock *os.File, own, target codegen.SocketKey) error {
+func CanServe(sock *os.File, own, target abi.SocketKey) error {
 	if own.Proto != target.Proto {
 		return fmt.Errorf("socket %s is %s, not %s", sock.Name(), rules.ProtoName(own.Proto), rules.ProtoName(target.Proto))
 	}
@@ -497,6 +497,6 @@ func withFD(file *os.File, f func(fd int) error) error {
 }
 
 // putSocket puts sock into the SOCKHASH m under key.
-func putSocket(m *ebpf.Map, key codegen.SocketKey, sock *os.File) error {
+func putSocket(m *ebpf.Map, key abi.SocketKey, sock *os.File) error {
 	return withFD(sock, func(fd int) error { return m.Update(key, uint64(fd), ebpf.UpdateAny) })
 }

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 	"bpfwall/parser/iptables"
@@ -456,7 +457,7 @@ func TestSkLookupMatchesEval(t *testing.T) {
 					}
 				}
 				gotRule := -1
-				if got.Decision.Kind != codegen.DecidedByPolicy {
+				if got.Decision.Kind != abi.DecidedByPolicy {
 					gotRule = int(got.Decision.Rule)
 				}
 				verdicts[got.Verdict]++
@@ -687,7 +688,7 @@ func TestSkLookupNFTMatchesEval(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cookies := make(map[codegen.SocketKey]uint64)
+			cookies := make(map[abi.SocketKey]uint64)
 			for _, s := range states {
 				if s.Cookie == 0 {
 					t.Fatalf("no socket for %s", s.Target)
@@ -713,7 +714,7 @@ func TestSkLookupNFTMatchesEval(t *testing.T) {
 				if want.Rule != nil {
 					wantRule = want.Rule.ID
 				}
-				if got.Decision.Kind != codegen.DecidedByPolicy {
+				if got.Decision.Kind != abi.DecidedByPolicy {
 					gotRule = int(got.Decision.Rule)
 				}
 				var wantCookie uint64

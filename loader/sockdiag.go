@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 )
 
 // ErrNoSocket is returned, wrapped, when no socket in the network
@@ -43,7 +43,7 @@ type diagSocket struct {
 // for IPv4 a dual-stack IPv6 socket on [::] last. A target without
 // --on-ip takes a socket on the unspecified address. The descriptor is
 // taken from the process that holds the socket with pidfd_getfd.
-func FindSocket(k codegen.SocketKey) (*FoundSocket, error) {
+func FindSocket(k abi.SocketKey) (*FoundSocket, error) {
 	var cands []diagSocket
 	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
 		ss, err := diagDump(fam, k.Proto)

@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/rules"
 )
 
@@ -89,7 +90,7 @@ type Iface struct {
 
 // NewMeta describes p, compiled from rs read from file, and returns the
 // counters its rules start with: those rs holds for them.
-func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codegen.Counter, error) {
+func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []abi.Counter, error) {
 	type placed struct {
 		line int
 		c    rules.Counters
@@ -146,7 +147,7 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 	if len(rs.Sets) > 0 {
 		m.Sets = string(rules.SaveSets(rs.Sets))
 	}
-	counters := make([]codegen.Counter, len(p.IR.Rules)+1)
+	counters := make([]abi.Counter, len(p.IR.Rules)+1)
 	// The origins, FILE:LINE, are substrings of one string.
 	var origins []byte
 	bounds := make([][2]int, len(p.IR.Rules))
@@ -163,7 +164,7 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 		origins = append(origins, ':')
 		origins = strconv.AppendInt(origins, int64(r.Pos.Line), 10)
 		bounds[r.ID] = [2]int{start, len(origins)}
-		counters[r.ID] = codegen.Counter{Packets: pl.c.Packets, Bytes: pl.c.Bytes}
+		counters[r.ID] = abi.Counter{Packets: pl.c.Packets, Bytes: pl.c.Bytes}
 	}
 	text := string(origins)
 	for id, b := range bounds {
@@ -171,7 +172,7 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []codege
 	}
 	if t := rs.Table(m.Table); t != nil {
 		if c := t.Chain(m.Chain); c != nil {
-			counters[len(p.IR.Rules)] = codegen.Counter{Packets: c.Counters.Packets, Bytes: c.Counters.Bytes}
+			counters[len(p.IR.Rules)] = abi.Counter{Packets: c.Counters.Packets, Bytes: c.Counters.Bytes}
 		}
 	}
 	return m, counters, nil
@@ -342,7 +343,7 @@ func (a *Active) Close() error {
 // Counters returns every rule's counters, by rule ID, summed over CPUs
 // and added to those carried over from earlier programs; the last entry
 // counts the entry chain's policy.
-func (a *Active) Counters() ([]codegen.Counter, error) {
+func (a *Active) Counters() ([]abi.Counter, error) {
 	live, err := readCounters(a.counters)
 	if err != nil {
 		return nil, err
@@ -365,7 +366,7 @@ func (a *Active) Counters() ([]codegen.Counter, error) {
 type Snapshot struct {
 	Program  ebpf.ProgramID
 	Meta     Meta
-	Counters []codegen.Counter
+	Counters []abi.Counter
 }
 
 // Snapshot reads the filter's counters.
@@ -419,8 +420,8 @@ func (s *Snapshot) Apply(rs *rules.Ruleset) error {
 // Carry returns counters for p that continue the snapshot's: each rule
 // paired with an old one (same chain and text, see pairRules) starts
 // with its counters, the others at zero.
-func (s *Snapshot) Carry(p *codegen.Program) []codegen.Counter {
-	out := make([]codegen.Counter, len(p.IR.Rules)+1)
+func (s *Snapshot) Carry(p *codegen.Program) []abi.Counter {
+	out := make([]abi.Counter, len(p.IR.Rules)+1)
 	for id, old := range pairRules(&s.Meta, p) {
 		if old >= 0 {
 			out[id] = s.Counters[old]
@@ -466,7 +467,7 @@ func readMeta(mp *ebpf.Map) (Meta, error) {
 }
 
 // newBaseMap creates the map of counters carried over, holding c.
-func newBaseMap(c []codegen.Counter) (*ebpf.Map, error) {
+func newBaseMap(c []abi.Counter) (*ebpf.Map, error) {
 	mp, err := ebpf.NewMap(&ebpf.MapSpec{Name: "bpfwall_base", Type: ebpf.Array, KeySize: 4, ValueSize: 16, MaxEntries: uint32(len(c))})
 	if err != nil {
 		return nil, fmt.Errorf("create base map: %w", err)
@@ -479,11 +480,11 @@ func newBaseMap(c []codegen.Counter) (*ebpf.Map, error) {
 }
 
 // writeBase writes the non-zero entries of c; the map starts zeroed.
-func writeBase(mp *ebpf.Map, c []codegen.Counter) error {
+func writeBase(mp *ebpf.Map, c []abi.Counter) error {
 	var keys []uint32
-	var vals []codegen.Counter
+	var vals []abi.Counter
 	for i, v := range c {
-		if v != (codegen.Counter{}) {
+		if v != (abi.Counter{}) {
 			keys, vals = append(keys, uint32(i)), append(vals, v)
 		}
 	}
@@ -508,9 +509,9 @@ func writeBase(mp *ebpf.Map, c []codegen.Counter) error {
 // syscall per rule made reading 100k counters take half a second.
 const counterBatch = 8192
 
-func readBase(mp *ebpf.Map) ([]codegen.Counter, error) {
-	out := make([]codegen.Counter, mp.MaxEntries())
-	err := readBatches(mp, 1, func(key uint32, vals []codegen.Counter) { out[key] = vals[0] })
+func readBase(mp *ebpf.Map) ([]abi.Counter, error) {
+	out := make([]abi.Counter, mp.MaxEntries())
+	err := readBatches(mp, 1, func(key uint32, vals []abi.Counter) { out[key] = vals[0] })
 	if errors.Is(err, ebpf.ErrNotSupported) {
 		for i := range out {
 			if err := mp.Lookup(uint32(i), &out[i]); err != nil {
@@ -526,20 +527,20 @@ func readBase(mp *ebpf.Map) ([]codegen.Counter, error) {
 }
 
 // readCounters sums a per-CPU counters map over CPUs.
-func readCounters(mp *ebpf.Map) ([]codegen.Counter, error) {
+func readCounters(mp *ebpf.Map) ([]abi.Counter, error) {
 	cpus, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, fmt.Errorf("read counters: %w", err)
 	}
-	out := make([]codegen.Counter, mp.MaxEntries())
-	err = readBatches(mp, cpus, func(key uint32, vals []codegen.Counter) {
+	out := make([]abi.Counter, mp.MaxEntries())
+	err = readBatches(mp, cpus, func(key uint32, vals []abi.Counter) {
 		for _, c := range vals {
 			out[key].Packets += c.Packets
 			out[key].Bytes += c.Bytes
 		}
 	})
 	if errors.Is(err, ebpf.ErrNotSupported) {
-		var perCPU []codegen.Counter
+		var perCPU []abi.Counter
 		for i := range out {
 			if err := mp.Lookup(uint32(i), &perCPU); err != nil {
 				return nil, fmt.Errorf("read counters: %w", err)
@@ -559,10 +560,10 @@ func readCounters(mp *ebpf.Map) ([]codegen.Counter, error) {
 
 // readBatches reads every entry of the array mp, counterBatch at a time,
 // and hands each key's values (one per CPU of a per-CPU map) to each.
-func readBatches(mp *ebpf.Map, cpus int, each func(key uint32, vals []codegen.Counter)) error {
+func readBatches(mp *ebpf.Map, cpus int, each func(key uint32, vals []abi.Counter)) error {
 	n := int(mp.MaxEntries())
 	keys := make([]uint32, min(n, counterBatch))
-	vals := make([]codegen.Counter, len(keys)*cpus)
+	vals := make([]abi.Counter, len(keys)*cpus)
 	var cursor ebpf.MapBatchCursor
 	for read := 0; read < n; {
 		got, err := mp.BatchLookup(&cursor, keys, vals, nil)

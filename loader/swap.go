@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 )
 
 // Swap installs a compiled program as the filter at a place: it attaches
@@ -32,7 +33,7 @@ type Swap struct {
 	XDPMode XDPMode
 	// Counters are the counters the rules start with, by rule ID, the
 	// policy's last (nil: zero).
-	Counters []codegen.Counter
+	Counters []abi.Counter
 	// Since, when set, is the snapshot of the running filter Counters were
 	// computed from: what the old program counts after it is added to the
 	// rules that continue old ones (see Snapshot.Carry).
@@ -273,7 +274,7 @@ func (s *Swap) carry(old *Active, b *build) error {
 	if err != nil {
 		return err
 	}
-	add := make([]codegen.Counter, len(b.counters))
+	add := make([]abi.Counter, len(b.counters))
 	for id, o := range pairRules(&s.Since.Meta, s.Program) {
 		if o < 0 || o >= len(final) {
 			continue
@@ -285,7 +286,7 @@ func (s *Swap) carry(old *Active, b *build) error {
 		if final[o] == was {
 			continue
 		}
-		add[id] = codegen.Counter{
+		add[id] = abi.Counter{
 			Packets: b.counters[id].Packets + final[o].Packets - was.Packets,
 			Bytes:   b.counters[id].Bytes + final[o].Bytes - was.Bytes,
 		}
@@ -301,7 +302,7 @@ type build struct {
 	meta   *ebpf.Map
 	// described is what the meta map holds.
 	described *Meta
-	counters  []codegen.Counter
+	counters  []abi.Counter
 	// keep are the interfaces whose links switch programs. (The links
 	// that outlived their interface are dropped with the old pins.)
 	keep     []int
@@ -320,7 +321,7 @@ type build struct {
 	// which abort removes; addedSockets are the keys it put into a
 	// sockets map the running filter shares, which abort deletes.
 	heldConntrack bool
-	addedSockets  []codegen.SocketKey
+	addedSockets  []abi.SocketKey
 }
 
 // build loads, fills and pins the new filter, and attaches it to the
@@ -473,7 +474,7 @@ func (s *Swap) pin(old *Active, b *build) error {
 	n := len(s.Program.IR.Rules) + 1
 	b.counters = s.Counters
 	if b.counters == nil {
-		b.counters = make([]codegen.Counter, n)
+		b.counters = make([]abi.Counter, n)
 	}
 	if len(b.counters) != n {
 		return fmt.Errorf("%d starting counters for %d rules and the policy", len(b.counters), n)
@@ -484,11 +485,11 @@ func (s *Swap) pin(old *Active, b *build) error {
 
 	pins := map[string]pinner{
 		pinProgram:  b.loaded.prog,
-		pinCounters: b.loaded.coll.Maps[codegen.CountersMap],
-		pinIfaces:   b.loaded.coll.Maps[codegen.IfacesMap],
+		pinCounters: b.loaded.coll.Maps[abi.CountersMap],
+		pinIfaces:   b.loaded.coll.Maps[abi.IfacesMap],
 		pinBase:     b.base,
 	}
-	if m := b.loaded.coll.Maps[codegen.DecisionMap]; m != nil {
+	if m := b.loaded.coll.Maps[abi.DecisionMap]; m != nil {
 		pins[pinDecision] = m
 	}
 	for name, obj := range b.loaded.logPinners() {

@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/internal/packets"
 	"bpfwall/ir"
 	"bpfwall/parser/iptables"
@@ -65,7 +66,7 @@ func pinnedVerdict(t testing.TB, place Place, frame []byte) ir.Verdict {
 type state struct {
 	program  ebpf.ProgramID
 	links    map[int]ebpf.ProgramID // program each link runs
-	counters []codegen.Counter
+	counters []abi.Counter
 	loadedAt string
 }
 
@@ -232,7 +233,7 @@ func TestSwapFailureLeavesFilter(t *testing.T) {
 			setup: func(t *testing.T, s *Swap) {
 				spec := s.Program.Spec.Copy()
 				// R0 is never set: the verifier refuses to return it.
-				spec.Programs[codegen.ProgramName].Instructions = asm.Instructions{asm.Return()}
+				spec.Programs[abi.ProgramName].Instructions = asm.Instructions{asm.Return()}
 				p := *s.Program
 				p.Spec = spec
 				s.Program = &p
@@ -243,7 +244,7 @@ func TestSwapFailureLeavesFilter(t *testing.T) {
 			name: "map creation failure",
 			setup: func(t *testing.T, s *Swap) {
 				spec := s.Program.Spec.Copy()
-				spec.Maps[codegen.IfacesMap].MaxEntries = 0
+				spec.Maps[abi.IfacesMap].MaxEntries = 0
 				p := *s.Program
 				p.Spec = spec
 				s.Program = &p
@@ -438,7 +439,7 @@ func TestCountersCarryOver(t *testing.T) {
 			// A swap without Since (restore without -c) starts at zero.
 			mustSwap(t, newSwap(t, place, ruleset(hook, rulesB...)))
 			for i, c := range readState(t, place).counters {
-				if c != (codegen.Counter{}) {
+				if c != (abi.Counter{}) {
 					t.Errorf("after a fresh restore, counter %d is %v", i, c)
 				}
 			}

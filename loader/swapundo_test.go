@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/rules"
 )
 
@@ -64,7 +65,7 @@ func TestFailedSwapKeepsSockets(t *testing.T) {
 		}
 		defer m.Close()
 		n := 0
-		var k codegen.SocketKey
+		var k abi.SocketKey
 		var v uint64
 		for it := m.Iterate(); it.Next(&k, &v); {
 			n++

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 )
 
 // A filter lives as long as its pins. Two ways it can seem to vanish:
@@ -154,7 +155,7 @@ func isBpfwall(id ebpf.ProgramID) bool {
 	defer p.Close()
 	info, err := p.Info()
 	// "bpfwall", or "bpfwall_HOOK_CHAIN" cut to the kernel's 15 bytes.
-	return err == nil && (info.Name == codegen.ProgramName || strings.HasPrefix(info.Name, codegen.ProgramName+"_"))
+	return err == nil && (info.Name == abi.ProgramName || strings.HasPrefix(info.Name, abi.ProgramName+"_"))
 }
 
 // HostRoot returns the pin root a command uses for root. It is root,

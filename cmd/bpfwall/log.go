@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/loader"
 	"bpfwall/nflog"
 )
@@ -40,7 +41,7 @@ type logEvent struct {
 
 // logPoll is how often a reader looks for events that did not wake it up,
 // and checks whether its filter was swapped and whether events were lost.
-const logPoll = codegen.LogPoll
+const logPoll = abi.LogPoll
 
 // runLog prints the events of the LOG rules of this namespace's filters
 // as the kernel's LOG target prints them, until interrupted, --count
@@ -333,7 +334,7 @@ func (f *logFollower) iface(index uint32) ifaceInfo {
 }
 
 // event formats a record with its rule.
-func (f *logFollower) event(rec codegen.LogRecord) logEvent {
+func (f *logFollower) event(rec abi.LogRecord) logEvent {
 	m := &f.rd.Meta
 	ev := logEvent{Time: monotonicToWall(rec.Time), Hook: f.place.Hook.String(), Len: rec.Len, Chain: m.Chain}
 	var rule *loader.LogRule
@@ -349,7 +350,7 @@ func (f *logFollower) event(rec codegen.LogRecord) logEvent {
 	}
 	ev.Rule, ev.Chain, ev.Level, ev.Prefix = rule.Pos, rule.Chain, rule.Level, rule.Prefix
 	ifc := f.iface(rec.Ifindex)
-	p := nflog.Packet{Frame: rec.Frame, Len: int(rec.Len), Mark: rec.Mark, NotEther: !ifc.ether, NoMAC: rec.Flags&codegen.LogNoMAC != 0}
+	p := nflog.Packet{Frame: rec.Frame, Len: int(rec.Len), Mark: rec.Mark, NotEther: !ifc.ether, NoMAC: rec.Flags&abi.LogNoMAC != 0}
 	if rec.HasUID {
 		p.Owner = &nflog.Owner{UID: rec.UID, GID: rec.GID}
 	}
@@ -372,7 +373,7 @@ func (f *logFollower) event(rec codegen.LogRecord) logEvent {
 	ev.Line = line
 	if err != nil {
 		ev.Error = err.Error()
-	} else if rec.Flags&codegen.LogMACOther != 0 {
+	} else if rec.Flags&abi.LogMACOther != 0 {
 		ev.Error = "the MAC= the kernel prints is the device's hard_header_len bytes at its MAC header, not a 14-byte Ethernet header; the netfilter stage did not record it"
 	}
 	return ev

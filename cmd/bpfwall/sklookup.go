@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/internal/packets"
 	"bpfwall/ir"
 	"bpfwall/loader"
@@ -132,7 +133,7 @@ func runRegister(args []string, stdout, stderr io.Writer) error {
 	if *as != "" && len(socks) > 1 {
 		return fmt.Errorf("%w: --target names one target, but LISTEN_FDS passed %d sockets; register them without --target, or one by one with --pid and --fd", errUsage, len(socks))
 	}
-	targets := make([]codegen.SocketKey, len(socks))
+	targets := make([]abi.SocketKey, len(socks))
 	for i, f := range socks {
 		own, err := loader.SocketTarget(f)
 		if err != nil {
@@ -183,14 +184,14 @@ func listenFDs() ([]*os.File, error) {
 }
 
 // parseTarget parses PROTO:ADDR:PORT (tcp:127.0.0.1:8080, udp:[::1]:53).
-func parseTarget(s string) (codegen.SocketKey, error) {
+func parseTarget(s string) (abi.SocketKey, error) {
 	proto, ap, ok := strings.Cut(s, ":")
 	if !ok {
-		return codegen.SocketKey{}, fmt.Errorf("%q is not PROTO:ADDR:PORT", s)
+		return abi.SocketKey{}, fmt.Errorf("%q is not PROTO:ADDR:PORT", s)
 	}
 	a, err := netip.ParseAddrPort(ap)
 	if err != nil {
-		return codegen.SocketKey{}, err
+		return abi.SocketKey{}, err
 	}
 	t := ir.TProxy{Port: a.Port()}
 	switch proto {
@@ -199,13 +200,13 @@ func parseTarget(s string) (codegen.SocketKey, error) {
 	case "udp":
 		t.Proto = 17
 	default:
-		return codegen.SocketKey{}, fmt.Errorf("protocol %q: want tcp or udp", proto)
+		return abi.SocketKey{}, fmt.Errorf("protocol %q: want tcp or udp", proto)
 	}
 	if !a.Addr().IsUnspecified() {
 		t.Addr = a.Addr()
 	}
 	fam := familyOf(a.Addr())
-	return codegen.NewSocketKey(fam, t), nil
+	return abi.NewSocketKey(fam, t), nil
 }
 
 // traceLookups runs each packet description as a socket lookup through
@@ -239,9 +240,9 @@ func traceLookups(prog *codegen.Program, descs []packets.Desc, stdout io.Writer)
 			line.Summary = "lookup of " + packets.Summary(frame)
 		}
 		switch out.Decision.Kind {
-		case codegen.NoSocket:
+		case abi.NoSocket:
 			line.Reason = "the rule's socket does not exist"
-		case codegen.AssignFailed:
+		case abi.AssignFailed:
 			line.Reason = "the rule's socket does not fit the lookup"
 		}
 		if line.Reason != "" {

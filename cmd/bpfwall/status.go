@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/ir"
 	"bpfwall/loader"
 	"bpfwall/rules"
@@ -352,7 +353,7 @@ func printStatus(w io.Writer, st filterStatus) {
 // ruleCounters returns the entry chain's policy and, with withRules, the
 // counters c of each rule the program m describes compiled, in rule ID
 // order.
-func ruleCounters(m *loader.Meta, c []codegen.Counter, withRules bool) (string, []ruleCounter, error) {
+func ruleCounters(m *loader.Meta, c []abi.Counter, withRules bool) (string, []ruleCounter, error) {
 	if !withRules {
 		return policyOf(m), nil, nil
 	}

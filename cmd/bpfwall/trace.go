@@ -8,6 +8,7 @@ import (
 	"runtime"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/internal/packets"
 	"bpfwall/loader"
 	"bpfwall/rules"
@@ -182,22 +183,22 @@ func describe(p *codegen.Program, out loader.Outcome, replayed bool) traceLine {
 		line.Stage = "netfilter: decided after conntrack, which a test run does not have (state INVALID)"
 	}
 	switch out.Decision.Kind {
-	case codegen.DecidedByRule, codegen.Hotdrop:
+	case abi.DecidedByRule, abi.Hotdrop:
 		r := p.IR.Rules[out.Decision.Rule]
 		line.Rule = rules.Pos{File: r.Pos.File, Line: r.Pos.Line}.String()
 		line.Chain = p.IR.Chains[r.Chain].Name
-		line.Hotdrop = out.Decision.Kind == codegen.Hotdrop
-	case codegen.DecidedByPolicy:
+		line.Hotdrop = out.Decision.Kind == abi.Hotdrop
+	case abi.DecidedByPolicy:
 		line.Rule, line.Chain = "policy", p.IR.Chains[0].Name
-	case codegen.SkippedInvalid:
+	case abi.SkippedInvalid:
 		line.Skipped = "dropped by the IP layer before netfilter"
-	case codegen.SkippedNotIP:
+	case abi.SkippedNotIP:
 		line.Skipped = "not a packet of the rule set's family"
-	case codegen.LaterFragment:
+	case abi.LaterFragment:
 		line.Skipped = "a later fragment: netfilter sees the reassembled datagram, which the first fragment decides"
-	case codegen.TinyFragment:
+	case abi.TinyFragment:
 		line.Skipped = "a first fragment without the whole transport header: dropped"
-	case codegen.TTLExpired:
+	case abi.TTLExpired:
 		line.Skipped = "TTL 1 or less: the kernel drops it before FORWARD, with a time exceeded error"
 	}
 	return line

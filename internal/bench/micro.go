@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/ir"
 	"bpfwall/loader"
 )
@@ -199,7 +200,7 @@ func (m *meter) measure(r *Result, w *Workload, pr probes, floor *ebpf.Program) 
 // instructions is a program's size in 8-byte instructions.
 func instructions(p *codegen.Program) int {
 	n := 0
-	for _, ins := range p.Spec.Programs[codegen.ProgramName].Instructions {
+	for _, ins := range p.Spec.Programs[abi.ProgramName].Instructions {
 		n += int(ins.Size() / 8)
 	}
 	return n

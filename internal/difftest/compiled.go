@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/internal/topology"
 	"bpfwall/ir"
 	"bpfwall/loader"
@@ -94,24 +95,24 @@ func decision(c *Case, o loader.Outcome) string {
 		return fmt.Sprintf("%s r%d line %d", c.Program.Chains[r.Chain].Name, r.ID, r.Pos.Line)
 	}
 	switch d.Kind {
-	case codegen.DecidedByRule:
+	case abi.DecidedByRule:
 		return fmt.Sprintf("%s at %s", o.Verdict, rule())
-	case codegen.DecidedByPolicy:
+	case abi.DecidedByPolicy:
 		return fmt.Sprintf("%s by policy", o.Verdict)
-	case codegen.Hotdrop:
+	case abi.Hotdrop:
 		return fmt.Sprintf("%s (hotdrop) at %s", o.Verdict, rule())
-	case codegen.SkippedInvalid:
+	case abi.SkippedInvalid:
 		return fmt.Sprintf("%s (invalid)", o.Verdict)
-	case codegen.SkippedNotIP:
+	case abi.SkippedNotIP:
 		return fmt.Sprintf("%s (not IP or the other family)", o.Verdict)
-	case codegen.LaterFragment:
+	case abi.LaterFragment:
 		return fmt.Sprintf("%s (later fragment)", o.Verdict)
-	case codegen.TinyFragment:
+	case abi.TinyFragment:
 		return fmt.Sprintf("%s (tiny first fragment)", o.Verdict)
-	case codegen.TTLExpired:
+	case abi.TTLExpired:
 		return fmt.Sprintf("%s (ttl expires before FORWARD)", o.Verdict)
 	}
-	return fmt.Sprintf("%s (decision kind %d)", o.Verdict, d.Kind)
+	return fmt.Sprintf("%s (decision kind %s)", o.Verdict, d.Kind)
 }
 
 // Attached is the compiled program (see compile) attached to the ingress

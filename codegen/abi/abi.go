@@ -1,0 +1,75 @@
+package abi
+
+import "bpfwall/codegen/reject"
+
+// Names of the program and its maps in Spec.
+const (
+	// ProgramName is the program's name in a collection's Programs.
+	ProgramName = "bpfwall"
+	// CountersMap is a PERCPU_ARRAY from a uint32 rule ID to a Counter,
+	// with len(IR.Rules)+1 entries: the last one counts the entry chain's
+	// policy.
+	CountersMap = "counters"
+	// DecisionMap is a PERCPU_ARRAY with one entry (key 0), a Decision: the
+	// program stores there how it decided each packet. It is
+	// instrumentation for `bpfwall trace` and never changes a verdict.
+	DecisionMap = "decision"
+	// IfacesMap is a HASH from a uint32 ifindex to a uint64 bitmask over
+	// Program.Ifaces, filled by the loader; a missing ifindex means that no
+	// pattern matches.
+	IfacesMap = "ifaces"
+	// ScratchMap is a PERCPU_ARRAY with one entry that the program uses as
+	// working memory while it parses IPv6 extension headers and TCP
+	// options; it holds nothing between packets.
+	ScratchMap = "scratch"
+)
+
+// Counter is a rule's packet and byte count, as iptables counts them: the
+// bytes of the IP datagram.
+type Counter struct{ Packets, Bytes uint64 }
+
+// Maps of the netfilter stage.
+const (
+	// StageMap is a PERCPU_ARRAY of u64 counters, shared by the ingress
+	// program and its netfilter stage; see the Stage* indexes.
+	StageMap = "nf_stage"
+	// NetfilterIfacesMap is a HASH from a u32 ifindex to a u32, filled by
+	// the loader with the interfaces the ingress program is attached to
+	// and their upper devices (VLAN, macvlan, ...), on which netfilter
+	// sees their packets: the stage evaluates the packets that came in on
+	// them.
+	NetfilterIfacesMap = "nf_ifaces"
+)
+
+// Counters of StageMap.
+const (
+	// StageDeferred counts the packets the ingress program passed to the
+	// netfilter stage.
+	StageDeferred = 0
+	// StageEvaluated counts the packets the netfilter stage evaluated.
+	StageEvaluated = 1
+	// StageRejectDropped counts the packets whose verdict in the
+	// netfilter stage was a REJECT, dropped without a reply.
+	StageRejectDropped = 2
+	// StageCounters is how many counters StageMap has.
+	StageCounters = 4
+)
+
+// RejectPendingMap is a PERCPU_ARRAY of one pendingReject record,
+// shared by a chain's programs and its answers (codegen.RejectAnswer),
+// which codegen builds both.
+const RejectPendingMap = "reject_pending"
+
+// Names of the maps a program with REJECT rules has.
+const (
+	// RejectRulesMap is an ARRAY from a uint32 rule ID to a uint32: 0 for
+	// a rule that does not reject, k+1 for one that calls reject function
+	// k.
+	RejectRulesMap = "reject_rules"
+	// RejectScratchMap is the reply builder's scratch space
+	// (reject.ScratchMap).
+	RejectScratchMap = reject.ScratchMap
+	// RejectConfigMap is an ARRAY with one reject.Config, which the loader
+	// may fill with the namespace's settings.
+	RejectConfigMap = reject.ConfigMap
+)
