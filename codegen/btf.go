@@ -69,7 +69,7 @@ var (
 		{Name: "packets", Type: btfU64},
 		{Name: "bytes", Type: btfU64, Offset: 64},
 	}}
-	// btfDecision is a abi.Decision.
+	// btfDecision is an abi.Decision.
 	btfDecision = &btf.Struct{Name: "bpfwall_decision", Size: 8, Members: []btf.Member{
 		{Name: "rule", Type: btfU32},
 		{Name: "kind", Type: btfU32, Offset: 32},

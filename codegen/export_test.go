@@ -1,5 +1,7 @@
 package codegen
 
+import "bpfwall/codegen/abi"
+
 // SetMaxSegmentBranches makes chains split into segments after n
 // conditional jumps, until the returned function restores the limit.
 func SetMaxSegmentBranches(n int) (restore func()) {
@@ -8,9 +10,9 @@ func SetMaxSegmentBranches(n int) (restore func()) {
 	return func() { maxSegmentBranches = old }
 }
 
-// RecentStampOffset is where stamp i of slot is in a RecentMap value.
+// RecentStampOffset is where stamp i of slot is in an abi.RecentMap value.
 func RecentStampOffset(stamps, slot, i int) int {
-	return recentSlotsOff + slot*recentSlotSize(stamps) + slotStamps + 8*i
+	return abi.RecentSlotsOff + slot*abi.RecentSlotSize(stamps) + abi.RecentSlotStamps + 8*i
 }
 
 // SetMaxChainFunctions makes programs with more than n chains inline the

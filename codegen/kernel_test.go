@@ -320,8 +320,8 @@ func (l *loaded) clock(t *testing.T, st *ir.State, pkt *ir.Packet) {
 			if pkt == nil || pkt.Family != l.p.IR.Family {
 				return 0, false
 			}
-			var e codegen.HashEntry
-			err := l.coll.Maps[codegen.HashLimitMap(m.Table)].Lookup(codegen.HashKeyOf(m, pkt), &e)
+			var e abi.HashEntry
+			err := l.coll.Maps[abi.HashLimitMap(m.Table)].Lookup(abi.HashKeyOf(m, pkt), &e)
 			if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 				t.Fatalf("look the hashlimit entry up: %v", err)
 			}
@@ -331,11 +331,11 @@ func (l *loaded) clock(t *testing.T, st *ir.State, pkt *ir.Packet) {
 			// its table's later time: the time the table keeps.
 			now, ok := recentNow[m.Table]
 			if !ok {
-				value := make([]byte, l.coll.Maps[codegen.RecentMap(m.Table)].ValueSize())
-				if err := l.coll.Maps[codegen.RecentMap(m.Table)].Lookup(uint32(0), &value); err != nil {
+				value := make([]byte, l.coll.Maps[abi.RecentMap(m.Table)].ValueSize())
+				if err := l.coll.Maps[abi.RecentMap(m.Table)].Lookup(uint32(0), &value); err != nil {
 					t.Fatal(err)
 				}
-				now = codegen.RecentNow(value)
+				now = abi.RecentNow(value)
 				recentNow[m.Table] = now
 			}
 			return now, now != 0
@@ -367,8 +367,8 @@ func (l *loaded) clock(t *testing.T, st *ir.State, pkt *ir.Packet) {
 // bucketPrev is when token bucket i was last updated, if ever.
 func (l *loaded) bucketPrev(t *testing.T, i int) (uint64, bool) {
 	t.Helper()
-	var b codegen.Bucket
-	if err := l.coll.Maps[codegen.LimitsMap].Lookup(uint32(i), &b); err != nil {
+	var b abi.Bucket
+	if err := l.coll.Maps[abi.LimitsMap].Lookup(uint32(i), &b); err != nil {
 		t.Fatal(err)
 	}
 	return b.Prev, b.Started != 0
@@ -563,11 +563,11 @@ func (l *loaded) compareRecent(t *testing.T, st *ir.State) {
 		}
 	}
 	for table, n := range stamps {
-		value := make([]byte, codegen.RecentValueSize(n))
-		if err := l.coll.Maps[codegen.RecentMap(table)].Lookup(uint32(0), &value); err != nil {
+		value := make([]byte, abi.RecentValueSize(n))
+		if err := l.coll.Maps[abi.RecentMap(table)].Lookup(uint32(0), &value); err != nil {
 			t.Fatal(err)
 		}
-		got := codegen.RecentSlots(value, n)
+		got := abi.RecentSlots(value, n)
 		want := st.RecentEntries(table)
 		if len(got) != len(want) {
 			t.Errorf("recent table %d: %d entries in the kernel, %d in the model", table, len(got), len(want))
@@ -575,7 +575,7 @@ func (l *loaded) compareRecent(t *testing.T, st *ir.State) {
 		}
 		for i, e := range want {
 			g := got[i]
-			a := codegen.RecentAddrOf(e.Addr)
+			a := abi.RecentAddrOf(e.Addr)
 			if g.Addr != a || g.TTL != e.TTL || g.Index != e.Index || g.NStamps != e.NStamps || !slices.Equal(g.Stamps[:g.NStamps], e.Stamps[:e.NStamps]) {
 				t.Errorf("recent table %d entry %d: kernel %+v, model %+v", table, i, g, e)
 			}

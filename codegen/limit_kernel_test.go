@@ -201,9 +201,9 @@ func TestHashLimitSweepInterval(t *testing.T) {
 		t.Fatalf("a third key with two live ones: decision %+v, want a hotdrop", d)
 	}
 	// 10.0.0.1 expires; the next sweep is a minute away.
-	table := l.coll.Maps[codegen.HashLimitMap(0)]
-	key := codegen.HashKey{Src: [4]uint32{0x0a000001}}
-	var e codegen.HashEntry
+	table := l.coll.Maps[abi.HashLimitMap(0)]
+	key := abi.HashKey{Src: [4]uint32{0x0a000001}}
+	var e abi.HashEntry
 	if err := table.Lookup(key, &e); err != nil {
 		t.Fatalf("entry of 10.0.0.1: %v", err)
 	}
@@ -215,7 +215,7 @@ func TestHashLimitSweepInterval(t *testing.T) {
 		t.Errorf("a new key within the interval after a sweep: decision %+v, want a hotdrop", d)
 	}
 	// The interval is over: the sweep takes 10.0.0.1 out.
-	if err := l.coll.Maps[codegen.HashGCMap].Put(uint32(0), uint64(0)); err != nil {
+	if err := l.coll.Maps[abi.HashGCMap].Put(uint32(0), uint64(0)); err != nil {
 		t.Fatal(err)
 	}
 	if d := send("10.0.0.4"); d.Kind != abi.DecidedByRule {
@@ -273,9 +273,9 @@ func BenchmarkHashLimitFullTable(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer coll.Close()
-	table := coll.Maps[codegen.HashLimitMap(0)]
-	keys := make([]codegen.HashKey, max)
-	vals := make([]codegen.HashEntry, max)
+	table := coll.Maps[abi.HashLimitMap(0)]
+	keys := make([]abi.HashKey, max)
+	vals := make([]abi.HashEntry, max)
 	for i := range keys {
 		keys[i].Src[0] = 0x0b000000 + uint32(i)
 		vals[i].Expires = 1 << 62 // live for the benchmark's duration

@@ -1,15 +1,13 @@
 package codegen
 
 import (
-	"encoding/binary"
-	"fmt"
 	"math/bits"
-	"net/netip"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
@@ -26,70 +24,25 @@ var hashLimitCode = kind[ir.HashLimit]{
 	jiffies: true,
 }
 
-// HashLimitMap names the HASH map of hashlimit table i (ir.HashLimit's
-// Table): a HashKey per key, a HashEntry behind a bpf_spin_lock as its
-// value, at most the table's Max entries. A full map is the kernel's full
-// table: a packet with a new key is dropped, after a sweep of the expired
-// entries if none ran in the last gcinterval (see ir.HashLimit, HashGCMap).
-func HashLimitMap(i int) string { return fmt.Sprintf("hashlimit%d", i) }
-
-// A key: the masked addresses (host-order words, as parse stores them)
-// and the ports the table's mode names, zero elsewhere.
-const (
-	hashKeySrc   = 0
-	hashKeyDst   = 16
-	hashKeySport = 32 // u16
-	hashKeyDport = 34 // u16
-	hashKeySize  = 36
-)
-
-// HashGCMap is the ARRAY map holding, for each hashlimit table, the
-// earliest jiffies64 of the next sweep of its expired entries: a full
-// table is swept at most once per --hashlimit-htable-gcinterval, as often
-// as the kernel's collector runs (see ir.HashLimit).
-const HashGCMap = "hashlimit_gc"
-
-// HashKey is a HashLimitMap key.
-type HashKey struct {
-	Src, Dst     [4]uint32
-	Sport, Dport uint16
-}
-
-// A value: struct dsthash_ent's lock, expiry and rateinfo.
-const (
-	hashEntryLock    = 0
-	hashEntryExpires = 8  // u64 jiffies
-	hashEntryPrev    = 16 // u64 jiffies
-	hashEntryCredit  = 24 // u64
-	hashEntryCapLeft = 32 // u64: a byte rate's credit_cap, the burst refills left
-	hashEntrySize    = 40
-)
-
-// HashEntry is a HashLimitMap value.
-type HashEntry struct {
-	Lock, _                        uint32
-	Expires, Prev, Credit, CapLeft uint64
-}
-
 var btfHashEntry = &btf.Struct{
 	Name: "bpfwall_hashlimit_entry",
-	Size: hashEntrySize,
+	Size: abi.HashEntrySize,
 	Members: []btf.Member{
-		{Name: "lock", Type: &btf.Struct{Name: "bpf_spin_lock", Size: 4, Members: []btf.Member{{Name: "val", Type: btfU32}}}, Offset: hashEntryLock * 8},
+		{Name: "lock", Type: &btf.Struct{Name: "bpf_spin_lock", Size: 4, Members: []btf.Member{{Name: "val", Type: btfU32}}}, Offset: abi.HashEntryLock * 8},
 		{Name: "pad", Type: btfU32, Offset: 4 * 8},
-		{Name: "expires", Type: btfU64, Offset: hashEntryExpires * 8},
-		{Name: "prev", Type: btfU64, Offset: hashEntryPrev * 8},
-		{Name: "credit", Type: btfU64, Offset: hashEntryCredit * 8},
-		{Name: "cap_left", Type: btfU64, Offset: hashEntryCapLeft * 8},
+		{Name: "expires", Type: btfU64, Offset: abi.HashEntryExpires * 8},
+		{Name: "prev", Type: btfU64, Offset: abi.HashEntryPrev * 8},
+		{Name: "credit", Type: btfU64, Offset: abi.HashEntryCredit * 8},
+		{Name: "cap_left", Type: btfU64, Offset: abi.HashEntryCapLeft * 8},
 	},
 }
 
 var btfHashKey = &btf.Struct{
 	Name: "bpfwall_hashlimit_key",
-	Size: hashKeySize,
+	Size: abi.HashKeySize,
 	Members: []btf.Member{{
 		Name: "bytes",
-		Type: &btf.Array{Index: btfInt, Type: &btf.Int{Name: "unsigned char", Size: 1}, Nelems: hashKeySize},
+		Type: &btf.Array{Index: btfInt, Type: &btf.Int{Name: "unsigned char", Size: 1}, Nelems: abi.HashKeySize},
 	}},
 }
 
@@ -126,15 +79,15 @@ func (c *compiler) hashTables() []uint32 {
 	return max
 }
 
-// hashLimitMaps are the HashLimitMap specs.
+// hashLimitMaps are the abi.HashLimitMap specs.
 func (c *compiler) hashLimitMaps() []*ebpf.MapSpec {
 	var out []*ebpf.MapSpec
 	for i, max := range c.hashTables() {
 		out = append(out, &ebpf.MapSpec{
-			Name:       HashLimitMap(i),
+			Name:       abi.HashLimitMap(i),
 			Type:       ebpf.Hash,
-			KeySize:    hashKeySize,
-			ValueSize:  hashEntrySize,
+			KeySize:    abi.HashKeySize,
+			ValueSize:  abi.HashEntrySize,
 			MaxEntries: max,
 			Key:        btfHashKey,
 			Value:      btfHashEntry,
@@ -142,7 +95,7 @@ func (c *compiler) hashLimitMaps() []*ebpf.MapSpec {
 	}
 	if len(out) > 0 {
 		out = append(out, &ebpf.MapSpec{
-			Name:       HashGCMap,
+			Name:       abi.HashGCMap,
 			Type:       ebpf.Array,
 			KeySize:    4,
 			ValueSize:  8,
@@ -205,7 +158,7 @@ type hashlimitLabels struct{ found, relookup, live, recalced, capped, short stri
 func (c *compiler) hashlimitKey(m ir.HashLimit) {
 	b := c.b
 	b.Note("hashlimit key: the masked addresses and ports of mode %#x", m.Mode)
-	for off := int16(0); off < hashKeySize; off += 4 {
+	for off := int16(0); off < abi.HashKeySize; off += 4 {
 		b.Emit(insn.StImm(asm.R10, chainHashKey+off, 0, asm.Word))
 	}
 	words := 1
@@ -225,16 +178,16 @@ func (c *compiler) hashlimitKey(m ir.HashLimit) {
 		}
 	}
 	if m.Mode&rules.HashSrcIP != 0 {
-		addr(pkt.Src, hashKeySrc, m.SrcMask)
+		addr(pkt.Src, abi.HashKeySrc, m.SrcMask)
 	}
 	if m.Mode&rules.HashDstIP != 0 {
-		addr(pkt.Dst, hashKeyDst, m.DstMask)
+		addr(pkt.Dst, abi.HashKeyDst, m.DstMask)
 	}
 	if m.Mode&rules.HashSrcPort != 0 {
-		b.Emit(insn.Ld(asm.R1, asm.R6, pkt.Sport, asm.Word), insn.St(asm.R10, chainHashKey+hashKeySport, asm.R1, asm.Half))
+		b.Emit(insn.Ld(asm.R1, asm.R6, pkt.Sport, asm.Word), insn.St(asm.R10, chainHashKey+abi.HashKeySport, asm.R1, asm.Half))
 	}
 	if m.Mode&rules.HashDstPort != 0 {
-		b.Emit(insn.Ld(asm.R1, asm.R6, pkt.Dport, asm.Word), insn.St(asm.R10, chainHashKey+hashKeyDport, asm.R1, asm.Half))
+		b.Emit(insn.Ld(asm.R1, asm.R6, pkt.Dport, asm.Word), insn.St(asm.R10, chainHashKey+abi.HashKeyDport, asm.R1, asm.Half))
 	}
 }
 
@@ -245,7 +198,7 @@ func (c *compiler) hashlimitKey(m ir.HashLimit) {
 func (c *compiler) hashlimitEntry(m ir.HashLimit, l hashlimitLabels, hotdrop string) {
 	b := c.b
 	capacity, _ := m.Credits(ir.DefaultHZ)
-	name := HashLimitMap(m.Table)
+	name := abi.HashLimitMap(m.Table)
 	lookup := func() {
 		b.Emit(
 			insn.MapRef(asm.R1, name),
@@ -271,21 +224,21 @@ func (c *compiler) hashlimitEntry(m ir.HashLimit, l hashlimitLabels, hotdrop str
 	b.Emit(asm.JNE.Imm(asm.R0, 0, l.found))
 	b.Note("a new key: a full bucket (rateinfo_init)")
 	b.Emit(
-		insn.StImm(asm.R10, chainHashEntry+hashEntryLock, 0, asm.DWord),
+		insn.StImm(asm.R10, chainHashEntry+abi.HashEntryLock, 0, asm.DWord),
 		insn.Movr(asm.R1, asm.R7),
 		asm.Add.Imm(asm.R1, int32(m.Expire)),
-		insn.St(asm.R10, chainHashEntry+hashEntryExpires, asm.R1, asm.DWord),
-		insn.St(asm.R10, chainHashEntry+hashEntryPrev, asm.R7, asm.DWord),
+		insn.St(asm.R10, chainHashEntry+abi.HashEntryExpires, asm.R1, asm.DWord),
+		insn.St(asm.R10, chainHashEntry+abi.HashEntryPrev, asm.R7, asm.DWord),
 		asm.LoadImm(asm.R1, int64(capacity), asm.DWord),
-		insn.St(asm.R10, chainHashEntry+hashEntryCredit, asm.R1, asm.DWord),
+		insn.St(asm.R10, chainHashEntry+abi.HashEntryCredit, asm.R1, asm.DWord),
 		asm.LoadImm(asm.R1, int64(m.Burst), asm.DWord),
-		insn.St(asm.R10, chainHashEntry+hashEntryCapLeft, asm.R1, asm.DWord),
+		insn.St(asm.R10, chainHashEntry+abi.HashEntryCapLeft, asm.R1, asm.DWord),
 	)
 	update()
 	b.Note("the table is full: the collector's sweep of the expired entries, at most once per gcinterval")
 	b.Emit(
 		insn.StImm(asm.R10, chainHashNow, int32(m.Table), asm.DWord),
-		insn.MapRef(asm.R1, HashGCMap),
+		insn.MapRef(asm.R1, abi.HashGCMap),
 		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, chainHashNow),
 		asm.FnMapLookupElem.Call(),
@@ -325,28 +278,28 @@ func (c *compiler) hashlimitRecalc(m ir.HashLimit, l hashlimitLabels) {
 	b.Note("an expired entry is a new one (the collector's work)")
 	b.Emit(
 		insn.Movr(asm.R1, asm.R7),
-		insn.Ld(asm.R2, asm.R8, hashEntryExpires, asm.DWord),
+		insn.Ld(asm.R2, asm.R8, abi.HashEntryExpires, asm.DWord),
 		asm.Sub.Reg(asm.R1, asm.R2),
 		asm.JSLT.Imm(asm.R1, 0, l.live),
-		insn.St(asm.R8, hashEntryPrev, asm.R7, asm.DWord),
+		insn.St(asm.R8, abi.HashEntryPrev, asm.R7, asm.DWord),
 		asm.LoadImm(asm.R1, int64(capacity), asm.DWord),
-		insn.St(asm.R8, hashEntryCredit, asm.R1, asm.DWord),
+		insn.St(asm.R8, abi.HashEntryCredit, asm.R1, asm.DWord),
 		asm.LoadImm(asm.R1, int64(m.Burst), asm.DWord),
-		insn.St(asm.R8, hashEntryCapLeft, asm.R1, asm.DWord),
+		insn.St(asm.R8, abi.HashEntryCapLeft, asm.R1, asm.DWord),
 	)
 	b.Mark(l.live)
 	b.Note("rateinfo_recalc: credit += (now - prev) * CREDITS_PER_JIFFY, at most the cap")
 	b.Emit(
 		insn.Movr(asm.R1, asm.R7),
 		asm.Add.Imm(asm.R1, int32(m.Expire)),
-		insn.St(asm.R8, hashEntryExpires, asm.R1, asm.DWord),
+		insn.St(asm.R8, abi.HashEntryExpires, asm.R1, asm.DWord),
 		insn.Movr(asm.R1, asm.R7),
-		insn.Ld(asm.R2, asm.R8, hashEntryPrev, asm.DWord),
+		insn.Ld(asm.R2, asm.R8, abi.HashEntryPrev, asm.DWord),
 		asm.Sub.Reg(asm.R1, asm.R2),
 		asm.JEq.Imm(asm.R1, 0, l.recalced),
-		insn.St(asm.R8, hashEntryPrev, asm.R7, asm.DWord),
+		insn.St(asm.R8, abi.HashEntryPrev, asm.R7, asm.DWord),
 		asm.LSh.Imm(asm.R1, int32(bits.TrailingZeros64(cpj))),
-		insn.Ld(asm.R2, asm.R8, hashEntryCredit, asm.DWord),
+		insn.Ld(asm.R2, asm.R8, abi.HashEntryCredit, asm.DWord),
 	)
 	if m.Bytes {
 		// An overflow fills the bucket.
@@ -369,7 +322,7 @@ func (c *compiler) hashlimitRecalc(m ir.HashLimit, l hashlimitLabels) {
 		)
 	}
 	b.Mark(l.capped)
-	b.Emit(insn.St(asm.R8, hashEntryCredit, asm.R2, asm.DWord))
+	b.Emit(insn.St(asm.R8, abi.HashEntryCredit, asm.R2, asm.DWord))
 }
 
 // hashlimitPay takes the packet's cost from the bucket: r9 is 1 when it
@@ -394,23 +347,23 @@ func (c *compiler) hashlimitPay(m ir.HashLimit, l hashlimitLabels) {
 		)
 		b.Mark(priced)
 		b.Emit(
-			insn.Ld(asm.R1, asm.R8, hashEntryCredit, asm.DWord),
+			insn.Ld(asm.R1, asm.R8, abi.HashEntryCredit, asm.DWord),
 			asm.JGE.Reg(asm.R1, asm.R2, paid),
-			insn.Ld(asm.R4, asm.R8, hashEntryCapLeft, asm.DWord),
+			insn.Ld(asm.R4, asm.R8, abi.HashEntryCapLeft, asm.DWord),
 			asm.JEq.Imm(asm.R4, 0, paid),
 			asm.Sub.Imm(asm.R4, 1),
-			insn.St(asm.R8, hashEntryCapLeft, asm.R4, asm.DWord),
-			insn.St(asm.R8, hashEntryCredit, asm.R3, asm.DWord),
+			insn.St(asm.R8, abi.HashEntryCapLeft, asm.R4, asm.DWord),
+			insn.St(asm.R8, abi.HashEntryCredit, asm.R3, asm.DWord),
 		)
 		b.Mark(paid)
 		b.Emit(
-			insn.Ld(asm.R1, asm.R8, hashEntryCredit, asm.DWord),
+			insn.Ld(asm.R1, asm.R8, abi.HashEntryCredit, asm.DWord),
 			insn.Mov(asm.R9, 0),
 			asm.JLT.Reg(asm.R1, asm.R2, l.short),
 		)
 	} else {
 		b.Emit(
-			insn.Ld(asm.R1, asm.R8, hashEntryCredit, asm.DWord),
+			insn.Ld(asm.R1, asm.R8, abi.HashEntryCredit, asm.DWord),
 			insn.Mov(asm.R9, 0),
 			asm.LoadImm(asm.R2, int64(cost), asm.DWord),
 			asm.JLT.Reg(asm.R1, asm.R2, l.short),
@@ -418,7 +371,7 @@ func (c *compiler) hashlimitPay(m ir.HashLimit, l hashlimitLabels) {
 	}
 	b.Emit(
 		asm.Sub.Reg(asm.R1, asm.R2),
-		insn.St(asm.R8, hashEntryCredit, asm.R1, asm.DWord),
+		insn.St(asm.R8, abi.HashEntryCredit, asm.R1, asm.DWord),
 		insn.Mov(asm.R9, 1),
 	)
 }
@@ -436,7 +389,7 @@ func (c *compiler) hashSweep() {
 		insn.Movr(asm.R6, asm.R1),
 		insn.Movr(asm.R7, asm.R2),
 		insn.Ld(asm.R1, asm.R4, 0, asm.DWord),
-		insn.Ld(asm.R2, asm.R3, hashEntryExpires, asm.DWord),
+		insn.Ld(asm.R2, asm.R3, abi.HashEntryExpires, asm.DWord),
 		asm.Sub.Reg(asm.R1, asm.R2),
 		asm.JSLT.Imm(asm.R1, 0, keep),
 		insn.Movr(asm.R1, asm.R6),
@@ -475,35 +428,8 @@ func SizedByMemory(p *Program) bool {
 	return false
 }
 
-// HashKeyOf is the HashLimitMap key the program builds for pkt in the
-// table of m: for tests that look a packet's entry up.
-func HashKeyOf(m ir.HashLimit, pkt *ir.Packet) HashKey {
-	var k HashKey
-	words := func(a netip.Addr) [4]uint32 {
-		var w [4]uint32
-		b := a.AsSlice()
-		for i := 0; i*4 < len(b); i++ {
-			w[i] = binary.BigEndian.Uint32(b[4*i:])
-		}
-		return w
-	}
-	if m.Mode&rules.HashSrcIP != 0 {
-		k.Src = words(ir.HashKeyAddr(pkt.Src, m.SrcMask))
-	}
-	if m.Mode&rules.HashDstIP != 0 {
-		k.Dst = words(ir.HashKeyAddr(pkt.Dst, m.DstMask))
-	}
-	if m.Mode&rules.HashSrcPort != 0 {
-		k.Sport = pkt.SrcPort
-	}
-	if m.Mode&rules.HashDstPort != 0 {
-		k.Dport = pkt.DstPort
-	}
-	return k
-}
-
 // HashLimitTable describes a hashlimit table of a program: its
-// --hashlimit-name, the HashLimitMap holding it, and the configuration
+// --hashlimit-name, the abi.HashLimitMap holding it, and the configuration
 // the kernel keeps with a table (hinfo->cfg: everything of the match but
 // the program's index, name, position and the per-rule upto/above).
 type HashLimitTable struct {
@@ -531,7 +457,7 @@ func HashLimitTables(p *Program) []HashLimitTable {
 			}
 			cfg := m
 			cfg.Table, cfg.Name, cfg.Pos, cfg.Above = 0, "", rules.Pos{}, false
-			out[m.Table] = HashLimitTable{Name: m.Name, Map: HashLimitMap(m.Table), Config: cfg, Pos: m.Pos}
+			out[m.Table] = HashLimitTable{Name: m.Name, Map: abi.HashLimitMap(m.Table), Config: cfg, Pos: m.Pos}
 		}
 	}
 	return out

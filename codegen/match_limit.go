@@ -7,6 +7,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
@@ -33,46 +34,16 @@ var rateLimitCode = kind[ir.RateLimit]{
 
 const rateLimitAtLookup = "rate limit match (it would count lookups, not packets)"
 
-// LimitsMap is an ARRAY of token buckets, one per ir.Limit and
-// ir.RateLimit match (indexed by its Bucket), shared by every CPU as the
-// kernel's xt_limit_priv and nft_limit are. Each value is a Bucket behind
-// a bpf_spin_lock: the refill, the test and the payment of one packet
-// happen as one step, which is one of the orders the kernel's own
-// xchg/cmpxchg loop (xt_limit) or spinlock (nft_limit) allows. A new
-// program has new, empty buckets, as iptables-restore and nft -f give
-// every rule fresh state.
-const LimitsMap = "limits"
-
-// Offsets in a bucket. A bucket starts at the first packet that reaches
-// it: the kernel starts it at load time, full, and a full bucket stays
-// full until a packet spends from it, so the two only differ when the
-// first packet comes so late that the kernel's u32 refill wraps (2^32
-// credits: 2^25 jiffies, 37 hours at HZ 250, for xt_limit; never for
-// nft's u64 nanoseconds).
-const (
-	bucketLock    = 0  // struct bpf_spin_lock
-	bucketStarted = 4  // u32: 1 once the first packet has filled it
-	bucketPrev    = 8  // u64: jiffies (xt_limit) or nanoseconds (nft) of the last update
-	bucketCredit  = 16 // u32 credits (xt_limit) or u64 tokens (nft)
-	bucketSize    = 24
-)
-
-// Bucket is a LimitsMap value as the program leaves it.
-type Bucket struct {
-	Lock, Started uint32
-	Prev, Credit  uint64
-}
-
-// btfBucket describes a LimitsMap value to the verifier, which finds the
+// btfBucket describes an abi.LimitsMap value to the verifier, which finds the
 // spin lock by its type.
 var btfBucket = &btf.Struct{
 	Name: "bpfwall_bucket",
-	Size: bucketSize,
+	Size: abi.BucketSize,
 	Members: []btf.Member{
-		{Name: "lock", Type: &btf.Struct{Name: "bpf_spin_lock", Size: 4, Members: []btf.Member{{Name: "val", Type: btfU32}}}, Offset: bucketLock * 8},
-		{Name: "started", Type: btfU32, Offset: bucketStarted * 8},
-		{Name: "prev", Type: btfU64, Offset: bucketPrev * 8},
-		{Name: "credit", Type: btfU64, Offset: bucketCredit * 8},
+		{Name: "lock", Type: &btf.Struct{Name: "bpf_spin_lock", Size: 4, Members: []btf.Member{{Name: "val", Type: btfU32}}}, Offset: abi.BucketLock * 8},
+		{Name: "started", Type: btfU32, Offset: abi.BucketStarted * 8},
+		{Name: "prev", Type: btfU64, Offset: abi.BucketPrev * 8},
+		{Name: "credit", Type: btfU64, Offset: abi.BucketCredit * 8},
 	},
 }
 
@@ -91,17 +62,17 @@ func (c *compiler) buckets() int {
 	return n
 }
 
-// limitsMap is the LimitsMap spec, nil when no rule limits.
+// limitsMap is the abi.LimitsMap spec, nil when no rule limits.
 func (c *compiler) limitsMap() *ebpf.MapSpec {
 	n := c.buckets()
 	if n == 0 {
 		return nil
 	}
 	return &ebpf.MapSpec{
-		Name:       LimitsMap,
+		Name:       abi.LimitsMap,
 		Type:       ebpf.Array,
 		KeySize:    4,
-		ValueSize:  bucketSize,
+		ValueSize:  abi.BucketSize,
 		MaxEntries: uint32(n),
 		Key:        btfU32,
 		Value:      btfBucket,
@@ -115,7 +86,7 @@ func (c *compiler) lockBucket(id int, next string) {
 		insn.StImm(asm.R10, chainKey, int32(id), asm.Word),
 		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, chainKey),
-		insn.MapRef(asm.R1, LimitsMap),
+		insn.MapRef(asm.R1, abi.LimitsMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, next),
 		insn.Movr(asm.R8, asm.R0),
@@ -138,12 +109,12 @@ func (c *compiler) unlockBucket(next string) {
 // credit, which fill loads into r1, stored as size. It goes on at started.
 func (c *compiler) startBucket(started string, fill asm.Instruction, size asm.Size) {
 	c.b.Emit(
-		insn.Ld(asm.R1, asm.R8, bucketStarted, asm.Word),
+		insn.Ld(asm.R1, asm.R8, abi.BucketStarted, asm.Word),
 		asm.JNE.Imm(asm.R1, 0, started),
-		insn.StImm(asm.R8, bucketStarted, 1, asm.Word),
-		insn.St(asm.R8, bucketPrev, asm.R7, asm.DWord),
+		insn.StImm(asm.R8, abi.BucketStarted, 1, asm.Word),
+		insn.St(asm.R8, abi.BucketPrev, asm.R7, asm.DWord),
 		fill,
-		insn.St(asm.R8, bucketCredit, asm.R1, size),
+		insn.St(asm.R8, abi.BucketCredit, asm.R1, size),
 	)
 	c.b.Mark(started)
 }
@@ -169,12 +140,12 @@ func (c *compiler) limit(m ir.Limit, next string) {
 	c.lockBucket(m.Bucket, next)
 	c.startBucket(started, asm.Mov.Imm32(asm.R1, insn.U32(capacity)), asm.Word)
 	b.Emit(
-		insn.Ld(asm.R1, asm.R8, bucketPrev, asm.DWord),
-		insn.St(asm.R8, bucketPrev, asm.R7, asm.DWord),
+		insn.Ld(asm.R1, asm.R8, abi.BucketPrev, asm.DWord),
+		insn.St(asm.R8, abi.BucketPrev, asm.R7, asm.DWord),
 		asm.Sub.Reg(asm.R7, asm.R1),
 		asm.LSh.Imm(asm.R7, int32(bits.TrailingZeros32(cpj))), // CREDITS_PER_JIFFY is a power of two
 		asm.Mov.Reg32(asm.R7, asm.R7),
-		insn.Ld(asm.R1, asm.R8, bucketCredit, asm.Word),
+		insn.Ld(asm.R1, asm.R8, abi.BucketCredit, asm.Word),
 		asm.Add.Reg32(asm.R1, asm.R7),
 		asm.JLE.Imm32(asm.R1, insn.U32(capacity), capped),
 		asm.Mov.Imm32(asm.R1, insn.U32(capacity)),
@@ -187,7 +158,7 @@ func (c *compiler) limit(m ir.Limit, next string) {
 		insn.Mov(asm.R9, 1),
 	)
 	b.Mark(short)
-	b.Emit(insn.St(asm.R8, bucketCredit, asm.R1, asm.Word))
+	b.Emit(insn.St(asm.R8, abi.BucketCredit, asm.R1, asm.Word))
 	c.unlockBucket(next)
 }
 
@@ -226,9 +197,9 @@ func (c *compiler) rateLimit(m ir.RateLimit, next string) {
 		goesOn, stops = 0, 1
 	}
 	b.Emit(
-		insn.Ld(asm.R1, asm.R8, bucketCredit, asm.DWord),
+		insn.Ld(asm.R1, asm.R8, abi.BucketCredit, asm.DWord),
 		asm.Add.Reg(asm.R1, asm.R7),
-		insn.Ld(asm.R2, asm.R8, bucketPrev, asm.DWord),
+		insn.Ld(asm.R2, asm.R8, abi.BucketPrev, asm.DWord),
 		asm.Sub.Reg(asm.R1, asm.R2),
 		asm.LoadImm(asm.R2, int64(tokensMax), asm.DWord),
 		asm.JLE.Reg(asm.R1, asm.R2, capped),
@@ -236,17 +207,17 @@ func (c *compiler) rateLimit(m ir.RateLimit, next string) {
 	)
 	b.Mark(capped)
 	b.Emit(
-		insn.St(asm.R8, bucketPrev, asm.R7, asm.DWord),
+		insn.St(asm.R8, abi.BucketPrev, asm.R7, asm.DWord),
 		insn.Movr(asm.R2, asm.R1),
 		asm.Sub.Reg(asm.R2, asm.R9),
 		asm.JSLT.Imm(asm.R2, 0, short),
-		insn.St(asm.R8, bucketCredit, asm.R2, asm.DWord),
+		insn.St(asm.R8, abi.BucketCredit, asm.R2, asm.DWord),
 		insn.Mov(asm.R9, goesOn),
 		insn.Ja(done),
 	)
 	b.Mark(short)
 	b.Emit(
-		insn.St(asm.R8, bucketCredit, asm.R1, asm.DWord),
+		insn.St(asm.R8, abi.BucketCredit, asm.R1, asm.DWord),
 		insn.Mov(asm.R9, stops),
 	)
 	b.Mark(done)

@@ -1,16 +1,15 @@
 package codegen
 
 import (
-	"cmp"
 	"encoding/binary"
 	"fmt"
 	"net/netip"
-	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
@@ -27,102 +26,8 @@ var recentCode = kind[ir.Recent]{
 	jiffies: true,
 }
 
-// RecentMap names the ARRAY map of recent table i (ir.Recent's Table): one
-// value holding the whole table behind one bpf_spin_lock, as xt_recent
-// holds every table behind its recent_lock, so that a match's lookup,
-// eviction, reap and update are one step. The value is a header and
-// ir.RecentListTot slots; a slot holds struct recent_entry (its address,
-// TTL, index, nstamps and ring of stamps) and a sequence number that orders
-// the slots as the table's lru_list does: the least recently updated entry
-// has the smallest. The slots in use are the first recentEntries (a
-// removal moves the last one into the freed slot), so that a search looks
-// at as many slots as the table lists addresses; a free slot has sequence
-// number 0.
-func RecentMap(i int) string { return fmt.Sprintf("recent%d", i) }
-
-// The header of a RecentMap value.
-const (
-	recentLock     = 0  // struct bpf_spin_lock
-	recentSeq      = 8  // u64: the last sequence number given
-	recentEntries  = 16 // u32: slots in use (t->entries)
-	recentFound    = 20 // u32: scratch, a slot the search found
-	recentMinSeq   = 24 // u64: scratch, the smallest sequence number seen
-	recentMinSlot  = 32 // u32: scratch, its slot
-	_              = 36 // u32: unused
-	recentNow      = 40 // u64: the latest time a match used (jiffies); see RecentNow
-	recentSlotsOff = 48
-)
-
-// A slot.
-const (
-	slotSeq     = 0  // u64
-	slotAddr    = 8  // [4]u32, host order as the parsed packet holds it
-	slotTTL     = 24 // u8
-	slotIndex   = 26 // u16
-	slotNstamps = 28 // u16
-	slotStamps  = 32 // [stamps]u64 jiffies
-)
-
 // recentNone is a slot number no slot has.
 const recentNone = ir.RecentListTot
-
-func recentSlotSize(stamps int) int { return slotStamps + 8*stamps }
-
-// RecentValueSize is the size of a RecentMap value for tables of stamps
-// stamps per entry.
-func RecentValueSize(stamps int) int {
-	return recentSlotsOff + ir.RecentListTot*recentSlotSize(stamps)
-}
-
-// RecentSlot is one entry of a RecentMap value.
-type RecentSlot struct {
-	Seq            uint64
-	Addr           [4]uint32
-	TTL            uint8
-	Index, NStamps uint16
-	Stamps         []uint64
-}
-
-// RecentSlots decodes the slots in use of a RecentMap value, least
-// recently updated first.
-func RecentSlots(value []byte, stamps int) []RecentSlot {
-	var out []RecentSlot
-	le := binary.NativeEndian
-	size := recentSlotSize(stamps)
-	for i := range ir.RecentListTot {
-		s := value[recentSlotsOff+i*size:]
-		seq := le.Uint64(s[slotSeq:])
-		if seq == 0 {
-			continue
-		}
-		e := RecentSlot{Seq: seq, TTL: s[slotTTL], Index: le.Uint16(s[slotIndex:]), NStamps: le.Uint16(s[slotNstamps:])}
-		for w := range e.Addr {
-			e.Addr[w] = le.Uint32(s[slotAddr+4*w:])
-		}
-		for j := range stamps {
-			e.Stamps = append(e.Stamps, le.Uint64(s[slotStamps+8*j:]))
-		}
-		out = append(out, e)
-	}
-	slices.SortFunc(out, func(a, b RecentSlot) int { return cmp.Compare(a.Seq, b.Seq) })
-	return out
-}
-
-// RecentNow is the latest time (jiffies) a match of the table whose
-// RecentMap value is value used: the tick the packet read, or the table's
-// time when that was later.
-func RecentNow(value []byte) uint64 { return binary.NativeEndian.Uint64(value[recentNow:]) }
-
-// RecentAddrOf is a slot's address words for address a: host-order words
-// as the parsed packet holds them, zero after an IPv4 address.
-func RecentAddrOf(a netip.Addr) [4]uint32 {
-	var w [4]uint32
-	b := a.AsSlice()
-	for i := 0; i < len(b)/4; i++ {
-		w[i] = binary.BigEndian.Uint32(b[4*i:])
-	}
-	return w
-}
 
 // recentTables returns the ring size of each recent table and the number
 // of recent matches.
@@ -141,7 +46,7 @@ func (c *compiler) recentTables() (stamps []int, slots int) {
 	return stamps, slots
 }
 
-// recentMaps are the RecentMap specs.
+// recentMaps are the abi.RecentMap specs.
 func (c *compiler) recentMaps() []*ebpf.MapSpec {
 	stamps, slots := c.recentTables()
 	if slots == 0 {
@@ -149,9 +54,9 @@ func (c *compiler) recentMaps() []*ebpf.MapSpec {
 	}
 	var out []*ebpf.MapSpec
 	for i, n := range stamps {
-		size := uint32(RecentValueSize(n))
+		size := uint32(abi.RecentValueSize(n))
 		out = append(out, &ebpf.MapSpec{
-			Name:       RecentMap(i),
+			Name:       abi.RecentMap(i),
 			Type:       ebpf.Array,
 			KeySize:    4,
 			ValueSize:  size,
@@ -161,7 +66,7 @@ func (c *compiler) recentMaps() []*ebpf.MapSpec {
 				Name: fmt.Sprintf("bpfwall_recent_table_%d", n),
 				Size: size,
 				Members: []btf.Member{
-					{Name: "lock", Type: &btf.Struct{Name: "bpf_spin_lock", Size: 4, Members: []btf.Member{{Name: "val", Type: btfU32}}}, Offset: recentLock * 8},
+					{Name: "lock", Type: &btf.Struct{Name: "bpf_spin_lock", Size: 4, Members: []btf.Member{{Name: "val", Type: btfU32}}}, Offset: abi.RecentLock * 8},
 					{Name: "rest", Type: &btf.Array{Index: btfInt, Type: &btf.Int{Name: "unsigned char", Size: 1}, Nelems: size - 8}, Offset: 8 * 8},
 				},
 			},
@@ -184,7 +89,7 @@ const (
 // r9 the outcome (the kernel's ret); under the lock r5 is the entry and r4
 // the start of the --seconds window.
 func (c *compiler) recent(m ir.Recent, next string) {
-	r := &recentEmitter{c: c, b: c.b, m: m, n: int32(ir.RecentListTot), slotSize: int32(recentSlotSize(m.Stamps)), words: 1}
+	r := &recentEmitter{c: c, b: c.b, m: m, n: int32(ir.RecentListTot), slotSize: int32(abi.RecentSlotSize(m.Stamps)), words: 1}
 	if c.p.Family == rules.IPv6 {
 		r.words = 4
 	}
@@ -224,7 +129,7 @@ func (r *recentEmitter) label(s string) string { return r.b.Fresh("recent_" + s)
 // the outcome before the command, 1 for --rcheck's inversion.
 func (r *recentEmitter) lock(next string) {
 	b, c := r.b, r.c
-	name := RecentMap(r.m.Table)
+	name := abi.RecentMap(r.m.Table)
 	field := pkt.Src
 	if r.m.Dest {
 		field = pkt.Dst
@@ -270,12 +175,12 @@ func (r *recentEmitter) lock(next string) {
 	// this match had read the clock after that one.
 	b.Note("the table's clock: the later of the tick read and the table's last")
 	b.Emit(
-		insn.Ld(asm.R1, asm.R8, recentNow, asm.DWord),
+		insn.Ld(asm.R1, asm.R8, abi.RecentTime, asm.DWord),
 		asm.JGE.Reg(asm.R7, asm.R1, fresh),
 		insn.Movr(asm.R7, asm.R1),
 	)
 	b.Mark(fresh)
-	b.Emit(insn.St(asm.R8, recentNow, asm.R7, asm.DWord))
+	b.Emit(insn.St(asm.R8, abi.RecentTime, asm.R7, asm.DWord))
 	inv := int32(0)
 	if r.m.Invert {
 		inv = 1
@@ -294,8 +199,8 @@ func (r *recentEmitter) loop(body func(cont string)) {
 	b.Emit(
 		insn.Mov(asm.R1, 0),
 		insn.Movr(asm.R2, asm.R8),
-		asm.Add.Imm(asm.R2, recentSlotsOff),
-		insn.Ld(asm.R3, asm.R8, recentEntries, asm.Word),
+		asm.Add.Imm(asm.R2, abi.RecentSlotsOff),
+		insn.Ld(asm.R3, asm.R8, abi.RecentEntries, asm.Word),
 	)
 	b.Mark(top)
 	b.Emit(asm.JGE.Reg(asm.R1, asm.R3, done))
@@ -318,27 +223,27 @@ func (r *recentEmitter) slotInto(dst asm.Register, none string) {
 		asm.Mul.Imm(asm.R1, r.slotSize),
 		insn.Movr(dst, asm.R8),
 		asm.Add.Reg(dst, asm.R1),
-		asm.Add.Imm(dst, recentSlotsOff),
+		asm.Add.Imm(dst, abi.RecentSlotsOff),
 	)
 }
 
 func (r *recentEmitter) slot(none string) { r.slotInto(asm.R5, none) }
 
 // head finds the least recently updated slot (the head of lru_list)
-// into recentMinSlot, recentNone for an empty table. It keeps r5.
+// into abi.RecentMinSlot, recentNone for an empty table. It keeps r5.
 func (r *recentEmitter) head() {
 	b := r.b
 	b.Emit(
-		insn.StImm(asm.R8, recentMinSeq, -1, asm.DWord),
-		insn.StImm(asm.R8, recentMinSlot, recentNone, asm.Word),
+		insn.StImm(asm.R8, abi.RecentMinSeq, -1, asm.DWord),
+		insn.StImm(asm.R8, abi.RecentMinSlot, recentNone, asm.Word),
 	)
 	r.loop(func(cont string) {
 		b.Emit(
-			insn.Ld(asm.R4, asm.R2, slotSeq, asm.DWord),
-			insn.Ld(asm.R0, asm.R8, recentMinSeq, asm.DWord),
+			insn.Ld(asm.R4, asm.R2, abi.RecentSlotSeq, asm.DWord),
+			insn.Ld(asm.R0, asm.R8, abi.RecentMinSeq, asm.DWord),
 			asm.JGE.Reg(asm.R4, asm.R0, cont),
-			insn.St(asm.R8, recentMinSeq, asm.R4, asm.DWord),
-			insn.St(asm.R8, recentMinSlot, asm.R1, asm.Word),
+			insn.St(asm.R8, abi.RecentMinSeq, asm.R4, asm.DWord),
+			insn.St(asm.R8, abi.RecentMinSlot, asm.R1, asm.Word),
 		)
 	})
 }
@@ -353,16 +258,16 @@ func (r *recentEmitter) remove() {
 	cleared, gone, copyTop, copied := r.label("cleared"), r.label("gone"), r.label("copy"), r.label("copied")
 	b.Emit(
 		insn.St(asm.R10, chainRecentMoved, asm.R5, asm.DWord),
-		insn.Ld(asm.R1, asm.R8, recentEntries, asm.Word),
+		insn.Ld(asm.R1, asm.R8, abi.RecentEntries, asm.Word),
 		asm.Sub.Imm(asm.R1, 1),
-		insn.St(asm.R8, recentEntries, asm.R1, asm.Word),
+		insn.St(asm.R8, abi.RecentEntries, asm.R1, asm.Word),
 	)
 	r.slotInto(asm.R2, gone)
 	b.Emit(
 		insn.St(asm.R10, chainRecentMoved, asm.R2, asm.DWord),
 		asm.JEq.Reg(asm.R2, asm.R5, cleared),
 	)
-	for off := int16(0); off < slotStamps; off += 8 {
+	for off := int16(0); off < abi.RecentSlotStamps; off += 8 {
 		b.Emit(
 			insn.Ld(asm.R0, asm.R2, off, asm.DWord),
 			insn.St(asm.R5, off, asm.R0, asm.DWord),
@@ -371,13 +276,13 @@ func (r *recentEmitter) remove() {
 	// The moved slot's nstamps, now r5's, bounds the copy.
 	b.Emit(
 		insn.Movr(asm.R1, asm.R5),
-		asm.Add.Imm(asm.R1, slotStamps),
-		asm.Add.Imm(asm.R2, slotStamps),
+		asm.Add.Imm(asm.R1, abi.RecentSlotStamps),
+		asm.Add.Imm(asm.R2, abi.RecentSlotStamps),
 		insn.Mov(asm.R3, 0),
 	)
 	b.Mark(copyTop)
 	b.Emit(
-		insn.Ld(asm.R0, asm.R5, slotNstamps, asm.Half),
+		insn.Ld(asm.R0, asm.R5, abi.RecentSlotNstamps, asm.Half),
 		asm.JGE.Reg(asm.R3, asm.R0, copied),
 		insn.Ld(asm.R0, asm.R2, 0, asm.DWord),
 		insn.St(asm.R1, 0, asm.R0, asm.DWord),
@@ -389,22 +294,22 @@ func (r *recentEmitter) remove() {
 	b.Mark(copied)
 	b.Emit(insn.Ld(asm.R2, asm.R10, chainRecentMoved, asm.DWord))
 	b.Mark(cleared)
-	b.Emit(insn.StImm(asm.R2, slotSeq, 0, asm.DWord))
+	b.Emit(insn.StImm(asm.R2, abi.RecentSlotSeq, 0, asm.DWord))
 	b.Mark(gone)
 }
 
-// lookup finds the packet's slot (recent_entry_lookup) into recentFound,
+// lookup finds the packet's slot (recent_entry_lookup) into abi.RecentFound,
 // and goes to found with it; without one, --set makes one
 // (recent_entry_init) and the others go to out.
 func (r *recentEmitter) lookup(found, out string) {
 	b := r.b
 	b.Note("recent_entry_lookup: the slot with the address%s", map[bool]string{false: "", true: " and a TTL that is the packet's, or either 0"}[r.m.TTL])
-	b.Emit(insn.StImm(asm.R8, recentFound, recentNone, asm.Word))
+	b.Emit(insn.StImm(asm.R8, abi.RecentFound, recentNone, asm.Word))
 	searched := r.label("searched")
 	r.loop(func(cont string) {
 		for w := range r.words {
 			b.Emit(
-				insn.Ld(asm.R0, asm.R2, slotAddr+int16(4*w), asm.Word),
+				insn.Ld(asm.R0, asm.R2, abi.RecentSlotAddr+int16(4*w), asm.Word),
 				insn.Ld(asm.R4, asm.R10, chainRecentKey+int16(4*w), asm.Word),
 				asm.JNE.Reg(asm.R0, asm.R4, cont),
 			)
@@ -414,19 +319,19 @@ func (r *recentEmitter) lookup(found, out string) {
 			b.Emit(
 				insn.Ld(asm.R0, asm.R10, chainRecentTTL, asm.DWord),
 				asm.JEq.Imm(asm.R0, 0, hit),
-				insn.Ld(asm.R4, asm.R2, slotTTL, asm.Byte),
+				insn.Ld(asm.R4, asm.R2, abi.RecentSlotTTL, asm.Byte),
 				asm.JEq.Imm(asm.R4, 0, hit),
 				asm.JNE.Reg(asm.R0, asm.R4, cont),
 			)
 			b.Mark(hit)
 		}
 		b.Emit(
-			insn.St(asm.R8, recentFound, asm.R1, asm.Word),
+			insn.St(asm.R8, abi.RecentFound, asm.R1, asm.Word),
 			insn.Ja(searched),
 		)
 	})
 	b.Mark(searched)
-	b.Emit(insn.Ld(asm.R1, asm.R8, recentFound, asm.Word))
+	b.Emit(insn.Ld(asm.R1, asm.R8, abi.RecentFound, asm.Word))
 	b.Emit(asm.JLT.Imm(asm.R1, r.n, found))
 	if r.m.Command != rules.RecentSet {
 		b.Emit(insn.Ja(out))
@@ -434,38 +339,38 @@ func (r *recentEmitter) lookup(found, out string) {
 		b.Note("recent_entry_init: a full table loses its least recently updated entry first")
 		room := r.label("room")
 		b.Emit(
-			insn.Ld(asm.R1, asm.R8, recentEntries, asm.Word),
+			insn.Ld(asm.R1, asm.R8, abi.RecentEntries, asm.Word),
 			asm.JLT.Imm(asm.R1, r.n, room),
 		)
 		r.head()
-		b.Emit(insn.Ld(asm.R1, asm.R8, recentMinSlot, asm.Word))
+		b.Emit(insn.Ld(asm.R1, asm.R8, abi.RecentMinSlot, asm.Word))
 		r.slot(room)
 		r.remove()
 		b.Mark(room)
-		b.Emit(insn.Ld(asm.R1, asm.R8, recentEntries, asm.Word))
+		b.Emit(insn.Ld(asm.R1, asm.R8, abi.RecentEntries, asm.Word))
 		r.slot(out) // a table with no free slot cannot happen
 		for w := range r.words {
 			b.Emit(
 				insn.Ld(asm.R1, asm.R10, chainRecentKey+int16(4*w), asm.Word),
-				insn.St(asm.R5, slotAddr+int16(4*w), asm.R1, asm.Word),
+				insn.St(asm.R5, abi.RecentSlotAddr+int16(4*w), asm.R1, asm.Word),
 			)
 		}
 		for w := r.words; w < 4; w++ {
-			b.Emit(insn.StImm(asm.R5, slotAddr+int16(4*w), 0, asm.Word))
+			b.Emit(insn.StImm(asm.R5, abi.RecentSlotAddr+int16(4*w), 0, asm.Word))
 		}
 		b.Emit(
 			insn.Ld(asm.R1, asm.R10, chainRecentTTL, asm.DWord),
-			insn.St(asm.R5, slotTTL, asm.R1, asm.Byte),
-			insn.St(asm.R5, slotStamps, asm.R7, asm.DWord),
-			insn.StImm(asm.R5, slotIndex, 1, asm.Half),
-			insn.StImm(asm.R5, slotNstamps, 1, asm.Half),
-			insn.Ld(asm.R1, asm.R8, recentSeq, asm.DWord),
+			insn.St(asm.R5, abi.RecentSlotTTL, asm.R1, asm.Byte),
+			insn.St(asm.R5, abi.RecentSlotStamps, asm.R7, asm.DWord),
+			insn.StImm(asm.R5, abi.RecentSlotIndex, 1, asm.Half),
+			insn.StImm(asm.R5, abi.RecentSlotNstamps, 1, asm.Half),
+			insn.Ld(asm.R1, asm.R8, abi.RecentSeq, asm.DWord),
 			asm.Add.Imm(asm.R1, 1),
-			insn.St(asm.R8, recentSeq, asm.R1, asm.DWord),
-			insn.St(asm.R5, slotSeq, asm.R1, asm.DWord),
-			insn.Ld(asm.R1, asm.R8, recentEntries, asm.Word),
+			insn.St(asm.R8, abi.RecentSeq, asm.R1, asm.DWord),
+			insn.St(asm.R5, abi.RecentSlotSeq, asm.R1, asm.DWord),
+			insn.Ld(asm.R1, asm.R8, abi.RecentEntries, asm.Word),
 			asm.Add.Imm(asm.R1, 1),
-			insn.St(asm.R8, recentEntries, asm.R1, asm.Word),
+			insn.St(asm.R8, abi.RecentEntries, asm.R1, asm.Word),
 			asm.Xor.Imm(asm.R9, 1),
 			insn.Ja(out),
 		)
@@ -499,7 +404,7 @@ func (r *recentEmitter) command(update, out string) {
 			asm.Sub.Reg(asm.R4, asm.R3),
 		)
 		if r.m.Seconds == 0 {
-			b.Emit(insn.Ld(asm.R3, asm.R5, slotNstamps, asm.Half))
+			b.Emit(insn.Ld(asm.R3, asm.R5, abi.RecentSlotNstamps, asm.Half))
 		} else {
 			top := r.label("stamp")
 			b.Emit(
@@ -509,11 +414,11 @@ func (r *recentEmitter) command(update, out string) {
 			)
 			b.Mark(top)
 			b.Emit(
-				insn.Ld(asm.R0, asm.R5, slotNstamps, asm.Half),
+				insn.Ld(asm.R0, asm.R5, abi.RecentSlotNstamps, asm.Half),
 				asm.JGE.Reg(asm.R1, asm.R0, counted),
 				// time_after(time, stamp): (long)(stamp - time) < 0, the
 				// sign bit; a stamp counts when it is clear.
-				insn.Ld(asm.R0, asm.R2, slotStamps, asm.DWord),
+				insn.Ld(asm.R0, asm.R2, abi.RecentSlotStamps, asm.DWord),
 				asm.Sub.Reg(asm.R0, asm.R4),
 				asm.RSh.Imm(asm.R0, 63),
 				asm.Add.Imm(asm.R3, 1),
@@ -544,7 +449,7 @@ func (r *recentEmitter) command(update, out string) {
 				insn.Movr(asm.R4, asm.R7), // the window's start again: head used r4
 				asm.LoadImm(asm.R3, int64(window), asm.DWord),
 				asm.Sub.Reg(asm.R4, asm.R3),
-				insn.Ld(asm.R1, asm.R8, recentMinSlot, asm.Word),
+				insn.Ld(asm.R1, asm.R8, abi.RecentMinSlot, asm.Word),
 			)
 			r.slot(reaped)
 			if r.m.Command == rules.RecentUpdate {
@@ -556,13 +461,13 @@ func (r *recentEmitter) command(update, out string) {
 			}
 			b.Mark(reap)
 			b.Emit(
-				insn.Ld(asm.R0, asm.R5, slotIndex, asm.Half),
+				insn.Ld(asm.R0, asm.R5, abi.RecentSlotIndex, asm.Half),
 				asm.Sub.Imm(asm.R0, 1),
 				asm.And.Imm(asm.R0, int32(r.m.Stamps-1)),
 				asm.LSh.Imm(asm.R0, 3),
 				insn.Movr(asm.R3, asm.R5),
 				asm.Add.Reg(asm.R3, asm.R0),
-				insn.Ld(asm.R3, asm.R3, slotStamps, asm.DWord),
+				insn.Ld(asm.R3, asm.R3, abi.RecentSlotStamps, asm.DWord),
 				asm.Sub.Reg(asm.R3, asm.R4),
 				asm.JSGE.Imm(asm.R3, 0, reaped),
 			)
@@ -591,27 +496,27 @@ func (r *recentEmitter) update() {
 	b.Note("recent_entry_update: the next stamp of the ring, the end of the lru list, the TTL")
 	grown := r.label("grown")
 	b.Emit(
-		insn.Ld(asm.R0, asm.R5, slotIndex, asm.Half),
+		insn.Ld(asm.R0, asm.R5, abi.RecentSlotIndex, asm.Half),
 		asm.And.Imm(asm.R0, int32(r.m.Stamps-1)),
 		insn.Movr(asm.R1, asm.R0),
 		asm.LSh.Imm(asm.R1, 3),
 		insn.Movr(asm.R2, asm.R5),
 		asm.Add.Reg(asm.R2, asm.R1),
-		insn.St(asm.R2, slotStamps, asm.R7, asm.DWord),
+		insn.St(asm.R2, abi.RecentSlotStamps, asm.R7, asm.DWord),
 		asm.Add.Imm(asm.R0, 1),
-		insn.St(asm.R5, slotIndex, asm.R0, asm.Half),
-		insn.Ld(asm.R1, asm.R5, slotNstamps, asm.Half),
+		insn.St(asm.R5, abi.RecentSlotIndex, asm.R0, asm.Half),
+		insn.Ld(asm.R1, asm.R5, abi.RecentSlotNstamps, asm.Half),
 		asm.JLE.Reg(asm.R0, asm.R1, grown),
-		insn.St(asm.R5, slotNstamps, asm.R0, asm.Half),
+		insn.St(asm.R5, abi.RecentSlotNstamps, asm.R0, asm.Half),
 	)
 	b.Mark(grown)
 	b.Emit(
-		insn.Ld(asm.R1, asm.R8, recentSeq, asm.DWord),
+		insn.Ld(asm.R1, asm.R8, abi.RecentSeq, asm.DWord),
 		asm.Add.Imm(asm.R1, 1),
-		insn.St(asm.R8, recentSeq, asm.R1, asm.DWord),
-		insn.St(asm.R5, slotSeq, asm.R1, asm.DWord),
+		insn.St(asm.R8, abi.RecentSeq, asm.R1, asm.DWord),
+		insn.St(asm.R5, abi.RecentSlotSeq, asm.R1, asm.DWord),
 		insn.Ld(asm.R1, asm.R10, chainRecentTTL, asm.DWord),
-		insn.St(asm.R5, slotTTL, asm.R1, asm.Byte),
+		insn.St(asm.R5, abi.RecentSlotTTL, asm.R1, asm.Byte),
 	)
 }
 
@@ -655,7 +560,7 @@ func HeaviestRecent(p *Program) (m ir.Recent, steps, total int, ok bool) {
 }
 
 // RecentTable describes a recent table of a program: its --name, the
-// RecentMap holding it, its ring size and mask.
+// abi.RecentMap holding it, its ring size and mask.
 type RecentTable struct {
 	Name   string
 	Map    string
@@ -672,7 +577,7 @@ func RecentTables(p *Program) []RecentTable {
 				for len(out) <= m.Table {
 					out = append(out, RecentTable{})
 				}
-				out[m.Table] = RecentTable{Name: m.Name, Map: RecentMap(m.Table), Stamps: m.Stamps, Mask: m.Mask}
+				out[m.Table] = RecentTable{Name: m.Name, Map: abi.RecentMap(m.Table), Stamps: m.Stamps, Mask: m.Mask}
 			}
 		}
 	}

@@ -149,13 +149,13 @@ func TestRecentAcrossCPUs(t *testing.T) {
 				return runTimes(prog, data, perCPU)
 			})
 			stamps := codegen.RecentTables(p)[0].Stamps
-			value := make([]byte, codegen.RecentValueSize(stamps))
-			if err := coll.Maps[codegen.RecentMap(0)].Lookup(uint32(0), &value); err != nil {
+			value := make([]byte, abi.RecentValueSize(stamps))
+			if err := coll.Maps[abi.RecentMap(0)].Lookup(uint32(0), &value); err != nil {
 				t.Fatal(err)
 			}
 			seq := binary.NativeEndian.Uint64(value[8:])
 			entries := binary.NativeEndian.Uint32(value[16:])
-			slots := codegen.RecentSlots(value, stamps)
+			slots := abi.RecentSlots(value, stamps)
 			t.Logf("%d CPUs × %d: sequence %d, %d entries", cpus, perCPU, seq, entries)
 			if seq != uint64(cpus*perCPU) {
 				t.Errorf("sequence number %d after %d sets", seq, cpus*perCPU)
@@ -195,9 +195,9 @@ func TestRecentReapMovesEntry(t *testing.T) {
 	}
 	send("10.0.0.1", 1) // slot 0
 	send("10.0.0.2", 1) // slot 1
-	table := l.coll.Maps[codegen.RecentMap(0)]
+	table := l.coll.Maps[abi.RecentMap(0)]
 	stamps := codegen.RecentTables(p)[0].Stamps
-	value := make([]byte, codegen.RecentValueSize(stamps))
+	value := make([]byte, abi.RecentValueSize(stamps))
 	if err := table.Lookup(uint32(0), &value); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestRecentReapMovesEntry(t *testing.T) {
 	if err := table.Lookup(uint32(0), &value); err != nil {
 		t.Fatal(err)
 	}
-	slots := codegen.RecentSlots(value, stamps)
+	slots := abi.RecentSlots(value, stamps)
 	if len(slots) != 1 || slots[0].Addr[0] != 0x0a000002 || slots[0].NStamps != 2 || slots[0].Index != 2 {
 		t.Errorf("after the reap: %+v, want 10.0.0.2 alone with two stamps", slots)
 	}

@@ -49,7 +49,7 @@ func steerTarget(r *ir.Rule) (t ir.TProxy, terminal, ok bool) {
 	return ir.TProxy{}, false, false
 }
 
-// targetValue is a abi.TargetsMap value.
+// targetValue is an abi.TargetsMap value.
 type targetValue struct {
 	Key      abi.SocketKey
 	Terminal uint32

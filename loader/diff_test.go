@@ -98,8 +98,8 @@ func checkAgainstEval(t *testing.T, prog *codegen.Program, seed uint64, n int) {
 func clock(t *testing.T, l *Loaded, st *ir.State, pkt *ir.Packet) {
 	t.Helper()
 	bucket := func(i int) (uint64, bool) {
-		var b codegen.Bucket
-		if err := l.coll.Maps[codegen.LimitsMap].Lookup(uint32(i), &b); err != nil {
+		var b abi.Bucket
+		if err := l.coll.Maps[abi.LimitsMap].Lookup(uint32(i), &b); err != nil {
 			t.Fatal(err)
 		}
 		return b.Prev, b.Started != 0
@@ -108,11 +108,11 @@ func clock(t *testing.T, l *Loaded, st *ir.State, pkt *ir.Packet) {
 	st.Clock = func(m ir.Match) (uint64, bool) {
 		switch m := m.(type) {
 		case ir.HashLimit:
-			var e codegen.HashEntry
+			var e abi.HashEntry
 			if pkt.Family != l.Program.IR.Family {
 				return 0, false
 			}
-			err := l.coll.Maps[codegen.HashLimitMap(m.Table)].Lookup(codegen.HashKeyOf(m, pkt), &e)
+			err := l.coll.Maps[abi.HashLimitMap(m.Table)].Lookup(abi.HashKeyOf(m, pkt), &e)
 			return e.Prev, err == nil
 		case ir.Limit:
 			return bucket(m.Bucket)
@@ -123,12 +123,12 @@ func clock(t *testing.T, l *Loaded, st *ir.State, pkt *ir.Packet) {
 			// matches read, or the table's later one.
 			now, ok := recentNow[m.Table]
 			if !ok {
-				rm := l.coll.Maps[codegen.RecentMap(m.Table)]
+				rm := l.coll.Maps[abi.RecentMap(m.Table)]
 				value := make([]byte, rm.ValueSize())
 				if err := rm.Lookup(uint32(0), &value); err != nil {
 					t.Fatal(err)
 				}
-				now = codegen.RecentNow(value)
+				now = abi.RecentNow(value)
 				recentNow[m.Table] = now
 			}
 			return now, now != 0

@@ -9,10 +9,11 @@ import (
 	"github.com/cilium/ebpf"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 )
 
 // hashlimitPinPrefix + the table's index names a hashlimit table's pin in
-// its filter's directory; pinHashGC is the program's codegen.HashGCMap,
+// its filter's directory; pinHashGC is the program's abi.HashGCMap,
 // the tables' next sweep times.
 const (
 	hashlimitPinPrefix = "hashlimit_"
@@ -178,7 +179,7 @@ func (l *Loaded) setSweeps(sweep map[int]uint64) error {
 	if len(sweep) == 0 {
 		return nil
 	}
-	gc := l.coll.Maps[codegen.HashGCMap]
+	gc := l.coll.Maps[abi.HashGCMap]
 	if gc == nil {
 		return errors.New("the program has no hashlimit sweep map")
 	}

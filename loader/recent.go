@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/ir"
 )
 
@@ -265,14 +266,14 @@ func (a *Active) RecentTables() ([]RecentTableState, error) {
 		if err := m.Lookup(uint32(0), &value); err != nil {
 			return nil, fmt.Errorf("read recent table %q: %w", t.Name, err)
 		}
-		out = append(out, RecentTableState{Name: t.Name, Entries: len(codegen.RecentSlots(value, t.Stamps))})
+		out = append(out, RecentTableState{Name: t.Name, Entries: len(abi.RecentSlots(value, t.Stamps))})
 	}
 	return out, nil
 }
 
 // RecentEntries reads the addresses the filter's recent table name lists,
 // least recently updated first.
-func (a *Active) RecentEntries(name string) ([]codegen.RecentSlot, error) {
+func (a *Active) RecentEntries(name string) ([]abi.RecentSlot, error) {
 	for i, t := range a.Meta.Recent {
 		if t.Name != name {
 			continue
@@ -282,7 +283,7 @@ func (a *Active) RecentEntries(name string) ([]codegen.RecentSlot, error) {
 		if err := m.Lookup(uint32(0), &value); err != nil {
 			return nil, fmt.Errorf("read recent table %q: %w", t.Name, err)
 		}
-		return codegen.RecentSlots(value, t.Stamps), nil
+		return abi.RecentSlots(value, t.Stamps), nil
 	}
 	return nil, fmt.Errorf("no recent table %q", name)
 }

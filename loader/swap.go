@@ -502,7 +502,7 @@ func (s *Swap) pin(old *Active, b *build) error {
 		for i, t := range tables {
 			pins[hashlimitPin(i)] = b.loaded.coll.Maps[t.Map]
 		}
-		pins[pinHashGC] = b.loaded.coll.Maps[codegen.HashGCMap]
+		pins[pinHashGC] = b.loaded.coll.Maps[abi.HashGCMap]
 	}
 	for name, obj := range b.loaded.netfilterPinners() {
 		pins[name] = obj

@@ -15,6 +15,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"bpfwall/codegen"
+	"bpfwall/codegen/abi"
 	"bpfwall/internal/testenv"
 	"bpfwall/internal/topology"
 	"bpfwall/ir"
@@ -428,7 +429,7 @@ func kernelRecentTable(name string) (map[netip.Addr]recentEntry, error) {
 }
 
 // bpfRecentTable is kernelRecentTable of a program's table.
-func bpfRecentTable(slots []codegen.RecentSlot, fam rules.Family) map[netip.Addr]recentEntry {
+func bpfRecentTable(slots []abi.RecentSlot, fam rules.Family) map[netip.Addr]recentEntry {
 	out := make(map[netip.Addr]recentEntry)
 	for _, s := range slots {
 		var b [16]byte
