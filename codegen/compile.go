@@ -11,6 +11,7 @@ import (
 	"bpfwall/codegen/conntrack"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
+	"bpfwall/codegen/sklookup"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -384,7 +385,7 @@ func (c *compiler) mainChains() {
 	if c.p.Chains[0].Policy == rules.PolicyDrop {
 		policy = c.hook.drop()
 	} else if c.hook == HookSkLookup {
-		decided = symSteerStatement
+		decided = sklookup.SymSteerStatement
 	}
 	b.Emit(
 		insn.Mov(asm.R7, int32(abi.DecidedByPolicy)),
@@ -394,7 +395,7 @@ func (c *compiler) mainChains() {
 	b.Mark("ruled")
 	accepted := symMainEnd
 	if c.hook == HookSkLookup {
-		accepted = symSteer // an ACCEPT, or a TPROXY to steer
+		accepted = sklookup.SymSteer // an ACCEPT, or a TPROXY to steer
 	}
 	b.Emit(
 		insn.Movr(asm.R8, asm.R0),
@@ -434,7 +435,7 @@ func (c *compiler) mainChains() {
 		asm.Return(),
 	)
 	if c.hook == HookSkLookup {
-		c.steer()
+		sklookup.Steer(c.b, c.lookupTarget())
 	}
 	if c.defers() {
 		c.deferred()

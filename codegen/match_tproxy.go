@@ -5,6 +5,7 @@ import (
 
 	"bpfwall/codegen/abi"
 	"bpfwall/codegen/insn"
+	"bpfwall/codegen/sklookup"
 	"bpfwall/ir"
 )
 
@@ -19,7 +20,7 @@ var tproxyToCode = kind[ir.TProxyTo]{
 
 // tproxyStatement emits nft's tproxy statement, the last match of rule r:
 // it fails, going to next, when the rule's socket does not exist, and
-// otherwise records the rule in pktSteer. main assigns the socket if the
+// otherwise records the rule in sklookup.PktSteer. main assigns the socket if the
 // verdict accepts the lookup.
 func (c *compiler) tproxyStatement(r *ir.Rule, next string) {
 	c.b.Emit(
@@ -35,6 +36,6 @@ func (c *compiler) tproxyStatement(r *ir.Rule, next string) {
 		asm.JEq.Imm(asm.R0, 0, next),
 		insn.Movr(asm.R1, asm.R0),
 		asm.FnSkRelease.Call(),
-		insn.StImm(asm.R6, pktSteer, int32(r.ID)+1, asm.Word),
+		insn.StImm(asm.R6, sklookup.PktSteer, int32(r.ID)+1, asm.Word),
 	)
 }

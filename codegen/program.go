@@ -9,6 +9,7 @@ import (
 	"bpfwall/codegen/abi"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/reject"
+	"bpfwall/codegen/sklookup"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -270,7 +271,7 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 		}
 	}
 	if c.hook == HookSkLookup {
-		for _, m := range c.lookupMaps() {
+		for _, m := range sklookup.Maps(c.p.Family, c.p.Rules) {
 			spec.Maps[m.Name] = m
 		}
 	}
