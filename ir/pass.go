@@ -10,11 +10,10 @@ import (
 // Pass is an optimization: it rewrites a program in place and never
 // changes what Trace reports for a packet (verdict, deciding rule, the
 // rules counted).
+// Every pass is an optimization: -O0 runs none of them, -O1 all.
 type Pass struct {
 	Name string
 	Fn   func(*Program)
-	// Required passes run at every optimization level.
-	Required bool
 }
 
 // Passes are the optimizations, in the order they run.
