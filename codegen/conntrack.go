@@ -96,7 +96,7 @@ func (p *Program) KernelSpec(spec *btf.Spec) (*ebpf.CollectionSpec, error) {
 // ingressStateWarnings names the rules whose conntrack state an ingress
 // program looks up before conntrack has seen the packet, where it still
 // cannot always know it: a TCP segment of a connection whose sequence
-// numbers NAT adjusts (conntrack_tcp.go), and a packet of class U in a
+// numbers NAT adjusts (package conntrack), and a packet of class U in a
 // VLAN-tagged frame (deferClassU), are dropped at the state match. (What
 // the kfuncs cannot look up, the netfilter stage decides.)
 func ingressStateWarnings(p *ir.Program, hook Hook) []*rules.Error {

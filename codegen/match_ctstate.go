@@ -28,7 +28,7 @@ var ctStateCode = kind[ir.CTState]{
 
 // ctMatch emits a CTState match: the state ct_state stored. A state it
 // could not determine drops the packet: at xdp and tc-ingress, a TCP
-// segment whose entry it cannot replay (conntrack_tcp.go). (Class U never
+// segment whose entry it cannot replay (package conntrack). (Class U never
 // gets here: main defers it to the netfilter stage.) It reports whether
 // it jumps to hotdrop.
 func (c *compiler) ctMatch(m ir.CTState, next, hotdrop string) bool {
