@@ -50,10 +50,8 @@ const NetfilterPriority = -199
 // Kernel fields and kfuncs the stage uses.
 var (
 	nfCtxState    = kernel.Field{Struct: "bpf_nf_ctx", Field: "state"}
-	nfCtxSkb      = kernel.Field{Struct: "bpf_nf_ctx", Field: "skb"}
 	hookStateIn   = kernel.Field{Struct: "nf_hook_state", Field: "in"}
 	netdevIfindex = kernel.Field{Struct: "net_device", Field: "ifindex"}
-	skbLenField   = kernel.Field{Struct: "sk_buff", Field: "len"}
 	skbMarkField  = kernel.Field{Struct: "sk_buff", Field: "mark"}
 	skbHead       = kernel.Field{Struct: "sk_buff", Field: "head"}
 	skbMACHeader  = kernel.Field{Struct: "sk_buff", Field: "mac_header"}
@@ -64,8 +62,6 @@ var (
 	ipcbFragMax   = kernel.Field{Struct: "inet_skb_parm", Field: "frag_max_size"}
 	ip6cbFragMax  = kernel.Field{Struct: "inet6_skb_parm", Field: "frag_max_size"}
 )
-
-const kfuncDynptrFromSkb = "bpf_dynptr_from_skb"
 
 // ethHeaderLen is the MAC header the stage logs: ETH_HLEN, the
 // hard_header_len of the Ethernet devices bpfwall attaches to.
@@ -157,22 +153,13 @@ func (c *compiler) deferClassU() {
 }
 
 // emitSkb loads the sk_buff of the netfilter context at ctx into dst.
-func (c *compiler) emitSkb(dst, ctx asm.Register) {
-	c.b.Emit(kernel.Load(dst, ctx, asm.DWord, nfCtxSkb))
-}
+func (c *compiler) emitSkb(dst, ctx asm.Register) { c.b.Emit(kernel.NFSkb(dst, ctx)) }
 
 // dynptrFromSkb makes the bpf_dynptr at r10+slot cover the packet of the
 // netfilter context at ctx, from its network header; it jumps to fail if
 // it cannot.
 func (c *compiler) dynptrFromSkb(ctx asm.Register, slot int16, fail string) {
-	c.emitSkb(asm.R1, ctx)
-	c.b.Emit(
-		insn.Mov(asm.R2, 0),
-		insn.Movr(asm.R3, asm.R10),
-		asm.Add.Imm(asm.R3, int32(slot)),
-		kernel.Call(kfuncDynptrFromSkb),
-		asm.JNE.Imm(asm.R0, 0, fail),
-	)
+	c.b.Emit(kernel.NFDynptr(ctx, slot, fail)...)
 }
 
 // loadCall emits the load helper's call, with the context in r1, the
@@ -426,7 +413,7 @@ func (c *compiler) logNetfilter(r *ir.Rule, copied string) {
 	b.Emit(
 		kernel.Load(asm.R1, asm.R2, asm.Word, skbMarkField),
 		insn.St(asm.R7, abi.LogMark, asm.R1, asm.Word),
-		kernel.Load(asm.R8, asm.R2, asm.Word, skbLenField),
+		kernel.Load(asm.R8, asm.R2, asm.Word, kernel.SkbLen),
 		insn.Movr(asm.R1, asm.R8),
 		asm.Add.Imm(asm.R1, ethHeaderLen),
 		insn.St(asm.R7, abi.LogLen, asm.R1, asm.Word),

@@ -301,7 +301,7 @@ func (c *compiler) parseBody() {
 	switch {
 	case c.hook.nf():
 		c.emitSkb(asm.R9, asm.R6)
-		b.Emit(kernel.Load(asm.R9, asm.R9, asm.Word, skbLenField))
+		b.Emit(kernel.Load(asm.R9, asm.R9, asm.Word, kernel.SkbLen))
 	case c.hook.tc():
 		b.Emit(insn.Ld(asm.R9, asm.R6, uapi.SkbLen, asm.Word))
 	default:

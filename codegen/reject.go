@@ -84,7 +84,7 @@ func (c *compiler) rejectMaps() []*ebpf.MapSpec {
 	}
 	if c.hook == HookNetfilter {
 		// The kernel answers: no reply is built here (nfchain.go).
-		return []*ebpf.MapSpec{rulesMap, pendingMapSpec()}
+		return []*ebpf.MapSpec{rulesMap, reject.PendingMapSpec()}
 	}
 	return []*ebpf.MapSpec{
 		rulesMap,
@@ -101,7 +101,7 @@ func (c *compiler) rejectMaps() []*ebpf.MapSpec {
 			KeySize:    4,
 			ValueSize:  4,
 			MaxEntries: 1,
-			Contents:   []ebpf.MapKV{{Key: uint32(0), Value: reject.DefaultConfig}},
+			Contents:   []ebpf.MapKV{{Key: uint32(0), Value: abi.DefaultRejectConfig}},
 		},
 	}
 }
@@ -132,7 +132,7 @@ func (c *compiler) rejectDecided() {
 		next := b.Fresh("not_reject")
 		b.Emit(asm.JNE.Imm(asm.R1, int32(k+1), next), insn.Movr(asm.R1, asm.R6))
 		if c.hook == HookNetfilter {
-			b.Emit(insn.Mov(asm.R2, rejectCode(with)), insn.Call(symRejectNote), insn.Mov(asm.R9, uapi.NFAccept))
+			b.Emit(insn.Mov(asm.R2, reject.Code(with)), insn.Call(reject.SymNote), insn.Mov(asm.R9, uapi.NFAccept))
 		} else {
 			b.Emit(insn.Movr(asm.R2, asm.R10), asm.Add.Imm(asm.R2, int32(c.mainPkt())), insn.Call(reject.Sym(k)), insn.Movr(asm.R9, asm.R0))
 		}
@@ -148,7 +148,7 @@ func (c *compiler) rejectFunctions() {
 		return
 	}
 	if c.hook == HookNetfilter {
-		c.nfRejectFunctions()
+		reject.EmitNetfilter(c.b, c.p.Family, c.ctxType())
 		return
 	}
 	reject.Emit(c.b, reject.Target{

@@ -16,7 +16,6 @@ import (
 
 	"bpfwall/codegen"
 	"bpfwall/codegen/abi"
-	"bpfwall/codegen/reject"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -177,7 +176,7 @@ func (l *Loaded) setRejectConfig() error {
 	if m == nil {
 		return nil
 	}
-	cfg := reject.DefaultConfig
+	cfg := abi.DefaultRejectConfig
 	path, to := "/proc/sys/net/ipv4/ip_default_ttl", &cfg.TTL
 	if l.Program.IR.Family == rules.IPv6 {
 		path, to = "/proc/sys/net/ipv6/conf/default/hop_limit", &cfg.HopLimit

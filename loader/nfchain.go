@@ -13,6 +13,7 @@ import (
 
 	"bpfwall/codegen"
 	"bpfwall/codegen/abi"
+	"bpfwall/codegen/reject"
 	"bpfwall/rules"
 )
 
@@ -271,7 +272,7 @@ func (a *Active) ChainHook() (*ChainHook, error) {
 // A chain whose program has REJECT rules has, beside its pins, the
 // record its programs note a rejected packet in (abi.RejectPendingMap)
 // and a socket filter per --reject-with that matches it
-// (codegen.RejectAnswer), for the kernel's rules that answer. Both outlive
+// (reject.Answer), for the kernel's rules that answer. Both outlive
 // programs: the kernel's rules hold the answers, which hold the record.
 const (
 	pinPending = "reject_pending"
@@ -307,7 +308,7 @@ func EnsureAnswers(p Place, prog *codegen.Program) (map[string]string, error) {
 	dir := p.Dir()
 	pending, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinPending), nil)
 	if errors.Is(err, os.ErrNotExist) {
-		spec := codegen.RejectAnswer(p.Family, withs[0]).Maps[abi.RejectPendingMap]
+		spec := reject.Answer(p.Family, withs[0]).Maps[abi.RejectPendingMap]
 		if pending, err = ebpf.NewMap(spec); err == nil {
 			if err = pending.Pin(filepath.Join(dir, pinPending)); err != nil {
 				pending.Close()
@@ -325,7 +326,7 @@ func EnsureAnswers(p Place, prog *codegen.Program) (map[string]string, error) {
 		if _, err := os.Stat(path); err == nil {
 			continue
 		}
-		coll, err := ebpf.NewCollectionWithOptions(codegen.RejectAnswer(p.Family, with), ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{abi.RejectPendingMap: pending}})
+		coll, err := ebpf.NewCollectionWithOptions(reject.Answer(p.Family, with), ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{abi.RejectPendingMap: pending}})
 		if err != nil {
 			return nil, fmt.Errorf("%s: answer of REJECT --reject-with %s: %w", p.Name(), with, err)
 		}

@@ -1,7 +1,5 @@
 package abi
 
-import "bpfwall/codegen/reject"
-
 // Names of the program and its maps in Spec.
 const (
 	// ProgramName is the program's name in a collection's Programs.
@@ -56,7 +54,7 @@ const (
 )
 
 // RejectPendingMap is a PERCPU_ARRAY of one pendingReject record,
-// shared by a chain's programs and its answers (codegen.RejectAnswer),
+// shared by a chain's programs and its answers (reject.Answer),
 // which codegen builds both.
 const RejectPendingMap = "reject_pending"
 
@@ -66,10 +64,22 @@ const (
 	// a rule that does not reject, k+1 for one that calls reject function
 	// k.
 	RejectRulesMap = "reject_rules"
-	// RejectScratchMap is the reply builder's scratch space
-	// (reject.ScratchMap).
-	RejectScratchMap = reject.ScratchMap
-	// RejectConfigMap is an ARRAY with one reject.Config, which the loader
+	// RejectScratchMap is a PERCPU_ARRAY with one entry: the REJECT
+	// reply builder's checksum loop state and a chunk of packet.
+	RejectScratchMap = "reject_scratch"
+	// RejectConfigMap is an ARRAY with one RejectConfig, which the loader
 	// may fill with the namespace's settings.
-	RejectConfigMap = reject.ConfigMap
+	RejectConfigMap = "reject_config"
 )
+
+// RejectConfig is what a reply takes from the namespace: the TTL of IPv4
+// replies (net.ipv4.ip_default_ttl) and the hop limit of IPv6 replies
+// (net.ipv6.conf.IFACE.hop_limit). DefaultRejectConfig is the kernel's
+// default.
+type RejectConfig struct {
+	TTL, HopLimit uint8
+	_             [2]uint8
+}
+
+// DefaultRejectConfig is the kernel's default TTL and hop limit, 64.
+var DefaultRejectConfig = RejectConfig{TTL: 64, HopLimit: 64}

@@ -18,6 +18,34 @@ type Field struct{ Struct, Field string }
 // behind a program's context, an sk_buff or an xdp_buff.
 const CastToKernCtx = "bpf_cast_to_kern_ctx"
 
+// Fields of a netfilter program's context and of an sk_buff that more
+// than one part of a program reads.
+var (
+	NFCtxSkb = Field{Struct: "bpf_nf_ctx", Field: "skb"}
+	SkbLen   = Field{Struct: "sk_buff", Field: "len"}
+)
+
+// DynptrFromSkb is the kfunc bpf_dynptr_from_skb.
+const DynptrFromSkb = "bpf_dynptr_from_skb"
+
+// NFSkb loads the sk_buff of the netfilter program context (struct
+// bpf_nf_ctx) at ctx into dst.
+func NFSkb(dst, ctx asm.Register) asm.Instruction { return Load(dst, ctx, asm.DWord, NFCtxSkb) }
+
+// NFDynptr makes the bpf_dynptr at r10+slot cover the packet of the
+// netfilter context at ctx, from its network header; it jumps to fail
+// if it cannot.
+func NFDynptr(ctx asm.Register, slot int16, fail string) []asm.Instruction {
+	return []asm.Instruction{
+		NFSkb(asm.R1, ctx),
+		asm.Mov.Imm(asm.R2, 0),
+		asm.Mov.Reg(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, int32(slot)),
+		Call(DynptrFromSkb),
+		asm.JNE.Imm(asm.R0, 0, fail),
+	}
+}
+
 // Metadata keys of the instructions Resolve completes.
 type (
 	kfuncKey    struct{} // string: the kfunc's name

@@ -12,29 +12,8 @@ import (
 	"bpfwall/codegen/uapi"
 )
 
-// Names of the maps the reply builder uses.
-const (
-	// ScratchMap is a PERCPU_ARRAY with one entry of ScratchSize bytes:
-	// the state of the checksum loop and a chunk of packet.
-	ScratchMap = "reject_scratch"
-	// ConfigMap is an ARRAY with one Config, which the loader may fill
-	// with the namespace's settings.
-	ConfigMap = "reject_config"
-)
-
-// ScratchSize is the size of ScratchMap's value.
+// ScratchSize is the size of abi.RejectScratchMap's value.
 const ScratchSize = rsSize
-
-// Config is what a reply takes from the namespace: the TTL of IPv4
-// replies (net.ipv4.ip_default_ttl) and the hop limit of IPv6 replies
-// (net.ipv6.conf.IFACE.hop_limit). DefaultConfig is the kernel's default.
-type Config struct {
-	TTL, HopLimit uint8
-	_             [2]uint8
-}
-
-// DefaultConfig is the kernel's default TTL and hop limit, 64.
-var DefaultConfig = Config{TTL: 64, HopLimit: 64}
 
 // Target is what the reply builder needs of the program it is part of.
 type Target struct {
@@ -134,7 +113,7 @@ var types = map[string]replyType{
 // strings6 reports whether a --reject-with name is IPv6's.
 func strings6(with string) bool { return len(with) > 5 && with[:5] == "icmp6" }
 
-// ScratchMap's value: the checksum loop's state, and buffers the
+// abi.RejectScratchMap's value: the checksum loop's state, and buffers the
 // stack has no room for (a reject function's frame comes on top of
 // main's, within BPF's 512 bytes).
 const (

@@ -4,6 +4,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"bpfwall/codegen/abi"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
 	"bpfwall/codegen/uapi"
@@ -33,7 +34,7 @@ func (g *gen) reply(k int, with string) {
 		insn.StImm(asm.R10, rjKey, 0, asm.Word),
 		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, rjKey),
-		insn.MapRef(asm.R1, ScratchMap),
+		insn.MapRef(asm.R1, abi.RejectScratchMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, noReply),
 		insn.St(asm.R10, rjLoop+insn.LoopCtx, asm.R6, asm.DWord),
@@ -736,7 +737,7 @@ func (g *gen) config(noReply string) {
 		insn.StImm(asm.R10, rjKey, 0, asm.Word),
 		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, rjKey),
-		insn.MapRef(asm.R1, ConfigMap),
+		insn.MapRef(asm.R1, abi.RejectConfigMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, noReply),
 		insn.Ld(asm.R1, asm.R0, off, asm.Byte),
