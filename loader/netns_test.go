@@ -5,12 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
 	"bpfwall/internal/testenv"
@@ -24,27 +21,7 @@ import (
 // back when the test ends. Goroutines the test starts stay outside.
 func inFreshNetns(t *testing.T) uint64 {
 	t.Helper()
-	testenv.RequireRoot(t)
-	runtime.LockOSThread()
-	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatal(err)
-	}
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		unix.Close(orig)
-		runtime.UnlockOSThread()
-		t.Fatalf("unshare netns: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			// Leave the thread locked: it dies with the goroutine.
-			t.Errorf("return to the original netns: %v", err)
-			return
-		}
-		unix.Close(orig)
-		runtime.UnlockOSThread()
-	})
+	testenv.EnterFreshNetns(t)
 	ip(t, "link", "set", "lo", "up")
 	ip(t, "link", "add", "veth0", "type", "veth", "peer", "name", "veth1")
 	ip(t, "link", "set", "veth0", "up")

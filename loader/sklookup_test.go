@@ -483,18 +483,7 @@ func TestSkLookupMatchesEval(t *testing.T) {
 //
 //	go test ./loader -run '^$' -bench SkLookup -benchtime 2000000x
 func BenchmarkSkLookup(b *testing.B) {
-	testenv.RequireRoot(b)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer unix.Close(orig)
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		b.Fatal(err)
-	}
-	defer unix.Setns(orig, unix.CLONE_NEWNET)
+	testenv.EnterFreshNetns(b)
 	var lc net.ListenConfig
 	lc.SetMultipathTCP(false)
 	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")

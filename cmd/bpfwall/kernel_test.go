@@ -46,23 +46,7 @@ func buildBpfwall(t *testing.T) string {
 // target pid.
 func freshNetns(t *testing.T) string {
 	t.Helper()
-	testenv.RequireRoot(t)
-	runtime.LockOSThread()
-	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		t.Fatalf("unshare netns: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			t.Errorf("return to the original netns: %v", err) // the thread dies locked
-			return
-		}
-		unix.Close(orig)
-		runtime.UnlockOSThread()
-	})
+	testenv.EnterFreshNetns(t)
 	holder := exec.Command("unshare", "-n", "sleep", "3600")
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)

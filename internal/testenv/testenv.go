@@ -122,6 +122,34 @@ func Isolate(t *testing.T) string {
 	return root
 }
 
+// EnterFreshNetns moves the calling goroutine, locked to its thread, into
+// a new network namespace, and back when the test ends. Goroutines the
+// test starts stay outside. If it cannot go back, the thread stays locked
+// and dies with the goroutine.
+func EnterFreshNetns(t testing.TB) {
+	t.Helper()
+	RequireRoot(t)
+	runtime.LockOSThread()
+	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		unix.Close(orig)
+		runtime.UnlockOSThread()
+		t.Fatalf("unshare netns: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+			t.Errorf("return to the original netns: %v", err)
+			return
+		}
+		unix.Close(orig)
+		runtime.UnlockOSThread()
+	})
+}
+
 // InFreshNetns runs f on a thread of its own in a new network namespace,
 // which dies with the thread.
 func InFreshNetns(t *testing.T, f func()) {
