@@ -93,15 +93,17 @@ func (c *compiler) funcMain() *btf.Func {
 // funcCtxPkt describes a global function int name(ctx, pkt): parse, the
 // conntrack lookup and the REJECT functions.
 func (c *compiler) funcCtxPkt(name string) *btf.Func {
-	return &btf.Func{
-		Name:    name,
-		Linkage: btf.GlobalFunc,
-		Type: &btf.FuncProto{
-			Return: btfInt,
-			Params: []btf.FuncParam{
-				{Name: "ctx", Type: c.ctxType()},
-				{Name: "pkt", Type: &btf.Pointer{Target: c.btfPkt()}},
-			},
+	return &btf.Func{Name: name, Linkage: btf.GlobalFunc, Type: c.protoCtxPkt()}
+}
+
+// protoCtxPkt is the prototype int f(ctx, pkt), which the packages that
+// emit such functions (reject, conntrack) are given.
+func (c *compiler) protoCtxPkt() *btf.FuncProto {
+	return &btf.FuncProto{
+		Return: btfInt,
+		Params: []btf.FuncParam{
+			{Name: "ctx", Type: c.ctxType()},
+			{Name: "pkt", Type: &btf.Pointer{Target: c.btfPkt()}},
 		},
 	}
 }

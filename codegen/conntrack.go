@@ -33,7 +33,7 @@ func (c *compiler) ctState() {
 		conntrack.Lookup(c.b, conntrack.Target{
 			IPv6:       c.p.Family == rules.IPv6,
 			TC:         c.hook.tc(),
-			Proto:      c.funcCtxPkt("").Type.(*btf.FuncProto),
+			Proto:      c.protoCtxPkt(),
 			ScratchMap: abi.ScratchMap,
 			Packet:     parser{c},
 		})

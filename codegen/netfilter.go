@@ -47,7 +47,7 @@ import (
 // before), mangle (-150) and nat (-100) tables.
 const NetfilterPriority = -199
 
-// Kernel fields and kfuncs the stage uses.
+// Kernel fields the stage uses.
 var (
 	nfCtxState    = kernel.Field{Struct: "bpf_nf_ctx", Field: "state"}
 	hookStateIn   = kernel.Field{Struct: "nf_hook_state", Field: "in"}

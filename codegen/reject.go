@@ -6,7 +6,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/btf"
 
 	"bpfwall/codegen/abi"
 	"bpfwall/codegen/insn"
@@ -157,6 +156,6 @@ func (c *compiler) rejectFunctions() {
 		Forward:     c.p.Chains[0].Name == "FORWARD",
 		Reassembled: c.p.Reassembled,
 		Drop:        c.hook.drop(),
-		Proto:       c.funcCtxPkt("").Type.(*btf.FuncProto),
+		Proto:       c.protoCtxPkt(),
 	}, c.rejects)
 }

@@ -50,7 +50,10 @@ const (
 
 // Code is the code of --reject-with with in pendingReject records: its
 // index in Names, plus one.
-func Code(with string) int32 { return int32(slices.Index(Names(), with) + 1) }
+func Code(with string) int32 { return int32(slices.Index(names, with) + 1) }
+
+// names are Names, computed once.
+var names = Names()
 
 // headerBytes is how many header bytes a pendingReject record holds.
 func headerBytes(fam rules.Family) int32 {
