@@ -140,8 +140,9 @@ type segmentPlan struct {
 	tables []*table
 }
 
-// eligible reports whether r can be classified, with its normal form.
-func (c *compiler) eligible(r *ir.Rule) (ir.Form, bool) {
+// eligible reports whether r can be classified: its normal form, which
+// the program keeps for plan, is in terms the classifier tests.
+func (c *compiler) eligible(r *ir.Rule) bool {
 	switch r.Action.(type) {
 	case ir.Accept, ir.Drop, ir.Return:
 	case ir.TProxy:
@@ -149,26 +150,26 @@ func (c *compiler) eligible(r *ir.Rule) (ir.Form, bool) {
 	case ir.Reject:
 		// A DROP to the classifier, whose reply main sends (see kindOf).
 	case ir.Jump, ir.Goto, ir.Log, ir.None:
-		return ir.Form{}, false
+		return false
 	}
 	if c.p.Family == rules.IPv6 {
 		// ip6tables' "-p all" only walks the extension headers.
 		for _, m := range r.Matches {
 			if m, ok := m.(ir.Proto); ok && m.Proto == 0 {
-				return ir.Form{}, false
+				return false
 			}
 		}
 	}
 	f, ok := c.p.Form(r)
 	if !ok {
-		return ir.Form{}, false
+		return false
 	}
 	for _, m := range f.Residual {
 		if !c.pureMatch(m) {
-			return ir.Form{}, false
+			return false
 		}
 	}
-	return f, true
+	return true
 }
 
 // residualKey names the residual matches ms in c.residuals.
@@ -212,25 +213,28 @@ func (c *compiler) units(rs []*ir.Rule) []unit {
 		return out
 	}
 	var out []unit
-	// One allocation for every run: a run's slices are the next part of
-	// these (a Form is large, and growing a slice of them copies them).
+	// One allocation for every run: a run is the next part of it. The
+	// plans read the rules' forms from the program's cache, and copy the
+	// tuples they keep, so the forms are let go once the chain is planned
+	// (at 100k rules they are a quarter of the compile's memory), unless
+	// the netfilter stage, compiled next, plans the chain again.
 	run := make([]*ir.Rule, 0, len(rs))
-	forms := make([]ir.Form, 0, len(rs))
 	flush := func() {
-		out = append(out, c.classifyRun(run, forms)...)
-		run, forms = run[len(run):], forms[len(forms):]
+		out = append(out, c.classifyRun(run)...)
+		run = run[len(run):]
 	}
 	for _, r := range rs {
-		f, ok := c.eligible(r)
-		if !ok {
+		if !c.eligible(r) {
 			flush()
 			out = append(out, unit{rule: r})
 			continue
 		}
 		run = append(run, r)
-		forms = append(forms, f)
 	}
 	flush()
+	if !c.defers() {
+		c.p.ForgetForms(rs)
+	}
 	return out
 }
 
@@ -238,15 +242,15 @@ func (c *compiler) units(rs []*ir.Rule) []unit {
 // tables would be more than the program may have, its halves in turn,
 // so that a run of many kinds of rules does not fall back to plain code
 // whole; rules that no segment takes stay plain.
-func (c *compiler) classifyRun(run []*ir.Rule, forms []ir.Form) []unit {
-	plan, tooMany := c.plan(run, forms)
+func (c *compiler) classifyRun(run []*ir.Rule) []unit {
+	plan, tooMany := c.plan(run)
 	switch {
 	case plan != nil:
 		c.classifiedRules += len(run)
 		return []unit{{seg: plan}}
 	case tooMany && len(run) > 1:
 		h := len(run) / 2
-		return append(c.classifyRun(run[:h], forms[:h]), c.classifyRun(run[h:], forms[h:])...)
+		return append(c.classifyRun(run[:h]), c.classifyRun(run[h:])...)
 	}
 	out := make([]unit, len(run))
 	for i, r := range run {
@@ -264,7 +268,7 @@ type unit struct {
 // plan builds the tables of a run of eligible rules, or returns nil when
 // plain code is expected to be cheaper, or when the tables would be more
 // than the program has left (tooMany).
-func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, tooMany bool) {
+func (c *compiler) plan(run []*ir.Rule) (plan *segmentPlan, tooMany bool) {
 	if len(run) == 0 {
 		return nil, false
 	}
@@ -281,7 +285,8 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, too
 		id, kind uint32
 	}
 	total := 0
-	for _, f := range forms {
+	for _, r := range run {
+		f, _ := c.p.Form(r) // computed by eligible
 		total += len(f.Tuples) + len(f.PreL4) + len(f.PreProto)
 	}
 	todo := make([]pending, 0, total)
@@ -308,8 +313,8 @@ func (c *compiler) plan(run []*ir.Rule, forms []ir.Form) (plan *segmentPlan, too
 			todo = append(todo, pending{int32(i), &ts[j], id, kind})
 		}
 	}
-	for i, r := range run {
-		f := forms[i]
+	for _, r := range run {
+		f, _ := c.p.Form(r)
 		id := uint32(r.ID)
 		v6proto := v6 && f.Proto
 		add(guard{mode: modeFull, v6proto: v6proto, l4Len: f.L4Len, tiny: f.Tiny, residual: c.residualKey(f.Residual)}, f.Tuples, id, c.kindOf(r.Action))

@@ -109,6 +109,14 @@ func (p *Program) Form(r *Rule) (Form, bool) {
 	return r.form.f, r.form.ok
 }
 
+// ForgetForms lets the cached forms of rs go, for a caller that is done
+// with them; Form computes a form again if it is asked for once more.
+func (p *Program) ForgetForms(rs []*Rule) {
+	for _, r := range rs {
+		r.form = nil
+	}
+}
+
 // parallelForms is the rule count from which Forms computes the forms
 // on every CPU: below it, starting the goroutines costs more than it saves.
 const parallelForms = 4096
