@@ -3,12 +3,12 @@ package codegen
 import (
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf/asm"
 
 	"bpfwall/codegen/abi"
+	"bpfwall/codegen/classify"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
@@ -19,39 +19,39 @@ import (
 // decision of the earliest rule found, or a jump to next when none.
 //
 //	r6 pkt, r7 earliest rule found (all ones: none), r8 its kind
-func (c *compiler) classified(s *segmentPlan, next string) {
+func (c *compiler) classified(s *classify.Segment, next string) {
 	b := c.b
-	first, last := s.rules[0], s.rules[len(s.rules)-1]
+	first, last := s.Rules[0], s.Rules[len(s.Rules)-1]
 	b.Note("%s-%d -A %s: rules r%d-r%d (%d) classified by %d tables", linePos(first.Pos), last.Pos.Line,
-		c.p.Chains[first.Chain].Name, first.ID, last.ID, len(s.rules), len(s.tables))
-	for _, t := range s.tables {
+		c.p.Chains[first.Chain].Name, first.ID, last.ID, len(s.Rules), len(s.Tables))
+	for _, t := range s.Tables {
 		b.Note("  %s", c.describeTable(t))
 	}
 	done := b.Fresh("classified")
 	b.Emit(insn.Mov(asm.R7, -1), insn.Mov(asm.R8, 0))
-	for k, t := range s.tables {
+	for k, t := range s.Tables {
 		skip := b.Fresh("table_end")
 		if k > 0 {
 			// No later table holds an earlier rule than the one found.
-			b.Emit(asm.JLT.Imm(asm.R7, int32(t.first), done))
+			b.Emit(asm.JLT.Imm(asm.R7, int32(t.First), done))
 		}
-		c.tableGuard(t.guard, skip)
-		if proto, ok := t.proto(); ok && (!t.inline || t.guard.residual != "") {
+		c.tableGuard(t.Guard, skip)
+		if proto, ok := t.Proto(); ok && (!t.Inline || t.Guard.Residual != "") {
 			// Cheaper than a lookup, or a residual, that cannot hit.
 			b.Emit(
 				insn.Ld(asm.R1, asm.R6, pkt.Proto, asm.Byte),
 				asm.JNE.Imm(asm.R1, int32(proto), skip),
 			)
 		}
-		for _, m := range c.residuals[t.guard.residual] {
+		for _, m := range c.cls.Residual(t.Guard.Residual) {
 			if c.match(nil, m, skip, "") {
 				panic(fmt.Sprintf("codegen: residual match %T drops packets", m))
 			}
 		}
-		if t.residuals != nil {
+		if t.Residuals != nil {
 			c.residualBits(t)
 		}
-		if t.inline {
+		if t.Inline {
 			c.inlineTable(t, skip)
 		} else {
 			c.lookupTable(t, skip)
@@ -62,19 +62,19 @@ func (c *compiler) classified(s *segmentPlan, next string) {
 	hot, ret := b.Fresh("classified_hotdrop"), b.Fresh("classified_return")
 	b.Emit(
 		asm.JEq.Imm(asm.R7, -1, next),
-		asm.JEq.Imm(asm.R8, kindHotdrop, hot),
+		asm.JEq.Imm(asm.R8, classify.KindHotdrop, hot),
 	)
 	c.countReg(asm.R7)
 	if c.hook == HookStage {
 		// The stage cannot send a REJECT's reply: it drops and counts.
 		counted := b.Fresh("reject_counted")
-		b.Emit(asm.JNE.Imm(asm.R8, kindReject, counted))
+		b.Emit(asm.JNE.Imm(asm.R8, classify.KindReject, counted))
 		c.stageCount(abi.StageRejectDropped, chainKey)
-		b.Emit(insn.Mov(asm.R8, kindDrop))
+		b.Emit(insn.Mov(asm.R8, classify.KindDrop))
 		b.Mark(counted)
 	}
 	b.Emit(
-		asm.JEq.Imm(asm.R8, kindReturn, ret),
+		asm.JEq.Imm(asm.R8, classify.KindReturn, ret),
 		insn.Movr(asm.R0, asm.R7),
 		asm.LSh.Imm(asm.R0, codeShift),
 		asm.Or.Reg(asm.R0, asm.R8),
@@ -92,43 +92,43 @@ func (c *compiler) classified(s *segmentPlan, next string) {
 }
 
 // describeTable is a table's line in a dump.
-func (c *compiler) describeTable(t *table) string {
+func (c *compiler) describeTable(t *classify.Table) string {
 	var fields []string
 	for f := range ir.NumFields {
 		switch {
-		case int(f) == t.lpm && t.varies():
+		case int(f) == t.LPM && t.Varies():
 			fields = append(fields, f.String()+"/*")
-		case t.lens[f] == 0:
-		case int(t.lens[f]) == 8*f.Width(c.p.Family):
+		case t.Lens[f] == 0:
+		case int(t.Lens[f]) == 8*f.Width(c.p.Family):
 			fields = append(fields, f.String())
 		default:
-			fields = append(fields, fmt.Sprintf("%s/%d", f, t.lens[f]))
+			fields = append(fields, fmt.Sprintf("%s/%d", f, t.Lens[f]))
 		}
 	}
 	if len(fields) == 0 {
 		fields = append(fields, "any")
 	}
 	var when []string
-	switch t.guard.mode {
-	case modePreL4:
-		when = append(when, fmt.Sprintf("drops: transport header under %d bytes", t.guard.l4Len))
-		if t.guard.tiny && c.p.Family == rules.IPv4 {
+	switch t.Guard.Mode {
+	case classify.ModePreL4:
+		when = append(when, fmt.Sprintf("drops: transport header under %d bytes", t.Guard.L4Len))
+		if t.Guard.Tiny && c.p.Family == rules.IPv4 {
 			when = append(when, "or fragment at offset 8")
 		}
-	case modePreProto:
+	case classify.ModePreProto:
 		when = append(when, "drops: extension headers cannot be walked")
 	default:
-		if t.guard.l4Len > 0 {
-			when = append(when, fmt.Sprintf("transport header of %d bytes", t.guard.l4Len))
+		if t.Guard.L4Len > 0 {
+			when = append(when, fmt.Sprintf("transport header of %d bytes", t.Guard.L4Len))
 		}
 	}
-	if ms := c.residuals[t.guard.residual]; len(ms) > 0 {
+	if ms := c.cls.Residual(t.Guard.Residual); len(ms) > 0 {
 		when = append(when, "if "+c.residualText(ms))
 	}
-	if len(t.residuals) > 0 {
+	if len(t.Residuals) > 0 {
 		var each []string
-		for _, k := range t.residuals {
-			each = append(each, c.residualText(c.residuals[k]))
+		for _, k := range t.Residuals {
+			each = append(each, c.residualText(c.cls.Residual(k)))
 		}
 		if len(when) > 0 {
 			when[len(when)-1] += ";"
@@ -137,22 +137,22 @@ func (c *compiler) describeTable(t *table) string {
 	}
 	how := "inline"
 	switch {
-	case t.inline:
-	case t.residuals != nil:
-		how = "candidates " + t.name
-	case t.array:
-		how = "array " + t.name
-	case t.ranges != nil:
-		how = fmt.Sprintf("ranges %s", t.name)
-		if t.ranges.keyBits > 0 {
-			how += fmt.Sprintf(" by %s/%d", ir.Field(t.lpm), t.ranges.keyBits)
+	case t.Inline:
+	case t.Residuals != nil:
+		how = "candidates " + t.Name
+	case t.Array:
+		how = "array " + t.Name
+	case t.Ranges != nil:
+		how = fmt.Sprintf("ranges %s", t.Name)
+		if t.Ranges.KeyBits > 0 {
+			how += fmt.Sprintf(" by %s/%d", ir.Field(t.LPM), t.Ranges.KeyBits)
 		}
-	case t.lpm >= 0:
-		how = "lpm " + t.name
+	case t.LPM >= 0:
+		how = "lpm " + t.Name
 	default:
-		how = "hash " + t.name
+		how = "hash " + t.Name
 	}
-	s := fmt.Sprintf("from r%d: %s, %d tuples, %s", t.first, strings.Join(fields, " "), len(t.entries), how)
+	s := fmt.Sprintf("from r%d: %s, %d tuples, %s", t.First, strings.Join(fields, " "), len(t.Entries), how)
 	if len(when) > 0 {
 		s += " (" + strings.Join(when, " ") + ")"
 	}
@@ -168,60 +168,40 @@ func (c *compiler) residualText(ms []ir.Match) string {
 	return strings.Join(texts, ", ")
 }
 
-// varies reports whether the table's tuples differ in the length of the
-// field lpm.
-func (t *table) varies() bool {
-	return slices.ContainsFunc(t.entries, func(e entry) bool { return e.t.Len[t.lpm] != t.entries[0].t.Len[t.lpm] })
-}
-
-// proto returns the protocol all of the table's tuples test, if they do.
-func (t *table) proto() (uint8, bool) {
-	if t.lens[ir.FieldProto] == 0 {
-		return 0, false
-	}
-	p := t.entries[0].t.Value[ir.FieldProto][0]
-	for _, e := range t.entries {
-		if e.t.Value[ir.FieldProto][0] != p {
-			return 0, false
-		}
-	}
-	return p, true
-}
-
 // tableGuard jumps to skip unless the table applies to the packet.
-func (c *compiler) tableGuard(g guard, skip string) {
+func (c *compiler) tableGuard(g classify.Guard, skip string) {
 	b := c.b
-	if g.v6proto {
+	if g.V6Proto {
 		b.Emit(
 			insn.Ld(asm.R1, asm.R6, pkt.Flags, asm.Byte),
 			asm.And.Imm(asm.R1, pkt.FlagBadExtHeaders),
 		)
-		if g.mode == modePreProto {
+		if g.Mode == classify.ModePreProto {
 			b.Emit(asm.JEq.Imm(asm.R1, 0, skip))
 			return
 		}
 		b.Emit(asm.JNE.Imm(asm.R1, 0, skip))
 	}
-	if g.l4Len == 0 {
+	if g.L4Len == 0 {
 		return
 	}
 	b.Emit(insn.Ld(asm.R1, asm.R6, pkt.FragOff, asm.Word))
-	switch g.mode {
-	case modeFull:
+	switch g.Mode {
+	case classify.ModeFull:
 		b.Emit(
 			asm.JNE.Imm(asm.R1, 0, skip),
 			insn.Ld(asm.R1, asm.R6, pkt.L4Len, asm.Word),
-			asm.JLT.Imm(asm.R1, int32(g.l4Len), skip),
+			asm.JLT.Imm(asm.R1, int32(g.L4Len), skip),
 		)
-	case modePreL4:
+	case classify.ModePreL4:
 		short := b.Fresh("short")
-		if g.tiny && c.p.Family == rules.IPv4 {
+		if g.Tiny && c.p.Family == rules.IPv4 {
 			b.Emit(asm.JEq.Imm(asm.R1, 8, short))
 		}
 		b.Emit(
 			asm.JNE.Imm(asm.R1, 0, skip),
 			insn.Ld(asm.R1, asm.R6, pkt.L4Len, asm.Word),
-			asm.JGE.Imm(asm.R1, int32(g.l4Len), skip),
+			asm.JGE.Imm(asm.R1, int32(g.L4Len), skip),
 		)
 		b.Mark(short)
 	}
@@ -239,16 +219,16 @@ func (c *compiler) found(id, kind uint32, skip string) {
 }
 
 // inlineTable tests a few tuples in code, earliest rule first.
-func (c *compiler) inlineTable(t *table, skip string) {
+func (c *compiler) inlineTable(t *classify.Table, skip string) {
 	b := c.b
-	for _, e := range t.entries {
+	for _, e := range t.Entries {
 		miss := b.Fresh("miss")
 		for f := range ir.NumFields {
-			if e.t.Len[f] > 0 {
-				c.compareField(f, e.t.Value[f][:f.Width(c.p.Family)], int(e.t.Len[f]), miss)
+			if e.T.Len[f] > 0 {
+				c.compareField(f, e.T.Value[f][:f.Width(c.p.Family)], int(e.T.Len[f]), miss)
 			}
 		}
-		c.found(e.id, e.kind, skip)
+		c.found(e.ID, e.Kind, skip)
 		b.Mark(miss)
 	}
 }
@@ -307,16 +287,16 @@ func (c *compiler) compareField(f ir.Field, value []byte, bits int, miss string)
 
 // lookupTable builds the table's key from the packet in the key area and
 // looks it up.
-func (c *compiler) lookupTable(t *table, skip string) {
+func (c *compiler) lookupTable(t *classify.Table, skip string) {
 	b := c.b
 	switch {
-	case t.array:
+	case t.Array:
 		c.arrayLookup(t, skip)
 		return
-	case t.ranges != nil:
+	case t.Ranges != nil:
 		c.rangesLookup(t, skip)
 		return
-	case t.residuals != nil:
+	case t.Residuals != nil:
 		c.candidatesLookup(t, skip)
 		return
 	}
@@ -327,16 +307,16 @@ func (c *compiler) lookupTable(t *table, skip string) {
 		insn.Movr(asm.R7, asm.R1),
 		insn.Ld(asm.R8, asm.R0, 4, asm.Word),
 	)
-	c.maps = append(c.maps, c.mapSpec(t))
+	c.maps = append(c.maps, c.cls.MapSpec(t))
 }
 
 // lookupKey builds the key of table k from the packet in the key area and
 // looks it up in the map k.name: r0 is the value, or the lookup goes to
 // skip.
-func (c *compiler) lookupKey(k *table, skip string) {
+func (c *compiler) lookupKey(k *classify.Table, skip string) {
 	c.storeKey(k)
 	c.b.Emit(
-		insn.MapRef(asm.R1, k.name),
+		insn.MapRef(asm.R1, k.Name),
 		insn.Movr(asm.R2, asm.R6),
 		asm.Add.Imm(asm.R2, pktLookupKey),
 		asm.FnMapLookupElem.Call(),
@@ -346,20 +326,20 @@ func (c *compiler) lookupKey(k *table, skip string) {
 
 // storeKey builds the key of a hash or LPM table from the packet in the
 // key area.
-func (c *compiler) storeKey(t *table) {
+func (c *compiler) storeKey(t *classify.Table) {
 	b := c.b
-	l := c.layout(t)
+	l := c.cls.Layout(t)
 	base := int16(pktLookupKey)
-	covered := make([]bool, l.size)
-	if t.lpm >= 0 {
-		b.Emit(insn.StImm(asm.R6, base, int32(8*(l.size-4)), asm.Word))
+	covered := make([]bool, l.Size)
+	if t.LPM >= 0 {
+		b.Emit(insn.StImm(asm.R6, base, int32(8*(l.Size-4)), asm.Word))
 		for i := range 4 {
 			covered[i] = true
 		}
 	}
-	for _, s := range l.slots {
-		c.keyField(s, int(t.lens[s.field]), base)
-		for i := s.off; i < s.off+s.size; i++ {
+	for _, s := range l.Slots {
+		c.keyField(s, int(t.Lens[s.Field]), base)
+		for i := s.Off; i < s.Off+s.Size; i++ {
 			covered[i] = true
 		}
 	}
@@ -373,15 +353,15 @@ func (c *compiler) storeKey(t *table) {
 // rangesLookup looks the packet's key up in a ranges table and finds the
 // run that holds the low 16 bits of its field: runs are in order and the
 // last ends at 65535.
-func (c *compiler) rangesLookup(t *table, skip string) {
+func (c *compiler) rangesLookup(t *classify.Table, skip string) {
 	b := c.b
-	c.lookupKey(t.rangesKey(), skip)
+	c.lookupKey(t.RangesKey(), skip)
 	got := b.Fresh("run_found")
-	b.Emit(insn.Ld(asm.R1, asm.R6, fieldOff(ir.Field(t.lpm)), asm.Word))
-	if t.ranges.keyBits > 0 {
-		b.Emit(asm.And.Imm(asm.R1, 1<<runBits-1))
+	b.Emit(insn.Ld(asm.R1, asm.R6, fieldOff(ir.Field(t.LPM)), asm.Word))
+	if t.Ranges.KeyBits > 0 {
+		b.Emit(asm.And.Imm(asm.R1, 1<<classify.RunBits-1))
 	}
-	c.searchRuns(0, maxRuns, got)
+	c.searchRuns(0, classify.MaxRuns, got)
 	b.Mark(got)
 	b.Emit(
 		asm.JEq.Imm(asm.R2, 0, skip),
@@ -389,7 +369,7 @@ func (c *compiler) rangesLookup(t *table, skip string) {
 		insn.Movr(asm.R7, asm.R1),
 		insn.Movr(asm.R8, asm.R2),
 	)
-	c.maps = append(c.maps, c.mapSpec(t))
+	c.maps = append(c.maps, c.cls.MapSpec(t))
 }
 
 // chainResidualBits is where a chain function keeps, for a table of
@@ -398,12 +378,12 @@ const chainResidualBits = -12
 
 // residualBits tests each of a table of candidates' residuals and sets its
 // bit in chainResidualBits when it holds.
-func (c *compiler) residualBits(t *table) {
+func (c *compiler) residualBits(t *classify.Table) {
 	b := c.b
 	b.Emit(insn.StImm(asm.R10, chainResidualBits, 0, asm.Word))
-	for i, k := range t.residuals {
+	for i, k := range t.Residuals {
 		fails := b.Fresh("residual_fails")
-		for _, m := range c.residuals[k] {
+		for _, m := range c.cls.Residual(k) {
 			if c.match(nil, m, fails, "") {
 				panic(fmt.Sprintf("codegen: residual match %T drops packets", m))
 			}
@@ -419,16 +399,16 @@ func (c *compiler) residualBits(t *table) {
 
 // candidatesLookup looks the packet's key up in a table of candidates and
 // takes the first candidate whose residual bits the packet sets.
-func (c *compiler) candidatesLookup(t *table, skip string) {
+func (c *compiler) candidatesLookup(t *classify.Table, skip string) {
 	b := c.b
 	c.lookupKey(t, skip)
 	b.Emit(insn.Ld(asm.R3, asm.R10, chainResidualBits, asm.Word))
-	for i := range maxCandidates {
+	for i := range classify.MaxCandidates {
 		next := skip
-		if i+1 < maxCandidates {
+		if i+1 < classify.MaxCandidates {
 			next = b.Fresh("candidate_fails")
 		}
-		off := int16(candidateSize * i)
+		off := int16(classify.CandidateSize * i)
 		b.Emit(
 			insn.Ld(asm.R2, asm.R0, off+6, asm.Half),
 			insn.Movr(asm.R4, asm.R3),
@@ -444,20 +424,20 @@ func (c *compiler) candidatesLookup(t *table, skip string) {
 			b.Mark(next)
 		}
 	}
-	c.maps = append(c.maps, c.mapSpec(t))
+	c.maps = append(c.maps, c.cls.MapSpec(t))
 }
 
 // searchRuns finds, by binary search, the first of the n runs from run lo
 // whose hi is at least the value in r1, and goes to got with its kind in
-// r2 and its rule in r1; r0 is the ranges value. Every value has maxRuns
+// r2 and its rule in r1; r0 is the ranges value. Every value has classify.MaxRuns
 // runs, the last ending at 65535, so a run is always found: in
-// log2(maxRuns) compares, where a scan took up to maxRuns.
+// log2(classify.MaxRuns) compares, where a scan took up to classify.MaxRuns.
 func (c *compiler) searchRuns(lo, n int, got string) {
 	b := c.b
 	if n == 1 {
 		b.Emit(
-			insn.Ld(asm.R2, asm.R0, int16(runSize*lo+2), asm.Half),
-			insn.Ld(asm.R1, asm.R0, int16(runSize*lo+4), asm.Word),
+			insn.Ld(asm.R2, asm.R0, int16(classify.RunSize*lo+2), asm.Half),
+			insn.Ld(asm.R1, asm.R0, int16(classify.RunSize*lo+4), asm.Word),
 			insn.Ja(got),
 		)
 		return
@@ -465,7 +445,7 @@ func (c *compiler) searchRuns(lo, n int, got string) {
 	half := n / 2
 	right := b.Fresh("runs_above")
 	b.Emit(
-		insn.Ld(asm.R2, asm.R0, int16(runSize*(lo+half-1)), asm.Half),
+		insn.Ld(asm.R2, asm.R0, int16(classify.RunSize*(lo+half-1)), asm.Half),
 		asm.JGT.Reg(asm.R1, asm.R2, right),
 	)
 	c.searchRuns(lo, half, got)
@@ -475,12 +455,12 @@ func (c *compiler) searchRuns(lo, n int, got string) {
 
 // arrayLookup looks the packet's port up in a port array, whose empty
 // slots have kind 0.
-func (c *compiler) arrayLookup(t *table, skip string) {
+func (c *compiler) arrayLookup(t *classify.Table, skip string) {
 	b := c.b
 	b.Emit(
-		insn.Ld(asm.R1, asm.R6, fieldOff(ir.Field(t.lpm)), asm.Word),
+		insn.Ld(asm.R1, asm.R6, fieldOff(ir.Field(t.LPM)), asm.Word),
 		insn.St(asm.R6, pktLookupKey, asm.R1, asm.Word),
-		insn.MapRef(asm.R1, t.name),
+		insn.MapRef(asm.R1, t.Name),
 		insn.Movr(asm.R2, asm.R6),
 		asm.Add.Imm(asm.R2, pktLookupKey),
 		asm.FnMapLookupElem.Call(),
@@ -492,29 +472,29 @@ func (c *compiler) arrayLookup(t *table, skip string) {
 		insn.Movr(asm.R7, asm.R1),
 		insn.Movr(asm.R8, asm.R2),
 	)
-	c.maps = append(c.maps, c.mapSpec(t))
+	c.maps = append(c.maps, c.cls.MapSpec(t))
 }
 
 // keyField stores the packet's field, cut to bits, big-endian at its slot.
-func (c *compiler) keyField(s slot, bits int, base int16) {
+func (c *compiler) keyField(s classify.Slot, bits int, base int16) {
 	b := c.b
-	at := base + int16(s.off)
-	switch s.field {
+	at := base + int16(s.Off)
+	switch s.Field {
 	case ir.FieldSrc, ir.FieldDst:
-		for i := range s.size / 4 {
+		for i := range s.Size / 4 {
 			wb := bits - 32*i
 			if wb <= 0 {
 				b.Emit(insn.StImm(asm.R6, at+int16(4*i), 0, asm.Word))
 				continue
 			}
-			b.Emit(insn.Ld(asm.R1, asm.R6, fieldOff(s.field)+int16(4*i), asm.Word))
+			b.Emit(insn.Ld(asm.R1, asm.R6, fieldOff(s.Field)+int16(4*i), asm.Word))
 			if wb < 32 {
 				b.Emit(asm.And.Imm32(asm.R1, insn.U32(wordMask(wb))))
 			}
 			b.Emit(insn.Ntoh(asm.R1, asm.Word), insn.St(asm.R6, at+int16(4*i), asm.R1, asm.Word))
 		}
 	case ir.FieldSport, ir.FieldDport:
-		b.Emit(insn.Ld(asm.R1, asm.R6, fieldOff(s.field), asm.Word))
+		b.Emit(insn.Ld(asm.R1, asm.R6, fieldOff(s.Field), asm.Word))
 		if bits < 16 {
 			b.Emit(asm.And.Imm(asm.R1, int32(wordMask(16+bits)&0xffff)))
 		}
@@ -544,4 +524,39 @@ func (c *compiler) countReg(reg asm.Register) {
 		insn.St(asm.R0, 8, asm.R2, asm.DWord),
 	)
 	c.b.Mark(done)
+}
+
+// units splits a chain into plain rules and classified segments.
+func (c *compiler) units(rs []*ir.Rule) []classify.Unit {
+	if c.level == O0 {
+		out := make([]classify.Unit, len(rs))
+		for i, r := range rs {
+			out[i] = classify.Unit{Rule: r}
+		}
+		return out
+	}
+	var out []classify.Unit
+	// One allocation for every run: a run is the next part of it. The
+	// plans read the rules' forms from the program's cache, and copy the
+	// tuples they keep, so the forms are let go once the chain is planned
+	// (at 100k rules they are a quarter of the compile's memory), unless
+	// the netfilter stage, compiled next, plans the chain again.
+	run := make([]*ir.Rule, 0, len(rs))
+	flush := func() {
+		out = append(out, c.cls.Run(run)...)
+		run = run[len(run):]
+	}
+	for _, r := range rs {
+		if !c.cls.Eligible(r) {
+			flush()
+			out = append(out, classify.Unit{Rule: r})
+			continue
+		}
+		run = append(run, r)
+	}
+	flush()
+	if !c.defers() {
+		c.p.ForgetForms(rs)
+	}
+	return out
 }

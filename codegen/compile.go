@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 
 	"bpfwall/codegen/abi"
+	"bpfwall/codegen/classify"
 	"bpfwall/codegen/conntrack"
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
@@ -55,24 +56,19 @@ type compiler struct {
 	inlined []bool
 	ret     string
 
-	level        Level
-	forceLookups bool        // Options.ForceLookups
-	trace        bool        // Options.Trace
-	log          bool        // the program has LOG rules: chain functions take the context
-	ct           bool        // the rules test the conntrack state
-	hasRecent    bool        // the rules have recent matches: see pktRecentNow
-	pktType      *btf.Struct // see btfPkt
+	level     Level
+	trace     bool        // Options.Trace
+	log       bool        // the program has LOG rules: chain functions take the context
+	ct        bool        // the rules test the conntrack state
+	hasRecent bool        // the rules have recent matches: see pktRecentNow
+	pktType   *btf.Struct // see btfPkt
 	// maps are the classifier's tables and the address sets' tries, in
 	// the order the code first uses them; sets are the sets' names, the
 	// trie setN holding sets[N].
-	maps    []*ebpf.MapSpec
-	sets    []string
-	ntables int
-	// classifiedRules counts the rules in classified segments.
-	classifiedRules int
-	// residuals are the matches the classifier tests before a table's
-	// lookup, by guard.residual.
-	residuals map[string][]ir.Match
+	maps []*ebpf.MapSpec
+	sets []string
+	// cls plans the classified segments (-O1).
+	cls *classify.Planner
 	// rejects are the --reject-with types of the REJECT rules, indexed by
 	// their reject function.
 	rejects []string
@@ -80,6 +76,13 @@ type compiler struct {
 	inlineParse bool
 	// entry is the entry chain's code when main holds it (inlineEntry).
 	entry asm.Instructions
+}
+
+// newCompiler returns the compiler of p, optimized from orig, for hook.
+func newCompiler(p, orig *ir.Program, hook Hook, level Level, forceLookups, trace bool) *compiler {
+	c := &compiler{p: p, orig: orig, hook: hook, b: insn.New(), level: level, trace: trace}
+	c.cls = &classify.Planner{Program: p, Stage: hook == HookStage, ForceLookups: forceLookups, Pure: c.pureMatch}
+	return c
 }
 
 // Symbols of the functions.
@@ -108,6 +111,10 @@ const (
 	codeDrop     = 2
 	codeHotdrop  = 3
 )
+
+// A classifier table's value holds the chain function's code for the
+// first three kinds: this fails to compile if they differ.
+const _ = -uint(classify.KindAccept ^ codeAccept | classify.KindDrop ^ codeDrop | classify.KindHotdrop ^ codeHotdrop)
 
 // maxSegmentBranches is how many conditional jumps a segment may have;
 // tests lower it.
@@ -510,14 +517,14 @@ func (c *compiler) callChain(ci int, frame asm.Register, off int32, done, decide
 
 // unit emits a classified segment or a rule, and returns the label of
 // what follows it, where its failing matches go.
-func (c *compiler) unit(u unit) string {
-	if u.seg != nil {
-		next := ruleLabel(u.seg.rules[len(u.seg.rules)-1]) + "_next"
-		c.classified(u.seg, next)
+func (c *compiler) unit(u classify.Unit) string {
+	if u.Seg != nil {
+		next := ruleLabel(u.Seg.Rules[len(u.Seg.Rules)-1]) + "_next"
+		c.classified(u.Seg, next)
 		return next
 	}
-	next := ruleLabel(u.rule) + "_next"
-	c.rule(u.rule, next)
+	next := ruleLabel(u.Rule) + "_next"
+	c.rule(u.Rule, next)
 	return next
 }
 

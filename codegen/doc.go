@@ -12,7 +12,8 @@
 //
 // -O1 runs the ir passes, then splits each chain into units: classified
 // segments, maximal runs of rules the classifier can decide, and plain
-// rules between them (classify.go). A segment answers "which is the
+// rules between them. The codegen/classify package plans the segments
+// and their tables; classify_emit.go emits the lookups. A segment answers "which is the
 // earliest rule of the run that decides this packet?" with a few lookups
 // whose number depends on the shapes of the rules, not their count:
 //
@@ -33,7 +34,7 @@
 //     Rules with different residuals go into different tables, so a packet
 //     the residual fails for skips a table none of whose rules it matches:
 //     no candidate is lost. Only matches without effects may be residual
-//     (pureMatch); a rule with a stateful or hotdropping match beyond its
+//     (pureMatch, the kind rows' pure); a rule with a stateful or hotdropping match beyond its
 //     tuples stays plain.
 //   - Hashes of one shape and guard that differ only in their residuals
 //     become one table of candidates (mergeResiduals): each key lists its

@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"bpfwall/codegen/insn"
+	"bpfwall/codegen/uapi"
 	"bpfwall/ir"
 )
 
@@ -92,7 +93,7 @@ func (c *compiler) setMap(m ir.AddrSet) string {
 	c.maps = append(c.maps, &ebpf.MapSpec{
 		Name:       name,
 		Type:       ebpf.LPMTrie,
-		Flags:      bpfFNoPrealloc,
+		Flags:      uapi.MapNoPrealloc,
 		KeySize:    uint32(4 + width),
 		ValueSize:  4,
 		MaxEntries: uint32(len(kvs)),

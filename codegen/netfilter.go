@@ -306,7 +306,8 @@ func (c *compiler) ctStateNetfilter() {
 // compileStage compiles the netfilter stage of the ingress program c
 // compiled.
 func (c *compiler) compileStage() (*Program, error) {
-	s := &compiler{p: c.p, orig: c.orig, hook: HookStage, ingress: c.hook, b: insn.New(), level: c.level, forceLookups: c.forceLookups, trace: c.trace}
+	s := newCompiler(c.p, c.orig, HookStage, c.level, c.cls.ForceLookups, c.trace)
+	s.ingress = c.hook
 	s.log = s.hasLog()
 	s.check()
 	if err := s.errs.Err(); err != nil {

@@ -7,7 +7,6 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"bpfwall/codegen/abi"
-	"bpfwall/codegen/insn"
 	"bpfwall/codegen/reject"
 	"bpfwall/codegen/sklookup"
 	"bpfwall/ir"
@@ -139,7 +138,7 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 			return nil, fmt.Errorf("compile for %s: %w", opts.Hook, err)
 		}
 	}
-	c := &compiler{p: p, orig: orig, hook: opts.Hook, b: insn.New(), level: opts.Level, forceLookups: opts.ForceLookups, trace: opts.Trace}
+	c := newCompiler(p, orig, opts.Hook, opts.Level, opts.ForceLookups, opts.Trace)
 	c.log = c.hasLog()
 	c.check()
 	if err := c.errs.Err(); err != nil {
@@ -162,7 +161,7 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 		Level:      opts.Level,
 		Ifaces:     c.ifaces,
 		Spec:       c.spec(insns),
-		Classified: c.classifiedRules,
+		Classified: c.cls.Classified(),
 		removed:    origRemovals(orig, p.Removed),
 		Warnings:   ingressStateWarnings(p, opts.Hook),
 	}

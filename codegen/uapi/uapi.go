@@ -77,3 +77,7 @@ const (
 	FibLookupSrc     = 1 << 4 // BPF_FIB_LOOKUP_SRC
 	FibLookupSuccess = 0
 )
+
+// MapNoPrealloc is BPF_F_NO_PREALLOC (bpf.h), a map flag that LPM tries
+// require.
+const MapNoPrealloc = 1

@@ -1,4 +1,4 @@
-package codegen
+package classify
 
 import (
 	"math/rand/v2"
@@ -22,20 +22,20 @@ func TestRunsOf(t *testing.T) {
 			lo := rng.IntN(1<<16) &^ (1<<(16-bits) - 1)
 			spans[i] = span{lo: lo, hi: lo | (1<<(16-bits) - 1), id: uint32(i), kind: uint32(1 + rng.IntN(4))}
 		}
-		var want []portRun
+		var want []PortRun
 		for v := range 1 << 16 {
-			r := portRun{hi: uint16(v)}
+			r := PortRun{Hi: uint16(v)}
 			if i := slices.IndexFunc(spans, func(s span) bool { return s.lo <= v && v <= s.hi }); i >= 0 {
-				r.id, r.kind = spans[i].id, uint16(spans[i].kind)
+				r.ID, r.Kind = spans[i].id, uint16(spans[i].kind)
 			}
-			if n := len(want); n > 0 && want[n-1].id == r.id && want[n-1].kind == r.kind {
-				want[n-1].hi = r.hi
+			if n := len(want); n > 0 && want[n-1].ID == r.ID && want[n-1].Kind == r.Kind {
+				want[n-1].Hi = r.Hi
 				continue
 			}
 			want = append(want, r)
 		}
 		got, ok := runsOf(spans)
-		if ok != (len(want) <= maxRuns) {
+		if ok != (len(want) <= MaxRuns) {
 			t.Fatalf("trial %d: %d runs, ok = %v", trial, len(want), ok)
 		}
 		if ok && !slices.Equal(got, want) {

@@ -1,23 +1,9 @@
-package codegen
-
-import (
-	"cmp"
-	"encoding/binary"
-	"fmt"
-	"hash/maphash"
-	"slices"
-
-	"github.com/cilium/ebpf"
-
-	"bpfwall/ir"
-	"bpfwall/rules"
-)
-
-// The classifier (-O1) answers, for a run of terminal rules, "which is the
-// earliest rule that decides this packet?" with a few map lookups instead
-// of a test per rule; see CLASSIFIER.md. Each rule is normalized into
-// tuples (ir.Program.Form); tuples of one shape go into one table, a hash
-// keyed by the packet's fields cut to the shape, or an LPM trie when
+// Package classify plans the classifier (-O1). It answers, for a run of
+// terminal rules, "which is the earliest rule that decides this packet?"
+// with a few map lookups instead of a test per rule; see
+// docs/ARCHITECTURE.md and codegen's package doc. Each rule is normalized
+// into tuples (ir.Program.Form); tuples of one shape go into one table, a
+// hash keyed by the packet's fields cut to the shape, or an LPM trie when
 // shapes differ in one field's prefix length only. A table's value is the
 // earliest rule with that key and what it does; the tables are looked up
 // in the order of their earliest rule, and the lookups stop as soon as no
@@ -28,7 +14,7 @@ import (
 // tested once per table, before its lookup, as part of the table's guard,
 // so that a table holds only rules with the same residual. A packet the
 // residual fails for skips the table: every rule in it fails too, and no
-// candidate is lost. Only matches without effects take part (pureMatch):
+// candidate is lost. Only matches without effects take part (Pure):
 // a rule with a stateful or hotdropping match beyond its tuples stays
 // plain code. REJECT is a terminal verdict like DROP: main sends the
 // reply of the rule the classifier found.
@@ -38,18 +24,40 @@ import (
 // are tuples too, in tables of their own that apply only to such packets:
 // for every packet, exactly one of a rule's tables applies, and the
 // earliest rule it finds decides as ipt_do_table would.
+//
+// A Planner turns the runs of a chain's terminal rules into Segments of
+// Tables and gives each looked-up table its map (MapSpec) and key
+// (Layout); codegen emits the lookups. Planning depends on the hook, which
+// decides which matches may be tested as a residual (Planner.Pure) and
+// what a REJECT is, so it is not an ir pass: the ir passes hold for every
+// hook.
+package classify
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"hash/maphash"
+	"slices"
+
+	"github.com/cilium/ebpf"
+
+	"bpfwall/codegen/uapi"
+	"bpfwall/ir"
+	"bpfwall/rules"
+)
 
 // Kinds of a table value: what the rule does. The first three are the
-// chain function's codes.
+// chain function's codes (codegen checks that they are).
 const (
-	kindAccept  = codeAccept
-	kindDrop    = codeDrop
-	kindHotdrop = codeHotdrop
-	kindReturn  = 4
-	// kindReject is a REJECT in the netfilter stage, which drops the
+	KindAccept  = 1
+	KindDrop    = 2
+	KindHotdrop = 3
+	KindReturn  = 4
+	// KindReject is a REJECT in the netfilter stage, which drops the
 	// packet and counts abi.StageRejectDropped; elsewhere a REJECT is
-	// kindDrop and main sends its reply.
-	kindReject = 5
+	// KindDrop and main sends its reply.
+	KindReject = 5
 )
 
 // The cost estimate, in about nanoseconds.
@@ -67,82 +75,110 @@ var (
 	maxInlineTuples = 4
 )
 
-// maxLookupTables bounds the classifier's maps: a program may use 64
+// MaxLookupTables bounds the classifier's maps: a program may use 64
 // maps, and the fixed ones and the address sets need some.
-const maxLookupTables = 48
+const MaxLookupTables = 48
 
-// mode says which of a rule's tuples a table holds.
-type mode uint8
+// Planner plans the classified segments of one program.
+type Planner struct {
+	// Program is the optimized program whose chains are planned: its
+	// rules' forms (ir.Program.Form) are the tuples.
+	Program *ir.Program
+	// Stage is set for the netfilter stage, where a REJECT drops
+	// (KindReject) and the tables have names of their own.
+	Stage bool
+	// ForceLookups looks every table up, however few its tuples and
+	// whatever the cost estimate says (codegen.Options.ForceLookups).
+	ForceLookups bool
+	// Pure reports whether a match may be tested before a table, as part
+	// of its guard: it has no effects and cannot drop the packet.
+	Pure func(ir.Match) bool
+
+	tables     int // the tables named so far
+	classified int
+	// residuals are the matches tested before a table's lookup, by the
+	// key in its Guard.
+	residuals map[string][]ir.Match
+}
+
+// Classified is how many rules the segments planned so far hold.
+func (c *Planner) Classified() int { return c.classified }
+
+// Residual returns the residual matches that key names in a Guard.
+func (c *Planner) Residual(key string) []ir.Match { return c.residuals[key] }
+
+// Mode says which of a rule's tuples a table holds.
+type Mode uint8
 
 const (
-	modeFull     mode = iota // all matches: the rule matches
-	modePreL4                // matches before the L4Header: it drops a short packet
-	modePreProto             // matches before Proto: it drops an IPv6 packet whose extension headers cannot be walked
+	ModeFull     Mode = iota // all matches: the rule matches
+	ModePreL4                // matches before the L4Header: it drops a short packet
+	ModePreProto             // matches before Proto: it drops an IPv6 packet whose extension headers cannot be walked
 )
 
-// guard is the condition under which a table applies to a packet.
-type guard struct {
-	mode mode
-	// v6proto: the rules test the protocol in IPv6, where a failed walk
+// Guard is the condition under which a table applies to a packet.
+type Guard struct {
+	Mode Mode
+	// V6Proto: the rules test the protocol in IPv6, where a failed walk
 	// of the extension headers drops the packet.
-	v6proto bool
-	// l4Len and tiny are the rules' L4Header (0 without one).
-	l4Len int
-	tiny  bool
-	// residual names the rules' residual matches that apply to the
-	// mode, in compiler.residuals; "" for none.
-	residual string
+	V6Proto bool
+	// L4Len and Tiny are the rules' L4Header (0 without one).
+	L4Len int
+	Tiny  bool
+	// Residual names the rules' residual matches that apply to the
+	// mode (Planner.Residual); "" for none.
+	Residual string
 }
 
-// entry is one tuple of a rule in a table.
-type entry struct {
-	t    ir.Tuple
-	id   uint32
-	kind uint32
-	// need is, in a table of candidates, the residual bits the rule's
+// Entry is one tuple of a rule in a table.
+type Entry struct {
+	T    ir.Tuple
+	ID   uint32
+	Kind uint32
+	// Need is, in a table of candidates, the residual bits the rule's
 	// residual sets (0 for none): see mergeResiduals.
-	need uint16
+	Need uint16
 }
 
-// table is one lookup of a segment.
-type table struct {
-	name  string // the map's, when looked up
-	guard guard
-	lens  [ir.NumFields]uint8 // the shape; for an LPM trie or a port array, lens[lpm] is the field's width
-	lpm   int                 // the field of varying length, or -1 for a hash
-	// array: an array indexed by the port field, whose entries all test
+// Table is one lookup of a segment.
+type Table struct {
+	Name  string // the map's, when looked up
+	Guard Guard
+	Lens  [ir.NumFields]uint8 // the shape; for an LPM trie or a port array, lens[lpm] is the field's width
+	LPM   int                 // the field of varying length, or -1 for a hash
+	// Array: an array indexed by the port field, whose entries all test
 	// the same protocol or none.
-	array bool
-	// ranges, for a hash keyed by the fields other than the port field
-	// lpm: the runs of ports of each key.
-	ranges *portRanges
-	// entries are sorted by rule, one per tuple.
-	entries []entry
-	first   uint32 // the earliest rule
-	inline  bool
-	// residuals, for a table of candidates, are the residual keys of the
-	// tables merged into it: bit i of an entry's need is residuals[i];
-	// keys and lists are its map's keys and the candidates of each.
-	residuals []string
-	keys      [][]byte
-	lists     [][]entry
+	Array bool
+	// Ranges, for a hash keyed by the fields other than the port field
+	// LPM: the runs of ports of each key.
+	Ranges *PortRanges
+	// Entries are sorted by rule, one per tuple.
+	Entries []Entry
+	First   uint32 // the earliest rule
+	Inline  bool
+	// Residuals, for a table of candidates, are the residual keys of the
+	// tables merged into it: bit i of an entry's Need is Residuals[i];
+	// Keys and Lists are its map's keys and the candidates of each.
+	Residuals []string
+	Keys      [][]byte
+	Lists     [][]Entry
 }
 
 // shapeKey is the guard and shape that tuples share in a table.
 type shapeKey struct {
-	g    guard
+	g    Guard
 	lens [ir.NumFields]uint8
 }
 
-// segmentPlan is a run of terminal rules classified by tables.
-type segmentPlan struct {
-	rules  []*ir.Rule
-	tables []*table
+// Segment is a run of terminal rules classified by tables.
+type Segment struct {
+	Rules  []*ir.Rule
+	Tables []*Table
 }
 
-// eligible reports whether r can be classified: its normal form, which
+// Eligible reports whether r can be classified: its normal form, which
 // the program keeps for plan, is in terms the classifier tests.
-func (c *compiler) eligible(r *ir.Rule) bool {
+func (c *Planner) Eligible(r *ir.Rule) bool {
 	switch r.Action.(type) {
 	case ir.Accept, ir.Drop, ir.Return:
 	case ir.TProxy:
@@ -152,7 +188,7 @@ func (c *compiler) eligible(r *ir.Rule) bool {
 	case ir.Jump, ir.Goto, ir.Log, ir.None:
 		return false
 	}
-	if c.p.Family == rules.IPv6 {
+	if c.Program.Family == rules.IPv6 {
 		// ip6tables' "-p all" only walks the extension headers.
 		for _, m := range r.Matches {
 			if m, ok := m.(ir.Proto); ok && m.Proto == 0 {
@@ -160,12 +196,12 @@ func (c *compiler) eligible(r *ir.Rule) bool {
 			}
 		}
 	}
-	f, ok := c.p.Form(r)
+	f, ok := c.Program.Form(r)
 	if !ok {
 		return false
 	}
 	for _, m := range f.Residual {
-		if !c.pureMatch(m) {
+		if !c.Pure(m) {
 			return false
 		}
 	}
@@ -173,7 +209,7 @@ func (c *compiler) eligible(r *ir.Rule) bool {
 }
 
 // residualKey names the residual matches ms in c.residuals.
-func (c *compiler) residualKey(ms []ir.Match) string {
+func (c *Planner) residualKey(ms []ir.Match) string {
 	if len(ms) == 0 {
 		return ""
 	}
@@ -185,94 +221,59 @@ func (c *compiler) residualKey(ms []ir.Match) string {
 	return k
 }
 
-func (c *compiler) kindOf(a ir.Action) uint32 {
+func (c *Planner) kindOf(a ir.Action) uint32 {
 	switch a.(type) {
 	case ir.Accept, ir.TProxy:
-		return kindAccept
+		return KindAccept
 	case ir.Drop:
-		return kindDrop
+		return KindDrop
 	case ir.Reject:
-		if c.hook == HookStage {
-			return kindReject
+		if c.Stage {
+			return KindReject
 		}
-		return kindDrop
+		return KindDrop
 	case ir.Return:
 	case ir.Jump, ir.Goto, ir.Log, ir.None:
 		panic(fmt.Sprintf("codegen: %T classified", a)) // not eligible
 	}
-	return kindReturn
+	return KindReturn
 }
 
-// units splits a chain into plain rules and classified segments.
-func (c *compiler) units(rs []*ir.Rule) []unit {
-	if c.level == O0 {
-		out := make([]unit, len(rs))
-		for i, r := range rs {
-			out[i] = unit{rule: r}
-		}
-		return out
-	}
-	var out []unit
-	// One allocation for every run: a run is the next part of it. The
-	// plans read the rules' forms from the program's cache, and copy the
-	// tuples they keep, so the forms are let go once the chain is planned
-	// (at 100k rules they are a quarter of the compile's memory), unless
-	// the netfilter stage, compiled next, plans the chain again.
-	run := make([]*ir.Rule, 0, len(rs))
-	flush := func() {
-		out = append(out, c.classifyRun(run)...)
-		run = run[len(run):]
-	}
-	for _, r := range rs {
-		if !c.eligible(r) {
-			flush()
-			out = append(out, unit{rule: r})
-			continue
-		}
-		run = append(run, r)
-	}
-	flush()
-	if !c.defers() {
-		c.p.ForgetForms(rs)
-	}
-	return out
-}
-
-// classifyRun classifies a run of eligible rules: one segment, or, when its
+// Run classifies a run of eligible rules: one segment, or, when its
 // tables would be more than the program may have, its halves in turn,
 // so that a run of many kinds of rules does not fall back to plain code
 // whole; rules that no segment takes stay plain.
-func (c *compiler) classifyRun(run []*ir.Rule) []unit {
+func (c *Planner) Run(run []*ir.Rule) []Unit {
 	plan, tooMany := c.plan(run)
 	switch {
 	case plan != nil:
-		c.classifiedRules += len(run)
-		return []unit{{seg: plan}}
+		c.classified += len(run)
+		return []Unit{{Seg: plan}}
 	case tooMany && len(run) > 1:
 		h := len(run) / 2
-		return append(c.classifyRun(run[:h]), c.classifyRun(run[h:])...)
+		return append(c.Run(run[:h]), c.Run(run[h:])...)
 	}
-	out := make([]unit, len(run))
+	out := make([]Unit, len(run))
 	for i, r := range run {
-		out[i] = unit{rule: r}
+		out[i] = Unit{Rule: r}
 	}
 	return out
 }
 
-// unit is a plain rule or a classified segment.
-type unit struct {
-	rule *ir.Rule
-	seg  *segmentPlan
+// Unit is a plain rule or a classified segment.
+type Unit struct {
+	Rule *ir.Rule
+	Seg  *Segment
 }
 
 // plan builds the tables of a run of eligible rules, or returns nil when
 // plain code is expected to be cheaper, or when the tables would be more
 // than the program has left (tooMany).
-func (c *compiler) plan(run []*ir.Rule) (plan *segmentPlan, tooMany bool) {
+func (c *Planner) plan(run []*ir.Rule) (plan *Segment, tooMany bool) {
 	if len(run) == 0 {
 		return nil, false
 	}
-	v6 := c.p.Family == rules.IPv6
+	v6 := c.Program.Family == rules.IPv6
 	// The entries of each shape, in rule order. The tuples are first
 	// given their shapes, so that each shape's entries and set are made
 	// at their size (growing them was a third of a 1M-rule plan). A tuple
@@ -286,7 +287,7 @@ func (c *compiler) plan(run []*ir.Rule) (plan *segmentPlan, tooMany bool) {
 	}
 	total := 0
 	for _, r := range run {
-		f, _ := c.p.Form(r) // computed by eligible
+		f, _ := c.Program.Form(r) // computed by eligible
 		total += len(f.Tuples) + len(f.PreL4) + len(f.PreProto)
 	}
 	todo := make([]pending, 0, total)
@@ -295,7 +296,7 @@ func (c *compiler) plan(run []*ir.Rule) (plan *segmentPlan, tooMany bool) {
 	var count []int
 	var last shapeKey
 	lastIndex := -1
-	add := func(g guard, ts []ir.Tuple, id, kind uint32) {
+	add := func(g Guard, ts []ir.Tuple, id, kind uint32) {
 		for j := range ts {
 			k := shapeKey{g, ts[j].Len}
 			i := lastIndex
@@ -314,15 +315,15 @@ func (c *compiler) plan(run []*ir.Rule) (plan *segmentPlan, tooMany bool) {
 		}
 	}
 	for _, r := range run {
-		f, _ := c.p.Form(r)
+		f, _ := c.Program.Form(r)
 		id := uint32(r.ID)
 		v6proto := v6 && f.Proto
-		add(guard{mode: modeFull, v6proto: v6proto, l4Len: f.L4Len, tiny: f.Tiny, residual: c.residualKey(f.Residual)}, f.Tuples, id, c.kindOf(r.Action))
+		add(Guard{Mode: ModeFull, V6Proto: v6proto, L4Len: f.L4Len, Tiny: f.Tiny, Residual: c.residualKey(f.Residual)}, f.Tuples, id, c.kindOf(r.Action))
 		if f.L4Len > 0 {
-			add(guard{mode: modePreL4, v6proto: v6proto, l4Len: f.L4Len, tiny: f.Tiny, residual: c.residualKey(f.Residual[:f.ResidualPreL4])}, f.PreL4, id, kindHotdrop)
+			add(Guard{Mode: ModePreL4, V6Proto: v6proto, L4Len: f.L4Len, Tiny: f.Tiny, Residual: c.residualKey(f.Residual[:f.ResidualPreL4])}, f.PreL4, id, KindHotdrop)
 		}
 		if v6proto {
-			add(guard{mode: modePreProto, v6proto: true, residual: c.residualKey(f.Residual[:f.ResidualPreProto])}, f.PreProto, id, kindHotdrop)
+			add(Guard{Mode: ModePreProto, V6Proto: true, Residual: c.residualKey(f.Residual[:f.ResidualPreProto])}, f.PreProto, id, KindHotdrop)
 		}
 	}
 	type shapeTuple struct {
@@ -330,10 +331,10 @@ func (c *compiler) plan(run []*ir.Rule) (plan *segmentPlan, tooMany bool) {
 		t     ir.Tuple
 	}
 	seed := maphash.MakeSeed()
-	lists := make([][]entry, len(order))
+	lists := make([][]Entry, len(order))
 	seen := make([]map[uint64]int32, len(order))
 	for i, n := range count {
-		lists[i], seen[i] = make([]entry, 0, n), make(map[uint64]int32, n)
+		lists[i], seen[i] = make([]Entry, 0, n), make(map[uint64]int32, n)
 	}
 	var collided map[shapeTuple]struct{}
 	for _, pe := range todo {
@@ -342,7 +343,7 @@ func (c *compiler) plan(run []*ir.Rule) (plan *segmentPlan, tooMany bool) {
 		h := maphash.Comparable(seed, t)
 		if j, ok := seen[i][h]; !ok {
 			seen[i][h] = int32(len(lists[i]))
-		} else if lists[i][j].t == t {
+		} else if lists[i][j].T == t {
 			continue
 		} else {
 			st := shapeTuple{i, t}
@@ -354,10 +355,10 @@ func (c *compiler) plan(run []*ir.Rule) (plan *segmentPlan, tooMany bool) {
 			}
 			collided[st] = struct{}{}
 		}
-		lists[i] = append(lists[i], entry{t: t, id: pe.id, kind: pe.kind})
+		lists[i] = append(lists[i], Entry{T: t, ID: pe.id, Kind: pe.kind})
 	}
 	todo, seen, collided, index = nil, nil, nil, nil
-	shapes := make(map[shapeKey][]entry, len(order))
+	shapes := make(map[shapeKey][]Entry, len(order))
 	for i, k := range order {
 		shapes[k] = lists[i]
 	}
@@ -369,45 +370,45 @@ func (c *compiler) plan(run []*ir.Rule) (plan *segmentPlan, tooMany bool) {
 			continue
 		}
 		// The shape's entries are this table's alone: no copy.
-		tables = append(tables, &table{guard: k.g, lens: k.lens, lpm: -1, entries: shapes[k]})
+		tables = append(tables, &Table{Guard: k.g, Lens: k.lens, LPM: -1, Entries: shapes[k]})
 	}
 	for _, t := range tables {
-		sortByRule(t.entries)
+		sortByRule(t.Entries)
 	}
 	tables = c.splitRanges(tables)
 	tables = c.mergeResiduals(tables)
 	for _, t := range tables {
-		t.first = t.entries[0].id
-		t.inline = !c.forceLookups && len(t.entries) <= maxInlineTuples || emptyShape(t)
+		t.First = t.Entries[0].ID
+		t.Inline = !c.ForceLookups && len(t.Entries) <= maxInlineTuples || emptyShape(t)
 	}
-	slices.SortStableFunc(tables, func(a, b *table) int { return cmp.Compare(a.first, b.first) })
+	slices.SortStableFunc(tables, func(a, b *Table) int { return cmp.Compare(a.First, b.First) })
 
-	if !c.forceLookups && !c.lookupsPay(run, tables) {
+	if !c.ForceLookups && !c.lookupsPay(run, tables) {
 		return nil, false
 	}
 	lookups := 0
 	for _, t := range tables {
-		if !t.inline {
+		if !t.Inline {
 			lookups++
 		}
 	}
-	if c.ntables+lookups > maxLookupTables {
+	if c.tables+lookups > MaxLookupTables {
 		return nil, true
 	}
 	for _, t := range tables {
-		if !t.inline {
-			t.name = fmt.Sprintf("%s%d", c.tablePrefix(), c.ntables)
-			c.ntables++
+		if !t.Inline {
+			t.Name = fmt.Sprintf("%s%d", c.tablePrefix(), c.tables)
+			c.tables++
 		}
 	}
-	return &segmentPlan{rules: run, tables: tables}, false
+	return &Segment{Rules: run, Tables: tables}, false
 }
 
 // mergeTries merges the shapes not taken yet that differ in one field's
 // length into LPM tries, one field after the other, where a trie saves
 // lookups, and marks them taken.
-func (c *compiler) mergeTries(shapes map[shapeKey][]entry, order []shapeKey, taken map[shapeKey]bool) []*table {
-	var tables []*table
+func (c *Planner) mergeTries(shapes map[shapeKey][]Entry, order []shapeKey, taken map[shapeKey]bool) []*Table {
+	var tables []*Table
 	for _, f := range []ir.Field{ir.FieldSrc, ir.FieldDst, ir.FieldDport, ir.FieldSport} {
 		groups := make(map[shapeKey][]shapeKey)
 		var gorder []shapeKey
@@ -432,19 +433,19 @@ func (c *compiler) mergeTries(shapes map[shapeKey][]entry, order []shapeKey, tak
 			for _, k := range ks {
 				apart += lookupCost(len(shapes[k]), costHash)
 			}
-			if !c.forceLookups && apart <= costLPM {
+			if !c.ForceLookups && apart <= costLPM {
 				continue
 			}
-			t := &table{guard: g.g, lens: g.lens, lpm: int(f)}
-			t.lens[f] = uint8(8 * f.Width(c.p.Family))
+			t := &Table{Guard: g.g, Lens: g.lens, LPM: int(f)}
+			t.Lens[f] = uint8(8 * f.Width(c.Program.Family))
 			n := 0
 			for _, k := range ks {
 				n += len(shapes[k])
 			}
-			t.entries = make([]entry, 0, n)
+			t.Entries = make([]Entry, 0, n)
 			for _, k := range ks {
 				taken[k] = true
-				t.entries = append(t.entries, shapes[k]...)
+				t.Entries = append(t.Entries, shapes[k]...)
 			}
 			tables = append(tables, t)
 		}
@@ -454,28 +455,28 @@ func (c *compiler) mergeTries(shapes map[shapeKey][]entry, order []shapeKey, tak
 
 // lookupsPay reports whether the tables cost less than testing the run's
 // rules one by one.
-func (c *compiler) lookupsPay(run []*ir.Rule, tables []*table) bool {
+func (c *Planner) lookupsPay(run []*ir.Rule, tables []*Table) bool {
 	// Packets take one table per guard class; count them all, as the
 	// worst case.
 	cost, plain := 0, costPlainRule*len(run)
 	for _, t := range tables {
-		if t.guard.mode != modeFull {
+		if t.Guard.Mode != ModeFull {
 			continue
 		}
-		cost += t.cost() + costPlainRule*len(c.residuals[t.guard.residual])
-		for _, k := range t.residuals {
+		cost += t.cost() + costPlainRule*len(c.residuals[t.Guard.Residual])
+		for _, k := range t.Residuals {
 			cost += costPlainRule * len(c.residuals[k])
 		}
 	}
 	return cost < plain
 }
 
-// maxCandidates bounds the rules one key of a table of candidates lists:
+// MaxCandidates bounds the rules one key of a table of candidates lists:
 // every value has this many, so that the code does not depend on the
-// rules. candidateSize is one's size: u32 rule, u16 kind, u16 need.
+// rules. CandidateSize is one's size: u32 rule, u16 kind, u16 need.
 const (
-	maxCandidates = 4
-	candidateSize = 8
+	MaxCandidates = 4
+	CandidateSize = 8
 	// maxResidualBits is how many residuals one table of candidates
 	// tells apart: the bits of a u16.
 	maxResidualBits = 16
@@ -491,57 +492,57 @@ const (
 // (realistic rule sets mix plain service ACCEPTs with ones under "! -i",
 // TCP flags or ICMP types), and no candidate is lost: a rule not listed
 // comes after one that matches whenever it does. A group whose keys would
-// list more than maxCandidates rules stays apart.
-func (c *compiler) mergeResiduals(tables []*table) []*table {
+// list more than MaxCandidates rules stays apart.
+func (c *Planner) mergeResiduals(tables []*Table) []*Table {
 	type groupKey struct {
-		g    guard
+		g    Guard
 		lens [ir.NumFields]uint8
 	}
-	groups := make(map[groupKey][]*table)
+	groups := make(map[groupKey][]*Table)
 	var order []groupKey
 	for _, t := range tables {
-		if t.lpm >= 0 || t.array || t.ranges != nil || emptyShape(t) || !c.forceLookups && len(t.entries) <= maxInlineTuples {
+		if t.LPM >= 0 || t.Array || t.Ranges != nil || emptyShape(t) || !c.ForceLookups && len(t.Entries) <= maxInlineTuples {
 			continue
 		}
-		k := groupKey{t.guard, t.lens}
-		k.g.residual = ""
+		k := groupKey{t.Guard, t.Lens}
+		k.g.Residual = ""
 		if groups[k] == nil {
 			order = append(order, k)
 		}
 		groups[k] = append(groups[k], t)
 	}
-	into := make(map[*table]*table)
+	into := make(map[*Table]*Table)
 	for _, k := range order {
 		ts := groups[k]
 		withResidual := 0
 		for _, t := range ts {
-			if t.guard.residual != "" {
+			if t.Guard.Residual != "" {
 				withResidual++
 			}
 		}
 		if len(ts) < 2 || withResidual > maxResidualBits {
 			continue
 		}
-		m := &table{guard: k.g, lens: k.lens, lpm: -1}
+		m := &Table{Guard: k.g, Lens: k.lens, LPM: -1}
 		n := 0
 		for _, t := range ts {
-			n += len(t.entries)
+			n += len(t.Entries)
 		}
-		m.entries = make([]entry, 0, n)
+		m.Entries = make([]Entry, 0, n)
 		for _, t := range ts {
 			var need uint16
-			if t.guard.residual != "" {
-				need = 1 << len(m.residuals)
-				m.residuals = append(m.residuals, t.guard.residual)
+			if t.Guard.Residual != "" {
+				need = 1 << len(m.Residuals)
+				m.Residuals = append(m.Residuals, t.Guard.Residual)
 			}
-			for _, e := range t.entries {
-				e.need = need
-				m.entries = append(m.entries, e)
+			for _, e := range t.Entries {
+				e.Need = need
+				m.Entries = append(m.Entries, e)
 			}
 		}
-		sortByRule(m.entries)
+		sortByRule(m.Entries)
 		var ok bool
-		if m.keys, m.lists, ok = c.candidates(m); !ok {
+		if m.Keys, m.Lists, ok = c.candidates(m); !ok {
 			continue
 		}
 		for _, t := range ts {
@@ -551,8 +552,8 @@ func (c *compiler) mergeResiduals(tables []*table) []*table {
 	if len(into) == 0 {
 		return tables
 	}
-	out := make([]*table, 0, len(tables))
-	placed := make(map[*table]bool)
+	out := make([]*Table, 0, len(tables))
+	placed := make(map[*Table]bool)
 	for _, t := range tables {
 		m, ok := into[t]
 		switch {
@@ -570,15 +571,15 @@ func (c *compiler) mergeResiduals(tables []*table) []*table {
 // candidates of each: earliest first, up to the first that needs no
 // residual, without a later rule that needs the same bit as an earlier
 // one (it can only match where that one does). False when a key would
-// have more than maxCandidates.
-func (c *compiler) candidates(t *table) ([][]byte, [][]entry, bool) {
-	l := c.layout(t)
-	keys := make([][]byte, 0, len(t.entries))
-	lists := make([][]entry, 0, len(t.entries))
-	at := make(map[string]int, len(t.entries))
-	closed := make(map[string]bool, len(t.entries))
-	for _, e := range t.entries { // the earliest rule first
-		k := l.key(e.t)
+// have more than MaxCandidates.
+func (c *Planner) candidates(t *Table) ([][]byte, [][]Entry, bool) {
+	l := c.Layout(t)
+	keys := make([][]byte, 0, len(t.Entries))
+	lists := make([][]Entry, 0, len(t.Entries))
+	at := make(map[string]int, len(t.Entries))
+	closed := make(map[string]bool, len(t.Entries))
+	for _, e := range t.Entries { // the earliest rule first
+		k := l.Key(e.T)
 		if closed[string(k)] {
 			continue
 		}
@@ -589,14 +590,14 @@ func (c *compiler) candidates(t *table) ([][]byte, [][]entry, bool) {
 			keys = append(keys, k)
 			lists = append(lists, nil)
 		}
-		if slices.ContainsFunc(lists[i], func(o entry) bool { return o.need == e.need }) {
+		if slices.ContainsFunc(lists[i], func(o Entry) bool { return o.Need == e.Need }) {
 			continue
 		}
-		if len(lists[i]) == maxCandidates {
+		if len(lists[i]) == MaxCandidates {
 			return nil, nil, false
 		}
 		lists[i] = append(lists[i], e)
-		if e.need == 0 {
+		if e.Need == 0 {
 			closed[string(k)] = true
 		}
 	}
@@ -604,25 +605,25 @@ func (c *compiler) candidates(t *table) ([][]byte, [][]entry, bool) {
 }
 
 // candidatesSpec returns a table of candidates' hash: the key, and
-// maxCandidates candidates; a key with fewer repeats its last.
-func (c *compiler) candidatesSpec(t *table) *ebpf.MapSpec {
-	kvs := make([]ebpf.MapKV, len(t.keys))
-	for i, k := range t.keys {
-		v := make([]byte, candidateSize*maxCandidates)
-		list := t.lists[i]
-		for j := range maxCandidates {
+// MaxCandidates candidates; a key with fewer repeats its last.
+func (c *Planner) candidatesSpec(t *Table) *ebpf.MapSpec {
+	kvs := make([]ebpf.MapKV, len(t.Keys))
+	for i, k := range t.Keys {
+		v := make([]byte, CandidateSize*MaxCandidates)
+		list := t.Lists[i]
+		for j := range MaxCandidates {
 			e := list[min(j, len(list)-1)]
-			binary.NativeEndian.PutUint32(v[candidateSize*j:], e.id)
-			binary.NativeEndian.PutUint16(v[candidateSize*j+4:], uint16(e.kind))
-			binary.NativeEndian.PutUint16(v[candidateSize*j+6:], e.need)
+			binary.NativeEndian.PutUint32(v[CandidateSize*j:], e.ID)
+			binary.NativeEndian.PutUint16(v[CandidateSize*j+4:], uint16(e.Kind))
+			binary.NativeEndian.PutUint16(v[CandidateSize*j+6:], e.Need)
 		}
 		kvs[i] = ebpf.MapKV{Key: k, Value: v}
 	}
 	return &ebpf.MapSpec{
-		Name:       t.name,
+		Name:       t.Name,
 		Type:       ebpf.Hash,
-		KeySize:    uint32(c.layout(t).size),
-		ValueSize:  candidateSize * maxCandidates,
+		KeySize:    uint32(c.Layout(t).Size),
+		ValueSize:  CandidateSize * MaxCandidates,
 		MaxEntries: uint32(len(kvs)),
 		Contents:   kvs,
 	}
@@ -630,9 +631,9 @@ func (c *compiler) candidatesSpec(t *table) *ebpf.MapSpec {
 
 // tablePrefix names the classifier's tables: the netfilter stage's are
 // its own, since the loader gives the stage the ingress program's maps of
-// the same name, and the stage's tables differ (kindReject).
-func (c *compiler) tablePrefix() string {
-	if c.hook == HookStage {
+// the same name, and the stage's tables differ (KindReject).
+func (c *Planner) tablePrefix() string {
+	if c.Stage {
 		return "ncls"
 	}
 	return "cls"
@@ -645,21 +646,6 @@ func lookupCost(n, lookup int) int {
 		return costInline * n
 	}
 	return lookup
-}
-
-// cost estimates what the table costs a packet.
-func (t *table) cost() int {
-	switch {
-	case t.inline:
-		return costInline * len(t.entries)
-	case t.array:
-		return costArray
-	case t.ranges != nil:
-		return costRanges
-	case t.lpm >= 0:
-		return costLPM
-	}
-	return costHash
 }
 
 // maxPortProtos bounds the port arrays of one guard and port field: one
@@ -690,9 +676,9 @@ func portField(lens [ir.NumFields]uint8) (ir.Field, bool) {
 // of rules and any mix of prefix lengths, where an LPM trie's cost grows
 // with its depth (a port allowlist of 100,000 rules made one 3× slower
 // than a single rule).
-func portTables(shapes map[shapeKey][]entry, order []shapeKey, taken map[shapeKey]bool) []*table {
+func portTables(shapes map[shapeKey][]Entry, order []shapeKey, taken map[shapeKey]bool) []*Table {
 	type class struct {
-		g        guard
+		g        Guard
 		field    ir.Field
 		anyProto bool
 	}
@@ -709,24 +695,24 @@ func portTables(shapes map[shapeKey][]entry, order []shapeKey, taken map[shapeKe
 		}
 		members[cl] = append(members[cl], k)
 	}
-	var out []*table
+	var out []*Table
 	for _, cl := range classes {
-		byProto := make(map[uint8]*table)
+		byProto := make(map[uint8]*Table)
 		var protos []uint8
 		for _, k := range members[cl] {
 			for _, e := range shapes[k] {
-				p := e.t.Value[ir.FieldProto][0]
+				p := e.T.Value[ir.FieldProto][0]
 				t := byProto[p]
 				if t == nil {
-					t = &table{guard: cl.g, lpm: int(cl.field), array: true}
-					t.lens[cl.field] = 16
+					t = &Table{Guard: cl.g, LPM: int(cl.field), Array: true}
+					t.Lens[cl.field] = 16
 					if !cl.anyProto {
-						t.lens[ir.FieldProto] = 8
+						t.Lens[ir.FieldProto] = 8
 					}
 					byProto[p] = t
 					protos = append(protos, p)
 				}
-				t.entries = append(t.entries, e)
+				t.Entries = append(t.Entries, e)
 			}
 		}
 		if len(protos) > maxPortProtos {
@@ -746,107 +732,107 @@ func portTables(shapes map[shapeKey][]entry, order []shapeKey, taken map[shapeKe
 // sortByRule puts entries in rule order, the earliest first; the entries
 // of one rule keep their order. A table of one shape is in that order
 // already: its entries were added rule by rule.
-func sortByRule(es []entry) {
-	byID := func(a, b entry) int { return cmp.Compare(a.id, b.id) }
+func sortByRule(es []Entry) {
+	byID := func(a, b Entry) int { return cmp.Compare(a.ID, b.ID) }
 	if !slices.IsSortedFunc(es, byID) {
 		slices.SortStableFunc(es, byID)
 	}
 }
 
-func emptyShape(t *table) bool {
-	return t.lens == [ir.NumFields]uint8{}
+func emptyShape(t *Table) bool {
+	return t.Lens == [ir.NumFields]uint8{}
 }
 
-// slot is where a field goes in a lookup key.
-type slot struct {
-	field ir.Field
-	off   int // from the start of the key
-	size  int
+// Slot is where a field goes in a lookup key.
+type Slot struct {
+	Field ir.Field
+	Off   int // from the start of the key
+	Size  int
 }
 
-// keyLayout is a table's key: for an LPM trie a u32 prefix length, then
+// KeyLayout is a table's key: for an LPM trie a u32 prefix length, then
 // the fields at their natural alignment, the varying one last; gaps are
 // zero.
-type keyLayout struct {
-	slots []slot
-	size  int
-	// fixedBits is the prefix length of everything before the varying
+type KeyLayout struct {
+	Slots []Slot
+	Size  int
+	// FixedBits is the prefix length of everything before the varying
 	// field of an LPM trie.
-	fixedBits int
+	FixedBits int
 }
 
-// key is the tuple's fields at their slots; an LPM trie's prefix length
+// Key is the tuple's fields at their slots; an LPM trie's prefix length
 // is left for the caller.
-func (l keyLayout) key(tp ir.Tuple) []byte {
-	k := make([]byte, l.size)
-	for _, s := range l.slots {
-		copy(k[s.off:s.off+s.size], tp.Value[s.field][:s.size])
+func (l KeyLayout) Key(tp ir.Tuple) []byte {
+	k := make([]byte, l.Size)
+	for _, s := range l.Slots {
+		copy(k[s.Off:s.Off+s.Size], tp.Value[s.Field][:s.Size])
 	}
 	return k
 }
 
-func (c *compiler) layout(t *table) keyLayout {
-	var l keyLayout
+func (c *Planner) Layout(t *Table) KeyLayout {
+	var l KeyLayout
 	off := 0
-	if t.lpm >= 0 {
+	if t.LPM >= 0 {
 		off = 4
 	}
 	place := func(f ir.Field) {
-		w := f.Width(c.p.Family)
+		w := f.Width(c.Program.Family)
 		align := min(w, 4)
 		off = (off + align - 1) / align * align
-		l.slots = append(l.slots, slot{field: f, off: off, size: w})
+		l.Slots = append(l.Slots, Slot{Field: f, Off: off, Size: w})
 		off += w
 	}
 	for _, f := range []ir.Field{ir.FieldSrc, ir.FieldDst, ir.FieldSport, ir.FieldDport, ir.FieldProto} {
-		if int(f) != t.lpm && t.lens[f] > 0 {
+		if int(f) != t.LPM && t.Lens[f] > 0 {
 			place(f)
 		}
 	}
-	if t.lpm >= 0 {
-		w := ir.Field(t.lpm).Width(c.p.Family)
+	if t.LPM >= 0 {
+		w := ir.Field(t.LPM).Width(c.Program.Family)
 		align := min(w, 4)
 		off = (off + align - 1) / align * align
-		l.fixedBits = 8 * (off - 4)
-		place(ir.Field(t.lpm))
+		l.FixedBits = 8 * (off - 4)
+		place(ir.Field(t.LPM))
 	}
-	l.size = off
+	l.Size = off
 	return l
 }
 
-// mapSpec returns the table's map and its contents. The contents of every
+// MapSpec returns the table's map and its contents. The contents of every
 // classifier table come in the order of its entries (the earliest rule
 // first), which is the same for the same rule set; sorting them by key,
 // which the kernel does not need, took 2 s of a 1M-rule compile.
-func (c *compiler) mapSpec(t *table) *ebpf.MapSpec {
+func (c *Planner) MapSpec(t *Table) *ebpf.MapSpec {
 	switch {
-	case t.array:
+	case t.Array:
 		return portArray(t)
-	case t.ranges != nil:
+	case t.Ranges != nil:
 		return c.rangesSpec(t)
-	case t.residuals != nil:
+	case t.Residuals != nil:
 		return c.candidatesSpec(t)
 	}
-	l := c.layout(t)
+	l := c.Layout(t)
 	key := func(tp ir.Tuple, plen int) []byte {
-		k := l.key(tp)
-		if t.lpm >= 0 {
+		k := l.Key(tp)
+		if t.LPM >= 0 {
 			binary.NativeEndian.PutUint32(k, uint32(plen))
 		}
 		return k
 	}
-	value := func(e entry) []byte {
+	value := func(e Entry) []byte {
 		v := make([]byte, 8)
-		binary.NativeEndian.PutUint32(v, e.id)
-		binary.NativeEndian.PutUint32(v[4:], e.kind)
+		binary.NativeEndian.PutUint32(v, e.ID)
+		binary.NativeEndian.PutUint32(v[4:], e.Kind)
 		return v
 	}
 	var kvs []ebpf.MapKV
-	if t.lpm < 0 {
-		kvs = make([]ebpf.MapKV, 0, len(t.entries))
-		seen := make(map[string]bool, len(t.entries))
-		for _, e := range t.entries { // the earliest rule first
-			k := key(e.t, 0)
+	if t.LPM < 0 {
+		kvs = make([]ebpf.MapKV, 0, len(t.Entries))
+		seen := make(map[string]bool, len(t.Entries))
+		for _, e := range t.Entries { // the earliest rule first
+			k := key(e.T, 0)
 			if !seen[string(k)] {
 				seen[string(k)] = true
 				kvs = append(kvs, ebpf.MapKV{Key: k, Value: value(e)})
@@ -856,42 +842,39 @@ func (c *compiler) mapSpec(t *table) *ebpf.MapSpec {
 		kvs = c.lpmContents(t, l, key, value)
 	}
 	spec := &ebpf.MapSpec{
-		Name:       t.name,
+		Name:       t.Name,
 		Type:       ebpf.Hash,
-		KeySize:    uint32(l.size),
+		KeySize:    uint32(l.Size),
 		ValueSize:  8,
 		MaxEntries: uint32(len(kvs)),
 		Contents:   kvs,
 	}
-	if t.lpm >= 0 {
-		spec.Type, spec.Flags = ebpf.LPMTrie, bpfFNoPrealloc
+	if t.LPM >= 0 {
+		spec.Type, spec.Flags = ebpf.LPMTrie, uapi.MapNoPrealloc
 	}
 	return spec
 }
-
-// bpfFNoPrealloc is BPF_F_NO_PREALLOC, which LPM tries require.
-const bpfFNoPrealloc = 1
 
 // lpmContents stores at every prefix the earliest rule among the entries
 // whose prefix covers it, with the same other fields: the trie returns
 // the longest stored prefix that contains the packet's field, and every
 // entry the packet matches covers that one.
-func (c *compiler) lpmContents(t *table, l keyLayout, key func(ir.Tuple, int) []byte, value func(entry) []byte) []ebpf.MapKV {
-	f := ir.Field(t.lpm)
+func (c *Planner) lpmContents(t *Table, l KeyLayout, key func(ir.Tuple, int) []byte, value func(Entry) []byte) []ebpf.MapKV {
+	f := ir.Field(t.LPM)
 	// The earliest rule per tuple, grouped by the fields other than f.
 	type fieldPrefix struct {
 		value [16]byte
 		bits  uint8
 	}
-	groups := make(map[string][]entry)
+	groups := make(map[string][]Entry)
 	var order []string
-	seen := make(map[ir.Tuple]bool, len(t.entries))
-	for _, e := range t.entries { // the earliest rule first
-		if seen[e.t] {
+	seen := make(map[ir.Tuple]bool, len(t.Entries))
+	for _, e := range t.Entries { // the earliest rule first
+		if seen[e.T] {
 			continue
 		}
-		seen[e.t] = true
-		k := string(key(e.t, 0)[4 : 4+l.fixedBits/8])
+		seen[e.T] = true
+		k := string(key(e.T, 0)[4 : 4+l.FixedBits/8])
 		if groups[k] == nil {
 			order = append(order, k)
 		}
@@ -900,15 +883,15 @@ func (c *compiler) lpmContents(t *table, l keyLayout, key func(ir.Tuple, int) []
 	var kvs []ebpf.MapKV
 	for _, k := range order {
 		es := groups[k]
-		var byPrefix map[fieldPrefix]entry
+		var byPrefix map[fieldPrefix]Entry
 		var lens []uint8
 		if len(es) > 32 {
-			byPrefix = make(map[fieldPrefix]entry, len(es))
+			byPrefix = make(map[fieldPrefix]Entry, len(es))
 			for _, e := range es {
-				fp := fieldPrefix{e.t.Value[f], e.t.Len[f]}
+				fp := fieldPrefix{e.T.Value[f], e.T.Len[f]}
 				if _, ok := byPrefix[fp]; !ok {
 					byPrefix[fp] = e
-					lens = append(lens, e.t.Len[f])
+					lens = append(lens, e.T.Len[f])
 				}
 			}
 			slices.Sort(lens)
@@ -918,23 +901,23 @@ func (c *compiler) lpmContents(t *table, l keyLayout, key func(ir.Tuple, int) []
 			best := e
 			if byPrefix == nil {
 				for _, o := range es {
-					if o.id < best.id && o.t.Len[f] < e.t.Len[f] && o.t.Covers(e.t) {
+					if o.ID < best.ID && o.T.Len[f] < e.T.Len[f] && o.T.Covers(e.T) {
 						best = o
 					}
 				}
 			} else {
 				for _, n := range lens {
-					if n >= e.t.Len[f] {
+					if n >= e.T.Len[f] {
 						break
 					}
-					cut := e.t.Len
+					cut := e.T.Len
 					cut[f] = n
-					if o, ok := byPrefix[fieldPrefix{e.t.Cut(cut).Value[f], n}]; ok && o.id < best.id {
+					if o, ok := byPrefix[fieldPrefix{e.T.Cut(cut).Value[f], n}]; ok && o.ID < best.ID {
 						best = o
 					}
 				}
 			}
-			kvs = append(kvs, ebpf.MapKV{Key: key(e.t, l.fixedBits+int(e.t.Len[f])), Value: value(best)})
+			kvs = append(kvs, ebpf.MapKV{Key: key(e.T, l.FixedBits+int(e.T.Len[f])), Value: value(best)})
 		}
 	}
 	return kvs
@@ -943,8 +926,8 @@ func (c *compiler) lpmContents(t *table, l keyLayout, key func(ir.Tuple, int) []
 // portArray returns the map of a port array: at every port, the earliest
 // rule with a tuple that holds it and what it does; zero (kind 0) where
 // none does.
-func portArray(t *table) *ebpf.MapSpec {
-	f := ir.Field(t.lpm)
+func portArray(t *Table) *ebpf.MapSpec {
+	f := ir.Field(t.LPM)
 	// next[p] leads to the first port from p on that no earlier rule
 	// holds (a union-find), so that every port is set once.
 	next := make([]int32, portArraySize+1)
@@ -959,21 +942,21 @@ func portArray(t *table) *ebpf.MapSpec {
 		return p
 	}
 	var kvs []ebpf.MapKV
-	for _, e := range t.entries { // the earliest rule first
-		lo := int32(binary.BigEndian.Uint16(e.t.Value[f][:2]))
-		hi := lo | (1<<(16-e.t.Len[f]) - 1)
+	for _, e := range t.Entries { // the earliest rule first
+		lo := int32(binary.BigEndian.Uint16(e.T.Value[f][:2]))
+		hi := lo | (1<<(16-e.T.Len[f]) - 1)
 		for p := find(lo); p <= hi; p = find(p + 1) {
 			k := make([]byte, 4)
 			binary.NativeEndian.PutUint32(k, uint32(p))
 			v := make([]byte, 8)
-			binary.NativeEndian.PutUint32(v, e.id)
-			binary.NativeEndian.PutUint32(v[4:], e.kind)
+			binary.NativeEndian.PutUint32(v, e.ID)
+			binary.NativeEndian.PutUint32(v[4:], e.Kind)
 			kvs = append(kvs, ebpf.MapKV{Key: k, Value: v})
 			next[p] = p + 1
 		}
 	}
 	return &ebpf.MapSpec{
-		Name:       t.name,
+		Name:       t.Name,
 		Type:       ebpf.Array,
 		KeySize:    4,
 		ValueSize:  8,
@@ -982,74 +965,66 @@ func portArray(t *table) *ebpf.MapSpec {
 	}
 }
 
-// maxRuns bounds the runs a key of a ranges table may have; every value
+// MaxRuns bounds the runs a key of a ranges table may have; every value
 // has this many, so that the code, and the verifier's work, do not
 // depend on the rules.
-const maxRuns = 32
+const MaxRuns = 32
 
-// runSize is a run's size in a ranges table's value: u16 hi, u16 kind,
+// RunSize is a run's size in a ranges table's value: u16 hi, u16 kind,
 // u32 rule.
-const runSize = 8
+const RunSize = 8
 
-// runBits is how many low bits of its field a ranges table's runs cover;
+// RunBits is how many low bits of its field a ranges table's runs cover;
 // the key holds the others.
-const runBits = 16
+const RunBits = 16
 
 // maxBucketsPerEntry bounds how many keys one entry may span, a prefix
 // shorter than the key's part of its field.
 const maxBucketsPerEntry = 256
 
-// portRun is a run of values of the low runBits of a field, up to hi,
+// PortRun is a run of values of the low RunBits of a field, up to Hi,
 // that rule id of kind decides, or none (kind 0).
-type portRun struct {
-	hi   uint16
-	kind uint16
-	id   uint32
+type PortRun struct {
+	Hi   uint16
+	Kind uint16
+	ID   uint32
 }
 
 // span is the part of a tuple of rule id in one key: the values lo..hi of
-// the low runBits.
+// the low RunBits.
 type span struct {
 	lo, hi   int
 	id, kind uint32
 }
 
-// portRanges is what a ranges table holds.
-type portRanges struct {
-	// keyBits is how many high bits of the field lpm the key holds.
-	keyBits int
-	keys    []ir.Tuple // the tuples cut to the other fields and keyBits
-	runs    [][]portRun
-}
-
-// rangesKey is the table whose key is a ranges table's: its other fields
-// and the high bits of its field.
-func (t *table) rangesKey() *table {
-	u := *t
-	u.lens[t.lpm], u.lpm, u.ranges = uint8(t.ranges.keyBits), -1, nil
-	return &u
+// PortRanges is what a ranges table holds.
+type PortRanges struct {
+	// KeyBits is how many high bits of the field LPM the key holds.
+	KeyBits int
+	Keys    []ir.Tuple // the tuples cut to the other fields and keyBits
+	Runs    [][]PortRun
 }
 
 // splitRanges turns every LPM trie on a port, or an IPv4 address, into a
 // hash keyed by the other fields and the field's high bits, whose value
 // lists the runs of the low 16 bits and the earliest rule of each, for
-// the keys with at most maxRuns runs; the tuples that reach the other
+// the keys with at most MaxRuns runs; the tuples that reach the other
 // keys stay in a trie. A hash lookup and a few compares cost the same for
 // any number of rules, where a trie grows deeper with its entries: a
 // 100,000-rule blocklist or allowlist of port ranges per server made a
 // matching packet 3× slower than one rule. A packet's key is in the hash
 // with every tuple that reaches it, or every such tuple is in the trie,
 // and both return only rules the packet matches: the earliest wins.
-func (c *compiler) splitRanges(tables []*table) []*table {
-	var out []*table
+func (c *Planner) splitRanges(tables []*Table) []*Table {
+	var out []*Table
 	for _, t := range tables {
 		keyBits := -1
 		switch {
-		case t.array || t.lpm < 0:
-		case t.lpm == int(ir.FieldDport) || t.lpm == int(ir.FieldSport):
+		case t.Array || t.LPM < 0:
+		case t.LPM == int(ir.FieldDport) || t.LPM == int(ir.FieldSport):
 			keyBits = 0
-		case c.p.Family == rules.IPv4:
-			keyBits = 32 - runBits
+		case c.Program.Family == rules.IPv4:
+			keyBits = 32 - RunBits
 		}
 		if keyBits >= 0 {
 			if u, ok := c.ranges(t, keyBits); ok {
@@ -1064,32 +1039,32 @@ func (c *compiler) splitRanges(tables []*table) []*table {
 
 // ranges splits an LPM table into a ranges table and a trie of the rest,
 // or reports false when its keys would be empty or too many.
-func (c *compiler) ranges(t *table, keyBits int) ([]*table, bool) {
-	f := ir.Field(t.lpm)
-	cut := t.lens
+func (c *Planner) ranges(t *Table, keyBits int) ([]*Table, bool) {
+	f := ir.Field(t.LPM)
+	cut := t.Lens
 	cut[f] = uint8(keyBits)
 	if cut == [ir.NumFields]uint8{} {
 		return nil, false
 	}
-	width := 8 * f.Width(c.p.Family)
+	width := 8 * f.Width(c.Program.Family)
 	// The entries that reach each key, earliest first. (Most entries
 	// have a key of their own: the sizes are the entries'.)
-	byKey := make(map[ir.Tuple][]int, len(t.entries))
-	keys := make([]ir.Tuple, 0, len(t.entries))
+	byKey := make(map[ir.Tuple][]int, len(t.Entries))
+	keys := make([]ir.Tuple, 0, len(t.Entries))
 	buckets := 0
-	for i, e := range t.entries {
-		k := e.t.Cut(cut)
+	for i, e := range t.Entries {
+		k := e.T.Cut(cut)
 		n := 1
-		if int(e.t.Len[f]) < keyBits {
-			n = 1 << (keyBits - int(e.t.Len[f]))
+		if int(e.T.Len[f]) < keyBits {
+			n = 1 << (keyBits - int(e.T.Len[f]))
 		}
-		if buckets += n; n > maxBucketsPerEntry || buckets > 4*len(t.entries)+maxBucketsPerEntry {
+		if buckets += n; n > maxBucketsPerEntry || buckets > 4*len(t.Entries)+maxBucketsPerEntry {
 			return nil, false
 		}
 		for j := range n {
 			kj := k
 			if n > 1 {
-				setLow(kj.Value[f][:width/8], keyBits, int(e.t.Len[f]), j)
+				setLow(kj.Value[f][:width/8], keyBits, int(e.T.Len[f]), j)
 				kj.Len[f] = uint8(keyBits)
 			}
 			if byKey[kj] == nil {
@@ -1098,20 +1073,20 @@ func (c *compiler) ranges(t *table, keyBits int) ([]*table, bool) {
 			byKey[kj] = append(byKey[kj], i)
 		}
 	}
-	rs := &portRanges{keyBits: keyBits, keys: make([]ir.Tuple, 0, len(keys)), runs: make([][]portRun, 0, len(keys))}
-	ranges := &table{guard: t.guard, lens: t.lens, lpm: t.lpm, ranges: rs}
-	trie := &table{guard: t.guard, lens: t.lens, lpm: t.lpm}
-	inTrie := make([]bool, len(t.entries))
+	rs := &PortRanges{KeyBits: keyBits, Keys: make([]ir.Tuple, 0, len(keys)), Runs: make([][]PortRun, 0, len(keys))}
+	ranges := &Table{Guard: t.Guard, Lens: t.Lens, LPM: t.LPM, Ranges: rs}
+	trie := &Table{Guard: t.Guard, Lens: t.Lens, LPM: t.LPM}
+	inTrie := make([]bool, len(t.Entries))
 	for _, k := range keys {
 		is := byKey[k]
 		spans := make([]span, len(is))
 		for j, i := range is {
-			e := t.entries[i]
-			lo, hi := lowSpan(e.t, f, width)
-			if int(e.t.Len[f]) <= keyBits {
-				lo, hi = 0, 1<<runBits-1
+			e := t.Entries[i]
+			lo, hi := lowSpan(e.T, f, width)
+			if int(e.T.Len[f]) <= keyBits {
+				lo, hi = 0, 1<<RunBits-1
 			}
-			spans[j] = span{lo: lo, hi: hi, id: e.id, kind: e.kind}
+			spans[j] = span{lo: lo, hi: hi, id: e.ID, kind: e.Kind}
 		}
 		runs, ok := runsOf(spans)
 		if !ok {
@@ -1120,20 +1095,20 @@ func (c *compiler) ranges(t *table, keyBits int) ([]*table, bool) {
 			}
 			continue
 		}
-		rs.keys = append(rs.keys, k)
-		rs.runs = append(rs.runs, runs)
+		rs.Keys = append(rs.Keys, k)
+		rs.Runs = append(rs.Runs, runs)
 	}
-	for i, e := range t.entries {
+	for i, e := range t.Entries {
 		if inTrie[i] {
-			trie.entries = append(trie.entries, e)
+			trie.Entries = append(trie.Entries, e)
 		}
 	}
-	if len(rs.keys) > 0 {
-		ranges.entries = t.entries
+	if len(rs.Keys) > 0 {
+		ranges.Entries = t.Entries
 	}
-	var out []*table
-	for _, u := range []*table{ranges, trie} {
-		if len(u.entries) > 0 {
+	var out []*Table
+	for _, u := range []*Table{ranges, trie} {
+		if len(u.Entries) > 0 {
 			out = append(out, u)
 		}
 	}
@@ -1152,8 +1127,8 @@ func setLow(b []byte, to, from, j int) {
 	}
 }
 
-// lowSpan is the range of the low runBits of field f, of width bits, that
-// t holds, when its prefix is at least width-runBits long.
+// lowSpan is the range of the low RunBits of field f, of width bits, that
+// t holds, when its prefix is at least width-RunBits long.
 func lowSpan(t ir.Tuple, f ir.Field, width int) (lo, hi int) {
 	b := t.Value[f][width/8-2 : width/8]
 	lo = int(b[0])<<8 | int(b[1])
@@ -1163,13 +1138,13 @@ func lowSpan(t ir.Tuple, f ir.Field, width int) (lo, hi int) {
 
 // runsOf returns the runs of values that the earliest of spans, which
 // come earliest rule first, decide; false when there are more than
-// maxRuns.
-func runsOf(spans []span) ([]portRun, bool) {
+// MaxRuns.
+func runsOf(spans []span) ([]PortRun, bool) {
 	// The spans' ends cut the values into pieces the same spans hold.
 	starts := []int{0}
 	for _, s := range spans {
 		starts = append(starts, s.lo)
-		if s.hi < 1<<runBits-1 {
+		if s.hi < 1<<RunBits-1 {
 			starts = append(starts, s.hi+1)
 		}
 	}
@@ -1198,20 +1173,20 @@ func runsOf(spans []span) ([]portRun, bool) {
 			next[j] = j + 1
 		}
 	}
-	var runs []portRun
+	var runs []PortRun
 	for i, o := range owner {
-		r := portRun{hi: 1<<runBits - 1}
+		r := PortRun{Hi: 1<<RunBits - 1}
 		if i+1 < len(starts) {
-			r.hi = uint16(starts[i+1] - 1)
+			r.Hi = uint16(starts[i+1] - 1)
 		}
 		if o >= 0 {
-			r.id, r.kind = spans[o].id, uint16(spans[o].kind)
+			r.ID, r.Kind = spans[o].id, uint16(spans[o].kind)
 		}
-		if n := len(runs); n > 0 && runs[n-1].id == r.id && runs[n-1].kind == r.kind {
-			runs[n-1].hi = r.hi
+		if n := len(runs); n > 0 && runs[n-1].ID == r.ID && runs[n-1].Kind == r.Kind {
+			runs[n-1].Hi = r.Hi
 			continue
 		}
-		if len(runs) == maxRuns {
+		if len(runs) == MaxRuns {
 			return nil, false
 		}
 		runs = append(runs, r)
@@ -1219,29 +1194,72 @@ func runsOf(spans []span) ([]portRun, bool) {
 	return runs, true
 }
 
-// rangesSpec returns a ranges table's hash: the key, and maxRuns runs; a
+// rangesSpec returns a ranges table's hash: the key, and MaxRuns runs; a
 // key with fewer repeats its last run, which ends at the last value.
-func (c *compiler) rangesSpec(t *table) *ebpf.MapSpec {
-	l := c.layout(t.rangesKey())
+func (c *Planner) rangesSpec(t *Table) *ebpf.MapSpec {
+	l := c.Layout(t.RangesKey())
 	var kvs []ebpf.MapKV
-	for i, k := range t.ranges.keys {
-		key := l.key(k)
-		v := make([]byte, runSize*maxRuns)
-		runs := t.ranges.runs[i]
-		for j := range maxRuns {
+	for i, k := range t.Ranges.Keys {
+		key := l.Key(k)
+		v := make([]byte, RunSize*MaxRuns)
+		runs := t.Ranges.Runs[i]
+		for j := range MaxRuns {
 			r := runs[min(j, len(runs)-1)]
-			binary.NativeEndian.PutUint16(v[runSize*j:], r.hi)
-			binary.NativeEndian.PutUint16(v[runSize*j+2:], r.kind)
-			binary.NativeEndian.PutUint32(v[runSize*j+4:], r.id)
+			binary.NativeEndian.PutUint16(v[RunSize*j:], r.Hi)
+			binary.NativeEndian.PutUint16(v[RunSize*j+2:], r.Kind)
+			binary.NativeEndian.PutUint32(v[RunSize*j+4:], r.ID)
 		}
 		kvs = append(kvs, ebpf.MapKV{Key: key, Value: v})
 	}
 	return &ebpf.MapSpec{
-		Name:       t.name,
+		Name:       t.Name,
 		Type:       ebpf.Hash,
-		KeySize:    uint32(l.size),
-		ValueSize:  runSize * maxRuns,
+		KeySize:    uint32(l.Size),
+		ValueSize:  RunSize * MaxRuns,
 		MaxEntries: uint32(len(kvs)),
 		Contents:   kvs,
 	}
+}
+
+// cost estimates what the table costs a packet.
+func (t *Table) cost() int {
+	switch {
+	case t.Inline:
+		return costInline * len(t.Entries)
+	case t.Array:
+		return costArray
+	case t.Ranges != nil:
+		return costRanges
+	case t.LPM >= 0:
+		return costLPM
+	}
+	return costHash
+}
+
+// rangesKey is the table whose key is a ranges table's: its other fields
+// and the high bits of its field.
+func (t *Table) RangesKey() *Table {
+	u := *t
+	u.Lens[t.LPM], u.LPM, u.Ranges = uint8(t.Ranges.KeyBits), -1, nil
+	return &u
+}
+
+// varies reports whether the table's tuples differ in the length of the
+// field lpm.
+func (t *Table) Varies() bool {
+	return slices.ContainsFunc(t.Entries, func(e Entry) bool { return e.T.Len[t.LPM] != t.Entries[0].T.Len[t.LPM] })
+}
+
+// proto returns the protocol all of the table's tuples test, if they do.
+func (t *Table) Proto() (uint8, bool) {
+	if t.Lens[ir.FieldProto] == 0 {
+		return 0, false
+	}
+	p := t.Entries[0].T.Value[ir.FieldProto][0]
+	for _, e := range t.Entries {
+		if e.T.Value[ir.FieldProto][0] != p {
+			return 0, false
+		}
+	}
+	return p, true
 }
