@@ -212,7 +212,7 @@ func BenchmarkConntrack(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer close(ns.work)
+	defer ns.Close()
 	var setupErr error
 	var tcpAck *tcpConn
 	ns.do(func() {

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	"bpfwall/codegen"
 	"bpfwall/codegen/abi"
 	"bpfwall/internal/testenv"
+	"bpfwall/internal/topology"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -112,47 +112,41 @@ func TestKernelMatchesEval(t *testing.T) {
 	}
 }
 
-// netns is a network namespace with a veth device "eth0" besides lo, and
-// a thread in it that runs the functions given to do. BPF_PROG_TEST_RUN
-// finds the devices a context names in the namespace of the calling
-// thread.
+// netns is a network namespace with a veth device "eth0" besides lo.
+// BPF_PROG_TEST_RUN finds the devices a context names in the namespace
+// of the calling thread: do runs code there.
 type netns struct {
+	*topology.Netns
 	devs []device
-	work chan func()
 }
 
 func newNetns(t testing.TB) *netns {
 	t.Helper()
+	testenv.RequireRoot(t)
 	ns, err := startNetns()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { close(ns.work) })
+	t.Cleanup(ns.Close)
 	return ns
 }
 
-// startNetns starts a namespace's thread, which runs until ns.work is
-// closed.
+// startNetns creates the namespace and its devices; Close releases it.
 func startNetns() (*netns, error) {
-	ns := &netns{work: make(chan func())}
-	ready := make(chan error)
-	go func() {
-		// The thread stays locked: it dies with its namespace.
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			ready <- fmt.Errorf("unshare: %w", err)
-			return
-		}
+	tns, err := topology.NewNetns()
+	if err != nil {
+		return nil, err
+	}
+	ns := &netns{Netns: tns}
+	err = tns.Do(func() error {
 		mac := net.HardwareAddr{0x02, 0, 0, 0, 0, 1}
 		if out, err := exec.Command("ip", "link", "add", "eth0", "address", mac.String(), "type", "veth", "peer", "name", "peer0").CombinedOutput(); err != nil {
-			ready <- fmt.Errorf("ip link add: %w: %s", err, out)
-			return
+			return fmt.Errorf("ip link add: %w: %s", err, out)
 		}
 		lo, err1 := net.InterfaceByName("lo")
 		eth0, err2 := net.InterfaceByName("eth0")
 		if err := errors.Join(err1, err2); err != nil {
-			ready <- err
-			return
+			return err
 		}
 		ns.devs = []device{
 			// eth_type_trans against lo's all-zero address, whose broadcast
@@ -178,26 +172,17 @@ func startNetns() (*netns, error) {
 				return ir.PacketOtherHost
 			}},
 		}
-		ready <- nil
-		for fn := range ns.work {
-			fn()
-		}
-	}()
-	if err := <-ready; err != nil {
+		return nil
+	})
+	if err != nil {
+		tns.Close()
 		return nil, err
 	}
 	return ns, nil
 }
 
-// do runs fn on the namespace's thread.
-func (ns *netns) do(fn func()) {
-	done := make(chan struct{})
-	ns.work <- func() {
-		defer close(done)
-		fn()
-	}
-	<-done
-}
+// do runs fn on a thread in the namespace.
+func (ns *netns) do(fn func()) { ns.Run(fn) }
 
 // kernelBTF is the running kernel's BTF, for programs that call kfuncs.
 func kernelBTF(t testing.TB) *btf.Spec {

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,11 +16,11 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
 	"bpfwall/codegen/abi"
 	"bpfwall/internal/testenv"
+	"bpfwall/internal/topology"
 	"bpfwall/ir"
 	"bpfwall/parser/iptables"
 	"bpfwall/parser/nft"
@@ -258,23 +257,6 @@ func TestSkLookupIPv6(t *testing.T) {
 	}
 }
 
-// inNetns runs f on a thread in the network namespace of the calling
-// thread, for goroutines started by a test in inFreshNetns.
-func inNetns(t *testing.T) func(f func()) {
-	fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(fd) })
-	return func(f func()) {
-		runtime.LockOSThread() // the thread dies with the goroutine
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			panic(err)
-		}
-		f()
-	}
-}
-
 func TestSkLookupSwapUnderLoad(t *testing.T) {
 	ns := inFreshNetns(t)
 	ip(t, "route", "add", "local", "192.0.2.0/24", "dev", "lo")
@@ -293,7 +275,12 @@ func TestSkLookupSwapUnderLoad(t *testing.T) {
 	var ok, failed atomic.Int64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
-	run := inNetns(t)
+	here, err := topology.CurrentNetns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(here.Close)
+	run := here.Run
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

@@ -1,22 +1,20 @@
 package loader
 
 import (
+	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
+	"bpfwall/internal/testenv"
 )
 
 // peerNetns moves veth0 into a second fresh namespace, addressed
@@ -25,63 +23,35 @@ import (
 // the peer namespace.
 func peerNetns(t *testing.T) (inPeer func(f func())) {
 	t.Helper()
-	holder := exec.Command("unshare", "-n", "sleep", "3600")
-	if err := holder.Start(); err != nil {
-		t.Fatalf("start peer namespace: %v", err)
+	peer := testenv.NewNetns(t)
+	if err := peer.MoveLink("veth0"); err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
-	pid := strconv.Itoa(holder.Process.Pid)
-	// unshare may not have switched yet: wait until the namespaces differ.
-	mine, _ := os.Readlink("/proc/thread-self/ns/net")
-	for i := 0; ; i++ {
-		theirs, _ := os.Readlink("/proc/" + pid + "/ns/net")
-		if theirs != "" && theirs != mine {
-			break
-		}
-		if i == 100 {
-			t.Fatal("peer namespace did not appear")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	ip(t, "link", "set", "veth0", "netns", pid)
 	ip(t, "addr", "add", "10.9.0.2/24", "dev", "veth1")
 	veth1, err := net.InterfaceByName("veth1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{
-		{"link", "set", "lo", "up"},
-		{"addr", "add", "10.9.0.1/24", "dev", "veth0"},
-		{"link", "set", "veth0", "up"},
-		// A permanent neighbour: under load an ARP probe can time out and
-		// the peer would drop datagrams before they reach the filter.
-		{"neigh", "replace", "10.9.0.2", "lladdr", veth1.HardwareAddr.String(), "dev", "veth0", "nud", "permanent"},
-	} {
-		cmd := exec.Command("nsenter", append([]string{"-t", pid, "-n", "ip"}, args...)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("ip %v in peer: %v\n%s", args, err, out)
+	err = peer.Do(func() error {
+		for _, args := range [][]string{
+			{"link", "set", "lo", "up"},
+			{"addr", "add", "10.9.0.1/24", "dev", "veth0"},
+			{"link", "set", "veth0", "up"},
+			// A permanent neighbour: under load an ARP probe can time out
+			// and the peer would drop datagrams before they reach the
+			// filter.
+			{"neigh", "replace", "10.9.0.2", "lladdr", veth1.HardwareAddr.String(), "dev", "veth0", "nud", "permanent"},
+		} {
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+				return fmt.Errorf("ip %v in peer: %v\n%s", args, err, out)
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	nsPath := "/proc/" + pid + "/ns/net"
-	return func(f func()) {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-			fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				t.Errorf("open peer namespace: %v", err)
-				return
-			}
-			defer unix.Close(fd)
-			if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-				t.Errorf("enter peer namespace: %v", err)
-				return
-			}
-			f()
-		}()
-		<-done
-	}
+	return peer.Run
 }
 
 // udpCounter counts the datagrams arriving on a port of 10.9.0.2.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bpfwall/internal/topology"
 	"bufio"
 	"io"
 	"net"
@@ -30,7 +31,7 @@ func TestContainerEntrypoint(t *testing.T) {
 
 // runEntrypoint runs the entrypoint with env, which restores on where;
 // the metrics of its rules have label.
-func runEntrypoint(t *testing.T, c cli, peer string, env []string, where, label string) {
+func runEntrypoint(t *testing.T, c cli, peer *topology.Netns, env []string, where, label string) {
 	t.Helper()
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.v4")

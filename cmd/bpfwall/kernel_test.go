@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/internal/testenv"
+	"bpfwall/internal/topology"
 	"bpfwall/loader"
 )
 
@@ -42,35 +42,26 @@ func buildBpfwall(t *testing.T) string {
 
 // freshNetns moves the test's goroutine, locked to its thread, into a new
 // network namespace with veth1 up at 10.9.0.2/24, whose peer veth0 is
-// 10.9.0.1/24 in a second namespace, and returns the peer's nsenter
-// target pid.
-func freshNetns(t *testing.T) string {
+// 10.9.0.1/24 in a second namespace, and returns that peer namespace.
+func freshNetns(t *testing.T) *topology.Netns {
 	t.Helper()
 	testenv.EnterFreshNetns(t)
-	holder := exec.Command("unshare", "-n", "sleep", "3600")
-	if err := holder.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
-	pid := strconv.Itoa(holder.Process.Pid)
-	mine, _ := os.Readlink("/proc/thread-self/ns/net")
-	for i := 0; ; i++ {
-		if theirs, _ := os.Readlink("/proc/" + pid + "/ns/net"); theirs != "" && theirs != mine {
-			break
-		}
-		if i == 100 {
-			t.Fatal("peer namespace did not appear")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	peer := testenv.NewNetns(t)
 	for _, c := range []string{
 		"ip link set lo up",
 		"ip link add veth0 type veth peer name veth1",
-		"ip link set veth0 netns " + pid,
+	} {
+		f := strings.Fields(c)
+		if out, err := exec.Command(f[0], f[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", c, err, out)
+		}
+	}
+	if err := peer.MoveLink("veth0"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{
 		"ip addr add 10.9.0.2/24 dev veth1",
 		"ip link set veth1 up",
-		"nsenter -t " + pid + " -n ip addr add 10.9.0.1/24 dev veth0",
-		"nsenter -t " + pid + " -n ip link set veth0 up",
 	} {
 		f := strings.Fields(c)
 		if out, err := exec.Command(f[0], f[1:]...).CombinedOutput(); err != nil {
@@ -83,8 +74,21 @@ func freshNetns(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("nsenter", "-t", pid, "-n", "ip", "neigh", "replace", "10.9.0.2", "lladdr", veth1.HardwareAddr.String(), "dev", "veth0", "nud", "permanent").CombinedOutput(); err != nil {
-		t.Fatalf("static neighbour: %v\n%s", err, out)
+	err = peer.Do(func() error {
+		for _, c := range []string{
+			"ip addr add 10.9.0.1/24 dev veth0",
+			"ip link set veth0 up",
+			"ip neigh replace 10.9.0.2 lladdr " + veth1.HardwareAddr.String() + " dev veth0 nud permanent",
+		} {
+			f := strings.Fields(c)
+			if out, err := exec.Command(f[0], f[1:]...).CombinedOutput(); err != nil {
+				return fmt.Errorf("%s in the peer: %v\n%s", c, err, out)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	ns, err := loader.NetNS()
 	if err != nil {
@@ -93,33 +97,12 @@ func freshNetns(t *testing.T) string {
 	if root := os.Getenv("BPFWALL_ROOT"); root != "" {
 		t.Cleanup(func() { os.RemoveAll(filepath.Join(root, strconv.FormatUint(ns, 10))) })
 	}
-	return pid
-}
-
-// fromPeer runs f on a thread in the network namespace of process pid.
-// The thread dies with its goroutine: it stays locked.
-func fromPeer(pid string, f func() error) error {
-	done := make(chan error)
-	go func() {
-		runtime.LockOSThread()
-		done <- func() error {
-			fd, err := unix.Open("/proc/"+pid+"/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return err
-			}
-			defer unix.Close(fd)
-			if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-				return fmt.Errorf("setns: %w", err)
-			}
-			return f()
-		}()
-	}()
-	return <-done
+	return peer
 }
 
 // sendUDP sends n datagrams of 32 bytes from the peer to 10.9.0.2:port
 // and returns how many arrived.
-func sendUDP(t *testing.T, peer string, port, n int) int {
+func sendUDP(t *testing.T, peer *topology.Netns, port, n int) int {
 	t.Helper()
 	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(10, 9, 0, 2), Port: port})
 	if err != nil {
@@ -127,8 +110,14 @@ func sendUDP(t *testing.T, peer string, port, n int) int {
 	}
 	defer conn.Close()
 	script := "for i in $(seq " + strconv.Itoa(n) + "); do printf '%032d' 0 >/dev/udp/10.9.0.2/" + strconv.Itoa(port) + "; done"
-	if out, err := exec.Command("nsenter", "-t", peer, "-n", "bash", "-c", script).CombinedOutput(); err != nil {
-		t.Fatalf("send: %v\n%s", err, out)
+	err = peer.Do(func() error {
+		if out, err := exec.Command("bash", "-c", script).CombinedOutput(); err != nil {
+			return fmt.Errorf("%w\n%s", err, out)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("send: %v", err)
 	}
 	got := 0
 	buf := make([]byte, 100)

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/internal/testenv"
+	"bpfwall/internal/topology"
 	"bpfwall/loader"
 )
 
@@ -142,12 +143,11 @@ func TestNetfilterStage(t *testing.T) {
 
 var pingID atomic.Uint32
 
-// pingFrom sends one ICMP echo request from the network namespace of
-// process pid to dst and reports whether the reply came within two
-// seconds.
-func pingFrom(pid string, dst net.IP) (bool, error) {
+// pingFrom sends one ICMP echo request from the network namespace peer
+// to dst and reports whether the reply came within two seconds.
+func pingFrom(peer *topology.Netns, dst net.IP) (bool, error) {
 	replied := false
-	err := fromPeer(pid, func() error {
+	err := peer.Do(func() error {
 		conn, err := net.ListenPacket("ip4:icmp", "0.0.0.0")
 		if err != nil {
 			return err
@@ -212,7 +212,15 @@ func TestNetfilterStageUppers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh("nsenter -t " + peer + " -n ip neigh replace 10.9.0.3 lladdr " + mv0.HardwareAddr.String() + " dev veth0 nud permanent")
+	if err := peer.Do(func() error {
+		out, err := exec.Command("ip", "neigh", "replace", "10.9.0.3", "lladdr", mv0.HardwareAddr.String(), "dev", "veth0", "nud", "permanent").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%w\n%s", err, out)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("static neighbour in the peer: %v", err)
+	}
 	pingRules := func(verdict string) string {
 		return "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
 			"-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n" +

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"bpfwall/internal/testenv"
+	"bpfwall/internal/topology"
 )
 
 // An owner probe is a TCP connection of the routed topology whose
@@ -95,13 +96,13 @@ func asUser(t *testing.T, ns string, uid, gid int, f func()) {
 	go func() {
 		defer close(done)
 		runtime.LockOSThread() // never unlocked: the thread goes with the goroutine
-		fd, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		target, err := topology.OpenNetns("/run/netns/" + ns)
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+		defer target.Close()
+		if err := target.Enter(); err != nil {
 			t.Error(err)
 			return
 		}

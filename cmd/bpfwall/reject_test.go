@@ -62,7 +62,7 @@ func TestRejectRepliesToLocalSenders(t *testing.T) {
 		t.Helper()
 		for _, network := range []string{"tcp4", "udp4"} {
 			port := map[string]int{"tcp4": 81, "udp4": 82}[network]
-			err := fromPeer(peer, func() error { return dialRefused(network, fmt.Sprintf("10.9.0.2:%d", port)) })
+			err := peer.Do(func() error { return dialRefused(network, fmt.Sprintf("10.9.0.2:%d", port)) })
 			if err != nil {
 				t.Errorf("%s: %s to port %d from the peer: %v, want connection refused", what, network, port, err)
 			}

@@ -105,21 +105,21 @@ func (r *routed) in(ns string, f func()) {
 	r.t.Helper()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	orig, err := topology.CurrentNetns()
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	defer unix.Close(orig)
-	fd, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	defer orig.Close()
+	target, err := topology.OpenNetns("/run/netns/" + ns)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	defer unix.Close(fd)
-	if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+	defer target.Close()
+	if err := target.Enter(); err != nil {
 		r.t.Fatal(err)
 	}
 	defer func() {
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+		if err := orig.Enter(); err != nil {
 			panic(err) // the thread must not go back to the pool in ns
 		}
 	}()

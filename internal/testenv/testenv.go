@@ -3,6 +3,7 @@
 package testenv
 
 import (
+	"bpfwall/internal/topology"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -122,48 +123,51 @@ func Isolate(t *testing.T) string {
 	return root
 }
 
-// EnterFreshNetns moves the calling goroutine, locked to its thread, into
-// a new network namespace, and back when the test ends. Goroutines the
-// test starts stay outside. If it cannot go back, the thread stays locked
-// and dies with the goroutine.
-func EnterFreshNetns(t testing.TB) {
+// NewNetns creates a network namespace for the test, released when it
+// ends. Its Do and Run run code on threads inside it.
+func NewNetns(t testing.TB) *topology.Netns {
 	t.Helper()
 	RequireRoot(t)
+	ns, err := topology.NewNetns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Close)
+	return ns
+}
+
+// EnterFreshNetns moves the calling goroutine, locked to its thread, into
+// a new network namespace, and back when the test ends; it returns the
+// namespace, for the goroutines the test starts, which stay outside. If
+// it cannot go back, the thread stays locked and dies with the goroutine.
+func EnterFreshNetns(t testing.TB) *topology.Netns {
+	t.Helper()
+	ns := NewNetns(t)
 	runtime.LockOSThread()
-	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	orig, err := topology.CurrentNetns()
 	if err != nil {
 		runtime.UnlockOSThread()
 		t.Fatal(err)
 	}
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		unix.Close(orig)
+	if err := ns.Enter(); err != nil {
+		orig.Close()
 		runtime.UnlockOSThread()
-		t.Fatalf("unshare netns: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+		if err := orig.Enter(); err != nil {
 			t.Errorf("return to the original netns: %v", err)
 			return
 		}
-		unix.Close(orig)
+		orig.Close()
 		runtime.UnlockOSThread()
 	})
+	return ns
 }
 
-// InFreshNetns runs f on a thread of its own in a new network namespace,
-// which dies with the thread.
+// InFreshNetns runs f on a thread in a new network namespace, which
+// ends with the test.
 func InFreshNetns(t *testing.T, f func()) {
 	t.Helper()
-	RequireRoot(t)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread exits with the namespace
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			t.Errorf("unshare netns: %v", err)
-			return
-		}
-		f()
-	}()
-	<-done
+	NewNetns(t).Run(f)
 }

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -41,38 +42,115 @@ func Output(stdin []byte, name string, args ...string) ([]byte, error) {
 	return stdout.Bytes(), nil
 }
 
-// Do runs f on an OS thread that has joined the named network namespace.
-// Sockets f opens stay in that namespace after it returns.
-func Do(name string, f func() error) error {
-	target, err := unix.Open(netnsDir+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+// Netns is a network namespace held open by a file descriptor: it lives
+// at least until Close, whoever else leaves it.
+type Netns struct{ fd int }
+
+// OpenNetns opens the network namespace at path: a name's file under
+// /run/netns, or /proc/PID/ns/net.
+func OpenNetns(path string) (*Netns, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("open netns %s: %w", name, err)
+		return nil, fmt.Errorf("open netns: %w", err)
 	}
-	defer unix.Close(target)
+	return &Netns{fd}, nil
+}
+
+// NewNetns creates a network namespace with nothing in it but a loopback
+// device that is down.
+func NewNetns() (*Netns, error) {
+	var ns *Netns
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread, now in the new namespace, ends
+		// with the goroutine.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("unshare netns: %w", err)
+			return
+		}
+		var err error
+		ns, err = OpenNetns("/proc/thread-self/ns/net")
+		errc <- err
+	}()
+	return ns, <-errc
+}
+
+// CurrentNetns opens the calling thread's network namespace.
+func CurrentNetns() (*Netns, error) { return OpenNetns("/proc/thread-self/ns/net") }
+
+// Enter moves the calling thread into the namespace. The caller has
+// locked the goroutine to its thread (runtime.LockOSThread).
+func (ns *Netns) Enter() error {
+	if err := unix.Setns(ns.fd, unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("enter netns: %w", err)
+	}
+	return nil
+}
+
+// Close lets the namespace go; it ends when nothing else holds it.
+func (ns *Netns) Close() { unix.Close(ns.fd) }
+
+// Do runs f on an OS thread that has joined the namespace, and returns
+// f's error. Sockets f opens stay in the namespace after it returns.
+// Calls may run at once, each on a thread of its own.
+func (ns *Netns) Do(f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		// The thread is locked for good if the way back fails: Go then
 		// ends it with the goroutine rather than reuse it elsewhere.
 		runtime.LockOSThread()
-		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		self, err := CurrentNetns()
 		if err != nil {
-			errc <- fmt.Errorf("open own netns: %w", err)
+			errc <- err
 			return
 		}
-		defer unix.Close(self)
-		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("enter netns %s: %w", name, err)
+		defer self.Close()
+		if err := ns.Enter(); err != nil {
+			errc <- err
 			return
 		}
 		ferr := f()
-		if err := unix.Setns(self, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("leave netns %s: %w", name, err)
+		if err := self.Enter(); err != nil {
+			errc <- fmt.Errorf("leave: %w", err)
 			return
 		}
 		runtime.UnlockOSThread()
 		errc <- ferr
 	}()
 	return <-errc
+}
+
+// Run runs f as Do does, for callers whose f cannot fail; it panics if
+// the thread cannot enter or leave the namespace.
+func (ns *Netns) Run(f func()) {
+	if err := ns.Do(func() error { f(); return nil }); err != nil {
+		panic(err)
+	}
+}
+
+// MoveLink moves the link of that name from the calling thread's
+// namespace into ns.
+func (ns *Netns) MoveLink(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("link %s: %w", name, err)
+	}
+	if err := netlink.LinkSetNsFd(l, ns.fd); err != nil {
+		return fmt.Errorf("move link %s: %w", name, err)
+	}
+	return nil
+}
+
+// Do runs f on an OS thread that has joined the named network namespace.
+// Sockets f opens stay in that namespace after it returns.
+func Do(name string, f func() error) error {
+	ns, err := OpenNetns(netnsDir + name)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	defer ns.Close()
+	return ns.Do(f)
 }
 
 // Sysctl writes values under /proc/sys in the named namespace; keys are
