@@ -225,7 +225,7 @@ func (c *compiler) inlineTable(t *classify.Table, skip string) {
 		miss := b.Fresh("miss")
 		for f := range ir.NumFields {
 			if e.T.Len[f] > 0 {
-				c.compareField(f, e.T.Value[f][:f.Width(c.p.Family)], int(e.T.Len[f]), miss)
+				c.compareField(f, e.T.Field(f)[:f.Width(c.p.Family)], int(e.T.Len[f]), miss)
 			}
 		}
 		c.found(e.ID, e.Kind, skip)

@@ -701,7 +701,7 @@ func portTables(shapes map[shapeKey][]Entry, order []shapeKey, taken map[shapeKe
 		var protos []uint8
 		for _, k := range members[cl] {
 			for _, e := range shapes[k] {
-				p := e.T.Value[ir.FieldProto][0]
+				p := e.T.Field(ir.FieldProto)[0]
 				t := byProto[p]
 				if t == nil {
 					t = &Table{Guard: cl.g, LPM: int(cl.field), Array: true}
@@ -766,7 +766,7 @@ type KeyLayout struct {
 func (l KeyLayout) Key(tp ir.Tuple) []byte {
 	k := make([]byte, l.Size)
 	for _, s := range l.Slots {
-		copy(k[s.Off:s.Off+s.Size], tp.Value[s.Field][:s.Size])
+		copy(k[s.Off:s.Off+s.Size], tp.Field(s.Field)[:s.Size])
 	}
 	return k
 }
@@ -863,8 +863,8 @@ func (c *Planner) lpmContents(t *Table, l KeyLayout, key func(ir.Tuple, int) []b
 	f := ir.Field(t.LPM)
 	// The earliest rule per tuple, grouped by the fields other than f.
 	type fieldPrefix struct {
-		value [16]byte
 		bits  uint8
+		value [16]byte
 	}
 	groups := make(map[string][]Entry)
 	var order []string
@@ -888,7 +888,7 @@ func (c *Planner) lpmContents(t *Table, l KeyLayout, key func(ir.Tuple, int) []b
 		if len(es) > 32 {
 			byPrefix = make(map[fieldPrefix]Entry, len(es))
 			for _, e := range es {
-				fp := fieldPrefix{e.T.Value[f], e.T.Len[f]}
+				fp := fieldPrefix{e.T.Len[f], fieldValue(e.T, f)}
 				if _, ok := byPrefix[fp]; !ok {
 					byPrefix[fp] = e
 					lens = append(lens, e.T.Len[f])
@@ -912,7 +912,7 @@ func (c *Planner) lpmContents(t *Table, l KeyLayout, key func(ir.Tuple, int) []b
 					}
 					cut := e.T.Len
 					cut[f] = n
-					if o, ok := byPrefix[fieldPrefix{e.T.Cut(cut).Value[f], n}]; ok && o.ID < best.ID {
+					if o, ok := byPrefix[fieldPrefix{n, fieldValue(e.T.Cut(cut), f)}]; ok && o.ID < best.ID {
 						best = o
 					}
 				}
@@ -921,6 +921,13 @@ func (c *Planner) lpmContents(t *Table, l KeyLayout, key func(ir.Tuple, int) []b
 		}
 	}
 	return kvs
+}
+
+// fieldValue is field f of t as an array, to key a map by.
+func fieldValue(t ir.Tuple, f ir.Field) [16]byte {
+	var v [16]byte
+	copy(v[:], t.Field(f))
+	return v
 }
 
 // portArray returns the map of a port array: at every port, the earliest
@@ -943,7 +950,7 @@ func portArray(t *Table) *ebpf.MapSpec {
 	}
 	var kvs []ebpf.MapKV
 	for _, e := range t.Entries { // the earliest rule first
-		lo := int32(binary.BigEndian.Uint16(e.T.Value[f][:2]))
+		lo := int32(binary.BigEndian.Uint16(e.T.Field(f)))
 		hi := lo | (1<<(16-e.T.Len[f]) - 1)
 		for p := find(lo); p <= hi; p = find(p + 1) {
 			k := make([]byte, 4)
@@ -1064,7 +1071,7 @@ func (c *Planner) ranges(t *Table, keyBits int) ([]*Table, bool) {
 		for j := range n {
 			kj := k
 			if n > 1 {
-				setLow(kj.Value[f][:width/8], keyBits, int(e.T.Len[f]), j)
+				setLow(kj.Field(f)[:width/8], keyBits, int(e.T.Len[f]), j)
 				kj.Len[f] = uint8(keyBits)
 			}
 			if byKey[kj] == nil {
@@ -1130,7 +1137,7 @@ func setLow(b []byte, to, from, j int) {
 // lowSpan is the range of the low RunBits of field f, of width bits, that
 // t holds, when its prefix is at least width-RunBits long.
 func lowSpan(t ir.Tuple, f ir.Field, width int) (lo, hi int) {
-	b := t.Value[f][width/8-2 : width/8]
+	b := t.Field(f)[width/8-2 : width/8]
 	lo = int(b[0])<<8 | int(b[1])
 	free := width - int(t.Len[f])
 	return lo, lo | (1<<free - 1)
@@ -1255,9 +1262,9 @@ func (t *Table) Proto() (uint8, bool) {
 	if t.Lens[ir.FieldProto] == 0 {
 		return 0, false
 	}
-	p := t.Entries[0].T.Value[ir.FieldProto][0]
+	p := t.Entries[0].T.Field(ir.FieldProto)[0]
 	for _, e := range t.Entries {
-		if e.T.Value[ir.FieldProto][0] != p {
+		if e.T.Field(ir.FieldProto)[0] != p {
 			return 0, false
 		}
 	}
