@@ -31,6 +31,9 @@ const (
 	crashHook   = "BPFWALL_TEST_CRASH_HOOK"
 	crashRules  = "BPFWALL_TEST_CRASH_RULES" // a file
 	crashIfaces = "BPFWALL_TEST_CRASH_IFACES"
+	// crashChains: swap every chain of the rules at its netfilter hook
+	// at once (SwapAll) instead.
+	crashChains = "BPFWALL_TEST_CRASH_CHAINS"
 )
 
 func TestMain(m *testing.M) {
@@ -58,11 +61,23 @@ func crashHelper(at string) error {
 		}
 		n++
 	}
-	hook, err := codegen.ParseHook(os.Getenv(crashHook))
+	text, err := os.ReadFile(os.Getenv(crashRules))
 	if err != nil {
 		return err
 	}
-	text, err := os.ReadFile(os.Getenv(crashRules))
+	if os.Getenv(crashChains) != "" {
+		ns, err := NetNS()
+		if err != nil {
+			return err
+		}
+		swaps, err := buildChainSwaps(os.Getenv(crashRoot), ns, rules.IPv4, string(text), "B.rules")
+		if err != nil {
+			return err
+		}
+		_, err = SwapAll(swaps)
+		return err
+	}
+	hook, err := codegen.ParseHook(os.Getenv(crashHook))
 	if err != nil {
 		return err
 	}
@@ -93,7 +108,7 @@ func crashHelper(at string) error {
 // runCrashHelper swaps rules into place, attaching to ifaces, in a new
 // process in the calling thread's network namespace that dies at step at
 // ("list": it does not die, and the steps are returned).
-func runCrashHelper(t *testing.T, place Place, rules string, ifaces []string, at string) []string {
+func runCrashHelper(t *testing.T, place Place, rules string, ifaces []string, at string, env ...string) []string {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "B.rules")
 	if err := os.WriteFile(file, []byte(rules), 0o600); err != nil {
@@ -102,6 +117,7 @@ func runCrashHelper(t *testing.T, place Place, rules string, ifaces []string, at
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), crashEnv+"="+at, crashRoot+"="+place.Root, crashHook+"="+place.Hook.String(),
 		crashRules+"="+file, crashIfaces+"="+strings.Join(ifaces, " "))
+	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -201,6 +217,111 @@ func TestSwapSurvivesKill(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSwapAllSurvivesKill kills a restore of three chains at their
+// netfilter hooks, two replaced and one new, at every step of SwapAll.
+// After the next command recovers (RecoverNetNS), every chain runs the
+// old rule set if the process died before the decision was made, and
+// every chain the new one from then on: never some chains of each. No
+// pin of the swap, nor its decision, is left, and the next restore
+// succeeds.
+func TestSwapAllSurvivesKill(t *testing.T) {
+	testenv.RequireRoot(t)
+	old := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+		"-A INPUT -p tcp --dport 81 -j DROP\n-A OUTPUT -p tcp --dport 9 -j DROP\nCOMMIT\n"
+	next := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+		"-A INPUT -p tcp --dport 82 -j DROP\n-A FORWARD -p tcp -j ACCEPT\n-A OUTPUT -p tcp --dport 10 -j DROP\nCOMMIT\n"
+	chains := []string{"INPUT", "FORWARD", "OUTPUT"}
+	// setup loads the old rule set, as "A.rules", in a fresh namespace.
+	setup := func(t *testing.T) (root string, ns uint64) {
+		ns = inFreshNetns(t)
+		root = testRoot(t)
+		t.Cleanup(func() { os.RemoveAll(filepath.Join(root, strconv.FormatUint(ns, 10))) })
+		swaps, err := buildChainSwaps(root, ns, rules.IPv4, old, "A.rules")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := SwapAll(swaps); err != nil {
+			t.Fatal(err)
+		}
+		return root, ns
+	}
+	// check checks that every chain runs the rule set loaded from file,
+	// and FORWARD nothing for "A.rules", with nothing of a swap left.
+	check := func(t *testing.T, root string, ns uint64, file string) {
+		t.Helper()
+		for _, c := range chains {
+			p := ChainPlace(root, ns, rules.IPv4, "filter", c)
+			ents, _ := os.ReadDir(p.Dir())
+			for _, e := range ents {
+				if strings.HasSuffix(e.Name(), newSuffix) {
+					t.Errorf("%s: pin %s left behind", c, e.Name())
+				}
+			}
+			a, err := Open(p)
+			if c == "FORWARD" && file == "A.rules" {
+				if !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("FORWARD: open: %v, want nothing loaded", err)
+				}
+				if err == nil {
+					a.Close()
+				}
+				if id := slotProgram(t, p); id != 0 {
+					t.Errorf("FORWARD: its dispatcher runs program %d", id)
+				}
+				continue
+			}
+			if err != nil {
+				t.Errorf("%s: open: %v", c, err)
+				continue
+			}
+			if a.Meta.File != file {
+				t.Errorf("%s: the pins describe %s, want %s", c, a.Meta.File, file)
+			}
+			if got, want := slotProgram(t, p), programID(a.Program); got != want {
+				t.Errorf("%s: the dispatcher runs program %d, the pins hold %d", c, got, want)
+			}
+			a.Close()
+		}
+		if _, err := os.Stat(decisionPath(ChainPlace(root, ns, rules.IPv4, "filter", "INPUT"))); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the swap's decision is left: %v", err)
+		}
+	}
+	var steps []string
+	t.Run("steps", func(t *testing.T) {
+		root, ns := setup(t)
+		place := ChainPlace(root, ns, rules.IPv4, "filter", "INPUT")
+		steps = runCrashHelper(t, place, next, nil, "list", crashChains+"=1")
+		check(t, root, ns, "B.rules")
+	})
+	decide := slices.Index(steps, "decide")
+	if decide < 0 || slices.Index(steps, "pin "+pinSwapDecision) != 0 {
+		t.Fatalf("steps %q: no decision pinned first and made later", steps)
+	}
+	for k, step := range steps {
+		t.Run(fmt.Sprintf("%02d %s", k, step), func(t *testing.T) {
+			root, ns := setup(t)
+			place := ChainPlace(root, ns, rules.IPv4, "filter", "INPUT")
+			runCrashHelper(t, place, next, nil, strconv.Itoa(k), crashChains+"=1")
+			if _, err := RecoverNetNS(root, ns); err != nil {
+				t.Fatalf("recover: %v", err)
+			}
+			if k < decide {
+				check(t, root, ns, "A.rules")
+			} else {
+				check(t, root, ns, "B.rules")
+			}
+			swaps, err := buildChainSwaps(root, ns, rules.IPv4, next, "C.rules")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := SwapAll(swaps); err != nil {
+				t.Fatalf("the next restore: %v", err)
+			}
+			check(t, root, ns, "C.rules")
+		})
 	}
 }
 

@@ -26,9 +26,19 @@ import (
 // and returns their swaps in NetfilterChains' order.
 func chainSwaps(t *testing.T, root string, ns uint64, family rules.Family, text string) []*Swap {
 	t.Helper()
-	rs, err := iptables.Parse("test.rules", []byte(text), iptables.Options{Family: family, ForceFamily: family == rules.IPv6})
+	swaps, err := buildChainSwaps(root, ns, family, text, "test.rules")
 	if err != nil {
 		t.Fatal(err)
+	}
+	return swaps
+}
+
+// buildChainSwaps is chainSwaps for a caller without a test (the crash
+// helper), whose rules come from file.
+func buildChainSwaps(root string, ns uint64, family rules.Family, text, file string) ([]*Swap, error) {
+	rs, err := iptables.Parse(file, []byte(text), iptables.Options{Family: family, ForceFamily: family == rules.IPv6})
+	if err != nil {
+		return nil, err
 	}
 	var out []*Swap
 	for _, c := range NetfilterChains {
@@ -38,20 +48,20 @@ func chainSwaps(t *testing.T, root string, ns uint64, family rules.Family, text 
 		}
 		p, err := ir.Lower(rs, ir.LowerOptions{Table: c.Table, Chain: c.Chain})
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookNetfilter})
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
-		meta, counters, err := NewMeta(rs, prog, "test.rules")
+		meta, counters, err := NewMeta(rs, prog, file)
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		place := ChainPlace(root, ns, family, c.Table, c.Chain)
 		out = append(out, &Swap{Place: place, Program: prog, Meta: meta, Counters: counters})
 	}
-	return out
+	return out, nil
 }
 
 // slotProgram is the program the dispatcher slot at p holds; 0 for none.

@@ -28,7 +28,10 @@ import (
 //   - a new meta map: the new filter was complete, and links may already
 //     run it. The swap is decided: Recover switches the links that still
 //     run the old program and finishes the commit, so that the new filter
-//     runs everywhere and the pins describe it.
+//     runs everywhere and the pins describe it. In a swap of several
+//     places, a decision pinned in the namespace's directory decides
+//     instead until it is made (see decision.go): before that no link
+//     switched, and the new filter goes as in the case above.
 //
 // Recovery itself can die at any moment too and is done again by the next
 // command, since each step is idempotent.
@@ -65,7 +68,11 @@ func Recover(p Place) (Recovery, error) {
 	if err != nil || len(pending) == 0 {
 		return NothingToRecover, err
 	}
-	if pending[len(pending)-1] != pinMeta {
+	made, err := decided(p)
+	if err != nil {
+		return NothingToRecover, fmt.Errorf("recover an interrupted %s swap: %w", p.Hook, err)
+	}
+	if pending[len(pending)-1] != pinMeta || !made {
 		removeNewPins(dir)
 		// The build may have turned conntrack on for its program.
 		if err := releaseConntrackAt(p); err != nil {
@@ -90,7 +97,8 @@ func RecoverNetNS(root string, ns uint64) (map[Place]Recovery, error) {
 		return nil, err
 	}
 	out := make(map[Place]Recovery)
-	for _, p := range allPlaces(root, ns) {
+	places := allPlaces(root, ns)
+	for _, p := range places {
 		r, err := Recover(p)
 		if err != nil {
 			return out, err
@@ -98,6 +106,11 @@ func RecoverNetNS(root string, ns uint64) (map[Place]Recovery, error) {
 		if r != NothingToRecover {
 			out[p] = r
 		}
+	}
+	// Every place has recovered: a swap of several places that died has
+	// no use for its decision any more (decision.go).
+	if err := os.Remove(decisionPath(places[0])); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return out, fmt.Errorf("remove the decision of an interrupted swap: %w", err)
 	}
 	return out, nil
 }

@@ -41,6 +41,10 @@ type Swap struct {
 	// Update makes one link run new instead of old, failing if it does not
 	// run old; ReplaceProgram when nil. Tests inject failures here.
 	Update func(l link.Link, new, old *ebpf.Program) error
+
+	// inDecision: the swap is one of several that a decision pinned by
+	// SwapAll decides (decision.go).
+	inDecision bool
 }
 
 // Result describes a swap that happened.
@@ -120,6 +124,11 @@ func (s *Swap) Prepare() (*Prepared, error) {
 	name := s.Place.Name()
 	if err := s.Place.makeDir(); err != nil {
 		return nil, err
+	}
+	if !s.inDecision {
+		if err := settleDecision(s.Place); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := Recover(s.Place); err != nil {
 		return nil, err
@@ -706,19 +715,38 @@ func programID(p *ebpf.Program) ebpf.ProgramID {
 // filter, then switches each, then commits each. A failure before the
 // commits switches back and removes every new filter, so that the old
 // ones run everywhere as before; the places it had not reached were not
-// touched. (Between the first switch and the last, a packet may meet
-// new filters at some hooks and old ones at others, as when
-// iptables-restore replaces one table after another.)
+// touched. A process that dies on the way leaves the same choice to the
+// next command's recovery: the old filters everywhere if it died before
+// every new one was complete, the new ones everywhere after that (see
+// decision.go). (Between the first switch and the last, a packet may
+// meet new filters at some hooks and old ones at others, as when
+// iptables-restore replaces one table after another.) The places are in
+// one network namespace.
 func SwapAll(swaps []*Swap) ([]*Result, error) {
 	var prepared []*Prepared
+	var d *decision
 	defer func() {
 		for _, p := range prepared {
 			p.Close()
+		}
+		if d != nil {
+			d.end()
 		}
 	}()
 	abort := func() {
 		for _, p := range prepared {
 			p.Abort()
+		}
+	}
+	if len(swaps) > 1 {
+		places := make([]Place, len(swaps))
+		for i, s := range swaps {
+			places[i] = s.Place
+			s.inDecision = true
+		}
+		var err error
+		if d, err = beginDecision(places); err != nil {
+			return nil, err
 		}
 	}
 	for _, s := range swaps {
@@ -729,6 +757,12 @@ func SwapAll(swaps []*Swap) ([]*Result, error) {
 		}
 		prepared = append(prepared, p)
 		reached("prepared " + s.Place.Name())
+	}
+	if d != nil {
+		if err := d.make(); err != nil {
+			abort()
+			return nil, err
+		}
 	}
 	for _, p := range prepared {
 		if err := p.Switch(); err != nil {
