@@ -16,7 +16,6 @@ import (
 
 	"bpfwall/codegen"
 	"bpfwall/codegen/abi"
-	"bpfwall/ir"
 	"bpfwall/rules"
 )
 
@@ -25,20 +24,10 @@ type Options struct {
 	// VerifierLog keeps the verifier's complete log of a rejected program
 	// (slower; the summary is always there).
 	VerifierLog bool
-	// Sockets, for the sk-lookup hook, is the SOCKHASH the program looks
-	// its sockets up in (the pinned one a swap keeps); a new, empty one
-	// when nil.
-	Sockets *ebpf.Map
-	// Recent are recent tables to use rather than new, empty ones, by
-	// codegen's RecentMap name: those of the filter a swap replaces.
-	Recent map[string]*ebpf.Map
-	// HashLimit are hashlimit tables to use rather than new, empty ones,
-	// by codegen's HashLimitMap name: those of the filter a swap replaces.
-	HashLimit map[string]*ebpf.Map
-	// Pending, for a chain at its netfilter hook with REJECT rules, is
-	// the chain's pinned abi.RejectPendingMap, which its answers read
-	// (see EnsureAnswers).
-	Pending *ebpf.Map
+	// Maps are maps to use instead of new ones, by the program's map
+	// name: the state a swap keeps of the filter it replaces (see
+	// feature.go), and the sk-lookup hook's SOCKHASH. None is nil.
+	Maps map[string]*ebpf.Map
 }
 
 // Loaded is a compiled program loaded into the kernel, not attached.
@@ -64,34 +53,8 @@ var ErrTooLarge = errors.New("program too large for the verifier")
 
 // Load creates the maps and the program in the kernel; nothing is attached.
 func Load(p *codegen.Program, opts Options) (*Loaded, error) {
-	if codegen.CountsJiffies(p) {
-		// xt_limit's arithmetic, and so the program's, depends on HZ.
-		hz, err := kernelHZ()
-		if err != nil {
-			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
-		}
-		if hz != ir.DefaultHZ {
-			return nil, fmt.Errorf("load %s program: -m limit, hashlimit and recent are compiled for a kernel ticking at HZ %d, this one ticks at %d", p.Hook, ir.DefaultHZ, hz)
-		}
-	}
-	if codegen.UsesRecent(p) {
-		if err := checkRecentParameters(recentParametersDir); err != nil {
-			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
-		}
-		if err := checkRecentConfig(modprobeDirs, "/proc/cmdline"); err != nil {
-			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
-		}
-	}
-	if codegen.SizedByMemory(p) {
-		// A hashlimit table without --hashlimit-htable-size holds as
-		// many keys as the kernel's default size says.
-		large, err := largeMemory()
-		if err != nil {
-			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
-		}
-		if !large {
-			return nil, fmt.Errorf("load %s program: a hashlimit table without --hashlimit-htable-size is sized by memory, and this machine has less than the 1 GiB bpfwall's size is for", p.Hook)
-		}
+	if err := preflight(p); err != nil {
+		return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
 	}
 	copts := ebpf.CollectionOptions{}
 	if opts.VerifierLog {
@@ -108,20 +71,8 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
 		}
 	}
-	if opts.Sockets != nil || len(opts.Recent) > 0 || len(opts.HashLimit) > 0 || opts.Pending != nil {
-		copts.MapReplacements = map[string]*ebpf.Map{}
-		if opts.Pending != nil {
-			copts.MapReplacements[abi.RejectPendingMap] = opts.Pending
-		}
-		if opts.Sockets != nil {
-			copts.MapReplacements[abi.SocketsMap] = opts.Sockets
-		}
-		for name, m := range opts.Recent {
-			copts.MapReplacements[name] = m
-		}
-		for name, m := range opts.HashLimit {
-			copts.MapReplacements[name] = m
-		}
+	if len(opts.Maps) > 0 {
+		copts.MapReplacements = opts.Maps
 	}
 	spec, contents := deferContents(spec, copts.MapReplacements)
 	coll, err := ebpf.NewCollectionWithOptions(spec, copts)

@@ -84,7 +84,11 @@ func (b *build) loadLookup(p *codegen.Program) error {
 	default:
 		defer sockets.Close()
 	}
-	if b.loaded, err = Load(p, Options{Sockets: sockets}); err != nil {
+	var opts Options
+	if !fresh {
+		opts.Maps = map[string]*ebpf.Map{abi.SocketsMap: sockets}
+	}
+	if b.loaded, err = Load(p, opts); err != nil {
 		return err
 	}
 	if fresh {

@@ -157,10 +157,7 @@ func (s *Swap) Prepare() (*Prepared, error) {
 		return fail(fmt.Errorf("swap %s filter: %w: it filters %s (from %s), these rules %s; bpfwall unload --hook %s first, or put the %s rules on another hook",
 			name, ErrFamily, old.Meta.Family, old.Meta.File, fam, hook, fam))
 	}
-	if err := checkRecentShared(s.Place, s.Program); err != nil {
-		return fail(fmt.Errorf("swap %s filter: %w", name, err))
-	}
-	if err := checkHashLimitShared(s.Place, s.Program); err != nil {
+	if err := checkShared(s.Place, s.Program); err != nil {
 		return fail(fmt.Errorf("swap %s filter: %w", name, err))
 	}
 	b, err := s.build(old)
@@ -412,26 +409,27 @@ func (s *Swap) targets(old *Active, b *build) (ifaces, add []Iface, err error) {
 func (s *Swap) load(old *Active, b *build, all []Iface) error {
 	lookup := s.Program.Hook == codegen.HookSkLookup
 	if !lookup {
-		recent, err := recentCarry(s.Program, old)
+		kept, release, err := carryAll(s.Program, old, b.dir)
 		if err != nil {
 			return err
 		}
-		hl, err := carryHashLimit(s.Program, old)
-		if err != nil {
+		defer release()
+		maps := make(map[string]*ebpf.Map)
+		for _, c := range kept {
+			for name, m := range c.maps {
+				maps[name] = m
+			}
+		}
+		if b.loaded, err = Load(s.Program, Options{Maps: maps}); err != nil {
 			return err
 		}
-		pending, err := openPending(b.dir, s.Program)
-		if err != nil {
-			return err
-		}
-		if pending != nil {
-			defer pending.Close()
-		}
-		if b.loaded, err = Load(s.Program, Options{Recent: recent, HashLimit: hl.maps, Pending: pending}); err != nil {
-			return err
-		}
-		if err := b.loaded.setSweeps(hl.sweep); err != nil {
-			return err
+		for _, c := range kept {
+			if c.loaded == nil {
+				continue
+			}
+			if err := c.loaded(b.loaded); err != nil {
+				return err
+			}
 		}
 		for _, ifc := range all {
 			if ifc.Index == netnsIndex {
@@ -501,19 +499,7 @@ func (s *Swap) pin(old *Active, b *build) error {
 	if m := b.loaded.coll.Maps[abi.DecisionMap]; m != nil {
 		pins[pinDecision] = m
 	}
-	for name, obj := range b.loaded.logPinners() {
-		pins[name] = obj
-	}
-	for i, t := range codegen.RecentTables(s.Program) {
-		pins[recentPin(i)] = b.loaded.coll.Maps[t.Map]
-	}
-	if tables := codegen.HashLimitTables(s.Program); len(tables) > 0 {
-		for i, t := range tables {
-			pins[hashlimitPin(i)] = b.loaded.coll.Maps[t.Map]
-		}
-		pins[pinHashGC] = b.loaded.coll.Maps[abi.HashGCMap]
-	}
-	for name, obj := range b.loaded.netfilterPinners() {
+	for name, obj := range featurePins(b.loaded) {
 		pins[name] = obj
 	}
 	if s.Program.Hook == codegen.HookNetfilter {
