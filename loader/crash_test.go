@@ -74,7 +74,7 @@ func crashHelper(at string) error {
 		if err != nil {
 			return err
 		}
-		_, err = SwapAll(swaps)
+		_, err = SwapAll(swaps, unneeded(os.Getenv(crashRoot), ns, swaps)...)
 		return err
 	}
 	hook, err := codegen.ParseHook(os.Getenv(crashHook))
@@ -103,6 +103,23 @@ func crashHelper(at string) error {
 	}
 	_, err = s.Run()
 	return err
+}
+
+// unneeded returns the IPv4 chains loaded in namespace ns under root
+// that swaps leave nothing to do, as restore unloads them.
+func unneeded(root string, ns uint64, swaps []*Swap) []Place {
+	var out []Place
+	for _, c := range NetfilterChains {
+		p := ChainPlace(root, ns, rules.IPv4, c.Table, c.Chain)
+		if slices.ContainsFunc(swaps, func(s *Swap) bool { return s.Place == p }) {
+			continue
+		}
+		if a, err := Open(p); err == nil {
+			a.Close()
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // runCrashHelper swaps rules into place, attaching to ifaces, in a new
@@ -220,39 +237,46 @@ func TestSwapSurvivesKill(t *testing.T) {
 	}
 }
 
-// TestSwapAllSurvivesKill kills a restore of three chains at their
-// netfilter hooks, two replaced and one new, at every step of SwapAll.
-// After the next command recovers (RecoverNetNS), every chain runs the
-// old rule set if the process died before the decision was made, and
-// every chain the new one from then on: never some chains of each. No
-// pin of the swap, nor its decision, is left, and the next restore
-// succeeds.
+// TestSwapAllSurvivesKill kills a restore at every step of SwapAll: it
+// replaces INPUT, adds FORWARD and unloads OUTPUT, which the new rule set
+// leaves nothing to do. After the next command recovers (RecoverNetNS),
+// every chain runs the old rule set if the process died before the
+// decision was made, and every chain the new one from then on: never
+// some chains of each. No pin of the swap, nor its decision, is left,
+// and the next restore succeeds.
 func TestSwapAllSurvivesKill(t *testing.T) {
 	testenv.RequireRoot(t)
 	old := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
 		"-A INPUT -p tcp --dport 81 -j DROP\n-A OUTPUT -p tcp --dport 9 -j DROP\nCOMMIT\n"
 	next := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
-		"-A INPUT -p tcp --dport 82 -j DROP\n-A FORWARD -p tcp -j ACCEPT\n-A OUTPUT -p tcp --dport 10 -j DROP\nCOMMIT\n"
-	chains := []string{"INPUT", "FORWARD", "OUTPUT"}
+		"-A INPUT -p tcp --dport 82 -j DROP\n-A FORWARD -p tcp -j ACCEPT\nCOMMIT\n"
+	// Which chains each rule set has.
+	chains := map[string][]string{"A.rules": {"INPUT", "OUTPUT"}, "B.rules": {"INPUT", "FORWARD"}, "C.rules": {"INPUT", "FORWARD"}}
+	// restore swaps text in from file, unloading the chains it leaves
+	// nothing to do.
+	restore := func(t *testing.T, root string, ns uint64, text, file string) {
+		t.Helper()
+		swaps, err := buildChainSwaps(root, ns, rules.IPv4, text, file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := SwapAll(swaps, unneeded(root, ns, swaps)...); err != nil {
+			t.Fatalf("restore %s: %v", file, err)
+		}
+	}
 	// setup loads the old rule set, as "A.rules", in a fresh namespace.
 	setup := func(t *testing.T) (root string, ns uint64) {
 		ns = inFreshNetns(t)
 		root = testRoot(t)
 		t.Cleanup(func() { os.RemoveAll(filepath.Join(root, strconv.FormatUint(ns, 10))) })
-		swaps, err := buildChainSwaps(root, ns, rules.IPv4, old, "A.rules")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := SwapAll(swaps); err != nil {
-			t.Fatal(err)
-		}
+		restore(t, root, ns, old, "A.rules")
 		return root, ns
 	}
-	// check checks that every chain runs the rule set loaded from file,
-	// and FORWARD nothing for "A.rules", with nothing of a swap left.
+	// check checks that the chains of the rule set loaded from file run
+	// it, and the others nothing, with nothing of a swap left.
 	check := func(t *testing.T, root string, ns uint64, file string) {
 		t.Helper()
-		for _, c := range chains {
+		for _, c := range []string{"INPUT", "FORWARD", "OUTPUT"} {
 			p := ChainPlace(root, ns, rules.IPv4, "filter", c)
 			ents, _ := os.ReadDir(p.Dir())
 			for _, e := range ents {
@@ -261,15 +285,15 @@ func TestSwapAllSurvivesKill(t *testing.T) {
 				}
 			}
 			a, err := Open(p)
-			if c == "FORWARD" && file == "A.rules" {
+			if !slices.Contains(chains[file], c) {
 				if !errors.Is(err, os.ErrNotExist) {
-					t.Errorf("FORWARD: open: %v, want nothing loaded", err)
+					t.Errorf("%s: open: %v, want nothing loaded", c, err)
 				}
 				if err == nil {
 					a.Close()
 				}
 				if id := slotProgram(t, p); id != 0 {
-					t.Errorf("FORWARD: its dispatcher runs program %d", id)
+					t.Errorf("%s: its dispatcher runs program %d", c, id)
 				}
 				continue
 			}
@@ -297,8 +321,8 @@ func TestSwapAllSurvivesKill(t *testing.T) {
 		check(t, root, ns, "B.rules")
 	})
 	decide := slices.Index(steps, "decide")
-	if decide < 0 || slices.Index(steps, "pin "+pinSwapDecision) != 0 {
-		t.Fatalf("steps %q: no decision pinned first and made later", steps)
+	if decide < 0 || slices.Index(steps, "pin "+pinSwapDecision) != 0 || !slices.Contains(steps, "unloaded netfilter ipv4 filter OUTPUT") {
+		t.Fatalf("steps %q: want the decision pinned first, made later, and OUTPUT unloaded", steps)
 	}
 	for k, step := range steps {
 		t.Run(fmt.Sprintf("%02d %s", k, step), func(t *testing.T) {
@@ -313,13 +337,7 @@ func TestSwapAllSurvivesKill(t *testing.T) {
 			} else {
 				check(t, root, ns, "B.rules")
 			}
-			swaps, err := buildChainSwaps(root, ns, rules.IPv4, next, "C.rules")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := SwapAll(swaps); err != nil {
-				t.Fatalf("the next restore: %v", err)
-			}
+			restore(t, root, ns, next, "C.rules")
 			check(t, root, ns, "C.rules")
 		})
 	}

@@ -23,6 +23,12 @@ import (
 // prepared (no link can have switched yet), and completed once it is
 // made. Every command recovers first (RecoverNetNS), which also removes
 // a decision that no swap needs any more.
+//
+// A restore also unloads the chains its rule set leaves nothing to do.
+// Those places get the decision pinned as pinUnload with newSuffix, a
+// pending pin like a swap's: while the decision is being prepared the
+// mark goes and the chain keeps running; once it is made the chain is
+// unloaded, by SwapAll or by the recovery.
 
 // pinSwapDecision is the decision's pin in a namespace's directory.
 const pinSwapDecision = "swap_decision"
@@ -69,6 +75,29 @@ func beginDecision(places []Place) (*decision, error) {
 	}
 	reached("pin " + pinSwapDecision)
 	return d, nil
+}
+
+// markUnload marks place p to be unloaded when the decision is made.
+func (d *decision) markUnload(p Place) error {
+	// A descriptor of its own: Map.Pin of a pinned map moves its pin.
+	m, err := d.m.Clone()
+	if err != nil {
+		return fmt.Errorf("swap decision: %w", err)
+	}
+	defer m.Close()
+	if err := m.Pin(filepath.Join(p.Dir(), pinUnload+newSuffix)); err != nil {
+		return fmt.Errorf("swap decision: mark %s to unload: %w", p.Name(), err)
+	}
+	reached("mark unload " + p.Name())
+	return nil
+}
+
+// unmark removes the marks of places to unload, for a swap that did not
+// make its decision.
+func unmark(drops []Place) {
+	for _, p := range drops {
+		os.Remove(filepath.Join(p.Dir(), pinUnload+newSuffix))
+	}
 }
 
 // make decides for the new filters: from here on, a swap that dies is

@@ -34,6 +34,9 @@ const (
 	// pinSockets is the sk-lookup hook's SOCKHASH, which every program
 	// swapped in there shares.
 	pinSockets = "sockets"
+	// pinUnload, pending, marks a filter that a swap of several places
+	// unloads (decision.go).
+	pinUnload = "unload"
 	// newSuffix marks a pin made by a swap that has not committed yet.
 	// (bpffs refuses names with dots.)
 	newSuffix = "_new"

@@ -72,6 +72,23 @@ func Recover(p Place) (Recovery, error) {
 	if err != nil {
 		return NothingToRecover, fmt.Errorf("recover an interrupted %s swap: %w", p.Hook, err)
 	}
+	if len(pending) == 1 && pending[0] == pinUnload {
+		// A filter that a swap of several places unloads (decision.go).
+		if !made {
+			removeNewPins(dir)
+			return RolledBack, nil
+		}
+		_, err := Unload(p, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			// Unload died removing the pins: remove the rest.
+			err = os.RemoveAll(dir)
+			removeIfOnlyMarked(filepath.Dir(dir))
+		}
+		if err != nil {
+			return NothingToRecover, fmt.Errorf("recover an interrupted %s swap: %w", p.Hook, err)
+		}
+		return Completed, nil
+	}
 	if pending[len(pending)-1] != pinMeta || !made {
 		removeNewPins(dir)
 		// The build may have turned conntrack on for its program.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -706,9 +707,10 @@ func programID(p *ebpf.Program) ebpf.ProgramID {
 // every new one was complete, the new ones everywhere after that (see
 // decision.go). (Between the first switch and the last, a packet may
 // meet new filters at some hooks and old ones at others, as when
-// iptables-restore replaces one table after another.) The places are in
-// one network namespace.
-func SwapAll(swaps []*Swap) ([]*Result, error) {
+// iptables-restore replaces one table after another.) The filters at
+// drops, places the swaps leave nothing to do, are unloaded as part of
+// it, after the commits. The places are in one network namespace.
+func SwapAll(swaps []*Swap, drops ...Place) ([]*Result, error) {
 	var prepared []*Prepared
 	var d *decision
 	defer func() {
@@ -724,15 +726,27 @@ func SwapAll(swaps []*Swap) ([]*Result, error) {
 			p.Abort()
 		}
 	}
-	if len(swaps) > 1 {
-		places := make([]Place, len(swaps))
-		for i, s := range swaps {
-			places[i] = s.Place
+	if len(swaps)+len(drops) > 1 {
+		places := slices.Clone(drops)
+		for _, s := range swaps {
+			places = append(places, s.Place)
 			s.inDecision = true
 		}
 		var err error
 		if d, err = beginDecision(places); err != nil {
 			return nil, err
+		}
+		for _, p := range drops {
+			if err := d.markUnload(p); err != nil {
+				unmark(drops)
+				return nil, err
+			}
+		}
+		abort = func() {
+			for _, p := range prepared {
+				p.Abort()
+			}
+			unmark(drops)
 		}
 	}
 	for _, s := range swaps {
@@ -770,6 +784,13 @@ func SwapAll(swaps []*Swap) ([]*Result, error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
+	}
+	for _, p := range drops {
+		if _, err := Unload(p, nil); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		reached("unloaded " + p.Name())
 	}
 	return out, errors.Join(errs...)
 }

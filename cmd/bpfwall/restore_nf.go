@@ -287,7 +287,11 @@ func applyNetfilter(req restoreRequest, rs *rules.Ruleset, plans []chainPlan, dr
 		return err
 	}
 	req.progress("netfilter %s: loading %d chains (the kernel verifies each) and swapping", req.family, len(swaps))
-	results, err := loader.SwapAll(swaps)
+	var drops []loader.Place
+	for _, t := range drop {
+		drops = append(drops, t.place)
+	}
+	results, err := loader.SwapAll(swaps, drops...)
 	if err != nil && results == nil {
 		if uerr := deleg.undo(); uerr != nil {
 			return errors.Join(privileged(err), fmt.Errorf("put back the delegated tables: %w", uerr))
@@ -302,11 +306,8 @@ func applyNetfilter(req restoreRequest, rs *rules.Ruleset, plans []chainPlan, dr
 	if err != nil {
 		return privileged(err)
 	}
-	for _, t := range drop {
-		if _, err := loader.Unload(t.place, nil); err != nil {
-			return privileged(err)
-		}
-		if req.verbose {
+	if req.verbose {
+		for _, t := range drop {
 			fmt.Fprintf(stdout, "%s: unloaded: the rule set leaves it nothing to do\n", t.place.Name())
 		}
 	}
