@@ -33,7 +33,7 @@ import (
 // pinSwapDecision is the decision's pin in a namespace's directory.
 const pinSwapDecision = "swap_decision"
 
-// The decision's values.
+// The decision's values; a new map holds decisionPreparing.
 const (
 	decisionPreparing uint32 = 0
 	decisionMade      uint32 = 1
@@ -133,7 +133,13 @@ func decided(p Place) (bool, error) {
 	if err := m.Lookup(uint32(0), &v); err != nil {
 		return false, fmt.Errorf("swap decision: %w", err)
 	}
-	return v == decisionMade, nil
+	switch v {
+	case decisionPreparing:
+		return false, nil
+	case decisionMade:
+		return true, nil
+	}
+	return false, fmt.Errorf("swap decision: %s holds %d, neither being prepared nor made", decisionPath(p), v)
 }
 
 // settleDecision recovers the swap of several places that a decision
