@@ -1,9 +1,7 @@
 package loader
 
 import (
-	"fmt"
 	"net"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -15,6 +13,7 @@ import (
 
 	"bpfwall/codegen"
 	"bpfwall/internal/testenv"
+	"bpfwall/internal/topology"
 )
 
 // peerNetns moves veth0 into a second fresh namespace, addressed
@@ -33,23 +32,18 @@ func peerNetns(t *testing.T) (inPeer func(f func())) {
 		t.Fatal(err)
 	}
 	err = peer.Do(func() error {
-		for _, args := range [][]string{
-			{"link", "set", "lo", "up"},
-			{"addr", "add", "10.9.0.1/24", "dev", "veth0"},
-			{"link", "set", "veth0", "up"},
+		return topology.RunLines(
+			"ip link set lo up",
+			"ip addr add 10.9.0.1/24 dev veth0",
+			"ip link set veth0 up",
 			// A permanent neighbour: under load an ARP probe can time out
 			// and the peer would drop datagrams before they reach the
 			// filter.
-			{"neigh", "replace", "10.9.0.2", "lladdr", veth1.HardwareAddr.String(), "dev", "veth0", "nud", "permanent"},
-		} {
-			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-				return fmt.Errorf("ip %v in peer: %v\n%s", args, err, out)
-			}
-		}
-		return nil
+			"ip neigh replace 10.9.0.2 lladdr "+veth1.HardwareAddr.String()+" dev veth0 nud permanent",
+		)
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("in the peer: %v", err)
 	}
 	return peer.Run
 }

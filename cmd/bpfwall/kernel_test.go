@@ -40,6 +40,15 @@ func buildBpfwall(t *testing.T) string {
 	return bin
 }
 
+// sh runs commands written as lines in the calling thread's namespace,
+// and fails the test at the first that fails.
+func sh(t testing.TB, lines ...string) {
+	t.Helper()
+	if err := topology.RunLines(lines...); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // freshNetns moves the test's goroutine, locked to its thread, into a new
 // network namespace with veth1 up at 10.9.0.2/24, whose peer veth0 is
 // 10.9.0.1/24 in a second namespace, and returns that peer namespace.
@@ -47,27 +56,11 @@ func freshNetns(t *testing.T) *topology.Netns {
 	t.Helper()
 	testenv.EnterFreshNetns(t)
 	peer := testenv.NewNetns(t)
-	for _, c := range []string{
-		"ip link set lo up",
-		"ip link add veth0 type veth peer name veth1",
-	} {
-		f := strings.Fields(c)
-		if out, err := exec.Command(f[0], f[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", c, err, out)
-		}
-	}
+	sh(t, "ip link set lo up", "ip link add veth0 type veth peer name veth1")
 	if err := peer.MoveLink("veth0"); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []string{
-		"ip addr add 10.9.0.2/24 dev veth1",
-		"ip link set veth1 up",
-	} {
-		f := strings.Fields(c)
-		if out, err := exec.Command(f[0], f[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", c, err, out)
-		}
-	}
+	sh(t, "ip addr add 10.9.0.2/24 dev veth1", "ip link set veth1 up")
 	// A permanent neighbour: under load an ARP probe can time out and the
 	// peer would drop datagrams before they reach the filter.
 	veth1, err := net.InterfaceByName("veth1")
@@ -75,20 +68,14 @@ func freshNetns(t *testing.T) *topology.Netns {
 		t.Fatal(err)
 	}
 	err = peer.Do(func() error {
-		for _, c := range []string{
+		return topology.RunLines(
 			"ip addr add 10.9.0.1/24 dev veth0",
 			"ip link set veth0 up",
-			"ip neigh replace 10.9.0.2 lladdr " + veth1.HardwareAddr.String() + " dev veth0 nud permanent",
-		} {
-			f := strings.Fields(c)
-			if out, err := exec.Command(f[0], f[1:]...).CombinedOutput(); err != nil {
-				return fmt.Errorf("%s in the peer: %v\n%s", c, err, out)
-			}
-		}
-		return nil
+			"ip neigh replace 10.9.0.2 lladdr "+veth1.HardwareAddr.String()+" dev veth0 nud permanent",
+		)
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("in the peer: %v", err)
 	}
 	ns, err := loader.NetNS()
 	if err != nil {

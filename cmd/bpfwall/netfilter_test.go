@@ -198,26 +198,15 @@ func TestNetfilterStageUppers(t *testing.T) {
 	bin := buildBpfwall(t)
 	peer := freshNetns(t)
 	c := cli{t, bin}
-	sh := func(cmd string) {
-		t.Helper()
-		f := strings.Fields(cmd)
-		if out, err := exec.Command(f[0], f[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", cmd, err, out)
-		}
-	}
-	sh("ip link add mv0 link veth1 type macvlan mode bridge")
-	sh("ip addr add 10.9.0.3/24 dev mv0")
-	sh("ip link set mv0 up")
+	sh(t, "ip link add mv0 link veth1 type macvlan mode bridge")
+	sh(t, "ip addr add 10.9.0.3/24 dev mv0")
+	sh(t, "ip link set mv0 up")
 	mv0, err := net.InterfaceByName("mv0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := peer.Do(func() error {
-		out, err := exec.Command("ip", "neigh", "replace", "10.9.0.3", "lladdr", mv0.HardwareAddr.String(), "dev", "veth0", "nud", "permanent").CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("%w\n%s", err, out)
-		}
-		return nil
+		return topology.RunLines("ip neigh replace 10.9.0.3 lladdr " + mv0.HardwareAddr.String() + " dev veth0 nud permanent")
 	}); err != nil {
 		t.Fatalf("static neighbour in the peer: %v", err)
 	}
@@ -276,7 +265,7 @@ func TestNetfilterStageUppers(t *testing.T) {
 	}
 
 	// A device stacked later is not followed; status names it.
-	sh("ip link add mv1 link veth1 type macvlan mode bridge")
+	sh(t, "ip link add mv1 link veth1 type macvlan mode bridge")
 	if nf := c.status()[0].Netfilter; len(nf.NotFollowed) != 1 || nf.NotFollowed[0].Name != "mv1" {
 		t.Errorf("status after mv1 appeared: not followed %+v", nf.NotFollowed)
 	}
@@ -286,11 +275,11 @@ func TestNetfilterStageUppers(t *testing.T) {
 	c.ok("", "unload")
 
 	// A bridge: followed only when the filter is attached to every port.
-	sh("ip link add br0 type bridge")
-	sh("ip link add vb0 type veth peer name vb1")
+	sh(t, "ip link add br0 type bridge")
+	sh(t, "ip link add vb0 type veth peer name vb1")
 	for _, d := range []string{"vb0", "vb1"} {
-		sh("ip link set " + d + " master br0")
-		sh("ip link set " + d + " up")
+		sh(t, "ip link set "+d+" master br0")
+		sh(t, "ip link set "+d+" up")
 	}
 	_, errOut, code := c.run(pingRules("DROP"), "restore", "--hook", "xdp", "-i", "vb0")
 	if code == 0 || !strings.Contains(errOut, "br0 is the bridge of vb0, and of vb1, which this filter is not attached to") {
@@ -327,20 +316,13 @@ func TestUnloadNetNS(t *testing.T) {
 	c := cli{t, bin}
 	rules := "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
 		"-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\nCOMMIT\n"
-	sh := func(cmd string) {
-		t.Helper()
-		f := strings.Fields(cmd)
-		if out, err := exec.Command(f[0], f[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", cmd, err, out)
-		}
-	}
 	for _, del := range []bool{true, false} {
 		name := fmt.Sprintf("bpfwall-unload-%d-%t", os.Getpid(), del)
-		sh("ip netns add " + name)
+		sh(t, "ip netns add "+name)
 		t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
-		sh("ip link add vdh type veth peer name vdn netns " + name)
-		sh("ip -n " + name + " link set vdn up")
-		sh("ip link set vdh up")
+		sh(t, "ip link add vdh type veth peer name vdn netns "+name)
+		sh(t, "ip -n "+name+" link set vdn up")
+		sh(t, "ip link set vdh up")
 		var st unix.Stat_t
 		if err := unix.Stat("/run/netns/"+name, &st); err != nil {
 			t.Fatal(err)
@@ -356,7 +338,7 @@ func TestUnloadNetNS(t *testing.T) {
 			t.Fatalf("no netfilter stage pinned: %v", err)
 		}
 		if del {
-			sh("ip netns del " + name)
+			sh(t, "ip netns del "+name)
 			if out := c.ok("", "status"); !strings.Contains(out, "network namespace "+id+" has filters pinned but no process") {
 				t.Errorf("status does not name the deleted namespace %s:\n%s", id, out)
 			}
@@ -370,7 +352,7 @@ func TestUnloadNetNS(t *testing.T) {
 			if err != nil || strings.Contains(string(out), "program") {
 				t.Errorf("status in %s after unload --netns: %v\n%s", name, err, out)
 			}
-			sh("ip netns del " + name)
+			sh(t, "ip netns del "+name)
 		}
 		// The namespace is freed asynchronously (cleanup_net), its veth
 		// pair with it.
@@ -412,12 +394,7 @@ func TestNetfilterStageLogNoMAC(t *testing.T) {
 	if err := unix.IoctlIfreq(tun, unix.TUNSETIFF, ifr); err != nil {
 		t.Fatalf("TUNSETIFF: %v", err)
 	}
-	for _, cmd := range []string{"ip addr add 10.9.9.1/24 dev bwtun0", "ip link set bwtun0 up"} {
-		f := strings.Fields(cmd)
-		if out, err := exec.Command(f[0], f[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", cmd, err, out)
-		}
-	}
+	sh(t, "ip addr add 10.9.9.1/24 dev bwtun0", "ip link set bwtun0 up")
 	var id [3]byte
 	rand.Read(id[:])
 	tag := "bwnm" + hex.EncodeToString(id[:])

@@ -118,7 +118,7 @@ func kernelDecisions(t *testing.T, rules string, flow []packets.Desc) []string {
 	t.Helper()
 	// The thread is in the test's namespace (freshNetns): the oracle's
 	// devices go beside veth1.
-	for _, c := range []string{
+	sh(t,
 		"ip link add oracle0 type veth peer name oracle1",
 		"ip link set oracle0 up",
 		"ip link set oracle1 up",
@@ -126,12 +126,7 @@ func kernelDecisions(t *testing.T, rules string, flow []packets.Desc) []string {
 		"ip addr add 10.0.0.2/32 dev lo",
 		"ip addr add 10.0.0.3/32 dev lo",
 		"sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.oracle1.rp_filter=0 net.ipv4.conf.oracle1.accept_local=1",
-	} {
-		f := strings.Fields(c)
-		if out, err := exec.Command(f[0], f[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", c, err, out)
-		}
-	}
+	)
 	// What the host answers (RSTs, echo replies, port unreachables) must
 	// not change the flows: untracked, and dropped.
 	oracle := strings.Replace(rules, ":OUTPUT ACCEPT [0:0]\n", ":OUTPUT ACCEPT [0:0]\n-A OUTPUT -j DROP\n", 1) +

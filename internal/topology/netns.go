@@ -20,6 +20,18 @@ func Run(name string, args ...string) error {
 	return RunInput(nil, name, args...)
 }
 
+// RunLines runs commands written as lines, split at spaces, in turn,
+// and stops at the first that fails.
+func RunLines(lines ...string) error {
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if err := Run(f[0], f[1:]...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // RunInput is Run with stdin.
 func RunInput(stdin []byte, name string, args ...string) error {
 	_, err := Output(stdin, name, args...)
