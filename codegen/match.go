@@ -25,7 +25,9 @@ type matchCode interface {
 	countsJiffies() bool
 }
 
-// kind is the row of the match kind M.
+// kind is the row of the match kind M. Rows are pointers: codeOf returns
+// one per match of every rule, and a row as a value would be copied to
+// the heap each time.
 type kind[M ir.Match] struct {
 	// emit emits the test of m, of rule r: it jumps to next when m
 	// fails and to hotdrop when m drops the packet, and falls through

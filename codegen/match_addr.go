@@ -9,7 +9,7 @@ import (
 )
 
 // -s and -d: the address under a mask.
-var addrCode = kind[ir.Addr]{
+var addrCode = &kind[ir.Addr]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.Addr, next, _ string) bool {
 		c.addr(m, next)
 		return false

@@ -10,7 +10,7 @@ import (
 )
 
 // -m iprange.
-var addrRangeCode = kind[ir.AddrRange]{
+var addrRangeCode = &kind[ir.AddrRange]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.AddrRange, next, _ string) bool {
 		c.addrRange(m, next)
 		return false

@@ -15,7 +15,7 @@ import (
 )
 
 // -m set over an address set, and nft's address sets.
-var addrSetCode = kind[ir.AddrSet]{
+var addrSetCode = &kind[ir.AddrSet]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.AddrSet, next, _ string) bool {
 		c.addrSet(m, next)
 		return false

@@ -11,7 +11,7 @@ import (
 // -m conntrack --ctstate and -m state. SNAT and DNAT come from the entry's
 // status, which only the chain's own netfilter hook reads after the nat
 // hooks the kernel's chain runs after.
-var ctStateCode = kind[ir.CTState]{
+var ctStateCode = &kind[ir.CTState]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.CTState, next, hotdrop string) bool {
 		return c.ctMatch(m, next, hotdrop)
 	},

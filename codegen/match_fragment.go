@@ -9,7 +9,7 @@ import (
 )
 
 // -f: the fragment offset is not 0.
-var fragmentCode = kind[ir.Fragment]{
+var fragmentCode = &kind[ir.Fragment]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.Fragment, next, _ string) bool {
 		c.b.Emit(insn.Ld(asm.R1, asm.R6, pkt.FragOff, asm.Word))
 		// -f holds for a non-zero offset: fails when it equals 0.

@@ -15,7 +15,7 @@ import (
 )
 
 // -m hashlimit.
-var hashLimitCode = kind[ir.HashLimit]{
+var hashLimitCode = &kind[ir.HashLimit]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.HashLimit, next, hotdrop string) bool {
 		c.hashlimit(m, next, hotdrop)
 		return true

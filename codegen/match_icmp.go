@@ -9,7 +9,7 @@ import (
 )
 
 // -m icmp and -m icmp6.
-var icmpCode = kind[ir.ICMP]{
+var icmpCode = &kind[ir.ICMP]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.ICMP, next, _ string) bool {
 		c.icmp(m, next)
 		return false

@@ -10,7 +10,7 @@ import (
 
 // -i and -o, and nft's further interface tests. At sk-lookup only the
 // input interface is known.
-var ifaceCode = kind[ir.Iface]{
+var ifaceCode = &kind[ir.Iface]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.Iface, next, _ string) bool {
 		c.iface(m, next)
 		return false

@@ -14,7 +14,7 @@ import (
 )
 
 // -m limit, and nft's limit rate.
-var limitCode = kind[ir.Limit]{
+var limitCode = &kind[ir.Limit]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.Limit, next, _ string) bool {
 		c.limit(m, next)
 		return false
@@ -24,7 +24,7 @@ var limitCode = kind[ir.Limit]{
 }
 
 // nft's limit rate in bytes.
-var rateLimitCode = kind[ir.RateLimit]{
+var rateLimitCode = &kind[ir.RateLimit]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.RateLimit, next, _ string) bool {
 		c.rateLimit(m, next)
 		return false

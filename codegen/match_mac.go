@@ -8,7 +8,7 @@ import (
 )
 
 // -m mac --mac-source. A netfilter program has no Ethernet header.
-var macCode = kind[ir.SrcMAC]{
+var macCode = &kind[ir.SrcMAC]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.SrcMAC, next, _ string) bool {
 		hi := uint32(binary.BigEndian.Uint16(m.Addr[0:2]))
 		lo := binary.BigEndian.Uint32(m.Addr[2:6])

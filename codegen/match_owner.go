@@ -15,7 +15,7 @@ import (
 // netfilter hooks and at tc-egress. parse reads the socket once per packet
 // (parseOwner) into the packet's pkt.Owner fields, and the match compares
 // them as owner_mt does.
-var ownerCode = kind[ir.Owner]{
+var ownerCode = &kind[ir.Owner]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.Owner, next, _ string) bool {
 		c.owner(m, next)
 		return false

@@ -8,7 +8,7 @@ import (
 )
 
 // --sport, --dport, and multiport's lists and ranges.
-var portsCode = kind[ir.Ports]{
+var portsCode = &kind[ir.Ports]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.Ports, next, _ string) bool {
 		var offs []int16
 		switch m.Dir {

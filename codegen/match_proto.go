@@ -15,7 +15,7 @@ import (
 // -p. In IPv6 it drops the packet when ipv6_find_hdr fails, whatever the
 // protocol tested, as ip6_packet_match does; "-p all" is that walk and
 // nothing else.
-var protoCode = kind[ir.Proto]{
+var protoCode = &kind[ir.Proto]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.Proto, next, hotdrop string) bool {
 		b := c.b
 		if c.p.Family == rules.IPv6 {

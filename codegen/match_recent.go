@@ -17,7 +17,7 @@ import (
 )
 
 // -m recent.
-var recentCode = kind[ir.Recent]{
+var recentCode = &kind[ir.Recent]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.Recent, next, _ string) bool {
 		c.recent(m, next)
 		return false

@@ -9,7 +9,7 @@ import (
 )
 
 // --tcp-flags and --syn: the flags under Mask equal Comp.
-var tcpFlagsCode = kind[ir.TCPFlags]{
+var tcpFlagsCode = &kind[ir.TCPFlags]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.TCPFlags, next, _ string) bool {
 		if m.Mask == 0 {
 			c.constant((m.Comp == 0) != m.Neg, next)

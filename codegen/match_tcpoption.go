@@ -13,7 +13,7 @@ import (
 
 // -m tcp --tcp-option: parse sets a bit per option kind the rules test;
 // options cut short drop the packet, as tcp_find_option's caller does.
-var tcpOptionCode = kind[ir.TCPOption]{
+var tcpOptionCode = &kind[ir.TCPOption]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.TCPOption, next, hotdrop string) bool {
 		c.b.Emit(
 			insn.Ld(asm.R1, asm.R6, pkt.Flags, asm.Byte),

@@ -10,7 +10,7 @@ import (
 )
 
 // nft's tproxy statement, the last match of its rule: at sk-lookup only.
-var tproxyToCode = kind[ir.TProxyTo]{
+var tproxyToCode = &kind[ir.TProxyTo]{
 	emit: func(c *compiler, r *ir.Rule, _ ir.TProxyTo, next, _ string) bool {
 		c.tproxyStatement(r, next)
 		return false

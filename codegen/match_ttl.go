@@ -9,7 +9,7 @@ import (
 )
 
 // -m ttl and -m hl.
-var ttlCode = kind[ir.TTL]{
+var ttlCode = &kind[ir.TTL]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.TTL, next, _ string) bool {
 		c.b.Emit(insn.Ld(asm.R1, asm.R6, pkt.TTL, asm.Byte))
 		v := int32(m.Value)
