@@ -42,21 +42,23 @@ type NetfilterChain struct {
 	Priority     int32
 }
 
-// Netfilter refuses a BPF program at a priority that any other hook
-// function of the hook holds (EBUSY), and the kernel's own table (an
-// iptables or nft table, or one bpfwall delegated) holds its table's
-// priority. The chain then takes the nearest free priority within slack
-// of its table's, which keeps it between the same neighbours: conntrack
-// (-200), nat (-100 before routing, 100 after) and security (50) are
-// farther away than slack.
+// A chain runs just below its table's priority: the kernel's own table
+// of that name (an iptables or nft table, or one bpfwall delegated) holds
+// the table's priority, and it must run after the chain, since it answers
+// the chain's REJECT rules (EnsureAnswers). At one priority, netfilter
+// runs the hook function registered last first (nf_hook_entries_grow), so
+// at its table's priority a chain would run after a kernel table that a
+// later restore creates, which would then see no REJECT to answer: the
+// packet would pass. Netfilter also refuses a BPF program at a priority
+// that any other hook function holds (EBUSY). The chain takes the nearest
+// free priority below its table's within slack, which keeps it between
+// the same neighbours: conntrack (-200), nat (-100 before routing, 100
+// after) and security (50) are farther away than slack.
 const prioritySlack = 40
 
-// priorities are the priorities the chain may take, nearest first: its
-// table's, or below, so that it runs before the kernel's table of that
-// name, which answers its REJECT rules (EnsureAnswers). (A kernel table
-// registered after it at its priority runs after it too.)
+// priorities are the priorities the chain may take, nearest first.
 func (c NetfilterChain) priorities() []int32 {
-	out := []int32{c.Priority}
+	var out []int32
 	for d := int32(1); d <= prioritySlack; d++ {
 		out = append(out, c.Priority-d)
 	}

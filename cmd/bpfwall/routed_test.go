@@ -383,6 +383,15 @@ func TestRestoreDelegates(t *testing.T) {
 		{"client", "server", 80}, {"client", "server", 443}, {"router", "client", 8080},
 	}
 	run := r.run
+	// First without the REJECT, as a rule set that gains one later: the
+	// kernel's filter table, which answers it, is then created after
+	// filter INPUT's link, and must still run after it, or it has
+	// nothing to answer and the packet passes.
+	noReject := strings.Replace(delegatedRules, "-A INPUT -p tcp --dport 22 -j REJECT --reject-with tcp-reset\n", "-A INPUT -p tcp --dport 22 -j DROP\n", 1)
+	run(noReject, bin, "restore")
+	if kernel := run("", "iptables-save", "-t", "filter"); strings.Contains(kernel, delegatedMark) {
+		t.Fatalf("a restore without REJECT wrote the kernel's filter table:\n%s", kernel)
+	}
 	out := run("", bin, "restore", rules)
 	for _, want := range []string{"nat runs in the kernel's netfilter", "mangle PREROUTING runs in the kernel's netfilter", "rules.v4:7:38: MARK target is not supported"} {
 		if !strings.Contains(out, want) {
@@ -409,7 +418,6 @@ func TestRestoreDelegates(t *testing.T) {
 	}
 	// Without the REJECT, the kernel answers nothing: its filter table
 	// goes.
-	noReject := strings.Replace(delegatedRules, "-A INPUT -p tcp --dport 22 -j REJECT --reject-with tcp-reset\n", "-A INPUT -p tcp --dport 22 -j DROP\n", 1)
 	run(noReject, bin, "restore")
 	if kernel := run("", "iptables-save", "-t", "filter"); strings.Contains(kernel, "REJECT") || strings.Contains(kernel, delegatedMark) {
 		t.Errorf("filter INPUT is still in the kernel:\n%s", kernel)
