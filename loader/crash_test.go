@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,7 +33,8 @@ const (
 	crashRules  = "BPFWALL_TEST_CRASH_RULES" // a file
 	crashIfaces = "BPFWALL_TEST_CRASH_IFACES"
 	// crashChains: swap every chain of the rules at its netfilter hook
-	// at once (SwapAll) instead.
+	// at once (SwapAll) instead, with the kernel's nat table that
+	// crashChains names (see natTables).
 	crashChains = "BPFWALL_TEST_CRASH_CHAINS"
 )
 
@@ -74,7 +76,11 @@ func crashHelper(at string) error {
 		if err != nil {
 			return err
 		}
-		_, err = SwapAll(swaps, unneeded(os.Getenv(crashRoot), ns, swaps)...)
+		kernel, err := natTables(os.Getenv(crashChains))
+		if err != nil {
+			return err
+		}
+		_, err = SwapAll(swaps, unneeded(os.Getenv(crashRoot), ns, swaps), kernel)
 		return err
 	}
 	hook, err := codegen.ParseHook(os.Getenv(crashHook))
@@ -103,6 +109,45 @@ func crashHelper(at string) error {
 	}
 	_, err = s.Run()
 	return err
+}
+
+// natTables are the kernel's nat table of a rule set, for SwapAll, with
+// one rule: a REDIRECT of tcp port, which says which rule set it is.
+func natTables(port string) (*KernelTables, error) {
+	path, err := exec.LookPath("iptables-restore")
+	if err != nil {
+		return nil, err
+	}
+	backup, err := exec.Command("iptables-save", "-c", "-t", "nat").Output()
+	if err != nil {
+		return nil, fmt.Errorf("iptables-save: %w", err)
+	}
+	if len(bytes.TrimSpace(backup)) == 0 {
+		backup = []byte("*nat\nCOMMIT\n") // the table is not there
+	}
+	return &KernelTables{Name: "kernel's ipv4 tables nat", Restore: path, Text: []byte(natRuleset(port)), Backup: backup}, nil
+}
+
+// natRuleset is natTables' table as iptables-restore input.
+func natRuleset(port string) string {
+	return "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n" +
+		"-A PREROUTING -p tcp -m tcp --dport " + port + " -j REDIRECT --to-ports 81\nCOMMIT\n"
+}
+
+// natPort is the port of the REDIRECT in the kernel's nat table, "" when
+// it has none.
+func natPort(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("iptables-save", "-t", "nat").Output()
+	if err != nil {
+		t.Fatalf("iptables-save: %v", err)
+	}
+	if m := regexp.MustCompile(`--dport (\d+) -j REDIRECT`).FindAllSubmatch(out, -1); len(m) == 1 {
+		return string(m[0][1])
+	} else if len(m) > 1 {
+		t.Fatalf("nat table holds %d REDIRECTs:\n%s", len(m), out)
+	}
+	return ""
 }
 
 // unneeded returns the IPv4 chains loaded in namespace ns under root
@@ -242,25 +287,32 @@ func TestSwapSurvivesKill(t *testing.T) {
 // leaves nothing to do. After the next command recovers (RecoverNetNS),
 // every chain runs the old rule set if the process died before the
 // decision was made, and every chain the new one from then on: never
-// some chains of each. No pin of the swap, nor its decision, is left,
-// and the next restore succeeds.
+// some chains of each. The kernel's nat table, which the restore writes
+// too (KernelTables), holds the same rule set as the chains. No pin of
+// the swap, nor its decision, is left, and the next restore succeeds.
 func TestSwapAllSurvivesKill(t *testing.T) {
 	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "iptables-restore", "iptables-save")
 	old := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
 		"-A INPUT -p tcp --dport 81 -j DROP\n-A OUTPUT -p tcp --dport 9 -j DROP\nCOMMIT\n"
 	next := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
 		"-A INPUT -p tcp --dport 82 -j DROP\n-A FORWARD -p tcp -j ACCEPT\nCOMMIT\n"
-	// Which chains each rule set has.
+	// Which chains each rule set has, and the port of its nat table.
 	chains := map[string][]string{"A.rules": {"INPUT", "OUTPUT"}, "B.rules": {"INPUT", "FORWARD"}, "C.rules": {"INPUT", "FORWARD"}}
+	nat := map[string]string{"A.rules": "1081", "B.rules": "1082", "C.rules": "1083"}
 	// restore swaps text in from file, unloading the chains it leaves
-	// nothing to do.
+	// nothing to do, with file's nat table.
 	restore := func(t *testing.T, root string, ns uint64, text, file string) {
 		t.Helper()
 		swaps, err := buildChainSwaps(root, ns, rules.IPv4, text, file)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := SwapAll(swaps, unneeded(root, ns, swaps)...); err != nil {
+		kernel, err := natTables(nat[file])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := SwapAll(swaps, unneeded(root, ns, swaps), kernel); err != nil {
 			t.Fatalf("restore %s: %v", file, err)
 		}
 	}
@@ -312,23 +364,32 @@ func TestSwapAllSurvivesKill(t *testing.T) {
 		if _, err := os.Stat(decisionPath(ChainPlace(root, ns, rules.IPv4, "filter", "INPUT"))); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("the swap's decision is left: %v", err)
 		}
+		if _, err := os.Stat(kernelPath(decisionPath(ChainPlace(root, ns, rules.IPv4, "filter", "INPUT")))); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the kernel tables' pin is left: %v", err)
+		}
+		if got := natPort(t); got != nat[file] {
+			t.Errorf("the kernel's nat table redirects port %q, want %s's %s", got, file, nat[file])
+		}
 	}
 	var steps []string
 	t.Run("steps", func(t *testing.T) {
 		root, ns := setup(t)
 		place := ChainPlace(root, ns, rules.IPv4, "filter", "INPUT")
-		steps = runCrashHelper(t, place, next, nil, "list", crashChains+"=1")
+		steps = runCrashHelper(t, place, next, nil, "list", crashChains+"="+nat["B.rules"])
 		check(t, root, ns, "B.rules")
 	})
 	decide := slices.Index(steps, "decide")
 	if decide < 0 || slices.Index(steps, "pin "+pinSwapDecision) != 0 || !slices.Contains(steps, "unloaded netfilter ipv4 filter OUTPUT") {
 		t.Fatalf("steps %q: want the decision pinned first, made later, and OUTPUT unloaded", steps)
 	}
+	if w := slices.Index(steps, "wrote kernel's ipv4 tables nat"); w < 0 || w > decide || slices.Index(steps, "pin "+pinSwapKernel) > w {
+		t.Fatalf("steps %q: want the kernel's old tables pinned, then the new ones written, before the decision", steps)
+	}
 	for k, step := range steps {
 		t.Run(fmt.Sprintf("%02d %s", k, step), func(t *testing.T) {
 			root, ns := setup(t)
 			place := ChainPlace(root, ns, rules.IPv4, "filter", "INPUT")
-			runCrashHelper(t, place, next, nil, strconv.Itoa(k), crashChains+"=1")
+			runCrashHelper(t, place, next, nil, strconv.Itoa(k), crashChains+"="+nat["B.rules"])
 			if _, err := RecoverNetNS(root, ns); err != nil {
 				t.Fatalf("recover: %v", err)
 			}

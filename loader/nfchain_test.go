@@ -120,7 +120,7 @@ func TestSwapAllNetfilterChains(t *testing.T) {
 -A OUTPUT -p tcp --dport 9 -j DROP
 COMMIT
 `, other)
-	res, err := SwapAll(chainSwaps(t, root, ns, rules.IPv4, first))
+	res, err := SwapAll(chainSwaps(t, root, ns, rules.IPv4, first), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ COMMIT
 			// instead, with a program for another place.
 			swaps[k].Place = output
 		}
-		if _, err := SwapAll(swaps); err == nil {
+		if _, err := SwapAll(swaps, nil, nil); err == nil {
 			t.Fatalf("failure %d: the swap succeeded", k)
 		}
 		for p, id := range running {
@@ -222,7 +222,7 @@ COMMIT
 	}
 
 	// Now for good; the swap replaces the programs in the slots.
-	res, err = SwapAll(chainSwaps(t, root, ns, rules.IPv4, second))
+	res, err = SwapAll(chainSwaps(t, root, ns, rules.IPv4, second), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestNetfilterSwapSurvivesKill(t *testing.T) {
 				if !first {
 					s := chainSwaps(t, root, ns, rules.IPv4, ruleset(codegen.HookXDP, fmt.Sprintf("-p tcp --dport %d -j DROP", a)))[0]
 					s.Meta.File = "A.rules"
-					if _, err := SwapAll([]*Swap{s}); err != nil {
+					if _, err := SwapAll([]*Swap{s}, nil, nil); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -392,7 +392,7 @@ func TestNetfilterSwapSurvivesKill(t *testing.T) {
 					}
 					s := chainSwaps(t, place.Root, place.NetNS, rules.IPv4, ruleset(codegen.HookXDP, fmt.Sprintf("-p tcp --dport %d -j DROP", a)))[0]
 					s.Meta.File = "A.rules"
-					if _, err := SwapAll([]*Swap{s}); err != nil {
+					if _, err := SwapAll([]*Swap{s}, nil, nil); err != nil {
 						t.Fatal(err)
 					}
 					check(t, place, "A.rules")

@@ -107,13 +107,14 @@ func Recover(p Place) (Recovery, error) {
 }
 
 // RecoverNetNS recovers the interrupted swaps at every hook of network
-// namespace ns, the calling thread's, under root; it returns the places
-// that had one, with what was done.
-func RecoverNetNS(root string, ns uint64) (map[Place]Recovery, error) {
+// namespace ns, the calling thread's, under root, and the kernel tables
+// of an interrupted SwapAll (kernel.go). It returns what had one, by
+// name (Place.Name, KernelTables.Name), with what was done.
+func RecoverNetNS(root string, ns uint64) (map[string]Recovery, error) {
 	if err := checkRoot(root); err != nil {
 		return nil, err
 	}
-	out := make(map[Place]Recovery)
+	out := make(map[string]Recovery)
 	places := allPlaces(root, ns)
 	for _, p := range places {
 		r, err := Recover(p)
@@ -121,11 +122,23 @@ func RecoverNetNS(root string, ns uint64) (map[Place]Recovery, error) {
 			return out, err
 		}
 		if r != NothingToRecover {
-			out[p] = r
+			out[p.Name()] = r
 		}
 	}
-	// Every place has recovered: a swap of several places that died has
-	// no use for its decision any more (decision.go).
+	// Every place has recovered: the kernel tables follow the same
+	// decision, and then a swap of several places that died has no use
+	// for it any more (decision.go).
+	made, err := decided(places[0])
+	if err != nil {
+		return out, err
+	}
+	name, r, err := recoverKernel(decisionPath(places[0]), made)
+	if r != NothingToRecover {
+		out[name] = r
+	}
+	if err != nil {
+		return out, err
+	}
 	if err := os.Remove(decisionPath(places[0])); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return out, fmt.Errorf("remove the decision of an interrupted swap: %w", err)
 	}

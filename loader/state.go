@@ -439,31 +439,54 @@ func newMetaMap(m *Meta) (*ebpf.Map, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := len(b) / metaChunk
-	mp, err := ebpf.NewMap(&ebpf.MapSpec{Name: "bpfwall_meta", Type: ebpf.Array, KeySize: 4, ValueSize: metaChunk, MaxEntries: uint32(n)})
+	mp, err := newChunkMap("bpfwall_meta", b)
 	if err != nil {
-		return nil, fmt.Errorf("create meta map: %w", err)
+		return nil, fmt.Errorf("meta map: %w", err)
+	}
+	return mp, nil
+}
+
+// newChunkMap creates an array map named name holding b in chunks of
+// metaChunk bytes, the last one zero-padded: how a pin holds bytes.
+func newChunkMap(name string, b []byte) (*ebpf.Map, error) {
+	n := (len(b) + metaChunk - 1) / metaChunk
+	if len(b) < n*metaChunk {
+		b = append(b, make([]byte, n*metaChunk-len(b))...)
+	}
+	mp, err := ebpf.NewMap(&ebpf.MapSpec{Name: name, Type: ebpf.Array, KeySize: 4, ValueSize: metaChunk, MaxEntries: uint32(max(n, 1))})
+	if err != nil {
+		return nil, fmt.Errorf("create: %w", err)
 	}
 	for i := range n {
 		if err := mp.Put(uint32(i), b[i*metaChunk:(i+1)*metaChunk]); err != nil {
 			mp.Close()
-			return nil, fmt.Errorf("write meta map: %w", err)
+			return nil, fmt.Errorf("write: %w", err)
 		}
 	}
 	return mp, nil
 }
 
-// readMeta reads the meta map's chunks straight into one buffer.
+// readMeta reads the meta map.
 func readMeta(mp *ebpf.Map) (Meta, error) {
+	b, err := readChunks(mp)
+	if err != nil {
+		return Meta{}, fmt.Errorf("read meta: %w", err)
+	}
+	return decodeMeta(b)
+}
+
+// readChunks reads the chunks of a map newChunkMap made straight into one
+// buffer.
+func readChunks(mp *ebpf.Map) ([]byte, error) {
 	size := int(mp.ValueSize())
 	b := make([]byte, int(mp.MaxEntries())*size)
 	for i := range mp.MaxEntries() {
 		at := int(i) * size
 		if err := mp.Lookup(i, b[at:at+size]); err != nil {
-			return Meta{}, fmt.Errorf("read meta: %w", err)
+			return nil, err
 		}
 	}
-	return decodeMeta(b)
+	return b, nil
 }
 
 // newBaseMap creates the map of counters carried over, holding c.

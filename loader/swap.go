@@ -709,10 +709,26 @@ func programID(p *ebpf.Program) ebpf.ProgramID {
 // meet new filters at some hooks and old ones at others, as when
 // iptables-restore replaces one table after another.) The filters at
 // drops, places the swaps leave nothing to do, are unloaded as part of
-// it, after the commits. The places are in one network namespace.
-func SwapAll(swaps []*Swap, drops ...Place) ([]*Result, error) {
+// it, after the commits. kernel, when not nil, are the kernel's own
+// tables that go with the swaps: they are written once every new filter
+// is complete, before the first switch, and written back on a failure
+// (kernel.go). The places are in one network namespace, the calling
+// thread's.
+func SwapAll(swaps []*Swap, drops []Place, kernel *KernelTables) ([]*Result, error) {
+	places := slices.Clone(drops)
+	for _, s := range swaps {
+		places = append(places, s.Place)
+	}
+	if len(places) == 0 {
+		if kernel == nil {
+			return nil, nil
+		}
+		// Nothing of bpfwall's to keep in step with.
+		return nil, kernel.write(kernel.Text)
+	}
 	var prepared []*Prepared
 	var d *decision
+	written := false // kernel's new tables
 	defer func() {
 		for _, p := range prepared {
 			p.Close()
@@ -721,15 +737,27 @@ func SwapAll(swaps []*Swap, drops ...Place) ([]*Result, error) {
 			d.end()
 		}
 	}()
+	var errs []error
 	abort := func() {
 		for _, p := range prepared {
 			p.Abort()
 		}
+		unmark(drops)
+		if written {
+			if err := runRestore(kernel.Restore, kernel.Backup); err != nil {
+				errs = append(errs, fmt.Errorf("write back the %s: %w", kernel.Name, err))
+			}
+		}
+		if d != nil {
+			os.Remove(kernelPath(d.path))
+		}
 	}
-	if len(swaps)+len(drops) > 1 {
-		places := slices.Clone(drops)
+	fail := func(err error) ([]*Result, error) {
+		abort()
+		return nil, errors.Join(append([]error{err}, errs...)...)
+	}
+	if len(places) > 1 || kernel != nil {
 		for _, s := range swaps {
-			places = append(places, s.Place)
 			s.inDecision = true
 		}
 		var err error
@@ -738,47 +766,46 @@ func SwapAll(swaps []*Swap, drops ...Place) ([]*Result, error) {
 		}
 		for _, p := range drops {
 			if err := d.markUnload(p); err != nil {
-				unmark(drops)
-				return nil, err
+				return fail(err)
 			}
-		}
-		abort = func() {
-			for _, p := range prepared {
-				p.Abort()
-			}
-			unmark(drops)
 		}
 	}
 	for _, s := range swaps {
 		p, err := s.Prepare()
 		if err != nil {
-			abort()
-			return nil, err
+			return fail(err)
 		}
 		prepared = append(prepared, p)
 		reached("prepared " + s.Place.Name())
 	}
+	if kernel != nil {
+		if err := d.pinKernel(kernel); err != nil {
+			return fail(err)
+		}
+		written = true // or some of them: iptables-nft-restore
+		if err := kernel.write(kernel.Text); err != nil {
+			written = false // write wrote back
+			return fail(err)
+		}
+		reached("wrote " + kernel.Name)
+	}
 	if d != nil {
 		if err := d.make(); err != nil {
-			abort()
-			return nil, err
+			return fail(err)
 		}
 	}
 	for _, p := range prepared {
 		if err := p.Switch(); err != nil {
-			abort()
-			return nil, err
+			return fail(err)
 		}
 		reached("switched " + p.s.Place.Name())
 	}
 	out := make([]*Result, len(prepared))
-	var errs []error
 	for i, p := range prepared {
 		res, err := p.Commit()
 		if err != nil && res == nil && i == 0 {
 			// Nothing committed yet: the rest can still go back.
-			abort()
-			return nil, err
+			return fail(err)
 		}
 		out[i] = res
 		if err != nil {
@@ -791,6 +818,11 @@ func SwapAll(swaps []*Swap, drops ...Place) ([]*Result, error) {
 			continue
 		}
 		reached("unloaded " + p.Name())
+	}
+	if kernel != nil {
+		if err := os.Remove(kernelPath(d.path)); err != nil {
+			errs = append(errs, fmt.Errorf("swap decision: %w", err))
+		}
 	}
 	return out, errors.Join(errs...)
 }

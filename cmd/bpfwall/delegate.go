@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"bpfwall/loader"
 	"bpfwall/rules"
 )
 
@@ -52,9 +53,6 @@ type delegation struct {
 	// the chains bpfwall runs (codegen's nfchain.go): the kernel's
 	// REJECT, for the packets their answer programs match.
 	answers map[string][]string
-	// backup is what the kernel held in the tables apply wrote.
-	backup []byte
-	wrote  bool
 }
 
 func newDelegation(family rules.Family) *delegation {
@@ -219,15 +217,17 @@ func (d *delegation) check() error {
 	return err
 }
 
-// apply writes the delegated tables into the kernel and flushes the
-// tables of restored (the tables of the rule set restored) that an
-// earlier restore delegated and this one does not, after saving what they
-// held, which undo puts back. A table the rule set does not have stays,
-// as iptables-restore leaves the tables its input does not name.
-func (d *delegation) apply(counters bool, restored []string) error {
+// kernelTables is what the restore writes into the kernel, for
+// loader.SwapAll, which writes it with the BPF chains: the delegated
+// tables, and a flush of the tables of restored (the tables of the rule
+// set restored) that an earlier restore delegated and this one does not;
+// with what they held before, to write back. A table the rule set does
+// not have stays, as iptables-restore leaves the tables its input does
+// not name. It is nil when there is nothing to write.
+func (d *delegation) kernelTables(counters bool, restored []string) (*loader.KernelTables, error) {
 	old, err := kernelDelegated(d.family)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var flush []string
 	for name := range old {
@@ -236,41 +236,34 @@ func (d *delegation) apply(counters bool, restored []string) error {
 		}
 	}
 	if len(d.tables) == 0 && len(flush) == 0 {
-		return nil
+		return nil, nil
 	}
+	names := tableOrder(d.names(flush))
 	var backup []byte
-	for _, name := range tableOrder(d.names(flush)) {
+	for _, name := range names {
 		if text, ok := old[name]; ok {
 			backup = append(backup, text...)
 			continue
 		}
 		out, err := runTool(d.family, nil, "-save", "-c", "-t", name)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if len(bytes.TrimSpace(out)) == 0 {
 			out = []byte("*" + name + "\nCOMMIT\n")
 		}
 		backup = append(backup, out...)
 	}
-	d.backup, d.wrote = backup, true
-	if _, err := runTool(d.family, d.text(flush, counters, false), "-restore", "-w", "-c"); err != nil {
-		// iptables-nft-restore may have committed some tables.
-		if uerr := d.undo(); uerr != nil {
-			return fmt.Errorf("%w; putting back the tables it changed: %v", err, uerr)
-		}
-		return err
+	restore, err := toolFor(d.family, "-restore")
+	if err != nil {
+		return nil, err
 	}
-	return nil
-}
-
-// undo puts back what apply replaced.
-func (d *delegation) undo() error {
-	if !d.wrote {
-		return nil
-	}
-	_, err := runTool(d.family, d.backup, "-restore", "-w", "-c")
-	return err
+	return &loader.KernelTables{
+		Name:    fmt.Sprintf("kernel's %s tables %s", d.family, strings.Join(names, ", ")),
+		Restore: restore,
+		Text:    d.text(flush, counters, false),
+		Backup:  backup,
+	}, nil
 }
 
 // note says which chains the restore leaves to the kernel, and why.

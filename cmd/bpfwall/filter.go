@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -85,12 +87,23 @@ func recoverSwaps(stderr io.Writer) error {
 		return err
 	}
 	done, err := loader.RecoverNetNS(pinRoot, ns)
-	for _, h := range loader.Hooks {
-		if r, ok := done[loader.Place{Root: pinRoot, NetNS: ns, Hook: h}]; ok {
-			fmt.Fprintf(stderr, "bpfwall: a command that was killed while it swapped the %s filter left the swap half done: %s\n", h, r)
-		}
+	for _, name := range slices.Sorted(maps.Keys(done)) {
+		fmt.Fprintf(stderr, "bpfwall: a command that was killed while it swapped the %s left the swap half done: %s\n", recoveredName(name), done[name])
 	}
 	return privileged(err)
+}
+
+// recoveredName is how a recovery message names what RecoverNetNS
+// recovered: a hook's filter ("xdp"), a chain ("netfilter ipv4 filter
+// INPUT"), or the kernel's tables.
+func recoveredName(name string) string {
+	if chain, ok := strings.CutPrefix(name, "netfilter "); ok {
+		return chain + " chain"
+	}
+	if strings.HasPrefix(name, "kernel's ") {
+		return name
+	}
+	return name + " filter"
 }
 
 // recoverIdle recovers, as recoverSwaps, for a command that reads the

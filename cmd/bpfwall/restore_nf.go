@@ -283,7 +283,8 @@ func applyNetfilter(req restoreRequest, rs *rules.Ruleset, plans []chainPlan, dr
 	for _, t := range rs.Tables {
 		restored = append(restored, t.Name)
 	}
-	if err := deleg.apply(req.opts.Counters, restored); err != nil {
+	kernel, err := deleg.kernelTables(req.opts.Counters, restored)
+	if err != nil {
 		return err
 	}
 	req.progress("netfilter %s: loading %d chains (the kernel verifies each) and swapping", req.family, len(swaps))
@@ -291,11 +292,8 @@ func applyNetfilter(req restoreRequest, rs *rules.Ruleset, plans []chainPlan, dr
 	for _, t := range drop {
 		drops = append(drops, t.place)
 	}
-	results, err := loader.SwapAll(swaps, drops...)
+	results, err := loader.SwapAll(swaps, drops, kernel)
 	if err != nil && results == nil {
-		if uerr := deleg.undo(); uerr != nil {
-			return errors.Join(privileged(err), fmt.Errorf("put back the delegated tables: %w", uerr))
-		}
 		return privileged(err)
 	}
 	for i, res := range results {
