@@ -67,11 +67,12 @@ bench:
 # Differential tests against the kernel's netfilter (root): SEEDS random
 # rule sets per family and PROBES probes per rule set, and the real dumps;
 # then SEEDS random rule sets over every chain, restored without -i into a
-# router, both families, against iptables-legacy (17 connections each).
-# make test runs a bounded version of the same tests.
+# router, both families, against iptables-legacy: TCP connections (19
+# each), and PROBES raw segments per family, to, through and from the
+# router. make test runs a bounded version of the same tests.
 SEEDS ?= 200
 PROBES ?= 500
 difftest:
 	DIFFTEST_SEEDS=$(SEEDS) DIFFTEST_PROBES=$(PROBES) $(GO) test -count=1 -timeout 60m -v \
 		-run '^(TestRandom|TestRealDumps|TestHandWritten|TestRandomNFT|TestRealNFT|TestFragmentsNFT|TestReadKernelNFT)$$' ./internal/difftest
-	BPFWALL_ROUTED_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 60m -v -run '^TestRoutedRandom$$' ./cmd/bpfwall
+	BPFWALL_ROUTED_SEEDS=$(SEEDS) BPFWALL_ROUTED_PROBES=$(PROBES) $(GO) test -count=1 -timeout 60m -v -run '^(TestRoutedRandom|TestRoutedFrames)$$' ./cmd/bpfwall
