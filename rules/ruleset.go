@@ -233,12 +233,18 @@ func NetFromPrefix(p netip.Prefix) Net {
 	return Net{Addr: p.Addr(), Mask: MaskOf(p.Addr().BitLen(), p.Bits())}
 }
 
-// MaskOf returns the mask with the first bits of a bitLen-bit address set.
+// MaskOf returns the mask with the first bits of a bitLen-bit address set;
+// bitLen is 32 or 128.
 func MaskOf(bitLen, bits int) netip.Addr {
-	b := make([]byte, bitLen/8)
-	for i := 0; i < bits; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
+	var b [16]byte
+	for i := 0; i < bits/8; i++ {
+		b[i] = 0xff
 	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
+	if bits%8 != 0 {
+		b[bits/8] = 0xff << (8 - bits%8)
+	}
+	if bitLen == 32 {
+		return netip.AddrFrom4([4]byte(b[:4]))
+	}
+	return netip.AddrFrom16(b)
 }

@@ -34,12 +34,14 @@ func parseNet(s string, fam rules.Family) (rules.Net, error) {
 			mask = m
 		}
 	}
-	a, m := addr.AsSlice(), mask.AsSlice()
+	a, m := addr.As16(), mask.As16()
 	for i := range a {
 		a[i] &= m[i]
 	}
-	addr, _ = netip.AddrFromSlice(a)
-	return rules.Net{Addr: addr, Mask: mask}, nil
+	if fam == rules.IPv4 {
+		return rules.Net{Addr: netip.AddrFrom4([4]byte(a[12:])), Mask: mask}, nil
+	}
+	return rules.Net{Addr: netip.AddrFrom16(a), Mask: mask}, nil
 }
 
 // parseAddr parses a numeric address of the family.
@@ -61,12 +63,9 @@ func parseAddr(s string, fam rules.Family) (netip.Addr, error) {
 // address with zero bytes as libxtables' numeric_to_ipaddr does.
 func parseIPv4(s string) (netip.Addr, bool) {
 	var b [4]byte
-	parts := strings.Split(s, ".")
-	if len(parts) > 4 {
-		return netip.Addr{}, false
-	}
-	for i, p := range parts {
-		if p == "" || len(p) > 3 {
+	for i := 0; ; i++ {
+		p, rest, more := strings.Cut(s, ".")
+		if i == 4 || p == "" || len(p) > 3 {
 			return netip.Addr{}, false
 		}
 		n, err := strconv.ParseUint(p, 10, 8)
@@ -74,8 +73,11 @@ func parseIPv4(s string) (netip.Addr, bool) {
 			return netip.Addr{}, false
 		}
 		b[i] = byte(n)
+		if !more {
+			return netip.AddrFrom4(b), true
+		}
+		s = rest
 	}
-	return netip.AddrFrom4(b), true
 }
 
 // protoNumbers maps the protocol names iptables accepts with -p (its own

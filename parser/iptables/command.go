@@ -63,12 +63,29 @@ var longOptions = map[string]byte{
 
 // shortArg says which standard options take an argument: 1 required,
 // 2 optional (next token when it does not start with '-' or '!').
-var shortArg = map[byte]int{
-	'A': 1, 'C': 1, 'D': 1, 'I': 1, 'R': 1, 'N': 1, 'E': 1, 'P': 1,
-	's': 1, 'd': 1, 'p': 1, 'i': 1, 'o': 1, 'j': 1, 'g': 1, 'm': 1, 'c': 1, 't': 1, 'M': 1,
-	'L': 2, 'S': 2, 'F': 2, 'Z': 2, 'X': 2, 'h': 2, 'w': 2, 'W': 2,
-	'f': 0, 'v': 0, 'n': 0, 'x': 0, '4': 0, '6': 0, 'V': 0, '0': 0,
-}
+// Others are -1. (An array: it is read for every option of every line.)
+var shortArg = func() (a [256]int8) {
+	for i := range a {
+		a[i] = -1
+	}
+	for c, kind := range map[byte]int8{
+		'A': 1, 'C': 1, 'D': 1, 'I': 1, 'R': 1, 'N': 1, 'E': 1, 'P': 1,
+		's': 1, 'd': 1, 'p': 1, 'i': 1, 'o': 1, 'j': 1, 'g': 1, 'm': 1, 'c': 1, 't': 1, 'M': 1,
+		'L': 2, 'S': 2, 'F': 2, 'Z': 2, 'X': 2, 'h': 2, 'w': 2, 'W': 2,
+		'f': 0, 'v': 0, 'n': 0, 'x': 0, '4': 0, '6': 0, 'V': 0, '0': 0,
+	} {
+		a[c] = kind
+	}
+	return a
+}()
+
+// shortFlags are the short options as written, "-s".
+var shortFlags = func() (a [256]string) {
+	for c := range a {
+		a[c] = "-" + string(rune(c))
+	}
+	return a
+}()
 
 var cmdKinds = map[byte]cmdKind{'A': cmdAppend, 'C': cmdCheck, 'D': cmdDelete, 'I': cmdInsert,
 	'R': cmdReplace, 'L': cmdList, 'S': cmdList, 'F': cmdFlush, 'Z': cmdZero,
@@ -142,12 +159,13 @@ type lineParser struct {
 	seen      [256]bool // standard options given
 
 	rule       rules.Rule
-	srcs, dsts []string
+	srcs, dsts []rules.Net // of -s and -d, each address of a list
 	srcPos     rules.Pos
 	dstPos     rules.Pos
 	protoSet   bool
 	matches    []*loadedMatch
 	target     *loadedTarget
+	ctx        ruleCtx // finish's
 	// targetAfter is the number of matches loaded before the target.
 	targetAfter int
 	jump        string
@@ -232,11 +250,11 @@ func (lp *lineParser) optionalArg() (token, bool) {
 func (lp *lineParser) shortOptions(t token) error {
 	for j := 1; j < len(t.text); j++ {
 		c := t.text[j]
-		kind, ok := shortArg[c]
-		if !ok {
+		kind := shortArg[c]
+		if kind < 0 {
 			return lp.errorf(t.col+j, "unknown option \"-%c\"", c)
 		}
-		flag := "-" + string(c)
+		flag := shortFlags[c]
 		var arg *token
 		switch {
 		case kind == 1 && j+1 < len(t.text):
@@ -367,11 +385,14 @@ func (lp *lineParser) standard(c byte, flag string, col int, arg *token) error {
 	}
 	switch c {
 	case 's', 'd':
-		list := strings.Split(arg.text, ",")
-		for _, a := range list {
-			if _, err := parseNet(a, lp.p.family); err != nil {
+		var list []rules.Net
+		for a, rest, more := arg.text, "", true; more; a = rest {
+			a, rest, more = strings.Cut(a, ",")
+			n, err := parseNet(a, lp.p.family)
+			if err != nil {
 				return lp.errorf(arg.col, "%s", err)
 			}
+			list = append(list, n)
 		}
 		if inv && len(list) > 1 {
 			return lp.errorf(col, "! not allowed with multiple source or destination IP addresses")
@@ -795,12 +816,15 @@ func (lp *lineParser) finish() error {
 	case lp.rule.InIface != "" && (c.chain == "POSTROUTING" || c.chain == "OUTPUT"):
 		return rules.Errorf(c.chainPos, "can't use -i with %s", c.chain)
 	}
-	ctx := ruleCtx{Family: lp.p.family, Proto: lp.rule.Proto, ProtoNeg: lp.rule.ProtoNeg, Table: lp.p.table.Name, Chain: c.chain, Sets: lp.p.opts.Sets}
+	// The context lives in lp: the extensions' finish take it through an
+	// interface, and a local would be one more allocation per rule.
+	lp.ctx = ruleCtx{Family: lp.p.family, Proto: lp.rule.Proto, ProtoNeg: lp.rule.ProtoNeg, Table: lp.p.table.Name, Chain: c.chain, Sets: lp.p.opts.Sets}
+	ctx := &lp.ctx
 	r := lp.rule
 	r.Pos = c.pos
 	for _, m := range lp.matches {
 		ctx.Pos = m.pos
-		match, err := m.parser.finish(&ctx)
+		match, err := m.parser.finish(ctx)
 		if err != nil {
 			return atPos(err, m.pos)
 		}
@@ -811,7 +835,7 @@ func (lp *lineParser) finish() error {
 		switch {
 		case lp.target != nil:
 			ctx.Pos = lp.target.pos
-			t, err := lp.target.parser.finish(&ctx)
+			t, err := lp.target.parser.finish(ctx)
 			if err != nil {
 				return atPos(err, lp.target.pos)
 			}
@@ -830,22 +854,19 @@ func (lp *lineParser) finish() error {
 			r.Target = &rules.Jump{Located: loc, Chain: lp.jump}
 		}
 	}
+	// One rule per source and destination, as iptables adds them; the
+	// zero Net, for no -s or -d, matches every address.
 	srcs, dsts := lp.srcs, lp.dsts
 	if srcs == nil {
-		srcs = []string{""}
+		srcs = []rules.Net{{}}
 	}
 	if dsts == nil {
-		dsts = []string{""}
+		dsts = []rules.Net{{}}
 	}
 	for _, s := range srcs {
 		for _, d := range dsts {
 			nr := r
-			if s != "" {
-				nr.Src, _ = parseNet(s, lp.p.family)
-			}
-			if d != "" {
-				nr.Dst, _ = parseNet(d, lp.p.family)
-			}
+			nr.Src, nr.Dst = s, d
 			c.spec = append(c.spec, &nr)
 		}
 	}
