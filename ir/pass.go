@@ -44,26 +44,51 @@ func Optimize(p *Program, opts OptimizeOptions) (*Program, error) {
 	return q, nil
 }
 
-// Clone returns a deep copy of p whose rules have the same IDs.
+// Clone returns a copy of p for the passes to rewrite. It shares p's
+// rules: a pass that changes a rule copies it first (own), so that p is
+// unchanged, and the rules no pass changes (most of a large rule set)
+// are not copied at all. The copy's rules have the same IDs.
 func (p *Program) Clone() *Program {
-	q := &Program{Family: p.Family, Table: p.Table, Reassembled: p.Reassembled, Forward: p.Forward, Rules: make([]*Rule, len(p.Rules))}
-	for i, r := range p.Rules {
-		c := *r
-		c.Matches = slices.Clone(r.Matches)
-		c.form = nil // the passes may change the clone's matches
-		q.Rules[i] = &c
+	q := &Program{Family: p.Family, Table: p.Table, Reassembled: p.Reassembled, Forward: p.Forward, Rules: slices.Clone(p.Rules), shared: true}
+	for _, c := range p.Chains {
+		q.Chains = append(q.Chains, &Chain{Name: c.Name, Policy: c.Policy, Rules: slices.Clone(c.Rules)})
+	}
+	q.Removed = slices.Clone(p.Removed)
+	return q
+}
+
+// own returns rule id for a pass to change: in a Clone, a copy of the
+// original's rule the first time. The pass calls rechain when it is done.
+func (p *Program) own(id int) *Rule {
+	if !p.shared || p.owned[id] {
+		return p.Rules[id]
+	}
+	if p.owned == nil {
+		p.owned = make(map[int]bool)
+	}
+	r := *p.Rules[id]
+	r.Matches = slices.Clone(r.Matches)
+	p.Rules[id] = &r
+	if id < len(p.forms) {
+		p.forms[id] = cachedForm{} // its matches change
+	}
+	p.owned[id] = true
+	return &r
+}
+
+// rechain points the chains and removals at the rules own copied.
+func (p *Program) rechain() {
+	if len(p.owned) == 0 {
+		return
 	}
 	for _, c := range p.Chains {
-		qc := &Chain{Name: c.Name, Policy: c.Policy, Rules: make([]*Rule, len(c.Rules))}
 		for i, r := range c.Rules {
-			qc.Rules[i] = q.Rules[r.ID]
+			c.Rules[i] = p.Rules[r.ID]
 		}
-		q.Chains = append(q.Chains, qc)
 	}
-	for _, rm := range p.Removed {
-		q.Removed = append(q.Removed, Removal{Rule: q.Rules[rm.Rule.ID], CoveredBy: q.Rules[rm.CoveredBy.ID]})
+	for i, rm := range p.Removed {
+		p.Removed[i] = Removal{Rule: p.Rules[rm.Rule.ID], CoveredBy: p.Rules[rm.CoveredBy.ID]}
 	}
-	return q
 }
 
 // Warning is something suspicious about a rule set that is not an error.

@@ -15,10 +15,12 @@ func mergePorts(p *Program) {
 		for i, m := range r.Matches {
 			if m, ok := m.(Ports); ok && len(m.Ranges) > 1 {
 				m.Ranges = mergeRanges(m.Ranges)
+				r = p.own(r.ID)
 				r.Matches[i] = m
 			}
 		}
 	}
+	p.rechain()
 }
 
 func mergeRanges(rs []rules.PortRange) []rules.PortRange {
@@ -45,10 +47,12 @@ func aggregateSets(p *Program) {
 		for i, m := range r.Matches {
 			if m, ok := m.(AddrSet); ok && len(m.Entries) > 1 {
 				m.Entries = aggregateEntries(m.Entries)
+				r = p.own(r.ID)
 				r.Matches[i] = m
 			}
 		}
 	}
+	p.rechain()
 }
 
 func aggregateEntries(es []SetEntry) []SetEntry {

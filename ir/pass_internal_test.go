@@ -98,12 +98,13 @@ func TestFormsParallel(t *testing.T) {
 	chain := p.Chains[0].Rules
 	p.Forms(chain)
 	for _, r := range chain {
-		if r.form == nil {
+		c := p.forms[r.ID]
+		if !c.done {
 			t.Fatalf("rule %d: no form after Forms", r.ID)
 		}
 		want, ok := p.NormalizeResidual(r, formLimit)
-		if r.form.ok != ok || !reflect.DeepEqual(r.form.f, want) {
-			t.Fatalf("rule %d: Forms gave %+v (%v), NormalizeResidual %+v (%v)", r.ID, r.form.f, r.form.ok, want, ok)
+		if c.ok != ok || !reflect.DeepEqual(c.f, want) {
+			t.Fatalf("rule %d: Forms gave %+v (%v), NormalizeResidual %+v (%v)", r.ID, c.f, c.ok, want, ok)
 		}
 	}
 }

@@ -33,6 +33,14 @@ type Program struct {
 	// packet passes unfiltered (SkipTTLExpired), and TTL matches are
 	// rewritten to test the TTL as the packet arrives (Decode's).
 	Forward bool
+
+	// shared is set on a Clone, whose rules are its original's until a
+	// pass changes one (own); owned are those it copied.
+	shared bool
+	owned  map[int]bool
+	// forms caches Form by rule ID. It is the program's, not the rules':
+	// a Clone shares its rules, whose matches its passes may change.
+	forms []cachedForm
 }
 
 // Removal is a rule that never matches: every packet that reaches it is
@@ -62,15 +70,12 @@ type Rule struct {
 	Text    string
 	Matches []Match
 	Action  Action
-
-	// form caches Program.Form: the normal form of Matches, which must
-	// not change once it is computed.
-	form *cachedForm
 }
 
+// cachedForm is a rule's Program.Form, once computed (done).
 type cachedForm struct {
-	f  Form
-	ok bool
+	f        Form
+	ok, done bool
 }
 
 // Action is what a rule does when it matches. The set of kinds is closed:

@@ -117,21 +117,28 @@ type Form struct {
 // formLimit bounds the tuples of a rule's form (Program.Form).
 const formLimit = 1 << 16
 
-// Form is NormalizeResidual(r, formLimit), computed once per rule: the
-// shadow pass and the classifier both ask for it.
+// Form is NormalizeResidual(r, formLimit), computed once per rule of p:
+// the shadow pass and the classifier both ask for it. A rule's matches
+// must not change once its form is computed.
 func (p *Program) Form(r *Rule) (Form, bool) {
-	if r.form == nil {
-		f, ok := p.NormalizeResidual(r, formLimit)
-		r.form = &cachedForm{f, ok}
+	if p.forms == nil {
+		p.forms = make([]cachedForm, len(p.Rules))
 	}
-	return r.form.f, r.form.ok
+	c := &p.forms[r.ID]
+	if !c.done {
+		f, ok := p.NormalizeResidual(r, formLimit)
+		*c = cachedForm{f, ok, true}
+	}
+	return c.f, c.ok
 }
 
 // ForgetForms lets the cached forms of rs go, for a caller that is done
 // with them; Form computes a form again if it is asked for once more.
 func (p *Program) ForgetForms(rs []*Rule) {
 	for _, r := range rs {
-		r.form = nil
+		if r.ID < len(p.forms) {
+			p.forms[r.ID] = cachedForm{}
+		}
 	}
 }
 
@@ -144,6 +151,9 @@ const parallelForms = 4096
 // computing them was a tenth of a 100k-rule compile. Nothing may read the
 // rules' forms while it runs.
 func (p *Program) Forms(rs []*Rule) {
+	if p.forms == nil {
+		p.forms = make([]cachedForm, len(p.Rules))
+	}
 	workers := min(runtime.GOMAXPROCS(0), len(rs)/parallelForms)
 	if workers < 2 {
 		for _, r := range rs {
