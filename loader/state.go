@@ -91,50 +91,88 @@ type Iface struct {
 // NewMeta describes p, compiled from rs read from file, and returns the
 // counters its rules start with: those rs holds for them.
 func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []abi.Counter, error) {
-	type placed struct {
-		line int
-		c    rules.Counters
-		next int32 // the next placed at the same position, or -1
-	}
-	// An nft statement that does not end its rule (log) splits it into
-	// model rules at one position: they keep their order in the saved
-	// rule set and in the program, and pair in that order. at holds the
-	// first and last placed of each position, in all (a slice per
-	// position was a million allocations for a million rules).
-	type span struct{ first, last int32 }
+	return NewMetaSource(rs).Meta(p, file)
+}
+
+// A MetaSource is what the metas of the programs compiled from a rule set
+// take from it: the rule set as iptables-save prints it, where each rule
+// is in that text, and the counters. A restore makes it once for all its
+// chains, and need not keep the parsed rule set while it compiles.
+type MetaSource struct {
+	source string
+	sets   string
+	// all holds the rules in the order Source prints them; at, the first
+	// and last of each position (a slice per position was a million
+	// allocations for a million rules). An nft statement that does not
+	// end its rule (log) splits it into model rules at one position: they
+	// keep their order in the saved rule set and in the program, and pair
+	// in that order.
+	all []placed
+	at  map[rules.Pos]span
+	// policies are the chains' own counters (their policies'), by table
+	// and chain.
+	policies map[[2]string]rules.Counters
+}
+
+type placed struct {
+	line int
+	c    rules.Counters
+	next int32 // the next placed at the same position, or -1
+}
+
+type span struct{ first, last int32 }
+
+// NewMetaSource reads what the metas of programs compiled from rs need.
+func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 	n := 0
 	for _, t := range rs.Tables {
 		for _, c := range t.Chains {
 			n += len(c.Rules)
 		}
 	}
-	all := make([]placed, 0, n)
-	at := make(map[rules.Pos]span, n)
+	s := &MetaSource{
+		source:   string(rs.Save(rules.SaveOptions{Counters: true})),
+		all:      make([]placed, 0, n),
+		at:       make(map[rules.Pos]span, n),
+		policies: make(map[[2]string]rules.Counters),
+	}
+	if len(rs.Sets) > 0 {
+		s.sets = string(rules.SaveSets(rs.Sets))
+	}
 	line := 0
 	// Count lines as rules.Ruleset.Save prints them.
 	for _, t := range rs.Tables {
 		chains := t.SaveOrder()
 		line += 1 + len(chains)
 		for _, c := range chains {
+			s.policies[[2]string{t.Name, c.Name}] = c.Counters
 			for _, r := range c.Rules {
 				line++
-				i := int32(len(all))
-				all = append(all, placed{line, r.Counters, -1})
-				if sp, ok := at[r.Pos]; ok {
-					all[sp.last].next = i
-					at[r.Pos] = span{sp.first, i}
+				i := int32(len(s.all))
+				s.all = append(s.all, placed{line, r.Counters, -1})
+				if sp, ok := s.at[r.Pos]; ok {
+					s.all[sp.last].next = i
+					s.at[r.Pos] = span{sp.first, i}
 				} else {
-					at[r.Pos] = span{i, i}
+					s.at[r.Pos] = span{i, i}
 				}
 			}
 		}
 		line++
 	}
+	return s
+}
+
+// Meta describes p, compiled from the rule set read from file, and
+// returns the counters its rules start with: those the rule set holds
+// for them.
+func (s *MetaSource) Meta(p *codegen.Program, file string) (Meta, []abi.Counter, error) {
 	m := Meta{
 		Table:     p.IR.Table,
 		Chain:     p.IR.Chains[0].Name,
 		File:      file,
-		Source:    string(rs.Save(rules.SaveOptions{Counters: true})),
+		Source:    s.source,
+		Sets:      s.sets,
 		Lines:     make([]int, len(p.IR.Rules)),
 		Origins:   make([]string, len(p.IR.Rules)),
 		Logs:      logRules(p),
@@ -144,20 +182,25 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []abi.Co
 		Level:     p.Level.String(),
 	}
 	m.Instructions = p.Size()
-	if len(rs.Sets) > 0 {
-		m.Sets = string(rules.SaveSets(rs.Sets))
-	}
 	counters := make([]abi.Counter, len(p.IR.Rules)+1)
 	// The origins, FILE:LINE, are substrings of one string.
 	var origins []byte
 	bounds := make([][2]int, len(p.IR.Rules))
+	// A rule pairs with the first rule at its position not paired yet.
+	paired := make([]bool, len(s.all))
 	for _, r := range p.IR.Rules {
-		sp, ok := at[r.Pos]
-		if !ok || sp.first < 0 {
+		i := int32(-1)
+		if sp, ok := s.at[r.Pos]; ok {
+			i = sp.first
+		}
+		for i >= 0 && paired[i] {
+			i = s.all[i].next
+		}
+		if i < 0 {
 			return Meta{}, nil, fmt.Errorf("describe rule set: cannot place rule %d (%s) in the saved rule set", r.ID, r.Pos)
 		}
-		pl := all[sp.first]
-		at[r.Pos] = span{pl.next, sp.last}
+		paired[i] = true
+		pl := s.all[i]
 		m.Lines[r.ID] = pl.line
 		start := len(origins)
 		origins = append(origins, r.Pos.File...)
@@ -170,10 +213,8 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []abi.Co
 	for id, b := range bounds {
 		m.Origins[id] = text[b[0]:b[1]]
 	}
-	if t := rs.Table(m.Table); t != nil {
-		if c := t.Chain(m.Chain); c != nil {
-			counters[len(p.IR.Rules)] = abi.Counter{Packets: c.Counters.Packets, Bytes: c.Counters.Bytes}
-		}
+	if c, ok := s.policies[[2]string{m.Table, m.Chain}]; ok {
+		counters[len(p.IR.Rules)] = abi.Counter{Packets: c.Packets, Bytes: c.Bytes}
 	}
 	return m, counters, nil
 }

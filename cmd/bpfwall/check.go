@@ -86,7 +86,8 @@ func checkCompiles(cf *compileFlags, hookGiven, noDelegate bool, rs *rules.Rules
 	if err != nil {
 		return err
 	}
-	cc, err := compileChains(rs, rs.Family, level, noDelegate)
+	keep := func() (*rules.Ruleset, error) { return rs, nil } // check keeps the rule set anyway
+	cc, err := compileChains(rs, keep, rs.Family, level, noDelegate)
 	if err != nil {
 		return err
 	}

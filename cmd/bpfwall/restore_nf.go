@@ -144,28 +144,43 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 		}
 		opts.Base, fromInput = a, countersFollowRuleset
 	}
-	rs, err := iptables.Parse(req.display, req.src, opts)
+	// parse reads the rule set: the input, with the active tables it
+	// does not name, which stay (kept).
+	kept := make(map[string]bool)
+	parse := func() (*rules.Ruleset, error) {
+		rs, err := iptables.Parse(req.display, req.src, opts)
+		if err != nil {
+			return rs, err
+		}
+		if !opts.Noflush && first != nil && keepsTables(first.snap.Meta.Source, rs) {
+			a, err := activeRS()
+			if err != nil {
+				return nil, err
+			}
+			for _, at := range a.Tables {
+				if rs.Table(at.Name) == nil {
+					rs.Tables = append(rs.Tables, at)
+					kept[at.Name] = true
+				}
+			}
+		}
+		return rs, nil
+	}
+	rs, err := parse()
 	if rs != nil {
 		req.warn.print(stderr, rs.Warnings)
 	}
 	if err != nil {
 		return reportRuleErrors(err, true, stderr)
 	}
-	kept := make(map[string]bool)
-	if !opts.Noflush && first != nil && keepsTables(first.snap.Meta.Source, rs) {
-		a, err := activeRS()
-		if err != nil {
-			return err
-		}
-		for _, at := range a.Tables {
-			if rs.Table(at.Name) == nil {
-				rs.Tables = append(rs.Tables, at)
-				kept[at.Name] = true
-			}
-		}
-	}
 	req.progress("netfilter %s: parsed %d rules", req.family, countRules(rs))
-	cc, err := compileChains(rs, req.family, req.level, req.noDelegate)
+	// What applyNetfilter needs of the parsed rule set, taken now: the
+	// parsed rules (a third of a large restore's memory) go once the
+	// chains are lowered, before they compile. (Nothing reads rs after
+	// compileChains.)
+	metas := loader.NewMetaSource(rs)
+	tables := shellTables(rs)
+	cc, err := compileChains(rs, parse, req.family, req.level, req.noDelegate)
 	if err != nil {
 		return reportRuleErrors(err, true, stderr)
 	}
@@ -217,7 +232,24 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
-	return applyNetfilter(req, rs, plans, drop, deleg, stdout)
+	return applyNetfilter(req, metas, tables, plans, drop, deleg, stdout)
+}
+
+// shellTables are the tables of rs by name, each with its builtin chains
+// and none of their rules: what the kernel's tables that answer REJECT
+// rules are made from (delegation.answer).
+func shellTables(rs *rules.Ruleset) map[string]*rules.Table {
+	out := make(map[string]*rules.Table)
+	for _, t := range rs.Tables {
+		st := &rules.Table{Name: t.Name, Pos: t.Pos}
+		for _, c := range t.Chains {
+			if c.Builtin {
+				st.Chains = append(st.Chains, &rules.Chain{Name: c.Name, Pos: c.Pos, Builtin: true, Policy: c.Policy})
+			}
+		}
+		out[t.Name] = st
+	}
+	return out
 }
 
 // loadedChains returns the chains of the family that run now in the
@@ -251,10 +283,10 @@ func loadedChains(ns uint64, family rules.Family) (map[loader.Place]target, *tar
 // applyNetfilter swaps the compiled chains in, with the kernel's tables
 // for the delegated chains and the REJECT answers in the same restore,
 // and unloads the chains the rule set leaves nothing to do.
-func applyNetfilter(req restoreRequest, rs *rules.Ruleset, plans []chainPlan, drop []target, deleg *delegation, stdout io.Writer) error {
+func applyNetfilter(req restoreRequest, metas *loader.MetaSource, tables map[string]*rules.Table, plans []chainPlan, drop []target, deleg *delegation, stdout io.Writer) error {
 	var swaps []*loader.Swap
 	for _, p := range plans {
-		meta, counters, err := loader.NewMeta(rs, p.prog, req.display)
+		meta, counters, err := metas.Meta(p.prog, req.display)
 		if err != nil {
 			return err
 		}
@@ -272,7 +304,7 @@ func applyNetfilter(req restoreRequest, rs *rules.Ruleset, plans []chainPlan, dr
 			return privileged(err)
 		}
 		if len(paths) > 0 {
-			deleg.answer(rs.Table(p.t.place.Table), p.t.place.Chain, paths)
+			deleg.answer(tables[p.t.place.Table], p.t.place.Chain, paths)
 			req.progress("netfilter %s %s %s: the kernel answers its REJECT rules", req.family, p.t.place.Table, p.t.place.Chain)
 		}
 	}
@@ -280,8 +312,8 @@ func applyNetfilter(req restoreRequest, rs *rules.Ruleset, plans []chainPlan, dr
 		req.progress("netfilter %s: handing %s to the kernel's netfilter", req.family, strings.Join(deleg.chains, ", "))
 	}
 	var restored []string
-	for _, t := range rs.Tables {
-		restored = append(restored, t.Name)
+	for name := range tables {
+		restored = append(restored, name)
 	}
 	kernel, err := deleg.kernelTables(req.opts.Counters, restored)
 	if err != nil {
@@ -327,8 +359,10 @@ type compiledChains struct {
 // compileChains compiles every chain of rs that bpfwall runs at its
 // netfilter hook, and delegates the nat and security tables and the
 // chains it cannot compile; with noDelegate those are errors at their
-// rules' positions.
-func compileChains(rs *rules.Ruleset, family rules.Family, level codegen.Level, noDelegate bool) (*compiledChains, error) {
+// rules' positions. It lowers every chain first and compiles them after,
+// without rs: a chain that then fails to compile is delegated from the
+// rule set parse reads again.
+func compileChains(rs *rules.Ruleset, parse func() (*rules.Ruleset, error), family rules.Family, level codegen.Level, noDelegate bool) (*compiledChains, error) {
 	cc := &compiledChains{progs: make(map[loader.NetfilterChain]*codegen.Program), deleg: newDelegation(family), why: make(map[string]rules.ErrorList)}
 	var errs rules.ErrorList
 	if noDelegate {
@@ -342,15 +376,8 @@ func compileChains(rs *rules.Ruleset, family rules.Family, level codegen.Level, 
 			}
 		}
 	}
-	for _, c := range loader.NetfilterChains {
-		if !enforces(rs, c.Table, c.Chain) {
-			continue
-		}
-		prog, err := compileChain(rs, c.Table, c.Chain, level)
-		if err == nil {
-			cc.progs[c] = prog
-			continue
-		}
+	// refused delegates chain c, or with noDelegate refuses it, for err.
+	refused := func(rs *rules.Ruleset, c loader.NetfilterChain, err error) error {
 		var list rules.ErrorList
 		var one *rules.Error
 		switch {
@@ -358,14 +385,51 @@ func compileChains(rs *rules.Ruleset, family rules.Family, level codegen.Level, 
 		case errors.As(err, &one):
 			list = rules.ErrorList{one}
 		default:
-			return nil, fmt.Errorf("%s %s: %w", c.Table, c.Chain, err)
+			return fmt.Errorf("%s %s: %w", c.Table, c.Chain, err)
 		}
 		if noDelegate {
 			errs = append(errs, list...)
-			continue
+			return nil
 		}
 		cc.deleg.chain(rs.Table(c.Table), c.Chain)
 		cc.why[c.Table+" "+c.Chain] = list
+		return nil
+	}
+	lowered := make(map[loader.NetfilterChain]*ir.Program)
+	for _, c := range loader.NetfilterChains {
+		if !enforces(rs, c.Table, c.Chain) {
+			continue
+		}
+		p, err := ir.Lower(rs, ir.LowerOptions{Table: c.Table, Chain: c.Chain})
+		if err != nil {
+			if err := refused(rs, c, err); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		lowered[c] = p
+	}
+	rs = nil
+	for _, c := range loader.NetfilterChains {
+		p := lowered[c]
+		if p == nil {
+			continue
+		}
+		delete(lowered, c)
+		prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookNetfilter, Level: level})
+		if err == nil {
+			cc.progs[c] = prog
+			continue
+		}
+		if rs == nil {
+			var perr error
+			if rs, perr = parse(); perr != nil {
+				return nil, perr
+			}
+		}
+		if err := refused(rs, c, err); err != nil {
+			return nil, err
+		}
 	}
 	if len(errs) > 0 {
 		errs.Sort()
@@ -383,15 +447,6 @@ func enforces(rs *rules.Ruleset, table, chain string) bool {
 	}
 	c := t.Chain(chain)
 	return c != nil && (len(c.Rules) > 0 || c.Policy != rules.PolicyAccept)
-}
-
-// compileChain lowers and compiles chain of table for its netfilter hook.
-func compileChain(rs *rules.Ruleset, table, chain string, level codegen.Level) (*codegen.Program, error) {
-	p, err := ir.Lower(rs, ir.LowerOptions{Table: table, Chain: chain})
-	if err != nil {
-		return nil, err
-	}
-	return codegen.Compile(p, codegen.Options{Hook: codegen.HookNetfilter, Level: level})
 }
 
 // refuseTables names the tables of rs that bpfwall does not run at

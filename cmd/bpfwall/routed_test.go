@@ -748,3 +748,37 @@ func TestNFTCtStatus(t *testing.T) {
 	}
 	t.Logf("%d probes agree with the kernel: %v", len(want), kinds)
 }
+
+// TestRestoreDelegatesUncompiled: a chain that lowers but does not compile
+// at its netfilter hook (-m mac: a netfilter program has no Ethernet
+// header) runs in the kernel, as one that does not lower does. restore
+// lets the parsed rule set go before it compiles, and reads it again for
+// such a chain. The other chains run in BPF, and save prints the whole.
+func TestRestoreDelegatesUncompiled(t *testing.T) {
+	testenv.RequireTool(t, "iptables-restore", "iptables-save")
+	bin := buildBpfwall(t)
+	freshNetns(t)
+	c := cli{t, bin}
+	text := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+		"-A INPUT -m mac --mac-source 02:00:00:00:00:01 -j DROP\n-A INPUT -p tcp -m tcp --dport 23 -j DROP\n" +
+		"-A FORWARD -p tcp -m tcp --dport 80 -j ACCEPT\nCOMMIT\n"
+	_, errOut, code := c.run(text, "restore")
+	if code != 0 || !strings.Contains(errOut, "filter INPUT runs in the kernel's netfilter") || !strings.Contains(errOut, "mac match") {
+		t.Fatalf("restore: exit %d, want filter INPUT delegated for its mac match:\n%s", code, errOut)
+	}
+	kernel, err := exec.Command("iptables-save", "-t", "filter").CombinedOutput()
+	if err != nil || !strings.Contains(string(kernel), "-A INPUT -m mac --mac-source 02:00:00:00:00:01 -j DROP") || !strings.Contains(string(kernel), "--dport 23 -j DROP") {
+		t.Errorf("the kernel's filter table (%v):\n%s", err, kernel)
+	}
+	var chains []string
+	for _, st := range c.status() {
+		chains = append(chains, st.Hook+" "+st.Table+" "+st.Chain)
+	}
+	if !slices.Contains(chains, "netfilter filter FORWARD") || slices.Contains(chains, "netfilter filter INPUT") {
+		t.Errorf("status shows %q, want FORWARD in BPF and INPUT not", chains)
+	}
+	if saved := c.ok("", "save"); !strings.Contains(saved, "-A INPUT -m mac --mac-source 02:00:00:00:00:01 -j DROP\n") || !strings.Contains(saved, "-A FORWARD -p tcp -m tcp --dport 80 -j ACCEPT\n") {
+		t.Errorf("save:\n%s", saved)
+	}
+	c.ok("", "unload")
+}
