@@ -1,27 +1,27 @@
-package codegen_test
+package difftest
 
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 
-	"github.com/cilium/ebpf"
-
 	"bpfwall/codegen"
-	"bpfwall/codegen/abi"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
+	"bpfwall/loader"
 	"bpfwall/parser/iptables"
 	"bpfwall/rules"
 )
 
 // TestRealDumpsLoad compiles the real-world dumps of the shared corpus for
-// every hook, loads each program that compiles, and reports the program
-// sizes, the verifier's work, and what stops the others.
+// every interface hook, has the kernel load each program that compiles
+// (loader.Load, as load and restore do), and reports the program sizes,
+// the verifier's work, and what stops the others.
 func TestRealDumpsLoad(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := testenv.Corpus(t, "real")
@@ -56,29 +56,28 @@ func TestRealDumpsLoad(t *testing.T) {
 		}
 		rs, err := iptables.Parse(base, src, opts)
 		if err != nil {
-			note(blockers, base, err)
+			noteBlockers(blockers, base, err)
 			continue
 		}
 		for _, h := range hooks {
 			p, err := ir.Lower(rs, ir.LowerOptions{Chain: h.chain})
 			if err == nil {
 				var prog *codegen.Program
-				if prog, err = codegen.Compile(p, codegen.Options{Trace: true, Hook: h.hook}); err == nil {
-					insns, verified := loadProgram(t, prog)
-					t.Logf("%-52s %-10s %4d rules: %6d instructions, %6d verified", base, h.hook, len(p.Rules), insns, verified)
+				if prog, err = codegen.Compile(p, codegen.Options{Hook: h.hook}); err == nil {
+					l, err := loader.Load(prog, loader.Options{})
+					if err != nil {
+						t.Fatalf("%s at %s: %v", base, h.hook, err)
+					}
+					t.Logf("%-52s %-10s %4d rules: %6d instructions, %6d verified", base, h.hook, len(p.Rules), prog.Size(), l.VerifiedInsns)
+					l.Close()
 					loaded++
 					continue
 				}
 			}
-			note(blockers, base+" "+h.hook.String(), err)
+			noteBlockers(blockers, base+" "+h.hook.String(), err)
 		}
 	}
-	features := make([]string, 0, len(blockers))
-	for f := range blockers {
-		features = append(features, f)
-	}
-	sort.Strings(features)
-	for _, f := range features {
+	for _, f := range slices.Sorted(maps.Keys(blockers)) {
 		t.Logf("%3d dump/hook pairs stopped by: %s", len(blockers[f]), f)
 	}
 	t.Logf("%d programs compiled and loaded", loaded)
@@ -87,8 +86,9 @@ func TestRealDumpsLoad(t *testing.T) {
 	}
 }
 
-// note records the features an error names, with positions left out.
-func note(blockers map[string]map[string]bool, what string, err error) {
+// noteBlockers records the features an error names, with positions left
+// out.
+func noteBlockers(blockers map[string]map[string]bool, what string, err error) {
 	var list rules.ErrorList
 	var e *rules.Error
 	switch {
@@ -104,28 +104,4 @@ func note(blockers map[string]map[string]bool, what string, err error) {
 		}
 		blockers[e.Msg][what] = true
 	}
-}
-
-// loadProgram loads a program and returns its size and the number of
-// instructions the verifier processed.
-func loadProgram(t *testing.T, p *codegen.Program) (insns, verified int) {
-	t.Helper()
-	for _, ins := range p.Spec.Programs[abi.ProgramName].Instructions {
-		insns += int(ins.Size() / 8)
-	}
-	spec, err := p.KernelSpec(kernelBTF(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	coll, err := ebpf.NewCollection(spec)
-	if err != nil {
-		t.Fatalf("load: %v", err)
-	}
-	defer coll.Close()
-	info, err := coll.Programs[abi.ProgramName].Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, _ := info.VerifiedInstructions()
-	return insns, int(n)
 }

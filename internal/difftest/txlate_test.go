@@ -1,4 +1,4 @@
-package nft_test
+package difftest
 
 import (
 	"bufio"
