@@ -861,3 +861,41 @@ func TestCheckNFTSaysWhatNftSays(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoreInterfaceUnenforced: restore -i runs one chain per hook.
+// Every other chain of the input with a rule or a DROP policy, which
+// iptables-restore would enforce, is named in a warning at its first
+// rule, so that an operator is not left believing it runs; -q silences
+// the warnings, and an input of the chain alone gives none.
+func TestRestoreInterfaceUnenforced(t *testing.T) {
+	bin := buildBpfwall(t)
+	freshNetns(t)
+	c := cli{t, bin}
+	text := "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n" +
+		"-A POSTROUTING -o veth1 -j MASQUERADE\nCOMMIT\n" +
+		"*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n:user - [0:0]\n" +
+		"-A INPUT -p udp -m udp --dport 5002 -j user\n-A OUTPUT -p tcp -m tcp --dport 25 -j DROP\n-A user -j DROP\nCOMMIT\n"
+	_, errOut, code := c.run(text, "restore", "-i", "veth1")
+	if code != 0 {
+		t.Fatalf("restore -i: exit %d\n%s", code, errOut)
+	}
+	for _, want := range []string{
+		"<stdin>:6:2: warning: nat POSTROUTING is not enforced: restore -i runs only filter INPUT at xdp",
+		"warning: filter FORWARD is not enforced",
+		"<stdin>:14:2: warning: filter OUTPUT is not enforced",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("restore -i does not say %q:\n%s", want, errOut)
+		}
+	}
+	if strings.Contains(errOut, "INPUT is not enforced") || strings.Contains(errOut, "user is not enforced") {
+		t.Errorf("restore -i warns of a chain it runs:\n%s", errOut)
+	}
+	if _, errOut, _ := c.run(text, "restore", "-q", "-i", "veth1"); errOut != "" {
+		t.Errorf("restore -q -i printed:\n%s", errOut)
+	}
+	if _, errOut, _ := c.run(udpRules, "restore", "-i", "veth1"); errOut != "" {
+		t.Errorf("restore -i of filter INPUT alone printed:\n%s", errOut)
+	}
+	c.ok("", "unload")
+}

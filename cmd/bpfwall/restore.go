@@ -124,6 +124,7 @@ func restoreInterfaces(req restoreRequest, stdout, stderr io.Writer) error {
 		mode counterMode
 	}
 	var plans []plan
+	var input *rules.Ruleset // as the input has it, without kept tables
 	for _, t := range targets {
 		opts := req.opts
 		// The active rule set is parsed only when it is needed (restore
@@ -154,6 +155,9 @@ func restoreInterfaces(req restoreRequest, stdout, stderr io.Writer) error {
 		if err != nil {
 			return reportRuleErrors(err, true, stderr)
 		}
+		if input == nil {
+			input = &rules.Ruleset{Tables: slices.Clone(rs.Tables)}
+		}
 		if !req.opts.Noflush && t.snap != nil && keepsTables(t.snap.Meta.Source, rs) {
 			// As iptables-restore, tables the input does not name stay.
 			if active, err = t.active(); err != nil {
@@ -177,6 +181,13 @@ func restoreInterfaces(req restoreRequest, stdout, stderr io.Writer) error {
 		plans = append(plans, plan{t, rs, prog, mode})
 	}
 
+	var runs []string
+	for _, p := range plans {
+		runs = append(runs, tableOf(p.t)+" "+p.prog.IR.Chains[0].Name+" at "+p.t.place.Hook.String())
+	}
+	if input != nil {
+		req.warn.print(stderr, unenforced(input, runs))
+	}
 	if req.test {
 		for _, p := range plans {
 			req.progress("%s: verifying", p.t.place.Hook)
@@ -217,6 +228,42 @@ func restoreInterfaces(req restoreRequest, stdout, stderr io.Writer) error {
 		return errors.New("no filter is loaded in this network namespace on an interface that exists; name interfaces with -i")
 	}
 	return nil
+}
+
+// tableOf is the table of the chain the filter at t runs.
+func tableOf(t target) string {
+	if t.place.Hook == codegen.HookSkLookup {
+		return "mangle"
+	}
+	return "filter"
+}
+
+// unenforced warns of each builtin chain of rs that has a rule or drops
+// by policy and that none of runs ("filter INPUT at xdp"), the chains an
+// interface-mode restore runs, is: netfilter would enforce it, and
+// nothing here does. (A user chain is enforced when a chain of runs
+// reaches it.)
+func unenforced(rs *rules.Ruleset, runs []string) []*rules.Error {
+	var out []*rules.Error
+	for _, t := range rs.Tables {
+		for _, c := range t.Chains {
+			if !c.Builtin || len(c.Rules) == 0 && c.Policy != rules.PolicyDrop {
+				continue
+			}
+			if slices.ContainsFunc(runs, func(r string) bool { return strings.HasPrefix(r, t.Name+" "+c.Name+" at ") }) {
+				continue
+			}
+			pos := c.Pos
+			if len(c.Rules) > 0 {
+				pos = c.Rules[0].Pos
+			}
+			if pos == (rules.Pos{}) {
+				pos = t.Pos
+			}
+			out = append(out, rules.Errorf(pos, "%s %s is not enforced: restore -i runs only %s; without -i, restore enforces every chain at its netfilter hook", t.Name, c.Name, strings.Join(runs, ", ")))
+		}
+	}
+	return out
 }
 
 // countRules counts the rules of every chain of rs.
