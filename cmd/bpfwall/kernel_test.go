@@ -897,5 +897,14 @@ func TestRestoreInterfaceUnenforced(t *testing.T) {
 	if _, errOut, _ := c.run(udpRules, "restore", "-i", "veth1"); errOut != "" {
 		t.Errorf("restore -i of filter INPUT alone printed:\n%s", errOut)
 	}
+	// load, which takes one chain of a file, says the same.
+	file := filepath.Join(t.TempDir(), "rules.v4")
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := c.run("", "load", "--hook", "tc-egress", "-i", "veth1", file); code != 0 ||
+		!strings.Contains(errOut, "rules.v4:13:2: warning: filter INPUT is not enforced: load runs only filter OUTPUT at tc-egress") || strings.Contains(errOut, "OUTPUT is not enforced") {
+		t.Errorf("load --hook tc-egress: exit %d\n%s", code, errOut)
+	}
 	c.ok("", "unload")
 }

@@ -186,7 +186,7 @@ func restoreInterfaces(req restoreRequest, stdout, stderr io.Writer) error {
 		runs = append(runs, tableOf(p.t)+" "+p.prog.IR.Chains[0].Name+" at "+p.t.place.Hook.String())
 	}
 	if input != nil {
-		req.warn.print(stderr, unenforced(input, runs))
+		req.warn.print(stderr, unenforced(input, "restore -i", runs))
 	}
 	if req.test {
 		for _, p := range plans {
@@ -239,11 +239,11 @@ func tableOf(t target) string {
 }
 
 // unenforced warns of each builtin chain of rs that has a rule or drops
-// by policy and that none of runs ("filter INPUT at xdp"), the chains an
-// interface-mode restore runs, is: netfilter would enforce it, and
-// nothing here does. (A user chain is enforced when a chain of runs
-// reaches it.)
-func unenforced(rs *rules.Ruleset, runs []string) []*rules.Error {
+// by policy and that none of runs ("filter INPUT at xdp"), the chains
+// that command (restore -i, load) runs at interface hooks, is: netfilter
+// would enforce it, and nothing here does. (A user chain is enforced when
+// a chain of runs reaches it.)
+func unenforced(rs *rules.Ruleset, command string, runs []string) []*rules.Error {
 	var out []*rules.Error
 	for _, t := range rs.Tables {
 		for _, c := range t.Chains {
@@ -260,7 +260,7 @@ func unenforced(rs *rules.Ruleset, runs []string) []*rules.Error {
 			if pos == (rules.Pos{}) {
 				pos = t.Pos
 			}
-			out = append(out, rules.Errorf(pos, "%s %s is not enforced: restore -i runs only %s; without -i, restore enforces every chain at its netfilter hook", t.Name, c.Name, strings.Join(runs, ", ")))
+			out = append(out, rules.Errorf(pos, "%s %s is not enforced: %s runs only %s; restore without -i enforces every chain at its netfilter hook", t.Name, c.Name, command, strings.Join(runs, ", ")))
 		}
 	}
 	return out
