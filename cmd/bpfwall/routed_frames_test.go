@@ -46,7 +46,8 @@ type frameSeg struct {
 	seq, ack       uint32
 }
 
-// frameFlows returns n segments of random flows for family fam: a client
+// frameFlows returns random flows of at least n segments in all for
+// family fam (the last flow may end past n): a client
 // opening to the router, through it to the server or to a DNATed port; a
 // server opening to the client; the router opening to either, or to its
 // own DNATed port; each with an answer and a third segment sometimes, and
