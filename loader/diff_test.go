@@ -1,7 +1,6 @@
 package loader
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -207,23 +206,12 @@ func TestKernelMatchesEvalOnTestdata(t *testing.T) {
 // whose INPUT chain compiles, and reports what stops the others.
 func TestKernelMatchesEvalOnRealDumps(t *testing.T) {
 	testenv.RequireRoot(t)
-	dir := testenv.Corpus(t, "real")
-	files, _ := filepath.Glob(filepath.Join(dir, "*"))
 	blockers := map[string]int{}
 	compiled := 0
 	done := map[string]bool{}
-	for _, f := range files {
-		base := filepath.Base(f)
-		if base == "README.md" || base == "raw-anomalies" {
-			continue
-		}
-		src, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The TUM dumps were anonymized with MACs iptables rejects.
-		src = bytes.ReplaceAll(src, []byte("XX:XX:XX:XX:XX:XX"), []byte("02:00:00:00:00:01"))
-		prog, err := compileFile(f, src, codegen.HookXDP, "INPUT")
+	for _, d := range testenv.RealDumps(t) {
+		base := d.Name
+		prog, err := compileFile(d.Path, d.Src, codegen.HookXDP, "INPUT")
 		if err != nil {
 			for _, reason := range blockingFeatures(err) {
 				blockers[reason]++
@@ -253,14 +241,9 @@ func TestKernelMatchesEvalOnRealDumps(t *testing.T) {
 
 // blockingFeatures names, once each, the reasons in a compile error.
 func blockingFeatures(err error) []string {
-	var list rules.ErrorList
-	if !errors.As(err, &list) {
-		var e *rules.Error
-		if errors.As(err, &e) {
-			list = rules.ErrorList{e}
-		} else {
-			return []string{err.Error()}
-		}
+	list, ok := rules.AsErrorList(err)
+	if !ok {
+		return []string{err.Error()}
 	}
 	seen := map[string]bool{}
 	var out []string

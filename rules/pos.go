@@ -2,6 +2,7 @@ package rules
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -75,6 +76,21 @@ func (l ErrorList) Error() string {
 // Sort orders the list by position.
 func (l ErrorList) Sort() {
 	slices.SortStableFunc(l, func(a, b *Error) int { return a.Pos.Compare(b.Pos) })
+}
+
+// AsErrorList returns the rule errors err holds: its ErrorList, or its
+// *Error as a list of one; false when it holds neither (an error of
+// another kind, or nil).
+func AsErrorList(err error) (ErrorList, bool) {
+	var list ErrorList
+	if errors.As(err, &list) {
+		return list, true
+	}
+	var one *Error
+	if errors.As(err, &one) {
+		return ErrorList{one}, true
+	}
+	return nil, false
 }
 
 // Err returns nil for an empty list, the list sorted otherwise.

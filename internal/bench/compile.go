@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -150,17 +149,9 @@ func addressed(frame []byte) []byte {
 // reason says briefly why a rule set does not compile or load: its
 // distinct error messages without positions, most frequent first.
 func reason(err error) string {
-	var list rules.ErrorList
-	var e *rules.Error
-	switch {
-	case errors.As(err, &list):
-	case errors.As(err, &e):
-		list = rules.ErrorList{e}
-	default:
-		msg := err.Error()
-		if i := strings.Index(msg, "\n"); i >= 0 {
-			msg = msg[:i]
-		}
+	list, ok := rules.AsErrorList(err)
+	if !ok {
+		msg, _, _ := strings.Cut(err.Error(), "\n")
 		return msg
 	}
 	count := make(map[string]int)

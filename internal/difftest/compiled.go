@@ -20,14 +20,10 @@ import (
 func compile(c *Case, opts codegen.Options) (*codegen.Program, error) {
 	opts.Hook = codegen.HookXDP
 	p, err := codegen.Compile(c.Program, opts)
-	var list rules.ErrorList
-	var one *rules.Error
-	switch {
-	case errors.As(err, &list) && len(list) > 0:
+	if list, ok := rules.AsErrorList(err); ok && len(list) > 0 {
 		return nil, &Unsupported{Reason: list[0].Msg}
-	case errors.As(err, &one):
-		return nil, &Unsupported{Reason: one.Msg}
-	case err != nil:
+	}
+	if err != nil {
 		return nil, fmt.Errorf("compile %s: %w", c.Name, err)
 	}
 	return p, nil

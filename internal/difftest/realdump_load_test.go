@@ -1,11 +1,7 @@
 package difftest
 
 import (
-	"bytes"
-	"errors"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -24,11 +20,6 @@ import (
 // the verifier's work, and what stops the others.
 func TestRealDumpsLoad(t *testing.T) {
 	testenv.RequireRoot(t)
-	dir := testenv.Corpus(t, "real")
-	files, err := filepath.Glob(filepath.Join(dir, "*"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	hooks := []struct {
 		hook  codegen.Hook
 		chain string
@@ -39,24 +30,14 @@ func TestRealDumpsLoad(t *testing.T) {
 	}
 	blockers := make(map[string]map[string]bool) // feature -> dumps
 	loaded := 0
-	for _, f := range files {
-		base := filepath.Base(f)
-		if base == "README.md" || base == "raw-anomalies" {
-			continue
-		}
-		src, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The TUM dumps were anonymized with MACs iptables rejects.
-		src = bytes.ReplaceAll(src, []byte("XX:XX:XX:XX:XX:XX"), []byte("02:00:00:00:00:01"))
+	for _, d := range testenv.RealDumps(t) {
 		opts := iptables.Options{}
-		if strings.HasSuffix(f, ".rules") {
+		if strings.HasSuffix(d.Name, ".rules") {
 			opts.Noflush, opts.Fragment = true, true
 		}
-		rs, err := iptables.Parse(base, src, opts)
+		rs, err := iptables.Parse(d.Name, d.Src, opts)
 		if err != nil {
-			noteBlockers(blockers, base, err)
+			noteBlockers(blockers, d.Name, err)
 			continue
 		}
 		for _, h := range hooks {
@@ -66,15 +47,15 @@ func TestRealDumpsLoad(t *testing.T) {
 				if prog, err = codegen.Compile(p, codegen.Options{Hook: h.hook}); err == nil {
 					l, err := loader.Load(prog, loader.Options{})
 					if err != nil {
-						t.Fatalf("%s at %s: %v", base, h.hook, err)
+						t.Fatalf("%s at %s: %v", d.Name, h.hook, err)
 					}
-					t.Logf("%-52s %-10s %4d rules: %6d instructions, %6d verified", base, h.hook, len(p.Rules), prog.Size(), l.VerifiedInsns)
+					t.Logf("%-52s %-10s %4d rules: %6d instructions, %6d verified", d.Name, h.hook, len(p.Rules), prog.Size(), l.VerifiedInsns)
 					l.Close()
 					loaded++
 					continue
 				}
 			}
-			noteBlockers(blockers, base+" "+h.hook.String(), err)
+			noteBlockers(blockers, d.Name+" "+h.hook.String(), err)
 		}
 	}
 	for _, f := range slices.Sorted(maps.Keys(blockers)) {
@@ -89,13 +70,8 @@ func TestRealDumpsLoad(t *testing.T) {
 // noteBlockers records the features an error names, with positions left
 // out.
 func noteBlockers(blockers map[string]map[string]bool, what string, err error) {
-	var list rules.ErrorList
-	var e *rules.Error
-	switch {
-	case errors.As(err, &list):
-	case errors.As(err, &e):
-		list = rules.ErrorList{e}
-	default:
+	list, ok := rules.AsErrorList(err)
+	if !ok {
 		list = rules.ErrorList{{Msg: err.Error()}}
 	}
 	for _, e := range list {

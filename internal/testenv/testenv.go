@@ -4,6 +4,7 @@ package testenv
 
 import (
 	"bpfwall/internal/topology"
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,6 +74,39 @@ func Corpus(t testing.TB, rel string) string {
 	}
 	skip(t, "corpus folder shared/corpora/%s is absent (shared/ belongs beside the clone)", rel)
 	return ""
+}
+
+// A RealDump is a rule set of the real-world corpus (shared/corpora/real).
+type RealDump struct {
+	Name string // its file's name
+	Path string
+	// Src is its text, with the TUM dumps' anonymized MAC addresses
+	// (XX:XX:XX:XX:XX:XX, which iptables refuses) replaced by a valid one.
+	Src []byte
+}
+
+// RealDumps returns the rule sets of the real-world corpus, skipping the
+// test when it is absent (see Corpus).
+func RealDumps(t testing.TB) []RealDump {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(Corpus(t, "real"), "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []RealDump
+	for _, f := range files {
+		name := filepath.Base(f)
+		if name == "README.md" || name == "raw-anomalies" {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = bytes.ReplaceAll(src, []byte("XX:XX:XX:XX:XX:XX"), []byte("02:00:00:00:00:01"))
+		out = append(out, RealDump{Name: name, Path: f, Src: src})
+	}
+	return out
 }
 
 // CorpusFiles returns the files of corpus folder shared/corpora/rel
