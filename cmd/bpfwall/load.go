@@ -48,7 +48,7 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return reportRuleErrors(err, false, stderr)
 	}
-	in.warner.print(stderr, unenforced(rs, "load", []string{tableOf(t) + " " + prog.IR.Chains[0].Name + " at " + t.place.Hook.String()}))
+	in.warner.print(stderr, unenforced(rs, "load", []ranChain{ranAt(t, prog)}))
 	res, err := swapIn(t, rs, prog, files[0], &f, countersCarry)
 	if err != nil {
 		return err

@@ -181,9 +181,9 @@ func restoreInterfaces(req restoreRequest, stdout, stderr io.Writer) error {
 		plans = append(plans, plan{t, rs, prog, mode})
 	}
 
-	var runs []string
+	var runs []ranChain
 	for _, p := range plans {
-		runs = append(runs, tableOf(p.t)+" "+p.prog.IR.Chains[0].Name+" at "+p.t.place.Hook.String())
+		runs = append(runs, ranAt(p.t, p.prog))
 	}
 	if input != nil {
 		req.warn.print(stderr, unenforced(input, "restore -i", runs))
@@ -230,27 +230,36 @@ func restoreInterfaces(req restoreRequest, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// tableOf is the table of the chain the filter at t runs.
-func tableOf(t target) string {
-	if t.place.Hook == codegen.HookSkLookup {
-		return "mangle"
-	}
-	return "filter"
+// ranChain is a builtin chain a filter at an interface hook runs.
+type ranChain struct {
+	table, chain string
+	hook         codegen.Hook
+}
+
+func (r ranChain) String() string { return r.table + " " + r.chain + " at " + r.hook.String() }
+
+// ranAt is the chain that prog, the filter at t, runs.
+func ranAt(t target, prog *codegen.Program) ranChain {
+	return ranChain{prog.IR.Table, prog.IR.Chains[0].Name, t.place.Hook}
 }
 
 // unenforced warns of each builtin chain of rs that has a rule or drops
-// by policy and that none of runs ("filter INPUT at xdp"), the chains
-// that command (restore -i, load) runs at interface hooks, is: netfilter
-// would enforce it, and nothing here does. (A user chain is enforced when
-// a chain of runs reaches it.)
-func unenforced(rs *rules.Ruleset, command string, runs []string) []*rules.Error {
+// by policy and that none of runs, the chains that command (restore -i,
+// load) runs at interface hooks, is: netfilter would enforce it, and
+// nothing here does. (A user chain is enforced when a chain of runs
+// reaches it.)
+func unenforced(rs *rules.Ruleset, command string, runs []ranChain) []*rules.Error {
+	names := make([]string, len(runs))
+	for i, r := range runs {
+		names[i] = r.String()
+	}
 	var out []*rules.Error
 	for _, t := range rs.Tables {
 		for _, c := range t.Chains {
 			if !c.Builtin || len(c.Rules) == 0 && c.Policy != rules.PolicyDrop {
 				continue
 			}
-			if slices.ContainsFunc(runs, func(r string) bool { return strings.HasPrefix(r, t.Name+" "+c.Name+" at ") }) {
+			if slices.ContainsFunc(runs, func(r ranChain) bool { return r.table == t.Name && r.chain == c.Name }) {
 				continue
 			}
 			pos := c.Pos
@@ -260,7 +269,7 @@ func unenforced(rs *rules.Ruleset, command string, runs []string) []*rules.Error
 			if pos == (rules.Pos{}) {
 				pos = t.Pos
 			}
-			out = append(out, rules.Errorf(pos, "%s %s is not enforced: %s runs only %s; restore without -i enforces every chain at its netfilter hook", t.Name, c.Name, command, strings.Join(runs, ", ")))
+			out = append(out, rules.Errorf(pos, "%s %s is not enforced: %s runs only %s; restore without -i enforces every chain at its netfilter hook", t.Name, c.Name, command, strings.Join(names, ", ")))
 		}
 	}
 	return out

@@ -178,7 +178,10 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 	// parsed rules (a third of a large restore's memory) go once the
 	// chains are lowered, before they compile. (Nothing reads rs after
 	// compileChains.)
-	metas := loader.NewMetaSource(rs)
+	var metas *loader.MetaSource
+	if !req.test {
+		metas = loader.NewMetaSource(rs) // restore -t loads no meta
+	}
 	tables := shellTables(rs)
 	cc, err := compileChains(rs, parse, req.family, req.level, req.noDelegate)
 	if err != nil {
@@ -378,13 +381,8 @@ func compileChains(rs *rules.Ruleset, parse func() (*rules.Ruleset, error), fami
 	}
 	// refused delegates chain c, or with noDelegate refuses it, for err.
 	refused := func(rs *rules.Ruleset, c loader.NetfilterChain, err error) error {
-		var list rules.ErrorList
-		var one *rules.Error
-		switch {
-		case errors.As(err, &list):
-		case errors.As(err, &one):
-			list = rules.ErrorList{one}
-		default:
+		list, ok := rules.AsErrorList(err)
+		if !ok {
 			return fmt.Errorf("%s %s: %w", c.Table, c.Chain, err)
 		}
 		if noDelegate {
