@@ -413,7 +413,6 @@ func TestRoutedFrames(t *testing.T) {
 		}
 	}
 	socks := r.frameSockets()
-	must := func(stdin string, args ...string) { r.run(stdin, args...) }
 	dir := t.TempDir()
 	mismatches, flows, sites := 0, 0, map[string]int{}
 	port := uint16(frameFlowBase)
@@ -427,23 +426,7 @@ func TestRoutedFrames(t *testing.T) {
 		for fam := range 2 {
 			segs[fam] = frameFlows(rng, fam, probes, &port)
 		}
-		files := [2]string{fmt.Sprintf("%s/%d.v4", dir, seed), fmt.Sprintf("%s/%d.v6", dir, seed)}
-		for fam := range 2 {
-			if err := os.WriteFile(files[fam], []byte(text[fam]), 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-		must("", bin, "restore", "-q", files[0])
-		must("", bin, "restore", "-q", "-6", files[1])
-		r.flushConntrack()
-		got := socks.run(t, segs)
-		must("", bin, "unload")
-		must(text[0], "iptables-legacy-restore")
-		must(text[1], "ip6tables-legacy-restore")
-		r.flushConntrack()
-		want := socks.run(t, segs)
-		must(emptyRules, "iptables-legacy-restore")
-		must(emptyRules, "ip6tables-legacy-restore")
+		got, want := bothWays(r, bin, dir, seed, text, func() map[uint16][]string { return socks.run(t, segs) })
 		for fam := range 2 {
 			seen := map[uint16]bool{}
 			for _, seg := range segs[fam] {

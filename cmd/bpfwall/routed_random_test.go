@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -113,6 +112,33 @@ const emptyRules = "*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT
 	"*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n" +
 	"*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
 
+// bothWays measures the router with the rule sets text (IPv4, IPv6) of
+// seed restored by bpfwall, from files in dir, and then loaded by
+// iptables-legacy and ip6tables-legacy instead. Each run begins without
+// the conntrack entries of the runs before; the router's tables are left
+// empty.
+func bothWays[T any](r *routed, bin, dir string, seed int, text [2]string, measure func() T) (bpfwall, iptables T) {
+	r.t.Helper()
+	files := [2]string{fmt.Sprintf("%s/%d.v4", dir, seed), fmt.Sprintf("%s/%d.v6", dir, seed)}
+	for fam := range 2 {
+		if err := os.WriteFile(files[fam], []byte(text[fam]), 0o600); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	r.run("", bin, "restore", "-q", files[0])
+	r.run("", bin, "restore", "-q", "-6", files[1])
+	r.flushConntrack()
+	bpfwall = measure()
+	r.run("", bin, "unload")
+	r.run(text[0], "iptables-legacy-restore")
+	r.run(text[1], "ip6tables-legacy-restore")
+	r.flushConntrack()
+	iptables = measure()
+	r.run(emptyRules, "iptables-legacy-restore")
+	r.run(emptyRules, "ip6tables-legacy-restore")
+	return bpfwall, iptables
+}
+
 // outcomesParallel runs the probes of family fam at once.
 func (r *routed) outcomesParallel(fam int, probes []probe) []string {
 	ns := map[string]string{"client": r.client, "router": r.router, "server": r.server}
@@ -136,13 +162,7 @@ func (r *routed) outcomesParallel(fam int, probes []probe) []string {
 // number of rule sets (make difftest runs more).
 func TestRoutedRandom(t *testing.T) {
 	testenv.RequireTool(t, "iptables-legacy-restore", "ip6tables-legacy-restore", "iptables-restore")
-	n := 10
-	if s := os.Getenv("BPFWALL_ROUTED_SEEDS"); s != "" {
-		var err error
-		if n, err = strconv.Atoi(s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	n := envInt(t, "BPFWALL_ROUTED_SEEDS", 10)
 	bin := buildBpfwall(t)
 	r := newRouted(t)
 	// The kernel's REJECT answers in both runs: without its ICMP rate
@@ -156,33 +176,20 @@ func TestRoutedRandom(t *testing.T) {
 	r.listen(r.router, 22, 80, 443, 8080, 23)
 	r.listen(r.client, 22, 80, 8080)
 	probes := append([]probe{{"client", "rc", 8081}, {"client", "rc", 8082}, {"router", "rc", 8083}}, routedProbes...)
-	must := func(stdin string, args ...string) { r.run(stdin, args...) }
 	dir := t.TempDir()
 	mismatches, probed := 0, 0
 	kinds := map[string]int{}
 	for seed := range n {
 		rng := rand.New(rand.NewPCG(uint64(seed), 16))
 		text := [2]string{randomRouted(rng, 0), randomRouted(rng, 1)}
-		files := [2]string{fmt.Sprintf("%s/%d.v4", dir, seed), fmt.Sprintf("%s/%d.v6", dir, seed)}
-		for fam := range 2 {
-			if err := os.WriteFile(files[fam], []byte(text[fam]), 0o600); err != nil {
-				t.Fatal(err)
+		got, wantAll := bothWays(r, bin, dir, seed, text, func() (out [2][]string) {
+			for fam := range 2 {
+				out[fam] = r.outcomesParallel(fam, probes)
 			}
-		}
-		// Each run begins without the entries of the runs before.
-		must("", bin, "restore", "-q", files[0])
-		must("", bin, "restore", "-q", "-6", files[1])
-		r.flushConntrack()
-		var got [2][]string
+			return out
+		})
 		for fam := range 2 {
-			got[fam] = r.outcomesParallel(fam, probes)
-		}
-		must("", bin, "unload")
-		must(text[0], "iptables-legacy-restore")
-		must(text[1], "ip6tables-legacy-restore")
-		r.flushConntrack()
-		for fam := range 2 {
-			want := r.outcomesParallel(fam, probes)
+			want := wantAll[fam]
 			for i := range want {
 				probed++
 				kinds[want[i][strings.LastIndexByte(want[i], ' ')+1:]]++
@@ -194,8 +201,6 @@ func TestRoutedRandom(t *testing.T) {
 				}
 			}
 		}
-		must(emptyRules, "iptables-legacy-restore")
-		must(emptyRules, "ip6tables-legacy-restore")
 	}
 	t.Logf("%d rule sets per family, %d probes, %d mismatches; the kernel's outcomes %v", n, probed, mismatches, kinds)
 	if kinds["open"] == 0 || kinds["timeout"] == 0 || kinds["refused"] == 0 {
