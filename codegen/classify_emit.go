@@ -64,7 +64,15 @@ func (c *compiler) classified(s *classify.Segment, next string) {
 		asm.JEq.Imm(asm.R7, -1, next),
 		asm.JEq.Imm(asm.R8, classify.KindHotdrop, hot),
 	)
-	c.countReg(asm.R7)
+	if c.accel {
+		// An accelerator counts what it drops (accelDrops).
+		counted := b.Fresh("drop_counted")
+		b.Emit(asm.JNE.Imm(asm.R8, classify.KindDrop, counted))
+		c.countReg(asm.R7)
+		b.Mark(counted)
+	} else {
+		c.countReg(asm.R7)
+	}
 	if c.hook == HookStage {
 		// The stage cannot send a REJECT's reply: it drops and counts.
 		counted := b.Fresh("reject_counted")

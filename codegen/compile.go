@@ -58,6 +58,7 @@ type compiler struct {
 
 	level     Level
 	trace     bool        // Options.Trace
+	accel     bool        // Options.Accelerate: an accelerator (accelerate.go)
 	log       bool        // the program has LOG rules: chain functions take the context
 	ct        bool        // the rules test the conntrack state
 	hasRecent bool        // the rules have recent matches: see pktRecentNow
@@ -170,6 +171,9 @@ func (c *compiler) program() (_ asm.Instructions, err error) {
 	if c.ct {
 		c.ctState()
 	}
+	if c.accel {
+		c.routeFunction()
+	}
 	c.rejectFunctions()
 	if len(c.hashTables()) > 0 {
 		c.hashSweep()
@@ -204,7 +208,9 @@ func (c *compiler) calleesFirst() []int {
 // collect numbers the interface patterns and TCP option kinds the rules
 // test.
 func (c *compiler) collect() error {
-	c.ct = c.orig.TestsConntrack()
+	// An accelerator looks every packet up: it passes those with an
+	// entry (conntrack.Target.EntryUnknown).
+	c.ct = c.orig.TestsConntrack() || c.accel
 	_, slots := c.recentTables()
 	c.hasRecent = slots > 0
 	for _, r := range c.p.Rules {
@@ -328,6 +334,9 @@ func (c *compiler) main() {
 // r8 is 0.
 func (c *compiler) mainChains() {
 	b := c.b
+	if c.accel {
+		c.accelGate()
+	}
 	if c.p.Forward && c.hook != HookSkLookup && c.hook != HookNetfilter {
 		b.Note("ip_forward drops a packet with TTL (hop limit) 1 or less before FORWARD: it passes, to be dropped there")
 		b.Emit(
@@ -360,6 +369,13 @@ func (c *compiler) mainChains() {
 			insn.Call(conntrack.Sym),
 			insn.St(asm.R10, c.mainPkt()+pkt.CTState, asm.R0, asm.Byte),
 		)
+		if c.accel {
+			b.Emit(
+				insn.Mov(asm.R7, int32(abi.Unaccelerated)),
+				insn.Mov(asm.R9, c.hook.pass()),
+				asm.JSet.Imm(asm.R0, int32(ir.ConnUnknown), symMainEnd),
+			)
+		}
 	}
 	if c.entry != nil {
 		b.Note("chain %s, in main", c.p.Chains[0].Name)
@@ -387,7 +403,9 @@ func (c *compiler) mainChains() {
 	}
 	b.Mark("policy")
 	b.Note("policy %s of chain %s", c.p.Chains[0].Policy, c.p.Chains[0].Name)
-	c.count(len(c.p.Rules), asm.R10, c.mainPkt()+pkt.Bytes, c.mainKey())
+	if !c.accel { // whose entry chain's policy passes
+		c.count(len(c.p.Rules), asm.R10, c.mainPkt()+pkt.Bytes, c.mainKey())
+	}
 	policy, decided := c.hook.pass(), symMainEnd
 	if c.p.Chains[0].Policy == rules.PolicyDrop {
 		policy = c.hook.drop()
@@ -419,6 +437,10 @@ func (c *compiler) mainChains() {
 		b.Emit(asm.JEq.Imm(asm.R0, codeDrop, symMainEnd))
 	}
 	b.Emit(insn.Mov(asm.R7, int32(abi.Hotdrop)))
+	if c.accel {
+		// A state the program could not determine: netfilter decides.
+		b.Emit(insn.Mov(asm.R9, c.hook.pass()))
+	}
 	if len(c.rejects) > 0 {
 		b.Emit(insn.Ja(symMainEnd))
 		c.rejectDecided()
@@ -600,7 +622,11 @@ func (c *compiler) rule(r *ir.Rule, next string) {
 			usesHotdrop = true
 		}
 	}
-	c.count(r.ID, asm.R6, pkt.Bytes, chainKey)
+	if _, drops := r.Action.(ir.Drop); drops || !c.accel {
+		// An accelerator counts what it drops: what the rule would
+		// have counted in netfilter. What it passes, netfilter counts.
+		c.count(r.ID, asm.R6, pkt.Bytes, chainKey)
+	}
 	fallsThrough := false
 	switch a := r.Action.(type) {
 	case ir.Accept:

@@ -31,11 +31,12 @@ func (c *compiler) ctState() {
 		c.ctStateEgress()
 	default:
 		conntrack.Lookup(c.b, conntrack.Target{
-			IPv6:       c.p.Family == rules.IPv6,
-			TC:         c.hook.tc(),
-			Proto:      c.protoCtxPkt(),
-			ScratchMap: abi.ScratchMap,
-			Packet:     parser{c},
+			IPv6:         c.p.Family == rules.IPv6,
+			TC:           c.hook.tc(),
+			Proto:        c.protoCtxPkt(),
+			ScratchMap:   abi.ScratchMap,
+			Packet:       parser{c},
+			EntryUnknown: c.accel,
 		})
 	}
 }
@@ -74,7 +75,9 @@ func (p *Program) UsesConntrack() bool { return p.IR.TestsConntrack() }
 // NeedsKernelBTF reports whether the program calls kfuncs or reads kernel
 // structs, whose BTF IDs and offsets KernelSpec takes from the running
 // kernel: a program that looks up conntrack, and every netfilter program.
-func (p *Program) NeedsKernelBTF() bool { return p.UsesConntrack() || p.Hook.nf() || p.testsOwner() }
+func (p *Program) NeedsKernelBTF() bool {
+	return p.UsesConntrack() || p.Accelerator || p.Hook.nf() || p.testsOwner()
+}
 
 // KernelSpec returns a copy of Spec whose kfunc calls and kernel struct
 // offsets are those of kernel, the running kernel's BTF

@@ -126,6 +126,8 @@ func codeOf(m ir.Match) matchCode {
 		return rateLimitCode
 	case ir.Recent:
 		return recentCode
+	case ir.Route:
+		return routeCode
 	case ir.SrcMAC:
 		return macCode
 	case ir.TCPFlags:

@@ -34,7 +34,7 @@ var ctStateCode = &kind[ir.CTState]{
 func (c *compiler) ctMatch(m ir.CTState, next, hotdrop string) bool {
 	b := c.b
 	b.Emit(insn.Ld(asm.R1, asm.R6, pkt.CTState, asm.Byte))
-	unknown := c.defers()
+	unknown := c.defers() || c.accel
 	if unknown {
 		b.Emit(asm.JSet.Imm(asm.R1, int32(ir.ConnUnknown), hotdrop))
 	}

@@ -83,8 +83,12 @@ func (c *compiler) nfMainHdr() int16    { return c.mainKey() - 32 }
 // defers reports whether the program passes the packets of class U to
 // the netfilter stage.
 func (c *compiler) defers() bool {
-	return c.ct && (c.hook == HookXDP || c.hook == HookTCIngress)
+	return c.ct && (c.hook == HookXDP || c.hook == HookTCIngress) && !c.accel
 }
+
+// marksClassU reports whether parse marks what makes a packet of class U
+// (pkt.FlagVLAN): for the stage, or for an accelerator, which passes it.
+func (c *compiler) marksClassU() bool { return c.defers() || c.accel }
 
 // stageMaps are the maps of the stage the program needs.
 func (c *compiler) stageMaps() []*ebpf.MapSpec {

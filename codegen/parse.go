@@ -361,7 +361,7 @@ func (c *compiler) parseEthernet() {
 			insn.Ld(asm.R1, asm.R6, uapi.SkbVLANPresent, asm.Word),
 			insn.St(asm.R10, parseTmp, asm.R1, asm.DWord),
 		)
-		if c.defers() {
+		if c.marksClassU() {
 			untagged := b.Fresh("untagged")
 			b.Emit(asm.JEq.Imm(asm.R1, 0, untagged))
 			c.setFlag(pkt.FlagVLAN)
@@ -375,7 +375,7 @@ func (c *compiler) parseEthernet() {
 			asm.JNE.Imm(asm.R9, uapi.EtherTypeQinQ, "parse_ethertype"),
 		)
 		b.Mark(tag)
-		if c.defers() {
+		if c.marksClassU() {
 			c.setFlag(pkt.FlagVLAN)
 		}
 		if c.hook.tc() {
@@ -783,7 +783,7 @@ func (c *compiler) ipv6ExtHeaders() {
 			asm.Or.Reg(asm.R1, asm.R2),
 		)
 	}
-	if c.defers() {
+	if c.marksClassU() {
 		// Keep pkt.FlagVLAN.
 		b.Emit(
 			insn.Ld(asm.R2, asm.R7, pkt.Flags, asm.Byte),
@@ -1387,4 +1387,4 @@ func (c *compiler) forwardedTTL() {
 	c.b.Mark(done)
 }
 
-func (c *compiler) fragFlag() bool { return c.ct || c.p.Reassembled }
+func (c *compiler) fragFlag() bool { return c.ct || c.p.Reassembled || c.accel }

@@ -65,6 +65,9 @@ type Options struct {
 	// value, what restore and load attach, records nothing: a per-packet
 	// map write that only trace reads.
 	Trace bool
+	// Accelerate compiles an accelerator (Accelerator's program) for
+	// HookXDP: it passes what it cannot judge as the chains would.
+	Accelerate bool
 }
 
 // Program is a compiled rule set: a pure, deterministic description;
@@ -84,6 +87,9 @@ type Program struct {
 	Ifaces []ir.Iface
 
 	Level Level
+	// Accelerator is set for an accelerator (Options.Accelerate), which
+	// looks every TCP and UDP packet up in conntrack.
+	Accelerator bool
 	// Classified is how many of the rules (after the ir passes) the
 	// classifier decides by its tables rather than in plain code.
 	Classified int
@@ -125,6 +131,9 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 	if !opts.Hook.valid() || opts.Hook == HookStage {
 		return nil, fmt.Errorf("compile: unknown hook %d", opts.Hook)
 	}
+	if opts.Accelerate && opts.Hook != HookXDP {
+		return nil, fmt.Errorf("compile: an accelerator runs at xdp, not %s", opts.Hook)
+	}
 	if opts.Level >= numLevels {
 		return nil, fmt.Errorf("compile for %s: optimization level %d does not exist (only -O0 and -O1)", opts.Hook, opts.Level)
 	}
@@ -139,6 +148,10 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 		}
 	}
 	c := newCompiler(p, orig, opts.Hook, opts.Level, opts.ForceLookups, opts.Trace)
+	if opts.Accelerate {
+		// The route lookup takes the TOS.
+		c.accel, c.readsDSCP = true, true
+	}
 	c.log = c.hasLog()
 	c.check()
 	if err := c.errs.Err(); err != nil {
@@ -156,14 +169,17 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 		return nil, fmt.Errorf("compile for %s: %d rules make %d instructions, more than the %d a BPF program may have", opts.Hook, len(p.Rules), n, maxInstructions)
 	}
 	out := &Program{
-		IR:         orig,
-		Hook:       opts.Hook,
-		Level:      opts.Level,
-		Ifaces:     c.ifaces,
-		Spec:       c.spec(insns),
-		Classified: c.cls.Classified(),
-		removed:    origRemovals(orig, p.Removed),
-		Warnings:   ingressStateWarnings(p, opts.Hook),
+		IR:          orig,
+		Hook:        opts.Hook,
+		Level:       opts.Level,
+		Accelerator: c.accel,
+		Ifaces:      c.ifaces,
+		Spec:        c.spec(insns),
+		Classified:  c.cls.Classified(),
+		removed:     origRemovals(orig, p.Removed),
+	}
+	if !c.accel {
+		out.Warnings = ingressStateWarnings(p, opts.Hook)
 	}
 	if c.defers() {
 		if out.Netfilter, err = c.compileStage(); err != nil {

@@ -37,6 +37,9 @@ const (
 	// less, which ip_forward drops before the FORWARD hook
 	// (ir.SkipTTLExpired).
 	TTLExpired DecisionKind = 11
+	// Unaccelerated: passed by an accelerator, which cannot judge the
+	// packet as the chains would; they decide it.
+	Unaccelerated DecisionKind = 12
 )
 
 var decisionKindNames = [...]string{
@@ -51,6 +54,7 @@ var decisionKindNames = [...]string{
 	TinyFragment:    "tiny-fragment",
 	Deferred:        "deferred",
 	TTLExpired:      "ttl-expired",
+	Unaccelerated:   "unaccelerated",
 }
 
 func (k DecisionKind) String() string {

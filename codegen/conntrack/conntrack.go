@@ -35,6 +35,13 @@ type Target struct {
 	// bytes, holds the SACK walk's loop state.
 	ScratchMap string
 	Packet
+	// EntryUnknown makes the state of a packet that has an entry
+	// unknown. Conntrack changes the entry for the packet before any
+	// chain runs (TCP windows and state, seen-reply, the timeout), even
+	// when a chain then drops it, and nat rewrites the destination of
+	// some (a reply of source NAT): an accelerator, which would drop the
+	// packet before conntrack sees it, must leave those to the chains.
+	EntryUnknown bool
 }
 
 // Lookup emits ct_state for xdp and tc-ingress: the function returns

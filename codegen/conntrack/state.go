@@ -151,8 +151,9 @@ func (g *gen) state() {
 
 	b.Mark("ct_found")
 	b.Note("an entry (resolve_normal_ct): a reply, or seen a reply, is established; expected is related; else new")
+	b.Emit(insn.Movr(asm.R9, asm.R0))
+	g.entryUnknown()
 	b.Emit(
-		insn.Movr(asm.R9, asm.R0),
 		insn.Mov(asm.R8, ctStateEstab),
 		insn.Ld(asm.R1, asm.R10, ctOpts+ctOptsDir, asm.Byte),
 		asm.JEq.Imm(asm.R1, ipCTDirReply, "ct_release"),
@@ -173,6 +174,17 @@ func (g *gen) state() {
 		asm.Return(),
 	)
 	g.sackCallback()
+}
+
+// entryUnknown, with EntryUnknown, ends at ct_release with the state
+// unknown: the lookup found the entry in r9.
+func (g *gen) entryUnknown() {
+	if g.EntryUnknown {
+		g.b.Emit(
+			insn.Mov(asm.R8, ctStateUnknown),
+			insn.Ja("ct_release"),
+		)
+	}
 }
 
 // The path from the context to the namespace of the device a packet came

@@ -108,6 +108,7 @@ func (g *gen) tcpFound() {
 	b.Mark("ct_tcp_found")
 	b.Note("a tcp entry: nf_conntrack_tcp_packet's verdict on copies of the entry's windows (ir.Packet.ConntrackTCP)")
 	b.Emit(insn.Movr(asm.R9, asm.R0))
+	g.entryUnknown()
 	for off := int16(ctLow); off < ctSnd+24; off += 8 {
 		b.Emit(insn.StImm(asm.R10, off, 0, asm.DWord))
 	}

@@ -56,4 +56,7 @@ const (
 	// FlagVLAN: the frame carried a VLAN tag; set only in programs that
 	// defer packets to the netfilter stage.
 	FlagVLAN = 1 << 4
+	// FlagForward: routing will forward the packet (an accelerator's
+	// route lookup, codegen.Accelerator); clear for local delivery.
+	FlagForward = 1 << 5
 )

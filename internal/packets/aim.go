@@ -124,7 +124,7 @@ func (g *Generator) breakRule(f *fields, x *ir.Rule) bool {
 // m does not drop), when there is one that satisfy can aim at.
 func negate(m ir.Match) (ir.Match, bool) {
 	switch m := m.(type) {
-	case ir.AddrSet, ir.CTState, ir.HashLimit, ir.L4Header, ir.L4Proto, ir.Limit, ir.Mark, ir.Owner, ir.PktType, ir.RateLimit, ir.Recent, ir.TProxyTo, ir.Transport:
+	case ir.AddrSet, ir.CTState, ir.HashLimit, ir.L4Header, ir.L4Proto, ir.Limit, ir.Mark, ir.Owner, ir.PktType, ir.RateLimit, ir.Recent, ir.Route, ir.TProxyTo, ir.Transport:
 		// no complement that satisfy aims at.
 	case ir.Addr:
 		m.Neg = !m.Neg
@@ -284,7 +284,7 @@ func (g *Generator) satisfy(f *fields, m ir.Match) {
 		return
 	}
 	switch m := m.(type) {
-	case ir.CTState, ir.HashLimit, ir.L4Proto, ir.Limit, ir.Mark, ir.Owner, ir.PktType, ir.RateLimit, ir.Recent, ir.TProxyTo, ir.Transport:
+	case ir.CTState, ir.HashLimit, ir.L4Proto, ir.Limit, ir.Mark, ir.Owner, ir.PktType, ir.RateLimit, ir.Recent, ir.Route, ir.TProxyTo, ir.Transport:
 		// not aimed at: their fields are left to chance.
 	case ir.Addr:
 		a := g.inMask(m.Addr, m.Mask)
@@ -380,7 +380,7 @@ func (g *Generator) satisfy(f *fields, m ir.Match) {
 // f has.
 func (f *fields) holds(m ir.Match) bool {
 	switch m := m.(type) {
-	case ir.AddrSet, ir.CTState, ir.Fragment, ir.HashLimit, ir.Iface, ir.L4Header, ir.L4Proto, ir.Length, ir.Limit, ir.Mark, ir.Owner, ir.PktType, ir.Proto, ir.RateLimit, ir.Recent, ir.SrcMAC, ir.TCPOption, ir.TProxyTo, ir.Transport:
+	case ir.AddrSet, ir.CTState, ir.Fragment, ir.HashLimit, ir.Iface, ir.L4Header, ir.L4Proto, ir.Length, ir.Limit, ir.Mark, ir.Owner, ir.PktType, ir.Proto, ir.RateLimit, ir.Recent, ir.Route, ir.SrcMAC, ir.TCPOption, ir.TProxyTo, ir.Transport:
 		// f has none of their fields.
 	case ir.Addr:
 		a, mask := f.addr(m.Dir).AsSlice(), m.Mask.AsSlice()
@@ -578,7 +578,7 @@ func (g *Generator) edges(f fields, m ir.Match) []fields {
 		}
 	}
 	switch m := m.(type) {
-	case ir.CTState, ir.HashLimit, ir.L4Proto, ir.Limit, ir.Mark, ir.Owner, ir.PktType, ir.RateLimit, ir.Recent, ir.TProxyTo, ir.Transport:
+	case ir.CTState, ir.HashLimit, ir.L4Proto, ir.Limit, ir.Mark, ir.Owner, ir.PktType, ir.RateLimit, ir.Recent, ir.Route, ir.TProxyTo, ir.Transport:
 		// no edges to move to.
 	case ir.Addr:
 		first, last := m.Addr, lastUnder(m.Addr, m.Mask)

@@ -53,7 +53,7 @@ func NewGenerator(p *ir.Program, seed uint64) *Generator {
 
 func (g *Generator) collect(m ir.Match) {
 	switch m := m.(type) {
-	case ir.CTState, ir.Fragment, ir.HashLimit, ir.L4Header, ir.L4Proto, ir.Limit, ir.Mark, ir.Owner, ir.PktType, ir.RateLimit, ir.Recent, ir.SrcMAC, ir.TProxyTo, ir.Transport:
+	case ir.CTState, ir.Fragment, ir.HashLimit, ir.L4Header, ir.L4Proto, ir.Limit, ir.Mark, ir.Owner, ir.PktType, ir.RateLimit, ir.Recent, ir.Route, ir.SrcMAC, ir.TProxyTo, ir.Transport:
 		// nothing to collect.
 	case ir.Addr:
 		first := m.Addr
