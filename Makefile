@@ -75,4 +75,4 @@ PROBES ?= 500
 difftest:
 	DIFFTEST_SEEDS=$(SEEDS) DIFFTEST_PROBES=$(PROBES) $(GO) test -count=1 -timeout 60m -v \
 		-run '^(TestRandom|TestRealDumps|TestHandWritten|TestRandomNFT|TestRealNFT|TestFragmentsNFT|TestReadKernelNFT)$$' ./internal/difftest
-	BPFWALL_ROUTED_SEEDS=$(SEEDS) BPFWALL_ROUTED_PROBES=$(PROBES) $(GO) test -count=1 -timeout 60m -v -run '^(TestRoutedRandom|TestRoutedFrames)$$' ./cmd/bpfwall
+	BPFWALL_ROUTED_SEEDS=$(SEEDS) BPFWALL_ROUTED_PROBES=$(PROBES) $(GO) test -count=1 -timeout 60m -v -run '^(TestRoutedRandom|TestRoutedFrames|TestRoutedFramesAccelerated)$$' ./cmd/bpfwall

@@ -321,6 +321,10 @@ func TestSwapAllSurvivesKill(t *testing.T) {
 		ns = inFreshNetns(t)
 		root = testRoot(t)
 		t.Cleanup(func() { os.RemoveAll(filepath.Join(root, strconv.FormatUint(ns, 10))) })
+		// Both rule sets drop in INPUT: each has an accelerator.
+		if _, err := AttachAccelerator(root, ns, []string{"veth0"}, XDPAuto); err != nil {
+			t.Fatal(err)
+		}
 		restore(t, root, ns, old, "A.rules")
 		return root, ns
 	}
@@ -358,6 +362,18 @@ func TestSwapAllSurvivesKill(t *testing.T) {
 			}
 			if got, want := slotProgram(t, p), programID(a.Program); got != want {
 				t.Errorf("%s: the dispatcher runs program %d, the pins hold %d", c, got, want)
+			}
+			a.Close()
+		}
+		accel := AcceleratorPlace(root, ns, rules.IPv4)
+		if a, err := Open(accel); err != nil {
+			t.Errorf("accelerator: open: %v", err)
+		} else {
+			if a.Meta.File != file {
+				t.Errorf("accelerator: the pins describe %s, want %s", a.Meta.File, file)
+			}
+			if got, want := slotProgram(t, accel), programID(a.Program); got != want {
+				t.Errorf("accelerator: the dispatcher runs program %d, the pins hold %d", got, want)
 			}
 			a.Close()
 		}

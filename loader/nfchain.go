@@ -100,7 +100,8 @@ func ChainPlace(root string, ns uint64, family rules.Family, table, chain string
 }
 
 // allPlaces are the places a filter of network namespace ns can have: the
-// hooks of Hooks, then every netfilter chain of both families.
+// hooks of Hooks, then every netfilter chain of both families, each
+// family's followed by its accelerator.
 func allPlaces(root string, ns uint64) []Place {
 	var out []Place
 	for _, h := range Hooks {
@@ -110,6 +111,7 @@ func allPlaces(root string, ns uint64) []Place {
 		for _, c := range NetfilterChains {
 			out = append(out, ChainPlace(root, ns, fam, c.Table, c.Chain))
 		}
+		out = append(out, AcceleratorPlace(root, ns, fam))
 	}
 	return out
 }

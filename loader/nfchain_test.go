@@ -61,7 +61,26 @@ func buildChainSwaps(root string, ns uint64, family rules.Family, text, file str
 		place := ChainPlace(root, ns, family, c.Table, c.Chain)
 		out = append(out, &Swap{Place: place, Program: prog, Meta: meta, Counters: counters})
 	}
-	return out, nil
+	// With a dispatcher in the namespace, the family's accelerator too.
+	if on, err := AcceleratedIfaces(root, ns); err != nil || len(on) == 0 {
+		return out, err
+	}
+	var chains [2]*ir.Program
+	for i, name := range []string{"INPUT", "FORWARD"} {
+		if chains[i], err = ir.Lower(rs, ir.LowerOptions{Table: "filter", Chain: name}); err != nil {
+			return nil, err
+		}
+	}
+	p, err := codegen.Accelerator(chains[0], chains[1])
+	if err != nil || p == nil {
+		return out, err
+	}
+	prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookXDP, Accelerate: true})
+	if err != nil {
+		return nil, err
+	}
+	meta := NewMetaSource(rs).AcceleratorMeta(prog, file)
+	return append(out, &Swap{Place: AcceleratorPlace(root, ns, family), Program: prog, Meta: meta}), nil
 }
 
 // slotProgram is the program the dispatcher slot at p holds; 0 for none.

@@ -54,7 +54,9 @@ type Place struct {
 	Hook  codegen.Hook
 	// Family, Table and Chain say which chain a filter at
 	// codegen.HookNetfilter runs (see ChainPlace); a namespace has one
-	// such filter per family and chain.
+	// such filter per family and chain. At codegen.HookXDP, Chain
+	// AcceleratorChain makes it the family's accelerator
+	// (AcceleratorPlace).
 	Family       rules.Family
 	Table, Chain string
 }
@@ -71,6 +73,9 @@ func (p Place) Dir() string {
 // dirName is the name of the place's directory: the hook's, or for a
 // chain at its netfilter hook netfilter-FAMILY-TABLE-CHAIN.
 func (p Place) dirName() string {
+	if p.Accelerator() {
+		return "accelerator-" + p.Family.String()
+	}
 	if p.Hook != codegen.HookNetfilter {
 		return p.Hook.String()
 	}
@@ -84,6 +89,9 @@ func (p Place) ID() string { return p.dirName() }
 // Name names the place's filter in messages: its hook, or for a chain at
 // its netfilter hook "netfilter ipv4 filter INPUT".
 func (p Place) Name() string {
+	if p.Accelerator() {
+		return "accelerator " + p.Family.String()
+	}
 	if p.Hook != codegen.HookNetfilter {
 		return p.Hook.String()
 	}

@@ -167,21 +167,8 @@ func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 // returns the counters its rules start with: those the rule set holds
 // for them.
 func (s *MetaSource) Meta(p *codegen.Program, file string) (Meta, []abi.Counter, error) {
-	m := Meta{
-		Table:     p.IR.Table,
-		Chain:     p.IR.Chains[0].Name,
-		File:      file,
-		Source:    s.source,
-		Sets:      s.sets,
-		Lines:     make([]int, len(p.IR.Rules)),
-		Origins:   make([]string, len(p.IR.Rules)),
-		Logs:      logRules(p),
-		Family:    p.IR.Family.String(),
-		Recent:    recentMetas(p),
-		HashLimit: hashlimitMetas(p),
-		Level:     p.Level.String(),
-	}
-	m.Instructions = p.Size()
+	m := s.program(p, file)
+	m.Logs, m.Recent, m.HashLimit = logRules(p), recentMetas(p), hashlimitMetas(p)
 	counters := make([]abi.Counter, len(p.IR.Rules)+1)
 	// The origins, FILE:LINE, are substrings of one string.
 	var origins []byte
@@ -217,6 +204,39 @@ func (s *MetaSource) Meta(p *codegen.Program, file string) (Meta, []abi.Counter,
 		counters[len(p.IR.Rules)] = abi.Counter{Packets: c.Packets, Bytes: c.Bytes}
 	}
 	return m, counters, nil
+}
+
+// program is the Meta of p, read from file, without its rules' lines and
+// origins and its stateful features.
+func (s *MetaSource) program(p *codegen.Program, file string) Meta {
+	return Meta{
+		Table:        p.IR.Table,
+		Chain:        p.IR.Chains[0].Name,
+		File:         file,
+		Source:       s.source,
+		Sets:         s.sets,
+		Lines:        make([]int, len(p.IR.Rules)),
+		Origins:      make([]string, len(p.IR.Rules)),
+		Family:       p.IR.Family.String(),
+		Level:        p.Level.String(),
+		Instructions: p.Size(),
+	}
+}
+
+// AcceleratorMeta describes p, an accelerator compiled from the rule set
+// (codegen.Accelerator). A rule has the line and origin of the rule it
+// was made from (a user chain's rules as often as the accelerator copies
+// the chain), none (0, "") for the ones the accelerator adds; its
+// counters count what the accelerator saw, from zero.
+func (s *MetaSource) AcceleratorMeta(p *codegen.Program, file string) Meta {
+	m := s.program(p, file)
+	for _, r := range p.IR.Rules {
+		if sp, ok := s.at[r.Pos]; ok && r.Pos != (rules.Pos{}) {
+			m.Lines[r.ID] = s.all[sp.first].line
+			m.Origins[r.ID] = r.Pos.File + ":" + strconv.Itoa(r.Pos.Line)
+		}
+	}
+	return m
 }
 
 // ruleKey identifies a rule across rule sets: its chain and its text.

@@ -200,6 +200,16 @@ func (p *Prepared) Switch() error {
 		p.filled = true
 		reached("fill " + pinDispatch)
 	}
+	if s.Place.Accelerator() && b.slot == nil && old != nil && old.dispatcher != nil {
+		// An accelerator has no link: its slot in its namespace's
+		// dispatcher switches (dispatchUpdate takes no link).
+		if err := p.update(nil, b.loaded.prog, old.Program); err != nil {
+			p.Abort()
+			return fmt.Errorf("swap %s filter: %w", s.Place.Name(), err)
+		}
+		p.switched = append(p.switched, nil)
+		reached("switch " + pinDispatch)
+	}
 	for _, i := range b.keep {
 		l := old.Links[i]
 		if err := p.update(l, b.loaded.prog, old.Program); err != nil {
@@ -360,6 +370,17 @@ func (s *Swap) build(old *Active) (b *build, err error) {
 // targets returns the interfaces the old filter is attached to, which
 // the swap keeps (in b.keep), and those it adds.
 func (s *Swap) targets(old *Active, b *build) (ifaces, add []Iface, err error) {
+	if s.Place.Accelerator() {
+		// The dispatcher runs on the interfaces; the accelerator needs
+		// their names for its -i matches.
+		if len(s.Ifaces) > 0 {
+			return nil, nil, errors.New("an accelerator runs where its dispatcher is attached (AttachAccelerator)")
+		}
+		if ifaces, err = AcceleratedIfaces(s.Place.Root, s.Place.NetNS); err == nil && len(ifaces) == 0 {
+			err = errors.New("the accelerator's dispatcher runs on no interface")
+		}
+		return ifaces, nil, err
+	}
 	attached := make(map[int]bool)
 	lookup := s.Program.Hook == codegen.HookSkLookup
 	// An sk-lookup filter, and a chain at its netfilter hook, attach to
@@ -503,10 +524,16 @@ func (s *Swap) pin(old *Active, b *build) error {
 	for name, obj := range featurePins(b.loaded) {
 		pins[name] = obj
 	}
-	if s.Program.Hook == codegen.HookNetfilter {
-		// A dispatcher that runs stays pinned as it is (nfchain.go).
+	if s.Program.Hook == codegen.HookNetfilter || s.Place.Accelerator() {
+		// A dispatcher that runs stays pinned as it is (nfchain.go); an
+		// accelerator's is its namespace's (accelerate.go).
 		if old == nil || old.dispatcher == nil {
-			if b.dispatcher, b.slot, err = newDispatch("bpfwall_dispatch"); err != nil {
+			if s.Place.Accelerator() {
+				b.dispatcher, b.slot, err = openAcceleratorSlot(s.Place)
+			} else {
+				b.dispatcher, b.slot, err = newDispatch("bpfwall_dispatch")
+			}
+			if err != nil {
 				return err
 			}
 			pins[pinDispatcher], pins[pinDispatch] = b.dispatcher, b.slot

@@ -85,6 +85,11 @@ func Unload(p Place, names []string) ([]Iface, error) {
 		}
 	}
 	if len(a.Links) == 0 {
+		if p.Accelerator() {
+			if err := emptyAccelerator(a); err != nil {
+				return detach, fmt.Errorf("unload %s: %w", p.Name(), err)
+			}
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			return detach, fmt.Errorf("unload %s filter: %w", p.Hook, err)
 		}

@@ -105,6 +105,10 @@ func Stray(root string, ns uint64) ([]StrayProgram, error) {
 			}
 		}
 	}
+	if p, err := ebpf.LoadPinnedProgram(filepath.Join(acceleratorDir(root, ns), pinDispatcher), nil); err == nil {
+		pinned[programID(p)] = true
+		p.Close()
+	}
 	links, err := listLinks()
 	if err != nil {
 		return nil, err

@@ -184,7 +184,9 @@ func findTargets(hookName string, ifaces []string, stderr io.Writer) ([]target, 
 			return nil, err
 		}
 		for _, p := range all {
-			if p.Hook == codegen.HookNetfilter {
+			// The accelerators judge by the chains' rules: they go with
+			// them.
+			if p.Hook == codegen.HookNetfilter || p.Accelerator() {
 				places = append(places, p)
 			}
 		}

@@ -33,6 +33,8 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 	var ipsets setFlags
 	ipsets.register(fs, &warn)
 	noDelegate := fs.Bool("no-delegate", false, "refuse the nat and security tables instead of leaving them to the kernel's netfilter (without -i)")
+	var accelerate ifaceList
+	fs.Var(&accelerate, "accelerate", "also drop at xdp on `IFACE` (repeatable, or a comma-separated list) what filter INPUT and FORWARD would drop (without -i)")
 	version := versionFlag(fs)
 	modprobeFlag(fs)
 	files, err := parseFlags(fs, args)
@@ -85,12 +87,16 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if len(accelerate) > 0 && !nf {
+		return fmt.Errorf("%w: --accelerate runs in front of the chains at their netfilter hooks (restore without -i and --hook)", errUsage)
+	}
 	// As iptables-restore and ip6tables-restore: the family is -6's, not
 	// a guess from the content ("-p ipv6-icmp" is valid IPv4).
 	req := restoreRequest{
 		src: src, display: display, family: rules.IPv4, sets: sets, level: level,
 		opts: iptables.Options{Counters: *counters, Noflush: *noflush, Table: *table, ForceFamily: true},
 		test: *test, verbose: *verbose > 0, progress: progress, warn: &warn, flags: &f, noDelegate: *noDelegate,
+		accelerate: splitIfaces(accelerate),
 	}
 	if *ipv6 {
 		req.opts.Family, req.family = rules.IPv6, rules.IPv6
@@ -108,7 +114,7 @@ func restoreInterfaces(req restoreRequest, stdout, stderr io.Writer) error {
 	targets, err := findTargets(f.hook, attachTo(f.hook, f.ifaces), stderr)
 	// A namespace whose filters were loaded with -i: a restore without
 	// it swaps those.
-	targets = slices.DeleteFunc(targets, func(t target) bool { return t.place.Hook == codegen.HookNetfilter })
+	targets = slices.DeleteFunc(targets, func(t target) bool { return t.place.Hook == codegen.HookNetfilter || t.place.Accelerator() })
 	if err != nil && req.test && len(f.ifaces) == 0 {
 		// Nothing loaded: -t checks the input for the hook asked for.
 		targets, err = findTargets(f.hook, []string{""}, stderr)

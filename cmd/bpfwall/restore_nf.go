@@ -40,6 +40,8 @@ type restoreRequest struct {
 	// noDelegate refuses the tables bpfwall would leave to the kernel's
 	// netfilter (delegate.go).
 	noDelegate bool
+	// accelerate names interfaces for the accelerator (accelerate.go).
+	accelerate []string
 }
 
 // netfilterMode reports whether a restore applies its input at the
@@ -66,10 +68,12 @@ func netfilterMode(f *swapFlags) (bool, error) {
 	}
 	var chains, ifaceHooks []string
 	for _, p := range places {
-		switch p.Hook {
-		case codegen.HookNetfilter:
+		switch {
+		case p.Accelerator():
+			// Netfilter mode's own (accelerate.go).
+		case p.Hook == codegen.HookNetfilter:
 			chains = append(chains, p.Name())
-		case codegen.HookSkLookup:
+		case p.Hook == codegen.HookSkLookup:
 		default:
 			if !slices.Contains(ifaceHooks, p.Hook.String()) {
 				ifaceHooks = append(ifaceHooks, p.Hook.String())
@@ -92,15 +96,16 @@ func netfilterMode(f *swapFlags) (bool, error) {
 	return false, nil
 }
 
-// chainPlan is one chain of a netfilter restore.
+// chainPlan is one chain of a netfilter restore, or its accelerator.
 type chainPlan struct {
-	t    target
-	prog *codegen.Program
-	mode counterMode
+	t     target
+	prog  *codegen.Program
+	mode  counterMode
+	accel bool
 }
 
 // restoreNetfilter applies req at the chains' netfilter hooks.
-func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
+func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) (rerr error) {
 	ns, err := loader.NetNS()
 	if err != nil {
 		return err
@@ -183,6 +188,7 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 		metas = loader.NewMetaSource(rs) // restore -t loads no meta
 	}
 	tables := shellTables(rs)
+	limits := acceleratorLimits(rs)
 	cc, err := compileChains(rs, parse, req.family, req.level, req.noDelegate)
 	if err != nil {
 		return reportRuleErrors(err, true, stderr)
@@ -215,7 +221,24 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 			mode = countersFromRuleset
 		}
 		req.progress("netfilter %s %s %s: compiled %d rules into %d instructions (%s)", req.family, c.Table, c.Chain, len(prog.IR.Rules), prog.Size(), prog.Level)
-		plans = append(plans, chainPlan{t, prog, mode})
+		plans = append(plans, chainPlan{t: t, prog: prog, mode: mode})
+	}
+
+	// The accelerator follows the chains wherever it runs, or goes.
+	accelOn, err := acceleratorIfaces(ns, req.accelerate)
+	if err != nil {
+		return err
+	}
+	accelPlace := loader.AcceleratorPlace(pinRoot, ns, req.family)
+	accelerated := false
+	if len(accelOn) > 0 {
+		if ap := acceleratorPlan(req, ns, limits, cc, stderr); ap != nil {
+			plans = append(plans, *ap)
+			accelerated = true
+		} else if a, err := loader.Open(accelPlace); err == nil {
+			a.Close()
+			drop = append(drop, target{place: accelPlace})
+		}
 	}
 
 	deleg.note(stderr, cc.why)
@@ -234,6 +257,23 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) error {
 			l.Close()
 		}
 		return nil
+	}
+	if accelerated && len(req.accelerate) > 0 {
+		// Before the swap, with empty slots: it changes no verdict.
+		xdpMode, err := loader.ParseXDPMode(req.flags.xdpMode)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		added, err := loader.AttachAccelerator(pinRoot, ns, req.accelerate, xdpMode)
+		if err != nil {
+			return privileged(err)
+		}
+		defer func() {
+			if rerr != nil {
+				// Bad input changes nothing.
+				loader.DetachAcceleratorFrom(pinRoot, ns, added)
+			}
+		}()
 	}
 	return applyNetfilter(req, metas, tables, plans, drop, deleg, stdout)
 }
@@ -289,6 +329,10 @@ func loadedChains(ns uint64, family rules.Family) (map[loader.Place]target, *tar
 func applyNetfilter(req restoreRequest, metas *loader.MetaSource, tables map[string]*rules.Table, plans []chainPlan, drop []target, deleg *delegation, stdout io.Writer) error {
 	var swaps []*loader.Swap
 	for _, p := range plans {
+		if p.accel {
+			swaps = append(swaps, &loader.Swap{Place: p.t.place, Program: p.prog, Meta: metas.AcceleratorMeta(p.prog, req.display)})
+			continue
+		}
 		meta, counters, err := metas.Meta(p.prog, req.display)
 		if err != nil {
 			return err

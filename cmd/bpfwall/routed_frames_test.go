@@ -385,7 +385,15 @@ func segFlags(tcp *layers.TCP) string {
 // meet (see frameFlows). BPFWALL_ROUTED_SEEDS sets the number of rule
 // sets and BPFWALL_ROUTED_PROBES the segments per rule set and family
 // (make difftest runs 200 of 500).
-func TestRoutedFrames(t *testing.T) {
+func TestRoutedFrames(t *testing.T) { routedFrames(t, false) }
+
+// TestRoutedFramesAccelerated is TestRoutedFrames with an accelerator on
+// both of the router's interfaces (restore --accelerate), over rule sets
+// it judges (randomRoutedFor): what it drops at xdp must be what the
+// chains would have dropped, and it must drop some.
+func TestRoutedFramesAccelerated(t *testing.T) { routedFrames(t, true) }
+
+func routedFrames(t *testing.T, accel bool) {
 	testenv.RequireTool(t, "iptables-legacy-restore", "ip6tables-legacy-restore", "iptables-restore")
 	seeds, probes := envInt(t, "BPFWALL_ROUTED_SEEDS", 8), envInt(t, "BPFWALL_ROUTED_PROBES", 200)
 	bin := buildBpfwall(t)
@@ -415,10 +423,11 @@ func TestRoutedFrames(t *testing.T) {
 	socks := r.frameSockets()
 	dir := t.TempDir()
 	mismatches, flows, sites := 0, 0, map[string]int{}
+	var accelDrops uint64
 	port := uint16(frameFlowBase)
 	for seed := range seeds {
 		rng := rand.New(rand.NewPCG(uint64(seed), 17))
-		text := [2]string{randomRouted(rng, 0), randomRouted(rng, 1)}
+		text := [2]string{randomRoutedFor(rng, 0, accel), randomRoutedFor(rng, 1, accel)}
 		var segs [2][]frameSeg
 		if int(port)+4*probes > 65000 {
 			port = frameFlowBase // the entries of earlier flows are flushed
@@ -426,7 +435,13 @@ func TestRoutedFrames(t *testing.T) {
 		for fam := range 2 {
 			segs[fam] = frameFlows(rng, fam, probes, &port)
 		}
-		got, want := bothWays(r, bin, dir, seed, text, func() map[uint16][]string { return socks.run(t, segs) })
+		var args []string
+		var after func()
+		if accel {
+			args = []string{"--accelerate", "rc0,rs0"}
+			after = func() { accelDrops += r.acceleratorDrops(bin) }
+		}
+		got, want := bothWays(r, bin, dir, seed, text, args, after, func() map[uint16][]string { return socks.run(t, segs) })
 		for fam := range 2 {
 			seen := map[uint16]bool{}
 			for _, seg := range segs[fam] {
@@ -449,6 +464,12 @@ func TestRoutedFrames(t *testing.T) {
 		}
 	}
 	t.Logf("%d rule sets per family, %d flows, %d mismatches; what the kernel delivered, by site: %v", seeds, flows, mismatches, sites)
+	if accel {
+		t.Logf("the accelerators dropped %d segments at xdp", accelDrops)
+		if accelDrops == 0 {
+			t.Error("the accelerators dropped nothing: the test does not test them")
+		}
+	}
 	if sites["client"] == 0 || sites["server"] == 0 || sites["router"] == 0 {
 		t.Errorf("the kernel delivered %v: the probes do not test every direction", sites)
 	}

@@ -16,7 +16,13 @@ import (
 // over every chain bpfwall runs at netfilter hooks, with a nat table
 // (delegated: a DNAT, sometimes a MASQUERADE), user chains, interfaces, ports, conntrack states, REJECTs
 // and DROP policies.
-func randomRouted(rng *rand.Rand, fam int) string {
+func randomRouted(rng *rand.Rand, fam int) string { return randomRoutedFor(rng, fam, false) }
+
+// randomRoutedFor is randomRouted; with accel, the rule sets an
+// accelerator judges: nothing runs before filter INPUT and FORWARD (no
+// rules in raw and mangle PREROUTING, mangle INPUT and FORWARD, no DNAT
+// in nat PREROUTING), and the filter chains drop more.
+func randomRoutedFor(rng *rand.Rand, fam int, accel bool) string {
 	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
 	ports := []string{"22", "80", "443", "8080", "23"}
 	addrs := []string{routedAddrs["client"][fam], routedAddrs["server"][fam], routedAddrs["rc"][fam], routedAddrs["rs"][fam]}
@@ -62,6 +68,9 @@ func randomRouted(rng *rand.Rand, fam int) string {
 			b.WriteString(":" + c + " ACCEPT [0:0]\n")
 		}
 		for _, c := range chains[table] {
+			if accel && (c == "PREROUTING" || c == "INPUT" || c == "FORWARD") {
+				continue
+			}
 			for range rng.IntN(2) {
 				b.WriteString(rule(table, c, []string{"DROP", "ACCEPT", "ACCEPT"}) + "\n")
 			}
@@ -74,17 +83,23 @@ func randomRouted(rng *rand.Rand, fam int) string {
 	}
 	// Forwarded (8081, 8082) and local (8083) connections to rc, DNATed
 	// to the server.
-	fmt.Fprintf(&b, "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n"+
-		"-A PREROUTING -d %[1]s -p tcp --dport 8081 -j DNAT --to-destination %[2]s:80\n"+
-		"-A PREROUTING -d %[1]s -p tcp --dport 8082 -j DNAT --to-destination %[2]s:443\n"+
-		"-A OUTPUT -d %[1]s -p tcp --dport 8083 -j DNAT --to-destination %[2]s:80\n", routedAddrs["rc"][fam], server)
+	b.WriteString("*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n")
+	if !accel {
+		fmt.Fprintf(&b, "-A PREROUTING -d %[1]s -p tcp --dport 8081 -j DNAT --to-destination %[2]s:80\n"+
+			"-A PREROUTING -d %[1]s -p tcp --dport 8082 -j DNAT --to-destination %[2]s:443\n", routedAddrs["rc"][fam], server)
+	}
+	fmt.Fprintf(&b, "-A OUTPUT -d %[1]s -p tcp --dport 8083 -j DNAT --to-destination %[2]s:80\n", routedAddrs["rc"][fam], server)
 	if rng.IntN(2) == 0 {
 		b.WriteString("-A POSTROUTING -o rs0 -p tcp " + pick("--dport 80", "--dport 443", "! --dport 22") + " -j MASQUERADE\n")
 	}
 	b.WriteString("COMMIT\n")
 	b.WriteString("*filter\n")
 	for _, c := range []string{"INPUT", "FORWARD", "OUTPUT"} {
-		b.WriteString(":" + c + " " + pick("ACCEPT", "ACCEPT", "DROP") + " [0:0]\n")
+		policy := pick("ACCEPT", "ACCEPT", "DROP")
+		if accel && c != "OUTPUT" {
+			policy = pick("ACCEPT", "DROP", "DROP")
+		}
+		b.WriteString(":" + c + " " + policy + " [0:0]\n")
 	}
 	b.WriteString(":user - [0:0]\n")
 	for _, c := range []string{"INPUT", "FORWARD", "OUTPUT"} {
@@ -96,7 +111,11 @@ func randomRouted(rng *rand.Rand, fam int) string {
 			b.WriteString("-A " + c + " -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n")
 		}
 		for range rng.IntN(5) {
-			b.WriteString(rule("filter", c, []string{"ACCEPT", "DROP", "REJECT", "REJECT --reject-with tcp-reset", "user", "ACCEPT"}) + "\n")
+			targets := []string{"ACCEPT", "DROP", "REJECT", "REJECT --reject-with tcp-reset", "user", "ACCEPT"}
+			if accel {
+				targets = append(targets, "DROP", "DROP", "LOG")
+			}
+			b.WriteString(rule("filter", c, targets) + "\n")
 		}
 	}
 	for range 1 + rng.IntN(3) {
@@ -113,11 +132,11 @@ const emptyRules = "*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT
 	"*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
 
 // bothWays measures the router with the rule sets text (IPv4, IPv6) of
-// seed restored by bpfwall, from files in dir, and then loaded by
-// iptables-legacy and ip6tables-legacy instead. Each run begins without
-// the conntrack entries of the runs before; the router's tables are left
-// empty.
-func bothWays[T any](r *routed, bin, dir string, seed int, text [2]string, measure func() T) (bpfwall, iptables T) {
+// seed restored by bpfwall, from files in dir, with args, and then loaded
+// by iptables-legacy and ip6tables-legacy instead. Each run begins
+// without the conntrack entries of the runs before; the router's tables
+// are left empty. Before bpfwall's filters go, after is called.
+func bothWays[T any](r *routed, bin, dir string, seed int, text [2]string, args []string, after func(), measure func() T) (bpfwall, iptables T) {
 	r.t.Helper()
 	files := [2]string{fmt.Sprintf("%s/%d.v4", dir, seed), fmt.Sprintf("%s/%d.v6", dir, seed)}
 	for fam := range 2 {
@@ -125,10 +144,13 @@ func bothWays[T any](r *routed, bin, dir string, seed int, text [2]string, measu
 			r.t.Fatal(err)
 		}
 	}
-	r.run("", bin, "restore", "-q", files[0])
-	r.run("", bin, "restore", "-q", "-6", files[1])
+	r.run("", append([]string{bin, "restore", "-q", files[0]}, args...)...)
+	r.run("", append([]string{bin, "restore", "-q", "-6", files[1]}, args...)...)
 	r.flushConntrack()
 	bpfwall = measure()
+	if after != nil {
+		after()
+	}
 	r.run("", bin, "unload")
 	r.run(text[0], "iptables-legacy-restore")
 	r.run(text[1], "ip6tables-legacy-restore")
@@ -182,7 +204,7 @@ func TestRoutedRandom(t *testing.T) {
 	for seed := range n {
 		rng := rand.New(rand.NewPCG(uint64(seed), 16))
 		text := [2]string{randomRouted(rng, 0), randomRouted(rng, 1)}
-		got, wantAll := bothWays(r, bin, dir, seed, text, func() (out [2][]string) {
+		got, wantAll := bothWays(r, bin, dir, seed, text, nil, nil, func() (out [2][]string) {
 			for fam := range 2 {
 				out[fam] = r.outcomesParallel(fam, probes)
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -79,6 +80,28 @@ func newRouted(t *testing.T) *routed {
 		}
 	}
 	return r
+}
+
+// acceleratorDrops is how many packets the router's accelerators dropped,
+// as bpfwall status says.
+func (r *routed) acceleratorDrops(bin string) uint64 {
+	r.t.Helper()
+	var filters []struct {
+		Hook     string `json:"hook"`
+		Counters struct {
+			RulePackets uint64 `json:"rule_packets"`
+		} `json:"counters"`
+	}
+	if err := json.Unmarshal([]byte(r.run("", bin, "status", "--json")), &filters); err != nil {
+		r.t.Fatalf("status --json: %v", err)
+	}
+	var n uint64
+	for _, f := range filters {
+		if f.Hook == "accelerator" {
+			n += f.Counters.RulePackets
+		}
+	}
+	return n
 }
 
 // try runs a command in the router's namespace, with stdin.

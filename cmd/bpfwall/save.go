@@ -67,7 +67,8 @@ func saveText(hook string, family rules.Family, table string, counters bool, std
 	}
 	var targets []target
 	for _, t := range all {
-		if metaFamily(&t.snap.Meta) == family {
+		// An accelerator's counters count what it saw, not the rules'.
+		if metaFamily(&t.snap.Meta) == family && !t.place.Accelerator() {
 			targets = append(targets, t)
 		}
 	}

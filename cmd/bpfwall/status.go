@@ -157,6 +157,15 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	for _, st := range out {
 		printStatus(stdout, st)
 	}
+	if on, err := loader.AcceleratedIfaces(pinRoot, ns); err != nil {
+		return privileged(err)
+	} else if len(on) > 0 {
+		var names []string
+		for _, ifc := range on {
+			names = append(names, ifc.Name)
+		}
+		fmt.Fprintf(stdout, "accelerator dispatcher at xdp on %s: it runs the accelerators listed above; a family without one passes\n", strings.Join(names, ", "))
+	}
 	for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
 		tables, err := kernelDelegated(fam)
 		if err != nil {
@@ -223,6 +232,9 @@ func statusOf(p loader.Place, withRules bool) (filterStatus, error) {
 		Rules: len(m.Lines), Table: m.Table, Chain: m.Chain, File: m.File,
 		LoadedAt: m.LoadedAt, VerifiedInsns: m.VerifiedInsns, Level: m.Level, Instructions: m.Instructions,
 		Family: metaFamily(&m).String(),
+	}
+	if p.Accelerator() {
+		st.Hook = "accelerator"
 	}
 	gone := a.GoneIfaces()
 	for _, ifc := range m.Ifaces {
@@ -306,10 +318,20 @@ func printStatus(w io.Writer, st filterStatus) {
 		}
 		ifs = append(ifs, s+")")
 	}
-	if h := st.ChainHook; h != nil {
+	switch h := st.ChainHook; {
+	case h != nil:
 		fmt.Fprintf(w, "  runs at netfilter %s %s, priority %d (link %d, dispatcher program %d), for every packet of the network namespace\n",
 			h.Family, h.Hook, h.Priority, h.Link, h.Dispatcher)
-	} else {
+	case st.Hook == "accelerator":
+		var names []string
+		for _, ifc := range st.Ifaces {
+			names = append(names, ifc.Name)
+		}
+		fmt.Fprintf(w, "  runs at xdp on %s, in front of the chains at their netfilter hooks: it drops what filter INPUT and FORWARD would drop, and passes the rest to them\n", strings.Join(names, ", "))
+		c := st.Counters
+		fmt.Fprintf(w, "  dropped %d packets %d bytes at xdp (bpfwall save -c counts what the chains saw)\n", c.RulePackets, c.RuleBytes)
+		return
+	default:
 		fmt.Fprintf(w, "  attached to %s\n", strings.Join(ifs, ", "))
 	}
 	if gone > 0 && gone == len(st.Ifaces) {
@@ -382,6 +404,12 @@ func ruleCounters(m *loader.Meta, c []abi.Counter, withRules bool) (string, []ru
 	out := make([]ruleCounter, len(m.Lines))
 	seen := make(map[string]int)
 	for id, line := range m.Lines {
+		if line == 0 && m.Chain == loader.AcceleratorChain {
+			// A rule an accelerator adds: the stack decides what it
+			// matches.
+			out[id] = ruleCounter{Rule: fmt.Sprintf("accelerator#%d", id), Chain: m.Chain, Packets: c[id].Packets, Bytes: c[id].Bytes}
+			continue
+		}
 		pl, ok := byLine[line]
 		if !ok {
 			return "", nil, fmt.Errorf("read the active rule set: rule %d is not on line %d", id, line)

@@ -88,6 +88,10 @@ func runUnload(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	found := make(map[string]bool)
 	for _, t := range targets {
+		if t.place.Accelerator() && len(ifaces) > 0 {
+			// It runs wherever its namespace's dispatcher does.
+			continue
+		}
 		var names []string
 		for _, ifc := range t.snap.Meta.Ifaces {
 			if len(ifaces) == 0 || slices.Contains(ifaces, ifc.Name) {
@@ -108,6 +112,16 @@ func runUnload(args []string, stdout, stderr io.Writer) (err error) {
 	for _, name := range ifaces {
 		if !found[name] {
 			fmt.Fprintf(stderr, "bpfwall: no filter is attached to %s\n", name)
+		}
+	}
+	if len(ifaces) == 0 && (*hook == "" || *hook == codegen.HookNetfilter.String()) {
+		// An accelerator's dispatcher that no family's accelerator uses.
+		ns, err := loader.NetNS()
+		if err != nil {
+			return err
+		}
+		if err := loader.ReleaseIdleAccelerator(pinRoot, ns); err != nil {
+			return privileged(err)
 		}
 	}
 	return nil

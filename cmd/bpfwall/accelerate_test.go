@@ -1,0 +1,113 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestRestoreAccelerate runs restore --accelerate as an operator would
+// on the routed topology's router: the accelerator drops at xdp what
+// INPUT drops, status shows it, a restore whose rules it cannot judge
+// unloads it and says why, an interface it cannot run on changes
+// nothing, and unload removes it with its dispatcher.
+func TestRestoreAccelerate(t *testing.T) {
+	bin := buildBpfwall(t)
+	r := newRouted(t)
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		path := dir + "/" + name
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	xdpOn := func(dev string) bool {
+		out, err := exec.Command("ip", "-n", r.router, "link", "show", dev).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip link show %s: %v\n%s", dev, err, out)
+		}
+		return strings.Contains(string(out), "prog/xdp")
+	}
+	drops := write("drops.v4", "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"+
+		"-A INPUT -p tcp --dport 23 -j DROP\nCOMMIT\n")
+	r.listen(r.router, 22, 23)
+
+	out := r.run("", bin, "restore", "-v", "--accelerate", "rc0", drops)
+	if !strings.Contains(out, "accelerator ipv4: program") {
+		t.Errorf("restore -v does not name the accelerator:\n%s", out)
+	}
+	if !xdpOn("rc0") || xdpOn("rs0") {
+		t.Errorf("xdp on rc0 %v, on rs0 %v: want rc0 only", xdpOn("rc0"), xdpOn("rs0"))
+	}
+	if got := r.connect(r.client, routedAddrs["rc"][0], 23); got != "timeout" {
+		t.Errorf("client -> rc:23 %s, want timeout", got)
+	}
+	if got := r.connect(r.client, routedAddrs["rc"][0], 22); got != "open" {
+		t.Errorf("client -> rc:22 %s, want open", got)
+	}
+	if n := r.acceleratorDrops(bin); n == 0 {
+		t.Error("the accelerator dropped nothing")
+	}
+	status := r.run("", bin, "status")
+	for _, want := range []string{"accelerator: program", "runs at xdp on rc0", "accelerator dispatcher at xdp on rc0"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("status lacks %q:\n%s", want, status)
+		}
+	}
+	// save prints the rule set, not the accelerator's copy of it.
+	if save := r.run("", bin, "save"); strings.Contains(save, "ACCELERATE") || !strings.Contains(save, "--dport 23 -j DROP") {
+		t.Errorf("save:\n%s", save)
+	}
+
+	// A bridge port: netfilter sees its packets on the bridge.
+	for _, c := range [][]string{{"link", "add", "br9", "type", "bridge"}, {"link", "add", "p9", "type", "veth", "peer", "name", "q9"}, {"link", "set", "p9", "master", "br9"}} {
+		if out, err := exec.Command("ip", append([]string{"-n", r.router}, c...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v\n%s", c, err, out)
+		}
+	}
+	if out, err := r.try("", bin, "restore", "--accelerate", "p9", drops); err == nil || !strings.Contains(out, "port of br9") {
+		t.Errorf("restore --accelerate p9 (a bridge port): %v\n%s", err, out)
+	}
+	if xdpOn("p9") || !xdpOn("rc0") {
+		t.Errorf("after the refused restore: xdp on p9 %v, on rc0 %v", xdpOn("p9"), xdpOn("rc0"))
+	}
+
+	// A later restore with rules in raw PREROUTING: no accelerator.
+	raw := write("raw.v4", "*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A PREROUTING -p udp -j DROP\nCOMMIT\n"+
+		"*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -p tcp --dport 23 -j DROP\nCOMMIT\n")
+	if out := r.run("", bin, "restore", raw); !strings.Contains(out, "accelerator ipv4: not built: raw PREROUTING has rules") {
+		t.Errorf("restore of rules with raw PREROUTING says:\n%s", out)
+	}
+	if xdpOn("rc0") {
+		t.Error("the dispatcher stays on rc0 without an accelerator")
+	}
+	if status := r.run("", bin, "status"); strings.Contains(status, "accelerator") {
+		t.Errorf("status:\n%s", status)
+	}
+	if got := r.connect(r.client, routedAddrs["rc"][0], 23); got != "timeout" {
+		t.Errorf("client -> rc:23 %s, want timeout (the chain drops it)", got)
+	}
+
+	// Both families (raw emptied: a table the input does not name stays,
+	// as with iptables-restore; the IPv6 restore takes the interfaces
+	// the dispatcher runs on), then unload.
+	r.run("", bin, "restore", "--accelerate", "rc0,rs0", write("empty-raw.v4", "*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"+
+		"*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -p tcp --dport 23 -j DROP\nCOMMIT\n"))
+	r.run("", bin, "restore", "-6", write("drops.v6", "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp --dport 23 -j DROP\nCOMMIT\n"))
+	if got := r.connect(r.client, routedAddrs["rc"][1], 23); got != "timeout" {
+		t.Errorf("client -> [rc]:23 %s, want timeout", got)
+	}
+	if status := r.run("", bin, "status"); strings.Count(status, "accelerator: program") != 2 {
+		t.Errorf("status shows %d accelerators, want 2:\n%s", strings.Count(status, "accelerator: program"), status)
+	}
+	r.run("", bin, "unload", "-4")
+	if !xdpOn("rc0") {
+		t.Error("unload -4 removed the dispatcher the IPv6 accelerator runs in")
+	}
+	r.run("", bin, "unload")
+	if xdpOn("rc0") || xdpOn("rs0") {
+		t.Error("unload leaves the dispatcher")
+	}
+}
