@@ -3,6 +3,7 @@ package codegen
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/cilium/ebpf/asm"
 
@@ -159,7 +160,13 @@ func (a *accelBuilder) add(ci int, ch *ir.Chain, r *ir.Rule) {
 func (a *accelBuilder) program(p *ir.Program, forward bool) int {
 	base := len(a.out.Chains)
 	for _, ch := range p.Chains {
-		a.out.Chains = append(a.out.Chains, &ir.Chain{Name: ch.Name, Policy: rules.PolicyNone})
+		name := ch.Name
+		if slices.ContainsFunc(a.out.Chains, func(c *ir.Chain) bool { return c.Name == name }) {
+			// A user chain both INPUT and FORWARD reach has a copy in
+			// each.
+			name += "@" + p.Chains[0].Name
+		}
+		a.out.Chains = append(a.out.Chains, &ir.Chain{Name: name, Policy: rules.PolicyNone})
 	}
 	policy := ir.Action(ir.Accept{})
 	if p.Chains[0].Policy == rules.PolicyDrop {

@@ -132,3 +132,21 @@ func TestAcceleratorIPv6(t *testing.T) {
 		t.Errorf("Accelerator(nil, nil) = %v, %v", p, err)
 	}
 }
+
+// TestAcceleratorSharedChain: a user chain both INPUT and FORWARD jump
+// to is copied for each.
+func TestAcceleratorSharedChain(t *testing.T) {
+	p := acceleratorOf(t, "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n:x - [0:0]\n"+
+		"-A INPUT -j x\n-A FORWARD -j x\n-A x -p tcp --dport 22 -j ACCEPT\n-A x -p udp -j DROP\nCOMMIT\n")
+	got := p.String()
+	for _, want := range []string{"chain x\n", "chain x@INPUT\n", "-> jump x\n", "-> jump x@INPUT\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("accelerator lacks %q:\n%s", want, got)
+		}
+	}
+	for _, level := range codegen.Levels {
+		if _, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookXDP, Accelerate: true, Level: level}); err != nil {
+			t.Fatalf("%s: %v", level, err)
+		}
+	}
+}

@@ -47,7 +47,7 @@ func TestRestoreAccelerate(t *testing.T) {
 	if got := r.connect(r.client, routedAddrs["rc"][0], 22); got != "open" {
 		t.Errorf("client -> rc:22 %s, want open", got)
 	}
-	if n := r.acceleratorDrops(bin); n == 0 {
+	if n, _ := r.acceleratorDrops(bin); n == 0 {
 		t.Error("the accelerator dropped nothing")
 	}
 	status := r.run("", bin, "status")

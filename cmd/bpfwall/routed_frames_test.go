@@ -439,7 +439,14 @@ func routedFrames(t *testing.T, accel bool) {
 		var after func()
 		if accel {
 			args = []string{"--accelerate", "rc0,rs0"}
-			after = func() { accelDrops += r.acceleratorDrops(bin) }
+			after = func() {
+				// The rule sets are ones both accelerators judge.
+				drops, n := r.acceleratorDrops(bin)
+				if n != 2 {
+					t.Errorf("seed %d: %d accelerators run, want 2", seed, n)
+				}
+				accelDrops += drops
+			}
 		}
 		got, want := bothWays(r, bin, dir, seed, text, args, after, func() map[uint16][]string { return socks.run(t, segs) })
 		for fam := range 2 {

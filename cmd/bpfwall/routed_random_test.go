@@ -54,6 +54,10 @@ func randomRoutedFor(rng *rand.Rand, fam int, accel bool) string {
 			b.WriteString(" -m conntrack " + pick("", "", "", "! ") + "--ctstate " +
 				pick("NEW", "ESTABLISHED,RELATED", "ESTABLISHED", "INVALID,NEW", "INVALID", "DNAT", "SNAT", "ESTABLISHED,DNAT", "NEW,SNAT", "RELATED,ESTABLISHED,DNAT"))
 		}
+		if accel && table == "filter" && rng.IntN(6) == 0 {
+			// Matches an accelerator cannot test as the chain does.
+			b.WriteString(" " + pick("-m mark ! --mark 0x1", "-m mark --mark 0x1", "-m limit --limit 10000/s --limit-burst 10000"))
+		}
 		b.WriteString(" -j " + pick(targets...))
 		return b.String()
 	}

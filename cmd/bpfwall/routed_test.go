@@ -83,8 +83,8 @@ func newRouted(t *testing.T) *routed {
 }
 
 // acceleratorDrops is how many packets the router's accelerators dropped,
-// as bpfwall status says.
-func (r *routed) acceleratorDrops(bin string) uint64 {
+// as bpfwall status says, and how many accelerators run.
+func (r *routed) acceleratorDrops(bin string) (drops uint64, accelerators int) {
 	r.t.Helper()
 	var filters []struct {
 		Hook     string `json:"hook"`
@@ -95,13 +95,13 @@ func (r *routed) acceleratorDrops(bin string) uint64 {
 	if err := json.Unmarshal([]byte(r.run("", bin, "status", "--json")), &filters); err != nil {
 		r.t.Fatalf("status --json: %v", err)
 	}
-	var n uint64
 	for _, f := range filters {
 		if f.Hook == "accelerator" {
-			n += f.Counters.RulePackets
+			drops += f.Counters.RulePackets
+			accelerators++
 		}
 	}
-	return n
+	return drops, accelerators
 }
 
 // try runs a command in the router's namespace, with stdin.

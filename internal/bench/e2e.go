@@ -84,6 +84,9 @@ func engines(levels []int, bpffs, bpfwall string) []engine {
 	for _, l := range levels {
 		out = append(out, &bpfwallEngine{level: l, root: bpffs, netfilter: true, bin: bpfwall})
 	}
+	for _, l := range levels {
+		out = append(out, &bpfwallEngine{level: l, root: bpffs, netfilter: true, accelerate: true, bin: bpfwall})
+	}
 	return out
 }
 
@@ -315,20 +318,25 @@ func (nftEngine) close() error { return nil }
 // bpfwallEngine compiles the rules and loads them as `bpfwall load` does,
 // on XDP in the driver's (veth's) native mode; with netfilter, it runs
 // `bpfwall restore` (the binary bin), which puts each chain at its own
-// netfilter hook.
+// netfilter hook, and with accelerate also an accelerator on the
+// firewall's ingress (restore --accelerate).
 type bpfwallEngine struct {
-	level     int
-	root      string
-	netfilter bool
-	bin       string
-	place     *loader.Place
-	ns        string
+	level      int
+	root       string
+	netfilter  bool
+	accelerate bool
+	bin        string
+	place      *loader.Place
+	ns         string
 	// restored is the lock file of a netfilter restore, whose unload
 	// close runs; empty when none is loaded.
 	restored string
 }
 
 func (e *bpfwallEngine) name() string {
+	if e.accelerate {
+		return fmt.Sprintf("bpfwall-nf+xdp -O%d", e.level)
+	}
 	if e.netfilter {
 		return fmt.Sprintf("bpfwall-nf -O%d", e.level)
 	}
@@ -380,7 +388,13 @@ func (e *bpfwallEngine) installNetfilter(topo *topology.Topology, w *Workload) e
 		return err
 	}
 	e.ns, e.restored = topo.Firewall, filepath.Join(os.TempDir(), fmt.Sprintf("bpfwall-bench-%d.lock", os.Getpid()))
-	out, err := e.run("restore", "-q", "--hook", "netfilter", fmt.Sprintf("-O%d", e.level), file)
+	args := []string{"restore", "-q", fmt.Sprintf("-O%d", e.level), file}
+	if e.accelerate {
+		args = append(args, "--accelerate", topo.InIface)
+	} else {
+		args = append(args, "--hook", "netfilter")
+	}
+	out, err := e.run(args...)
 	if err != nil {
 		e.close()
 		return skipError{"restore fails: " + firstLine(strings.TrimSpace(out))}
