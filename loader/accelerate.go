@@ -167,6 +167,9 @@ func AttachAccelerator(root string, ns uint64, names []string, mode XDPMode) (ad
 				return nil, err
 			}
 			for fam, m := range slots {
+				// A slot a killed command pinned before its dispatcher
+				// serves nothing.
+				os.Remove(filepath.Join(dir, slotPin(fam)))
 				err = m.Pin(filepath.Join(dir, slotPin(fam)))
 				m.Close()
 				if err != nil {
