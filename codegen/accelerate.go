@@ -37,7 +37,9 @@ import (
 //     told the name of (the dispatcher took it on later, for the other
 //     family), a fragment (netfilter sees the datagram), a frame with a
 //     VLAN tag (netfilter sees it on the VLAN's device) and an IPv6 packet
-//     whose extension headers cannot be walked pass before any rule.
+//     whose extension headers cannot be walked pass before any rule, and
+//     so does an IPv4 packet with options (a source route routes it past
+//     its destination).
 //   - Conntrack. Conntrack runs before the chains and changes the entry
 //     of every packet that has one, even when a chain then drops it (TCP
 //     state and windows, seen-reply, the timeout), and nat rewrites the
@@ -327,14 +329,20 @@ func (c *compiler) accelGate() {
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, symMainEnd),
 	)
-	if c.ct {
-		tracked := b.Fresh("tcp_or_udp")
+	tracked := b.Fresh("tcp_or_udp")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, base+pkt.Proto, asm.Byte),
+		asm.JEq.Imm(asm.R1, uapi.ProtoTCP, tracked),
+		asm.JNE.Imm(asm.R1, uapi.ProtoUDP, symMainEnd),
+	)
+	b.Mark(tracked)
+	if c.p.Family == rules.IPv4 {
+		// IP options: a source route (accept_source_route) routes the
+		// packet past its destination.
 		b.Emit(
-			insn.Ld(asm.R1, asm.R10, base+pkt.Proto, asm.Byte),
-			asm.JEq.Imm(asm.R1, uapi.ProtoTCP, tracked),
-			asm.JNE.Imm(asm.R1, uapi.ProtoUDP, symMainEnd),
+			insn.Ld(asm.R1, asm.R10, base+pkt.L4Off, asm.Half),
+			asm.JNE.Imm(asm.R1, ethHeaderLen+20, symMainEnd),
 		)
-		b.Mark(tracked)
 	}
 	b.Emit(
 		insn.Movr(asm.R1, asm.R6),
