@@ -55,8 +55,14 @@ func randomRoutedFor(rng *rand.Rand, fam int, accel bool) string {
 				pick("NEW", "ESTABLISHED,RELATED", "ESTABLISHED", "INVALID,NEW", "INVALID", "DNAT", "SNAT", "ESTABLISHED,DNAT", "NEW,SNAT", "RELATED,ESTABLISHED,DNAT"))
 		}
 		if accel && table == "filter" && rng.IntN(6) == 0 {
-			// Matches an accelerator cannot test as the chain does.
-			b.WriteString(" " + pick("-m mark ! --mark 0x1", "-m mark --mark 0x1", "-m limit --limit 10000/s --limit-burst 10000"))
+			// Matches an accelerator cannot test as the chain does. (A
+			// limit in user, which INPUT and FORWARD share, would
+			// delegate both to the kernel.)
+			extra := []string{"-m mark ! --mark 0x1", "-m mark --mark 0x1"}
+			if chain != "user" {
+				extra = append(extra, "-m limit --limit 10000/s --limit-burst 10000")
+			}
+			b.WriteString(" " + pick(extra...))
 		}
 		b.WriteString(" -j " + pick(targets...))
 		return b.String()
