@@ -51,9 +51,11 @@ import (
 //     expectation, which only a conntrack helper makes, and a rule set
 //     that assigns one gets no accelerator. A hotdrop is a pass here.
 //   - Rules. Every match whose value at xdp is the one the chain reads is
-//     kept: the parsed packet's fields, the input interface, the
-//     conntrack state as the kfuncs give it. Any other match (the output
-//     interface, the mark, limits, recent and hashlimit tables, ...) is
+//     kept: the parsed packet's fields, the input interface, the output
+//     interface the route lookup gives (an interface created since the
+//     swap, which the program was not told the name of, passes), the
+//     conntrack state as the kfuncs give it. Any other match (the mark,
+//     limits, recent and hashlimit tables, ...) is
 //     removed, and its rule accepts: a packet the rest of the rule
 //     matches passes, one it does not cannot match the original rule and
 //     goes on. A rule whose effect the program does not reproduce (REJECT,
@@ -439,6 +441,8 @@ func (c *compiler) routeFunction() {
 	b.Emit(insn.Mov(asm.R0, routeLocal), asm.Return())
 	b.Mark(forward)
 	b.Emit(
+		insn.Ld(asm.R1, asm.R10, fib+uapi.FibIfindex, asm.Word),
+		insn.St(asm.R7, pkt.OutIfindex, asm.R1, asm.Word),
 		insn.Ld(asm.R1, asm.R7, pkt.Flags, asm.Byte),
 		asm.Or.Imm(asm.R1, pkt.FlagForward),
 		insn.St(asm.R7, pkt.Flags, asm.R1, asm.Byte),

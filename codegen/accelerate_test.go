@@ -32,7 +32,8 @@ func acceleratorOf(t *testing.T, src string) *ir.Program {
 }
 
 // TestAccelerator checks what an accelerator keeps of the chains: the
-// matches xdp tests as the chain would, every other match removed from
+// matches xdp tests as the chain would (-o too, from the route lookup),
+// every other match removed from
 // a rule that then accepts (passes), DROP kept, REJECT, LOG and rules
 // without a target accepting, a RETURN of the chain itself its policy,
 // and the entry chain that routes packets to them.
@@ -65,7 +66,7 @@ chain ACCELERATE policy ACCEPT
   r2 -:0  route local  -> goto INPUT
 chain FORWARD
   r3 -:0  ttl < 2  -> ACCEPT
-  r4 t:14  in eth0  -> ACCEPT
+  r4 t:14  in eth0  out eth1  -> ACCEPT
   r5 t:15  -> ACCEPT
   r6 t:16  proto udp  -> DROP
   r7 -:0  -> DROP

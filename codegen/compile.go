@@ -259,6 +259,10 @@ func (c *compiler) presentIface() ir.IfaceDir {
 // device at OUTPUT and POSTROUTING, both at FORWARD; elsewhere the device
 // the program runs on.
 func (c *compiler) knowsIface(dir ir.IfaceDir) bool {
+	if c.accel {
+		// The route lookup gives a forwarded packet's output device.
+		return true
+	}
 	if c.hook != HookNetfilter {
 		return dir == c.presentIface()
 	}

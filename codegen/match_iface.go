@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/cilium/ebpf/asm"
+
+	"bpfwall/codegen/abi"
+	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
 )
@@ -11,7 +15,11 @@ import (
 // -i and -o, and nft's further interface tests. At sk-lookup only the
 // input interface is known.
 var ifaceCode = &kind[ir.Iface]{
-	emit: func(c *compiler, _ *ir.Rule, m ir.Iface, next, _ string) bool {
+	emit: func(c *compiler, _ *ir.Rule, m ir.Iface, next, hotdrop string) bool {
+		if c.accel && m.Dir == ir.IfaceOut && (m.Name != "" || !m.Prefix) {
+			c.accelOutIface(m, next, hotdrop)
+			return true
+		}
 		c.iface(m, next)
 		return false
 	},
@@ -21,7 +29,9 @@ var ifaceCode = &kind[ir.Iface]{
 		}
 		return ""
 	},
-	pure: always[ir.Iface],
+	// An accelerator's -o looks the output device up, and may not find
+	// it.
+	pure: func(c *compiler, m ir.Iface) bool { return !c.accel || m.Dir != ir.IfaceOut },
 	collect: func(c *compiler, m ir.Iface) {
 		if !c.knowsIface(m.Dir) || (m.Name == "" && m.Prefix) {
 			return // constant: see iface
@@ -45,6 +55,29 @@ func (c *compiler) iface(m ir.Iface, next string) {
 		return
 	}
 	c.bit(pkt.Ifaces, c.ifaceBit(m), m.Neg, next)
+}
+
+// accelOutIface emits -o in an accelerator: the patterns the output
+// device's name matches, from abi.IfacesMap at the ifindex the route
+// lookup left in pkt.OutIfindex. A device the swap did not name (created
+// since) is unknown: the packet goes to hotdrop, which passes it.
+func (c *compiler) accelOutIface(m ir.Iface, next, hotdrop string) {
+	b := c.b
+	b.Emit(
+		insn.Ld(asm.R1, asm.R6, pkt.OutIfindex, asm.Word),
+		insn.St(asm.R10, chainKey, asm.R1, asm.Word),
+		insn.Movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, chainKey),
+		insn.MapRef(asm.R1, abi.IfacesMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, hotdrop),
+		insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
+	)
+	if i := c.ifaceBit(m); i > 0 {
+		b.Emit(asm.RSh.Imm(asm.R1, int32(i)))
+	}
+	b.Emit(asm.And.Imm(asm.R1, 1))
+	c.equal(asm.R1, 1, m.Neg, next)
 }
 
 // ifaceKey is the pattern m tests, as abi.IfacesMap numbers it: at netfilter

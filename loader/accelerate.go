@@ -280,6 +280,22 @@ func AcceleratedIfaces(root string, ns uint64) ([]Iface, error) {
 	return out, nil
 }
 
+// setAllIfaces tells an accelerator the names of every interface of the
+// calling thread's namespace: the input interface is one its dispatcher
+// runs on, the output one any.
+func (l *Loaded) setAllIfaces() error {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return fmt.Errorf("accelerator: list interfaces: %w", err)
+	}
+	for _, ifi := range ifs {
+		if err := l.SetIface(uint32(ifi.Index), ifi.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // openAcceleratorSlot opens the dispatcher of p's network namespace and
 // the slot of p's family, for the swap to pin in p's directory too. They
 // are clones: pinning an object opened from a pin moves that pin.

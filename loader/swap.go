@@ -464,6 +464,12 @@ func (s *Swap) load(old *Active, b *build, all []Iface) error {
 				return err
 			}
 		}
+		if s.Place.Accelerator() {
+			// A forwarded packet leaves through any of them (-o).
+			if err := b.loaded.setAllIfaces(); err != nil {
+				return err
+			}
+		}
 		if b.loaded.nfProg != nil {
 			// Netfilter sees the packets of these interfaces on their
 			// upper devices too.

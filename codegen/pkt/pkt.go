@@ -38,6 +38,10 @@ const (
 const (
 	OwnerUID = MACHi // u32: the socket file's fsuid
 	OwnerGID = MACLo // u32: its fsgid
+
+	// OutIfindex is, in an accelerator, the output device the route
+	// lookup found for a forwarded packet: xdp has no mark.
+	OutIfindex = Mark // u32
 )
 
 // Bits of Flags.
