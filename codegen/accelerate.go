@@ -34,8 +34,7 @@ import (
 //     destinations, which multicast routing may forward, and IPv6
 //     link-local addresses pass.
 //   - What the chain sees. A packet from an interface the program was not
-//     told the name of (the dispatcher took it on later, for the other
-//     family), a fragment (netfilter sees the datagram), a frame with a
+//     told the name of (one created since its swap), a fragment (netfilter sees the datagram), a frame with a
 //     VLAN tag (netfilter sees it on the VLAN's device) and an IPv6 packet
 //     whose extension headers cannot be walked pass before any rule, and
 //     so does an IPv4 packet with options (a source route routes it past
@@ -55,12 +54,14 @@ import (
 //     interface the route lookup gives (an interface created since the
 //     swap, which the program was not told the name of, passes), the
 //     conntrack state as the kfuncs give it. Any other match (the mark,
-//     limits, recent and hashlimit tables, ...) is
-//     removed, and its rule accepts: a packet the rest of the rule
-//     matches passes, one it does not cannot match the original rule and
-//     goes on. A rule whose effect the program does not reproduce (REJECT,
-//     LOG, a rule without a target, which counts) accepts too. DROP,
-//     ACCEPT, jumps and RETURN stay; the chain's policy ends it.
+//     limits, recent and hashlimit tables, ...) is removed, and its rule
+//     accepts: a packet the rest of the rule matches passes, one it does
+//     not cannot match the original rule and goes on. A rule whose effect
+//     the program does not reproduce (REJECT, LOG, a rule without a
+//     target, which counts) accepts too. DROP, ACCEPT, jumps and RETURN
+//     stay; the chain's policy ends it.
+//   - Counters. It counts what it drops, by the rule that drops it: what
+//     passes, the chains count.
 //
 // The caller vouches for the rest of the path: nothing before the chains
 // (raw and mangle PREROUTING, nat PREROUTING, mangle INPUT and FORWARD)
