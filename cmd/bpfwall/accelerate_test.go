@@ -110,4 +110,14 @@ func TestRestoreAccelerate(t *testing.T) {
 	if xdpOn("rc0") || xdpOn("rs0") {
 		t.Error("unload leaves the dispatcher")
 	}
+
+	// Its only interface gone, the next restore unloads it.
+	r.run("", bin, "restore", "--accelerate", "rs0", drops)
+	if out, err := exec.Command("ip", "-n", r.router, "link", "del", "rs0").CombinedOutput(); err != nil {
+		t.Fatalf("ip link del rs0: %v\n%s", err, out)
+	}
+	r.run("", bin, "restore", drops)
+	if status := r.run("", bin, "status"); strings.Contains(status, "accelerator") {
+		t.Errorf("status after the restore without its interface:\n%s", status)
+	}
 }

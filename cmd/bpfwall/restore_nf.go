@@ -235,10 +235,12 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) (rerr error)
 		if ap := acceleratorPlan(req, ns, limits, cc, stderr); ap != nil {
 			plans = append(plans, *ap)
 			accelerated = true
-		} else if a, err := loader.Open(accelPlace); err == nil {
-			a.Close()
-			drop = append(drop, target{place: accelPlace})
 		}
+	}
+	if a, err := loader.Open(accelPlace); err == nil && !accelerated {
+		// Nothing it can judge, or every interface it ran on is gone.
+		a.Close()
+		drop = append(drop, target{place: accelPlace})
 	}
 
 	deleg.note(stderr, cc.why)
