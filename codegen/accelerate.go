@@ -320,17 +320,7 @@ func (c *compiler) accelGate() {
 		insn.Mov(asm.R7, int32(abi.Unaccelerated)),
 		insn.Mov(asm.R9, c.hook.pass()),
 		insn.Ld(asm.R1, asm.R10, base+pkt.Flags, asm.Byte),
-		asm.JSet.Imm(asm.R1, pkt.FlagVLAN|pkt.FlagBadExtHeaders|pkt.FlagFragment, symMainEnd),
-		// An interface the swap did not name to the program (the
-		// dispatcher took it on later, for the other family): its -i
-		// matches cannot be tested.
-		c.ifindex(asm.R1),
-		insn.St(asm.R10, c.mainKey(), asm.R1, asm.Word),
-		insn.Movr(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, int32(c.mainKey())),
-		insn.MapRef(asm.R1, abi.IfacesMap),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, symMainEnd),
+		asm.JSet.Imm(asm.R1, pkt.FlagVLAN|pkt.FlagBadExtHeaders|pkt.FlagFragment|pkt.FlagUnnamedIface, symMainEnd),
 	)
 	tracked := b.Fresh("tcp_or_udp")
 	b.Emit(

@@ -283,8 +283,14 @@ func (c *compiler) parseBody() {
 	}
 	if len(c.ifaces) > 0 && c.hook == HookNetfilter {
 		c.netfilterIfaces()
-	} else if len(c.ifaces) > 0 {
+	} else if len(c.ifaces) > 0 || c.accel {
 		b.Note("the interface's name patterns, from %s", abi.IfacesMap)
+		unnamed := "parse_ip"
+		if c.accel {
+			// An interface created since the swap: its -i and -o
+			// cannot be tested.
+			unnamed = b.Fresh("iface_unnamed")
+		}
 		c.emitIfindex(asm.R1)
 		b.Emit(
 			insn.St(asm.R10, parseScratch, asm.R1, asm.Word),
@@ -292,10 +298,15 @@ func (c *compiler) parseBody() {
 			asm.Add.Imm(asm.R2, parseScratch),
 			insn.MapRef(asm.R1, abi.IfacesMap),
 			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, "parse_ip"),
+			asm.JEq.Imm(asm.R0, 0, unnamed),
 			insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
 			insn.St(asm.R7, pkt.Ifaces, asm.R1, asm.DWord),
 		)
+		if c.accel {
+			b.Emit(insn.Ja("parse_ip"))
+			b.Mark(unnamed)
+			c.setFlag(pkt.FlagUnnamedIface)
+		}
 	}
 	b.Mark("parse_ip")
 	switch {
@@ -784,7 +795,7 @@ func (c *compiler) ipv6ExtHeaders() {
 		)
 	}
 	if c.marksClassU() {
-		// Keep pkt.FlagVLAN.
+		// Keep pkt.FlagVLAN (and an accelerator's FlagUnnamedIface).
 		b.Emit(
 			insn.Ld(asm.R2, asm.R7, pkt.Flags, asm.Byte),
 			asm.Or.Reg(asm.R1, asm.R2),

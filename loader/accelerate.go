@@ -127,14 +127,8 @@ func newAcceleratorDispatch() (*ebpf.Program, map[rules.Family]*ebpf.Map, error)
 // netfilter sees its packets on another device.
 func AttachAccelerator(root string, ns uint64, names []string, mode XDPMode) (added []Iface, err error) {
 	dir := acceleratorDir(root, ns)
-	if err := (Place{Root: root, NetNS: ns, Hook: codegen.HookXDP}).makeDir(); err != nil {
+	if err := makeNetNSDir(root, ns, dir); err != nil {
 		return nil, err
-	}
-	// makeDir made the xdp place's directory, which interface mode
-	// would use: only the namespace's is wanted.
-	os.Remove(Place{Root: root, NetNS: ns, Hook: codegen.HookXDP}.Dir())
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("accelerator: %w", err)
 	}
 	attached, err := linkPins(dir)
 	if err != nil {
@@ -325,22 +319,14 @@ func openAcceleratorSlot(p Place) (*ebpf.Program, *ebpf.Map, error) {
 }
 
 // emptyAccelerator empties the slot of the accelerator a, which is
-// unloaded: from then on its family's packets pass the dispatcher. When
-// neither family has an accelerator any more, the dispatcher goes.
+// unloaded: from then on its family's packets pass the dispatcher.
 func emptyAccelerator(a *Active) error {
 	if slot := a.maps[pinDispatch]; slot != nil {
 		if err := slot.Delete(uint32(0)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("accelerator slot: %w", err)
 		}
 	}
-	other := rules.IPv6
-	if a.Place.Family == rules.IPv6 {
-		other = rules.IPv4
-	}
-	if _, err := os.Stat(filepath.Join(AcceleratorPlace(a.Place.Root, a.Place.NetNS, other).Dir(), pinProgram)); err == nil {
-		return nil
-	}
-	return DetachAccelerator(a.Place.Root, a.Place.NetNS)
+	return nil
 }
 
 // ReleaseIdleAccelerator removes the dispatcher of network namespace ns

@@ -269,8 +269,11 @@ func Places(root string, netns uint64) ([]Place, error) {
 
 // makeDir creates the filter's directory, mounting bpffs first if the
 // root is not on it.
-func (p Place) makeDir() error {
-	root := p.Root
+func (p Place) makeDir() error { return makeNetNSDir(p.Root, p.NetNS, p.Dir()) }
+
+// makeNetNSDir creates dir, a directory of network namespace ns under
+// root, mounting bpffs first if the root is not on it.
+func makeNetNSDir(root string, ns uint64, dir string) error {
 	if root == "" {
 		root = DefaultRoot
 	}
@@ -281,8 +284,8 @@ func (p Place) makeDir() error {
 	if err != nil {
 		return err
 	}
-	if here == p.NetNS {
-		if err := reapStale(p.Root, p.NetNS); err != nil {
+	if here == ns {
+		if err := reapStale(root, ns); err != nil {
 			return err
 		}
 	}
@@ -302,11 +305,11 @@ func (p Place) makeDir() error {
 	if err := checkLasts(root); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(p.Dir(), 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create pin directory: %w", err)
 	}
-	if here == p.NetNS {
-		return markNetNS(root, p.NetNS)
+	if here == ns {
+		return markNetNS(root, ns)
 	}
 	return nil
 }

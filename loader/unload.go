@@ -93,6 +93,12 @@ func Unload(p Place, names []string) ([]Iface, error) {
 		if err := os.RemoveAll(dir); err != nil {
 			return detach, fmt.Errorf("unload %s filter: %w", p.Hook, err)
 		}
+		if p.Accelerator() {
+			// The dispatcher goes with the last family's accelerator.
+			if err := ReleaseIdleAccelerator(p.Root, p.NetNS); err != nil {
+				return detach, fmt.Errorf("unload %s: %w", p.Name(), err)
+			}
+		}
 		// The namespace's directory goes when its last filter does.
 		removeIfOnlyMarked(filepath.Dir(dir))
 		if a.Meta.Conntrack {

@@ -63,4 +63,7 @@ const (
 	// FlagForward: routing will forward the packet (an accelerator's
 	// route lookup, codegen.Accelerator); clear for local delivery.
 	FlagForward = 1 << 5
+	// FlagUnnamedIface: abi.IfacesMap has no entry for the input
+	// interface (set only in an accelerator, which passes the packet).
+	FlagUnnamedIface = 1 << 6
 )
