@@ -60,8 +60,9 @@ import (
 //     the program does not reproduce (REJECT, LOG, a rule without a
 //     target, which counts) accepts too. DROP, ACCEPT, jumps and RETURN
 //     stay; the chain's policy ends it.
-//   - Counters. It counts what it drops, by the rule that drops it: what
-//     passes, the chains count.
+//   - Counters. It counts what it drops as netfilter would have: the rule
+//     that drops it and the jumps, gotos and RETURNs on its way there
+//     (accelDrop). What passes, the chains count.
 //
 // The caller vouches for the rest of the path: nothing before the chains
 // (raw and mangle PREROUTING, nat PREROUTING, mangle INPUT and FORWARD)
@@ -116,6 +117,17 @@ func Accelerator(input, forward *ir.Program) (*ir.Program, error) {
 		return nil, fmt.Errorf("accelerator: %w", err)
 	}
 	return out, nil
+}
+
+// AcceleratorPolicy returns the name of the chain whose policy rule r of
+// accelerator p is: the last rule of a copied entry chain, the one rule
+// of a copy that no rule of the rule set was made into but the first.
+func AcceleratorPolicy(p *ir.Program, r *ir.Rule) (string, bool) {
+	ch := p.Chains[r.Chain]
+	if r.Chain == 0 || r.Pos != (rules.Pos{}) || ch.Rules[len(ch.Rules)-1] != r {
+		return "", false
+	}
+	return ch.Name, true
 }
 
 // unrouted is an address range whose packets the accelerator leaves to
@@ -439,5 +451,102 @@ func (c *compiler) routeFunction() {
 		insn.St(asm.R7, pkt.Flags, asm.R1, asm.Byte),
 		insn.Mov(asm.R0, routeForward),
 		asm.Return(),
+	)
+}
+
+// An accelerator counts a packet it drops as netfilter would have: the
+// rule that drops it and every rule of its path whose counter netfilter
+// increments on the way, the jumps, gotos and RETURNs taken (the rules
+// that accept do not drop, so none of them is on the path). Until the
+// verdict it cannot know whether the chains will count them, so it notes
+// them in the parsed packet (pktPath) and counts them once it drops; a
+// path too long to note passes, to be counted by the chains.
+const (
+	accelPathLen  = 15
+	accelPathSize = 4 + 4*accelPathLen
+)
+
+// accelPush notes rule id on the packet's path; r6 points to the parsed
+// packet.
+func (c *compiler) accelPush(id int) {
+	c.accelNote(func(at asm.Register, off int16) asm.Instruction { return insn.StImm(at, off, int32(id), asm.Word) })
+}
+
+// accelPushReg notes the rule whose ID is in reg on the packet's path.
+func (c *compiler) accelPushReg(reg asm.Register) {
+	c.accelNote(func(at asm.Register, off int16) asm.Instruction { return insn.St(at, off, reg, asm.Word) })
+}
+
+// accelNote emits the store of a rule ID at the path's next free place,
+// at+off, when it has one, and counts the rule.
+func (c *compiler) accelNote(store func(at asm.Register, off int16) asm.Instruction) {
+	b := c.b
+	off := c.pktPath()
+	full := b.Fresh("path_full")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R6, off, asm.Word),
+		asm.JGE.Imm(asm.R1, accelPathLen, full),
+		insn.Movr(asm.R2, asm.R1),
+		asm.LSh.Imm(asm.R2, 2),
+		asm.Add.Reg(asm.R2, asm.R6),
+		store(asm.R2, off+4),
+	)
+	b.Mark(full)
+	b.Emit(
+		asm.Add.Imm(asm.R1, 1),
+		insn.St(asm.R6, off, asm.R1, asm.Word),
+	)
+}
+
+// accelDrop emits main's drop in an accelerator, r8 the rule that drops:
+// it counts the rule and its path, and the drop, or passes the packet
+// when the path was too long to note.
+func (c *compiler) accelDrop() {
+	b := c.b
+	path := c.mainPkt() + c.pktPath()
+	unaccelerated := b.Fresh("path_too_long")
+	b.Emit(
+		insn.Ld(asm.R1, asm.R10, path, asm.Word),
+		asm.JGE.Imm(asm.R1, accelPathLen, unaccelerated),
+		insn.Movr(asm.R2, asm.R1),
+		asm.LSh.Imm(asm.R2, 2),
+		asm.Add.Reg(asm.R2, asm.R10),
+		insn.St(asm.R2, path+4, asm.R8, asm.Word),
+		asm.Add.Imm(asm.R1, 1),
+		insn.St(asm.R10, path, asm.R1, asm.Word),
+	)
+	counted := b.Fresh("path_counted")
+	for i := range accelPathLen {
+		next := b.Fresh("path_next")
+		key := path + 4 + int16(4*i)
+		b.Emit(
+			insn.Ld(asm.R1, asm.R10, path, asm.Word),
+			asm.JLE.Imm(asm.R1, int32(i), counted),
+			insn.Movr(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, int32(key)),
+			insn.MapRef(asm.R1, abi.CountersMap),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, next),
+			insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
+			asm.Add.Imm(asm.R1, 1),
+			insn.St(asm.R0, 0, asm.R1, asm.DWord),
+			insn.Ld(asm.R1, asm.R10, c.mainPkt()+pkt.Bytes, asm.Word),
+			insn.Ld(asm.R2, asm.R0, 8, asm.DWord),
+			asm.Add.Reg(asm.R2, asm.R1),
+			insn.St(asm.R0, 8, asm.R2, asm.DWord),
+		)
+		b.Mark(next)
+	}
+	// The policy's counter, which an accelerator's entry chain never
+	// reaches, counts the packets it drops. (mainKey may share its bytes
+	// with the path.)
+	b.Mark(counted)
+	c.count(len(c.p.Rules), asm.R10, c.mainPkt()+pkt.Bytes, c.mainKey())
+	b.Emit(insn.Ja(symMainEnd))
+	b.Mark(unaccelerated)
+	b.Emit(
+		insn.Mov(asm.R7, int32(abi.Unaccelerated)),
+		insn.Mov(asm.R9, c.hook.pass()),
+		insn.Ja(symMainEnd),
 	)
 }

@@ -65,11 +65,12 @@ func (c *compiler) classified(s *classify.Segment, next string) {
 		asm.JEq.Imm(asm.R8, classify.KindHotdrop, hot),
 	)
 	if c.accel {
-		// An accelerator counts what it drops (accelDrops).
-		counted := b.Fresh("drop_counted")
-		b.Emit(asm.JNE.Imm(asm.R8, classify.KindDrop, counted))
-		c.countReg(asm.R7)
-		b.Mark(counted)
+		// It counts the rules of a packet it drops when it drops it
+		// (accelDrop).
+		pushed := b.Fresh("path_noted")
+		b.Emit(asm.JNE.Imm(asm.R8, classify.KindReturn, pushed))
+		c.accelPushReg(asm.R7)
+		b.Mark(pushed)
 	} else {
 		c.countReg(asm.R7)
 	}

@@ -307,9 +307,12 @@ func (c *compiler) main() {
 		b.Emit(insn.Movr(asm.R7, asm.R10), asm.Add.Imm(asm.R7, int32(c.mainPkt())))
 		c.parseBody()
 		b.Mark(symParseDone)
+		// They share their bytes with parse's slots: see mainPkt.
 		if c.hasRecent {
-			// It shares its bytes with parse's slots: see mainPkt.
 			b.Emit(insn.StImm(asm.R10, c.mainPkt()+c.pktRecentNow(), 0, asm.DWord))
+		}
+		if c.accel {
+			b.Emit(insn.StImm(asm.R10, c.mainPkt()+c.pktPath(), 0, asm.Word))
 		}
 	} else {
 		b.Emit(
@@ -435,9 +438,12 @@ func (c *compiler) mainChains() {
 		asm.JEq.Imm(asm.R0, codeAccept, accepted),
 		insn.Mov(asm.R9, c.hook.drop()),
 	)
-	if len(c.rejects) > 0 {
+	switch {
+	case len(c.rejects) > 0:
 		b.Emit(asm.JEq.Imm(asm.R0, codeDrop, "ruled_drop"))
-	} else {
+	case c.accel:
+		b.Emit(asm.JEq.Imm(asm.R0, codeDrop, "accel_drop"))
+	default:
 		b.Emit(asm.JEq.Imm(asm.R0, codeDrop, symMainEnd))
 	}
 	b.Emit(insn.Mov(asm.R7, int32(abi.Hotdrop)))
@@ -448,6 +454,11 @@ func (c *compiler) mainChains() {
 	if len(c.rejects) > 0 {
 		b.Emit(insn.Ja(symMainEnd))
 		c.rejectDecided()
+	}
+	if c.accel {
+		b.Emit(insn.Ja(symMainEnd))
+		b.Mark("accel_drop")
+		c.accelDrop()
 	}
 	b.Mark(symMainEnd)
 	if c.trace {
@@ -626,9 +637,15 @@ func (c *compiler) rule(r *ir.Rule, next string) {
 			usesHotdrop = true
 		}
 	}
-	if _, drops := r.Action.(ir.Drop); drops || !c.accel {
-		// An accelerator counts what it drops: what the rule would
-		// have counted in netfilter. What it passes, netfilter counts.
+	if c.accel {
+		// It counts the rules of a packet it drops when it drops it.
+		switch r.Action.(type) {
+		case ir.Jump, ir.Goto, ir.Return:
+			c.accelPush(r.ID)
+		case ir.Accept, ir.Drop, ir.Log, ir.None, ir.Reject, ir.TProxy:
+			// They end the path, or an accelerator has none of them.
+		}
+	} else {
 		c.count(r.ID, asm.R6, pkt.Bytes, chainKey)
 	}
 	fallsThrough := false

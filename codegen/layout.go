@@ -11,9 +11,20 @@ const (
 	lookupKeySize = 48
 )
 
-// pkt.Size is the size of the parsed packet at the compiler's level, with
-// pktRecentNow's field in a program with recent matches.
+// pktSize is the size of the parsed packet at the compiler's level, with
+// pktRecentNow's field in a program with recent matches and an
+// accelerator's path (pktPath).
 func (c *compiler) pktSize() int16 {
+	n := c.pktPath()
+	if c.accel {
+		n += accelPathSize
+	}
+	return n
+}
+
+// pktPath is where an accelerator keeps the packet's path (accelPush): a
+// u32 count, then the IDs of the first accelPathLen rules noted.
+func (c *compiler) pktPath() int16 {
 	n := c.pktRecentNow()
 	if c.hasRecent {
 		n += 8
@@ -40,7 +51,13 @@ func (c *compiler) pktRecentNow() int16 {
 // before its lookup, and main zeroes recent's tick after the parser.
 func (c *compiler) mainPkt() int16 {
 	if c.parseInlined() {
-		return -parseFrameSize - pkt.Size
+		off := int16(-parseFrameSize - pkt.Size)
+		if c.accel {
+			// The path is read after the entry chain held in main has
+			// used its slots (entryFrame).
+			off = min(off, -entryFrame-c.pktSize())
+		}
+		return off
 	}
 	return -c.pktSize()
 }

@@ -109,9 +109,10 @@ type MetaSource struct {
 	// in that order.
 	all []placed
 	at  map[rules.Pos]span
-	// policies are the chains' own counters (their policies'), by table
-	// and chain.
+	// policies are the chains' own counters (their policies'), and
+	// decls the lines that declare them, by table and chain.
 	policies map[[2]string]rules.Counters
+	decls    map[[2]string]int
 }
 
 type placed struct {
@@ -135,6 +136,7 @@ func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 		all:      make([]placed, 0, n),
 		at:       make(map[rules.Pos]span, n),
 		policies: make(map[[2]string]rules.Counters),
+		decls:    make(map[[2]string]int),
 	}
 	if len(rs.Sets) > 0 {
 		s.sets = string(rules.SaveSets(rs.Sets))
@@ -143,6 +145,9 @@ func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 	// Count lines as rules.Ruleset.Save prints them.
 	for _, t := range rs.Tables {
 		chains := t.SaveOrder()
+		for i, c := range chains {
+			s.decls[[2]string{t.Name, c.Name}] = line + 2 + i
+		}
 		line += 1 + len(chains)
 		for _, c := range chains {
 			s.policies[[2]string{t.Name, c.Name}] = c.Counters
@@ -226,12 +231,16 @@ func (s *MetaSource) program(p *codegen.Program, file string) Meta {
 // AcceleratorMeta describes p, an accelerator compiled from the rule set
 // (codegen.Accelerator). A rule has the line and origin of the rule it
 // was made from (a user chain's rules as often as the accelerator copies
-// the chain), none (0, "") for the ones the accelerator adds; its
-// counters count what the accelerator saw, from zero.
+// the chain), a chain's policy the line that declares the chain (and no
+// origin), and the other rules the accelerator adds none (0, ""). Its
+// counters count what it dropped, from zero: what the chains would have
+// counted of it.
 func (s *MetaSource) AcceleratorMeta(p *codegen.Program, file string) Meta {
 	m := s.program(p, file)
 	for _, r := range p.IR.Rules {
-		if sp, ok := s.at[r.Pos]; ok && r.Pos != (rules.Pos{}) {
+		if chain, ok := codegen.AcceleratorPolicy(p.IR, r); ok {
+			m.Lines[r.ID] = s.decls[[2]string{p.IR.Table, chain}]
+		} else if sp, ok := s.at[r.Pos]; ok && r.Pos != (rules.Pos{}) {
 			m.Lines[r.ID] = s.all[sp.first].line
 			m.Origins[r.ID] = r.Pos.File + ":" + strconv.Itoa(r.Pos.Line)
 		}

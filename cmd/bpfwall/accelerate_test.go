@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"bpfwall/internal/testenv"
 )
 
 // TestRestoreAccelerate runs restore --accelerate as an operator would
@@ -119,5 +122,87 @@ func TestRestoreAccelerate(t *testing.T) {
 	r.run("", bin, "restore", drops)
 	if status := r.run("", bin, "status"); strings.Contains(status, "accelerator") {
 		t.Errorf("status after the restore without its interface:\n%s", status)
+	}
+}
+
+// acceleratorCounted is a rule set whose drops take every kind of path:
+// a jump that returns and a later jump that drops, a RETURN and the
+// policy, a goto, FORWARD's policy after a user chain, and a path too
+// long for the accelerator to note (port 31), which the chains drop.
+var acceleratorCounted = `*filter
+:INPUT DROP [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+:deny - [0:0]
+:empty - [0:0]
+:fwd - [0:0]
+:svc - [0:0]
+-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A INPUT -p tcp -j svc
+-A INPUT -p tcp --dport 24 -j deny
+-A INPUT -p tcp --dport 28 -g deny
+` + strings.Repeat("-A INPUT -p tcp --dport 31 -j empty\n", 16) + `-A INPUT -p tcp --dport 31 -j DROP
+-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A FORWARD -p tcp -j fwd
+-A deny -j DROP
+-A fwd -p tcp --dport 26 -j DROP
+-A svc -p tcp --dport 25 -j RETURN
+-A svc -p tcp --dport 23 -j DROP
+` + acceleratorLookups + "COMMIT\n"
+
+// acceleratorLookups are rules of chain svc that -O1 finds by lookup:
+// a DROP or a RETURN on each port from 40 to 59.
+var acceleratorLookups = func() string {
+	var b strings.Builder
+	for port := 40; port < 60; port++ {
+		fmt.Fprintf(&b, "-A svc -s 10.0.0.0/8 -p tcp --dport %d -j %s\n", port, []string{"DROP", "RETURN"}[port%2])
+	}
+	return b.String()
+}()
+
+// TestAcceleratorCounters sends connection attempts that the accelerator
+// drops, and compares what save -c counts with what iptables-legacy-save
+// -c counts for the same attempts under the same rules: the rule that
+// drops, the jumps, gotos and RETURNs on the way to it, and the policies.
+func TestAcceleratorCounters(t *testing.T) {
+	testenv.RequireTool(t, "iptables-legacy-restore", "iptables-legacy-save")
+	bin := buildBpfwall(t)
+	r := newRouted(t)
+	rules := writeFile(t, "counted.v4", acceleratorCounted)
+	// Each attempt sends one SYN: its connect gives up before the first
+	// retransmission.
+	probes := []probe{
+		{"client", "rc", 23}, {"client", "rc", 24}, {"client", "rc", 25}, {"client", "rc", 27},
+		{"client", "rc", 28}, {"client", "server", 26}, {"client", "server", 29}, {"client", "rc", 23},
+		{"client", "rc", 44}, {"client", "rc", 51}, {"client", "server", 57}, {"client", "rc", 31},
+	}
+	filterTable := func(save string) string {
+		start := strings.Index(save, "*filter\n")
+		if start < 0 {
+			t.Fatalf("no filter table in\n%s", save)
+		}
+		end := strings.Index(save[start:], "COMMIT\n")
+		return save[start : start+end]
+	}
+	r.run("", bin, "restore", "--accelerate", "rc0", rules)
+	r.flushConntrack()
+	for _, got := range r.outcomesParallel(0, probes) {
+		if !strings.HasSuffix(got, " timeout") {
+			t.Errorf("bpfwall: %s, want timeout", got)
+		}
+	}
+	drops, _ := r.acceleratorDrops(bin)
+	got := filterTable(r.run("", bin, "save", "-c"))
+	r.run("", bin, "unload")
+	r.run(acceleratorCounted, "iptables-legacy-restore")
+	r.flushConntrack()
+	r.outcomesParallel(0, probes)
+	want := filterTable(r.run("", "iptables-legacy-save", "-c"))
+	r.run(emptyRules, "iptables-legacy-restore")
+	if got != want {
+		t.Errorf("bpfwall save -c:\n%s\niptables-legacy-save -c:\n%s", got, want)
+	}
+	if drops != uint64(len(probes)-1) {
+		t.Errorf("the accelerator dropped %d of the %d attempts, want all but the one to port 31", drops, len(probes))
 	}
 }

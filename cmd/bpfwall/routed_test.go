@@ -89,7 +89,7 @@ func (r *routed) acceleratorDrops(bin string) (drops uint64, accelerators int) {
 	var filters []struct {
 		Hook     string `json:"hook"`
 		Counters struct {
-			RulePackets uint64 `json:"rule_packets"`
+			Dropped uint64 `json:"dropped_packets"`
 		} `json:"counters"`
 	}
 	if err := json.Unmarshal([]byte(r.run("", bin, "status", "--json")), &filters); err != nil {
@@ -97,7 +97,7 @@ func (r *routed) acceleratorDrops(bin string) (drops uint64, accelerators int) {
 	}
 	for _, f := range filters {
 		if f.Hook == "accelerator" {
-			drops += f.Counters.RulePackets
+			drops += f.Counters.Dropped
 			accelerators++
 		}
 	}

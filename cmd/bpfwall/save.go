@@ -65,10 +65,13 @@ func saveText(hook string, family rules.Family, table string, counters bool, std
 	if err != nil {
 		return nil, err
 	}
-	var targets []target
+	var targets, accels []target
 	for _, t := range all {
-		// An accelerator's counters count what it saw, not the rules'.
-		if metaFamily(&t.snap.Meta) == family && !t.place.Accelerator() {
+		switch {
+		case metaFamily(&t.snap.Meta) != family:
+		case t.place.Accelerator():
+			accels = append(accels, t)
+		default:
 			targets = append(targets, t)
 		}
 	}
@@ -103,6 +106,13 @@ func saveText(hook string, family rules.Family, table string, counters bool, std
 		if err := addCounters(rs, live, t.snap.Meta.Lines, t.snap.Meta.Table, t.snap.Meta.Chain, counted); err != nil {
 			return nil, err
 		}
+	}
+	// What an accelerator dropped, the chains did not see.
+	for _, t := range accels {
+		if t.snap.Meta.Source != src {
+			return nil, fmt.Errorf("the %s and %s hold different rule sets", targets[0].place.Name(), t.place.Name())
+		}
+		addAcceleratorCounters(rs, t.snap)
 	}
 	if counters {
 		if err := addKernelCounters(rs, family, targets); err != nil {
@@ -171,6 +181,35 @@ func addCounters(rs, live *rules.Ruleset, lines []int, table, chain string, coun
 		}
 	}
 	return nil
+}
+
+// addAcceleratorCounters adds to rs, read from the accelerator's Source,
+// what the accelerator counted: each rule's drops to the rule (or the
+// chain's policy) on its line.
+func addAcceleratorCounters(rs *rules.Ruleset, snap *loader.Snapshot) {
+	add := make(map[int]rules.Counters)
+	for id, line := range snap.Meta.Lines {
+		if line > 0 && id < len(snap.Counters) {
+			c := snap.Counters[id]
+			add[line] = sum(add[line], rules.Counters{Packets: c.Packets, Bytes: c.Bytes}, true)
+		}
+	}
+	t := rs.Table(snap.Meta.Table)
+	if t == nil {
+		return
+	}
+	for _, c := range t.Chains {
+		if a, ok := add[c.Pos.Line]; ok && c.Builtin {
+			c.Counters = sum(c.Counters, a, true)
+		}
+		for ri, r := range c.Rules {
+			if a, ok := add[r.Pos.Line]; ok {
+				nr := *r
+				nr.Counters = sum(r.Counters, a, true)
+				c.Rules[ri] = &nr
+			}
+		}
+	}
 }
 
 func sum(a, b rules.Counters, add bool) rules.Counters {

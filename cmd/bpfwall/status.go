@@ -94,6 +94,10 @@ type countersStatus struct {
 	RuleBytes     uint64 `json:"rule_bytes"`
 	PolicyPackets uint64 `json:"policy_packets"`
 	PolicyBytes   uint64 `json:"policy_bytes"`
+	// DroppedPackets and DroppedBytes are what an accelerator dropped;
+	// its rules count each drop and the rules on the way to it.
+	DroppedPackets uint64 `json:"dropped_packets,omitempty"`
+	DroppedBytes   uint64 `json:"dropped_bytes,omitempty"`
 }
 
 // pinnedPlaces names this network namespace and lists the filters pinned
@@ -285,7 +289,11 @@ func statusOf(p loader.Place, withRules bool) (filterStatus, error) {
 		st.Counters.RulePackets += rc.Packets
 		st.Counters.RuleBytes += rc.Bytes
 	}
-	st.Counters.PolicyPackets, st.Counters.PolicyBytes = c[len(c)-1].Packets, c[len(c)-1].Bytes
+	if last := c[len(c)-1]; p.Accelerator() {
+		st.Counters.DroppedPackets, st.Counters.DroppedBytes = last.Packets, last.Bytes
+	} else {
+		st.Counters.PolicyPackets, st.Counters.PolicyBytes = last.Packets, last.Bytes
+	}
 	if st.Policy, st.RuleCounters, err = ruleCounters(&m, c, withRules); err != nil {
 		return filterStatus{}, err
 	}
@@ -329,7 +337,7 @@ func printStatus(w io.Writer, st filterStatus) {
 		}
 		fmt.Fprintf(w, "  runs at xdp on %s, in front of the chains at their netfilter hooks: it drops what filter INPUT and FORWARD would drop, and passes the rest to them\n", strings.Join(names, ", "))
 		c := st.Counters
-		fmt.Fprintf(w, "  dropped %d packets %d bytes at xdp (bpfwall save -c counts what the chains saw)\n", c.RulePackets, c.RuleBytes)
+		fmt.Fprintf(w, "  dropped %d packets %d bytes at xdp (bpfwall save -c counts them with what the chains saw)\n", c.DroppedPackets, c.DroppedBytes)
 		return
 	default:
 		fmt.Fprintf(w, "  attached to %s\n", strings.Join(ifs, ", "))
@@ -396,7 +404,11 @@ func ruleCounters(m *loader.Meta, c []abi.Counter, withRules bool) (string, []ru
 		rule  *rules.Rule
 	}
 	byLine := make(map[int]placed)
+	policies := make(map[int]*rules.Chain) // an accelerator's policies, by the chains' lines
 	for _, ch := range t.Chains {
+		if ch.Builtin && m.Chain == loader.AcceleratorChain {
+			policies[ch.Pos.Line] = ch
+		}
 		for _, r := range ch.Rules {
 			byLine[r.Pos.Line] = placed{ch.Name, r}
 		}
@@ -408,6 +420,10 @@ func ruleCounters(m *loader.Meta, c []abi.Counter, withRules bool) (string, []ru
 			// A rule an accelerator adds: the stack decides what it
 			// matches.
 			out[id] = ruleCounter{Rule: fmt.Sprintf("accelerator#%d", id), Chain: m.Chain, Packets: c[id].Packets, Bytes: c[id].Bytes}
+			continue
+		}
+		if ch := policies[line]; ch != nil {
+			out[id] = ruleCounter{Rule: "policy", Chain: ch.Name, Target: ch.Policy.String(), Line: line, Packets: c[id].Packets, Bytes: c[id].Bytes}
 			continue
 		}
 		pl, ok := byLine[line]
