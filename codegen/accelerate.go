@@ -62,7 +62,8 @@ import (
 //     stay; the chain's policy ends it.
 //   - Counters. It counts what it drops as netfilter would have: the rule
 //     that drops it and the jumps, gotos and RETURNs on its way there
-//     (accelDrop). What passes, the chains count.
+//     (accelDrop). What passes, the chains count. The rules it adds
+//     itself count nothing.
 //
 // The caller vouches for the rest of the path: nothing before the chains
 // (raw and mangle PREROUTING, nat PREROUTING, mangle INPUT and FORWARD)

@@ -641,7 +641,10 @@ func (c *compiler) rule(r *ir.Rule, next string) {
 		// It counts the rules of a packet it drops when it drops it.
 		switch r.Action.(type) {
 		case ir.Jump, ir.Goto, ir.Return:
-			c.accelPush(r.ID)
+			// The rules it adds itself (Pos zero) count nothing.
+			if r.Pos != (rules.Pos{}) {
+				c.accelPush(r.ID)
+			}
 		case ir.Accept, ir.Drop, ir.Log, ir.None, ir.Reject, ir.TProxy:
 			// They end the path, or an accelerator has none of them.
 		}
