@@ -96,7 +96,7 @@ func ReleaseConntrack(places []Place) error {
 		if err != nil {
 			return err
 		}
-		needs := a.Meta.Conntrack
+		needs := a.Meta.HoldsConntrack()
 		a.Close()
 		if needs {
 			return nil
@@ -134,3 +134,11 @@ func releaseConntrackAt(p Place) error {
 }
 
 var kernelBTF = sync.OnceValues(btf.LoadKernelSpec)
+
+// metaConntrack is the meta's key of the program's use of conntrack
+// (feature "conntrack").
+const metaConntrack = "conntrack"
+
+// HoldsConntrack says the program m describes tests the conntrack state:
+// the loader keeps conntrack on in the namespace (HoldConntrack).
+func (m *Meta) HoldsConntrack() bool { return featureMeta[bool](m, metaConntrack) }

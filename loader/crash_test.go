@@ -487,8 +487,8 @@ func checkRunning(t *testing.T, place Place, file string, ifaces []string) {
 		}
 	}
 	held, err := ConntrackHeld()
-	if err != nil || held != a.Meta.Conntrack {
-		t.Errorf("conntrack held %v (%v), want %v", held, err, a.Meta.Conntrack)
+	if err != nil || held != a.Meta.HoldsConntrack() {
+		t.Errorf("conntrack held %v (%v), want %v", held, err, a.Meta.HoldsConntrack())
 	}
 	want := ir.VerdictDrop // tcp/22 in A.rules and C.rules
 	if file == "B.rules" {

@@ -29,6 +29,11 @@ type feature struct {
 	carry func(p *codegen.Program, old *Active, dir string) (carried, error)
 	// pins returns the objects of the loaded program to pin, by name.
 	pins func(l *Loaded) map[string]pinner
+	// record returns what the feature records in the meta of p, swapped
+	// in by b, under the meta's JSON key key (see Meta.features); nil
+	// for nothing.
+	key    string
+	record func(p *codegen.Program, b *build) any
 }
 
 // carried is what a swap keeps of the running filter for one feature.
@@ -73,6 +78,8 @@ var features = []feature{
 			return checkRecentConfig(modprobeDirs, "/proc/cmdline")
 		},
 		shared: checkRecentShared,
+		key:    metaRecent,
+		record: func(p *codegen.Program, _ *build) any { return recorded(recentMetas(p)) },
 		carry: func(p *codegen.Program, old *Active, _ string) (carried, error) {
 			m, err := recentCarry(p, old)
 			return carried{maps: m}, err
@@ -103,6 +110,8 @@ var features = []feature{
 			return nil
 		},
 		shared: checkHashLimitShared,
+		key:    metaHashLimit,
+		record: func(p *codegen.Program, _ *build) any { return recorded(hashlimitMetas(p)) },
 		carry: func(p *codegen.Program, old *Active, _ string) (carried, error) {
 			c, err := carryHashLimit(p, old)
 			return carried{maps: c.maps, loaded: func(l *Loaded) error { return l.setSweeps(c.sweep) }}, err
@@ -132,13 +141,54 @@ var features = []feature{
 		},
 	},
 	{
-		name: "log",
-		pins: (*Loaded).logPinners,
+		name:   "log",
+		pins:   (*Loaded).logPinners,
+		key:    metaLogs,
+		record: func(p *codegen.Program, _ *build) any { return recorded(logRules(p)) },
 	},
 	{
-		name: "netfilter stage",
-		pins: (*Loaded).netfilterPinners,
+		name:   "netfilter stage",
+		pins:   (*Loaded).netfilterPinners,
+		key:    metaUppers,
+		record: func(_ *codegen.Program, b *build) any { return recorded(b.uppers) },
 	},
+	{
+		// A program that tests the conntrack state keeps conntrack on in
+		// its namespace (HoldConntrack, in the swap).
+		name: "conntrack",
+		key:  metaConntrack,
+		record: func(p *codegen.Program, _ *build) any {
+			if p.UsesConntrack() {
+				return true
+			}
+			return nil
+		},
+	},
+}
+
+// recorded is what a feature records of a list: nothing for an empty one.
+func recorded[T any](list []T) any {
+	if len(list) == 0 {
+		return nil
+	}
+	return list
+}
+
+// recordFeatures sets what every feature records of p, swapped in by b,
+// in m.
+func recordFeatures(m *Meta, p *codegen.Program, b *build) error {
+	m.features = nil
+	for _, f := range features {
+		if f.record == nil {
+			continue
+		}
+		if v := f.record(p, b); v != nil {
+			if err := m.setFeature(f.key, v); err != nil {
+				return fmt.Errorf("%s: %w", f.name, err)
+			}
+		}
+	}
+	return nil
 }
 
 // preflight runs every feature's check of the host for p.

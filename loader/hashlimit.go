@@ -58,10 +58,11 @@ func hashlimitMetas(p *codegen.Program) []HashLimitMeta {
 // openHashLimitPins opens the pinned hashlimit tables the Meta lists, and
 // their sweep times.
 func (a *Active) openHashLimitPins(dir string) error {
-	if len(a.Meta.HashLimit) == 0 {
+	tables := a.Meta.HashLimitMetas()
+	if len(tables) == 0 {
 		return nil
 	}
-	for i := range a.Meta.HashLimit {
+	for i := range tables {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, hashlimitPin(i)), nil)
 		if err != nil {
 			return err
@@ -100,8 +101,9 @@ func carryHashLimit(p *codegen.Program, old *Active) (hashlimitCarry, error) {
 	if old == nil {
 		return c, nil
 	}
+	olds := old.Meta.HashLimitMetas()
 	for i, t := range codegen.HashLimitTables(p) {
-		for j, o := range old.Meta.HashLimit {
+		for j, o := range olds {
 			if o.Name != t.Name {
 				continue
 			}
@@ -209,8 +211,9 @@ func checkHashLimitShared(here Place, p *codegen.Program) error {
 		if o.meta.Family != fam {
 			continue
 		}
+		theirs := o.meta.HashLimitMetas()
 		for _, t := range tables {
-			for _, h := range o.meta.HashLimit {
+			for _, h := range theirs {
 				if h.Name == t.Name {
 					return fmt.Errorf("%s: hashlimit table %q is also used by the %s filter (%s): netfilter has one table per network namespace, family and name, bpfwall one per filter", t.Pos, t.Name, o.hook, o.meta.File)
 				}
@@ -218,4 +221,16 @@ func checkHashLimitShared(here Place, p *codegen.Program) error {
 		}
 	}
 	return nil
+}
+
+// metaHashLimit is the meta's key of the program's hashlimit tables
+// (feature "hashlimit").
+const metaHashLimit = "hashlimit"
+
+// HashLimitMetas are the hashlimit tables of the filter m describes, by
+// index: each is pinned as hashlimitPin(index) (their sweep times as
+// pinHashGC), and a swap hands it to the next program whose table of that
+// name has the same configuration.
+func (m *Meta) HashLimitMetas() []HashLimitMeta {
+	return featureMeta[[]HashLimitMeta](m, metaHashLimit)
 }

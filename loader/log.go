@@ -208,3 +208,9 @@ func (l *Loaded) Logged() ([]abi.LogRecord, error) {
 		out = append(out, r)
 	}
 }
+
+// metaLogs is the meta's key of the program's LOG rules (feature "log").
+const metaLogs = "logs"
+
+// LogRules are the LOG rules of the filter m describes, for `bpfwall log`.
+func (m *Meta) LogRules() []LogRule { return featureMeta[[]LogRule](m, metaLogs) }

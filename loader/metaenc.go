@@ -6,6 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
 )
 
 // The meta map holds Meta in one of two encodings, in chunks of
@@ -36,6 +40,7 @@ func encodeMeta(m *Meta) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode meta: %w", err)
 	}
+	head = withFeatures(head, m.features)
 	size := len(metaMagic) + 4 + len(head) + 4 + len(m.Source) + 4 + 4*len(m.Lines) + 4
 	for _, o := range m.Origins {
 		size += 4 + len(o)
@@ -62,7 +67,12 @@ func encodeMeta(m *Meta) ([]byte, error) {
 func decodeMeta(b []byte) (Meta, error) {
 	var m Meta
 	if !bytes.HasPrefix(b, metaMagic) {
-		if err := json.Unmarshal(bytes.TrimRight(b, "\x00"), &m); err != nil {
+		obj := bytes.TrimRight(b, "\x00")
+		if err := json.Unmarshal(obj, &m); err != nil {
+			return Meta{}, fmt.Errorf("decode meta: %w", err)
+		}
+		var err error
+		if m.features, err = featuresOf(obj); err != nil {
 			return Meta{}, fmt.Errorf("decode meta: %w", err)
 		}
 		return m, nil
@@ -77,10 +87,14 @@ func decodeMeta(b []byte) (Meta, error) {
 		sections[i], b = b[4:4+n], b[4+n:]
 	}
 	var head metaHead
-	if err := json.Unmarshal(sections[0], &head); err != nil {
+	err := json.Unmarshal(sections[0], &head)
+	if err != nil {
 		return Meta{}, fmt.Errorf("decode meta: %w", err)
 	}
 	m = head.Meta
+	if m.features, err = featuresOf(sections[0]); err != nil {
+		return Meta{}, fmt.Errorf("decode meta: %w", err)
+	}
 	m.Source = string(sections[1])
 	if len(sections[2])%4 != 0 {
 		return Meta{}, errors.New("decode meta: lines cut short")
@@ -104,3 +118,50 @@ func decodeMeta(b []byte) (Meta, error) {
 	}
 	return m, nil
 }
+
+// withFeatures returns the JSON object obj with each feature's record
+// added as a field: where fields of Meta held them before the features
+// did, so that pins of either version read the same.
+func withFeatures(obj []byte, features map[string]json.RawMessage) []byte {
+	for _, key := range slices.Sorted(maps.Keys(features)) {
+		name, _ := json.Marshal(key)
+		obj = obj[:len(obj)-1] // its closing brace
+		if len(obj) > 1 {
+			obj = append(obj, ',')
+		}
+		obj = append(append(append(obj, name...), ':'), features[key]...)
+		obj = append(obj, '}')
+	}
+	return obj
+}
+
+// featuresOf reads the features' records from the JSON object obj: its
+// fields that are not Meta's own.
+func featuresOf(obj []byte) (map[string]json.RawMessage, error) {
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &all); err != nil {
+		return nil, err
+	}
+	for key := range all {
+		if metaFields[key] {
+			delete(all, key)
+		}
+	}
+	if len(all) == 0 {
+		return nil, nil
+	}
+	return all, nil
+}
+
+// metaFields are the JSON names of Meta's own fields.
+var metaFields = func() map[string]bool {
+	out := make(map[string]bool)
+	t := reflect.TypeFor[Meta]()
+	for i := range t.NumField() {
+		if f := t.Field(i); f.IsExported() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			out[name] = true
+		}
+	}
+	return out
+}()

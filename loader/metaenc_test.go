@@ -18,10 +18,12 @@ func testMeta(rules int) Meta {
 		VerifiedInsns: 4680, Level: "-O1", Instructions: 933,
 		Ifaces:  []Iface{{Name: "eth0", Index: 2}},
 		Family:  "ipv4",
-		Recent:  []RecentMeta{{Name: "DEFAULT", Stamps: 20, Mask: "255.255.255.255"}},
 		Pins:    []string{"program", "meta"},
 		Lines:   []int{},
 		Origins: nil,
+	}
+	if err := m.setFeature(metaRecent, []RecentMeta{{Name: "DEFAULT", Stamps: 20, Mask: "255.255.255.255"}}); err != nil {
+		panic(err)
 	}
 	for i := range rules {
 		m.Source += "-A INPUT -p tcp -m tcp --dport " + strings.Repeat("1", i%5+1) + " -j ACCEPT \"quoted\\n\"\n"
@@ -50,9 +52,18 @@ func TestMetaEncoding(t *testing.T) {
 		if !reflect.DeepEqual(got, m) {
 			t.Errorf("%d rules: read back\n%+v\nwant\n%+v", n, got, m)
 		}
+		if r := got.RecentMetas(); len(r) != 1 || r[0].Name != "DEFAULT" || len(got.LogRules()) != 0 || got.HoldsConntrack() {
+			t.Errorf("%d rules: features read back as recent %v, logs %v, conntrack %v", n, r, got.LogRules(), got.HoldsConntrack())
+		}
+		// An older version's pin: Meta as JSON, the recent tables a
+		// field of it.
 		old, err := json.Marshal(&m)
 		if err != nil {
 			t.Fatal(err)
+		}
+		old = withFeatures(old, m.features)
+		if !bytes.Contains(old, []byte(`,"recent":[{"name":"DEFAULT","stamps":20,`)) {
+			t.Fatalf("%d rules: the recent tables are not a field of the meta's JSON: %s", n, old)
 		}
 		old = append(old, make([]byte, metaChunk-len(old)%metaChunk)...)
 		if got, err := decodeMeta(old); err != nil || !reflect.DeepEqual(got, m) {

@@ -215,7 +215,7 @@ func (a *Active) Netfilter() (*NetfilterStage, error) {
 			st.Ifaces = append(st.Ifaces, int(k))
 		}
 	}
-	st.Uppers = a.Meta.Uppers
+	st.Uppers = a.Meta.UpperDevices()
 	if links, err := listLinks(); err == nil {
 		now, _ := uppersOf(links, a.ifindexes(), false)
 		for _, u := range now {
@@ -237,3 +237,13 @@ func (a *Active) Netfilter() (*NetfilterStage, error) {
 	}
 	return st, nil
 }
+
+// metaUppers is the meta's key of the upper devices the netfilter stage
+// evaluates (feature "netfilter stage").
+const metaUppers = "uppers"
+
+// UpperDevices are the upper devices of the interfaces of the filter m
+// describes, found at its load or swap, whose packets its netfilter stage
+// evaluates too (see stageUppers); devices created afterwards are not
+// followed.
+func (m *Meta) UpperDevices() []Iface { return featureMeta[[]Iface](m, metaUppers) }

@@ -151,7 +151,7 @@ func recentMetas(p *codegen.Program) []RecentMeta {
 
 // openRecentPins opens the pinned recent tables the Meta lists.
 func (a *Active) openRecentPins(dir string) error {
-	for i := range a.Meta.Recent {
+	for i := range a.Meta.RecentMetas() {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, recentPin(i)), nil)
 		if err != nil {
 			return err
@@ -173,8 +173,9 @@ func recentCarry(p *codegen.Program, old *Active) (map[string]*ebpf.Map, error) 
 		return nil, nil
 	}
 	out := make(map[string]*ebpf.Map)
+	olds := old.Meta.RecentMetas()
 	for _, t := range codegen.RecentTables(p) {
-		for j, o := range old.Meta.Recent {
+		for j, o := range olds {
 			if o.Name != t.Name {
 				continue
 			}
@@ -206,8 +207,9 @@ func checkRecentShared(here Place, p *codegen.Program) error {
 		return err
 	}
 	for _, o := range others {
+		theirs := o.meta.RecentMetas()
 		for _, t := range tables {
-			for _, r := range o.meta.Recent {
+			for _, r := range theirs {
 				if r.Name == t.Name {
 					return fmt.Errorf("recent table %q is also used by the %s filter (%s, %s): netfilter has one table per network namespace and name, bpfwall one per filter", t.Name, o.hook, o.meta.File, o.meta.Family)
 				}
@@ -260,7 +262,7 @@ type RecentTableState struct {
 // RecentTables reads the filter's recent tables.
 func (a *Active) RecentTables() ([]RecentTableState, error) {
 	var out []RecentTableState
-	for i, t := range a.Meta.Recent {
+	for i, t := range a.Meta.RecentMetas() {
 		m := a.maps[recentPin(i)]
 		value := make([]byte, m.ValueSize())
 		if err := m.Lookup(uint32(0), &value); err != nil {
@@ -274,7 +276,7 @@ func (a *Active) RecentTables() ([]RecentTableState, error) {
 // RecentEntries reads the addresses the filter's recent table name lists,
 // least recently updated first.
 func (a *Active) RecentEntries(name string) ([]abi.RecentSlot, error) {
-	for i, t := range a.Meta.Recent {
+	for i, t := range a.Meta.RecentMetas() {
 		if t.Name != name {
 			continue
 		}
@@ -287,3 +289,12 @@ func (a *Active) RecentEntries(name string) ([]abi.RecentSlot, error) {
 	}
 	return nil, fmt.Errorf("no recent table %q", name)
 }
+
+// metaRecent is the meta's key of the program's recent tables (feature
+// "recent").
+const metaRecent = "recent"
+
+// RecentMetas are the recent tables of the filter m describes, by index:
+// each is pinned as recentPin(index), and a swap hands it to the next
+// program whose table of that name has the same ring and mask.
+func (m *Meta) RecentMetas() []RecentMeta { return featureMeta[[]RecentMeta](m, metaRecent) }

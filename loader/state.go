@@ -1,8 +1,10 @@
 package loader
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -45,31 +47,54 @@ type Meta struct {
 	Level        string  `json:"level,omitempty"`
 	Instructions int     `json:"instructions,omitempty"`
 	Ifaces       []Iface `json:"ifaces"`
-	// Logs are the program's LOG rules, for `bpfwall log`.
-	Logs []LogRule `json:"logs,omitempty"`
-	// Conntrack is set when the program tests the conntrack state: the
-	// loader keeps conntrack on in the namespace (HoldConntrack).
-	Conntrack bool `json:"conntrack,omitempty"`
 	// Family is the IP family the program filters ("ipv4" or "ipv6"); the
 	// other family's packets pass it. Empty in pins of older versions.
 	Family string `json:"family,omitempty"`
-	// Recent are the program's recent tables, by index: each is pinned
-	// as recentPin(index), and a swap hands it to the next program whose
-	// table of that name has the same ring and mask.
-	Recent []RecentMeta `json:"recent,omitempty"`
-	// HashLimit are the program's hashlimit tables, by index: each is
-	// pinned as hashlimitPin(index) (their sweep times as pinHashGC), and
-	// a swap hands it to the next program whose table of that name has
-	// the same configuration.
-	HashLimit []HashLimitMeta `json:"hashlimit,omitempty"`
 	// Pins are the names of the pins the swap that loaded the program made
 	// (the links of interfaces attached before it stay too; empty in pins
 	// of older versions): a swap removes the others (see dropOldPins).
 	Pins []string `json:"pins,omitempty"`
-	// Uppers are the upper devices of the interfaces, found at the load
-	// or swap, whose packets the netfilter stage evaluates too (see
-	// stageUppers); devices created afterwards are not followed.
-	Uppers []Iface `json:"uppers,omitempty"`
+
+	// features holds what each feature records of the program (its
+	// LOG rules, recent and hashlimit tables, upper devices, conntrack),
+	// as JSON by the feature's key (feature.key): the meta's JSON has
+	// them beside the fields above. Each feature reads its own with an
+	// accessor in its file (LogRules, RecentMetas, ...).
+	features map[string]json.RawMessage
+}
+
+// featureMeta is what feature key recorded in m, decoded into a T; the
+// zero T when it recorded nothing, or what it recorded does not decode
+// (a pin of a version whose record had another type).
+func featureMeta[T any](m *Meta, key string) T {
+	var v T
+	if raw, ok := m.features[key]; ok {
+		if err := json.Unmarshal(raw, &v); err != nil {
+			var zero T
+			return zero
+		}
+	}
+	return v
+}
+
+// setFeature records v, as JSON, under feature key in m; nil removes it.
+// m's features are its own afterwards: a copy of the meta keeps its own.
+func (m *Meta) setFeature(key string, v any) error {
+	features := maps.Clone(m.features)
+	if features == nil {
+		features = make(map[string]json.RawMessage)
+	}
+	if v == nil {
+		delete(features, key)
+	} else {
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		features[key] = raw
+	}
+	m.features = features
+	return nil
 }
 
 // RecentMeta describes a pinned recent table.
@@ -173,7 +198,6 @@ func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 // for them.
 func (s *MetaSource) Meta(p *codegen.Program, file string) (Meta, []abi.Counter, error) {
 	m := s.program(p, file)
-	m.Logs, m.Recent, m.HashLimit = logRules(p), recentMetas(p), hashlimitMetas(p)
 	counters := make([]abi.Counter, len(p.IR.Rules)+1)
 	// The origins, FILE:LINE, are substrings of one string.
 	var origins []byte

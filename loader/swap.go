@@ -250,7 +250,7 @@ func (p *Prepared) Commit() (*Result, error) {
 		return nil, fmt.Errorf("swap %s filter: %w", name, err)
 	}
 	p.done = true
-	if !s.Program.UsesConntrack() && old != nil && old.Meta.Conntrack {
+	if !s.Program.UsesConntrack() && old != nil && old.Meta.HoldsConntrack() {
 		if err := releaseConntrackAt(s.Place); err != nil {
 			return res, fmt.Errorf("swap %s filter: the new program runs, but: %w", name, err)
 		}
@@ -600,9 +600,10 @@ func (s *Swap) pinMeta(b *build, ifaces []Iface) error {
 	meta := s.Meta
 	meta.LoadedAt = time.Now().UTC()
 	meta.VerifiedInsns = b.loaded.VerifiedInsns
-	meta.Conntrack = s.Program.UsesConntrack()
 	meta.Ifaces = append(ifaces, b.attached...)
-	meta.Uppers = b.uppers
+	if err := recordFeatures(&meta, s.Program, b); err != nil {
+		return err
+	}
 	pending, err := pendingPins(b.dir)
 	if err != nil {
 		return err

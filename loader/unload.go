@@ -24,7 +24,7 @@ import (
 // class U, which netfilter sees on the master, where the stage could no
 // longer tell them from the other port's (as load refuses it).
 func (a *Active) checkUppersLeft(detach []Iface) error {
-	if a.maps[pinNFIfaces] == nil || len(a.Meta.Uppers) == 0 {
+	if a.maps[pinNFIfaces] == nil || len(a.Meta.UpperDevices()) == 0 {
 		return nil
 	}
 	var left []int
@@ -101,7 +101,7 @@ func Unload(p Place, names []string) ([]Iface, error) {
 		}
 		// The namespace's directory goes when its last filter does.
 		removeIfOnlyMarked(filepath.Dir(dir))
-		if a.Meta.Conntrack {
+		if a.Meta.HoldsConntrack() {
 			if err := releaseConntrackAt(p); err != nil {
 				return detach, fmt.Errorf("unload %s filter: %w", p.Hook, err)
 			}
@@ -110,7 +110,7 @@ func Unload(p Place, names []string) ([]Iface, error) {
 	}
 	meta := a.Meta
 	meta.Ifaces = slices.DeleteFunc(slices.Clone(meta.Ifaces), func(ifc Iface) bool { return a.Links[ifc.Index] == nil })
-	if m := a.maps[pinNFIfaces]; m != nil && len(meta.Uppers) > 0 {
+	if m := a.maps[pinNFIfaces]; m != nil && len(meta.UpperDevices()) > 0 {
 		// Nor from the upper devices of the interfaces detached, unless
 		// they are upper devices of one still attached.
 		var left []int
@@ -123,7 +123,7 @@ func Unload(p Place, names []string) ([]Iface, error) {
 		}
 		still, _ := uppersOf(links, left, false)
 		var keep []Iface
-		for _, u := range meta.Uppers {
+		for _, u := range meta.UpperDevices() {
 			if slices.ContainsFunc(still, func(v Iface) bool { return v.Index == u.Index }) {
 				keep = append(keep, u)
 				continue
@@ -132,7 +132,9 @@ func Unload(p Place, names []string) ([]Iface, error) {
 				return detach, fmt.Errorf("unload %s filter: netfilter stage: %s: %w", p.Hook, u.Name, err)
 			}
 		}
-		meta.Uppers = keep
+		if err := meta.setFeature(metaUppers, recorded(keep)); err != nil {
+			return detach, fmt.Errorf("unload %s filter: %w", p.Hook, err)
+		}
 	}
 	mp, err := newMetaMap(&meta)
 	if err != nil {

@@ -177,6 +177,7 @@ type logFollower struct {
 	place  loader.Place
 	reader *os.File // holds the filter's reader lock
 	rd     *loader.LogReader
+	logs   []loader.LogRule // rd's LOG rules
 	lost   uint64
 	ifaces map[uint32]ifaceInfo
 }
@@ -196,7 +197,7 @@ func openFollower(p loader.Place) (*logFollower, error) {
 		reader.Close()
 		return nil, err
 	}
-	f := &logFollower{place: p, reader: reader, rd: rd, ifaces: make(map[uint32]ifaceInfo)}
+	f := &logFollower{place: p, reader: reader, rd: rd, logs: rd.Meta.LogRules(), ifaces: make(map[uint32]ifaceInfo)}
 	f.lost, _ = rd.Lost()
 	return f, nil
 }
@@ -312,7 +313,7 @@ func (f *logFollower) reopenIfSwapped() error {
 		return err
 	}
 	f.rd.Close()
-	f.rd = rd
+	f.rd, f.logs = rd, rd.Meta.LogRules()
 	f.lost, _ = rd.Lost()
 	return nil
 }
@@ -338,9 +339,9 @@ func (f *logFollower) event(rec abi.LogRecord) logEvent {
 	m := &f.rd.Meta
 	ev := logEvent{Time: monotonicToWall(rec.Time), Hook: f.place.Hook.String(), Len: rec.Len, Chain: m.Chain}
 	var rule *loader.LogRule
-	for i := range m.Logs {
-		if m.Logs[i].ID == int(rec.Rule) {
-			rule = &m.Logs[i]
+	for i := range f.logs {
+		if f.logs[i].ID == int(rec.Rule) {
+			rule = &f.logs[i]
 		}
 	}
 	if rule == nil {

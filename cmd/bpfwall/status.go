@@ -250,7 +250,7 @@ func statusOf(p loader.Place, withRules bool) (filterStatus, error) {
 		}
 		st.Ifaces = append(st.Ifaces, is)
 	}
-	if m.Conntrack {
+	if m.HoldsConntrack() {
 		held, err := loader.ConntrackHeld()
 		st.ConntrackHeld = &held
 		switch {
@@ -268,12 +268,12 @@ func statusOf(p loader.Place, withRules bool) (filterStatus, error) {
 	if st.ChainHook, err = a.ChainHook(); err != nil {
 		return filterStatus{}, err
 	}
-	if len(m.Logs) > 0 {
+	if logs := m.LogRules(); len(logs) > 0 {
 		lost, err := a.LogLost()
 		if err != nil {
 			return filterStatus{}, err
 		}
-		st.Log = &logStatus{Rules: len(m.Logs), Lost: lost}
+		st.Log = &logStatus{Rules: len(logs), Lost: lost}
 	}
 	if st.Recent, err = a.RecentTables(); err != nil {
 		return filterStatus{}, err
