@@ -6,7 +6,9 @@ import (
 	"io"
 	"maps"
 	"os/exec"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"bpfwall/loader"
@@ -207,14 +209,63 @@ func kernelDelegated(family rules.Family) (map[string][]byte, error) {
 }
 
 // check has the kernel's iptables-restore check the delegated tables
-// without applying them.
+// without applying them. Its refusal names the line of the input that
+// the line it refuses came from.
 func (d *delegation) check() error {
 	if len(d.tables) == 0 {
 		return nil
 	}
 	// (The answers' programs are pinned by the restore itself.)
 	_, err := runTool(d.family, d.text(nil, false, true), "-restore", "--test")
-	return err
+	if err == nil {
+		return nil
+	}
+	m := errorLine.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	n, _ := strconv.Atoi(m[1])
+	pos := d.checkedPos(n)
+	if !pos.IsValid() {
+		return err
+	}
+	why := err.Error()
+	if _, after, ok := strings.Cut(why, "): "); ok {
+		why, _, _ = strings.Cut(after, "\n")
+	}
+	return fmt.Errorf("%s: %s refuses it: %s", pos, d.toolName()+"-restore", why)
+}
+
+// errorLine finds the line iptables-restore names in its refusal.
+var errorLine = regexp.MustCompile(`Error occurred at line: (\d+)`)
+
+// checkedPos is where line n of the text check gives iptables-restore
+// was written: a rule's position, its chain's declaration or its table's;
+// zero for a line bpfwall adds.
+func (d *delegation) checkedPos(n int) rules.Pos {
+	var lines []rules.Pos // as text writes them, from line 1
+	for _, name := range tableOrder(d.names(nil)) {
+		t := d.tables[name]
+		if t == nil {
+			lines = append(lines, rules.Pos{}, rules.Pos{})
+			continue
+		}
+		chains := t.SaveOrder()
+		lines = append(lines, t.Pos, rules.Pos{}) // the table, the mark
+		for _, c := range chains {
+			lines = append(lines, c.Pos)
+		}
+		for _, c := range chains {
+			for _, r := range c.Rules {
+				lines = append(lines, r.Pos)
+			}
+		}
+		lines = append(lines, rules.Pos{}) // COMMIT
+	}
+	if n < 1 || n > len(lines) {
+		return rules.Pos{}
+	}
+	return lines[n-1]
 }
 
 // kernelTables is what the restore writes into the kernel, for

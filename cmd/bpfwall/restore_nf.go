@@ -244,10 +244,12 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) (rerr error)
 	}
 
 	deleg.note(stderr, cc.why)
+	// What the kernel runs, it checks first: its refusal names the line
+	// of the input, and changes nothing.
+	if err := deleg.check(); err != nil {
+		return err
+	}
 	if req.test {
-		if err := deleg.check(); err != nil {
-			return err
-		}
 		for _, p := range plans {
 			l, err := loader.Load(p.prog, loader.Options{})
 			if err != nil {
