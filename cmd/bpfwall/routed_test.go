@@ -492,7 +492,7 @@ func TestRestoreDelegates(t *testing.T) {
 // kernel's netfilter, which checks it. It logs, per dump, how many
 // chains run in BPF and which go to the kernel.
 func TestRealDumpsRestore(t *testing.T) {
-	testenv.RequireTool(t, "iptables-legacy-restore", "ip6tables-legacy-restore", "iptables-restore", "unshare")
+	testenv.RequireTool(t, "iptables-legacy-restore", "ip6tables-legacy-restore", "iptables-restore", "unshare", "ipset")
 	files := testenv.CorpusFiles(t, "real", "*")
 	if len(files) == 0 {
 		t.Skip("the corpus of real rule sets (../shared/corpora/real) is absent")
@@ -511,13 +511,28 @@ func TestRealDumpsRestore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		check := exec.Command("unshare", "-n", oracle, "--test")
+		// Each command runs in a namespace of its own that holds the
+		// ipsets the rules name, as the host they came from did.
+		var sets []string
+		for _, m := range regexp.MustCompile(`--match-set (\S+)`).FindAllStringSubmatch(string(text), -1) {
+			if !slices.Contains(sets, m[1]) {
+				sets = append(sets, m[1])
+			}
+		}
+		inNetns := func(args ...string) *exec.Cmd {
+			script := ""
+			for _, s := range sets {
+				script += fmt.Sprintf("ipset create %s hash:net family %s && ", s, map[bool]string{true: "inet6", false: "inet"}[len(fam) > 0])
+			}
+			return exec.Command("unshare", append([]string{"-n", "sh", "-c", script + `exec "$@"`, "sh"}, args...)...)
+		}
+		check := inNetns(oracle, "--test")
 		check.Stdin = strings.NewReader(string(text))
 		if check.Run() != nil {
 			continue // not a rule set iptables takes
 		}
 		tried++
-		cmd := exec.Command("unshare", append([]string{"-n", bin, "restore", "-t", "-v"}, append(fam, f)...)...)
+		cmd := inNetns(append([]string{bin, "restore", "-t", "-v"}, append(fam, f)...)...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Errorf("%s: %v\n%s", filepath.Base(f), err, out)
@@ -674,9 +689,9 @@ func TestRestoreDelegationFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	fake := "#!/bin/sh\n# Writes what it is given, then fails if it holds the word FAILHERE.\n" +
+	fake := "#!/bin/sh\n# Writes what it is given, then fails if it holds the word FAILHERE (checks pass).\n" +
 		"in=$(cat)\nprintf '%s\\n' \"$in\" | " + real + " \"$@\" || exit $?\n" +
-		"case \"$in\" in *FAILHERE*) echo 'fake iptables-restore: injected failure' >&2; exit 1;; esac\n"
+		"case \"$* $in\" in *--test*) ;; *FAILHERE*) echo 'fake iptables-restore: injected failure' >&2; exit 1;; esac\n"
 	if err := os.WriteFile(dir+"/iptables-restore", []byte(fake), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -716,6 +731,15 @@ COMMIT
 	}
 	if saved := r.run("", bin, "save"); !strings.Contains(saved, "--dport 8081") || !strings.Contains(saved, "--dport 443 -j DROP") {
 		t.Errorf("save after the failed restore:\n%s", saved)
+	}
+	// A rule the kernel's iptables-restore refuses is named by its line
+	// of the input, and changes nothing either.
+	bad := strings.Replace(next, "--to-destination 10.71.2.2:80", "--to-destination 192.16", 1)
+	if out, err := r.try(bad, bin, "restore"); err == nil || !regexp.MustCompile(`:6:\d+: iptables-restore refuses it: Bad IP address "192.16"`).MatchString(out) {
+		t.Errorf("restore of a DNAT to a bad address: %v\n%s", err, out)
+	}
+	if after := r.run("", bin, "status"); program.FindAllString(after, -1)[0] != program.FindAllString(before, -1)[0] {
+		t.Errorf("the refused restore changed the chains:\nbefore\n%s\nafter\n%s", before, after)
 	}
 	r.run("", bin, "unload")
 }
