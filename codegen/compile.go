@@ -14,6 +14,7 @@ import (
 	"bpfwall/codegen/pkt"
 	"bpfwall/codegen/sklookup"
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -380,7 +381,7 @@ func (c *compiler) mainChains() {
 			b.Emit(
 				insn.Mov(asm.R7, int32(abi.Unaccelerated)),
 				insn.Mov(asm.R9, c.hook.pass()),
-				asm.JSet.Imm(asm.R0, int32(ir.ConnUnknown), symMainEnd),
+				asm.JSet.Imm(asm.R0, int32(model.ConnUnknown), symMainEnd),
 			)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"bpfwall/internal/testenv"
 	"bpfwall/internal/topology"
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -34,13 +35,13 @@ type device struct {
 	name    string
 	index   uint32
 	mac     net.HardwareAddr
-	pktType func(dst []byte) ir.PacketType // what eth_type_trans makes of a destination
+	pktType func(dst []byte) model.PacketType // what eth_type_trans makes of a destination
 }
 
 // TestKernelMatchesEval loads every golden file's program, for every
 // hook, and runs generated frames through it with BPF_PROG_TEST_RUN: the
 // verdict and the decision the program records must be ir.Eval's for
-// ir.Decode of the frame, and the counters must add up as ir.Trace counts.
+// model.Decode of the frame, and the counters must add up as ir.Trace counts.
 func TestKernelMatchesEval(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireTool(t, "ip")
@@ -151,25 +152,25 @@ func startNetns() (*netns, error) {
 		ns.devs = []device{
 			// eth_type_trans against lo's all-zero address, whose broadcast
 			// address is zero too: every group address is multicast.
-			{name: "lo", index: uint32(lo.Index), mac: make(net.HardwareAddr, 6), pktType: func(dst []byte) ir.PacketType {
+			{name: "lo", index: uint32(lo.Index), mac: make(net.HardwareAddr, 6), pktType: func(dst []byte) model.PacketType {
 				switch {
 				case bytes.Equal(dst, make([]byte, 6)):
-					return ir.PacketHost
+					return model.PacketHost
 				case dst[0]&1 != 0:
-					return ir.PacketMulticast
+					return model.PacketMulticast
 				}
-				return ir.PacketOtherHost
+				return model.PacketOtherHost
 			}},
-			{name: "eth0", index: uint32(eth0.Index), mac: mac, pktType: func(dst []byte) ir.PacketType {
+			{name: "eth0", index: uint32(eth0.Index), mac: mac, pktType: func(dst []byte) model.PacketType {
 				switch {
 				case bytes.Equal(dst, mac):
-					return ir.PacketHost
+					return model.PacketHost
 				case bytes.Equal(dst, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}):
-					return ir.PacketBroadcast
+					return model.PacketBroadcast
 				case dst[0]&1 != 0:
-					return ir.PacketMulticast
+					return model.PacketMulticast
 				}
-				return ir.PacketOtherHost
+				return model.PacketOtherHost
 			}},
 		}
 		return nil
@@ -296,7 +297,7 @@ func (l *loaded) runSplit(data []byte, linear int, dev device, mark uint32) (_ i
 // rate-limit match reads its own (a tick may fall between two matches of
 // one packet), which its token bucket or hashlimit entry keeps. Jiffies
 // and Nanos, for matches the packet did not reach, are the latest.
-func (l *loaded) clock(t *testing.T, st *ir.State, pkt *ir.Packet) {
+func (l *loaded) clock(t *testing.T, st *ir.State, pkt *model.Packet) {
 	t.Helper()
 	recentNow := make(map[int]uint64) // by table, read once per packet
 	prev := func(m ir.Match) (uint64, bool) {
@@ -377,11 +378,11 @@ func (l *loaded) counters(t *testing.T) []abi.Counter {
 	return out
 }
 
-// meta is what ir.Decode needs to know about a frame on dev.
-func meta(p *codegen.Program, dev device, data []byte, mark uint32) ir.Meta {
-	m := ir.Meta{InIface: dev.name, Mark: mark}
+// meta is what model.Decode needs to know about a frame on dev.
+func meta(p *codegen.Program, dev device, data []byte, mark uint32) model.Meta {
+	m := model.Meta{InIface: dev.name, Mark: mark}
 	if p.Hook == codegen.HookTCEgress {
-		m = ir.Meta{OutIface: dev.name, Mark: mark, Forwarded: p.IR.Forward}
+		m = model.Meta{OutIface: dev.name, Mark: mark, Forwarded: p.IR.Forward}
 	}
 	if p.Hook != codegen.HookXDP {
 		m.PktType = dev.pktType(data[:6])
@@ -438,7 +439,7 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 		if p.Hook == codegen.HookXDP {
 			f.mark = 0
 		}
-		pkt, err := ir.Decode(f.data, meta(p, dev, f.data, f.mark))
+		pkt, err := model.Decode(f.data, meta(p, dev, f.data, f.mark))
 		if err != nil {
 			t.Fatalf("decode %s: %v", f.desc, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/pkt"
 	"bpfwall/ir"
+	"bpfwall/model"
 )
 
 // -m conntrack --ctstate and -m state. SNAT and DNAT come from the entry's
@@ -16,7 +17,7 @@ var ctStateCode = &kind[ir.CTState]{
 		return c.ctMatch(m, next, hotdrop)
 	},
 	hooks: func(c *compiler, m ir.CTState) string {
-		if m.States&(ir.ConnSNAT|ir.ConnDNAT) != 0 && c.hook != HookNetfilter {
+		if m.States&(model.ConnSNAT|model.ConnDNAT) != 0 && c.hook != HookNetfilter {
 			// Before the nat table's hooks, or after them, the entry's
 			// status is not the one the chain would read.
 			return "conntrack state SNAT/DNAT (read only at the chain's own netfilter hook: --hook netfilter, or restore without -i)"
@@ -36,7 +37,7 @@ func (c *compiler) ctMatch(m ir.CTState, next, hotdrop string) bool {
 	b.Emit(insn.Ld(asm.R1, asm.R6, pkt.CTState, asm.Byte))
 	unknown := c.defers() || c.accel
 	if unknown {
-		b.Emit(asm.JSet.Imm(asm.R1, int32(ir.ConnUnknown), hotdrop))
+		b.Emit(asm.JSet.Imm(asm.R1, int32(model.ConnUnknown), hotdrop))
 	}
 	b.Emit(asm.And.Imm(asm.R1, int32(m.States)))
 	if m.Neg {

@@ -135,7 +135,7 @@ func (c *compiler) deferred() {
 
 const symDeferred = "deferred"
 
-// deferClassU sends the packets of class U (ir.Packet.DeferredClass) to
+// deferClassU sends the packets of class U (model.Packet.DeferredClass) to
 // symDeferred: broken extension headers, fragments, protocols other than
 // TCP and UDP. It decides by the packet's bytes alone, as the stage does.
 // A VLAN-tagged frame stays: netfilter sees it on the VLAN's device, where

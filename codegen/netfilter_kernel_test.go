@@ -20,6 +20,7 @@ import (
 	"bpfwall/codegen/abi"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -201,11 +202,11 @@ func checkStage(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n int)
 		if len(data) < 14 || binary.BigEndian.Uint16(data[12:]) != etherType(p.IR.Family) || shortIPHeader(data) {
 			continue // the test run takes IP packets of the family only
 		}
-		var m ir.Meta
+		var m model.Meta
 		if p.Hook == codegen.HookTCIngress {
 			m.PktType = lo.pktType(data[:6])
 		}
-		pkt, err := ir.Decode(data, m)
+		pkt, err := model.Decode(data, m)
 		if err != nil {
 			t.Fatalf("decode frame %d: %v", i, err)
 		}

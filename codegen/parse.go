@@ -195,14 +195,14 @@ func (c *compiler) callbackPrologue() {
 }
 
 // parse emits the function that fills in the bpfwall_pkt at r2 from the
-// packet, as ir.Decode does, and returns parseOK, parseNotIP or
+// packet, as model.Decode does, and returns parseOK, parseNotIP or
 // parseInvalid.
 //
 //	r6 ctx, r7 pkt, r8 offset of the current header, r9 bytes from there
 //	to the end of the packet
 func (c *compiler) parse() {
 	if !c.parseInlined() {
-		c.parseFunction("parse_frame", "parse the packet into the bpfwall_pkt at r2, as ir.Decode does")
+		c.parseFunction("parse_frame", "parse the packet into the bpfwall_pkt at r2, as model.Decode does")
 		c.parseBody()
 	}
 	if c.p.Family == rules.IPv6 {
@@ -367,7 +367,7 @@ func (c *compiler) parseEthernet() {
 	if c.hook.tc() {
 		// The kernel takes the outer VLAN tag off a frame before tc sees
 		// it (skb_vlan_untag, or the device did): it counts toward the
-		// two tags ir.Decode skips.
+		// two tags model.Decode skips.
 		b.Emit(
 			insn.Ld(asm.R1, asm.R6, uapi.SkbVLANPresent, asm.Word),
 			insn.St(asm.R10, parseTmp, asm.R1, asm.DWord),

@@ -3,6 +3,7 @@ package ir
 import (
 	"fmt"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -45,7 +46,7 @@ func (r Result) String() string {
 
 // Eval returns the verdict ip_tables (ip6_tables) gives pkt with p loaded
 // in the hook of p's entry chain. p must satisfy Verify.
-func (p *Program) Eval(pkt *Packet) Result { return p.Trace(pkt, nil) }
+func (p *Program) Eval(pkt *model.Packet) Result { return p.Trace(pkt, nil) }
 
 // Trace is Eval that also calls counted, when not nil, for every rule whose
 // matches all hold, in the order evaluated: the rules whose counters the
@@ -56,17 +57,17 @@ func (p *Program) Eval(pkt *Packet) Result { return p.Trace(pkt, nil) }
 // chain, pop it, or with an empty stack go to the entry chain's policy;
 // LOG and rules without a target continue with the next rule; a match that
 // sets hotdrop ends the walk with DROP.
-func (p *Program) Trace(pkt *Packet, counted func(*Rule)) Result {
+func (p *Program) Trace(pkt *model.Packet, counted func(*Rule)) Result {
 	return p.TraceState(nil, pkt, counted)
 }
 
 // EvalState is Eval with the program's stateful matches (limit, nft limit)
 // remembering what earlier packets did in st, at st's clock. Eval and
 // Trace give each packet a fresh State: every bucket is full.
-func (p *Program) EvalState(st *State, pkt *Packet) Result { return p.TraceState(st, pkt, nil) }
+func (p *Program) EvalState(st *State, pkt *model.Packet) Result { return p.TraceState(st, pkt, nil) }
 
 // TraceState is Trace with st, as EvalState.
-func (p *Program) TraceState(st *State, pkt *Packet, counted func(*Rule)) (res Result) {
+func (p *Program) TraceState(st *State, pkt *model.Packet, counted func(*Rule)) (res Result) {
 	if st == nil {
 		st = &State{}
 	}
@@ -89,14 +90,14 @@ func (p *Program) TraceState(st *State, pkt *Packet, counted func(*Rule)) (res R
 		// The first fragment stands for the reassembled datagram
 		// (fragment.go).
 		return Result{Verdict: VerdictAccept, Skipped: SkipLaterFragment}
-	case pkt.CTState&ConnUnknown != 0 && pkt.DeferredClass() && !pkt.VLANTagged && p.TestsConntrack():
+	case pkt.CTState&model.ConnUnknown != 0 && pkt.DeferredClass() && !pkt.VLANTagged && p.TestsConntrack():
 		// Class U: the program's netfilter stage decides, with the state
 		// conntrack gives the packet (Packet.DeferredClass). Not in a
 		// VLAN-tagged frame: netfilter sees that on the VLAN's device,
 		// where the stage does not run; its state stays unknown, and a
 		// state match drops it.
 		return Result{Verdict: VerdictAccept, Skipped: SkipDeferred}
-	case p.Reassembled && pkt.fragment():
+	case p.Reassembled && pkt.IsFragment():
 		if p.tinyFirstFragment(pkt) {
 			return Result{Verdict: VerdictDrop, Skipped: SkipTinyFragment}
 		}
@@ -173,7 +174,7 @@ const (
 	hotdrop
 )
 
-func (p *Program) matchRule(st *State, r *Rule, pkt *Packet) outcome {
+func (p *Program) matchRule(st *State, r *Rule, pkt *model.Packet) outcome {
 	for _, m := range r.Matches {
 		if o := m.eval(p, st, pkt); o != matched {
 			return o
@@ -210,12 +211,12 @@ func hasTCPOption(opts []byte, kind uint8) bool {
 // pktType is the packet type pkttype_mt compares: a looped-back packet
 // counts as multicast (IPv4 to a multicast address, and all of IPv6) or
 // broadcast.
-func (p *Program) pktType(pkt *Packet) PacketType {
-	if pkt.PktType != PacketLoopback {
+func (p *Program) pktType(pkt *model.Packet) model.PacketType {
+	if pkt.PktType != model.PacketLoopback {
 		return pkt.PktType
 	}
 	if p.Family == rules.IPv6 || pkt.Dst.IsMulticast() {
-		return PacketMulticast
+		return model.PacketMulticast
 	}
-	return PacketBroadcast
+	return model.PacketBroadcast
 }

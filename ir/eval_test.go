@@ -11,6 +11,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/parser/iptables"
 	"bpfwall/rules"
 )
@@ -34,18 +35,18 @@ COMMIT
 func TestEvalAddressesPortsInterfaces(t *testing.T) {
 	p := lowerText(t, rules.IPv4, "INPUT", addressRules)
 	runEval(t, p, []evalCase{
-		{"port 0 from a /32", tcp4(t, "192.0.2.1", "198.51.100.1", 1234, 0), ir.Meta{}, "ACCEPT r0"},
-		{"port 65535 from a /32", tcp4(t, "192.0.2.1", "198.51.100.1", 1234, 65535), ir.Meta{}, "REJECT r1"},
-		{"negated port range leaves 0", tcp4(t, "192.0.2.2", "198.51.100.1", 1234, 0), ir.Meta{}, "DROP r3"},
-		{"negated port range leaves 65535", tcp4(t, "192.0.2.2", "198.51.100.1", 1234, 65535), ir.Meta{}, "DROP r3"},
-		{"/0 matches every address, negated none", tcp4(t, "192.0.2.2", "198.51.100.1", 1234, 80), ir.Meta{}, "REJECT r8"},
-		{"negated source excludes 10/8", udp4(t, "10.1.1.1", "198.51.100.1", 53, 9), ir.Meta{}, "ACCEPT r4"},
-		{"negated source", udp4(t, "172.16.0.1", "198.51.100.1", 53, 9), ir.Meta{}, "ACCEPT r2"},
-		{"non-contiguous mask misses", udp4(t, "10.1.1.2", "198.51.100.1", 53, 9), ir.Meta{InIface: "eth1"}, "DROP r6"},
-		{"wildcard interface matches the bare prefix", udp4(t, "10.1.1.2", "198.51.100.1", 53, 9), ir.Meta{InIface: "eth"}, "DROP r6"},
-		{"wildcard interface misses", udp4(t, "10.1.1.2", "198.51.100.1", 53, 9), ir.Meta{InIface: "veth0"}, "DROP policy"},
-		{"multiport either: source", tcp4(t, "203.0.113.9", "203.0.113.1", 8080, 1000), ir.Meta{}, "ACCEPT r5"},
-		{"multiport either: destination", tcp4(t, "203.0.113.9", "203.0.113.1", 1000, 8080), ir.Meta{}, "ACCEPT r5"},
+		{"port 0 from a /32", tcp4(t, "192.0.2.1", "198.51.100.1", 1234, 0), model.Meta{}, "ACCEPT r0"},
+		{"port 65535 from a /32", tcp4(t, "192.0.2.1", "198.51.100.1", 1234, 65535), model.Meta{}, "REJECT r1"},
+		{"negated port range leaves 0", tcp4(t, "192.0.2.2", "198.51.100.1", 1234, 0), model.Meta{}, "DROP r3"},
+		{"negated port range leaves 65535", tcp4(t, "192.0.2.2", "198.51.100.1", 1234, 65535), model.Meta{}, "DROP r3"},
+		{"/0 matches every address, negated none", tcp4(t, "192.0.2.2", "198.51.100.1", 1234, 80), model.Meta{}, "REJECT r8"},
+		{"negated source excludes 10/8", udp4(t, "10.1.1.1", "198.51.100.1", 53, 9), model.Meta{}, "ACCEPT r4"},
+		{"negated source", udp4(t, "172.16.0.1", "198.51.100.1", 53, 9), model.Meta{}, "ACCEPT r2"},
+		{"non-contiguous mask misses", udp4(t, "10.1.1.2", "198.51.100.1", 53, 9), model.Meta{InIface: "eth1"}, "DROP r6"},
+		{"wildcard interface matches the bare prefix", udp4(t, "10.1.1.2", "198.51.100.1", 53, 9), model.Meta{InIface: "eth"}, "DROP r6"},
+		{"wildcard interface misses", udp4(t, "10.1.1.2", "198.51.100.1", 53, 9), model.Meta{InIface: "veth0"}, "DROP policy"},
+		{"multiport either: source", tcp4(t, "203.0.113.9", "203.0.113.1", 8080, 1000), model.Meta{}, "ACCEPT r5"},
+		{"multiport either: destination", tcp4(t, "203.0.113.9", "203.0.113.1", 1000, 8080), model.Meta{}, "ACCEPT r5"},
 	})
 }
 
@@ -79,17 +80,17 @@ func TestEvalControlFlow(t *testing.T) {
 	// A's, r11-r13 B's.
 	udp := func(src string) []byte { return udp4(t, src, "192.0.2.200", 1000, 2000) }
 	runEval(t, p, []evalCase{
-		{"RETURN from a jumped-to chain", udp("10.1.1.1"), ir.Meta{}, "ACCEPT r2"},
-		{"RETURN after a goto returns to the jumping chain's caller", udp("10.2.2.2"), ir.Meta{}, "ACCEPT r2"},
-		{"end of a goto target returns to the jumping chain's caller", udp("10.2.3.3"), ir.Meta{}, "ACCEPT r2"},
-		{"verdict inside a user chain", udp("10.3.0.1"), ir.Meta{}, "DROP r10"},
-		{"end of a user chain returns", udp("10.4.0.1"), ir.Meta{}, "ACCEPT r2"},
-		{"RETURN after a goto from the base chain is the policy", udp("192.0.2.1"), ir.Meta{}, "DROP policy"},
-		{"verdict in a goto target", udp("192.0.2.2"), ir.Meta{}, "ACCEPT r13"},
-		{"end of a goto target from the base chain is the policy", udp("192.0.2.3"), ir.Meta{}, "DROP policy"},
-		{"RETURN in the base chain is the policy", udp("198.51.100.1"), ir.Meta{}, "DROP policy"},
-		{"LOG and counting rules continue", udp("203.0.113.1"), ir.Meta{}, "ACCEPT r7"},
-		{"end of the base chain is the policy", udp("8.8.8.8"), ir.Meta{}, "DROP policy"},
+		{"RETURN from a jumped-to chain", udp("10.1.1.1"), model.Meta{}, "ACCEPT r2"},
+		{"RETURN after a goto returns to the jumping chain's caller", udp("10.2.2.2"), model.Meta{}, "ACCEPT r2"},
+		{"end of a goto target returns to the jumping chain's caller", udp("10.2.3.3"), model.Meta{}, "ACCEPT r2"},
+		{"verdict inside a user chain", udp("10.3.0.1"), model.Meta{}, "DROP r10"},
+		{"end of a user chain returns", udp("10.4.0.1"), model.Meta{}, "ACCEPT r2"},
+		{"RETURN after a goto from the base chain is the policy", udp("192.0.2.1"), model.Meta{}, "DROP policy"},
+		{"verdict in a goto target", udp("192.0.2.2"), model.Meta{}, "ACCEPT r13"},
+		{"end of a goto target from the base chain is the policy", udp("192.0.2.3"), model.Meta{}, "DROP policy"},
+		{"RETURN in the base chain is the policy", udp("198.51.100.1"), model.Meta{}, "DROP policy"},
+		{"LOG and counting rules continue", udp("203.0.113.1"), model.Meta{}, "ACCEPT r7"},
+		{"end of the base chain is the policy", udp("8.8.8.8"), model.Meta{}, "DROP policy"},
 	})
 }
 
@@ -103,7 +104,7 @@ func TestTraceCountsMatchingRules(t *testing.T) {
 		{"10.2.3.3", []int{0, 1, 9, 2}},
 		{"8.8.8.8", []int{0, 5}},
 	} {
-		pkt, err := ir.Decode(udp4(t, tc.src, "192.0.2.200", 1, 2), ir.Meta{})
+		pkt, err := model.Decode(udp4(t, tc.src, "192.0.2.200", 1, 2), model.Meta{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,14 +126,14 @@ func TestEvalAcceptPolicy(t *testing.T) {
 COMMIT
 `)
 	runEval(t, p, []evalCase{
-		{"RETURN in the base chain", udp4(t, "10.0.0.1", "192.0.2.1", 1, 2), ir.Meta{}, "ACCEPT policy"},
-		{"DROP rule", udp4(t, "192.0.2.9", "192.0.2.1", 1, 2), ir.Meta{}, "DROP r1"},
+		{"RETURN in the base chain", udp4(t, "10.0.0.1", "192.0.2.1", 1, 2), model.Meta{}, "ACCEPT policy"},
+		{"DROP rule", udp4(t, "192.0.2.9", "192.0.2.1", 1, 2), model.Meta{}, "DROP r1"},
 	})
 }
 
-func mustDecode(t *testing.T, frame []byte) *ir.Packet {
+func mustDecode(t *testing.T, frame []byte) *model.Packet {
 	t.Helper()
-	pkt, err := ir.Decode(frame, ir.Meta{})
+	pkt, err := model.Decode(frame, model.Meta{})
 	if err != nil {
 		t.Fatalf("decode: %v", err)
 	}
@@ -164,19 +165,19 @@ func TestEvalFragmentsAndHotdrop(t *testing.T) {
 	udpHdr := udp4(t, "192.0.2.1", "192.0.2.2", 1000, 53)[34:42]
 	echo := []byte{8, 0, 0, 0, 0, 1, 0, 1}
 	runEval(t, p, []evalCase{
-		{"first fragment is matched as a packet", frag4(t, layers.IPProtocolTCP, 0, true, tcpHdr), ir.Meta{}, "ACCEPT r0"},
-		{"non-first fragment never matches ports", frag4(t, layers.IPProtocolTCP, 100, true, tcpHdr), ir.Meta{}, "REJECT r4"},
-		{"last fragment is a fragment too", frag4(t, layers.IPProtocolTCP, 100, false, tcpHdr), ir.Meta{}, "REJECT r4"},
-		{"tcp fragment at offset 8 is dropped", frag4(t, layers.IPProtocolTCP, 1, true, tcpHdr), ir.Meta{}, "DROP hotdrop r0"},
-		{"udp fragment at offset 8 is not", frag4(t, layers.IPProtocolUDP, 1, true, udpHdr), ir.Meta{}, "REJECT r4"},
-		{"truncated tcp header in a first fragment", frag4(t, layers.IPProtocolTCP, 0, true, tcpHdr[:10]), ir.Meta{}, "DROP hotdrop r0"},
-		{"truncated tcp header at the first tcp match", raw4(t, ip4("10.0.0.1", "192.0.2.2", layers.IPProtocolTCP), tcpHdr[:19]), ir.Meta{}, "DROP hotdrop r0"},
-		{"a failed source test before the tcp match avoids its hotdrop", raw4(t, ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolTCP), tcpHdr[:19]), ir.Meta{}, "DROP hotdrop r5"},
-		{"udp header of exactly 8 bytes", raw4(t, ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolUDP), udpHdr), ir.Meta{}, "ACCEPT r1"},
-		{"truncated udp header", raw4(t, ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolUDP), udpHdr[:6]), ir.Meta{}, "DROP hotdrop r1"},
-		{"icmp type any", raw4(t, ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolICMPv4), echo), ir.Meta{}, "ACCEPT r2"},
-		{"truncated icmp header", raw4(t, ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolICMPv4), echo[:4]), ir.Meta{}, "DROP hotdrop r2"},
-		{"non-first icmp fragment", frag4(t, layers.IPProtocolICMPv4, 3, false, echo), ir.Meta{}, "REJECT r4"},
+		{"first fragment is matched as a packet", frag4(t, layers.IPProtocolTCP, 0, true, tcpHdr), model.Meta{}, "ACCEPT r0"},
+		{"non-first fragment never matches ports", frag4(t, layers.IPProtocolTCP, 100, true, tcpHdr), model.Meta{}, "REJECT r4"},
+		{"last fragment is a fragment too", frag4(t, layers.IPProtocolTCP, 100, false, tcpHdr), model.Meta{}, "REJECT r4"},
+		{"tcp fragment at offset 8 is dropped", frag4(t, layers.IPProtocolTCP, 1, true, tcpHdr), model.Meta{}, "DROP hotdrop r0"},
+		{"udp fragment at offset 8 is not", frag4(t, layers.IPProtocolUDP, 1, true, udpHdr), model.Meta{}, "REJECT r4"},
+		{"truncated tcp header in a first fragment", frag4(t, layers.IPProtocolTCP, 0, true, tcpHdr[:10]), model.Meta{}, "DROP hotdrop r0"},
+		{"truncated tcp header at the first tcp match", raw4(t, ip4("10.0.0.1", "192.0.2.2", layers.IPProtocolTCP), tcpHdr[:19]), model.Meta{}, "DROP hotdrop r0"},
+		{"a failed source test before the tcp match avoids its hotdrop", raw4(t, ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolTCP), tcpHdr[:19]), model.Meta{}, "DROP hotdrop r5"},
+		{"udp header of exactly 8 bytes", raw4(t, ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolUDP), udpHdr), model.Meta{}, "ACCEPT r1"},
+		{"truncated udp header", raw4(t, ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolUDP), udpHdr[:6]), model.Meta{}, "DROP hotdrop r1"},
+		{"icmp type any", raw4(t, ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolICMPv4), echo), model.Meta{}, "ACCEPT r2"},
+		{"truncated icmp header", raw4(t, ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolICMPv4), echo[:4]), model.Meta{}, "DROP hotdrop r2"},
+		{"non-first icmp fragment", frag4(t, layers.IPProtocolICMPv4, 3, false, echo), model.Meta{}, "REJECT r4"},
 	})
 }
 
@@ -193,15 +194,15 @@ func TestEvalReassembledFragments(t *testing.T) {
 	udpHdr := udp4(t, "192.0.2.1", "192.0.2.2", 1000, 53)[34:42]
 	echo := []byte{8, 0, 0, 0, 0, 1, 0, 1}
 	runEval(t, p, []evalCase{
-		{"first fragment stands for the datagram", frag4(t, layers.IPProtocolTCP, 0, true, tcpHdr), ir.Meta{}, "ACCEPT r0"},
-		{"first udp fragment", frag4(t, layers.IPProtocolUDP, 0, true, udpHdr), ir.Meta{}, "ACCEPT r1"},
-		{"non-first fragment passes", frag4(t, layers.IPProtocolTCP, 100, true, tcpHdr), ir.Meta{}, "ACCEPT skipped"},
-		{"last fragment passes", frag4(t, layers.IPProtocolTCP, 100, false, tcpHdr), ir.Meta{}, "ACCEPT skipped"},
-		{"tcp fragment at offset 8 passes", frag4(t, layers.IPProtocolTCP, 1, true, tcpHdr), ir.Meta{}, "ACCEPT skipped"},
-		{"tiny first tcp fragment", frag4(t, layers.IPProtocolTCP, 0, true, tcpHdr[:16]), ir.Meta{}, "DROP skipped"},
-		{"tiny first udp fragment", frag4(t, layers.IPProtocolUDP, 0, true, udpHdr[:6]), ir.Meta{}, "DROP skipped"},
-		{"first icmp fragment is not -f", frag4(t, layers.IPProtocolICMPv4, 0, true, echo), ir.Meta{}, "ACCEPT r2"},
-		{"unfragmented packets are unchanged", raw4(t, ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolTCP), tcpHdr[:19]), ir.Meta{}, "DROP hotdrop r5"},
+		{"first fragment stands for the datagram", frag4(t, layers.IPProtocolTCP, 0, true, tcpHdr), model.Meta{}, "ACCEPT r0"},
+		{"first udp fragment", frag4(t, layers.IPProtocolUDP, 0, true, udpHdr), model.Meta{}, "ACCEPT r1"},
+		{"non-first fragment passes", frag4(t, layers.IPProtocolTCP, 100, true, tcpHdr), model.Meta{}, "ACCEPT skipped"},
+		{"last fragment passes", frag4(t, layers.IPProtocolTCP, 100, false, tcpHdr), model.Meta{}, "ACCEPT skipped"},
+		{"tcp fragment at offset 8 passes", frag4(t, layers.IPProtocolTCP, 1, true, tcpHdr), model.Meta{}, "ACCEPT skipped"},
+		{"tiny first tcp fragment", frag4(t, layers.IPProtocolTCP, 0, true, tcpHdr[:16]), model.Meta{}, "DROP skipped"},
+		{"tiny first udp fragment", frag4(t, layers.IPProtocolUDP, 0, true, udpHdr[:6]), model.Meta{}, "DROP skipped"},
+		{"first icmp fragment is not -f", frag4(t, layers.IPProtocolICMPv4, 0, true, echo), model.Meta{}, "ACCEPT r2"},
+		{"unfragmented packets are unchanged", raw4(t, ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolTCP), tcpHdr[:19]), model.Meta{}, "DROP hotdrop r5"},
 	})
 	tiny := p.Eval(mustDecode(t, frag4(t, layers.IPProtocolTCP, 0, true, tcpHdr[:16])))
 	if tiny.Skipped != ir.SkipTinyFragment {
@@ -221,7 +222,7 @@ func TestEvalReassembledFragments(t *testing.T) {
 COMMIT
 `)
 	runEval(t, addrOnly, []evalCase{
-		{"tiny first fragment without transport matches", frag4(t, layers.IPProtocolTCP, 0, true, tcpHdr[:4]), ir.Meta{}, "ACCEPT r0"},
+		{"tiny first fragment without transport matches", frag4(t, layers.IPProtocolTCP, 0, true, tcpHdr[:4]), model.Meta{}, "ACCEPT r0"},
 	})
 }
 
@@ -271,10 +272,10 @@ COMMIT
 			&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(typ, code)})
 	}
 	runEval(t, p, []evalCase{
-		{"code at the low end", icmp(3, 1), ir.Meta{}, "DROP r0"},
-		{"code at the high end", icmp(3, 3), ir.Meta{}, "DROP r0"},
-		{"code below the range", icmp(3, 0), ir.Meta{}, "REJECT r1"},
-		{"negated type", icmp(8, 0), ir.Meta{}, "ACCEPT policy"},
+		{"code at the low end", icmp(3, 1), model.Meta{}, "DROP r0"},
+		{"code at the high end", icmp(3, 3), model.Meta{}, "DROP r0"},
+		{"code below the range", icmp(3, 0), model.Meta{}, "REJECT r1"},
+		{"negated type", icmp(8, 0), model.Meta{}, "ACCEPT policy"},
 	})
 }
 
@@ -314,19 +315,19 @@ COMMIT
 	timestamps := layers.TCPOption{OptionType: layers.TCPOptionKindTimestamps, OptionLength: 10, OptionData: make([]byte, 8)}
 	nop := layers.TCPOption{OptionType: layers.TCPOptionKindNop}
 	runEval(t, p, []evalCase{
-		{"syn with timestamps", withOptions(mss, nop, nop, timestamps), ir.Meta{}, "ACCEPT r0"},
-		{"syn without timestamps", withOptions(mss), ir.Meta{}, "DROP r1"},
-		{"syn without options", withOptions(), ir.Meta{}, "DROP r1"},
-		{"fin without ack", withFlags(func(l *layers.TCP) { l.FIN = true }), ir.Meta{}, "REJECT r2"},
-		{"fin with ack", withFlags(func(l *layers.TCP) { l.FIN, l.ACK = true, true }), ir.Meta{}, "ACCEPT policy"},
+		{"syn with timestamps", withOptions(mss, nop, nop, timestamps), model.Meta{}, "ACCEPT r0"},
+		{"syn without timestamps", withOptions(mss), model.Meta{}, "DROP r1"},
+		{"syn without options", withOptions(), model.Meta{}, "DROP r1"},
+		{"fin without ack", withFlags(func(l *layers.TCP) { l.FIN = true }), model.Meta{}, "REJECT r2"},
+		{"fin with ack", withFlags(func(l *layers.TCP) { l.FIN, l.ACK = true, true }), model.Meta{}, "ACCEPT policy"},
 		// tcp_find_option steps over kind 0 like a NOP: it does not end the
 		// list.
-		{"option after end-of-list", raw(tcpWithOptions(t, 8, 0, 8, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0)), ir.Meta{}, "ACCEPT r0"},
-		{"zero option length steps one byte", raw(tcpWithOptions(t, 6, 5, 0, 8, 0)), ir.Meta{}, "ACCEPT r0"},
-		{"option length steps to the next option", raw(tcpWithOptions(t, 6, 5, 2, 8, 0)), ir.Meta{}, "ACCEPT r0"},
-		{"a kind inside another option's data is not an option", raw(tcpWithOptions(t, 6, 5, 3, 8, 0)), ir.Meta{}, "DROP r1"},
-		{"options beyond the packet", raw(tcpWithOptions(t, 15, 1, 1, 1, 1)), ir.Meta{}, "DROP hotdrop r0"},
-		{"data offset below 5", raw(tcpWithOptions(t, 4)), ir.Meta{}, "DROP hotdrop r0"},
+		{"option after end-of-list", raw(tcpWithOptions(t, 8, 0, 8, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0)), model.Meta{}, "ACCEPT r0"},
+		{"zero option length steps one byte", raw(tcpWithOptions(t, 6, 5, 0, 8, 0)), model.Meta{}, "ACCEPT r0"},
+		{"option length steps to the next option", raw(tcpWithOptions(t, 6, 5, 2, 8, 0)), model.Meta{}, "ACCEPT r0"},
+		{"a kind inside another option's data is not an option", raw(tcpWithOptions(t, 6, 5, 3, 8, 0)), model.Meta{}, "DROP r1"},
+		{"options beyond the packet", raw(tcpWithOptions(t, 15, 1, 1, 1, 1)), model.Meta{}, "DROP hotdrop r0"},
+		{"data offset below 5", raw(tcpWithOptions(t, 4)), model.Meta{}, "DROP hotdrop r0"},
 	})
 }
 
@@ -349,22 +350,22 @@ COMMIT
 		ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolUDP), udp(1, 2), gopacket.Payload("data"))
 	lowTTL := ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolUDP)
 	lowTTL.TTL = 63
-	established := ir.Meta{CTState: ir.ConnEstablished}
-	newConn := ir.Meta{CTState: ir.ConnNew}
+	established := model.Meta{CTState: model.ConnEstablished}
+	newConn := model.Meta{CTState: model.ConnNew}
 	runEval(t, p, []evalCase{
-		{"no conntrack entry is INVALID", frame("192.0.2.2"), ir.Meta{}, "DROP r0"},
+		{"no conntrack entry is INVALID", frame("192.0.2.2"), model.Meta{}, "DROP r0"},
 		{"established", frame("192.0.2.2"), established, "ACCEPT r1"},
-		{"established and NATed", frame("192.0.2.2"), ir.Meta{CTState: ir.ConnEstablished | ir.ConnDNAT}, "ACCEPT r1"},
-		{"mark under mask", frame("192.0.2.2"), ir.Meta{CTState: ir.ConnNew, Mark: 0x3}, "REJECT r2"},
-		{"looped-back ipv4 multicast is multicast", frame("224.0.0.1"), ir.Meta{CTState: ir.ConnNew, PktType: ir.PacketLoopback}, "DROP r3"},
-		{"looped-back ipv4 unicast is broadcast", frame("192.0.2.255"), ir.Meta{CTState: ir.ConnNew, PktType: ir.PacketLoopback}, "REJECT r6"},
+		{"established and NATed", frame("192.0.2.2"), model.Meta{CTState: model.ConnEstablished | model.ConnDNAT}, "ACCEPT r1"},
+		{"mark under mask", frame("192.0.2.2"), model.Meta{CTState: model.ConnNew, Mark: 0x3}, "REJECT r2"},
+		{"looped-back ipv4 multicast is multicast", frame("224.0.0.1"), model.Meta{CTState: model.ConnNew, PktType: model.PacketLoopback}, "DROP r3"},
+		{"looped-back ipv4 unicast is broadcast", frame("192.0.2.255"), model.Meta{CTState: model.ConnNew, PktType: model.PacketLoopback}, "REJECT r6"},
 		{"other source mac", otherMAC, newConn, "DROP r4"},
 		{"ttl below 64", build(t, ether(layers.EthernetTypeIPv4), lowTTL, udp(1, 2), gopacket.Payload("data")), newConn, "DROP r5"},
-		{"packet for another host", frame("192.0.2.2"), ir.Meta{PktType: ir.PacketOtherHost}, "DROP skipped"},
+		{"packet for another host", frame("192.0.2.2"), model.Meta{PktType: model.PacketOtherHost}, "DROP skipped"},
 	})
 
 	// Without an Ethernet header mac_mt never matches, negated or not.
-	pkt := &ir.Packet{
+	pkt := &model.Packet{
 		Family: rules.IPv4, Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2"),
 		Length: 100, TTL: 64, Meta: newConn,
 	}
@@ -422,10 +423,10 @@ COMMIT
 		t.Fatal(err)
 	}
 	runEval(t, p, []evalCase{
-		{"in the set", udp4(t, "10.200.0.1", "10.0.0.1", 1, 2), ir.Meta{}, "DROP r0"},
-		{"in a nomatch exception", udp4(t, "10.1.9.1", "10.0.0.1", 1, 2), ir.Meta{}, "ACCEPT policy"},
-		{"in an entry inside the exception", udp4(t, "10.1.2.3", "10.0.0.1", 1, 2), ir.Meta{}, "DROP r0"},
-		{"negated destination lookup", udp4(t, "192.0.2.1", "10.1.9.1", 1, 2), ir.Meta{}, "REJECT r1"},
+		{"in the set", udp4(t, "10.200.0.1", "10.0.0.1", 1, 2), model.Meta{}, "DROP r0"},
+		{"in a nomatch exception", udp4(t, "10.1.9.1", "10.0.0.1", 1, 2), model.Meta{}, "ACCEPT policy"},
+		{"in an entry inside the exception", udp4(t, "10.1.2.3", "10.0.0.1", 1, 2), model.Meta{}, "DROP r0"},
+		{"negated destination lookup", udp4(t, "192.0.2.1", "10.1.9.1", 1, 2), model.Meta{}, "REJECT r1"},
 	})
 }
 
@@ -459,26 +460,26 @@ COMMIT
 	withOptions := ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolUDP)
 	withOptions.Options = []layers.IPv4Option{{OptionType: 148, OptionLength: 4, OptionData: []byte{0, 0}}} // router alert
 	runEval(t, p, []evalCase{
-		{"valid", valid, ir.Meta{}, "ACCEPT r0"},
-		{"ethernet padding is not part of the packet", append(slices.Clone(valid), make([]byte, 100)...), ir.Meta{}, "ACCEPT r0"},
-		{"ports after ip options", build(t, ether(layers.EthernetTypeIPv4), withOptions, udp(1000, 53), gopacket.Payload("data")), ir.Meta{}, "DROP r1"},
-		{"header length below 5 words", patch(func(ip []byte) { ip[0] = 0x44; fixChecksum(ip) }), ir.Meta{}, "DROP skipped"},
-		{"header longer than the packet", patch(func(ip []byte) { ip[0] = 0x4f; fixChecksum(ip) }), ir.Meta{}, "DROP skipped"},
-		{"bad header checksum", patch(func(ip []byte) { ip[10] ^= 0xff }), ir.Meta{}, "DROP skipped"},
-		{"total length beyond the frame", patch(func(ip []byte) { ip[2] = 1; fixChecksum(ip) }), ir.Meta{}, "DROP skipped"},
-		{"total length below the header", patch(func(ip []byte) { ip[3] = 19; fixChecksum(ip) }), ir.Meta{}, "DROP skipped"},
-		{"version 6 in an ipv4 frame", patch(func(ip []byte) { ip[0] = 0x65; fixChecksum(ip) }), ir.Meta{}, "DROP skipped"},
-		{"header cut short", valid[:14+12], ir.Meta{}, "DROP skipped"},
+		{"valid", valid, model.Meta{}, "ACCEPT r0"},
+		{"ethernet padding is not part of the packet", append(slices.Clone(valid), make([]byte, 100)...), model.Meta{}, "ACCEPT r0"},
+		{"ports after ip options", build(t, ether(layers.EthernetTypeIPv4), withOptions, udp(1000, 53), gopacket.Payload("data")), model.Meta{}, "DROP r1"},
+		{"header length below 5 words", patch(func(ip []byte) { ip[0] = 0x44; fixChecksum(ip) }), model.Meta{}, "DROP skipped"},
+		{"header longer than the packet", patch(func(ip []byte) { ip[0] = 0x4f; fixChecksum(ip) }), model.Meta{}, "DROP skipped"},
+		{"bad header checksum", patch(func(ip []byte) { ip[10] ^= 0xff }), model.Meta{}, "DROP skipped"},
+		{"total length beyond the frame", patch(func(ip []byte) { ip[2] = 1; fixChecksum(ip) }), model.Meta{}, "DROP skipped"},
+		{"total length below the header", patch(func(ip []byte) { ip[3] = 19; fixChecksum(ip) }), model.Meta{}, "DROP skipped"},
+		{"version 6 in an ipv4 frame", patch(func(ip []byte) { ip[0] = 0x65; fixChecksum(ip) }), model.Meta{}, "DROP skipped"},
+		{"header cut short", valid[:14+12], model.Meta{}, "DROP skipped"},
 		{"vlan tag", build(t, ether(layers.EthernetTypeDot1Q), vlan(10, layers.EthernetTypeIPv4),
-			ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolUDP), udp(1000, 53), gopacket.Payload("data")), ir.Meta{}, "ACCEPT r0"},
+			ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolUDP), udp(1000, 53), gopacket.Payload("data")), model.Meta{}, "ACCEPT r0"},
 		{"802.1ad and 802.1Q tags", build(t, ether(layers.EthernetTypeQinQ), vlan(10, layers.EthernetTypeDot1Q), vlan(20, layers.EthernetTypeIPv4),
-			ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolUDP), udp(1000, 53), gopacket.Payload("data")), ir.Meta{}, "ACCEPT r0"},
+			ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolUDP), udp(1000, 53), gopacket.Payload("data")), model.Meta{}, "ACCEPT r0"},
 		{"three vlan tags", build(t, ether(layers.EthernetTypeQinQ), vlan(10, layers.EthernetTypeDot1Q), vlan(20, layers.EthernetTypeDot1Q), vlan(30, layers.EthernetTypeIPv4),
-			ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolUDP), udp(1000, 53), gopacket.Payload("data")), ir.Meta{}, "ACCEPT skipped"},
-		{"arp", build(t, ether(layers.EthernetTypeARP), gopacket.Payload(make([]byte, 28))), ir.Meta{}, "ACCEPT skipped"},
-		{"ipv6 packet, ipv4 rules", tcp6(t, "2001:db8::1", "2001:db8::2", 1, 2), ir.Meta{}, "ACCEPT skipped"},
+			ip4("192.0.2.1", "192.0.2.2", layers.IPProtocolUDP), udp(1000, 53), gopacket.Payload("data")), model.Meta{}, "ACCEPT skipped"},
+		{"arp", build(t, ether(layers.EthernetTypeARP), gopacket.Payload(make([]byte, 28))), model.Meta{}, "ACCEPT skipped"},
+		{"ipv6 packet, ipv4 rules", tcp6(t, "2001:db8::1", "2001:db8::2", 1, 2), model.Meta{}, "ACCEPT skipped"},
 	})
-	if _, err := ir.Decode(valid[:13], ir.Meta{}); err == nil {
+	if _, err := model.Decode(valid[:13], model.Meta{}); err == nil {
 		t.Error("Decode of a 13-byte frame: no error")
 	}
 }
@@ -545,24 +546,24 @@ COMMIT
 	echo := build(t, ether(layers.EthernetTypeIPv6), ip6(src, dst, layers.IPProtocolICMPv6),
 		&layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(128, 0)}, gopacket.Payload([]byte{0, 1, 0, 1}))
 	runEval(t, p, []evalCase{
-		{"tcp", tcp6(t, src, dst, 1000, 22), ir.Meta{}, "ACCEPT r1"},
-		{"tcp behind destination options, routing and a first fragment", withExt(src, destProto, destOpts(43), routing(44), fragment(tcpProto, 0, true)), ir.Meta{}, "ACCEPT r1"},
-		{"tcp behind hop-by-hop padding", hbh(padN), ir.Meta{}, "ACCEPT r1"},
-		{"unknown hop-by-hop option to skip", hbh(unknownSkip), ir.Meta{}, "ACCEPT r1"},
-		{"unknown hop-by-hop option to drop", hbh(unknownDrop), ir.Meta{}, "DROP skipped"},
-		{"non-first fragment matches the protocol only", withExt(src, 44, fragment(tcpProto, 100, false)), ir.Meta{}, "REJECT r5"},
-		{"non-first fragment followed by an extension header", withExt(src, 44, fragment(destProto, 100, false), destOpts(tcpProto)), ir.Meta{}, "DROP hotdrop r1"},
-		{"bad extension headers do not stop rules without -p", withExt("2001:db8:bad::1", 44, fragment(destProto, 100, false), destOpts(tcpProto)), ir.Meta{}, "REJECT r0"},
-		{"extension header cut in its first two bytes", cut(withExt(src, destProto, destOpts(tcpProto)), 14+40+1), ir.Meta{}, "DROP hotdrop r1"},
-		{"extension header longer than the packet", cut(withExt(src, destProto, destOpts(tcpProto)), 14+40+4), ir.Meta{}, "DROP hotdrop r1"},
-		{"tcp header cut short", cut(tcp6(t, src, dst, 1000, 22), 14+40+19), ir.Meta{}, "DROP hotdrop r1"},
-		{"icmpv6 echo request", echo, ir.Meta{}, "ACCEPT r3"},
-		{"no next header", build(t, ether(layers.EthernetTypeIPv6), ip6(src, dst, noNext)), ir.Meta{}, "ACCEPT r4"},
-		{"payload length beyond the frame", tcp6(t, src, dst, 1000, 22)[:14+40+10], ir.Meta{}, "DROP skipped"},
-		{"multicast source", tcp6(t, "ff02::1", dst, 1000, 22), ir.Meta{}, "DROP skipped"},
-		{"loopback source from the wire", tcp6(t, "::1", dst, 1000, 22), ir.Meta{InIface: "eth0"}, "DROP skipped"},
-		{"loopback source on lo", tcp6(t, "::1", "::1", 1000, 22), ir.Meta{InIface: "lo"}, "ACCEPT r1"},
-		{"ipv4 packet, ipv6 rules", tcp4(t, "192.0.2.1", "192.0.2.2", 1, 22), ir.Meta{}, "ACCEPT skipped"},
+		{"tcp", tcp6(t, src, dst, 1000, 22), model.Meta{}, "ACCEPT r1"},
+		{"tcp behind destination options, routing and a first fragment", withExt(src, destProto, destOpts(43), routing(44), fragment(tcpProto, 0, true)), model.Meta{}, "ACCEPT r1"},
+		{"tcp behind hop-by-hop padding", hbh(padN), model.Meta{}, "ACCEPT r1"},
+		{"unknown hop-by-hop option to skip", hbh(unknownSkip), model.Meta{}, "ACCEPT r1"},
+		{"unknown hop-by-hop option to drop", hbh(unknownDrop), model.Meta{}, "DROP skipped"},
+		{"non-first fragment matches the protocol only", withExt(src, 44, fragment(tcpProto, 100, false)), model.Meta{}, "REJECT r5"},
+		{"non-first fragment followed by an extension header", withExt(src, 44, fragment(destProto, 100, false), destOpts(tcpProto)), model.Meta{}, "DROP hotdrop r1"},
+		{"bad extension headers do not stop rules without -p", withExt("2001:db8:bad::1", 44, fragment(destProto, 100, false), destOpts(tcpProto)), model.Meta{}, "REJECT r0"},
+		{"extension header cut in its first two bytes", cut(withExt(src, destProto, destOpts(tcpProto)), 14+40+1), model.Meta{}, "DROP hotdrop r1"},
+		{"extension header longer than the packet", cut(withExt(src, destProto, destOpts(tcpProto)), 14+40+4), model.Meta{}, "DROP hotdrop r1"},
+		{"tcp header cut short", cut(tcp6(t, src, dst, 1000, 22), 14+40+19), model.Meta{}, "DROP hotdrop r1"},
+		{"icmpv6 echo request", echo, model.Meta{}, "ACCEPT r3"},
+		{"no next header", build(t, ether(layers.EthernetTypeIPv6), ip6(src, dst, noNext)), model.Meta{}, "ACCEPT r4"},
+		{"payload length beyond the frame", tcp6(t, src, dst, 1000, 22)[:14+40+10], model.Meta{}, "DROP skipped"},
+		{"multicast source", tcp6(t, "ff02::1", dst, 1000, 22), model.Meta{}, "DROP skipped"},
+		{"loopback source from the wire", tcp6(t, "::1", dst, 1000, 22), model.Meta{InIface: "eth0"}, "DROP skipped"},
+		{"loopback source on lo", tcp6(t, "::1", "::1", 1000, 22), model.Meta{InIface: "lo"}, "ACCEPT r1"},
+		{"ipv4 packet, ipv6 rules", tcp4(t, "192.0.2.1", "192.0.2.2", 1, 22), model.Meta{}, "ACCEPT skipped"},
 	})
 }
 
@@ -576,7 +577,7 @@ COMMIT
 `)
 	runEval(t, p, []evalCase{
 		// pkttype_mt calls every looped-back IPv6 packet multicast.
-		{"looped back unicast", tcp6(t, "2001:db8::1", "2001:db8::2", 1, 2), ir.Meta{PktType: ir.PacketLoopback}, "DROP r0"},
-		{"host", tcp6(t, "2001:db8::1", "2001:db8::2", 1, 2), ir.Meta{}, "ACCEPT policy"},
+		{"looped back unicast", tcp6(t, "2001:db8::1", "2001:db8::2", 1, 2), model.Meta{PktType: model.PacketLoopback}, "DROP r0"},
+		{"host", tcp6(t, "2001:db8::1", "2001:db8::2", 1, 2), model.Meta{}, "ACCEPT policy"},
 	})
 }

@@ -5,7 +5,7 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 
-	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -29,12 +29,12 @@ COMMIT
 		return build(t, ether(layers.EthernetTypeIPv4), ip, tcp(1, 2))
 	}
 	runEval(t, p, []evalCase{
-		{"ttl 10 is 9 in FORWARD", withTTL(10, layers.IPProtocolTCP), ir.Meta{}, "DROP r0"},
-		{"ttl 11 is 10 in FORWARD", withTTL(11, layers.IPProtocolTCP), ir.Meta{}, "ACCEPT policy"},
-		{"ttl 21 is 20 in FORWARD", withTTL(21, layers.IPProtocolTCP), ir.Meta{}, "DROP r1"},
-		{"ttl 20 is 19 in FORWARD", withTTL(20, layers.IPProtocolTCP), ir.Meta{}, "ACCEPT policy"},
-		{"ttl 255 is 254 in FORWARD", withTTL(255, layers.IPProtocolTCP), ir.Meta{}, "ACCEPT policy"},
-		{"ttl != 255 always holds in FORWARD", withTTL(255, layers.IPProtocolUDP), ir.Meta{}, "REJECT r4"},
+		{"ttl 10 is 9 in FORWARD", withTTL(10, layers.IPProtocolTCP), model.Meta{}, "DROP r0"},
+		{"ttl 11 is 10 in FORWARD", withTTL(11, layers.IPProtocolTCP), model.Meta{}, "ACCEPT policy"},
+		{"ttl 21 is 20 in FORWARD", withTTL(21, layers.IPProtocolTCP), model.Meta{}, "DROP r1"},
+		{"ttl 20 is 19 in FORWARD", withTTL(20, layers.IPProtocolTCP), model.Meta{}, "ACCEPT policy"},
+		{"ttl 255 is 254 in FORWARD", withTTL(255, layers.IPProtocolTCP), model.Meta{}, "ACCEPT policy"},
+		{"ttl != 255 always holds in FORWARD", withTTL(255, layers.IPProtocolUDP), model.Meta{}, "REJECT r4"},
 	})
 	pkt6 := func(hl uint8) []byte {
 		ip := ip6("2001:db8::1", "2001:db8::2", layers.IPProtocolTCP)
@@ -49,7 +49,7 @@ COMMIT
 COMMIT
 `)
 	runEval(t, p6, []evalCase{
-		{"hop limit 65 is 64 in FORWARD", pkt6(65), ir.Meta{}, "DROP r0"},
-		{"hop limit 64 is 63 in FORWARD", pkt6(64), ir.Meta{}, "ACCEPT policy"},
+		{"hop limit 65 is 64 in FORWARD", pkt6(65), model.Meta{}, "DROP r0"},
+		{"hop limit 64 is 63 in FORWARD", pkt6(64), model.Meta{}, "ACCEPT policy"},
 	})
 }

@@ -1,6 +1,9 @@
 package ir
 
-import "bpfwall/rules"
+import (
+	"bpfwall/model"
+	"bpfwall/rules"
+)
 
 // Where netfilter sees reassembled datagrams (Program.Reassembled), a
 // compiled program, which runs before the kernel reassembles, sees
@@ -57,7 +60,7 @@ func (p *Program) TestsConntrack() bool {
 func (p *Program) TestsNAT() bool {
 	for _, r := range p.Rules {
 		for _, m := range r.Matches {
-			if m, ok := m.(CTState); ok && m.States&(ConnSNAT|ConnDNAT) != 0 {
+			if m, ok := m.(CTState); ok && m.States&(model.ConnSNAT|model.ConnDNAT) != 0 {
 				return true
 			}
 		}
@@ -83,12 +86,6 @@ func reassembles(fam rules.Family, hook string, conntrack bool) bool {
 		return true
 	}
 	return false
-}
-
-// fragment reports whether pkt is a fragment: IPv4 MF or a fragment
-// offset, or an IPv6 fragment header.
-func (pkt *Packet) fragment() bool {
-	return pkt.FragOffset != 0 || pkt.MoreFragments || pkt.FragmentHeader
 }
 
 // FirstFragmentNeed is how many bytes of transport header a first fragment
@@ -126,7 +123,7 @@ func (p *Program) FirstFragmentNeed(proto uint8) (need int, tcpOptions bool) {
 
 // tinyFirstFragment reports whether the first fragment pkt lacks transport
 // bytes p reads.
-func (p *Program) tinyFirstFragment(pkt *Packet) bool {
+func (p *Program) tinyFirstFragment(pkt *model.Packet) bool {
 	need, opts := p.FirstFragmentNeed(pkt.Proto)
 	return pkt.L4Len < need || (opts && pkt.TCPOptionsTruncated)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/parser/iptables"
 	"bpfwall/rules"
 )
@@ -45,7 +46,7 @@ func TestNonFirstFragmentFields(t *testing.T) {
 		{"ipv6 header", v6, rules.IPv6, 0x6001, 0x0035, 56},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pkt, err := ir.Decode(tc.frame, ir.Meta{})
+			pkt, err := model.Decode(tc.frame, model.Meta{})
 			if err != nil {
 				t.Fatal(err)
 			}

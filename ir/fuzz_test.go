@@ -8,6 +8,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -57,7 +58,7 @@ func FuzzDecodeEval(f *testing.F) {
 	f.Add(build(f, ether(layers.EthernetTypeDot1Q), vlan(7, layers.EthernetTypeIPv4), ip4("10.1.1.1", "10.2.2.2", layers.IPProtocolICMPv4),
 		&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(8, 0)}))
 	f.Fuzz(func(t *testing.T, frame []byte) {
-		pkt, err := ir.Decode(frame, ir.Meta{InIface: "eth0"})
+		pkt, err := model.Decode(frame, model.Meta{InIface: "eth0"})
 		if err != nil {
 			if len(frame) >= 14 {
 				t.Fatalf("Decode of %d bytes: %v", len(frame), err)

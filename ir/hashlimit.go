@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -64,7 +65,7 @@ func HashKeyAddr(a netip.Addr, bits uint8) netip.Addr {
 
 // hashlimit is hashlimit_mt_common; it reports whether the match holds, or
 // hotdrop when the table has no room for a new key.
-func (s *State) hashlimit(m HashLimit, pkt *Packet) outcome {
+func (s *State) hashlimit(m HashLimit, pkt *model.Packet) outcome {
 	hz := s.hz()
 	now := s.now(m, s.Jiffies)
 	capacity, cost := m.Credits(hz)

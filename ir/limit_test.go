@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -21,7 +22,7 @@ func limitProgram(m ir.Match) *ir.Program {
 
 // passes runs n packets at the state's clock and counts the accepted.
 func passes(p *ir.Program, st *ir.State, n int) int {
-	pkt := &ir.Packet{Family: rules.IPv4, Length: 100}
+	pkt := &model.Packet{Family: rules.IPv4, Length: 100}
 	ok := 0
 	for range n {
 		if p.EvalState(st, pkt).Verdict == ir.VerdictAccept {
@@ -99,7 +100,7 @@ func TestHashLimitSweep(t *testing.T) {
 	st := &ir.State{Jiffies: 1000}
 	send := func(at uint64, src string) ir.Verdict {
 		st.Jiffies = 1000 + at
-		pkt := &ir.Packet{Family: rules.IPv4, Length: 100, Src: netip.MustParseAddr(src)}
+		pkt := &model.Packet{Family: rules.IPv4, Length: 100, Src: netip.MustParseAddr(src)}
 		return p.EvalState(st, pkt).Verdict
 	}
 	steps := []struct {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -323,6 +324,7 @@ const (
 	protoICMPv6  = 58
 	protoSCTP    = 132
 	protoUDPLite = 136
+	protoAH      = 51 // the IPv6 authentication header
 )
 
 // needProto reports whether the rule tests for one of protos, as the
@@ -406,7 +408,7 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 	case *rules.Mark:
 		ms = append(ms, Mark{Value: m.Value, Mask: m.Mask, Neg: m.Neg})
 	case *rules.PktType:
-		ms = append(ms, PktType{Type: PacketType(m.Type), Neg: m.Neg})
+		ms = append(ms, PktType{Type: model.PacketType(m.Type), Neg: m.Neg})
 	case *rules.Limit:
 		return l.lowerLimit(ms, r, m)
 	case *rules.HashLimit:
@@ -430,15 +432,15 @@ func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 // ctStateBits maps the rules model's state bits to ConnState.
 var ctStateBits = []struct {
 	from uint16
-	to   ConnState
+	to   model.ConnState
 }{
-	{rules.CTInvalid, ConnInvalid},
-	{rules.CTEstablished, ConnEstablished},
-	{rules.CTRelated, ConnRelated},
-	{rules.CTNew, ConnNew},
-	{rules.CTUntracked, ConnUntracked},
-	{rules.CTSnat, ConnSNAT},
-	{rules.CTDnat, ConnDNAT},
+	{rules.CTInvalid, model.ConnInvalid},
+	{rules.CTEstablished, model.ConnEstablished},
+	{rules.CTRelated, model.ConnRelated},
+	{rules.CTNew, model.ConnNew},
+	{rules.CTUntracked, model.ConnUntracked},
+	{rules.CTSnat, model.ConnSNAT},
+	{rules.CTDnat, model.ConnDNAT},
 }
 
 // forwardTTL appends a TTL match of the FORWARD hook. ip_forward and

@@ -3,6 +3,7 @@ package ir
 import (
 	"fmt"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -20,7 +21,7 @@ import (
 //sumtype:decl
 type Match interface {
 	// eval is the match in the reference model of netfilter.
-	eval(p *Program, st *State, pkt *Packet) outcome
+	eval(p *Program, st *State, pkt *model.Packet) outcome
 	// appendTo appends the match as Format prints it.
 	appendTo(b []byte, fam rules.Family) []byte
 	// verify checks the match's invariants; st is what the rule's

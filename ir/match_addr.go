@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -26,7 +27,7 @@ func (m Addr) Prefix() (netip.Prefix, bool) {
 	return netip.PrefixFrom(m.Addr, bits), true
 }
 
-func (m Addr) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m Addr) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	a := pkt.Src
 	if m.Dir == Dst {
 		a = pkt.Dst

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -15,7 +16,7 @@ type AddrRange struct {
 	Neg      bool
 }
 
-func (m AddrRange) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m AddrRange) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	a := pkt.Src
 	if m.Dir == Dst {
 		a = pkt.Dst

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -23,7 +24,7 @@ type SetEntry struct {
 	NoMatch bool // an exception inside a shorter entry (hash:net nomatch)
 }
 
-func (m AddrSet) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m AddrSet) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	a := pkt.Src
 	if m.Dir == Dst {
 		a = pkt.Dst

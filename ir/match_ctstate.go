@@ -2,63 +2,27 @@ package ir
 
 import (
 	"fmt"
-	"strings"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
 // CTState is -m conntrack --ctstate and -m state --state (conntrack_mt,
 // state_mt): the packet's conntrack state is one of States.
 type CTState struct {
-	States ConnState
+	States model.ConnState
 	Neg    bool
 }
 
-// ConnState is a set of conntrack states, as conntrack_mt computes it for
-// a packet: exactly one of INVALID, ESTABLISHED, RELATED, NEW and
-// UNTRACKED, plus SNAT and DNAT when the connection is NATed.
-type ConnState uint16
-
-const (
-	ConnInvalid ConnState = 1 << iota
-	ConnEstablished
-	ConnRelated
-	ConnNew
-	ConnUntracked
-	ConnSNAT
-	ConnDNAT
-	// ConnUnknown is not a conntrack state: it marks a packet whose state
-	// bpfwall's program cannot determine (Packet.ConntrackWithoutEntry).
-	ConnUnknown
-)
-
-var connStateNames = []string{"INVALID", "ESTABLISHED", "RELATED", "NEW", "UNTRACKED", "SNAT", "DNAT", "UNKNOWN"}
-
-func (s ConnState) String() string {
-	if s == 0 {
-		return "none"
-	}
-	var names []string
-	for i, n := range connStateNames {
-		if s&(1<<i) != 0 {
-			names = append(names, n)
-		}
-	}
-	if rest := s &^ (1<<len(connStateNames) - 1); rest != 0 {
-		names = append(names, fmt.Sprintf("%#x", uint16(rest)))
-	}
-	return strings.Join(names, ",")
-}
-
-func (m CTState) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m CTState) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	state := pkt.CTState
-	if state&ConnUnknown != 0 {
+	if state&model.ConnUnknown != 0 {
 		// bpfwall's program cannot tell the state: it drops. (Class
 		// U never gets here: TraceState defers it first.)
 		return hotdrop
 	}
 	if state == 0 {
-		state = ConnInvalid // no conntrack entry
+		state = model.ConnInvalid // no conntrack entry
 	}
 	return is((state&m.States != 0) != m.Neg)
 }
@@ -70,7 +34,7 @@ func (m CTState) appendTo(b []byte, fam rules.Family) []byte {
 }
 
 func (m CTState) verify(v *verifier, st *ruleState) error {
-	if m.States == 0 || m.States&^(ConnDNAT<<1-1) != 0 {
+	if m.States == 0 || m.States&^(model.ConnDNAT<<1-1) != 0 {
 		return fmt.Errorf("bad conntrack states %s", m.States)
 	}
 	return nil
@@ -92,7 +56,7 @@ func (l *lowerer) ctState(ms []Match, m rules.Match, state uint16, neg bool) []M
 	if state == 0 {
 		return ms // no state test
 	}
-	var s ConnState
+	var s model.ConnState
 	for _, b := range ctStateBits {
 		if state&b.from != 0 {
 			s |= b.to

@@ -3,6 +3,7 @@ package ir
 import (
 	"fmt"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -13,7 +14,7 @@ type DSCP struct {
 	Neg   bool
 }
 
-func (m DSCP) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m DSCP) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	return is((pkt.DSCP == m.Value) != m.Neg)
 }
 

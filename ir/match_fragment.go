@@ -3,6 +3,7 @@ package ir
 import (
 	"fmt"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -10,7 +11,7 @@ import (
 // fragment offset is not zero). Neg is "! -f".
 type Fragment struct{ Neg bool }
 
-func (m Fragment) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m Fragment) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	return is((pkt.FragOffset != 0) != m.Neg)
 }
 

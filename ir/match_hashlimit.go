@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -58,7 +59,7 @@ func (m HashLimit) Credits(hz int) (capacity, cost uint64) {
 	return hashlimitCredits(m.Avg*m.Burst, hz), hashlimitCredits(m.Avg, hz)
 }
 
-func (m HashLimit) key(pkt *Packet) hlKey {
+func (m HashLimit) key(pkt *model.Packet) hlKey {
 	var k hlKey
 	zero := netip.IPv4Unspecified()
 	if pkt.Family == rules.IPv6 {
@@ -93,7 +94,7 @@ func (m HashLimit) String() string {
 	return s + fmt.Sprintf(" masks %d/%d expire %d max %d", m.SrcMask, m.DstMask, m.Expire, m.Max)
 }
 
-func (m HashLimit) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m HashLimit) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	return st.hashlimit(m, pkt)
 }
 

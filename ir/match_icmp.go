@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -18,7 +19,7 @@ type ICMP struct {
 	Neg              bool
 }
 
-func (m ICMP) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m ICMP) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	return is(((m.Any || pkt.ICMPType == m.Type) && m.CodeMin <= pkt.ICMPCode && pkt.ICMPCode <= m.CodeMax) != m.Neg)
 }
 

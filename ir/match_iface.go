@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -33,7 +34,7 @@ type Iface struct {
 	Neg    bool
 }
 
-func (m Iface) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m Iface) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	name := pkt.InIface
 	if m.Dir == IfaceOut {
 		name = pkt.OutIface

@@ -3,6 +3,7 @@ package ir
 import (
 	"fmt"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -19,7 +20,7 @@ type L4Header struct {
 	TinyFragDrop bool
 }
 
-func (m L4Header) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m L4Header) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	// "Must not be a fragment" in tcp_mt, udp_mt, multiport_mt,
 	// icmp_match and icmp6_match; tcp_mt also drops the "evil" IPv4
 	// fragment at offset 1 (8 bytes).

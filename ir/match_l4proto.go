@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -17,11 +18,11 @@ type L4Proto struct {
 	Neg   bool
 }
 
-func (m L4Proto) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m L4Proto) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	proto := pkt.Proto
 	switch {
 	case p.Family == rules.IPv6 && pkt.AuthHeader:
-		proto = nextAuth
+		proto = protoAH
 	case p.Family == rules.IPv6 && pkt.BadExtHeaders:
 		return noMatch // NFT_BREAK
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -14,7 +15,7 @@ type Length struct {
 	Neg      bool
 }
 
-func (m Length) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m Length) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	return is((int(m.Min) <= pkt.Length && pkt.Length <= int(m.Max)) != m.Neg)
 }
 

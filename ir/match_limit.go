@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -83,11 +84,11 @@ func (m RateLimit) String() string {
 	return s + fmt.Sprintf("%d %s/%ds burst %d", m.Rate, unit, m.Nsecs/1e9, m.Burst)
 }
 
-func (m Limit) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m Limit) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	return is(st.limit(m))
 }
 
-func (m RateLimit) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m RateLimit) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	return is(st.rateLimit(m, uint64(pkt.Length))) // skb->len: the IP datagram
 }
 

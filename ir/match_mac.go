@@ -5,6 +5,7 @@ import (
 	"net"
 	"slices"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -15,7 +16,7 @@ type SrcMAC struct {
 	Neg  bool
 }
 
-func (m SrcMAC) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m SrcMAC) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	// mac_mt: no Ethernet header, no match, whatever the inversion.
 	if len(pkt.SrcMAC) != 6 {
 		return noMatch

@@ -3,6 +3,7 @@ package ir
 import (
 	"fmt"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -12,7 +13,7 @@ type Mark struct {
 	Neg         bool
 }
 
-func (m Mark) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m Mark) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	return is((pkt.Mark&m.Mask == m.Value) != m.Neg)
 }
 

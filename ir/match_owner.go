@@ -3,6 +3,7 @@ package ir
 import (
 	"fmt"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -40,7 +41,7 @@ func (m Owner) flags() (tested, inverted uint8) {
 	return tested, inverted
 }
 
-func (m Owner) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m Owner) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	tested, inverted := m.flags()
 	s := pkt.Socket
 	if s == nil {

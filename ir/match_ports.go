@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -19,7 +20,7 @@ type Ports struct {
 	Neg    bool
 }
 
-func (m Ports) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m Ports) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	in := func(port uint16) bool {
 		for _, r := range m.Ranges {
 			if r.Contains(port) {

@@ -3,6 +3,7 @@ package ir
 import (
 	"fmt"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -16,7 +17,7 @@ type Proto struct {
 	Neg   bool
 }
 
-func (m Proto) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m Proto) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	// ip6_packet_match: when ipv6_find_hdr fails the rule does not
 	// match, and the packet is dropped (the fragment offset it reports
 	// is then always 0).

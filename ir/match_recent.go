@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"net/netip"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
-func (m Recent) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m Recent) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	return st.recent(m, pkt)
 }
 

@@ -1,6 +1,7 @@
 package ir
 
 import (
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -15,7 +16,7 @@ type Route struct {
 	Forward bool
 }
 
-func (m Route) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m Route) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	return is((pkt.OutIface != "") == m.Forward)
 }
 

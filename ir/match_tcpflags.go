@@ -1,6 +1,9 @@
 package ir
 
-import "bpfwall/rules"
+import (
+	"bpfwall/model"
+	"bpfwall/rules"
+)
 
 // TCPFlags is --tcp-flags / --syn: (flags & Mask) == Comp.
 type TCPFlags struct {
@@ -8,7 +11,7 @@ type TCPFlags struct {
 	Neg        bool
 }
 
-func (m TCPFlags) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m TCPFlags) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	return is((pkt.TCPFlags&m.Mask == m.Comp) != m.Neg)
 }
 

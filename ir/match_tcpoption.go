@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -14,7 +15,7 @@ type TCPOption struct {
 	Neg  bool
 }
 
-func (m TCPOption) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m TCPOption) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	if pkt.TCPOptionsTruncated {
 		return hotdrop
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -19,7 +20,7 @@ type TProxyTo struct {
 	Port  uint16
 }
 
-func (m TProxyTo) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m TProxyTo) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	return matched // the socket is assumed to exist
 }
 

@@ -3,6 +3,7 @@ package ir
 import (
 	"fmt"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -15,7 +16,7 @@ import (
 // offset (see Decode) without testing the fragment offset.
 type Transport struct{ Len int }
 
-func (m Transport) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m Transport) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	// Loads of 1, 2 and 4 aligned bytes take nft_payload_fast_eval,
 	// which checks the length but not the fragment offset.
 	if pkt.L4Len < m.Len {

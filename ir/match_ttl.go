@@ -3,6 +3,7 @@ package ir
 import (
 	"fmt"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -37,7 +38,7 @@ type TTL struct {
 	Value uint8
 }
 
-func (m TTL) eval(p *Program, st *State, pkt *Packet) outcome {
+func (m TTL) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	switch m.Op {
 	case CmpEq:
 		return is(pkt.TTL == m.Value)

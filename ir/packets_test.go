@@ -2,13 +2,14 @@ package ir_test
 
 import (
 	"fmt"
-	"net"
 	"testing"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
+	"bpfwall/internal/packets"
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/parser/iptables"
 	"bpfwall/rules"
 )
@@ -16,62 +17,24 @@ import (
 // Helpers that build test frames with gopacket and lower rule text.
 
 var (
-	testSrcMAC = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x01}
-	testDstMAC = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x02}
+	ether              = packets.Ether
+	ip4, ip6, tcp, udp = packets.IPv4, packets.IPv6, packets.TCPSyn, packets.UDP
+	testSrcMAC         = packets.TestSrcMAC
+	testDstMAC         = packets.TestDstMAC
 )
 
-// build serializes layers with lengths and checksums fixed up; TCP, UDP
-// and ICMPv6 checksums cover the closest IP layer before them.
+// build serializes layers (packets.Serialize).
 func build(t testing.TB, ls ...gopacket.SerializableLayer) []byte {
 	t.Helper()
-	var nl gopacket.NetworkLayer
-	for _, l := range ls {
-		var err error
-		switch l := l.(type) {
-		case *layers.IPv4:
-			nl = l
-		case *layers.IPv6:
-			nl = l
-		case *layers.TCP:
-			err = l.SetNetworkLayerForChecksum(nl)
-		case *layers.UDP:
-			err = l.SetNetworkLayerForChecksum(nl)
-		case *layers.ICMPv6:
-			err = l.SetNetworkLayerForChecksum(nl)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
+	b, err := packets.Serialize(ls...)
+	if err != nil {
 		t.Fatalf("serialize: %v", err)
 	}
-	return buf.Bytes()
-}
-
-func ether(typ layers.EthernetType) *layers.Ethernet {
-	return &layers.Ethernet{SrcMAC: testSrcMAC, DstMAC: testDstMAC, EthernetType: typ}
+	return b
 }
 
 func vlan(id uint16, typ layers.EthernetType) *layers.Dot1Q {
 	return &layers.Dot1Q{VLANIdentifier: id, Type: typ}
-}
-
-func ip4(src, dst string, proto layers.IPProtocol) *layers.IPv4 {
-	return &layers.IPv4{Version: 4, TTL: 64, Protocol: proto, SrcIP: net.ParseIP(src).To4(), DstIP: net.ParseIP(dst).To4()}
-}
-
-func ip6(src, dst string, next layers.IPProtocol) *layers.IPv6 {
-	return &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: next, SrcIP: net.ParseIP(src), DstIP: net.ParseIP(dst)}
-}
-
-func tcp(sport, dport uint16) *layers.TCP {
-	return &layers.TCP{SrcPort: layers.TCPPort(sport), DstPort: layers.TCPPort(dport), SYN: true, Window: 1024}
-}
-
-func udp(sport, dport uint16) *layers.UDP {
-	return &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: layers.UDPPort(dport)}
 }
 
 // tcp4 is an Ethernet frame with a TCP SYN over IPv4.
@@ -145,7 +108,7 @@ func outcome(r ir.Result) string {
 type evalCase struct {
 	name  string
 	frame []byte
-	meta  ir.Meta
+	meta  model.Meta
 	want  string // as outcome prints it
 }
 
@@ -153,7 +116,7 @@ func runEval(t *testing.T, p *ir.Program, cases []evalCase) {
 	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			pkt, err := ir.Decode(tc.frame, tc.meta)
+			pkt, err := model.Decode(tc.frame, tc.meta)
 			if err != nil {
 				t.Fatalf("decode: %v", err)
 			}

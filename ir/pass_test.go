@@ -9,6 +9,7 @@ import (
 
 	"bpfwall/internal/packets"
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -94,12 +95,12 @@ func TestPassesKeepEval(t *testing.T) {
 			frames = append(frames, f)
 		}
 		for _, r := range p.Rules {
-			for _, a := range g.Aim(r, packets.AimOptions{Meta: ir.Meta{InIface: "eth0"}}) {
+			for _, a := range g.Aim(r, packets.AimOptions{Meta: model.Meta{InIface: "eth0"}}) {
 				frames = append(frames, a.Frame)
 			}
 		}
 		for _, f := range frames {
-			pkt, err := ir.Decode(f, ir.Meta{InIface: "eth0"})
+			pkt, err := model.Decode(f, model.Meta{InIface: "eth0"})
 			if err != nil {
 				continue
 			}

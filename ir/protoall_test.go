@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/parser/iptables"
 	"bpfwall/rules"
 )
@@ -13,12 +14,12 @@ import (
 // extension headers (IP6T_F_PROTO) and drop a packet where that fails; a
 // rule without -p does not look at them.
 func TestIPv6ExplicitProtoAll(t *testing.T) {
-	bad := &ir.Packet{Family: rules.IPv6, Src: netip.MustParseAddr("2001:db8::1"), Dst: netip.MustParseAddr("2001:db8::2"), BadExtHeaders: true, Length: 80}
+	bad := &model.Packet{Family: rules.IPv6, Src: netip.MustParseAddr("2001:db8::1"), Dst: netip.MustParseAddr("2001:db8::2"), BadExtHeaders: true, Length: 80}
 	good := *bad
 	good.BadExtHeaders, good.Proto = false, 6
 	tests := []struct {
 		rule      string
-		pkt       *ir.Packet
+		pkt       *model.Packet
 		want      ir.Verdict
 		byRule    bool
 		isHotdrop bool

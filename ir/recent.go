@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -108,7 +109,7 @@ func (t *recentTable) head() *recentEntry {
 func timeAfter(a, b uint64) bool { return int64(b-a) < 0 }
 
 // recent is recent_mt; it reports whether the match holds.
-func (s *State) recent(m Recent, pkt *Packet) outcome {
+func (s *State) recent(m Recent, pkt *model.Packet) outcome {
 	now := s.now(m, s.Jiffies)
 	if s.recentTables == nil {
 		s.recentTables = make(map[int]*recentTable)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/parser/iptables"
 	"bpfwall/rules"
 )
@@ -47,7 +48,7 @@ func runRecent(t *testing.T, chain, text string, steps []recentStep) *ir.State {
 		case ttlZero:
 			ttl = 0
 		}
-		pkt := &ir.Packet{Family: fam, Src: netip.MustParseAddr(s.src), Dst: netip.MustParseAddr(dst), TTL: ttl, Proto: 17, Length: 100}
+		pkt := &model.Packet{Family: fam, Src: netip.MustParseAddr(s.src), Dst: netip.MustParseAddr(dst), TTL: ttl, Proto: 17, Length: 100}
 		if got := outcome(p.EvalState(st, pkt)); got != s.want {
 			t.Fatalf("step %d (%+v): got %s, want %s", i, s, got, s.want)
 		}

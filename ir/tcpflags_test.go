@@ -5,7 +5,7 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 
-	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -29,9 +29,9 @@ COMMIT
 		return build(t, ether(layers.EthernetTypeIPv4), ip4("10.0.0.1", "198.51.100.1", layers.IPProtocolTCP), seg)
 	}
 	runEval(t, p, []evalCase{
-		{"zero mask, ACK to compare, ACK set", withFlags(1, true), ir.Meta{}, "REJECT r1"},
-		{"zero mask, ACK to compare, no flags", withFlags(1, false), ir.Meta{}, "REJECT r1"},
-		{"zero mask, nothing to compare", withFlags(2, true), ir.Meta{}, "DROP r2"},
-		{"negated zero mask, nothing to compare", withFlags(3, true), ir.Meta{}, "ACCEPT policy"},
+		{"zero mask, ACK to compare, ACK set", withFlags(1, true), model.Meta{}, "REJECT r1"},
+		{"zero mask, ACK to compare, no flags", withFlags(1, false), model.Meta{}, "REJECT r1"},
+		{"zero mask, nothing to compare", withFlags(2, true), model.Meta{}, "DROP r2"},
+		{"negated zero mask, nothing to compare", withFlags(3, true), model.Meta{}, "ACCEPT policy"},
 	})
 }

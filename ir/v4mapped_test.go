@@ -1,13 +1,12 @@
 package ir_test
 
 import (
+	"bpfwall/model"
 	"net"
 	"testing"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
-
-	"bpfwall/ir"
 )
 
 // TestIPv6MappedAddressesAreNotLoopbackOrMulticast: ip6_rcv_core drops ::1
@@ -34,7 +33,7 @@ func TestIPv6MappedAddressesAreNotLoopbackOrMulticast(t *testing.T) {
 		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, udp); err != nil {
 			t.Fatal(err)
 		}
-		pkt, err := ir.Decode(buf.Bytes(), ir.Meta{InIface: "eth0"})
+		pkt, err := model.Decode(buf.Bytes(), model.Meta{InIface: "eth0"})
 		if err != nil {
 			t.Fatal(err)
 		}

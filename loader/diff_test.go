@@ -16,6 +16,7 @@ import (
 	"bpfwall/internal/packets"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/parser/iptables"
 	"bpfwall/rules"
 )
@@ -34,11 +35,11 @@ func checkAgainstEval(t *testing.T, prog *codegen.Program, seed uint64, n int) {
 	}
 	defer l.Close()
 	gen := packets.NewGenerator(prog.IR, seed)
-	meta := func(iface string) ir.Meta {
+	meta := func(iface string) model.Meta {
 		if prog.Hook == codegen.HookTCEgress {
-			return ir.Meta{OutIface: iface}
+			return model.Meta{OutIface: iface}
 		}
-		return ir.Meta{InIface: iface}
+		return model.Meta{InIface: iface}
 	}
 	mismatches, untestable := 0, 0
 	st := &ir.State{}
@@ -54,7 +55,7 @@ func checkAgainstEval(t *testing.T, prog *codegen.Program, seed uint64, n int) {
 		if err != nil {
 			t.Fatalf("packet %d (% x): %v", i, frame, err)
 		}
-		pkt, err := ir.Decode(frame, meta(iface))
+		pkt, err := model.Decode(frame, meta(iface))
 		if err != nil {
 			t.Fatalf("packet %d: %v", i, err)
 		}
@@ -94,7 +95,7 @@ func checkAgainstEval(t *testing.T, prog *codegen.Program, seed uint64, n int) {
 // rate-limit match reads its own, which its token bucket or hashlimit
 // entry keeps (see codegen's kernel test); Jiffies and Nanos are the
 // latest.
-func clock(t *testing.T, l *Loaded, st *ir.State, pkt *ir.Packet) {
+func clock(t *testing.T, l *Loaded, st *ir.State, pkt *model.Packet) {
 	t.Helper()
 	bucket := func(i int) (uint64, bool) {
 		var b abi.Bucket

@@ -14,6 +14,7 @@ import (
 	"bpfwall/codegen"
 	"bpfwall/codegen/abi"
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -210,7 +211,7 @@ func (r *Replay) Run(frame []byte, iface string) (Outcome, error) {
 	// can see the program's.
 	stage := false
 	if r.l.nfProg != nil {
-		if pkt, err := ir.Decode(frame, ir.Meta{}); err == nil && pkt.Invalid == "" && !pkt.NotIP {
+		if pkt, err := model.Decode(frame, model.Meta{}); err == nil && pkt.Invalid == "" && !pkt.NotIP {
 			stage = pkt.DeferredClass()
 		}
 	}

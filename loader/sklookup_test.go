@@ -22,6 +22,7 @@ import (
 	"bpfwall/internal/testenv"
 	"bpfwall/internal/topology"
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/parser/iptables"
 	"bpfwall/parser/nft"
 	"bpfwall/rules"
@@ -429,8 +430,8 @@ func TestSkLookupMatchesEval(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				pkt := &ir.Packet{
-					Meta: ir.Meta{InIface: in.iface}, Family: rules.IPv4, Src: in.lk.Src, Dst: in.lk.Dst,
+				pkt := &model.Packet{
+					Meta: model.Meta{InIface: in.iface}, Family: rules.IPv4, Src: in.lk.Src, Dst: in.lk.Dst,
 					Proto: in.lk.Proto, L4Len: 0xffff, SrcPort: in.lk.Sport, DstPort: in.lk.Dport, TTL: 64, Length: 100,
 				}
 				want := p.Eval(pkt)
@@ -684,7 +685,7 @@ func TestSkLookupNFTMatchesEval(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := p.Eval(&ir.Packet{Family: rules.IPv4, Src: lk.Src, Dst: lk.Dst, Proto: lk.Proto, L4Len: 0xffff,
+				want := p.Eval(&model.Packet{Family: rules.IPv4, Src: lk.Src, Dst: lk.Dst, Proto: lk.Proto, L4Len: 0xffff,
 					SrcPort: lk.Sport, DstPort: lk.Dport, TTL: 64, Length: 100})
 				wantRule, gotRule := -1, -1
 				if want.Rule != nil {

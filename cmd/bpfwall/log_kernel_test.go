@@ -27,6 +27,7 @@ import (
 	"bpfwall/internal/topology"
 	"bpfwall/ir"
 	"bpfwall/loader"
+	"bpfwall/model"
 	"bpfwall/parser/iptables"
 	"bpfwall/parser/nft"
 	"bpfwall/rules"
@@ -128,14 +129,14 @@ func parseLogCase(t *testing.T, c logCase) (*rules.Ruleset, *ir.Program) {
 func checkTrace(t *testing.T, tag string, c logCase, frames [][]byte, kernel []kmsgLine, topo *topology.Topology) {
 	t.Helper()
 	_, p := parseLogCase(t, c)
-	meta, dir := ir.Meta{InIface: topo.InIface}, "in "+topo.InIface
+	meta, dir := model.Meta{InIface: topo.InIface}, "in "+topo.InIface
 	if c.chain == "OUTPUT" {
-		meta, dir = ir.Meta{OutIface: topo.OutIface}, "out "+topo.OutIface
+		meta, dir = model.Meta{OutIface: topo.OutIface}, "out "+topo.OutIface
 	}
 	var fixture strings.Builder
 	i := 0
 	for _, f := range frames {
-		pkt, err := ir.Decode(f, meta)
+		pkt, err := model.Decode(f, meta)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -56,7 +57,7 @@ type HashEntry struct {
 
 // HashKeyOf is the HashLimitMap key the program builds for pkt in the
 // table of m: for tests that look a packet's entry up.
-func HashKeyOf(m ir.HashLimit, pkt *ir.Packet) HashKey {
+func HashKeyOf(m ir.HashLimit, pkt *model.Packet) HashKey {
 	var k HashKey
 	words := func(a netip.Addr) [4]uint32 {
 		var w [4]uint32

@@ -45,7 +45,7 @@ type Target struct {
 }
 
 // Lookup emits ct_state for xdp and tc-ingress: the function returns
-// the ir.ConnState of the parsed packet its second argument points to.
+// the model.ConnState of the parsed packet its second argument points to.
 func Lookup(b *insn.Builder, t Target) {
 	g := &gen{b: b, Target: t}
 	g.state()

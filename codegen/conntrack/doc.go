@@ -3,6 +3,6 @@
 // run before conntrack, it looks the packet's tuple up in the kernel's
 // conntrack table with the conntrack kfuncs and, for TCP, replays
 // nf_conntrack_tcp_packet on the entry it finds; without an entry it
-// applies ir.Packet.ConntrackWithoutEntry's model. After conntrack
+// applies model.Packet.ConntrackWithoutEntry's model. After conntrack
 // (tc-egress, the netfilter hooks) it reads skb->_nfct.
 package conntrack

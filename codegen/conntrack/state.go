@@ -8,7 +8,7 @@ import (
 	"bpfwall/codegen/kernel"
 	"bpfwall/codegen/pkt"
 	"bpfwall/codegen/uapi"
-	"bpfwall/ir"
+	"bpfwall/model"
 )
 
 // Kfuncs and kernel fields ct_state uses.
@@ -50,12 +50,12 @@ const (
 	sockTuple4Size   = 12
 	sockTuple6Size   = 36
 	ipCTDirReply     = 1
-	ctStateUnknown   = int32(ir.ConnUnknown)
-	ctStateInvalid   = int32(ir.ConnInvalid)
-	ctStateNew       = int32(ir.ConnNew)
-	ctStateEstab     = int32(ir.ConnEstablished)
-	ctStateRelated   = int32(ir.ConnRelated)
-	ctStateUntracked = int32(ir.ConnUntracked)
+	ctStateUnknown   = int32(model.ConnUnknown)
+	ctStateInvalid   = int32(model.ConnInvalid)
+	ctStateNew       = int32(model.ConnNew)
+	ctStateEstab     = int32(model.ConnEstablished)
+	ctStateRelated   = int32(model.ConnRelated)
+	ctStateUntracked = int32(model.ConnUntracked)
 )
 
 // ct_state's stack frame.
@@ -67,7 +67,7 @@ const (
 )
 
 // state emits the function that returns the conntrack state of the
-// parsed packet at r2 (ir.ConnState) at the ingress hooks: the entry's,
+// parsed packet at r2 (model.ConnState) at the ingress hooks: the entry's,
 // or, without one, what ConntrackWithoutEntry describes.
 //
 //	r6 ctx, r7 pkt, r8 L4Len then the state, r9 the nf_conn
@@ -297,14 +297,14 @@ func (g *gen) nat() {
 		insn.Ja("ct_nat_dst"),
 	)
 	b.Mark("ct_nat_src")
-	b.Emit(asm.Or.Imm(asm.R0, int32(ir.ConnSNAT)))
+	b.Emit(asm.Or.Imm(asm.R0, int32(model.ConnSNAT)))
 	b.Mark("ct_nat_dst")
 	b.Emit(
 		asm.JSet.Imm(asm.R1, ipsDstNAT, "ct_nat_dnat"),
 		insn.Ja("ct_nat_done"),
 	)
 	b.Mark("ct_nat_dnat")
-	b.Emit(asm.Or.Imm(asm.R0, int32(ir.ConnDNAT)))
+	b.Emit(asm.Or.Imm(asm.R0, int32(model.ConnDNAT)))
 	b.Mark("ct_nat_done")
 }
 

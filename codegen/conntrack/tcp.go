@@ -8,11 +8,11 @@ import (
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/kernel"
 	"bpfwall/codegen/pkt"
-	"bpfwall/ir"
+	"bpfwall/model"
 )
 
 // A TCP segment whose tuple finds an entry gets the state
-// ir.Packet.ConntrackTCP predicts: ct_state reads the entry's TCP tracking
+// model.Packet.ConntrackTCP predicts: ct_state reads the entry's TCP tracking
 // (nf_conn.proto.tcp) and replays nf_conntrack_tcp_packet and
 // tcp_in_window on copies of the two directions' windows in its stack
 // frame, so that the entry is only read, never written.
@@ -101,12 +101,12 @@ func (g *gen) sysctl(f kernel.Field) {
 
 // tcpFound emits what follows a TCP lookup that found the entry in r0,
 // with the segment's flags (FIN SYN RST ACK URG) in r8: nf_conntrack_in's
-// state for the segment, as ir.Packet.ConntrackTCP. Every path ends at
+// state for the segment, as model.Packet.ConntrackTCP. Every path ends at
 // ct_release with the state in r8.
 func (g *gen) tcpFound() {
 	b := g.b
 	b.Mark("ct_tcp_found")
-	b.Note("a tcp entry: nf_conntrack_tcp_packet's verdict on copies of the entry's windows (ir.Packet.ConntrackTCP)")
+	b.Note("a tcp entry: nf_conntrack_tcp_packet's verdict on copies of the entry's windows (model.Packet.ConntrackTCP)")
 	b.Emit(insn.Movr(asm.R9, asm.R0))
 	g.entryUnknown()
 	for off := int16(ctLow); off < ctSnd+24; off += 8 {
@@ -138,7 +138,7 @@ func (g *gen) tcpFound() {
 		insn.Ld(asm.R2, asm.R7, pkt.Flags, asm.Byte),
 		asm.JSet.Imm(asm.R2, pkt.FlagFragment, "ct_release"),
 		insn.Ld(asm.R2, asm.R10, ctSeg+segState, asm.Byte),
-		asm.JGE.Imm(asm.R2, int32(ir.TCPSynSent2)+1, "ct_release"),
+		asm.JGE.Imm(asm.R2, int32(model.TCPSynSent2)+1, "ct_release"),
 	)
 
 	b.Note("the segment: seq, ack, window, end")
@@ -178,19 +178,19 @@ func (g *gen) tcpFound() {
 	b.Note("get_conntrack_index")
 	b.Emit(
 		insn.Ld(asm.R2, asm.R10, ctSeg+segFlags, asm.Byte),
-		insn.Mov(asm.R1, int32(ir.TCPRstSet)),
+		insn.Mov(asm.R1, int32(model.TCPRstSet)),
 		asm.JSet.Imm(asm.R2, tcpRST, "ct_tcp_index"),
 		insn.Movr(asm.R3, asm.R2),
 		asm.And.Imm(asm.R3, tcpSYN|tcpACK),
-		insn.Mov(asm.R1, int32(ir.TCPSynAckSet)),
+		insn.Mov(asm.R1, int32(model.TCPSynAckSet)),
 		asm.JEq.Imm(asm.R3, tcpSYN|tcpACK, "ct_tcp_index"),
-		insn.Mov(asm.R1, int32(ir.TCPSynSet)),
+		insn.Mov(asm.R1, int32(model.TCPSynSet)),
 		asm.JSet.Imm(asm.R2, tcpSYN, "ct_tcp_index"),
-		insn.Mov(asm.R1, int32(ir.TCPFinSet)),
+		insn.Mov(asm.R1, int32(model.TCPFinSet)),
 		asm.JSet.Imm(asm.R2, tcpFIN, "ct_tcp_index"),
-		insn.Mov(asm.R1, int32(ir.TCPAckSet)),
+		insn.Mov(asm.R1, int32(model.TCPAckSet)),
 		asm.JSet.Imm(asm.R2, tcpACK, "ct_tcp_index"),
-		insn.Mov(asm.R1, int32(ir.TCPNoneSet)),
+		insn.Mov(asm.R1, int32(model.TCPNoneSet)),
 	)
 	b.Mark("ct_tcp_index")
 	b.Emit(insn.St(asm.R10, ctSeg+segIndex, asm.R1, asm.Byte))
@@ -270,12 +270,12 @@ func (g *gen) copySeen(i int, dst int16) {
 	}
 }
 
-// tcpConntracksRows packs ir.TCPConntracks: row dir*6+index holds the next
+// tcpConntracksRows packs model.TCPConntracks: row dir*6+index holds the next
 // state for old state s in bits 4s to 4s+3.
 func tcpConntracksRows() [12]int64 {
 	var rows [12]int64
-	for dir := range ir.TCPConntracks {
-		for index, row := range ir.TCPConntracks[dir] {
+	for dir := range model.TCPConntracks {
+		for index, row := range model.TCPConntracks[dir] {
 			for old, next := range row {
 				rows[dir*6+index] |= int64(next) << (4 * old)
 			}
@@ -314,36 +314,36 @@ func (g *gen) tcpTransition() {
 		asm.LSh.Imm(asm.R1, 2),
 		asm.RSh.Reg(asm.R3, asm.R1),
 		asm.And.Imm(asm.R3, 0xf),
-		asm.JEq.Imm(asm.R3, int32(ir.TCPSynSent), "ct_tcp_to_syn_sent"),
+		asm.JEq.Imm(asm.R3, int32(model.TCPSynSent), "ct_tcp_to_syn_sent"),
 		asm.JEq.Imm(asm.R3, tcpIgnoreState, "ct_tcp_ignore"),
 		asm.JEq.Imm(asm.R3, tcpInvalidState, "ct_tcp_invalid"),
-		asm.JEq.Imm(asm.R3, int32(ir.TCPTimeWait), "ct_tcp_to_time_wait"),
-		asm.JEq.Imm(asm.R3, int32(ir.TCPClose), "ct_tcp_to_close"),
+		asm.JEq.Imm(asm.R3, int32(model.TCPTimeWait), "ct_tcp_to_time_wait"),
+		asm.JEq.Imm(asm.R3, int32(model.TCPClose), "ct_tcp_to_close"),
 		insn.Ja("ct_tcp_window"),
 	)
 
 	b.Mark("ct_tcp_to_syn_sent")
 	b.Note("a SYN on a closed or aborted connection kills it and starts a new one")
 	b.Emit(
-		asm.JLT.Imm(asm.R4, int32(ir.TCPTimeWait), "ct_tcp_window"),
+		asm.JLT.Imm(asm.R4, int32(model.TCPTimeWait), "ct_tcp_window"),
 		insn.Ld(asm.R1, asm.R10, ctSnd+tdFlags, asm.Byte),
 		insn.Ld(asm.R2, asm.R10, ctRcv+tdFlags, asm.Byte),
 		asm.Or.Reg(asm.R1, asm.R2),
-		asm.JSet.Imm(asm.R1, ir.TCPFlagCloseInit, "ct_tcp_new"),
+		asm.JSet.Imm(asm.R1, model.TCPFlagCloseInit, "ct_tcp_new"),
 		insn.Ld(asm.R1, asm.R10, ctEntry+entLastDir, asm.Byte),
 		insn.Ld(asm.R2, asm.R10, ctSeg+segDir, asm.Byte),
 		asm.JNE.Reg(asm.R1, asm.R2, "ct_tcp_ignore"),
 		insn.Ld(asm.R1, asm.R10, ctEntry+entLastIndex, asm.Byte),
-		asm.JEq.Imm(asm.R1, int32(ir.TCPRstSet), "ct_tcp_new"),
+		asm.JEq.Imm(asm.R1, int32(model.TCPRstSet), "ct_tcp_new"),
 	)
 
 	b.Mark("ct_tcp_ignore")
 	b.Note("ignored: the entry's state, unless a SYN-ACK answers a SYN ignored before, which takes that SYN's window")
 	b.Emit(
 		insn.Ld(asm.R5, asm.R10, ctSeg+segIndex, asm.Byte),
-		asm.JNE.Imm(asm.R5, int32(ir.TCPSynAckSet), "ct_tcp_accept"),
+		asm.JNE.Imm(asm.R5, int32(model.TCPSynAckSet), "ct_tcp_accept"),
 		insn.Ld(asm.R1, asm.R10, ctEntry+entLastIndex, asm.Byte),
-		asm.JNE.Imm(asm.R1, int32(ir.TCPSynSet), "ct_tcp_accept"),
+		asm.JNE.Imm(asm.R1, int32(model.TCPSynSet), "ct_tcp_accept"),
 		insn.Ld(asm.R1, asm.R10, ctEntry+entLastDir, asm.Byte),
 		insn.Ld(asm.R2, asm.R10, ctSeg+segDir, asm.Byte),
 		asm.JEq.Reg(asm.R1, asm.R2, "ct_tcp_accept"),
@@ -362,14 +362,14 @@ func (g *gen) tcpTransition() {
 		insn.Ld(asm.R1, asm.R10, ctEntry+entLastScale, asm.Byte),
 		insn.St(asm.R10, ctRcv+tdScale, asm.R1, asm.Byte),
 		insn.Ld(asm.R1, asm.R10, ctEntry+entLastFlags, asm.Byte),
-		asm.And.Imm(asm.R1, 0xff&^ir.TCPExpChallengeAck),
+		asm.And.Imm(asm.R1, 0xff&^model.TCPExpChallengeAck),
 		insn.St(asm.R10, ctRcv+tdFlags, asm.R1, asm.Byte),
 		// nf_ct_tcp_state_reset of the sender
 		insn.StImm(asm.R10, ctSnd, 0, asm.DWord),
 		insn.StImm(asm.R10, ctSnd+8, 0, asm.DWord),
 		insn.StImm(asm.R10, ctSnd+tdScale, 0, asm.Byte),
 		insn.Ld(asm.R1, asm.R10, ctSnd+tdFlags, asm.Byte),
-		asm.And.Imm(asm.R1, ir.TCPFlagBeLiberal),
+		asm.And.Imm(asm.R1, model.TCPFlagBeLiberal),
 		insn.St(asm.R10, ctSnd+tdFlags, asm.R1, asm.Byte),
 		insn.Ja("ct_tcp_window"),
 	)
@@ -377,15 +377,15 @@ func (g *gen) tcpTransition() {
 	b.Mark("ct_tcp_to_time_wait")
 	b.Note("an RFC 5961 challenge ACK in LAST_ACK does not change the state")
 	b.Emit(
-		asm.JNE.Imm(asm.R4, int32(ir.TCPLastAck), "ct_tcp_window"),
-		asm.JNE.Imm(asm.R5, int32(ir.TCPAckSet), "ct_tcp_window"),
+		asm.JNE.Imm(asm.R4, int32(model.TCPLastAck), "ct_tcp_window"),
+		asm.JNE.Imm(asm.R5, int32(model.TCPAckSet), "ct_tcp_window"),
 		insn.Ld(asm.R1, asm.R10, ctEntry+entLastDir, asm.Byte),
 		insn.Ld(asm.R2, asm.R10, ctSeg+segDir, asm.Byte),
 		asm.JEq.Reg(asm.R1, asm.R2, "ct_tcp_window"),
 		insn.Ld(asm.R1, asm.R10, ctEntry+entLastIndex, asm.Byte),
-		asm.JNE.Imm(asm.R1, int32(ir.TCPSynSet), "ct_tcp_window"),
+		asm.JNE.Imm(asm.R1, int32(model.TCPSynSet), "ct_tcp_window"),
 		insn.Ld(asm.R1, asm.R10, ctEntry+entLastFlags, asm.Byte),
-		asm.JSet.Imm(asm.R1, ir.TCPExpChallengeAck, "ct_tcp_accept"),
+		asm.JSet.Imm(asm.R1, model.TCPExpChallengeAck, "ct_tcp_accept"),
 		insn.Ja("ct_tcp_window"),
 	)
 	g.tcpReset()
@@ -398,20 +398,20 @@ func (g *gen) tcpReset() {
 	b.Mark("ct_tcp_to_close")
 	b.Note("an RST: closing states skip the window; before the peer's highest ACK it is invalid, unless nf_conntrack_tcp_ignore_invalid_rst")
 	b.Emit(
-		asm.JNE.Imm(asm.R5, int32(ir.TCPRstSet), "ct_tcp_window"),
-		asm.JLT.Imm(asm.R4, int32(ir.TCPFinWait), "ct_tcp_rst_checks"),
-		asm.JLE.Imm(asm.R4, int32(ir.TCPClose), "ct_tcp_accept"),
+		asm.JNE.Imm(asm.R5, int32(model.TCPRstSet), "ct_tcp_window"),
+		asm.JLT.Imm(asm.R4, int32(model.TCPFinWait), "ct_tcp_rst_checks"),
+		asm.JLE.Imm(asm.R4, int32(model.TCPClose), "ct_tcp_accept"),
 	)
 	b.Mark("ct_tcp_rst_checks")
 	b.Emit(
 		insn.Ld(asm.R1, asm.R10, ctRcv+tdFlags, asm.Byte),
-		asm.JSet.Imm(asm.R1, ir.TCPFlagMaxAckSet, "ct_tcp_rst_maxack"),
+		asm.JSet.Imm(asm.R1, model.TCPFlagMaxAckSet, "ct_tcp_rst_maxack"),
 		insn.Ja("ct_tcp_rst_answer"),
 	)
 	b.Mark("ct_tcp_rst_maxack")
 	b.Emit(
 		insn.Ld(asm.R1, asm.R10, ctEntry+entLastIndex, asm.Byte),
-		asm.JEq.Imm(asm.R1, int32(ir.TCPSynSet), "ct_tcp_rst_answer"),
+		asm.JEq.Imm(asm.R1, int32(model.TCPSynSet), "ct_tcp_rst_answer"),
 		insn.Ld(asm.R1, asm.R10, ctSeg+segSeq, asm.Word),
 		asm.JNE.Imm(asm.R1, 0, "ct_tcp_rst_seq"),
 	)
@@ -432,7 +432,7 @@ func (g *gen) tcpReset() {
 		insn.Ld(asm.R2, asm.R10, ctRcv+tdMaxAck, asm.Word),
 		asm.JEq.Reg(asm.R1, asm.R2, "ct_tcp_window"),
 		insn.Ld(asm.R2, asm.R10, ctEntry+entLastIndex, asm.Byte),
-		asm.JNE.Imm(asm.R2, int32(ir.TCPAckSet), "ct_tcp_rst_answer"),
+		asm.JNE.Imm(asm.R2, int32(model.TCPAckSet), "ct_tcp_rst_answer"),
 		insn.Ld(asm.R2, asm.R10, ctEntry+entLastDir, asm.Byte),
 		insn.Ld(asm.R3, asm.R10, ctSeg+segDir, asm.Byte),
 		asm.JNE.Reg(asm.R2, asm.R3, "ct_tcp_rst_answer"),
@@ -452,7 +452,7 @@ func (g *gen) tcpReset() {
 	)
 	b.Mark("ct_tcp_rst_seen_reply")
 	b.Emit(
-		asm.JNE.Imm(asm.R2, int32(ir.TCPSynSet), "ct_tcp_rst_unassured"),
+		asm.JNE.Imm(asm.R2, int32(model.TCPSynSet), "ct_tcp_rst_unassured"),
 		// from the other side than the SYN: upstream's direction check
 		// (see ir.ConntrackTCP)
 		insn.Ld(asm.R3, asm.R10, ctEntry+entLastDir, asm.Byte),
@@ -462,14 +462,14 @@ func (g *gen) tcpReset() {
 	b.Mark("ct_tcp_rst_unassured")
 	b.Emit(
 		asm.JSet.Imm(asm.R1, ipsAssured, "ct_tcp_rst_challenge"),
-		asm.JEq.Imm(asm.R2, int32(ir.TCPAckSet), "ct_tcp_accept"),
+		asm.JEq.Imm(asm.R2, int32(model.TCPAckSet), "ct_tcp_accept"),
 	)
 	b.Mark("ct_tcp_rst_challenge")
 	b.Emit(
 		insn.Ld(asm.R1, asm.R10, ctSeg+segState, asm.Byte),
-		asm.JNE.Imm(asm.R1, int32(ir.TCPSynSent), "ct_tcp_window"),
+		asm.JNE.Imm(asm.R1, int32(model.TCPSynSent), "ct_tcp_window"),
 		insn.Ld(asm.R1, asm.R10, ctEntry+entLastIndex, asm.Byte),
-		asm.JNE.Imm(asm.R1, int32(ir.TCPAckSet), "ct_tcp_window"),
+		asm.JNE.Imm(asm.R1, int32(model.TCPAckSet), "ct_tcp_window"),
 		insn.Ld(asm.R1, asm.R10, ctEntry+entLastDir, asm.Byte),
 		asm.JNE.Imm(asm.R1, ipCTDirReply, "ct_tcp_window"),
 		insn.Ld(asm.R1, asm.R10, ctEntry+entLastAck, asm.Word),
@@ -490,7 +490,7 @@ const (
 func (g *gen) jumpUnlessEstablished(label string) {
 	g.b.Emit(
 		insn.Ld(asm.R2, asm.R10, ctSeg+segState, asm.Byte),
-		asm.JNE.Imm(asm.R2, int32(ir.TCPEstablished), label),
+		asm.JNE.Imm(asm.R2, int32(model.TCPEstablished), label),
 		insn.Ld(asm.R2, asm.R10, ctEntry+entStatus, asm.Word),
 		asm.And.Imm(asm.R2, ipsAssured),
 		asm.JEq.Imm(asm.R2, 0, label),
@@ -524,7 +524,7 @@ func (g *gen) tcpWindow() {
 	b.Note("tcp_in_window; the sack is the highest SACK block's right edge when the receiver permits SACK")
 	b.Emit(
 		insn.Ld(asm.R1, asm.R10, ctRcv+tdFlags, asm.Byte),
-		asm.JSet.Imm(asm.R1, ir.TCPFlagSackPerm, "ct_tcp_sack"),
+		asm.JSet.Imm(asm.R1, model.TCPFlagSackPerm, "ct_tcp_sack"),
 	)
 	b.Mark("ct_tcp_sack_done")
 	b.Emit(
@@ -583,8 +583,8 @@ func (g *gen) tcpWindow() {
 		asm.Sub.Reg32(asm.R1, asm.R3),
 		asm.JSGE.Imm32(asm.R1, 0, "ct_tcp_checks"),
 		insn.Ld(asm.R1, asm.R10, ctSeg+segState, asm.Byte),
-		asm.JEq.Imm(asm.R1, int32(ir.TCPSynSent), "ct_tcp_reinit_do"),
-		asm.JEq.Imm(asm.R1, int32(ir.TCPSynRecv), "ct_tcp_reinit_do"),
+		asm.JEq.Imm(asm.R1, int32(model.TCPSynSent), "ct_tcp_reinit_do"),
+		asm.JEq.Imm(asm.R1, int32(model.TCPSynRecv), "ct_tcp_reinit_do"),
 		insn.Ja("ct_tcp_checks"),
 	)
 	b.Mark("ct_tcp_reinit_do")
@@ -636,7 +636,7 @@ func (g *gen) tcpBounds() {
 		insn.Ld(asm.R1, asm.R10, ctSeg+segSeq, asm.Word),
 		asm.JNE.Imm(asm.R1, 0, "ct_tcp_bounds"),
 		insn.Ld(asm.R1, asm.R10, ctSeg+segState, asm.Byte),
-		asm.JNE.Imm(asm.R1, int32(ir.TCPSynSent), "ct_tcp_bounds"),
+		asm.JNE.Imm(asm.R1, int32(model.TCPSynSent), "ct_tcp_bounds"),
 		insn.Ld(asm.R1, asm.R10, ctSnd+tdEnd, asm.Word),
 		insn.St(asm.R10, ctSeg+segSeq, asm.R1, asm.Word),
 		insn.St(asm.R10, ctSeg+segEnd, asm.R1, asm.Word),
@@ -692,7 +692,7 @@ func (g *gen) tcpBounds() {
 	b.Note("nf_tcp_log_invalid: a liberal sender's segments, or all with nf_conntrack_tcp_be_liberal, are never invalid")
 	b.Emit(
 		insn.Ld(asm.R1, asm.R10, ctSnd+tdFlags, asm.Byte),
-		asm.JSet.Imm(asm.R1, ir.TCPFlagBeLiberal, "ct_tcp_accept"),
+		asm.JSet.Imm(asm.R1, model.TCPFlagBeLiberal, "ct_tcp_accept"),
 	)
 	g.sysctl(netTCPBeLiberal)
 	b.Emit(

@@ -10,9 +10,9 @@ const (
 	Ifaces   = 32 // u64: bit i set when the interface matches codegen.Program.Ifaces[i]
 	MACHi    = 40 // u32: source MAC bytes 0-1
 	MACLo    = 44 // u32: source MAC bytes 2-5
-	Length   = 48 // u32: ir.Packet.Length
+	Length   = 48 // u32: model.Packet.Length
 	Bytes    = 52 // u32: what iptables counts: the IP datagram's length
-	L4Len    = 56 // u32: ir.Packet.L4Len
+	L4Len    = 56 // u32: model.Packet.L4Len
 	Mark     = 60 // u32: skb->mark (tc)
 	FragOff  = 64 // u32: fragment offset in bytes
 	Sport    = 68 // u32
@@ -28,7 +28,7 @@ const (
 	ICMPCode = 92 // u8
 	PktType  = 93 // u8: the packet type pkttype_mt compares (tc)
 	Flags    = 94 // u8: FlagBadExtHeaders, FlagTCPOptsTruncated, FlagAuthHeader, FlagFragment
-	CTState  = 95 // u8: the ir.ConnState ct_state found (conntrack)
+	CTState  = 95 // u8: the model.ConnState ct_state found (conntrack)
 	Size     = 96
 )
 
@@ -52,7 +52,7 @@ const (
 	// FlagTCPOptsTruncated: the TCP options could not be read in full.
 	FlagTCPOptsTruncated = 1 << 1
 	// FlagAuthHeader: the extension header walk meets an authentication
-	// header, where nft's (IP6_FH_F_AUTH) stops; ir.Packet.AuthHeader.
+	// header, where nft's (IP6_FH_F_AUTH) stops; model.Packet.AuthHeader.
 	FlagAuthHeader = 1 << 2
 	// FlagFragment: an IPv4 fragment (MF or offset) or an IPv6 fragment
 	// header; set only in programs that test the conntrack state.

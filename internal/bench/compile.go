@@ -10,6 +10,7 @@ import (
 	"bpfwall/internal/packets"
 	"bpfwall/internal/topology"
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/parser/iptables"
 	"bpfwall/rules"
 )
@@ -67,9 +68,9 @@ const randomProbes = 32
 // as Flood the dropped frame that walks the most rules.
 func findProbes(w *Workload, p *ir.Program, seed uint64) (probes, error) {
 	var out probes
-	meta := ir.Meta{InIface: inIface}
+	meta := model.Meta{InIface: inIface}
 	eval := func(frame []byte) (ir.Result, error) {
-		pkt, err := ir.Decode(frame, meta)
+		pkt, err := model.Decode(frame, meta)
 		if err != nil {
 			return ir.Result{}, err
 		}
@@ -129,7 +130,7 @@ func findProbes(w *Workload, p *ir.Program, seed uint64) (probes, error) {
 		if err != nil {
 			continue
 		}
-		if pkt, err := ir.Decode(f, meta); defers && (err != nil || pkt.Proto != 6 && pkt.Proto != 17 || pkt.FragOffset != 0 || pkt.MoreFragments) {
+		if pkt, err := model.Decode(f, meta); defers && (err != nil || pkt.Proto != 6 && pkt.Proto != 17 || pkt.FragOffset != 0 || pkt.MoreFragments) {
 			continue
 		}
 		out.random = append(out.random, probe{f, res.Verdict})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"bpfwall/ir"
+	"bpfwall/model"
 	iptparse "bpfwall/parser/iptables"
 	"bpfwall/parser/nft"
 	"bpfwall/rules"
@@ -20,7 +21,7 @@ type CaseOptions struct {
 	Rules             []byte
 	NFT               bool
 	InIface, OutIface string
-	CTState           ir.ConnState
+	CTState           model.ConnState
 	Probes            [][]byte
 }
 

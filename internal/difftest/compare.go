@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -202,7 +203,7 @@ func Summary(c *Case, frame []byte) string {
 	if pkt.Invalid != "" {
 		fmt.Fprintf(&b, " invalid (%s)", pkt.Invalid)
 	}
-	if pkt.PktType != ir.PacketHost {
+	if pkt.PktType != model.PacketHost {
 		fmt.Fprintf(&b, " %s", pkt.PktType)
 	}
 	return b.String()

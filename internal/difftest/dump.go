@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -129,14 +130,14 @@ func UsesLimit(prog *ir.Program) bool {
 // or held for reassembly, which the rules under test cannot tell apart.
 // Probes whose state bpfwall's programs cannot know (ICMP echo requests:
 // the conntrack kfuncs look up TCP and UDP only; see
-// ir.Packet.ConntrackWithoutEntry and TestConntrackFlows) are left out
+// model.Packet.ConntrackWithoutEntry and TestConntrackFlows) are left out
 // too: the program drops them at a state match.
 func ConntrackNew(c *Case, frame []byte) bool {
 	pkt, err := decode(c, frame)
 	if err != nil || Forwarded(pkt, frame) != "" || pkt.FragOffset != 0 || pkt.MoreFragments {
 		return false
 	}
-	if pkt.ConntrackWithoutEntry(true) != ir.ConnNew {
+	if pkt.ConntrackWithoutEntry(true) != model.ConnNew {
 		return false
 	}
 	ip := ipPacket(frame)

@@ -9,6 +9,7 @@ import (
 	"bpfwall/internal/packets"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/parser/nft"
 	"bpfwall/parser/nft/kernel"
 	"bpfwall/rules"
@@ -93,7 +94,7 @@ func agreeOnForward(t *testing.T, name string, want, got *rules.Ruleset, seed ui
 		t.Errorf("%s: the text's model lowers with %v, the kernel's with %v", name, err1, err2)
 		return 0, false
 	}
-	meta := ir.Meta{InIface: "fwin", OutIface: "fwout"}
+	meta := model.Meta{InIface: "fwin", OutIface: "fwout"}
 	var probes []packets.Aimed
 	for i, p := range []*ir.Program{pw, pg} {
 		g := packets.NewGenerator(p, seed+uint64(i))
@@ -109,9 +110,9 @@ func agreeOnForward(t *testing.T, name string, want, got *rules.Ruleset, seed ui
 	}
 	for _, a := range probes {
 		m := a.Meta
-		m.CTState = ir.ConnNew
-		p1, err1 := ir.Decode(a.Frame, m)
-		p2, err2 := ir.Decode(a.Frame, m)
+		m.CTState = model.ConnNew
+		p1, err1 := model.Decode(a.Frame, m)
+		p2, err2 := model.Decode(a.Frame, m)
 		if err1 != nil || err2 != nil {
 			t.Fatalf("%s: decode: %v %v", name, err1, err2)
 		}

@@ -17,7 +17,7 @@ import (
 
 	"bpfwall/codegen"
 	"bpfwall/internal/testenv"
-	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -61,7 +61,7 @@ func nftCase(name string, fam rules.Family, text []byte, topo *Topology, seed ui
 		return nil, err
 	}
 	if UsesConntrack(c.Program) || nftConntrack.Match(text) {
-		c.CTState = ir.ConnNew
+		c.CTState = model.ConnNew
 		c.Probes = ProbesWhere(c, seed, n, func(f []byte) bool { return ConntrackNew(c, f) })
 	} else if nftDefrag.Match(text) {
 		c.Probes = ProbesWhere(c, seed, n, func(f []byte) bool {

@@ -2,7 +2,7 @@ package difftest
 
 import (
 	"bpfwall/internal/packets"
-	"bpfwall/ir"
+	"bpfwall/model"
 )
 
 // Probes returns n frames for c, addressed from the sender to the
@@ -13,7 +13,7 @@ func Probes(c *Case, seed uint64, n int) [][]byte {
 	g := packets.NewGenerator(c.Program, seed)
 	opts := packets.AimOptions{
 		Meta:   c.Meta(),
-		Usable: func(f []byte, pkt *ir.Packet) bool { return Forwarded(pkt, f) == "" },
+		Usable: func(f []byte, pkt *model.Packet) bool { return Forwarded(pkt, f) == "" },
 	}
 	rls := c.Program.Rules
 	aimed := make([][]packets.Aimed, len(rls))

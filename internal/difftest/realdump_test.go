@@ -9,6 +9,7 @@ import (
 
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
+	"bpfwall/model"
 	iptparse "bpfwall/parser/iptables"
 	"bpfwall/rules"
 )
@@ -150,7 +151,7 @@ func runDump(t *testing.T, b *bench, name string, fam rules.Family, text []byte,
 		t.Fatal(err)
 	}
 	if UsesConntrack(c.Program) {
-		c.CTState = ir.ConnNew
+		c.CTState = model.ConnNew
 		c.Probes = ProbesWhere(c, 1, n, func(f []byte) bool { return ConntrackNew(c, f) })
 	} else {
 		c.Probes = Probes(c, 1, n)

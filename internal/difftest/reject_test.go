@@ -2,6 +2,7 @@ package difftest
 
 import (
 	"bpfwall/internal/testenv"
+	"bpfwall/model"
 	"bytes"
 	"encoding/binary"
 	"fmt"
@@ -864,7 +865,7 @@ func TestRejectRandomAgainstKernel(t *testing.T) {
 		var fprobes []rejectProbe
 		for _, p := range probes {
 			f := readdress(p.frame, fam, dst)
-			pkt, err := ir.Decode(f, ir.Meta{})
+			pkt, err := model.Decode(f, model.Meta{})
 			if err != nil || Forwarded(pkt, f) != "" {
 				continue
 			}

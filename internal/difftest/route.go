@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -21,7 +21,7 @@ import (
 // expires. IPv6 (ip6_route_input, ip6_forward): multicast and link-local
 // destinations are not forwarded, link-local and unspecified sources are
 // dropped, a hop limit of 1 or less expires.
-func Forwarded(pkt *ir.Packet, frame []byte) string {
+func Forwarded(pkt *model.Packet, frame []byte) string {
 	switch {
 	case pkt.NotIP:
 		return "not an IP packet"
@@ -41,7 +41,7 @@ var (
 	linkLocal6 = netip.MustParsePrefix("fe80::/10")
 )
 
-func forwarded4(pkt *ir.Packet, frame []byte) string {
+func forwarded4(pkt *model.Packet, frame []byte) string {
 	src, dst := pkt.Src, pkt.Dst
 	switch {
 	case multicast4.Contains(src) || src == limitedBC:
@@ -72,7 +72,7 @@ func forwarded4(pkt *ir.Packet, frame []byte) string {
 	return ""
 }
 
-func forwarded6(pkt *ir.Packet) string {
+func forwarded6(pkt *model.Packet) string {
 	switch {
 	case pkt.Dst.IsMulticast():
 		return fmt.Sprintf("multicast %s is not forwarded", pkt.Dst)

@@ -6,6 +6,7 @@ import (
 
 	"bpfwall/internal/topology"
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -25,14 +26,14 @@ type Case struct {
 	InIface, OutIface string
 	// CTState is the conntrack state the probes have when the rules test
 	// it; zero when they do not, and conntrack is then not running.
-	CTState ir.ConnState
+	CTState model.ConnState
 	// Probes are Ethernet frames as sent to the firewall's InIface.
 	Probes [][]byte
 }
 
 // Meta is what the firewall knows of every probe besides its bytes.
-func (c *Case) Meta() ir.Meta {
-	return ir.Meta{InIface: c.InIface, OutIface: c.OutIface, CTState: c.CTState}
+func (c *Case) Meta() model.Meta {
+	return model.Meta{InIface: c.InIface, OutIface: c.OutIface, CTState: c.CTState}
 }
 
 // Outcome is what a source says the firewall does with one probe.
@@ -217,14 +218,14 @@ func (Eval) Outcomes(c *Case) ([]Outcome, error) {
 	return out, nil
 }
 
-// decode is ir.Decode with the case's meta and the link layer's view of
+// decode is model.Decode with the case's meta and the link layer's view of
 // VLAN tags: the firewall has no VLAN devices, so a frame tagged with a
 // VLAN id is for another host (__netif_receive_skb_core), while priority
 // tags (id 0) are stripped.
-func decode(c *Case, frame []byte) (*ir.Packet, error) {
+func decode(c *Case, frame []byte) (*model.Packet, error) {
 	meta := c.Meta()
 	if vlanTagged(frame) {
-		meta.PktType = ir.PacketOtherHost
+		meta.PktType = model.PacketOtherHost
 	}
-	return ir.Decode(frame, meta)
+	return model.Decode(frame, meta)
 }

@@ -20,6 +20,7 @@ import (
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 	"bpfwall/loader"
+	"bpfwall/model"
 	"bpfwall/parser/iptables"
 	"bpfwall/parser/nft"
 	"bpfwall/rules"
@@ -157,11 +158,11 @@ type txlateVerdict struct {
 	verdict ir.Verdict
 	matched bool
 	res     ir.Result
-	pkt     *ir.Packet
+	pkt     *model.Packet
 }
 
-func txlateEval(p *ir.Program, frame []byte, meta ir.Meta) (txlateVerdict, error) {
-	pkt, err := ir.Decode(frame, meta)
+func txlateEval(p *ir.Program, frame []byte, meta model.Meta) (txlateVerdict, error) {
+	pkt, err := model.Decode(frame, meta)
 	if err != nil {
 		return txlateVerdict{}, err
 	}
@@ -215,7 +216,7 @@ func expectedDifference(pr *txlatePair, ipt txlateVerdict, nftLoads bool) string
 // on some well-formed packets.
 var txlateInexact = []struct {
 	args, why string
-	applies   func(*ir.Packet) bool
+	applies   func(*model.Packet) bool
 }{
 	// xt_tcp and xt_udp never match a non-first fragment; "meta l4proto"
 	// does.
@@ -226,9 +227,9 @@ var txlateInexact = []struct {
 	{"-t nat -A OUTPUT -p tcp --dport 80 -m owner ! --uid-owner 1000 -j ACCEPT", "owner negation translated to skuid != (no socket)", noFile},
 }
 
-func nonFirstFragment(p *ir.Packet) bool { return p.FragOffset != 0 }
+func nonFirstFragment(p *model.Packet) bool { return p.FragOffset != 0 }
 
-func noFile(p *ir.Packet) bool { return p.Socket == nil || !p.Socket.File }
+func noFile(p *model.Packet) bool { return p.Socket == nil || !p.Socket.File }
 
 // validIfname is dev_valid_name; an empty name is no interface.
 func validIfname(s string) bool {
@@ -237,7 +238,7 @@ func validIfname(s string) bool {
 
 // txlateProbes returns frames from both programs' generators: each rule
 // aimed at, and n picked field by field.
-func txlateProbes(progs []*ir.Program, meta ir.Meta, n int) []packets.Aimed {
+func txlateProbes(progs []*ir.Program, meta model.Meta, n int) []packets.Aimed {
 	var out []packets.Aimed
 	for i, p := range progs {
 		g := packets.NewGenerator(p, uint64(i+1))
@@ -441,7 +442,7 @@ func comparePair(t *testing.T, pr *txlatePair, c *txlateCompiled) (skip string, 
 	if err := ir.Verify(nfp); err != nil {
 		t.Errorf("%s: nft program does not verify: %v\n%s", pr.pos, err, nftSrc)
 	}
-	meta := ir.Meta{InIface: "eth0", OutIface: "eth1"}
+	meta := model.Meta{InIface: "eth0", OutIface: "eth1"}
 	switch chain {
 	case "INPUT":
 		meta.OutIface = ""

@@ -11,6 +11,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -18,7 +19,7 @@ import (
 // besides its bytes.
 type Aimed struct {
 	Frame []byte
-	Meta  ir.Meta
+	Meta  model.Meta
 }
 
 // AimOptions describe where aimed frames are received.
@@ -26,11 +27,11 @@ type AimOptions struct {
 	// Meta is what the receiver knows of every frame. An empty InIface or
 	// OutIface is chosen per frame to satisfy the rule's interface
 	// conditions; the other fields are taken as they are.
-	Meta ir.Meta
+	Meta model.Meta
 	// Usable, when not nil, reports whether a frame reaches the program
 	// at all (a router may stop it first). Aim looks for a usable base
 	// frame.
-	Usable func(frame []byte, pkt *ir.Packet) bool
+	Usable func(frame []byte, pkt *model.Packet) bool
 }
 
 // aimTries bounds the random completions Aim tries for a base frame that
@@ -57,7 +58,7 @@ func (g *Generator) Aim(r *ir.Rule, opts AimOptions) []Aimed {
 		g.satisfyAll(&f, conds)
 		for detour := 0; detour <= aimDetours; detour++ {
 			frame := g.build(f)
-			pkt, err := ir.Decode(frame, f.meta)
+			pkt, err := model.Decode(frame, f.meta)
 			if err != nil || (opts.Usable != nil && !opts.Usable(frame, pkt)) {
 				break
 			}
@@ -228,7 +229,7 @@ type fields struct {
 	fragOffset         uint16 // IPv4, in 8-byte units
 	l4Cut              int    // when > 0, the transport header is cut to l4Cut bytes
 	srcMAC             net.HardwareAddr
-	meta               ir.Meta
+	meta               model.Meta
 	// freeIn and freeOut say that the frame's interfaces are Aim's to
 	// choose.
 	freeIn, freeOut bool
@@ -237,7 +238,7 @@ type fields struct {
 // maxLength keeps frames within the Ethernet MTU.
 const maxLength = 1500
 
-func (g *Generator) randomFields(meta ir.Meta) fields {
+func (g *Generator) randomFields(meta model.Meta) fields {
 	common := []uint8{6, 17, 1, 58, 132, 47}
 	f := fields{
 		src:     g.addr(),

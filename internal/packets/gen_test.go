@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/parser/iptables"
 )
 
@@ -25,7 +26,7 @@ func TestGeneratorCoversRulesAndMalformedPackets(t *testing.T) {
 		accepted, invalid := 0, 0
 		for range n {
 			frame, iface := g.Frame()
-			pkt, err := ir.Decode(frame, ir.Meta{InIface: iface})
+			pkt, err := model.Decode(frame, model.Meta{InIface: iface})
 			if err != nil {
 				t.Fatalf("generated an undecodable frame % x: %v", frame, err)
 			}
@@ -68,8 +69,8 @@ func TestAimReachesHiddenRule(t *testing.T) {
 	for seed := range uint64(20) {
 		g := NewGenerator(prog, seed)
 		aimed := g.Aim(target, AimOptions{})
-		eval := func(a Aimed) (*ir.Packet, ir.Result) {
-			pkt, err := ir.Decode(a.Frame, a.Meta)
+		eval := func(a Aimed) (*model.Packet, ir.Result) {
+			pkt, err := model.Decode(a.Frame, a.Meta)
 			if err != nil {
 				t.Fatalf("seed %d: aimed frame % x: %v", seed, a.Frame, err)
 			}
@@ -117,7 +118,7 @@ func TestAimRespectsFixedMeta(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := NewGenerator(prog, 1)
-	fixed := ir.Meta{InIface: "eth0", OutIface: "eth1"}
+	fixed := model.Meta{InIface: "eth0", OutIface: "eth1"}
 	for _, a := range g.Aim(prog.Rules[0], AimOptions{Meta: fixed}) {
 		if a.Meta != fixed {
 			t.Errorf("meta %+v, want the fixed %+v", a.Meta, fixed)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -30,13 +31,13 @@ func lower(t *testing.T, src string, fam rules.Family, chain string) *ir.Program
 	return p
 }
 
-func udp6(sport, dport uint16) *ir.Packet {
-	return &ir.Packet{Family: rules.IPv6, Src: netip.MustParseAddr("::1"), Dst: netip.MustParseAddr("::2"),
+func udp6(sport, dport uint16) *model.Packet {
+	return &model.Packet{Family: rules.IPv6, Src: netip.MustParseAddr("::1"), Dst: netip.MustParseAddr("::2"),
 		Proto: 17, SrcPort: sport, DstPort: dport, L4Len: 8, TTL: 64, Length: 48}
 }
 
-func tcp4(dport uint16, l4len int) *ir.Packet {
-	return &ir.Packet{Family: rules.IPv4, Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"),
+func tcp4(dport uint16, l4len int) *model.Packet {
+	return &model.Packet{Family: rules.IPv4, Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"),
 		Proto: 6, SrcPort: 1234, DstPort: dport, TCPFlags: rules.TCPSyn, L4Len: l4len, TTL: 64, Length: 60}
 }
 
@@ -46,7 +47,7 @@ func TestEval(t *testing.T) {
 		src   string
 		fam   rules.Family
 		chain string
-		pkt   *ir.Packet
+		pkt   *model.Packet
 		want  ir.Verdict
 	}{
 		{
@@ -67,7 +68,7 @@ func TestEval(t *testing.T) {
 			name:  "non-first fragment matches ports by its data",
 			src:   "table ip f { chain fw { type filter hook forward priority 0; policy accept; tcp dport != 80 drop; } }",
 			chain: "FORWARD",
-			pkt: func() *ir.Packet {
+			pkt: func() *model.Packet {
 				p := tcp4(22, 20)
 				p.FragOffset = 8
 				return p
@@ -104,7 +105,7 @@ func TestEval(t *testing.T) {
 		{
 			name: "non-first fragment too short for the load",
 			src:  "table ip f { chain in { type filter hook input priority 0; policy accept; tcp dport != 80 drop; } }",
-			pkt: func() *ir.Packet {
+			pkt: func() *model.Packet {
 				p := tcp4(22, 3)
 				p.FragOffset = 8
 				return p
@@ -241,7 +242,7 @@ insert rule ip f in ip saddr 10.0.0.1 drop`,
 			name: "ipv6 bad extension headers do not match l4proto",
 			src:  "table inet f { chain in { type filter hook input priority 0; policy accept; meta l4proto != udp drop; } }",
 			fam:  rules.IPv6,
-			pkt: &ir.Packet{Family: rules.IPv6, Src: netip.MustParseAddr("::1"), Dst: netip.MustParseAddr("::2"),
+			pkt: &model.Packet{Family: rules.IPv6, Src: netip.MustParseAddr("::1"), Dst: netip.MustParseAddr("::2"),
 				BadExtHeaders: true, Length: 80, TTL: 64},
 			want: ir.VerdictAccept,
 		},
@@ -502,7 +503,7 @@ func TestTwoNegatedProtocols(t *testing.T) {
 		proto uint8
 		want  string
 	}{{6, "drop"}, {17, "accept"}, {1, "accept"}, {47, "accept"}} {
-		pkt := &ir.Packet{Family: rules.IPv4, Proto: tc.proto, Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), TTL: 64, Length: 60, L4Len: 40}
+		pkt := &model.Packet{Family: rules.IPv4, Proto: tc.proto, Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), TTL: 64, Length: 60, L4Len: 40}
 		got := p.Eval(pkt).Verdict
 		if (tc.want == "drop") != (got == ir.VerdictDrop) {
 			t.Errorf("protocol %d: %v, want %s", tc.proto, got, tc.want)

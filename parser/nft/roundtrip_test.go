@@ -13,6 +13,7 @@ import (
 	"bpfwall/internal/packets"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -155,20 +156,20 @@ func roundTrip(t *testing.T, name string, rs *rules.Ruleset, text []byte) (int, 
 }
 
 // hookMeta gives probes the interfaces packets have on a hook.
-func hookMeta(chain string) ir.Meta {
+func hookMeta(chain string) model.Meta {
 	switch chain {
 	case "INPUT", "PREROUTING", "INGRESS":
-		return ir.Meta{InIface: "eth0"}
+		return model.Meta{InIface: "eth0"}
 	case "OUTPUT", "POSTROUTING":
-		return ir.Meta{OutIface: "eth1"}
+		return model.Meta{OutIface: "eth1"}
 	}
-	return ir.Meta{InIface: "eth0", OutIface: "eth1"}
+	return model.Meta{InIface: "eth0", OutIface: "eth1"}
 }
 
 // agree compares two programs under ir.Eval on probes aimed at the rules
 // of both, and random ones: the verdict, and the rules that matched (the
 // printed model keeps the rules in the first's order).
-func agree(t *testing.T, name string, p1, p2 *ir.Program, meta ir.Meta) (int, bool) {
+func agree(t *testing.T, name string, p1, p2 *ir.Program, meta model.Meta) (int, bool) {
 	t.Helper()
 	var probes []packets.Aimed
 	for i, p := range []*ir.Program{p1, p2} {
@@ -186,8 +187,8 @@ func agree(t *testing.T, name string, p1, p2 *ir.Program, meta ir.Meta) (int, bo
 		}
 	}
 	for i, a := range probes {
-		pkt1, err1 := ir.Decode(a.Frame, a.Meta)
-		pkt2, err2 := ir.Decode(a.Frame, a.Meta)
+		pkt1, err1 := model.Decode(a.Frame, a.Meta)
+		pkt2, err2 := model.Decode(a.Frame, a.Meta)
 		if err1 != nil || err2 != nil {
 			t.Fatalf("%s: decode: %v %v", name, err1, err2)
 		}

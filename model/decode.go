@@ -1,4 +1,4 @@
-package ir
+package model
 
 import (
 	"encoding/binary"
@@ -20,6 +20,17 @@ const (
 	ipv4HeaderLen  = 20
 	ipv6HeaderLen  = 40
 	ipv6MaxPayload = 0xffff
+)
+
+// IP protocol numbers.
+const (
+	protoICMP    = 1
+	protoTCP     = 6
+	protoUDP     = 17
+	protoDCCP    = 33
+	protoICMPv6  = 58
+	protoSCTP    = 132
+	protoUDPLite = 136
 )
 
 // IPv6 next-header values that ipv6_ext_hdr knows.

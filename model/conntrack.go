@@ -1,6 +1,10 @@
-package ir
+package model
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+)
 
 // ConntrackWithoutEntry is the conntrack state bpfwall's xdp or
 // tc-ingress program gives pkt when the kernel's conntrack table holds no
@@ -61,7 +65,7 @@ func (pkt *Packet) ConntrackWithoutEntry(loose bool) ConnState {
 // them; the stage recognizes them by the same bytes, and reassembled
 // datagrams by their IPCB.
 func (pkt *Packet) DeferredClass() bool {
-	return pkt.BadExtHeaders || pkt.fragment() || pkt.Proto != protoTCP && pkt.Proto != protoUDP
+	return pkt.BadExtHeaders || pkt.IsFragment() || pkt.Proto != protoTCP && pkt.Proto != protoUDP
 }
 
 // tcpValidFlags is tcp_error's tcp_valid_flags, ignoring ECE, CWR and PSH.
@@ -99,3 +103,39 @@ const (
 	// and CWR.
 	tcpFlagsTracked = tcpFIN | tcpSYN | tcpRST | tcpACK | tcpURG
 )
+
+// ConnState is a set of conntrack states, as conntrack_mt computes it for
+// a packet: exactly one of INVALID, ESTABLISHED, RELATED, NEW and
+// UNTRACKED, plus SNAT and DNAT when the connection is NATed.
+type ConnState uint16
+
+const (
+	ConnInvalid ConnState = 1 << iota
+	ConnEstablished
+	ConnRelated
+	ConnNew
+	ConnUntracked
+	ConnSNAT
+	ConnDNAT
+	// ConnUnknown is not a conntrack state: it marks a packet whose state
+	// bpfwall's program cannot determine (Packet.ConntrackWithoutEntry).
+	ConnUnknown
+)
+
+var connStateNames = []string{"INVALID", "ESTABLISHED", "RELATED", "NEW", "UNTRACKED", "SNAT", "DNAT", "UNKNOWN"}
+
+func (s ConnState) String() string {
+	if s == 0 {
+		return "none"
+	}
+	var names []string
+	for i, n := range connStateNames {
+		if s&(1<<i) != 0 {
+			names = append(names, n)
+		}
+	}
+	if rest := s &^ (1<<len(connStateNames) - 1); rest != 0 {
+		names = append(names, fmt.Sprintf("%#x", uint16(rest)))
+	}
+	return strings.Join(names, ",")
+}

@@ -1,10 +1,10 @@
-package ir_test
+package model_test
 
 import (
 	"encoding/hex"
 	"testing"
 
-	"bpfwall/ir"
+	"bpfwall/model"
 )
 
 // TestAuthHeaderCutShort: ipv6_find_hdr stops at an authentication header
@@ -15,7 +15,7 @@ func TestAuthHeaderCutShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pkt, err := ir.Decode(frame, ir.Meta{InIface: "eth0"})
+	pkt, err := model.Decode(frame, model.Meta{InIface: "eth0"})
 	if err != nil {
 		t.Fatal(err)
 	}

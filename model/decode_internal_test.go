@@ -1,4 +1,4 @@
-package ir
+package model
 
 import (
 	"encoding/binary"

@@ -1,6 +1,7 @@
-package ir
+package model
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 
@@ -107,4 +108,34 @@ type Packet struct {
 	// L4 is the transport header and what follows, to the end of the
 	// packet (L4Len bytes): conntrack's checks read it.
 	L4 []byte
+}
+
+// PacketType is the link-layer class of a packet (skb->pkt_type, as in
+// linux/if_packet.h).
+type PacketType uint8
+
+const (
+	PacketHost      PacketType = 0
+	PacketBroadcast PacketType = 1
+	PacketMulticast PacketType = 2
+	PacketOtherHost PacketType = 3
+	PacketOutgoing  PacketType = 4
+	// PacketLoopback is a multicast or broadcast packet looped back to
+	// ourselves; pkttype_mt reports it as multicast or broadcast.
+	PacketLoopback PacketType = 5
+)
+
+var packetTypeNames = []string{"host", "broadcast", "multicast", "otherhost", "outgoing", "loopback"}
+
+func (t PacketType) String() string {
+	if int(t) < len(packetTypeNames) {
+		return packetTypeNames[t]
+	}
+	return fmt.Sprintf("PacketType(%d)", uint8(t))
+}
+
+// IsFragment reports whether pkt is a fragment: IPv4 MF or a fragment
+// offset, or an IPv6 fragment header.
+func (pkt *Packet) IsFragment() bool {
+	return pkt.FragOffset != 0 || pkt.MoreFragments || pkt.FragmentHeader
 }

@@ -1,4 +1,4 @@
-package ir_test
+package model_test
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
-	"bpfwall/ir"
+	"bpfwall/model"
 )
 
 // TestConntrackWithoutEntry: the state conntrack gives packets it has no
@@ -46,35 +46,35 @@ func TestConntrackWithoutEntry(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		frame []byte
-		want  ir.ConnState
+		want  model.ConnState
 	}{
-		{"tcp syn starts a connection", seg(func(s *layers.TCP) {}), ir.ConnNew},
-		{"tcp syn with urg", seg(func(s *layers.TCP) { s.URG = true }), ir.ConnNew},
-		{"tcp ack is picked up (tcp_loose)", seg(func(s *layers.TCP) { s.SYN, s.ACK = false, true }), ir.ConnNew},
-		{"tcp ack with psh, ece and cwr", seg(func(s *layers.TCP) { s.SYN, s.ACK, s.PSH, s.ECE, s.CWR = false, true, true, true, true }), ir.ConnNew},
-		{"tcp syn-ack", seg(func(s *layers.TCP) { s.ACK = true }), ir.ConnInvalid},
-		{"tcp rst", seg(func(s *layers.TCP) { s.SYN, s.RST = false, true }), ir.ConnInvalid},
-		{"tcp fin-ack", seg(func(s *layers.TCP) { s.SYN, s.FIN, s.ACK = false, true, true }), ir.ConnInvalid},
-		{"tcp without flags", seg(func(s *layers.TCP) { s.SYN = false }), ir.ConnInvalid},
-		{"tcp syn-fin (tcp_valid_flags)", seg(func(s *layers.TCP) { s.FIN = true }), ir.ConnInvalid},
-		{"udp", udp4(t, "10.0.0.1", "198.51.100.1", 1, 2), ir.ConnNew},
+		{"tcp syn starts a connection", seg(func(s *layers.TCP) {}), model.ConnNew},
+		{"tcp syn with urg", seg(func(s *layers.TCP) { s.URG = true }), model.ConnNew},
+		{"tcp ack is picked up (tcp_loose)", seg(func(s *layers.TCP) { s.SYN, s.ACK = false, true }), model.ConnNew},
+		{"tcp ack with psh, ece and cwr", seg(func(s *layers.TCP) { s.SYN, s.ACK, s.PSH, s.ECE, s.CWR = false, true, true, true, true }), model.ConnNew},
+		{"tcp syn-ack", seg(func(s *layers.TCP) { s.ACK = true }), model.ConnInvalid},
+		{"tcp rst", seg(func(s *layers.TCP) { s.SYN, s.RST = false, true }), model.ConnInvalid},
+		{"tcp fin-ack", seg(func(s *layers.TCP) { s.SYN, s.FIN, s.ACK = false, true, true }), model.ConnInvalid},
+		{"tcp without flags", seg(func(s *layers.TCP) { s.SYN = false }), model.ConnInvalid},
+		{"tcp syn-fin (tcp_valid_flags)", seg(func(s *layers.TCP) { s.FIN = true }), model.ConnInvalid},
+		{"udp", udp4(t, "10.0.0.1", "198.51.100.1", 1, 2), model.ConnNew},
 		// Class U: the netfilter stage decides with conntrack's state.
-		{"first udp fragment: conntrack sees the datagram", frag, ir.ConnUnknown},
-		{"later fragment: conntrack sees the datagram", later, ir.ConnUnknown},
-		{"first icmp fragment", icmpFrag, ir.ConnUnknown},
-		{"icmp echo request: no icmp lookup", icmp(8), ir.ConnUnknown},
-		{"icmp type 19", icmp(19), ir.ConnUnknown},
-		{"icmp echo reply: no icmp lookup", icmp(0), ir.ConnUnknown},
-		{"icmp router advertisement", icmp(9), ir.ConnUnknown},
-		{"icmpv6 echo reply: no icmpv6 lookup", v6(129), ir.ConnUnknown},
-		{"icmpv6 type 200", v6(200), ir.ConnUnknown},
-		{"icmp unreachable about udp", unreachableAbout(layers.IPProtocolUDP, []byte{0, 1, 0, 2, 0, 8, 0, 0}), ir.ConnUnknown},
-		{"icmp unreachable about gre", unreachableAbout(layers.IPProtocolGRE, []byte{0, 1, 0, 2}), ir.ConnUnknown},
-		{"icmpv6 neighbour solicitation", v6(135), ir.ConnUnknown},
-		{"icmpv6 echo request: no icmpv6 lookup", v6(128), ir.ConnUnknown},
+		{"first udp fragment: conntrack sees the datagram", frag, model.ConnUnknown},
+		{"later fragment: conntrack sees the datagram", later, model.ConnUnknown},
+		{"first icmp fragment", icmpFrag, model.ConnUnknown},
+		{"icmp echo request: no icmp lookup", icmp(8), model.ConnUnknown},
+		{"icmp type 19", icmp(19), model.ConnUnknown},
+		{"icmp echo reply: no icmp lookup", icmp(0), model.ConnUnknown},
+		{"icmp router advertisement", icmp(9), model.ConnUnknown},
+		{"icmpv6 echo reply: no icmpv6 lookup", v6(129), model.ConnUnknown},
+		{"icmpv6 type 200", v6(200), model.ConnUnknown},
+		{"icmp unreachable about udp", unreachableAbout(layers.IPProtocolUDP, []byte{0, 1, 0, 2, 0, 8, 0, 0}), model.ConnUnknown},
+		{"icmp unreachable about gre", unreachableAbout(layers.IPProtocolGRE, []byte{0, 1, 0, 2}), model.ConnUnknown},
+		{"icmpv6 neighbour solicitation", v6(135), model.ConnUnknown},
+		{"icmpv6 echo request: no icmpv6 lookup", v6(128), model.ConnUnknown},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			pkt, err := ir.Decode(c.frame, ir.Meta{})
+			pkt, err := model.Decode(c.frame, model.Meta{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,17 +87,17 @@ func TestConntrackWithoutEntry(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		frame []byte
-		want  ir.ConnState
+		want  model.ConnState
 	}{
-		{"tcp syn starts a connection without tcp_loose", seg(func(s *layers.TCP) {}), ir.ConnNew},
-		{"tcp syn with urg without tcp_loose", seg(func(s *layers.TCP) { s.URG = true }), ir.ConnNew},
-		{"tcp ack without tcp_loose", seg(func(s *layers.TCP) { s.SYN, s.ACK = false, true }), ir.ConnInvalid},
-		{"tcp ack with urg without tcp_loose", seg(func(s *layers.TCP) { s.SYN, s.ACK, s.URG = false, true, true }), ir.ConnInvalid},
-		{"tcp syn-ack without tcp_loose", seg(func(s *layers.TCP) { s.ACK = true }), ir.ConnInvalid},
-		{"udp without tcp_loose", udp4(t, "10.0.0.1", "198.51.100.1", 1, 2), ir.ConnNew},
+		{"tcp syn starts a connection without tcp_loose", seg(func(s *layers.TCP) {}), model.ConnNew},
+		{"tcp syn with urg without tcp_loose", seg(func(s *layers.TCP) { s.URG = true }), model.ConnNew},
+		{"tcp ack without tcp_loose", seg(func(s *layers.TCP) { s.SYN, s.ACK = false, true }), model.ConnInvalid},
+		{"tcp ack with urg without tcp_loose", seg(func(s *layers.TCP) { s.SYN, s.ACK, s.URG = false, true, true }), model.ConnInvalid},
+		{"tcp syn-ack without tcp_loose", seg(func(s *layers.TCP) { s.ACK = true }), model.ConnInvalid},
+		{"udp without tcp_loose", udp4(t, "10.0.0.1", "198.51.100.1", 1, 2), model.ConnNew},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			pkt, err := ir.Decode(c.frame, ir.Meta{})
+			pkt, err := model.Decode(c.frame, model.Meta{})
 			if err != nil {
 				t.Fatal(err)
 			}
