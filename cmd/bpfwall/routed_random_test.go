@@ -145,8 +145,9 @@ const emptyRules = "*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT
 // seed restored by bpfwall, from files in dir, with args, and then loaded
 // by iptables-legacy and ip6tables-legacy instead. Each run begins
 // without the conntrack entries of the runs before; the router's tables
-// are left empty. Before bpfwall's filters go, after is called.
-func bothWays[T any](r *routed, bin, dir string, seed int, text [2]string, args []string, after func(), measure func() T) (bpfwall, iptables T) {
+// are left empty. Before bpfwall's filters go, after is called; measure
+// is told whether bpfwall's run is measured.
+func bothWays[T any](r *routed, bin, dir string, seed int, text [2]string, args []string, after func(), measure func(byBpfwall bool) T) (bpfwall, iptables T) {
 	r.t.Helper()
 	files := [2]string{fmt.Sprintf("%s/%d.v4", dir, seed), fmt.Sprintf("%s/%d.v6", dir, seed)}
 	for fam := range 2 {
@@ -157,7 +158,7 @@ func bothWays[T any](r *routed, bin, dir string, seed int, text [2]string, args 
 	r.run("", append([]string{bin, "restore", "-q", files[0]}, args...)...)
 	r.run("", append([]string{bin, "restore", "-q", "-6", files[1]}, args...)...)
 	r.flushConntrack()
-	bpfwall = measure()
+	bpfwall = measure(true)
 	if after != nil {
 		after()
 	}
@@ -165,7 +166,7 @@ func bothWays[T any](r *routed, bin, dir string, seed int, text [2]string, args 
 	r.run(text[0], "iptables-legacy-restore")
 	r.run(text[1], "ip6tables-legacy-restore")
 	r.flushConntrack()
-	iptables = measure()
+	iptables = measure(false)
 	r.run(emptyRules, "iptables-legacy-restore")
 	r.run(emptyRules, "ip6tables-legacy-restore")
 	return bpfwall, iptables
@@ -214,7 +215,7 @@ func TestRoutedRandom(t *testing.T) {
 	for seed := range n {
 		rng := rand.New(rand.NewPCG(uint64(seed), 16))
 		text := [2]string{randomRouted(rng, 0), randomRouted(rng, 1)}
-		got, wantAll := bothWays(r, bin, dir, seed, text, nil, nil, func() (out [2][]string) {
+		got, wantAll := bothWays(r, bin, dir, seed, text, nil, nil, func(bool) (out [2][]string) {
 			for fam := range 2 {
 				out[fam] = r.outcomesParallel(fam, probes)
 			}
