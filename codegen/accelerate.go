@@ -121,8 +121,9 @@ func Accelerator(input, forward *ir.Program) (*ir.Program, error) {
 }
 
 // AcceleratorPolicy returns the name of the chain whose policy rule r of
-// accelerator p is: the last rule of a copied entry chain, the one rule
-// of a copy that no rule of the rule set was made into but the first.
+// accelerator p is. A copied entry chain ends in its policy; the only
+// other rule of a copy that no rule of the rule set was made into (one
+// without a position) is FORWARD's TTL check, which comes first.
 func AcceleratorPolicy(p *ir.Program, r *ir.Rule) (string, bool) {
 	ch := p.Chains[r.Chain]
 	if r.Chain == 0 || r.Pos != (rules.Pos{}) || ch.Rules[len(ch.Rules)-1] != r {
@@ -479,7 +480,8 @@ func (c *compiler) accelPushReg(reg asm.Register) {
 }
 
 // accelNote emits the store of a rule ID at the path's next free place,
-// at+off, when it has one, and counts the rule.
+// at+off, when it has one; the path's count goes up either way, so that
+// accelDrop knows a path too long to note.
 func (c *compiler) accelNote(store func(at asm.Register, off int16) asm.Instruction) {
 	b := c.b
 	off := c.pktPath()
