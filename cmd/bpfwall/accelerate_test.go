@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -192,6 +193,10 @@ func TestAcceleratorCounters(t *testing.T) {
 		}
 	}
 	drops, _ := r.acceleratorDrops(bin)
+	metric := regexp.MustCompile(`(?m)^bpfwall_accelerator_dropped_packets_total\{family="ipv4",hook="accelerator",netns="\d+"\} (\d+)$`)
+	if m := metric.FindStringSubmatch(r.run("", bin, "metrics")); m == nil || m[1] != fmt.Sprint(drops) {
+		t.Errorf("metrics: the accelerator's drops are %v, status says %d", m, drops)
+	}
 	got := filterTable(r.run("", bin, "save", "-c"))
 	r.run("", bin, "unload")
 	r.run(acceleratorCounted, "iptables-legacy-restore")

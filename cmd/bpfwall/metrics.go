@@ -69,6 +69,10 @@ var (
 		"Packets the entry chain's policy decided.", policyLabels, nil)
 	descPolicyBytes = prometheus.NewDesc("bpfwall_policy_bytes_total",
 		"Bytes of the packets the entry chain's policy decided.", policyLabels, nil)
+	descAccelDropped = prometheus.NewDesc("bpfwall_accelerator_dropped_packets_total",
+		"Packets an accelerator dropped at xdp, before the chains (which save -c and the rules' counters count with theirs).", filterLabels, nil)
+	descAccelDroppedBytes = prometheus.NewDesc("bpfwall_accelerator_dropped_bytes_total",
+		"Bytes of the packets an accelerator dropped at xdp.", filterLabels, nil)
 	descProgram = prometheus.NewDesc("bpfwall_program_info",
 		"The loaded filter program (value 1).", append(filterLabels[:len(filterLabels):len(filterLabels)], "program_id", "tag", "level", "table", "chain", "file"), nil)
 	descRules = prometheus.NewDesc("bpfwall_program_rules",
@@ -101,7 +105,7 @@ type filterCollector struct{ stderr io.Writer }
 
 func (c *filterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRulePackets, descRuleBytes, descPolicyPackets, descPolicyBytes,
-		descProgram, descRules, descInsns, descVerified, descLoaded, descIface, descLogLost,
+		descAccelDropped, descAccelDroppedBytes, descProgram, descRules, descInsns, descVerified, descLoaded, descIface, descLogLost,
 		descDeferred, descEvaluated, descRejectDropped, descConntrack, descScrapeError} {
 		ch <- d
 	}
@@ -144,9 +148,16 @@ func collectFilter(ch chan<- prometheus.Metric, st filterStatus) {
 		counter(descRulePackets, r.Packets, labels)
 		counter(descRuleBytes, r.Bytes, labels)
 	}
-	pl := with(st.Table, st.Chain, st.Policy)
-	counter(descPolicyPackets, st.Counters.PolicyPackets, pl)
-	counter(descPolicyBytes, st.Counters.PolicyBytes, pl)
+	if st.Hook == "accelerator" {
+		// Its entry chain's policy passes, uncounted; its copies' policies
+		// are among its rules.
+		counter(descAccelDropped, st.Counters.DroppedPackets, fl)
+		counter(descAccelDroppedBytes, st.Counters.DroppedBytes, fl)
+	} else {
+		pl := with(st.Table, st.Chain, st.Policy)
+		counter(descPolicyPackets, st.Counters.PolicyPackets, pl)
+		counter(descPolicyBytes, st.Counters.PolicyBytes, pl)
+	}
 	gauge(descProgram, 1, with(strconv.FormatUint(uint64(st.Program), 10), st.Tag, st.Level, st.Table, st.Chain, st.File))
 	gauge(descRules, float64(st.Rules), fl)
 	gauge(descInsns, float64(st.Instructions), fl)
