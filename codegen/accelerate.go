@@ -477,33 +477,32 @@ const (
 // accelPush notes rule id on the packet's path; r6 points to the parsed
 // packet.
 func (c *compiler) accelPush(id int) {
-	c.accelNote(func(at asm.Register, off int16) asm.Instruction { return insn.StImm(at, off, int32(id), asm.Word) })
+	c.accelNote(asm.R6, c.pktPath(), func(at asm.Register, off int16) asm.Instruction { return insn.StImm(at, off, int32(id), asm.Word) })
 }
 
 // accelPushReg notes the rule whose ID is in reg on the packet's path.
 func (c *compiler) accelPushReg(reg asm.Register) {
-	c.accelNote(func(at asm.Register, off int16) asm.Instruction { return insn.St(at, off, reg, asm.Word) })
+	c.accelNote(asm.R6, c.pktPath(), func(at asm.Register, off int16) asm.Instruction { return insn.St(at, off, reg, asm.Word) })
 }
 
-// accelNote emits the store of a rule ID at the path's next free place,
-// at+off, when it has one; the path's count goes up either way, so that
-// accelDrop knows a path too long to note.
-func (c *compiler) accelNote(store func(at asm.Register, off int16) asm.Instruction) {
+// accelNote emits the store of a rule ID at the next free place of the
+// path at base+path, when it has one; the path's count goes up either
+// way, so that accelDrop knows a path too long to note.
+func (c *compiler) accelNote(base asm.Register, path int16, store func(at asm.Register, off int16) asm.Instruction) {
 	b := c.b
-	off := c.pktPath()
 	full := b.Fresh("path_full")
 	b.Emit(
-		insn.Ld(asm.R1, asm.R6, off, asm.Word),
+		insn.Ld(asm.R1, base, path, asm.Word),
 		asm.JGE.Imm(asm.R1, accelPathLen, full),
 		insn.Movr(asm.R2, asm.R1),
 		asm.LSh.Imm(asm.R2, 2),
-		asm.Add.Reg(asm.R2, asm.R6),
-		store(asm.R2, off+4),
+		asm.Add.Reg(asm.R2, base),
+		store(asm.R2, path+4),
 	)
 	b.Mark(full)
 	b.Emit(
 		asm.Add.Imm(asm.R1, 1),
-		insn.St(asm.R6, off, asm.R1, asm.Word),
+		insn.St(base, path, asm.R1, asm.Word),
 	)
 }
 
@@ -514,37 +513,18 @@ func (c *compiler) accelDrop() {
 	b := c.b
 	path := c.mainPkt() + c.pktPath()
 	unaccelerated := b.Fresh("path_too_long")
+	c.accelNote(asm.R10, path, func(at asm.Register, off int16) asm.Instruction { return insn.St(at, off, asm.R8, asm.Word) })
 	b.Emit(
 		insn.Ld(asm.R1, asm.R10, path, asm.Word),
-		asm.JGE.Imm(asm.R1, accelPathLen, unaccelerated),
-		insn.Movr(asm.R2, asm.R1),
-		asm.LSh.Imm(asm.R2, 2),
-		asm.Add.Reg(asm.R2, asm.R10),
-		insn.St(asm.R2, path+4, asm.R8, asm.Word),
-		asm.Add.Imm(asm.R1, 1),
-		insn.St(asm.R10, path, asm.R1, asm.Word),
+		asm.JGT.Imm(asm.R1, accelPathLen, unaccelerated),
 	)
 	counted := b.Fresh("path_counted")
 	for i := range accelPathLen {
-		next := b.Fresh("path_next")
-		key := path + 4 + int16(4*i)
 		b.Emit(
 			insn.Ld(asm.R1, asm.R10, path, asm.Word),
 			asm.JLE.Imm(asm.R1, int32(i), counted),
-			insn.Movr(asm.R2, asm.R10),
-			asm.Add.Imm(asm.R2, int32(key)),
-			insn.MapRef(asm.R1, abi.CountersMap),
-			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, next),
-			insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
-			asm.Add.Imm(asm.R1, 1),
-			insn.St(asm.R0, 0, asm.R1, asm.DWord),
-			insn.Ld(asm.R1, asm.R10, c.mainPkt()+pkt.Bytes, asm.Word),
-			insn.Ld(asm.R2, asm.R0, 8, asm.DWord),
-			asm.Add.Reg(asm.R2, asm.R1),
-			insn.St(asm.R0, 8, asm.R2, asm.DWord),
 		)
-		b.Mark(next)
+		c.countKeyAt(asm.R10, path+4+int16(4*i), asm.R10, c.mainPkt()+pkt.Bytes)
 	}
 	// The policy's counter, which an accelerator's entry chain never
 	// reaches, counts the packets it drops. (mainKey may share its bytes

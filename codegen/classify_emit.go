@@ -516,23 +516,8 @@ func (c *compiler) keyField(s classify.Slot, bits int, base int16) {
 // countReg adds the packet to the counters of the rule whose ID is in
 // reg.
 func (c *compiler) countReg(reg asm.Register) {
-	done := c.b.Fresh("counted")
-	c.b.Emit(
-		insn.St(asm.R10, chainKey, reg, asm.Word),
-		insn.Movr(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, chainKey),
-		insn.MapRef(asm.R1, abi.CountersMap),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, done),
-		insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
-		asm.Add.Imm(asm.R1, 1),
-		insn.St(asm.R0, 0, asm.R1, asm.DWord),
-		insn.Ld(asm.R1, asm.R6, pkt.Bytes, asm.Word),
-		insn.Ld(asm.R2, asm.R0, 8, asm.DWord),
-		asm.Add.Reg(asm.R2, asm.R1),
-		insn.St(asm.R0, 8, asm.R2, asm.DWord),
-	)
-	c.b.Mark(done)
+	c.b.Emit(insn.St(asm.R10, chainKey, reg, asm.Word))
+	c.countKeyAt(asm.R10, chainKey, asm.R6, pkt.Bytes)
 }
 
 // units splits a chain into plain rules and classified segments.

@@ -493,10 +493,16 @@ func code(r *ir.Rule, kind int32) int32 { return int32(r.ID)<<codeShift | kind }
 // count adds the packet to counters[id]: the packet's length is at
 // frame+lenOff, and key is a free stack slot for the map key.
 func (c *compiler) count(id int, frame asm.Register, lenOff int16, key int16) {
+	c.b.Emit(insn.StImm(asm.R10, key, int32(id), asm.Word))
+	c.countKeyAt(asm.R10, key, frame, lenOff)
+}
+
+// countKeyAt adds the packet to the counters of the rule whose ID is the
+// u32 at at+key: the packet's length is at frame+lenOff.
+func (c *compiler) countKeyAt(at asm.Register, key int16, frame asm.Register, lenOff int16) {
 	done := c.b.Fresh("counted")
 	c.b.Emit(
-		insn.StImm(asm.R10, key, int32(id), asm.Word),
-		insn.Movr(asm.R2, asm.R10),
+		insn.Movr(asm.R2, at),
 		asm.Add.Imm(asm.R2, int32(key)),
 		insn.MapRef(asm.R1, abi.CountersMap),
 		asm.FnMapLookupElem.Call(),

@@ -109,16 +109,16 @@ func (p *Program) FirstFragmentNeed(proto uint8) (need int, tcpOptions bool) {
 		return 0, false
 	}
 	switch proto {
-	case protoTCP:
+	case model.ProtoTCP:
 		need = 20
-	case protoUDP, protoUDPLite:
+	case model.ProtoUDP, model.ProtoUDPLite:
 		need = 8
-	case protoICMP, protoICMPv6:
+	case model.ProtoICMP, model.ProtoICMPv6:
 		need = 8
-	case protoSCTP, protoDCCP:
+	case model.ProtoSCTP, model.ProtoDCCP:
 		need = 4
 	}
-	return max(need, load), tcpOptions && proto == protoTCP
+	return max(need, load), tcpOptions && proto == model.ProtoTCP
 }
 
 // tinyFirstFragment reports whether the first fragment pkt lacks transport

@@ -190,7 +190,7 @@ func (l *lowerer) hashlimit(ms []Match, r *rules.Rule, m *rules.HashLimit, nft b
 				guarded = true
 			}
 		}
-		portProto := !r.ProtoNeg && (r.Proto == protoTCP || r.Proto == protoUDP || r.Proto == protoUDPLite || r.Proto == protoSCTP || r.Proto == protoDCCP)
+		portProto := !r.ProtoNeg && (r.Proto == model.ProtoTCP || r.Proto == model.ProtoUDP || r.Proto == model.ProtoUDPLite || r.Proto == model.ProtoSCTP || r.Proto == model.ProtoDCCP)
 		if !guarded || !portProto {
 			l.errorf(m.Pos, "hashlimit --hashlimit-mode with ports needs an earlier -m tcp, udp or multiport match in the rule")
 			return ms

@@ -316,17 +316,6 @@ func iface(ms []Match, dir IfaceDir, name string, neg bool) []Match {
 	return append(ms, Iface{Dir: dir, Name: strings.TrimSuffix(name, "+"), Prefix: prefix, Neg: neg})
 }
 
-const (
-	protoICMP    = 1
-	protoTCP     = 6
-	protoUDP     = 17
-	protoDCCP    = 33
-	protoICMPv6  = 58
-	protoSCTP    = 132
-	protoUDPLite = 136
-	protoAH      = 51 // the IPv6 authentication header
-)
-
 // needProto reports whether the rule tests for one of protos, as the
 // kernel's xt_check_match (or multiport's own check) requires of matches
 // that read the transport header.
@@ -487,7 +476,7 @@ func (l *lowerer) action(r *rules.Rule) Action {
 			with = "icmp6-port-unreachable"
 		case with == "":
 			with = "icmp-port-unreachable"
-		case with == "tcp-reset" && (r.Proto != protoTCP || r.ProtoNeg):
+		case with == "tcp-reset" && (r.Proto != model.ProtoTCP || r.ProtoNeg):
 			l.errorf(t.Pos, "REJECT --reject-with tcp-reset requires -p tcp")
 			return None{}
 		}
@@ -562,7 +551,7 @@ func (l *lowerer) tproxy(r *rules.Rule, t *rules.TProxy) Action {
 	switch {
 	case l.table.Name != "mangle" || l.hook != "PREROUTING":
 		l.errorf(t.Pos, "TPROXY target is only valid in the mangle table's PREROUTING chain")
-	case r.ProtoNeg || r.Proto != protoTCP && r.Proto != protoUDP:
+	case r.ProtoNeg || r.Proto != model.ProtoTCP && r.Proto != model.ProtoUDP:
 		l.errorf(t.Pos, "TPROXY target requires -p tcp or -p udp")
 	case t.Port == 0:
 		l.errorf(t.Pos, "TPROXY --on-port 0 (the packet's own port) is not supported: bpfwall steers to one socket per rule")
@@ -596,7 +585,7 @@ func (l *lowerer) tproxyStatement(ms []Match, r *rules.Rule, m *rules.Generic) [
 	switch {
 	case l.table.Name != "mangle" || l.hook != "PREROUTING":
 		return bad("only valid in a prerouting chain")
-	case r.ProtoNeg || r.Proto != protoTCP && r.Proto != protoUDP:
+	case r.ProtoNeg || r.Proto != model.ProtoTCP && r.Proto != model.ProtoUDP:
 		return bad("the rule must test meta l4proto tcp or udp")
 	}
 	_, to, ok := strings.Cut(text, "to ")

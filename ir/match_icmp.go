@@ -67,9 +67,9 @@ func (l *lowerer) icmp(ms []Match, r *rules.Rule, m *rules.ICMP, nft, anyType bo
 		l.errorf(m.Pos, "%s match is not valid in %s rule sets", m.Name(), l.fam)
 		return ms
 	}
-	proto, name := uint8(protoICMP), "icmp"
+	proto, name := uint8(model.ProtoICMP), "icmp"
 	if m.V6 {
-		proto, name = protoICMPv6, "icmpv6"
+		proto, name = model.ProtoICMPv6, "icmpv6"
 	}
 	if !l.needProto(r, m, name, proto) {
 		return ms

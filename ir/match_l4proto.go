@@ -22,7 +22,7 @@ func (m L4Proto) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	proto := pkt.Proto
 	switch {
 	case p.Family == rules.IPv6 && pkt.AuthHeader:
-		proto = protoAH
+		proto = model.ProtoAH
 	case p.Family == rules.IPv6 && pkt.BadExtHeaders:
 		return noMatch // NFT_BREAK
 	}

@@ -109,7 +109,7 @@ func (m Ports) alternatives(p *Program, out []alt, limit int) ([]alt, bool) {
 
 // lowerTCP lowers -m tcp: its ports, flags and option, after the transport header they need.
 func (l *lowerer) lowerTCP(ms []Match, r *rules.Rule, m *rules.TCP, nft bool) []Match {
-	if !l.needProto(r, m, "tcp", protoTCP) {
+	if !l.needProto(r, m, "tcp", model.ProtoTCP) {
 		return ms
 	}
 	switch {
@@ -142,7 +142,7 @@ func (l *lowerer) lowerTCP(ms []Match, r *rules.Rule, m *rules.TCP, nft bool) []
 
 // lowerUDP lowers -m udp: its ports, after the transport header they need.
 func (l *lowerer) lowerUDP(ms []Match, r *rules.Rule, m *rules.UDP, nft bool) []Match {
-	if !l.needProto(r, m, "udp", protoUDP) {
+	if !l.needProto(r, m, "udp", model.ProtoUDP) {
 		return ms
 	}
 	switch {
@@ -164,7 +164,7 @@ func (l *lowerer) lowerUDP(ms []Match, r *rules.Rule, m *rules.UDP, nft bool) []
 
 // lowerMultiport lowers -m multiport, which needs a protocol with ports.
 func (l *lowerer) lowerMultiport(ms []Match, r *rules.Rule, m *rules.Multiport, nft bool) []Match {
-	if !l.needProto(r, m, "tcp, udp, udplite, sctp or dccp", protoTCP, protoUDP, protoUDPLite, protoSCTP, protoDCCP) {
+	if !l.needProto(r, m, "tcp, udp, udplite, sctp or dccp", model.ProtoTCP, model.ProtoUDP, model.ProtoUDPLite, model.ProtoSCTP, model.ProtoDCCP) {
 		return ms
 	}
 	return l.multiport(ms, m, nft)

@@ -35,7 +35,7 @@ func (pkt *Packet) ConntrackWithoutEntry(loose bool) ConnState {
 		return ConnUnknown
 	}
 	l4 := pkt.L4
-	if pkt.Proto == protoTCP {
+	if pkt.Proto == ProtoTCP {
 		if len(l4) < 20 || pkt.TCPOptionsTruncated || !tcpValidFlags(pkt.TCPFlags) {
 			return ConnInvalid
 		}
@@ -65,7 +65,7 @@ func (pkt *Packet) ConntrackWithoutEntry(loose bool) ConnState {
 // them; the stage recognizes them by the same bytes, and reassembled
 // datagrams by their IPCB.
 func (pkt *Packet) DeferredClass() bool {
-	return pkt.BadExtHeaders || pkt.IsFragment() || pkt.Proto != protoTCP && pkt.Proto != protoUDP
+	return pkt.BadExtHeaders || pkt.IsFragment() || pkt.Proto != ProtoTCP && pkt.Proto != ProtoUDP
 }
 
 // tcpValidFlags is tcp_error's tcp_valid_flags, ignoring ECE, CWR and PSH.

@@ -22,15 +22,16 @@ const (
 	ipv6MaxPayload = 0xffff
 )
 
-// IP protocol numbers.
+// IP protocol numbers, as the IP layer and conntrack know them.
 const (
-	protoICMP    = 1
-	protoTCP     = 6
-	protoUDP     = 17
-	protoDCCP    = 33
-	protoICMPv6  = 58
-	protoSCTP    = 132
-	protoUDPLite = 136
+	ProtoICMP    = 1
+	ProtoTCP     = 6
+	ProtoUDP     = 17
+	ProtoDCCP    = 33
+	ProtoAH      = 51 // the authentication header, an IPv6 extension header too
+	ProtoICMPv6  = 58
+	ProtoSCTP    = 132
+	ProtoUDPLite = 136
 )
 
 // IPv6 next-header values that ipv6_ext_hdr knows.
@@ -38,7 +39,7 @@ const (
 	nextHopByHop = 0
 	nextRouting  = 43
 	nextFragment = 44
-	nextAuth     = 51
+	nextAuth     = ProtoAH
 	nextNone     = 59
 	nextDestOpts = 60
 )
@@ -431,7 +432,7 @@ func decodeL4(p *Packet, l4 []byte) {
 	p.L4Len = len(l4)
 	p.L4 = l4
 	switch p.Proto {
-	case protoTCP, protoUDP, protoUDPLite, protoSCTP, protoDCCP:
+	case ProtoTCP, ProtoUDP, ProtoUDPLite, ProtoSCTP, ProtoDCCP:
 		// Each port as far as the packet holds it: nft loads the
 		// source port of a header cut after it.
 		if len(l4) >= 2 {
@@ -442,7 +443,7 @@ func decodeL4(p *Packet, l4 []byte) {
 		}
 	}
 	switch {
-	case p.Proto == protoTCP:
+	case p.Proto == ProtoTCP:
 		if len(l4) >= 14 {
 			p.TCPFlags = l4[13]
 		}
@@ -455,7 +456,7 @@ func decodeL4(p *Packet, l4 []byte) {
 				p.TCPOptions = append([]byte(nil), l4[20:hdrLen]...)
 			}
 		}
-	case p.Proto == protoICMP && p.Family == rules.IPv4, p.Proto == protoICMPv6 && p.Family == rules.IPv6:
+	case p.Proto == ProtoICMP && p.Family == rules.IPv4, p.Proto == ProtoICMPv6 && p.Family == rules.IPv6:
 		// nft's "icmp type" loads the type byte alone.
 		if len(l4) >= 1 {
 			p.ICMPType = l4[0]
