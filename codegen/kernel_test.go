@@ -19,6 +19,7 @@ import (
 
 	"bpfwall/codegen"
 	"bpfwall/codegen/abi"
+	"bpfwall/internal/packets"
 	"bpfwall/internal/testenv"
 	"bpfwall/internal/topology"
 	"bpfwall/ir"
@@ -419,60 +420,68 @@ func ipBytes(data []byte) uint64 {
 	return uint64(len(b)) // no jumbo option in frames this small is valid
 }
 
+// probe is a generated frame and how an XDP test run takes it.
+type probe struct {
+	packets.Frame
+	// linear, when not 0, is how many bytes the test run puts in the
+	// frame's linear data; the rest goes to fragments.
+	linear int
+}
+
 // checkProgram compares the kernel with ir for n random frames and the
 // truncations of a few complete ones.
 func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n int) {
 	l := load(t, p, ns)
 	devs := ns.devs
-	var macs []net.HardwareAddr
+	var pdevs []packets.Device
 	for _, d := range ns.devs {
-		macs = append(macs, d.mac)
+		pdevs = append(pdevs, packets.Device{Name: d.name, MAC: d.mac})
 	}
-	g := newGenerator(p.IR, seed, macs)
+	g := packets.NewGenerator(p.IR, seed, pdevs...)
 	want := make([]abi.Counter, len(p.IR.Rules)+1)
 	st := &ir.State{}
 	mismatches, refused := 0, 0
 	kinds := make(map[abi.DecisionKind]int)
 	decided := make(map[uint32]bool)
-	check := func(f frame) {
-		dev := devs[f.iface]
+	check := func(f probe) {
+		dev := devs[f.Dev]
 		if p.Hook == codegen.HookXDP {
-			f.mark = 0
+			f.Mark = 0
 		}
-		pkt, err := model.Decode(f.data, meta(p, dev, f.data, f.mark))
+		pkt, err := model.Decode(f.Data, meta(p, dev, f.Data, f.Mark))
 		if err != nil {
-			t.Fatalf("decode %s: %v", f.desc, err)
+			t.Fatalf("decode %s: %v", f.Desc, err)
 		}
 		// The namespace's conntrack table is empty; at tc-egress the
 		// test run's skb has no conntrack (INVALID, the zero state).
 		if p.Hook != codegen.HookTCEgress {
 			pkt.CTState = pkt.ConntrackWithoutEntry(true)
 		}
-		linear := len(f.data)
+		linear := len(f.Data)
 		if f.linear > 0 {
 			linear = f.linear
 		}
-		v, d, err := l.runSplit(f.data, linear, dev, f.mark)
-		if err != nil && p.Hook != codegen.HookXDP && errors.Is(err, unix.EINVAL) && shortIPHeader(f.data) {
+		v, d, err := l.runSplit(f.Data, linear, dev, f.Mark)
+		if err != nil && p.Hook != codegen.HookXDP && errors.Is(err, unix.EINVAL) && shortIPHeader(f.Data) {
 			// BPF_PROG_TEST_RUN refuses skbs whose ethertype promises an
 			// IP header the frame does not have; XDP runs cover them.
 			refused++
 			return
 		}
 		if err != nil {
-			t.Fatalf("%s (%d bytes: % x): %v", f.desc, len(f.data), f.data[:min(len(f.data), 256)], err)
+			t.Fatalf("%s (%d bytes: % x): %v", f.Desc, len(f.Data), f.Data[:min(len(f.Data), 256)], err)
 		}
 		// The token buckets the program touched say when it ran.
 		l.clock(t, st, pkt)
 		bytes := uint64(0)
 		res := p.IR.TraceState(st, pkt, func(r *ir.Rule) {
-			bytes = ipBytes(f.data)
+			bytes = ipBytes(f.Data)
 			want[r.ID].Packets++
 			want[r.ID].Bytes += bytes
 		})
 		if res.Skipped == "" && res.Rule == nil {
 			want[len(p.IR.Rules)].Packets++
-			want[len(p.IR.Rules)].Bytes += ipBytes(f.data)
+			want[len(p.IR.Rules)].Bytes += ipBytes(f.Data)
 		}
 		kinds[d.Kind]++
 		if d.Kind == abi.DecidedByRule || d.Kind == abi.Hotdrop {
@@ -482,32 +491,32 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 			mismatches++
 			if mismatches <= 5 {
 				t.Errorf("%s on %s, mark %#x:\n% x\nkernel: %s %+v\nir:     %s %+v",
-					f.desc, dev.name, f.mark, f.data[:min(len(f.data), 256)], v, d, res, abi.DecisionFor(res))
+					f.Desc, dev.name, f.Mark, f.Data[:min(len(f.Data), 256)], v, d, res, abi.DecisionFor(res))
 			}
 		}
 	}
 	for i := range n {
-		f := g.frame()
-		f.desc = fmt.Sprintf("frame %d (%s)", i, f.desc)
+		f := probe{Frame: g.Random()}
+		f.Desc = fmt.Sprintf("frame %d (%s)", i, f.Desc)
 		check(f)
 	}
 	// Of the random frames, few are cut short before the IP header.
 	if refused > n/10 {
 		t.Errorf("the kernel refused %d of %d frames", refused, n)
 	}
-	for i, data := range g.boundaryFrames() {
-		check(frame{data: data, mark: g.mark(), desc: fmt.Sprintf("cut frame %d", i)})
+	for i, data := range g.CutFrames() {
+		check(probe{Frame: packets.Frame{Data: data, Mark: g.Mark(), Desc: fmt.Sprintf("cut frame %d", i)}})
 	}
 	if p.Hook == codegen.HookXDP {
 		// Only XDP test runs take frames larger than a page.
-		for i, data := range g.largeFrames() {
-			check(frame{data: data, desc: fmt.Sprintf("large frame %d", i)})
+		for i, data := range g.LargeFrames() {
+			check(probe{Frame: packets.Frame{Data: data, Desc: fmt.Sprintf("large frame %d", i)}})
 		}
 		// Frames of several buffers whose linear data ends at every
 		// byte of the headers: the parser reads past it.
-		for i, data := range g.fullFrames(4) {
+		for i, data := range g.FullFrames(4) {
 			for n := 14; n < len(data); n++ {
-				check(frame{data: data, linear: n, desc: fmt.Sprintf("frame %d with %d linear bytes", i, n)})
+				check(probe{Frame: packets.Frame{Data: data, Desc: fmt.Sprintf("frame %d with %d linear bytes", i, n)}, linear: n})
 			}
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 
 	"bpfwall/codegen"
 	"bpfwall/codegen/abi"
+	"bpfwall/internal/packets"
 	"bpfwall/internal/testenv"
 	"bpfwall/ir"
 	"bpfwall/model"
@@ -190,15 +190,15 @@ func (s *stage) stageCounters(t *testing.T) []uint64 {
 func checkStage(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n int) {
 	s := loadStage(t, p, ns)
 	lo := ns.devs[0]
-	g := newGenerator(p.IR, seed, []net.HardwareAddr{lo.mac})
+	g := packets.NewGenerator(p.IR, seed, packets.Device{Name: lo.name, MAC: lo.mac})
 	want := make([]abi.Counter, len(p.IR.Rules)+1)
 	st := &ir.State{}
 	var logged [][]byte // the frames LOG rules logged, in order
 	mismatches, refused, evaluated, rejected := 0, 0, uint64(0), uint64(0)
 	kinds := make(map[abi.DecisionKind]int)
 	for i := range n {
-		f := g.frame()
-		data := f.data
+		f := g.Random()
+		data := f.Data
 		if len(data) < 14 || binary.BigEndian.Uint16(data[12:]) != etherType(p.IR.Family) || shortIPHeader(data) {
 			continue // the test run takes IP packets of the family only
 		}
@@ -219,7 +219,7 @@ func checkStage(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n int)
 			continue
 		}
 		if err != nil {
-			t.Fatalf("frame %d (%s, % x): %v", i, f.desc, data[:min(len(data), 128)], err)
+			t.Fatalf("frame %d (%s, % x): %v", i, f.Desc, data[:min(len(data), 128)], err)
 		}
 		// What the stage evaluates: class U, which the ingress program
 		// deferred; the IP layer drops what it finds invalid before
@@ -228,7 +228,7 @@ func checkStage(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n int)
 			if v != ir.VerdictAccept || decided {
 				mismatches++
 				if mismatches <= 5 {
-					t.Errorf("frame %d (%s) is not deferred: the stage said %s %+v\n% x", i, f.desc, v, d, data[:min(len(data), 128)])
+					t.Errorf("frame %d (%s) is not deferred: the stage said %s %+v\n% x", i, f.Desc, v, d, data[:min(len(data), 128)])
 				}
 			}
 			continue
@@ -255,7 +255,7 @@ func checkStage(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n int)
 		if !decided || v != res.Verdict || d != abi.DecisionFor(res) {
 			mismatches++
 			if mismatches <= 5 {
-				t.Errorf("frame %d (%s):\n% x\nstage: %s %+v (decided %v)\nir:    %s %+v", i, f.desc, data[:min(len(data), 128)], v, d, decided, res, abi.DecisionFor(res))
+				t.Errorf("frame %d (%s):\n% x\nstage: %s %+v (decided %v)\nir:    %s %+v", i, f.Desc, data[:min(len(data), 128)], v, d, decided, res, abi.DecisionFor(res))
 			}
 		}
 	}

@@ -91,8 +91,7 @@ func TestPassesKeepEval(t *testing.T) {
 		g := packets.NewGenerator(p, seed)
 		var frames [][]byte
 		for range 300 {
-			f, _ := g.Frame()
-			frames = append(frames, f)
+			frames = append(frames, g.Random().Data)
 		}
 		for _, r := range p.Rules {
 			for _, a := range g.Aim(r, packets.AimOptions{Meta: model.Meta{InIface: "eth0"}}) {

@@ -44,7 +44,8 @@ func checkAgainstEval(t *testing.T, prog *codegen.Program, seed uint64, n int) {
 	mismatches, untestable := 0, 0
 	st := &ir.State{}
 	for i := range n {
-		frame, iface := gen.Frame()
+		f := gen.Random()
+		frame, iface := f.Data, f.Iface
 		got, err := l.Run(frame, iface)
 		if errors.Is(err, unix.EINVAL) && prog.Hook != codegen.HookXDP {
 			// BPF_PROG_TEST_RUN builds no skb from a frame whose IP

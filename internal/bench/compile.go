@@ -86,8 +86,7 @@ func findProbes(w *Workload, p *ir.Program, seed uint64) (probes, error) {
 		w.Last = addressed(g.Aim(lastRule, packets.AimOptions{Meta: meta})[0].Frame)
 		var best *ir.Rule
 		for range 256 {
-			f, _ := g.Frame()
-			f = addressed(f)
+			f := addressed(g.Random().Data)
 			res, err := eval(f)
 			if err != nil || res.Skipped != "" {
 				continue

@@ -102,10 +102,10 @@ func agreeOnForward(t *testing.T, name string, want, got *rules.Ruleset, seed ui
 			probes = append(probes, g.Aim(r, packets.AimOptions{Meta: meta})...)
 		}
 		for range 100 {
-			f, iface := g.Frame()
+			f := g.Random()
 			m := meta
-			m.InIface = iface
-			probes = append(probes, packets.Aimed{Frame: f, Meta: m})
+			m.InIface = f.Iface
+			probes = append(probes, packets.Aimed{Frame: f.Data, Meta: m})
 		}
 	}
 	for _, a := range probes {

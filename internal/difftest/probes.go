@@ -31,8 +31,7 @@ func Probes(c *Case, seed uint64, n int) [][]byte {
 		}
 	}
 	for len(out) < n {
-		f, _ := g.Frame() // the topology fixes the interfaces
-		out = append(out, f)
+		out = append(out, g.Random().Data) // the topology fixes the interfaces
 	}
 	for _, f := range out {
 		copy(f[0:6], fwInMAC)
@@ -41,12 +40,12 @@ func Probes(c *Case, seed uint64, n int) [][]byte {
 }
 
 // RandomProbes is Probes without aimed frames: only
-// packets.Generator.Frame's.
+// packets.Generator.Random's.
 func RandomProbes(c *Case, seed uint64, n int) [][]byte {
 	g := packets.NewGenerator(c.Program, seed)
 	out := make([][]byte, n)
 	for i := range out {
-		out[i], _ = g.Frame()
+		out[i] = g.Random().Data
 		copy(out[i][0:6], fwInMAC)
 	}
 	return out

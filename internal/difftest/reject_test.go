@@ -847,8 +847,7 @@ func TestRejectRandomAgainstKernel(t *testing.T) {
 		g := packets.NewGenerator(prog, uint64(fam)+1)
 		var probes []rejectProbe
 		for len(probes) < n {
-			f, _ := g.Frame()
-			if f = aimAtFirewall(f, fam); f != nil {
+			if f := aimAtFirewall(g.Random().Data, fam); f != nil {
 				probes = append(probes, rejectProbe{name: fmt.Sprintf("frame %d", len(probes)), frame: f})
 			}
 		}

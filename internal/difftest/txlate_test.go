@@ -246,12 +246,12 @@ func txlateProbes(progs []*ir.Program, meta model.Meta, n int) []packets.Aimed {
 			out = append(out, g.Aim(r, packets.AimOptions{Meta: meta})...)
 		}
 		for range n {
-			f, iface := g.Frame()
+			f := g.Random()
 			m := meta
 			if m.InIface != "" {
-				m.InIface = iface
+				m.InIface = f.Iface
 			}
-			out = append(out, packets.Aimed{Frame: f, Meta: m})
+			out = append(out, packets.Aimed{Frame: f.Data, Meta: m})
 		}
 	}
 	return out

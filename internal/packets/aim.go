@@ -238,15 +238,18 @@ type fields struct {
 // maxLength keeps frames within the Ethernet MTU.
 const maxLength = 1500
 
+// randomFields starts a frame aimed at a rule: each field one the rules
+// test, mostly, or a random one.
 func (g *Generator) randomFields(meta model.Meta) fields {
 	common := []uint8{6, 17, 1, 58, 132, 47}
+	v := &g.ruled
 	f := fields{
-		src:     g.addr(),
-		dst:     g.addr(),
-		proto:   pick(g, g.protos, func() uint8 { return common[g.rng.IntN(len(common))] }),
-		sport:   g.port(),
-		dport:   g.port(),
-		flags:   pick(g, g.flags, func() uint8 { return uint8(g.rng.IntN(256)) }),
+		src:     g.aimAddr(v.src),
+		dst:     g.aimAddr(v.dst),
+		proto:   pick(g, v.protos, func() uint8 { return oneOf(g, common) }),
+		sport:   g.aimPort(v.sport),
+		dport:   g.aimPort(v.dport),
+		flags:   pick(g, v.flags, func() uint8 { return uint8(g.rng.IntN(256)) }),
 		option:  -1,
 		ttl:     64,
 		srcMAC:  srcMAC,
@@ -255,18 +258,40 @@ func (g *Generator) randomFields(meta model.Meta) fields {
 		freeOut: meta.OutIface == "",
 	}
 	f.icmpType, f.icmpCode = uint8(g.rng.IntN(256)), uint8(g.rng.IntN(16))
-	if len(g.icmp) > 0 {
-		tc := g.icmp[g.rng.IntN(len(g.icmp))]
+	if len(v.icmp) > 0 {
+		tc := oneOf(g, v.icmp)
 		f.icmpType, f.icmpCode = tc[0], tc[1]
 	}
-	if g.rng.IntN(4) == 0 && len(g.opts) > 0 {
-		f.option = int(g.opts[g.rng.IntN(len(g.opts))])
+	if g.rng.IntN(4) == 0 && len(v.opts) > 0 {
+		f.option = int(oneOf(g, v.opts))
 	}
 	if f.meta.InIface == "" {
-		f.meta.InIface = g.ifaces[g.rng.IntN(len(g.ifaces))]
+		f.meta.InIface = g.devs[g.rng.IntN(len(g.devs))].Name
 	}
 	f.fixFamily(g.family)
 	return f
+}
+
+// pick returns one of the interesting values, mostly, or a random one.
+func pick[T any](g *Generator, interesting []T, random func() T) T {
+	if len(interesting) > 0 && g.rng.IntN(4) != 0 {
+		return oneOf(g, interesting)
+	}
+	return random()
+}
+
+// aimAddr returns one of the addresses, mostly, or a random one of the
+// family.
+func (g *Generator) aimAddr(as []netip.Addr) netip.Addr {
+	a := pick(g, as, g.randomAddr)
+	if !a.IsValid() || (a.Is4() != (g.family == rules.IPv4)) {
+		return g.randomAddr()
+	}
+	return a
+}
+
+func (g *Generator) aimPort(ps []uint16) uint16 {
+	return pick(g, ps, func() uint16 { return uint16(g.rng.IntN(65536)) })
 }
 
 // fixFamily makes the ICMP protocol the family's.

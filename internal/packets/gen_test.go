@@ -25,8 +25,9 @@ func TestGeneratorCoversRulesAndMalformedPackets(t *testing.T) {
 		const n = 4000
 		accepted, invalid := 0, 0
 		for range n {
-			frame, iface := g.Frame()
-			pkt, err := model.Decode(frame, model.Meta{InIface: iface})
+			f := g.Random()
+			frame := f.Data
+			pkt, err := model.Decode(frame, model.Meta{InIface: f.Iface})
 			if err != nil {
 				t.Fatalf("generated an undecodable frame % x: %v", frame, err)
 			}
@@ -146,8 +147,8 @@ func TestFramesFitTheMTU(t *testing.T) {
 	}
 	g := NewGenerator(prog, 1)
 	for range 2000 {
-		if f, _ := g.Frame(); len(f) > 14+8+maxLength+64 {
-			t.Fatalf("a %d-byte frame", len(f))
+		if f := g.Random(); len(f.Data) > 14+8+maxLength+64 {
+			t.Fatalf("a %d-byte frame", len(f.Data))
 		}
 	}
 }

@@ -178,12 +178,12 @@ func agree(t *testing.T, name string, p1, p2 *ir.Program, meta model.Meta) (int,
 			probes = append(probes, g.Aim(r, packets.AimOptions{Meta: meta})...)
 		}
 		for range 20 {
-			f, iface := g.Frame()
+			f := g.Random()
 			m := meta
 			if m.InIface != "" {
-				m.InIface = iface
+				m.InIface = f.Iface
 			}
-			probes = append(probes, packets.Aimed{Frame: f, Meta: m})
+			probes = append(probes, packets.Aimed{Frame: f.Data, Meta: m})
 		}
 	}
 	for i, a := range probes {
