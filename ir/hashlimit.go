@@ -145,6 +145,12 @@ const (
 	hashlimitMaxEntries  = 1 << 22
 )
 
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.HashLimit, nft bool) []Match {
+		return l.hashlimit(ms, r, m, nft)
+	})
+}
+
 // hashlimit lowers -m hashlimit: exactly, or an error saying why not.
 func (l *lowerer) hashlimit(ms []Match, r *rules.Rule, m *rules.HashLimit, nft bool) []Match {
 	if m.Unsupported != "" {

@@ -3,6 +3,7 @@ package ir
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -350,62 +351,26 @@ func transport(ms []Match, n int) []Match {
 	return append(ms, Transport{Len: n})
 }
 
+// lowerings lower each kind of rules.Match the IR takes. The file of the
+// IR match that a kind becomes registers it with lowers.
+var lowerings = map[reflect.Type]func(l *lowerer, ms []Match, r *rules.Rule, m rules.Match, nft bool) []Match{}
+
+// lowers registers f as the lowering of the rules match type M.
+func lowers[M rules.Match](f func(l *lowerer, ms []Match, r *rules.Rule, m M, nft bool) []Match) {
+	lowerings[reflect.TypeFor[M]()] = func(l *lowerer, ms []Match, r *rules.Rule, m rules.Match, nft bool) []Match {
+		return f(l, ms, r, m.(M), nft)
+	}
+}
+
 func (l *lowerer) extension(ms []Match, r *rules.Rule, m rules.Match) []Match {
 	// An xtables extension of an nft rule runs as in iptables.
 	nft := r.NFT && !m.XT()
+	if lower, ok := lowerings[reflect.TypeOf(m)]; ok {
+		return lower(l, ms, r, m, nft)
+	}
 	switch m := m.(type) {
-	case *rules.TCP:
-		return l.lowerTCP(ms, r, m, nft)
-	case *rules.UDP:
-		return l.lowerUDP(ms, r, m, nft)
-	case *rules.Multiport:
-		return l.lowerMultiport(ms, r, m, nft)
-	case *rules.ICMP:
-		return l.icmp(ms, r, m, nft, false)
-	case *rules.ICMPCode:
-		// nft's "icmp code" alone: its dependency, the load of the type
-		// and code bytes, and the code of any type.
-		return l.icmp(ms, r, &rules.ICMP{Located: m.Located, V6: m.V6, CodeMin: m.CodeMin, CodeMax: m.CodeMax}, nft, true)
-	case *rules.IPRange:
-		return l.lowerIPRange(ms, m)
-	case *rules.MaskedAddr:
-		return l.lowerMaskedAddr(ms, m)
-	case *rules.Ifaces:
-		return l.lowerIfaces(ms, m)
-	case *rules.ProtocolsNot:
-		return l.lowerProtocolsNot(ms, r, m)
 	case *rules.Comment:
 		// Matches every packet; the rule's Text keeps it.
-	case *rules.Conntrack:
-		return l.lowerConntrack(ms, m)
-	case *rules.State:
-		return l.ctState(ms, m, m.State, m.Neg)
-	case *rules.Set:
-		return l.set(ms, m)
-	case *rules.Length:
-		return l.lowerLength(ms, m)
-	case *rules.DSCP:
-		return l.lowerDSCP(ms, m)
-	case *rules.Owner:
-		return l.lowerOwner(ms, m, nft)
-	case *rules.TTL:
-		return l.lowerTTL(ms, m)
-	case *rules.HL:
-		return l.lowerHL(ms, m)
-	case *rules.MAC:
-		return l.lowerMAC(ms, m)
-	case *rules.Mark:
-		ms = append(ms, Mark{Value: m.Value, Mask: m.Mask, Neg: m.Neg})
-	case *rules.PktType:
-		ms = append(ms, PktType{Type: model.PacketType(m.Type), Neg: m.Neg})
-	case *rules.Limit:
-		return l.lowerLimit(ms, r, m)
-	case *rules.HashLimit:
-		return l.hashlimit(ms, r, m, nft)
-	case *rules.Recent:
-		return l.recent(ms, r, m, nft)
-	case *rules.RateLimit:
-		return l.lowerRateLimit(ms, r, m)
 	case *rules.Generic:
 		if m.Ext == "tproxy" && r.NFT {
 			return l.tproxyStatement(ms, r, m)

@@ -9,6 +9,10 @@ import (
 	"bpfwall/rules"
 )
 
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.Set, nft bool) []Match { return l.set(ms, m) })
+}
+
 // set lowers "-m set --match-set NAME src|dst" over a hash:ip or hash:net
 // set into an AddrSet; every other kind of set, and every option that makes
 // the result depend on more than the set's entries, is an error.

@@ -64,6 +64,12 @@ func (m Addr) alternatives(p *Program, out []alt, limit int) ([]alt, bool) {
 	return append(out, alt{addrField(m.Dir), prefixOf(v, pfx.Bits())}), true
 }
 
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.MaskedAddr, nft bool) []Match {
+		return l.lowerMaskedAddr(ms, m)
+	})
+}
+
 // lowerMaskedAddr lowers nft's second address test under a mask.
 func (l *lowerer) lowerMaskedAddr(ms []Match, m *rules.MaskedAddr) []Match {
 	dir := Src

@@ -50,6 +50,12 @@ func (m AddrRange) alternatives(p *Program, out []alt, limit int) ([]alt, bool) 
 	return out, true
 }
 
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.IPRange, nft bool) []Match {
+		return l.lowerIPRange(ms, m)
+	})
+}
+
 // lowerIPRange lowers -m iprange.
 func (l *lowerer) lowerIPRange(ms []Match, m *rules.IPRange) []Match {
 	ms = l.addrRange(ms, m, Src, m.Src, m.SrcNeg)

@@ -43,6 +43,15 @@ func (m CTState) verify(v *verifier, st *ruleState) error {
 // conntrack reads the ports and TCP's header and options (tcp_error).
 func (CTState) transportNeed() (int, bool) { return 0, true }
 
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.Conntrack, nft bool) []Match {
+		return l.lowerConntrack(ms, m)
+	})
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.State, nft bool) []Match {
+		return l.ctState(ms, m, m.State, m.Neg)
+	})
+}
+
 // lowerConntrack lowers -m conntrack, whose state test alone bpfwall compiles.
 func (l *lowerer) lowerConntrack(ms []Match, m *rules.Conntrack) []Match {
 	if len(m.Other) > 0 {

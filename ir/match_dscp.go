@@ -31,6 +31,12 @@ func (m DSCP) verify(v *verifier, st *ruleState) error {
 	return nil
 }
 
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.DSCP, nft bool) []Match {
+		return l.lowerDSCP(ms, m)
+	})
+}
+
 // lowerDSCP lowers -m dscp.
 func (l *lowerer) lowerDSCP(ms []Match, m *rules.DSCP) []Match {
 	return append(ms, DSCP{Value: m.Value, Neg: m.Neg})

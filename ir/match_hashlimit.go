@@ -102,6 +102,8 @@ func (m HashLimit) appendTo(b []byte, fam rules.Family) []byte {
 	return append(b, m.String()...)
 }
 
+func (HashLimit) clocked() {}
+
 func (m HashLimit) verify(v *verifier, st *ruleState) error {
 	if m.Max == 0 || m.Expire == 0 || m.Table < 0 {
 		return fmt.Errorf("hashlimit table %d with max %d, expire %d", m.Table, m.Max, m.Expire)

@@ -62,6 +62,17 @@ func (m ICMP) verify(v *verifier, st *ruleState) error {
 	return nil
 }
 
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.ICMP, nft bool) []Match {
+		return l.icmp(ms, r, m, nft, false)
+	})
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.ICMPCode, nft bool) []Match {
+		// nft's "icmp code" alone: its dependency, the load of the type
+		// and code bytes, and the code of any type.
+		return l.icmp(ms, r, &rules.ICMP{Located: m.Located, V6: m.V6, CodeMin: m.CodeMin, CodeMax: m.CodeMax}, nft, true)
+	})
+}
+
 func (l *lowerer) icmp(ms []Match, r *rules.Rule, m *rules.ICMP, nft, anyType bool) []Match {
 	if m.V6 != (l.fam == rules.IPv6) {
 		l.errorf(m.Pos, "%s match is not valid in %s rule sets", m.Name(), l.fam)

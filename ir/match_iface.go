@@ -66,6 +66,12 @@ func (m Iface) verify(v *verifier, st *ruleState) error {
 	return nil
 }
 
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.Ifaces, nft bool) []Match {
+		return l.lowerIfaces(ms, m)
+	})
+}
+
 // lowerIfaces lowers nft's interface tests beyond the rule's own -i and -o.
 func (l *lowerer) lowerIfaces(ms []Match, m *rules.Ifaces) []Match {
 	dir := IfaceIn

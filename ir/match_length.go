@@ -35,6 +35,12 @@ func (m Length) verify(v *verifier, st *ruleState) error {
 	return nil
 }
 
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.Length, nft bool) []Match {
+		return l.lowerLength(ms, m)
+	})
+}
+
 // lowerLength lowers -m length.
 func (l *lowerer) lowerLength(ms []Match, m *rules.Length) []Match {
 	if m.Min > m.Max {

@@ -100,6 +100,8 @@ func (m RateLimit) appendTo(b []byte, fam rules.Family) []byte {
 	return append(b, m.String()...)
 }
 
+func (Limit) clocked() {}
+
 func (m Limit) verify(v *verifier, st *ruleState) error {
 	if !ValidLimit(m.Avg, m.Burst, DefaultHZ) {
 		return fmt.Errorf("limit avg %d burst %d overflows", m.Avg, m.Burst)
@@ -107,11 +109,22 @@ func (m Limit) verify(v *verifier, st *ruleState) error {
 	return nil
 }
 
+func (RateLimit) clocked() {}
+
 func (m RateLimit) verify(v *verifier, st *ruleState) error {
 	if _, ok := m.TokensMax(); !ok {
 		return fmt.Errorf("nft limit rate %d burst %d overflows", m.Rate, m.Burst)
 	}
 	return nil
+}
+
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.Limit, nft bool) []Match {
+		return l.lowerLimit(ms, r, m)
+	})
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.RateLimit, nft bool) []Match {
+		return l.lowerRateLimit(ms, r, m)
+	})
 }
 
 // lowerLimit lowers -m limit, a token bucket of its own.

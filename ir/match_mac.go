@@ -34,6 +34,10 @@ func (m SrcMAC) verify(v *verifier, st *ruleState) error {
 	return nil
 }
 
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.MAC, nft bool) []Match { return l.lowerMAC(ms, m) })
+}
+
 // lowerMAC lowers -m mac.
 func (l *lowerer) lowerMAC(ms []Match, m *rules.MAC) []Match {
 	if len(m.Addr) != 6 {

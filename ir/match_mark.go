@@ -30,3 +30,9 @@ func (m Mark) appendTo(b []byte, fam rules.Family) []byte {
 func (m Mark) verify(v *verifier, st *ruleState) error {
 	return nil
 }
+
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.Mark, nft bool) []Match {
+		return append(ms, Mark{Value: m.Value, Mask: m.Mask, Neg: m.Neg})
+	})
+}

@@ -96,6 +96,12 @@ func (m Owner) verify(v *verifier, st *ruleState) error {
 	return nil
 }
 
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.Owner, nft bool) []Match {
+		return l.lowerOwner(ms, m, nft)
+	})
+}
+
 // lowerOwner lowers -m owner, which xt_owner registers for OUTPUT and
 // POSTROUTING only: the kernel refuses the table otherwise. nft's meta
 // skuid and skgid (nft) are valid in every chain: they read skb->sk, which

@@ -29,3 +29,9 @@ func (m PktType) verify(v *verifier, st *ruleState) error {
 	}
 	return nil
 }
+
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.PktType, nft bool) []Match {
+		return append(ms, PktType{Type: model.PacketType(m.Type), Neg: m.Neg})
+	})
+}

@@ -107,6 +107,18 @@ func (m Ports) alternatives(p *Program, out []alt, limit int) ([]alt, bool) {
 	return out, true
 }
 
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.TCP, nft bool) []Match {
+		return l.lowerTCP(ms, r, m, nft)
+	})
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.UDP, nft bool) []Match {
+		return l.lowerUDP(ms, r, m, nft)
+	})
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.Multiport, nft bool) []Match {
+		return l.lowerMultiport(ms, r, m, nft)
+	})
+}
+
 // lowerTCP lowers -m tcp: its ports, flags and option, after the transport header they need.
 func (l *lowerer) lowerTCP(ms []Match, r *rules.Rule, m *rules.TCP, nft bool) []Match {
 	if !l.needProto(r, m, "tcp", model.ProtoTCP) {

@@ -44,6 +44,12 @@ func (m Proto) verify(v *verifier, st *ruleState) error {
 	return nil
 }
 
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.ProtocolsNot, nft bool) []Match {
+		return l.lowerProtocolsNot(ms, r, m)
+	})
+}
+
 // lowerProtocolsNot lowers nft's negated protocol set.
 func (l *lowerer) lowerProtocolsNot(ms []Match, r *rules.Rule, m *rules.ProtocolsNot) []Match {
 	for _, p := range m.Protos {

@@ -16,6 +16,8 @@ func (m Recent) appendTo(b []byte, fam rules.Family) []byte {
 	return append(b, m.String()...)
 }
 
+func (Recent) clocked() {}
+
 func (m Recent) verify(v *verifier, st *ruleState) error {
 	if m.Table < 0 || m.Slot < 0 || m.Stamps < 1 || m.Stamps > RecentMaxStamps || m.Stamps&(m.Stamps-1) != 0 || m.HitCount > uint32(m.Stamps) || !m.Mask.IsValid() {
 		return fmt.Errorf("recent table %d slot %d with %d stamps, hitcount %d, mask %s", m.Table, m.Slot, m.Stamps, m.HitCount, m.Mask)

@@ -67,6 +67,11 @@ func (m TTL) verify(v *verifier, st *ruleState) error {
 	return nil
 }
 
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.TTL, nft bool) []Match { return l.lowerTTL(ms, m) })
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.HL, nft bool) []Match { return l.lowerHL(ms, m) })
+}
+
 // lowerTTL lowers -m ttl, an IPv4 match.
 func (l *lowerer) lowerTTL(ms []Match, m *rules.TTL) []Match {
 	if l.fam != rules.IPv4 {

@@ -263,6 +263,12 @@ func (l *lowerer) recentTable(name string) *recentTableInfo {
 	return t
 }
 
+func init() {
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.Recent, nft bool) []Match {
+		return l.recent(ms, r, m, nft)
+	})
+}
+
 // recent lowers -m recent: exactly, or an error saying why not.
 func (l *lowerer) recent(ms []Match, r *rules.Rule, m *rules.Recent, nft bool) []Match {
 	if nft {
