@@ -44,6 +44,21 @@ func ValidLimit(avg, burst uint32, hz int) bool {
 	return burst != 0 && user2credits(avg*burst, hz) >= user2credits(avg, hz)
 }
 
+// clocked is implemented by the matches that read State's clock: their
+// answer depends on when a packet comes and on the packets before it.
+type clocked interface {
+	Match
+	clocked()
+}
+
+// Clocked reports whether m's answer depends on when a packet comes and
+// on the packets before it: token buckets (limit, hashlimit, nft limit)
+// and recent lists.
+func Clocked(m Match) bool {
+	_, ok := m.(clocked)
+	return ok
+}
+
 // State is what a program's stateful matches remember between packets (its
 // token buckets) and the clock they read. The zero State is a program just
 // loaded; set the clock before each packet. Buckets start full at the first

@@ -111,13 +111,8 @@ func UsesConntrack(prog *ir.Program) bool {
 // hashlimit, nft limit) and recent lists.
 func UsesLimit(prog *ir.Program) bool {
 	for _, r := range prog.Rules {
-		for _, m := range r.Matches {
-			switch m.(type) {
-			case ir.Addr, ir.AddrRange, ir.AddrSet, ir.CTState, ir.DSCP, ir.Fragment, ir.ICMP, ir.Iface, ir.L4Header, ir.L4Proto, ir.Length, ir.Mark, ir.Owner, ir.PktType, ir.Ports, ir.Proto, ir.Route, ir.SrcMAC, ir.TCPFlags, ir.TCPOption, ir.TProxyTo, ir.TTL, ir.Transport:
-				// no token bucket, table or clock.
-			case ir.Limit, ir.RateLimit, ir.HashLimit, ir.Recent:
-				return true
-			}
+		if slices.ContainsFunc(r.Matches, ir.Clocked) {
+			return true
 		}
 	}
 	return false
