@@ -41,11 +41,19 @@ func checkAgainstEval(t *testing.T, prog *codegen.Program, seed uint64, n int) {
 		}
 		return model.Meta{InIface: iface}
 	}
-	mismatches, untestable := 0, 0
+	mismatches, untestable, loopbackOnly := 0, 0, 0
 	st := &ir.State{}
 	for i := range n {
 		f := gen.Random()
 		frame, iface := f.Data, f.Iface
+		if prog.Hook != codegen.HookTCEgress && onLoopbackOnly(frame) {
+			// Run receives every frame on lo, whatever name the rules
+			// see, and the netfilter stage's run has no device: the IP
+			// layer's loopback checks cannot see iface. codegen's kernel
+			// tests run such frames on devices of their own.
+			loopbackOnly++
+			continue
+		}
 		got, err := l.Run(frame, iface)
 		if errors.Is(err, unix.EINVAL) && prog.Hook != codegen.HookXDP {
 			// BPF_PROG_TEST_RUN builds no skb from a frame whose IP
@@ -87,8 +95,8 @@ func checkAgainstEval(t *testing.T, prog *codegen.Program, seed uint64, n int) {
 	if mismatches > 0 {
 		t.Errorf("%d of %d packets differ", mismatches, n)
 	}
-	if untestable > n/10 {
-		t.Errorf("%d of %d packets could not be test-run", untestable, n)
+	if untestable > n/10 || loopbackOnly > n/4 {
+		t.Errorf("of %d packets, %d could not be test-run and %d depend on a loopback device", n, untestable, loopbackOnly)
 	}
 }
 
@@ -174,6 +182,15 @@ var hooks = []struct {
 	{codegen.HookXDP, "INPUT"},
 	{codegen.HookTCIngress, "INPUT"},
 	{codegen.HookTCEgress, "OUTPUT"},
+}
+
+// onLoopbackOnly reports whether the IP layer takes frame on lo and
+// drops it on other devices, or the other way round: IPv6's ::1 and
+// interface-local multicast.
+func onLoopbackOnly(frame []byte) bool {
+	lo, err1 := model.Decode(frame, model.Meta{InIface: "lo"})
+	other, err2 := model.Decode(frame, model.Meta{InIface: "eth0"})
+	return err1 == nil && err2 == nil && lo.Invalid != other.Invalid
 }
 
 // TestKernelMatchesEvalOnTestdata: every rule set under testdata/ that
