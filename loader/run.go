@@ -9,6 +9,7 @@ import (
 	"bpfwall/codegen"
 	"bpfwall/codegen/abi"
 	"bpfwall/ir"
+	"bpfwall/model"
 	"bpfwall/rules"
 )
 
@@ -69,6 +70,18 @@ func (l *Loaded) Run(frame []byte, iface string) (Outcome, error) {
 		}
 	}
 	return out, nil
+}
+
+// LoopbackOnly reports whether the IP layer takes frame on a loopback
+// device and drops it on others, or the other way round: IPv6's ::1 and
+// interface-local multicast. Run cannot show such a frame's fate on
+// another interface than lo: the test run receives every frame on lo,
+// whatever name the rules see, and the netfilter stage's run has no
+// device.
+func LoopbackOnly(frame []byte) bool {
+	lo, err1 := model.Decode(frame, model.Meta{InIface: "lo"})
+	other, err2 := model.Decode(frame, model.Meta{InIface: "eth0"})
+	return err1 == nil && err2 == nil && lo.Invalid != other.Invalid
 }
 
 // runNetfilter passes one frame through the netfilter stage with

@@ -3,12 +3,14 @@ package difftest
 import (
 	"bpfwall/internal/packets"
 	"bpfwall/model"
+	"bpfwall/rules"
+	"encoding/binary"
 )
 
 // Probes returns n frames for c, addressed from the sender to the
 // firewall: half aimed at c's rules (packets.Generator.Aim), breadth
 // first (every rule's base frame, then every rule's first edge, ...), and
-// half from packets.Generator.Frame, which picks each field on its own.
+// half from packets.Generator.Random, which picks each field on its own.
 func Probes(c *Case, seed uint64, n int) [][]byte {
 	g := packets.NewGenerator(c.Program, seed)
 	opts := packets.AimOptions{
@@ -31,7 +33,7 @@ func Probes(c *Case, seed uint64, n int) [][]byte {
 		}
 	}
 	for len(out) < n {
-		out = append(out, g.Random().Data) // the topology fixes the interfaces
+		out = append(out, random(g, c.Family)) // the topology fixes the interfaces
 	}
 	for _, f := range out {
 		copy(f[0:6], fwInMAC)
@@ -45,7 +47,7 @@ func RandomProbes(c *Case, seed uint64, n int) [][]byte {
 	g := packets.NewGenerator(c.Program, seed)
 	out := make([][]byte, n)
 	for i := range out {
-		out[i] = g.Random().Data
+		out[i] = random(g, c.Family)
 		copy(out[i][0:6], fwInMAC)
 	}
 	return out
@@ -63,4 +65,24 @@ func ProbesWhere(c *Case, seed uint64, n int, keep func([]byte) bool) [][]byte {
 		}
 	}
 	return out
+}
+
+// random returns a frame of g.Random that is not an IP packet of the
+// other family: the case's rules are one family's, and what the other
+// family's tables and routes make of a packet is not the case's.
+func random(g *packets.Generator, fam rules.Family) []byte {
+	other := uint16(0x86dd)
+	if fam == rules.IPv6 {
+		other = 0x0800
+	}
+	for {
+		f := g.Random().Data
+		off := 12
+		for off+4 <= len(f) && (binary.BigEndian.Uint16(f[off:]) == 0x8100 || binary.BigEndian.Uint16(f[off:]) == 0x88a8) {
+			off += 4
+		}
+		if off+2 > len(f) || binary.BigEndian.Uint16(f[off:]) != other {
+			return f
+		}
+	}
 }

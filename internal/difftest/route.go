@@ -74,7 +74,9 @@ func forwarded4(pkt *model.Packet, frame []byte) string {
 
 func forwarded6(pkt *model.Packet) string {
 	switch {
-	case pkt.Dst.IsMulticast():
+	// ipv6_addr_is_multicast: ff00::/8 only (netip's IsMulticast also
+	// takes the IPv4-mapped form of 224/4, which IPv6 routes as unicast).
+	case pkt.Dst.As16()[0] == 0xff:
 		return fmt.Sprintf("multicast %s is not forwarded", pkt.Dst)
 	case linkLocal6.Contains(pkt.Dst):
 		return fmt.Sprintf("link-local destination %s is not forwarded", pkt.Dst)

@@ -187,14 +187,19 @@ func txlateEval(p *ir.Program, frame []byte, meta model.Meta) (txlateVerdict, er
 //     read the fragment's data in IPv4, the IPv6 header in IPv6. Not
 //     malformed, but a difference of the two engines, not of the
 //     translation;
+//   - where netfilter sees the datagram, a first fragment without the
+//     transport bytes a rule reads is dropped (docs/fragments.md); an nft
+//     load can read further than the xt match's header;
 //   - an interface name no device can have (dev_valid_name): the
 //     translation of "! -i +", which matches nothing, is iifname
 //     "INVAL/D".
 //
 // Besides, iptables-translate leaves out some matches that are not quite
 // no-ops; txlateInexact lists them.
-func expectedDifference(pr *txlatePair, ipt txlateVerdict, nftLoads bool) string {
+func expectedDifference(pr *txlatePair, ipt, nft txlateVerdict, nftLoads bool) string {
 	switch {
+	case nft.res.Skipped == ir.SkipTinyFragment && ipt.res.Skipped == "":
+		return "first fragment shorter than the nft load"
 	case ipt.res.Hotdrop:
 		return "iptables hotdrop"
 	case nftLoads && ipt.pkt.FragOffset != 0:
@@ -476,7 +481,12 @@ func comparePair(t *testing.T, pr *txlatePair, c *txlateCompiled) (skip string, 
 			t.Fatalf("%s: decode: %v %v", pr.pos, err1, err2)
 		}
 		nprobes++
-		if loaded != nil && expectedDifference(pr, vi, loads) == "" {
+		// Run receives a frame on lo: it cannot show the fate of one
+		// whose IP-layer checks depend on the device, nor the class
+		// eth_type_trans gives a group address there (lo's broadcast
+		// address is zero), which the probe's meta does not follow.
+		runnable := a.Frame[0]&1 == 0 && (chain == "OUTPUT" || !loader.LoopbackOnly(a.Frame))
+		if loaded != nil && expectedDifference(pr, vi, vn, loads) == "" && runnable {
 			c.probes++
 			iface := a.Meta.InIface
 			if chain == "OUTPUT" {
@@ -516,7 +526,7 @@ func comparePair(t *testing.T, pr *txlatePair, c *txlateCompiled) (skip string, 
 		if vi.verdict == vn.verdict && vi.matched == vn.matched {
 			continue
 		}
-		if why := expectedDifference(pr, vi, loads); why != "" {
+		if why := expectedDifference(pr, vi, vn, loads); why != "" {
 			excluded[why]++
 			continue
 		}
