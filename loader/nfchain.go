@@ -299,7 +299,8 @@ func openPending(dir string, prog *codegen.Program) (*ebpf.Map, error) {
 // EnsureAnswers makes sure that the chain at p has the record and an
 // answer for every --reject-with of prog, pinned, and returns the
 // answers' pin paths by --reject-with, for the kernel's rules
-// (-m bpf --object-pinned PATH -j REJECT --reject-with WITH). It changes
+// (-m bpf --object-pinned PATH -j REJECT --reject-with WITH), as
+// iptables can open them (ForOthers). It changes
 // nothing that runs: an answer matches only what a program notes.
 func EnsureAnswers(p Place, prog *codegen.Program) (map[string]string, error) {
 	withs := prog.Rejects()
@@ -326,7 +327,7 @@ func EnsureAnswers(p Place, prog *codegen.Program) (map[string]string, error) {
 	paths := make(map[string]string)
 	for _, with := range withs {
 		path := filepath.Join(dir, pinAnswer+with)
-		paths[with] = path
+		paths[with] = ForOthers(path)
 		if _, err := os.Stat(path); err == nil {
 			continue
 		}

@@ -182,7 +182,9 @@ func HostRoot(root string) string {
 			if lasts, _ := bpffsLasts(dir); lasts {
 				fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 				if err == nil {
-					return fmt.Sprintf("/proc/self/fd/%d/%s", fd, filepath.Base(root))
+					own := fmt.Sprintf("/proc/self/fd/%d/%s", fd, filepath.Base(root))
+					othersRoots[own] = filepath.Join(dir, filepath.Base(root))
+					return own
 				}
 			}
 		}
@@ -196,6 +198,25 @@ func HostRoot(root string) string {
 		pid = next
 	}
 	return root
+}
+
+// othersRoots maps the roots HostRoot returned through this process's
+// descriptors to the same directories through their ancestor's root.
+var othersRoots = map[string]string{}
+
+// ForOthers returns a path to the pin at path that other processes can
+// open. A path under a root HostRoot returned goes through this
+// process's own descriptor, which a child (iptables-restore, given
+// -m bpf --object-pinned) does not have; the same pin is reached through
+// the root of the ancestor process HostRoot found it by, which lives as
+// long as the command does. Other paths are returned as they are.
+func ForOthers(path string) string {
+	for own, others := range othersRoots {
+		if rest, ok := strings.CutPrefix(path, own); ok && (rest == "" || rest[0] == '/') {
+			return others + rest
+		}
+	}
+	return path
 }
 
 // parentPID returns the parent of process pid, from /proc/PID/stat.

@@ -419,6 +419,22 @@ func TestPrivateMountNamespace(t *testing.T) {
 			t.Errorf("status after unload: %v\n%s", err, out)
 		}
 	}
+	// In netfilter mode the kernel's rules that answer REJECT name the
+	// answers' pins (-m bpf --object-pinned): iptables-restore, a child
+	// without bpfwall's descriptors, must be able to open them too.
+	rejects := filepath.Join(t.TempDir(), "reject.rules")
+	if err := os.WriteFile(rejects, []byte("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -p tcp --dport 23 -j REJECT --reject-with tcp-reset\nCOMMIT\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run("ip", "netns", "exec", name, "sh", "-c", `ip link set lo up && exec "$0" restore "$1"`, bin, rejects); err != nil {
+		t.Fatalf("restore of a REJECT rule under ip netns exec: %v\n%s", err, out)
+	}
+	if out, err := run("ip", "netns", "exec", name, "iptables-save"); err != nil || !strings.Contains(out, "-m bpf --object-pinned ") {
+		t.Errorf("the kernel's rules after restore: %v\n%s\nwant the REJECT answer", err, out)
+	}
+	if out, err := run("ip", "netns", "exec", name, bin, "unload"); err != nil {
+		t.Errorf("unload under ip netns exec: %v\n%s", err, out)
+	}
 }
 
 // withoutEnv returns env without the variable name.
