@@ -208,8 +208,10 @@ var othersRoots = map[string]string{}
 // open. A path under a root HostRoot returned goes through this
 // process's own descriptor, which a child (iptables-restore, given
 // -m bpf --object-pinned) does not have; the same pin is reached through
-// the root of the ancestor process HostRoot found it by, which lives as
-// long as the command does. Other paths are returned as they are.
+// the root of the ancestor process HostRoot found it by. (iptables opens
+// the path only while it adds the rule, and that ancestor, the shell
+// that ran ip netns exec, outlives the command.) Other paths are
+// returned as they are.
 func ForOthers(path string) string {
 	for own, others := range othersRoots {
 		if rest, ok := strings.CutPrefix(path, own); ok && (rest == "" || rest[0] == '/') {
