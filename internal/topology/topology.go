@@ -6,7 +6,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -67,6 +69,7 @@ func New(opts Options) (*Topology, error) {
 	if opts.OutIface == "" {
 		opts.OutIface = "fwout"
 	}
+	reapOnce.Do(func() { reapStale(opts.Prefix) })
 	prefix := fmt.Sprintf("%s-%d-%d-", opts.Prefix, os.Getpid(), seq.Add(1))
 	topo := &Topology{
 		Sender:   prefix + "snd",
@@ -86,6 +89,32 @@ func New(opts Options) (*Topology, error) {
 		return nil, errors.Join(fmt.Errorf("build topology: %w", err), deleteNetns(made))
 	}
 	return topo, nil
+}
+
+var reapOnce sync.Once
+
+// reapStale deletes the namespaces of topologies that a process, now
+// gone, left behind: a test binary killed by its timeout runs no
+// cleanup. Names are PREFIX-PID-SEQ-ROLE; a namespace whose process
+// lives, or whose ID a new process took, is left alone.
+func reapStale(prefix string) {
+	entries, err := os.ReadDir("/run/netns")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix+"-")
+		if !ok {
+			continue
+		}
+		pid, _, ok := strings.Cut(rest, "-")
+		if n, err := strconv.Atoi(pid); !ok || err != nil || n <= 0 {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + pid); errors.Is(err, os.ErrNotExist) {
+			Run("ip", "netns", "del", e.Name())
+		}
+	}
 }
 
 func (topo *Topology) namespaces() []string {
