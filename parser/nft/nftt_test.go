@@ -18,6 +18,9 @@ type nftTCase struct {
 	file, family, rule string
 	ok                 bool
 	script             string
+	// want is how nft lists the rule: the line's third field, or the
+	// rule itself.
+	want string
 }
 
 // nftTCases reads the .t files: ":chain;spec" declares a chain,
@@ -117,7 +120,11 @@ func nftTCases(t *testing.T) []nftTCase {
 						b.WriteString(strings.NewReplacer("FAMILY", tb.family, "TABLE", tb.name).Replace(d) + "\n")
 					}
 					fmt.Fprintf(&b, "add rule %s %s %s %s\n", tb.family, tb.name, c, fields[0])
-					out = append(out, nftTCase{file: filepath.Base(f), family: tb.family, rule: fields[0], ok: fields[1] == "ok", script: b.String()})
+					want := fields[0]
+					if len(fields) > 2 && fields[2] != "" {
+						want = fields[2]
+					}
+					out = append(out, nftTCase{file: filepath.Base(f), family: tb.family, rule: fields[0], ok: fields[1] == "ok", script: b.String(), want: want})
 				}
 			}
 		}
@@ -206,6 +213,69 @@ func TestNftT(t *testing.T) {
 	}
 }
 
+// TestNftTPrint: Print (fmt --nft) writes a valid rule line of nft's
+// tests as nft lists it: the line's third field, or the line itself.
+// The rate is logged and may not fall; issue 17 asks for 95%.
+func TestNftTPrint(t *testing.T) {
+	cases := nftTCases(t)
+	if len(cases) == 0 {
+		return
+	}
+	valid, same := 0, 0
+	var differ []string
+	for _, c := range cases {
+		if !c.ok {
+			continue
+		}
+		valid++
+		fam := rules.IPv4
+		if c.family == "ip6" {
+			fam = rules.IPv6
+		}
+		rs, err := Parse(c.file, []byte(c.script), Options{Family: fam})
+		if err != nil {
+			continue
+		}
+		text, err := Print(rs)
+		if err != nil {
+			continue
+		}
+		if got := printedRules(string(text)); got == c.want {
+			same++
+		} else if len(differ) < 40 {
+			differ = append(differ, fmt.Sprintf("%s (%s): %q, nft lists %q", c.file, c.family, got, c.want))
+		}
+	}
+	t.Logf("nft-t: %d of %d valid rule lines print as nft lists them (%.1f%%)", same, valid, 100*float64(same)/float64(valid))
+	for _, d := range differ {
+		t.Logf("  %s", d)
+	}
+	if float64(same) < nftTPrintFloor*float64(valid) {
+		t.Errorf("only %d of %d valid lines print as nft lists them", same, valid)
+	}
+}
+
+// printedRules returns the rules of text, a printed rule set, one per
+// line: what its chains hold but their type lines. (The printer names
+// the tables and chains of the model, filter and INPUT, not the
+// script's.)
+func printedRules(text string) string {
+	var out []string
+	in := false
+	for _, line := range strings.Split(text, "\n") {
+		l := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(l, "chain ") && strings.HasSuffix(l, "{"):
+			in = true
+		case in && l == "}":
+			in = false
+		case in && !strings.HasPrefix(l, "type ") && l != "":
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // logTop logs the n most frequent messages of counts.
 func logTop(t *testing.T, counts map[string]int, n int, what string) {
 	type kv struct {
@@ -227,4 +297,5 @@ const (
 	nftTValidFloor    = 0.997
 	nftTInvalidFloor  = 0.99
 	nftTCompiledFloor = 0.285
+	nftTPrintFloor    = 0.09
 )
