@@ -304,6 +304,81 @@ func (f *fields) fixFamily(fam rules.Family) {
 	}
 }
 
+// collect adds to v the values a match tests, and their neighbours.
+func (g *Generator) collect(v *values, m ir.Match) {
+	addrs := func(d ir.Dir, as ...netip.Addr) {
+		as = slices.DeleteFunc(as, func(a netip.Addr) bool { return !a.IsValid() })
+		if d == ir.Dst {
+			v.dst = append(v.dst, as...)
+		} else {
+			v.src = append(v.src, as...)
+		}
+	}
+	switch m := m.(type) {
+	case ir.CTState, ir.Fragment, ir.HashLimit, ir.L4Header, ir.Limit, ir.Owner, ir.PktType, ir.RateLimit, ir.Recent, ir.Route, ir.TProxyTo, ir.Transport:
+		// nothing to collect.
+	case ir.Addr:
+		last := lastUnder(m.Addr, m.Mask)
+		addrs(m.Dir, m.Addr, last, m.Addr.Prev(), last.Next(), g.inside(m.Addr, m.Mask), g.outside(m.Addr, m.Mask))
+	case ir.AddrRange:
+		addrs(m.Dir, m.From, m.To, m.From.Prev(), m.To.Next())
+	case ir.AddrSet:
+		for _, e := range m.Entries {
+			p := e.Prefix.Masked()
+			last := lastUnder(p.Addr(), rules.MaskOf(p.Addr().BitLen(), p.Bits()))
+			addrs(m.Dir, p.Addr(), last, p.Addr().Prev(), last.Next())
+		}
+	case ir.Proto:
+		v.protos = append(v.protos, m.Proto)
+	case ir.L4Proto:
+		v.protos = append(v.protos, m.Proto)
+	case ir.Ports:
+		var ps []uint16
+		for _, r := range m.Ranges {
+			ps = append(ps, r.Lo, r.Hi, r.Lo-1, r.Hi+1, r.Lo+uint16(g.rng.IntN(int(r.Hi-r.Lo)+1)))
+		}
+		if m.Dir != ir.Dst {
+			v.sport = append(v.sport, ps...)
+		}
+		if m.Dir != ir.Src {
+			v.dport = append(v.dport, ps...)
+		}
+	case ir.ICMP:
+		v.icmp = append(v.icmp, [2]uint8{m.Type, m.CodeMin}, [2]uint8{m.Type, m.CodeMax},
+			[2]uint8{m.Type, m.CodeMax + 1}, [2]uint8{m.Type, m.CodeMin - 1}, [2]uint8{m.Type + 1, m.CodeMin})
+	case ir.TTL:
+		v.ttls = append(v.ttls, m.Value, m.Value-1, m.Value+1)
+	case ir.DSCP:
+		v.dscps = append(v.dscps, (m.Value-1)&0x3f, m.Value, (m.Value+1)&0x3f)
+	case ir.Length:
+		// Edges past the MTU cannot be sent: "ip length > 88" would
+		// otherwise make frames of 64 KiB.
+		for _, n := range []int{int(m.Min) - 1, int(m.Min), int(m.Max), int(m.Max) + 1} {
+			if n <= maxLength {
+				v.lens = append(v.lens, n)
+			}
+		}
+	case ir.TCPFlags:
+		v.flags = append(v.flags, m.Comp, m.Comp^m.Mask, m.Comp^(m.Mask&-m.Mask), m.Comp|^m.Mask)
+	case ir.TCPOption:
+		v.opts = append(v.opts, m.Kind)
+	case ir.SrcMAC:
+		near := slices.Clone(m.Addr[:])
+		near[5] ^= 1
+		v.macs = append(v.macs, net.HardwareAddr(m.Addr[:]), net.HardwareAddr(near))
+	case ir.Mark:
+		v.marks = append(v.marks, m.Value, m.Value^(m.Mask&-m.Mask), m.Value|^m.Mask)
+	case ir.Iface:
+		v.ifaces = append(v.ifaces, m.Name, m.Name+"0")
+		if m.Prefix {
+			v.ifaces = append(v.ifaces, m.Name+"x1")
+			if m.Name != "" {
+				v.ifaces = append(v.ifaces, m.Name[:len(m.Name)-1])
+			}
+		}
+	}
+}
+
 // satisfy changes f so that m holds, when it can and m does not already.
 func (g *Generator) satisfy(f *fields, m ir.Match) {
 	if f.holds(m) {
