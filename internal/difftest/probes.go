@@ -4,7 +4,6 @@ import (
 	"bpfwall/internal/packets"
 	"bpfwall/model"
 	"bpfwall/rules"
-	"encoding/binary"
 )
 
 // Probes returns n frames for c, addressed from the sender to the
@@ -71,17 +70,9 @@ func ProbesWhere(c *Case, seed uint64, n int, keep func([]byte) bool) [][]byte {
 // other family: the case's rules are one family's, and what the other
 // family's tables and routes make of a packet is not the case's.
 func random(g *packets.Generator, fam rules.Family) []byte {
-	other := uint16(0x86dd)
-	if fam == rules.IPv6 {
-		other = 0x0800
-	}
 	for {
 		f := g.Random().Data
-		off := 12
-		for off+4 <= len(f) && (binary.BigEndian.Uint16(f[off:]) == 0x8100 || binary.BigEndian.Uint16(f[off:]) == 0x88a8) {
-			off += 4
-		}
-		if off+2 > len(f) || binary.BigEndian.Uint16(f[off:]) != other {
+		if pkt, err := model.Decode(f, model.Meta{}); err != nil || pkt.NotIP || pkt.Family == fam {
 			return f
 		}
 	}
