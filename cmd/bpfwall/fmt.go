@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"bpfwall/parser/nft"
+	"bpfwall/parser/nft/kernel"
 	"bpfwall/rules"
 )
 
@@ -14,7 +15,7 @@ func runFmt(args []string, stdout, stderr io.Writer) error {
 	in.register(fs)
 	counters := fs.BoolP("counters", "c", false, "print rule counters")
 	fs.BoolVarP(&in.fragment, "noflush", "n", false, "read a fragment applied with iptables-restore -n: chains defined elsewhere allowed")
-	asNFT := fs.Bool("nft", false, "print nft text (\"nft list ruleset\" form) of a rule set read from nftables")
+	asNFT := fs.Bool("nft", false, "print an nft rule set as \"nft list ruleset\" lists it after \"nft -f\" (as \"nft -s list ruleset\" without -c)")
 	files, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -30,7 +31,18 @@ func runFmt(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *asNFT {
-		text, err := nft.Print(rs)
+		if !in.readNFT {
+			return fmt.Errorf("fmt --nft prints nft rule sets: %s is iptables text (iptables-restore-translate writes it as nft)", files[0])
+		}
+		src, name := in.src, files[0]
+		if in.fromKernel {
+			if src, err = kernel.Text(); err != nil {
+				return err
+			}
+		} else if name == "-" {
+			name = "<stdin>"
+		}
+		text, err := nft.Format(name, src, nft.FormatOptions{Counters: *counters})
 		if err != nil {
 			return fmt.Errorf("fmt --nft: %w", err)
 		}

@@ -35,6 +35,8 @@ type inputFlags struct {
 	// fromKernel reads the nftables rule set of the network namespace
 	// instead of a file.
 	fromKernel bool
+	// src is the text of the last file load read.
+	src []byte
 }
 
 // kernelInput names the kernel's rule set where a file name would be.
@@ -102,6 +104,7 @@ func (f *inputFlags) load(name string, stderr io.Writer) (*rules.Ruleset, error)
 	if err != nil {
 		return nil, err
 	}
+	f.src = src
 	var base map[string]*rules.IPSet
 	if f.base != nil {
 		base = f.base.Sets

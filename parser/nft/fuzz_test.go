@@ -12,8 +12,9 @@ import (
 
 // FuzzParse checks that no nft input makes the parser panic, that every
 // error it reports has a line to point at, that what it accepts prints as
-// iptables-save text, and that what prints as nft text (Print) reads back
-// and prints the same.
+// iptables-save text, that its listing (Format) parses and lists the
+// same again, and that what prints as nft text (Print) reads back and
+// prints the same.
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("table inet f {\n\tchain in {\n\t\ttype filter hook input priority 0; policy drop;\n\t\tct state established,related accept\n\t\ttcp dport { 22, 80-90 } accept\n\t}\n}\n"), false)
 	f.Add([]byte("define nets = { 10.0.0.0/8, 192.168.0.0/16 }\ntable ip t { set s { type ipv4_addr . inet_service; elements = { 10.0.0.1 . 22 } }\nchain c { type filter hook input priority filter; ip saddr $nets ip saddr . tcp dport @s drop; } }\n"), false)
@@ -68,6 +69,18 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		rs.Save(rules.SaveOptions{})
+		// The listing (fmt --nft) of what parses parses too, in the same
+		// family, and lists the same again.
+		listing, err := Format("fuzz.nft", src, FormatOptions{Counters: true, ReadFile: noFiles})
+		if err != nil {
+			t.Fatalf("Format: %v\ninput:\n%s", err, src)
+		}
+		if _, err := Parse("listing.nft", listing, Options{Family: fam, ReadFile: noFiles}); err != nil {
+			t.Fatalf("the listing does not parse: %v\ninput:\n%s\nlisting:\n%s", err, src, listing)
+		}
+		if again, err := Format("listing.nft", listing, FormatOptions{Counters: true, ReadFile: noFiles}); err != nil || string(again) != string(listing) {
+			t.Fatalf("the listing is not stable (%v):\ninput:\n%s\nlisting:\n%s\nthen:\n%s", err, src, listing, again)
+		}
 		// What prints must read back and print the same.
 		text, err := Print(rs)
 		if err != nil {

@@ -87,7 +87,7 @@ type TableItem struct {
 	Define  *Define    `parser:" | @@"`
 	Flags   []string   `parser:" | 'flags' @Word ( ',' @Word )*"`
 	Comment *string    `parser:" | 'comment' @String"`
-	Object  *Object    `parser:" | ~('chain' | 'set' | 'map') @@ )"`
+	Object  *Object    `parser:" | (?! 'chain' | 'set' | 'map') @@ )"`
 }
 
 // ChainDecl is "name { ... }".
@@ -142,7 +142,7 @@ type HookSpec struct {
 	Pos      lexer.Position
 	Type     string    `parser:"'type' @Word"`
 	Hook     string    `parser:"'hook' @Word"`
-	Device   *Value    `parser:"( 'device' @@ )?"`
+	Device   *Value    `parser:"( ( 'device' | 'devices' '=' ) @@ )?"`
 	Priority *Priority `parser:"( 'priority' @@ )?"`
 }
 

@@ -10,9 +10,10 @@ import (
 	"bpfwall/rules"
 )
 
-// Print writes a model read from nftables as an "nft list ruleset" listing
-// that Parse, for the same family, reads back into a model that prints the
-// same and means the same: one table of the model's family per model table
+// Print writes a model read from nftables as nft text that Parse, for
+// the same family, reads back into a model that prints the same and means
+// the same (the tests compare models through it; fmt --nft prints the
+// script itself, with Format): one table of the model's family per model table
 // ("table ip filter", "table ip6 mangle", "table netdev netdev"), one base
 // chain per builtin chain, and the user chains. Chain types and
 // priorities, counters, netdev devices and the names of sets are not in

@@ -33,6 +33,20 @@ type table struct {
 	// "counter NAME", "quota NAME", "ct helper NAME": a rule may only
 	// name one that exists.
 	objects map[string]bool
+	// What only a listing prints: the table's flags and comment, its
+	// stateful objects and flowtables as declared, and its sets in the
+	// order they were added.
+	flags    []string
+	comment  *string
+	objDecls []objDecl
+	setOrder []string
+}
+
+// objDecl is a stateful object or flowtable as declared: its words
+// ("counter", "c1") and its block, if it has one.
+type objDecl struct {
+	words []string
+	body  *Block
 }
 
 type chain struct {
@@ -41,6 +55,9 @@ type chain struct {
 	table *table
 	hook  *baseHook // nil for regular chains
 	rules []*srcRule
+	// comment and flags are the chain's, for a listing.
+	comment *string
+	flags   []string
 }
 
 // baseHook is what makes a chain a base chain.
@@ -61,8 +78,12 @@ type srcRule struct {
 	// partial the terms it read before what it could not.
 	unread  string
 	partial []*Term
-	env     *env // the variables defined where the rule was read
-	file    string
+	// rest is the tokens of an unread rule after partial, and raw its
+	// text as written, for a listing.
+	rest []*RestTok
+	raw  string
+	env  *env // the variables defined where the rule was read
+	file string
 }
 
 type set struct {
@@ -77,6 +98,10 @@ type set struct {
 	elems    []*Elem
 	elemEnvs []*env
 	file     string
+	// items are the declaration's lines, and lines the text of those
+	// but the elements, for a listing.
+	items []*SetItem
+	lines []string
 }
 
 func (s *set) kind() string {
@@ -122,6 +147,7 @@ func (e *env) with(name string, v *Value, defEnv *env) *env {
 // reader reads a script and the files it includes into a ruleset.
 type reader struct {
 	rs       *ruleset
+	srcs     map[string][]byte // each file read, for the text of unread rules
 	readFile func(string) ([]byte, error)
 	depth    int
 	errs     rules.ErrorList
@@ -163,6 +189,10 @@ func parseFile(name string, src []byte) (*File, error) {
 // readScript reads one file's items in order. cur is the table whose
 // block the items are in, nil at top level.
 func (rd *reader) readScript(name string, src []byte, e *env) *env {
+	if rd.srcs == nil {
+		rd.srcs = map[string][]byte{}
+	}
+	rd.srcs[name] = src
 	f, err := parseFile(name, src)
 	if err != nil {
 		var l rules.ErrorList
@@ -300,6 +330,11 @@ func (rd *reader) tableBody(t *table, body *TableBody, e *env) *env {
 			e = rd.define(it.Define, e)
 		case it.Object != nil:
 			t.addObject(it.Object.Words)
+			t.objDecls = append(t.objDecls, objDecl{words: it.Object.Words, body: it.Object.Body})
+		case it.Flags != nil:
+			t.flags = append(t.flags, it.Flags...)
+		case it.Comment != nil:
+			t.comment = it.Comment
 		}
 		// Flags, comments and objects (counters, quotas, helpers,
 		// flowtables) change no verdict unless a rule refers to them,
@@ -340,12 +375,16 @@ func (rd *reader) chainBody(c *chain, body *ChainBody, e *env) {
 			if c.hook != nil {
 				c.hook.devices = append(c.hook.devices, rd.words(it.Devices, e)...)
 			}
+		case it.Comment != nil:
+			c.comment = it.Comment
+		case it.Flags != nil:
+			c.flags = append(c.flags, it.Flags...)
 		case it.Rule != nil && len(it.Rule.Rest) > 0:
-			c.rules = append(c.rules, &srcRule{pos: pos, ast: &Rule{Pos: it.Rule.Pos}, unread: "… " + restText(it.Rule.Rest), partial: it.Rule.Terms, env: e, file: pos.File})
+			c.rules = append(c.rules, &srcRule{pos: pos, ast: &Rule{Pos: it.Rule.Pos}, unread: "… " + restText(it.Rule.Rest), partial: it.Rule.Terms, rest: it.Rule.Rest, raw: rd.rawRule(it.Rule.Pos), env: e, file: pos.File})
 		case it.Rule != nil:
 			c.rules = append(c.rules, &srcRule{pos: pos, ast: it.Rule, env: e, file: pos.File})
 		case it.Unread != nil:
-			c.rules = append(c.rules, &srcRule{pos: pos, ast: &Rule{Pos: it.Pos}, unread: it.Unread.text(), env: e, file: pos.File})
+			c.rules = append(c.rules, &srcRule{pos: pos, ast: &Rule{Pos: it.Pos}, unread: it.Unread.text(), rest: it.Unread.Tokens, raw: rd.rawRule(it.Pos), env: e, file: pos.File})
 		}
 	}
 }
@@ -452,6 +491,25 @@ func (rd *reader) addSet(t *table, isMap bool, name string, pos rules.Pos, items
 	if s == nil {
 		s = &set{name: name, pos: pos, isMap: isMap, file: pos.File}
 		t.sets[name] = s
+		t.setOrder = append(t.setOrder, name)
+	}
+	s.items = append(s.items, items...)
+	end := -1
+	for i, it := range items {
+		if it.Elements == nil && it.Pos.Offset > end {
+			// An item the grammar read in part ends where its line does:
+			// the rest of the line is no item of its own. An item ends
+			// where elements the grammar read begin.
+			limit := -1
+			if i+1 < len(items) && items[i+1].Elements != nil && items[i+1].Pos.Filename == it.Pos.Filename {
+				limit = items[i+1].Pos.Offset
+			}
+			line, e := rd.rawSpan(it.Pos, limit)
+			end = e
+			if !slices.Contains(s.lines, line) {
+				s.lines = append(s.lines, line)
+			}
+		}
 	}
 	for _, it := range items {
 		switch {
@@ -611,6 +669,7 @@ func (rd *reader) command(c *Command, e *env) {
 			}
 		case "delete", "destroy":
 			delete(t.sets, unquote(c.Set.Name))
+			t.setOrder = slices.DeleteFunc(t.setOrder, func(n string) bool { return n == unquote(c.Set.Name) })
 		case "list", "reset":
 		default:
 			rd.errorf(pos, "%s %s is not supported", c.Verb, c.Set.Kind)
@@ -688,7 +747,8 @@ func (rd *reader) ruleCommand(c *Command, pos rules.Pos, e *env) {
 		}
 		r := &srcRule{pos: toPos(rc.Rule.Pos), ast: rc.Rule, env: e, file: pos.File}
 		if len(rc.Rule.Rest) > 0 {
-			r.ast, r.unread, r.partial = &Rule{Pos: rc.Rule.Pos}, "… "+restText(rc.Rule.Rest), rc.Rule.Terms
+			r.ast, r.unread, r.partial, r.rest = &Rule{Pos: rc.Rule.Pos}, "… "+restText(rc.Rule.Rest), rc.Rule.Terms, rc.Rule.Rest
+			r.raw = rd.rawRule(rc.Rule.Pos)
 		}
 		if c.Verb == "insert" {
 			ch.rules = slices.Insert(ch.rules, 0, r)
@@ -698,6 +758,65 @@ func (rd *reader) ruleCommand(c *Command, pos rules.Pos, e *env) {
 	default:
 		rd.errorf(pos, "%s rule is not supported", c.Verb)
 	}
+}
+
+// rawRule is the text of the rule that starts at p, as written: up to
+// the end of its line or a ";" outside strings and braces, runs of space
+// outside strings made one.
+func (rd *reader) rawRule(p lexer.Position) string {
+	s, _ := rd.rawSpan(p, -1)
+	return s
+}
+
+// rawSpan is rawRule with the offset where the text ends, at limit at the
+// latest (-1: none).
+func (rd *reader) rawSpan(p lexer.Position, limit int) (string, int) {
+	src := rd.srcs[p.Filename]
+	if p.Offset < 0 || p.Offset >= len(src) {
+		return "", p.Offset
+	}
+	var b []byte
+	space := func() {
+		if len(b) > 0 && b[len(b)-1] != ' ' {
+			b = append(b, ' ')
+		}
+	}
+	depth, quoted := 0, false
+	i := p.Offset
+loop:
+	for ; i < len(src) && i != limit; i++ {
+		c := src[i]
+		switch {
+		case quoted:
+			if c == '\\' && i+1 < len(src) {
+				b = append(b, c)
+				i++
+				c = src[i]
+			} else if c == '"' {
+				quoted = false
+			}
+		case c == '"':
+			quoted = true
+		case c == '\\' && i+1 < len(src) && (src[i+1] == '\n' || src[i+1] == '\r'):
+			for i+1 < len(src) && (src[i+1] == '\n' || src[i+1] == '\r') {
+				i++
+			}
+			space()
+			continue
+		case c == '#', (c == '\n' || c == ';' || c == '}') && depth == 0:
+			break loop
+		case c == '{':
+			depth++
+		case c == '}':
+			depth--
+		}
+		if !quoted && (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
+			space()
+			continue
+		}
+		b = append(b, c)
+	}
+	return strings.TrimSpace(string(b)), i
 }
 
 // readRuleset reads a script into the nftables state it describes.
@@ -818,5 +937,10 @@ func (rd *reader) addObjectCmd(g *Generic) {
 	if t := rd.lookupTable(spec); t != nil {
 		kind := strings.Fields(words[0])
 		t.addObject(append(kind, rest[0]))
+		var body *Block
+		if n := len(g.Rest); n > 0 && g.Rest[n-1].Nested != nil {
+			body = g.Rest[n-1].Nested
+		}
+		t.objDecls = append(t.objDecls, objDecl{words: append(kind, rest[0]), body: body})
 	}
 }

@@ -66,6 +66,18 @@ func Read(opts nft.Options) (*rules.Ruleset, error) {
 	return rs, err
 }
 
+// Text lists the network namespace's rule set as nft text, as Read
+// reads it: what "fmt --nft --from-kernel" prints.
+func Text() ([]byte, error) {
+	conn, err := nftables.New()
+	if err != nil {
+		return nil, fmt.Errorf("kernel: open netlink: %w", err)
+	}
+	defer conn.CloseLasting()
+	text, _, err := kernelText(conn, &xtListing{})
+	return text, err
+}
+
 // kernelText lists the rule set as nft text; where maps its rule lines
 // to the rules' names. xs keeps what the xt matches need.
 func kernelText(conn *nftables.Conn, xs *xtListing) (text []byte, where map[int]string, err error) {

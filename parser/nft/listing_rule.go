@@ -1,0 +1,1168 @@
+package nft
+
+import (
+	"fmt"
+	"net/netip"
+	"os/user"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// vtype is the type of a selector's values, which decides how a listing
+// prints them.
+type vtype uint8
+
+const (
+	tRaw        vtype = iota
+	tMark             // 0x%08x
+	tProto            // a number
+	tService          // a number
+	tUID              // a number: names resolve on this host
+	tGID              // a number: names resolve on this host
+	tAddr4            // an IPv4 address
+	tAddr6            // an IPv6 address, as inet_ntop prints it
+	tCtState          // flags in bit order
+	tCtStatus         // flags in bit order
+	tTCPFlags         // flags in bit order
+	tICMPType         // a name
+	tICMPv6Type       // a name
+	tICMPCode         // a number
+	tICMPv6Code       // a number
+	tDSCP             // a name
+	tECN              // a name
+	tEther            // a name
+	tTime             // 1m7s
+	tPktType          // a name
+	tIfGroup          // "default" or a number
+	tMAC              // two hex digits per octet
+	tPriority         // major:minor in hex
+	tCtEvent          // flags in bit order
+	tHour             // "HH:MM", or "HH:MM:SS" when the seconds are not zero
+	tDay              // a day's name
+	tDate             // "YYYY-MM-DD HH:MM:SS", in UTC
+)
+
+// typeNames are the set types of a "type" declaration.
+var typeNames = map[string]vtype{
+	"ipv4_addr": tAddr4, "ipv6_addr": tAddr6, "inet_service": tService, "inet_proto": tProto,
+	"mark": tMark, "ct_state": tCtState, "ether_addr": tMAC, "ether_type": tEther,
+	"icmp_type": tICMPType, "icmpv6_type": tICMPv6Type, "dscp": tDSCP, "ecn": tECN,
+	"uid": tUID, "gid": tGID, "pkt_type": tPktType, "ct_status": tCtStatus, "tcp_flag": tTCPFlags,
+}
+
+// selectorType is the type of a selector's values; key is the selector
+// as a listing prints it ("ip saddr", "meta mark", "tcp dport").
+func selectorType(key string) vtype {
+	words := strings.Fields(key)
+	if len(words) == 0 {
+		return tRaw
+	}
+	last := words[len(words)-1]
+	switch key {
+	case "meta mark", "ct mark", "mark":
+		return tMark
+	case "ip protocol", "meta l4proto", "l4proto", "ct protocol", "ct original protocol", "ct reply protocol":
+		return tProto
+	case "meta skuid", "skuid":
+		return tUID
+	case "meta skgid", "skgid":
+		return tGID
+	case "ct state":
+		return tCtState
+	case "ct status":
+		return tCtStatus
+	case "tcp flags":
+		return tTCPFlags
+	case "icmp type":
+		return tICMPType
+	case "icmpv6 type":
+		return tICMPv6Type
+	case "icmp code":
+		return tICMPCode
+	case "icmpv6 code":
+		return tICMPv6Code
+	case "ip dscp", "ip6 dscp":
+		return tDSCP
+	case "ip ecn", "ip6 ecn":
+		return tECN
+	case "meta protocol", "protocol", "ether type", "vlan type":
+		return tEther
+	case "ct expiration":
+		return tTime
+	case "meta pkttype", "pkttype":
+		return tPktType
+	case "iifgroup", "oifgroup":
+		return tIfGroup
+	case "meta priority":
+		return tPriority
+	case "ct event":
+		return tCtEvent
+	case "meta hour":
+		return tHour
+	case "meta day":
+		return tDay
+	case "meta time":
+		return tDate
+	}
+	switch {
+	case last == "nexthdr":
+		return tProto
+	case last == "sport" || last == "dport" || last == "proto-src" || last == "proto-dst":
+		return tService
+	case (last == "saddr" || last == "daddr") && (words[0] == "ether" || slices.Contains(words, "ether")):
+		return tMAC
+	case last == "saddr" || last == "daddr" || last == "nexthop":
+		if slices.Contains(words, "ip6") {
+			return tAddr6
+		}
+		if slices.Contains(words, "ip") {
+			return tAddr4
+		}
+	}
+	return tRaw
+}
+
+// unqualifiedMeta are the meta keys nft lists without "meta".
+var unqualifiedMeta = map[string]bool{"iif": true, "oif": true, "iifname": true, "oifname": true, "iifgroup": true, "oifgroup": true}
+
+// atomKey prints one selector atom as nft lists it. cont: the atom goes
+// on an expression the term before began, so a bare key is not
+// qualified.
+func atomKey(a *SelAtom, family string, cont bool) string {
+	switch {
+	case a.Raw != nil && a.Raw[0] == "@th" && a.Raw[2] == "16" && (a.Raw[1] == "0" || a.Raw[1] == "16"):
+		return map[string]string{"0": "th sport", "16": "th dport"}[a.Raw[1]]
+	case a.Raw != nil:
+		return a.Raw[0] + "," + a.Raw[1] + "," + a.Raw[2]
+	case a.Bare != "" && cont:
+		return a.Bare
+	case a.Proto == "vlan" && a.Field == "cfi":
+		return "vlan dei"
+	case a.Bare != "":
+		if unqualifiedMeta[a.Bare] {
+			return a.Bare
+		}
+		return "meta " + a.Bare
+	case a.Proto == "meta":
+		switch {
+		case unqualifiedMeta[a.Field]:
+			return a.Field
+		case a.Field == "secpath":
+			return "meta ipsec"
+		}
+		return "meta " + a.Field
+	case a.Proto == "ct":
+		words := []string{"ct"}
+		if a.Dir != "" && a.Field != "protocol" && a.Field != "l3proto" {
+			words = append(words, a.Dir)
+		}
+		fam := a.Fam
+		if fam == "" && a.Dir != "" && (a.Field == "saddr" || a.Field == "daddr") && (family == "ip" || family == "ip6") {
+			fam = family
+		}
+		if fam != "" {
+			words = append(words, fam)
+		}
+		return strings.Join(append(words, a.Field), " ")
+	case a.Proto == "rt" && a.Field == "nexthop" && a.Fam == "" && (family == "ip" || family == "ip6"):
+		return "rt " + family + " nexthop"
+	}
+	return a.text()
+}
+
+// ruleCtx is what printing a rule needs besides its terms.
+type ruleCtx struct {
+	family string
+	env    *env
+	l      *lister
+	// cont: the term being printed goes on the previous term's value.
+	cont bool
+	// inSet: the value printed is a set's element, where flags combined
+	// are "a | b", not a list.
+	inSet bool
+	// markCont: the term goes on a mark statement's value, whose
+	// constants are marks.
+	markCont bool
+}
+
+// rule prints one rule as nft lists it.
+func (l *lister) rule(t *table, r *srcRule) string {
+	c := &ruleCtx{family: t.family, env: r.env, l: l}
+	if r.unread != "" {
+		return unreadText(r.raw)
+	}
+	terms := r.ast.Terms
+	outs := make([]termOut, 0, len(terms))
+	var comment string
+	for i := 0; i < len(terms); i++ {
+		tm := terms[i]
+		if tm.Comment != nil {
+			comment = "comment " + *tm.Comment
+			continue
+		}
+		// A statement's value the grammar read as a lone word, "ct"
+		// of "ct mark set ct mark | 1", goes on in the next term: that
+		// term's key is not a selector of its own.
+		c.cont = i > 0 && splitValue(terms[i-1])
+		c.markCont = i > 0 && markValue(terms[i-1])
+		if i+1 < len(terms) && tm.Match != nil && tm.Match.Set != nil && terms[i+1].Other != nil && len(terms[i+1].Other.Rest) == 1 {
+			key := atomKey(tm.Match.Left.Atoms[0], c.family, false)
+			if selectorType(key) == tMark {
+				if text, ok := foldMark(key, primText(tm.Match.Set), terms[i+1].Other.Keyword, terms[i+1].Other.Rest[0].Token); ok {
+					outs = append(outs, termOut{text: text})
+					i++
+					continue
+				}
+			}
+		}
+		outs = append(outs, c.term(tm))
+	}
+	outs = c.implied(outs)
+	var j joiner
+	for i, o := range outs {
+		if o.dep != "" && i+1 < len(outs) && slices.Contains(outs[i+1].needs, o.dep) {
+			continue // nft adds this dependency itself and lists it not
+		}
+		if o.merge != "" && i+1 < len(outs) && strings.HasPrefix(outs[i+1].text, "th ") {
+			// "meta l4proto tcp th dport 22" lists as "tcp dport 22".
+			outs[i+1].text = o.merge + strings.TrimPrefix(outs[i+1].text, "th")
+			continue
+		}
+		j.add(o.text)
+	}
+	if comment != "" {
+		j.add(comment)
+	}
+	return j.String()
+}
+
+// unreadText prints a rule the grammar does not read in full as
+// written, but for the arithmetic on marks nft folds: not knowing its
+// structure, a listing changes nothing else of it.
+func unreadText(raw string) string {
+	words := strings.Fields(raw)
+	if len(words) > 0 && !strings.Contains(raw, `"`) {
+		mapped := slices.Clone(words)
+		for i, w := range mapped {
+			if sym, ok := opWords[w]; ok {
+				mapped[i] = sym
+			}
+		}
+		if s, ok := markArith(mapped); ok && !slices.ContainsFunc(mapped[1:], func(w string) bool { return w == "set" || w == "map" || w == "{" }) {
+			return s
+		}
+	}
+	return raw
+}
+
+// joiner joins the printed parts of a rule with the spacing nft uses.
+type joiner struct {
+	b    strings.Builder
+	last string
+}
+
+func (j *joiner) add(s string) {
+	if s == "" {
+		return
+	}
+	if j.b.Len() > 0 {
+		first := s
+		if k := strings.IndexByte(s, ' '); k > 0 {
+			first = s[:k]
+		}
+		if strings.ContainsAny(first[:1], ",/:)]") {
+			first = first[:1]
+		}
+		if spaced(j.last, first) {
+			j.b.WriteByte(' ')
+		}
+	}
+	j.b.WriteString(s)
+	j.last = s[strings.LastIndexByte(s, ' ')+1:]
+}
+
+func (j *joiner) String() string { return j.b.String() }
+
+// markValue says whether t sets a mark to a mark's expression ("meta
+// mark set mark and 0xff", "ct mark set 1 or 2"), whose constants the
+// next term continues.
+func markValue(t *Term) bool {
+	if t.Match == nil || t.Match.Set == nil || selectorType(atomKey(t.Match.Left.Atoms[0], "", false)) != tMark {
+		return false
+	}
+	v := primText(t.Match.Set)
+	if _, err := strconv.ParseUint(v, 0, 32); err == nil {
+		return true
+	}
+	return v == "mark" || v == "meta" || v == "ct"
+}
+
+// splitValue says whether t is a statement whose value the grammar cut
+// after its first word.
+func splitValue(t *Term) bool {
+	var v string
+	switch {
+	case t.Match != nil && t.Match.Set != nil:
+		v = primText(t.Match.Set)
+	case t.Counter != nil && t.Counter.Name != nil:
+		v = *t.Counter.Name
+	default:
+		return false
+	}
+	return v == "ct" || v == "meta" || v == "ip" || v == "ip6" || v == "tcp" || v == "udp"
+}
+
+// termOut is one printed term: its text, the dependency it is (a
+// protocol match nft would add itself before a term that needs it), and
+// the dependencies it needs.
+type termOut struct {
+	text  string
+	key   string // the selector, for a match
+	dep   string
+	needs []string
+	// merge is the transport protocol a "meta l4proto" match names, which
+	// a following "th" selector takes ("tcp dport").
+	merge string
+}
+
+func (c *ruleCtx) term(t *Term) termOut {
+	switch {
+	case t.Verdict != nil:
+		return termOut{text: verdictText(t.Verdict)}
+	case t.Counter != nil:
+		return termOut{text: c.counter(t.Counter)}
+	case t.Log != nil:
+		return termOut{text: logText(t.Log, c.env)}
+	case t.Limit != nil:
+		return termOut{text: limitText(t.Limit)}
+	case t.Reject != nil:
+		return termOut{text: c.reject(t.Reject)}
+	case t.Tproxy != nil:
+		return termOut{text: c.tproxy(t.Tproxy)}
+	case t.Xt != nil:
+		return termOut{text: fmt.Sprintf("xt %s %s", t.Xt.Kind, t.Xt.Name)}
+	case t.TCPOpt != nil:
+		return termOut{text: fmt.Sprintf("tcp option %s %s", t.TCPOpt.Kind, t.TCPOpt.Test)}
+	case t.Match != nil:
+		return c.match(t.Match)
+	case t.Other != nil:
+		return termOut{text: c.generic(t.Other)}
+	}
+	return termOut{}
+}
+
+func verdictText(v *Verdict) string {
+	if v.Jump != "" {
+		return v.Jump + " " + name(unquote(v.Chain))
+	}
+	return v.Kind
+}
+
+func (c *ruleCtx) counter(ct *Counter) string {
+	switch {
+	case ct.Name != nil:
+		return "counter name " + *ct.Name
+	case !c.l.counters:
+		return "counter"
+	case ct.Packets != nil:
+		return fmt.Sprintf("counter packets %s bytes %s", *ct.Packets, *ct.Bytes)
+	}
+	return "counter packets 0 bytes 0"
+}
+
+// logText prints a log statement with its options in nft's order; the
+// default level, warn, is not listed.
+func logText(lg *Log, e *env) string {
+	opts := map[string]string{}
+	var flags []string
+	for _, o := range lg.Options {
+		if o.Flags != nil {
+			switch {
+			case o.Flags.TCP != nil:
+				flags = append(flags, "tcp "+strings.Join(o.Flags.TCP, ","))
+			case o.Flags.IP:
+				flags = append(flags, "ip options")
+			default:
+				flags = append(flags, o.Flags.Word)
+			}
+			continue
+		}
+		v := strings.Join(o.Value, ",")
+		if strings.HasPrefix(v, "$") {
+			if d, ok := e.vars[v[1:]]; ok {
+				v = primText(d)
+			}
+		}
+		if o.Key == "prefix" && !strings.HasPrefix(v, `"`) {
+			v = strconv.Quote(v)
+		}
+		opts[o.Key] = v
+	}
+	words := []string{"log"}
+	for _, k := range []string{"prefix", "level", "group", "snaplen", "queue-threshold"} {
+		v, ok := opts[k]
+		if !ok || (k == "level" && v == "warn") {
+			continue
+		}
+		words = append(words, k, v)
+	}
+	all := []string{"tcp sequence,options", "ip options", "skuid", "ether"}
+	if len(flags) == len(all) && !slices.ContainsFunc(all, func(f string) bool { return !slices.Contains(flags, f) }) || slices.Contains(flags, "all") {
+		flags = []string{"all"}
+	}
+	for _, f := range flags {
+		words = append(words, "flags", f)
+	}
+	return strings.Join(words, " ")
+}
+
+// limitText prints a limit as nft does: the rate unit against the
+// slash, and a packet limit's burst, 5 unless given.
+func limitText(lm *Limit) string {
+	words := []string{"limit rate"}
+	if lm.Over {
+		words = append(words, "over")
+	}
+	rate := lm.Rate
+	if lm.RateUnit != "" {
+		rate += " " + lm.RateUnit
+	}
+	words = append(words, rate+"/"+lm.Per)
+	switch {
+	case lm.Burst != "" && (lm.BurstUnit == "" || lm.BurstUnit == "packets"):
+		if lm.RateUnit != "" {
+			words = append(words, "burst", lm.Burst, "bytes")
+		} else {
+			words = append(words, "burst", lm.Burst, "packets")
+		}
+	case lm.Burst != "":
+		if lm.Burst != "0" {
+			words = append(words, "burst", lm.Burst, lm.BurstUnit)
+		}
+	case lm.RateUnit == "":
+		words = append(words, "burst 5 packets")
+	}
+	return strings.Join(words, " ")
+}
+
+// reject prints a reject statement: the family's default reply is not
+// listed, and numeric reasons print as names.
+func (c *ruleCtx) reject(rj *Reject) string {
+	if rj.With == "" {
+		return "reject"
+	}
+	if rj.With == "tcp" {
+		return "reject with tcp " + rj.Reason
+	}
+	reason := rj.Reason
+	var codes map[string]uint8
+	switch rj.With {
+	case "icmp":
+		codes = icmpCodes
+	case "icmpv6":
+		codes = icmpv6Codes
+	case "icmpx":
+		codes = icmpxCodes
+	}
+	if n, err := strconv.ParseUint(reason, 0, 8); err == nil {
+		if s := nameOf(codes, uint8(n)); s != "" {
+			reason = s
+		}
+	}
+	def := map[string]string{"ip": "icmp", "ip6": "icmpv6"}[c.family]
+	if def == "" {
+		def = "icmpx"
+	}
+	if rj.With == def && reason == "port-unreachable" {
+		return "reject"
+	}
+	return "reject with " + rj.With + " " + reason
+}
+
+var icmpxCodes = map[string]uint8{"no-route": 0, "port-unreachable": 1, "host-unreachable": 2, "admin-prohibited": 3}
+
+// nameOf finds the name of value v in names; of several names, the
+// shortest, then the first in order.
+func nameOf[V comparable](names map[string]V, v V) string {
+	best := ""
+	for n, x := range names {
+		if x == v && (best == "" || len(n) < len(best) || len(n) == len(best) && n < best) {
+			best = n
+		}
+	}
+	return best
+}
+
+func (c *ruleCtx) tproxy(tp *Tproxy) string {
+	words := []string{"tproxy"}
+	if tp.Family != "" && c.family != "ip" && c.family != "ip6" {
+		words = append(words, tp.Family)
+	}
+	to := ""
+	if tp.Addr != nil {
+		to = c.prim(tp.Addr, tRaw)
+	}
+	if tp.Port != nil {
+		to += ":" + c.prim(tp.Port, tService)
+	}
+	return strings.Join(append(words, "to", to), " ")
+}
+
+// thProtos are the transport protocols whose ports "th" reads.
+var thProtos = map[string]uint8{"tcp": 6, "udp": 17, "udplite": 136, "sctp": 132, "dccp": 33}
+
+// protoNeeds are the protocol numbers a transport header's selectors
+// need.
+var protoNeeds = map[string]uint8{
+	"tcp": 6, "udp": 17, "udplite": 136, "sctp": 132, "dccp": 33, "icmp": 1, "icmpv6": 58,
+	"ah": 51, "esp": 50, "comp": 108,
+}
+
+func (c *ruleCtx) match(m *Match) termOut {
+	var keys []string
+	var types []vtype
+	for _, a := range m.Left.Atoms {
+		k := atomKey(a, c.family, c.cont)
+		keys = append(keys, k)
+		types = append(types, selectorType(k))
+	}
+	key := strings.Join(keys, " . ")
+	out := termOut{key: key}
+	if len(m.Left.Atoms) == 1 {
+		out.needs = c.needs(m.Left.Atoms[0])
+	}
+	typ := tRaw
+	if len(types) == 1 {
+		typ = types[0]
+	}
+	words := []string{key}
+	if m.Mask != nil {
+		words = append(words, "&", c.prim(m.Mask, typ))
+	}
+	switch {
+	case m.Set != nil:
+		val := c.value(m.Set, types)
+		if v := primText(m.Set); v == "mark" {
+			val = "meta mark" // a key, not a word
+		}
+		return termOut{text: strings.Join(append(words, "set", val), " ")}
+	case m.VMap != nil:
+		return termOut{text: strings.Join(append(words, "vmap", c.prim(m.VMap, tRaw, types...)), " ")}
+	}
+	if typ == tTCPFlags && m.Right != nil {
+		if text, ok := tcpFlagsText(m); ok {
+			out.text = text
+			return out
+		}
+	}
+	op := normOp(m.Op)
+	if typ == tAddr4 && m.Mask != nil && (op == "" || op == "==") && len(m.Right.Items) == 1 {
+		if text, ok := prefixMaskText(key, c.prim(m.Mask, typ), c.value(m.Right.Items[0], types)); ok {
+			out.text = text
+			return out
+		}
+	}
+	if typ == tMark && m.Mask == nil && (op == "" || op == "==") && len(m.Right.Items) == 1 && len(m.Right.Items[0].Parts) == 1 {
+		if u := m.Right.Items[0].Parts[0]; u.Mask != nil && u.Lo.Atom != nil && u.Mask.Atom != nil {
+			v, err1 := strconv.ParseUint(*u.Lo.Atom, 0, 32)
+			n, err2 := strconv.ParseUint(*u.Mask.Atom, 10, 8)
+			if err1 == nil && err2 == nil && n <= 32 {
+				mask := uint64(0xffffffff) << (32 - n) & 0xffffffff
+				out.text = fmt.Sprintf("%s & 0x%08x == 0x%08x", key, mask, v&mask)
+				return out
+			}
+		}
+	}
+	if typ == tCtStatus && op == "!=" && len(m.Right.Items) == 1 && m.Mask == nil {
+		op = "!"
+	}
+	switch op {
+	case "==":
+		if m.Mask == nil && typ != tTCPFlags && typ != tCtStatus {
+			op = ""
+		}
+	case "!":
+		if !isFlagType(typ) {
+			op = "!="
+		}
+	}
+	if op != "" {
+		words = append(words, op)
+	}
+	words = append(words, c.list(m.Right, types))
+	out.text = strings.Join(words, " ")
+	if op == "" && m.Mask == nil && len(m.Right.Items) == 1 && len(m.Right.Items[0].Parts) == 1 {
+		u := m.Right.Items[0].Parts[0]
+		if u.Hi == nil && u.Mask == nil && u.Or == nil && u.Lo.Atom != nil {
+			v := unquote(*u.Lo.Atom)
+			out.dep = c.depOf(key, v)
+			if p, err := parseProto(v); err == nil && key == "meta l4proto" {
+				out.merge = nameOf(thProtos, p)
+			}
+		}
+	}
+	return out
+}
+
+// depOf says which dependency a match "key value" is, "" if none: nft
+// adds "meta l4proto" (or "ip protocol" in an ip table) before a
+// transport header's selectors itself, and "meta nfproto" or "meta
+// protocol" before a network header's.
+func (c *ruleCtx) depOf(key, v string) string {
+	switch key {
+	case "meta l4proto":
+		if p, err := parseProto(v); err == nil {
+			return "l4:" + strconv.Itoa(int(p))
+		}
+	case "ip protocol":
+		if c.family == "ip" {
+			if p, err := parseProto(v); err == nil {
+				return "l4:" + strconv.Itoa(int(p))
+			}
+		}
+	case "meta nfproto":
+		if c.family == "inet" {
+			return map[string]string{"ipv4": "l3:ip", "ipv6": "l3:ip6"}[v]
+		}
+	case "meta protocol":
+		if c.family == "ip" || c.family == "ip6" {
+			return map[string]string{"ip": "l3:ip", "ip6": "l3:ip6"}[v]
+		}
+	case "ether type":
+		if v == "vlan" || v == "8021q" {
+			return "l2:vlan"
+		}
+	}
+	return ""
+}
+
+// needs lists the dependencies of a selector's header.
+func (c *ruleCtx) needs(a *SelAtom) []string {
+	var out []string
+	if p, ok := protoNeeds[a.Proto]; ok {
+		out = append(out, "l4:"+strconv.Itoa(int(p)))
+		switch {
+		case a.Proto == "icmp":
+			out = append(out, "l3:ip")
+		case a.Proto == "icmpv6":
+			out = append(out, "l3:ip6")
+		case c.family == "ip":
+			out = append(out, "l3:ip")
+		case c.family == "ip6":
+			out = append(out, "l3:ip6")
+		}
+	}
+	switch a.Proto {
+	case "ip", "ip6":
+		out = append(out, "l3:"+a.Proto)
+	case "vlan":
+		out = append(out, "l2:vlan")
+	}
+	return out
+}
+
+// implied adds what nft lists before an icmp echo's id or sequence: the
+// types that have them.
+func (c *ruleCtx) implied(outs []termOut) []termOut {
+	for i := 0; i < len(outs); i++ {
+		o := outs[i]
+		var typ, types string
+		switch o.key {
+		case "icmp id", "icmp sequence":
+			typ, types = "icmp type", "icmp type { echo-reply, echo-request }"
+		case "icmpv6 id", "icmpv6 sequence":
+			typ, types = "icmpv6 type", "icmpv6 type { echo-request, echo-reply }"
+		default:
+			continue
+		}
+		if slices.ContainsFunc(outs[:i], func(p termOut) bool { return p.key == typ }) {
+			continue
+		}
+		outs = slices.Insert(outs, i, termOut{text: types, key: typ})
+		i++
+	}
+	return outs
+}
+
+// list prints a right-hand side: a value, or a comma list of flags.
+func (c *ruleCtx) list(l *List, types []vtype) string {
+	typ := tRaw
+	if len(types) == 1 {
+		typ = types[0]
+	}
+	var parts []string
+	for _, v := range l.Items {
+		parts = append(parts, c.value(v, types))
+	}
+	if len(parts) > 1 && isFlagType(typ) {
+		return strings.Join(sortFlags(typ, parts), ",")
+	}
+	return strings.Join(parts, ",")
+}
+
+func isFlagType(t vtype) bool {
+	return t == tCtState || t == tCtStatus || t == tTCPFlags || t == tCtEvent
+}
+
+// flagBits are the bits of each flag type's names.
+func flagBits(t vtype) map[string]uint64 {
+	out := map[string]uint64{}
+	switch t {
+	case tCtState:
+		for k, v := range ctStateNames {
+			out[k] = uint64(v)
+		}
+	case tCtStatus:
+		for k, v := range ctStatusWords {
+			out[k] = uint64(v)
+		}
+	case tTCPFlags:
+		for k, v := range tcpFlagNames {
+			out[k] = uint64(v)
+		}
+	case tCtEvent:
+		for i, k := range ctEvents {
+			out[k] = 1 << i
+		}
+	}
+	return out
+}
+
+// sortFlags orders flag names by their bits, as nft lists them.
+func sortFlags(t vtype, names []string) []string {
+	bits := flagBits(t)
+	out := slices.Clone(names)
+	slices.SortStableFunc(out, func(a, b string) int {
+		ba, oka := bits[a]
+		bb, okb := bits[b]
+		if !oka || !okb {
+			return 0
+		}
+		return int(ba) - int(bb)
+	})
+	return out
+}
+
+// value prints a value, a concatenation of units whose parts have types.
+func (c *ruleCtx) value(v *Value, types []vtype) string {
+	var parts []string
+	for i, u := range v.Parts {
+		typ := tRaw
+		switch {
+		case len(v.Parts) == 1 && len(types) == 1:
+			typ = types[0]
+		case i < len(types) && len(v.Parts) == len(types):
+			typ = types[i]
+		}
+		parts = append(parts, c.unit(u, typ, types))
+	}
+	return strings.Join(parts, " . ")
+}
+
+func (c *ruleCtx) unit(u *Unit, typ vtype, types []vtype) string {
+	lo := c.prim(u.Lo, typ, types...)
+	switch {
+	case u.Hi != nil:
+		if typ == tTime {
+			return timeSeconds(lo) + "-" + timeSeconds(c.prim(u.Hi, typ))
+		}
+		return lo + "-" + c.prim(u.Hi, typ)
+	case u.Mask != nil:
+		return lo + "/" + c.prim(u.Mask, tRaw)
+	case u.Or != nil:
+		parts := []string{lo}
+		for _, p := range u.Or {
+			parts = append(parts, c.prim(p, typ))
+		}
+		if isFlagType(typ) && !c.inSet {
+			return strings.Join(sortFlags(typ, parts), ",")
+		}
+		return strings.Join(parts, " | ")
+	}
+	return lo
+}
+
+// prim prints a primary of type typ; a set's elements have types set
+// (a concatenation's parts).
+func (c *ruleCtx) prim(p *Prim, typ vtype, set ...vtype) string {
+	if len(set) == 0 {
+		set = []vtype{typ}
+	}
+	switch {
+	case p.Set != nil:
+		var els []string
+		for _, el := range p.Set.Elems {
+			els = append(els, c.l.elem(el, set, "", c.env, nil))
+		}
+		return "{ " + strings.Join(els, ", ") + " }"
+	case p.Paren != nil:
+		var items []string
+		pc := *c
+		pc.inSet = true // flags combined in parentheses are "a | b"
+		for _, v := range p.Paren.Items {
+			items = append(items, pc.value(v, []vtype{typ}))
+		}
+		return "(" + strings.Join(items, " | ") + ")"
+	case p.Var != nil:
+		name := (*p.Var)[1:]
+		if d, ok := c.env.vars[name]; ok {
+			inner := &ruleCtx{family: c.family, env: c.env.envs[name], l: c.l}
+			return inner.value(d, set)
+		}
+		return *p.Var
+	case p.Ref != nil:
+		return *p.Ref
+	case p.Bracket != nil:
+		return "[" + formatAtom(*p.Bracket, typ) + "]"
+	case p.Atom != nil:
+		return formatAtom(*p.Atom, typ)
+	}
+	return ""
+}
+
+// elem prints a set element with its options and map value.
+func (l *lister) elem(el *Elem, keys []vtype, valType string, e *env, _ *table) string {
+	c := &ruleCtx{env: e, l: l, inSet: true}
+	var s string
+	if el.CatchAll {
+		s = "*"
+	} else {
+		// Nested sets are flattened into the set that holds them.
+		if len(el.Key.Parts) == 1 && el.Key.Parts[0].Lo.Set != nil && el.Key.Parts[0].Hi == nil && el.Key.Parts[0].Mask == nil {
+			inner := c.prim(el.Key.Parts[0].Lo, tRaw, keys...)
+			s = strings.TrimSuffix(strings.TrimPrefix(inner, "{ "), " }")
+		} else {
+			s = c.value(el.Key, keys)
+		}
+	}
+	for _, o := range el.Options {
+		switch {
+		case o.Key == "counter" && !l.counters:
+			s += " counter"
+		case o.Key == "counter":
+			p, b := o.Packets, o.Bytes
+			if p == "" {
+				p, b = "0", "0"
+			}
+			s += fmt.Sprintf(" counter packets %s bytes %s", p, b)
+		default:
+			s += " " + o.Key + " " + o.Value
+		}
+	}
+	switch {
+	case el.Verdict != nil:
+		s += " : " + verdictText(el.Verdict)
+	case el.Value != nil:
+		s += " : " + c.value(el.Value, setKeyTypes(valType, false))
+	}
+	return s
+}
+
+// formatAtom prints one literal of type t as nft lists it.
+func formatAtom(s string, t vtype) string {
+	quoted := strings.HasPrefix(s, `"`)
+	u := unquote(s)
+	num := func() (uint64, bool) {
+		n, err := strconv.ParseUint(u, 0, 64)
+		return n, err == nil
+	}
+	switch t {
+	case tMark:
+		if n, ok := num(); ok {
+			return fmt.Sprintf("0x%08x", n)
+		}
+	case tProto:
+		if p, ok := moreProtos[u]; ok {
+			return strconv.Itoa(int(p))
+		}
+		if p, err := parseProto(u); err == nil {
+			return strconv.Itoa(int(p))
+		}
+	case tService:
+		if p, err := parsePort(u); err == nil {
+			return strconv.Itoa(int(p))
+		}
+	case tUID, tGID:
+		if _, ok := num(); ok {
+			return u
+		}
+		if t == tUID {
+			if usr, err := user.Lookup(u); err == nil {
+				return usr.Uid
+			}
+		} else if g, err := user.LookupGroup(u); err == nil {
+			return g.Gid
+		}
+	case tAddr4, tAddr6:
+		if a, err := netip.ParseAddr(u); err == nil {
+			return addrText(a)
+		}
+		if n, ok := num(); ok && t == tAddr4 && n <= 0xffffffff {
+			return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}).String()
+		}
+	case tPriority:
+		if n, ok := num(); ok && n <= 0xffffffff {
+			return fmt.Sprintf("%x:%x", n>>16, n&0xffff)
+		}
+	case tCtEvent:
+		if n, ok := num(); ok {
+			if s := flagNames(t, n); s != "" {
+				return s
+			}
+		}
+	case tHour:
+		if h, m, sec, ok := hourOf(u); ok && quoted {
+			if sec != 0 {
+				return fmt.Sprintf("\"%02d:%02d:%02d\"", h, m, sec)
+			}
+			return fmt.Sprintf("\"%02d:%02d\"", h, m)
+		}
+	case tDay:
+		days := []string{"Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"}
+		if n, ok := num(); ok && n < 7 {
+			return strconv.Quote(days[n])
+		}
+	case tDate:
+		if n, ok := num(); ok && !quoted {
+			return strconv.Quote(time.Unix(int64(n), 0).UTC().Format(time.DateTime))
+		}
+	case tCtState, tCtStatus, tTCPFlags:
+		if n, ok := num(); ok {
+			if s := flagNames(t, n); s != "" {
+				return s
+			}
+		}
+	case tICMPType:
+		if n, ok := num(); ok {
+			if s := nameOf(icmpTypes, uint8(n)); s != "" && n < 256 {
+				return s
+			}
+		}
+	case tICMPv6Type:
+		if u == "mld-listener-reduction" {
+			return "mld-listener-done"
+		}
+		if n, ok := num(); ok && n < 256 {
+			if s := nameOf(icmpv6Types, uint8(n)); s != "" {
+				if s == "mld-listener-reduction" {
+					s = "mld-listener-done"
+				}
+				return s
+			}
+		}
+	case tICMPCode:
+		if v, ok := icmpCodes[u]; ok {
+			return strconv.Itoa(int(v))
+		}
+	case tICMPv6Code:
+		if v, ok := icmpv6Codes[u]; ok {
+			return strconv.Itoa(int(v))
+		}
+	case tDSCP:
+		if n, ok := num(); ok && n < 64 {
+			if s := dscpName(uint8(n)); s != "" {
+				return s
+			}
+			return fmt.Sprintf("0x%02x", n)
+		}
+	case tECN:
+		if n, ok := num(); ok && n < 4 {
+			return []string{"not-ect", "ect1", "ect0", "ce"}[n]
+		}
+	case tEther:
+		if n, ok := num(); ok {
+			if s := nameOf(etherTypes, uint16(n)); s != "" {
+				return s
+			}
+		}
+		if u == "vlan" {
+			return "8021q"
+		}
+	case tTime:
+		if d, ok := parseTime(u); ok && !quoted {
+			return durationText(d.Uint64())
+		}
+	case tPktType:
+		if n, ok := num(); ok {
+			if s := nameOf(pktTypeNames, uint8(n)); s != "" {
+				return s
+			}
+		}
+		if u == "unicast" {
+			return "host"
+		}
+	case tIfGroup:
+		if u == "0" {
+			return `"default"`
+		}
+	case tMAC:
+		if mac, err := parseMAC(u); err == nil {
+			return mac.String()
+		}
+	}
+	return s
+}
+
+// moreProtos are names of /etc/protocols nft resolves that a rule's
+// protocol match does not take.
+var moreProtos = map[string]uint8{"ip": 0, "hopopt": 0, "ipcomp": 108, "ipv6-route": 43, "ipv6-frag": 44, "ipv6-opts": 60, "ipv6-nonxt": 59}
+
+// ctEvents are the conntrack event bits by name, in bit order.
+var ctEvents = []string{"new", "related", "destroy", "reply", "assured", "protoinfo", "helper", "mark", "seqadj", "secmark", "label"}
+
+// hourOf reads "HH:MM[:SS]" as nft does: seconds past midnight, modulo a
+// day.
+func hourOf(s string) (h, m, sec int, ok bool) {
+	parts := strings.Split(s, ":")
+	if len(parts) < 2 || len(parts) > 3 {
+		return 0, 0, 0, false
+	}
+	var v [3]int
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return 0, 0, 0, false
+		}
+		v[i] = n
+	}
+	total := (v[0]*3600 + v[1]*60 + v[2]) % 86400
+	return total / 3600, total % 3600 / 60, total % 60, true
+}
+
+// etherTypes are nft's names of link-layer protocols.
+var etherTypes = map[string]uint16{"ip": 0x0800, "arp": 0x0806, "ip6": 0x86dd, "8021q": 0x8100, "8021ad": 0x88a8}
+
+// dscpName is nft's name of a code point, if it has one.
+func dscpName(v uint8) string {
+	for _, n := range []string{"cs0", "cs1", "cs2", "cs3", "cs4", "cs5", "cs6", "cs7", "lephb", "af11", "af12", "af13", "af21", "af22", "af23", "af31", "af32", "af33", "af41", "af42", "af43", "va", "ef"} {
+		if dscpNames[n] == v {
+			return n
+		}
+	}
+	return ""
+}
+
+// flagNames prints a numeric flag value as its names, "" when a bit has
+// none.
+func flagNames(t vtype, n uint64) string {
+	bits := flagBits(t)
+	var names []string
+	for b := uint64(1); b != 0 && b <= n; b <<= 1 {
+		if n&b == 0 {
+			continue
+		}
+		nm := ""
+		for k, v := range bits {
+			if v == b {
+				nm = k
+			}
+		}
+		if nm == "" {
+			return ""
+		}
+		names = append(names, nm)
+	}
+	return strings.Join(sortFlags(t, names), ",")
+}
+
+// addrText prints an address as nft does (inet_ntop): an IPv6 address
+// whose first 96 bits are zero, or that maps IPv4, ends in dotted form.
+func addrText(a netip.Addr) string {
+	if a.Is4() {
+		return a.String()
+	}
+	b := a.As16()
+	zero := func(bs []byte) bool { return !slices.ContainsFunc(bs, func(x byte) bool { return x != 0 }) }
+	if zero(b[:10]) && (b[10] == 0 && b[11] == 0 && (b[12] != 0 || b[13] != 0) || b[10] == 0xff && b[11] == 0xff) {
+		v4 := netip.AddrFrom4([4]byte(b[12:])).String()
+		if b[10] == 0xff {
+			return "::ffff:" + v4
+		}
+		return "::" + v4
+	}
+	return a.String()
+}
+
+// durationText prints seconds as nft lists a time: days, hours, minutes
+// and seconds, each when not zero.
+func durationText(ms uint64) string {
+	if ms%1000 != 0 {
+		return fmt.Sprintf("%dms", ms)
+	}
+	s := ms / 1000
+	if s == 0 {
+		return "0s"
+	}
+	var b strings.Builder
+	for _, u := range []struct {
+		n    uint64
+		unit string
+	}{{86400, "d"}, {3600, "h"}, {60, "m"}, {1, "s"}} {
+		if s >= u.n {
+			fmt.Fprintf(&b, "%d%s", s/u.n, u.unit)
+			s %= u.n
+		}
+	}
+	return b.String()
+}
+
+// timeSeconds prints a listed time as seconds, as nft lists a range of
+// times.
+func timeSeconds(s string) string {
+	if d, ok := parseTime(s); ok && d.Uint64()%1000 == 0 {
+		return fmt.Sprintf("%ds", d.Uint64()/1000)
+	}
+	return s
+}
+
+// tokensText prints tokens nft reads without interpreting them here, as
+// nft spaces them: lists and ranges tight, concatenations and blocks
+// spaced; inside braces ", " between elements and " : " in map pairs.
+func tokensText(toks []*RestTok, e *env) string { return tokensIn(toks, e, false) }
+
+func tokensIn(toks []*RestTok, e *env, braces bool) string {
+	var b strings.Builder
+	var prev string
+	for i, t := range toks {
+		tok := t.Token
+		if t.Nested != nil {
+			var inner []*RestTok
+			for _, it := range t.Nested.Items {
+				inner = append(inner, &RestTok{Nested: it.Nested, Token: it.Token})
+			}
+			tok = "{ " + tokensIn(inner, e, true) + " }"
+		} else if strings.HasPrefix(tok, "$") && e != nil {
+			if d, ok := e.vars[tok[1:]]; ok {
+				tok = primText(d)
+			}
+		}
+		switch {
+		case i == 0:
+		case braces && tok == ":", braces && prev == ":", braces && prev == ",":
+			b.WriteByte(' ')
+		case spaced(prev, tok):
+			b.WriteByte(' ')
+		}
+		b.WriteString(tok)
+		prev = tok
+	}
+	return b.String()
+}
+
+// spaced says whether nft puts a space between two tokens.
+func spaced(prev, tok string) bool {
+	if prev == "to" {
+		return true // "redirect to :80"
+	}
+	switch tok {
+	case ",", "/", ":", "-", ")", "]":
+		return false
+	}
+	switch prev {
+	case ",", "/", ":", "-", "(", "[":
+		return false
+	}
+	return true
+}
