@@ -185,6 +185,11 @@ type ruleCtx struct {
 	// markCont: the term goes on a mark statement's value, whose
 	// constants are marks.
 	markCont bool
+	// l3 is the network protocol the terms before name ("ip", "ip6"),
+	// which a reject's default reply follows.
+	l3 string
+	// hasTTL: the rule tests "ip ttl".
+	hasTTL bool
 }
 
 // rule prints one rule as nft lists it.
@@ -194,6 +199,9 @@ func (l *lister) rule(t *table, r *srcRule) string {
 		return unreadText(r.raw)
 	}
 	terms := r.ast.Terms
+	c.hasTTL = slices.ContainsFunc(terms, func(t *Term) bool {
+		return t.Match != nil && len(t.Match.Left.Atoms) == 1 && t.Match.Left.Atoms[0].text() == "ip ttl"
+	})
 	outs := make([]termOut, 0, len(terms))
 	var comment string
 	for i := 0; i < len(terms); i++ {
@@ -218,6 +226,7 @@ func (l *lister) rule(t *table, r *srcRule) string {
 			}
 		}
 		outs = append(outs, c.term(tm))
+		c.l3 = l3After(c.l3, tm)
 	}
 	outs = c.implied(outs)
 	var j joiner
@@ -284,6 +293,33 @@ func (j *joiner) add(s string) {
 }
 
 func (j *joiner) String() string { return j.b.String() }
+
+// l3After is the network protocol known after term t, as nft's
+// evaluator tracks it for a reject.
+func l3After(l3 string, t *Term) string {
+	if t.Match == nil || t.Match.Set != nil || t.Match.VMap != nil || len(t.Match.Left.Atoms) != 1 {
+		return l3
+	}
+	a := t.Match.Left.Atoms[0]
+	switch {
+	case a.Proto == "ip" || a.Proto == "ip6":
+		return a.Proto
+	case a.Proto == "icmp":
+		return "ip"
+	case a.Proto == "icmpv6":
+		return "ip6"
+	}
+	key := atomKey(a, "", false)
+	if (key == "meta nfproto" || key == "meta protocol") && normOp(t.Match.Op) == "" && t.Match.Mask == nil && len(t.Match.Right.Items) == 1 {
+		switch primText(t.Match.Right.Items[0]) {
+		case "ipv4", "ip":
+			return "ip"
+		case "ipv6", "ip6":
+			return "ip6"
+		}
+	}
+	return l3
+}
 
 // markValue says whether t sets a mark to a mark's expression ("meta
 // mark set mark and 0xff", "ct mark set 1 or 2"), whose constants the
@@ -447,13 +483,27 @@ func limitText(lm *Limit) string {
 	return strings.Join(words, " ")
 }
 
-// reject prints a reject statement: the family's default reply is not
-// listed, and numeric reasons print as names.
+// reject prints a reject statement, numeric reasons as names. A plain
+// "reject" is icmp or icmpv6 port-unreachable in ip and ip6 tables;
+// elsewhere it is icmpx port-unreachable, or, after a term that names the
+// network protocol, that protocol's: it lists plain only where it means
+// the same when loaded.
 func (c *ruleCtx) reject(rj *Reject) string {
-	if rj.With == "" {
-		return "reject"
+	with, def := rj.With, "icmpx"
+	switch {
+	case c.family == "ip" || c.l3 == "ip":
+		def = "icmp"
+	case c.family == "ip6" || c.l3 == "ip6":
+		def = "icmpv6"
 	}
-	if rj.With == "tcp" {
+	plainOK := c.family == "ip" || c.family == "ip6" || c.l3 == ""
+	if with == "" {
+		if plainOK {
+			return "reject"
+		}
+		return "reject with " + def + " port-unreachable"
+	}
+	if with == "tcp" {
 		return "reject with tcp " + rj.Reason
 	}
 	reason := rj.Reason
@@ -471,11 +521,7 @@ func (c *ruleCtx) reject(rj *Reject) string {
 			reason = s
 		}
 	}
-	def := map[string]string{"ip": "icmp", "ip6": "icmpv6"}[c.family]
-	if def == "" {
-		def = "icmpx"
-	}
-	if rj.With == def && reason == "port-unreachable" {
+	if with == def && reason == "port-unreachable" && plainOK {
 		return "reject"
 	}
 	return "reject with " + rj.With + " " + reason
@@ -617,7 +663,10 @@ func (c *ruleCtx) depOf(key, v string) string {
 			return "l4:" + strconv.Itoa(int(p))
 		}
 	case "ip protocol":
-		if c.family == "ip" {
+		// nft merges a written "ip protocol" with the "ip ttl" beside it
+		// in the header into one comparison; the one it adds itself it
+		// does not.
+		if c.family == "ip" && !c.hasTTL {
 			if p, err := parseProto(v); err == nil {
 				return "l4:" + strconv.Itoa(int(p))
 			}
@@ -767,6 +816,11 @@ func (c *ruleCtx) unit(u *Unit, typ vtype, types []vtype) string {
 	case u.Hi != nil:
 		if typ == tTime {
 			return timeSeconds(lo) + "-" + timeSeconds(c.prim(u.Hi, typ))
+		}
+		if u.Lo.Atom != nil && u.Hi.Atom != nil {
+			// nft's scanner reads "af33-cs5" as one word: a range lists
+			// in numbers.
+			return rangeAtom(*u.Lo.Atom, typ) + "-" + rangeAtom(*u.Hi.Atom, typ)
 		}
 		return lo + "-" + c.prim(u.Hi, typ)
 	case u.Mask != nil:
@@ -1029,6 +1083,33 @@ func hourOf(s string) (h, m, sec int, ok bool) {
 	}
 	total := (v[0]*3600 + v[1]*60 + v[2]) % 86400
 	return total / 3600, total % 3600 / 60, total % 60, true
+}
+
+// rangeAtom prints an end of a range: as formatAtom, but a type whose
+// values list as names lists numbers.
+func rangeAtom(s string, t vtype) string {
+	u := unquote(s)
+	switch t {
+	case tDSCP:
+		if v, ok := dscpValue(u); ok {
+			return fmt.Sprintf("0x%02x", v)
+		}
+	case tICMPType, tICMPv6Type:
+		names := icmpTypes
+		if t == tICMPv6Type {
+			names = icmpv6Types
+		}
+		if v, err := lookupByte(names, u); err == nil {
+			return strconv.Itoa(int(v))
+		}
+	case tECN:
+		if i := slices.Index([]string{"not-ect", "ect1", "ect0", "ce"}, u); i >= 0 {
+			return strconv.Itoa(i)
+		}
+	case tPktType, tEther, tCtState, tCtStatus, tTCPFlags, tCtEvent, tDay:
+		return s
+	}
+	return formatAtom(s, t)
 }
 
 // etherTypes are nft's names of link-layer protocols.
