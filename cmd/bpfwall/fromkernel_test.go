@@ -53,6 +53,9 @@ func TestFromKernel(t *testing.T) {
 		{[]string{"check", "--from-kernel"}, checkText("check")},
 		{[]string{"check", "-6", "--from-kernel"}, checkText("check", "-6")},
 		{[]string{"compile", "--dump", "--from-kernel"}, "kernel:4"},
+		// fmt --nft lists the live rule set as nft does.
+		{[]string{"fmt", "--nft", "--from-kernel"}, "\t\tip saddr 10.0.0.0/8 tcp dport 22 accept\n\t\tudp dport { 53, 123 } jump dns\n"},
+		{[]string{"fmt", "--nft", "--from-kernel"}, "\t\ttype filter hook input priority filter; policy drop;\n"},
 	} {
 		var stdout, stderr bytes.Buffer
 		cmd := exec.Command("unshare", "-n", "sh", "-c", `nft -f "$0" && exec "$@"`, file, bin)
