@@ -20,6 +20,7 @@ const fromKernelRuleset = `table inet filter {
 		udp dport { 53, 123 } jump dns
 	}
 	chain dns {
+		counter packets 5 bytes 300
 		ip daddr 192.0.2.1 drop
 	}
 }
@@ -56,6 +57,9 @@ func TestFromKernel(t *testing.T) {
 		// fmt --nft lists the live rule set as nft does.
 		{[]string{"fmt", "--nft", "--from-kernel"}, "\t\tip saddr 10.0.0.0/8 tcp dport 22 accept\n\t\tudp dport { 53, 123 } jump dns\n"},
 		{[]string{"fmt", "--nft", "--from-kernel"}, "\t\ttype filter hook input priority filter; policy drop;\n"},
+		// With -c, the kernel's counts.
+		{[]string{"fmt", "--nft", "-c", "--from-kernel"}, "\t\tcounter packets 5 bytes 300\n"},
+		{[]string{"fmt", "--nft", "--from-kernel"}, "\t\tcounter\n"},
 	} {
 		var stdout, stderr bytes.Buffer
 		cmd := exec.Command("unshare", "-n", "sh", "-c", `nft -f "$0" && exec "$@"`, file, bin)

@@ -440,7 +440,7 @@ func (x *exprReader) expr(e expr.Any) error {
 	case *expr.Counter:
 		// Not after a pending dependency: nft may put a counter between
 		// "meta iiftype" and the link-layer load it guards.
-		x.terms = append(x.terms, "counter")
+		x.terms = append(x.terms, fmt.Sprintf("counter packets %d bytes %d", e.Packets, e.Bytes))
 	case *expr.Match:
 		return x.xtTerm("match", e.Name, e.Rev, e.Info)
 	case *expr.Target:
