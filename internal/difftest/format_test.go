@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"testing"
 
 	"bpfwall/internal/testenv"
@@ -63,11 +62,11 @@ func TestFormatListsAsNft(t *testing.T) {
 // namespace of its own, and compares what nft lists, with and without
 // counters. A script nft refuses is no comparison (false, no error).
 func listsAsNft(t *testing.T, name string, script []byte) bool {
-	want, ok := nftList(t, script, "nft list ruleset")
+	want, ok := testenv.NftList(t, script, "nft list ruleset", genIfaces)
 	if !ok {
 		return false
 	}
-	wantS, _ := nftList(t, script, "nft -s list ruleset")
+	wantS, _ := testenv.NftList(t, script, "nft -s list ruleset", genIfaces)
 	for _, counters := range []bool{true, false} {
 		listing, err := nft.Format(name, script, nft.FormatOptions{Counters: counters})
 		if err != nil {
@@ -78,7 +77,7 @@ func listsAsNft(t *testing.T, name string, script []byte) bool {
 		if counters {
 			list, w = "nft list ruleset", want
 		}
-		got, ok := nftList(t, listing, list)
+		got, ok := testenv.NftList(t, listing, list, genIfaces)
 		if !ok || got != w {
 			t.Errorf("%s (counters %v): the listing lists\n%s\nthe rule set\n%s\nlisting:\n%s", name, counters, got, w, listing)
 			return false
@@ -87,19 +86,6 @@ func listsAsNft(t *testing.T, name string, script []byte) bool {
 	return true
 }
 
-// nftList runs nft -f of script, then list, in a fresh network namespace
-// that has the interfaces the generators name (iif and oif take only
-// interfaces that exist).
-func nftList(t *testing.T, script []byte, list string) (string, bool) {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), "rules.nft")
-	if err := os.WriteFile(f, script, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("unshare", "-n", "sh", "-c", "ip link add fwin type veth peer name fwout && nft -f "+f+" && "+list).CombinedOutput()
-	return expiresRE.ReplaceAllString(string(out), ""), err == nil
-}
-
-// expiresRE is an element's remaining timeout, which runs down between
-// two listings.
-var expiresRE = regexp.MustCompile(` expires [0-9dhms]+`)
+// genIfaces makes the interfaces the generators name: iif and oif take
+// only interfaces that exist.
+const genIfaces = "ip link add fwin type veth peer name fwout"

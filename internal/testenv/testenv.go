@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"testing"
 
@@ -205,3 +206,24 @@ func InFreshNetns(t *testing.T, f func()) {
 	t.Helper()
 	NewNetns(t).Run(f)
 }
+
+// NftList loads script with nft -f in a network namespace of its own,
+// after the shell commands setup (interfaces rules name, say), and
+// returns what the command list ("nft list ruleset", "nft -s list
+// ruleset") prints; ok is false when nft refuses the script, and the
+// text is then nft's error. An element's remaining timeout, which runs
+// down between two listings, is left out.
+func NftList(t testing.TB, script []byte, list, setup string) (string, bool) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "rules.nft")
+	if err := os.WriteFile(f, script, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if setup != "" {
+		setup += " && "
+	}
+	out, err := exec.Command("unshare", "-n", "sh", "-c", setup+"nft -f "+f+" && "+list).CombinedOutput()
+	return expiresRE.ReplaceAllString(string(out), ""), err == nil
+}
+
+var expiresRE = regexp.MustCompile(` expires [0-9dhms]+`)

@@ -2,39 +2,12 @@ package nft
 
 import (
 	"bytes"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"testing"
 
 	"bpfwall/internal/testenv"
 	"bpfwall/rules"
 )
-
-// nftListing loads script with nft -f in a network namespace of its own
-// and returns "nft list ruleset" of it (with -s, stateless: counters
-// without values); ok is false when nft refuses the script.
-func nftListing(t *testing.T, script []byte, stateless bool) (string, bool) {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), "rules.nft")
-	if err := os.WriteFile(f, script, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	list := "nft list ruleset"
-	if stateless {
-		list = "nft -s list ruleset"
-	}
-	out, err := exec.Command("unshare", "-n", "sh", "-c", fmt.Sprintf("nft -f %s && %s", f, list)).CombinedOutput()
-	if err != nil {
-		return string(out), false
-	}
-	// An element's timeout runs down between two listings.
-	return expiresRE.ReplaceAllString(string(out), ""), true
-}
-
-var expiresRE = regexp.MustCompile(` expires [0-9dhms]+`)
 
 // TestFormatRoundTrip: for every corpus rule set bpfwall reads (Parse
 // takes it in some family) and the installed nft loads, the listing
@@ -55,7 +28,7 @@ func TestFormatRoundTrip(t *testing.T) {
 		if err4 != nil && err6 != nil {
 			continue
 		}
-		want, ok := nftListing(t, src, false)
+		want, ok := testenv.NftList(t, src, "nft list ruleset", "")
 		if !ok {
 			continue // newer syntax than the installed nft's, or a file of includes
 		}
@@ -68,9 +41,13 @@ func TestFormatRoundTrip(t *testing.T) {
 			}
 			wantList := want
 			if !counters {
-				wantList, _ = nftListing(t, src, true)
+				wantList, _ = testenv.NftList(t, src, "nft -s list ruleset", "")
 			}
-			got, ok := nftListing(t, text, !counters)
+			list := "nft list ruleset"
+			if !counters {
+				list = "nft -s list ruleset"
+			}
+			got, ok := testenv.NftList(t, text, list, "")
 			switch {
 			case !ok:
 				t.Errorf("%s (counters %v): nft refuses the listing: %s\n%s", f, counters, got, text)
