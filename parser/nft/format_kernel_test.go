@@ -2,6 +2,7 @@ package nft
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"testing"
 
@@ -85,5 +86,52 @@ func TestFormatStable(t *testing.T) {
 		if !bytes.Equal(once, twice) {
 			t.Errorf("%s: Format is not stable:\n%s\nthen\n%s", f, once, twice)
 		}
+	}
+}
+
+// TestFormatNftTLoads: the listing of a valid line of nft's tests that
+// bpfwall reads, loaded
+// with nft -f, lists as the line itself does: Format changes no rule's
+// meaning, whatever construct the line uses. Every NFTT_EVERY-th case
+// (default 8; 1 for all) of those the installed nft loads.
+func TestFormatNftTLoads(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "nft", "unshare")
+	every := 8
+	if s := os.Getenv("NFTT_EVERY"); s != "" {
+		fmt.Sscan(s, &every)
+	}
+	loaded, same := 0, 0
+	for i, c := range nftTCases(t) {
+		if !c.ok || i%every != 0 {
+			continue
+		}
+		fam := rules.IPv4
+		if c.family == "ip6" {
+			fam = rules.IPv6
+		}
+		if _, err := Parse(c.file, []byte(c.script), Options{Family: fam}); err != nil {
+			continue // fmt prints what bpfwall reads; TestNftT counts the rest
+		}
+		want, ok := testenv.NftList(t, []byte(c.script), "nft -s list ruleset", "")
+		if !ok {
+			continue // newer syntax than the installed nft's
+		}
+		loaded++
+		listing, err := Format(c.file, []byte(c.script), FormatOptions{})
+		if err != nil {
+			t.Errorf("%s: %q: Format: %v", c.file, c.rule, err)
+			continue
+		}
+		got, ok := testenv.NftList(t, listing, "nft -s list ruleset", "")
+		if !ok || got != want {
+			t.Errorf("%s (%s): %q: the listing lists\n%s\nthe line\n%s\nlisting:\n%s", c.file, c.family, c.rule, got, want, listing)
+			continue
+		}
+		same++
+	}
+	t.Logf("%d nft-t lines the installed nft loads; %d list the same from their listing", loaded, same)
+	if loaded == 0 {
+		t.Error("nft loaded no nft-t line")
 	}
 }

@@ -504,9 +504,6 @@ func (c *ruleCtx) match(m *Match) termOut {
 			}
 		}
 	}
-	if typ == tCtStatus && op == "!=" && len(m.Right.Items) == 1 && m.Mask == nil {
-		op = "!"
-	}
 	switch op {
 	case "==":
 		if m.Mask == nil && typ != tTCPFlags && typ != tCtStatus {
@@ -746,6 +743,10 @@ func (l *lister) elem(el *Elem, keys []vtype, valType string, e *env, _ *table) 
 		}
 	}
 	switch {
+	case el.Value != nil && len(keys) == 1 && keys[0] == tPriority && valType == "":
+		// "bcad:dada" is one priority, major:minor, which the grammar
+		// reads as a map element.
+		s += ":" + c.value(el.Value, nil)
 	case el.Verdict != nil:
 		s += " : " + verdictText(el.Verdict)
 	case el.Value != nil:
