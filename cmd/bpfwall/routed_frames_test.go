@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -398,13 +397,7 @@ func routedFrames(t *testing.T, accel bool) {
 	seeds, probes := envInt(t, "BPFWALL_ROUTED_SEEDS", 8), envInt(t, "BPFWALL_ROUTED_PROBES", 200)
 	bin := buildBpfwall(t)
 	r := newRouted(t)
-	for _, ns := range []string{r.client, r.router, r.server} {
-		for _, k := range []string{"net.ipv4.icmp_ratelimit=0", "net.ipv6.icmp.ratelimit=0", "net.ipv4.icmp_msgs_per_sec=100000", "net.ipv4.icmp_msgs_burst=100000"} {
-			if out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-qw", k).CombinedOutput(); err != nil {
-				t.Fatalf("sysctl %s: %v\n%s", k, err, out)
-			}
-		}
-	}
+	noICMPLimits(t, r.client, r.router, r.server)
 	// Neighbours first: a raw segment to an unresolved address waits in
 	// a short queue. (A connection to a closed port resolves them.)
 	for _, p := range [][2]string{{r.client, "rc"}, {r.server, "rs"}, {r.router, "client"}, {r.router, "server"}} {

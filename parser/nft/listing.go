@@ -2,6 +2,7 @@ package nft
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,11 +62,14 @@ func (l *lister) line(indent int, format string, args ...any) {
 // name prints a table, chain, set or object name: quoted when nft's
 // scanner would not read it as one word.
 func name(s string) string {
-	if s == "" || !isWord(s) || keywords[s] {
+	if !wordRE.MatchString(s) || keywords[s] {
 		return strconv.Quote(s)
 	}
 	return s
 }
+
+// wordRE is a name the lexer reads as one word (its Word token).
+var wordRE = regexp.MustCompile(`^(?:[a-zA-Z_][a-zA-Z0-9_\-.]*[a-zA-Z0-9_]|[a-zA-Z_])$`)
 
 // keywords are words nft's scanner reads as keywords where a name
 // stands; a name spelled so is listed quoted.
@@ -124,19 +128,19 @@ func (l *lister) object(o objDecl) {
 		return
 	}
 	l.line(1, "%s {", strings.Join(words, " "))
-	for _, stmt := range blockStatements(o.body) {
+	for _, stmt := range blockStatements(o.body, o.env) {
 		l.line(2, "%s", stmt)
 	}
 	l.line(1, "}")
 }
 
 // blockStatements splits a block's tokens into its statements.
-func blockStatements(b *Block) []string {
+func blockStatements(b *Block, e *env) []string {
 	var out []string
 	var cur []*RestTok
 	flush := func() {
 		if len(cur) > 0 {
-			out = append(out, tokensText(cur, nil))
+			out = append(out, tokensText(cur, e))
 			cur = nil
 		}
 	}

@@ -2,6 +2,7 @@ package nft
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,13 +74,16 @@ type ruleCtx struct {
 	l3 string
 	// hasTTL: the rule tests "ip ttl".
 	hasTTL bool
+	// exact: the value printed is compared whole (after "==" or a mask),
+	// not as "any of these flags".
+	exact bool
 }
 
 // rule prints one rule as nft lists it.
 func (l *lister) rule(t *table, r *srcRule) string {
 	c := &ruleCtx{family: t.family, env: r.env, l: l}
 	if r.unread != "" {
-		return unreadText(r.raw)
+		return unreadText(substVars(r.raw, r.env))
 	}
 	terms := r.ast.Terms
 	c.hasTTL = slices.ContainsFunc(terms, func(t *Term) bool {
@@ -117,7 +121,7 @@ func (l *lister) rule(t *table, r *srcRule) string {
 		if o.dep != "" && i+1 < len(outs) && slices.Contains(outs[i+1].needs, o.dep) {
 			continue // nft adds this dependency itself and lists it not
 		}
-		if o.merge != "" && i+1 < len(outs) && strings.HasPrefix(outs[i+1].text, "th ") {
+		if o.merge != "" && i+1 < len(outs) && outs[i+1].thMatch {
 			// "meta l4proto tcp th dport 22" lists as "tcp dport 22".
 			outs[i+1].text = o.merge + strings.TrimPrefix(outs[i+1].text, "th")
 			continue
@@ -142,7 +146,11 @@ func unreadText(raw string) string {
 				mapped[i] = sym
 			}
 		}
-		if s, ok := markArith(mapped); ok && !slices.ContainsFunc(mapped[1:], func(w string) bool { return w == "set" || w == "map" || w == "{" }) {
+		arith := len(mapped) <= 6 && !slices.ContainsFunc(mapped[1:], func(w string) bool {
+			_, num := strconv.ParseUint(w, 0, 64)
+			return num != nil && w != "mark" && !slices.Contains([]string{"&", "|", "^", "==", "!="}, w)
+		})
+		if s, ok := markArith(mapped); ok && arith {
 			return s
 		}
 	}
@@ -242,8 +250,10 @@ type termOut struct {
 	dep   string
 	needs []string
 	// merge is the transport protocol a "meta l4proto" match names, which
-	// a following "th" selector takes ("tcp dport").
+	// a following "th" match takes ("tcp dport").
 	merge string
+	// thMatch: the term is a match of a "th" selector.
+	thMatch bool
 }
 
 func (c *ruleCtx) term(t *Term) termOut {
@@ -461,14 +471,21 @@ func (c *ruleCtx) match(m *Match) termOut {
 	out := termOut{key: key}
 	if len(m.Left.Atoms) == 1 {
 		out.needs = c.needs(m.Left.Atoms[0])
+		out.thMatch = strings.HasPrefix(key, "th ") && m.Set == nil && m.VMap == nil
 	}
 	typ := tRaw
 	if len(types) == 1 {
 		typ = types[0]
 	}
 	words := []string{key}
+	vc := c // prints the mask and the value
+	if m.Mask != nil || normOp(m.Op) == "==" {
+		cp := *c
+		cp.exact = true
+		vc = &cp
+	}
 	if m.Mask != nil {
-		words = append(words, "&", c.prim(m.Mask, typ))
+		words = append(words, "&", vc.prim(m.Mask, typ))
 	}
 	switch {
 	case m.Set != nil:
@@ -506,7 +523,9 @@ func (c *ruleCtx) match(m *Match) termOut {
 	}
 	switch op {
 	case "==":
-		if m.Mask == nil && typ != tTCPFlags && typ != tCtStatus {
+		// On flags "==" compares the whole value, and without it any
+		// of the flags matches.
+		if m.Mask == nil && !isFlagType(typ) && key != "ct label" {
 			op = ""
 		}
 	case "!":
@@ -517,7 +536,7 @@ func (c *ruleCtx) match(m *Match) termOut {
 	if op != "" {
 		words = append(words, op)
 	}
-	words = append(words, c.list(m.Right, types))
+	words = append(words, vc.list(m.Right, types))
 	out.text = strings.Join(words, " ")
 	if op == "" && m.Mask == nil && len(m.Right.Items) == 1 && len(m.Right.Items[0].Parts) == 1 {
 		u := m.Right.Items[0].Parts[0]
@@ -571,7 +590,13 @@ func (c *ruleCtx) depOf(key, v string) string {
 func (c *ruleCtx) needs(a *SelAtom) []string {
 	var out []string
 	if p, ok := protoNeeds[a.Proto]; ok {
-		out = append(out, "l4:"+strconv.Itoa(int(p)))
+		// Of icmp in an inet, netdev or bridge table nft adds the network
+		// protocol too: the transport protocol alone is not what it adds.
+		icmpElsewhere := (a.Proto == "icmp" || a.Proto == "icmpv6") && c.family != "ip" && c.family != "ip6" &&
+			c.l3 != map[string]string{"icmp": "ip", "icmpv6": "ip6"}[a.Proto]
+		if !icmpElsewhere {
+			out = append(out, "l4:"+strconv.Itoa(int(p)))
+		}
 		switch {
 		case a.Proto == "icmp":
 			out = append(out, "l3:ip")
@@ -699,7 +724,8 @@ func (c *ruleCtx) prim(p *Prim, typ vtype, set ...vtype) string {
 	case p.Var != nil:
 		name := (*p.Var)[1:]
 		if d, ok := c.env.vars[name]; ok {
-			inner := &ruleCtx{family: c.family, env: c.env.envs[name], l: c.l}
+			inner := *c
+			inner.env = c.env.envs[name]
 			return inner.value(d, set)
 		}
 		return *p.Var
@@ -708,6 +734,11 @@ func (c *ruleCtx) prim(p *Prim, typ vtype, set ...vtype) string {
 	case p.Bracket != nil:
 		return "[" + formatAtom(*p.Bracket, typ) + "]"
 	case p.Atom != nil:
+		if _, err := strconv.ParseUint(*p.Atom, 0, 64); err == nil && isFlagType(typ) && (c.inSet || c.exact) {
+			// A number of flags is one value there; as names it would
+			// be a list of values ("syn,ack") or "any of these".
+			return *p.Atom
+		}
 		return formatAtom(*p.Atom, typ)
 	}
 	return ""
@@ -772,13 +803,17 @@ func tokensIn(toks []*RestTok, e *env, braces bool) string {
 			}
 			tok = "{ " + tokensIn(inner, e, true) + " }"
 		} else if strings.HasPrefix(tok, "$") && e != nil {
-			if d, ok := e.vars[tok[1:]]; ok {
-				tok = primText(d)
+			if v, ok := varText(e, tok[1:]); ok {
+				tok = v
 			}
 		}
 		switch {
 		case i == 0:
 		case braces && tok == ":", braces && prev == ":", braces && prev == ",":
+			b.WriteByte(' ')
+		case tok == ":" && strings.Contains(prev, ":"), prev == ":" && i > 1 && strings.Contains(toks[i-2].Token, ":"):
+			// "2001:db8::1 : 80": joined, the port would be part of the
+			// address.
 			b.WriteByte(' ')
 		case spaced(prev, tok):
 			b.WriteByte(' ')
@@ -788,6 +823,32 @@ func tokensIn(toks []*RestTok, e *env, braces bool) string {
 	}
 	return b.String()
 }
+
+// varText prints the value of the variable name defined in e.
+func varText(e *env, name string) (string, bool) {
+	d, ok := e.vars[name]
+	if !ok {
+		return "", false
+	}
+	c := &ruleCtx{env: e.envs[name], l: &lister{}}
+	return c.value(d, nil), true
+}
+
+// substVars writes the variables of text as written (a line the grammar
+// does not read) as their values.
+func substVars(text string, e *env) string {
+	if e == nil || !strings.Contains(text, "$") {
+		return text
+	}
+	return varRE.ReplaceAllStringFunc(text, func(v string) string {
+		if s, ok := varText(e, v[1:]); ok {
+			return s
+		}
+		return v
+	})
+}
+
+var varRE = regexp.MustCompile(`\$[a-zA-Z_][a-zA-Z0-9_]*`)
 
 // spaced says whether nft puts a space between two tokens.
 func spaced(prev, tok string) bool {

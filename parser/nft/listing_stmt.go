@@ -24,12 +24,18 @@ var natFlagOrder = []string{"random", "fully-random", "persistent"}
 
 func (c *ruleCtx) generic(g *Generic) string {
 	toks := make([]*RestTok, 0, len(g.Rest)+1)
+	_, opFirst := opWords[g.Keyword]
 	for i, t := range append([]*RestTok{{Token: g.Keyword}}, g.Rest...) {
 		cp := *t
 		if sym, ok := opWords[cp.Token]; ok && cp.Nested == nil {
 			cp.Token = sym
 		}
-		if _, err := strconv.ParseUint(cp.Token, 0, 32); err == nil && c.markCont && (i == 0 || toks[i-1].Token != "<<" && toks[i-1].Token != ">>") {
+		if v, ok := varText(c.env, strings.TrimPrefix(cp.Token, "$")); ok && strings.HasPrefix(cp.Token, "$") && cp.Nested == nil {
+			cp.Token = v
+		}
+		// The constants of a mark's arithmetic that goes on from the
+		// statement before ("meta mark set mark and 0xff").
+		if _, err := strconv.ParseUint(cp.Token, 0, 32); err == nil && c.markCont && opFirst && (i == 0 || toks[i-1].Token != "<<" && toks[i-1].Token != ">>") {
 			n, _ := strconv.ParseUint(cp.Token, 0, 32)
 			cp.Token = fmt.Sprintf("0x%08x", n)
 		}

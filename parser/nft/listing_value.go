@@ -236,7 +236,8 @@ func formatAtom(s string, t vtype) string {
 		}
 	case tDate:
 		if n, ok := num(); ok && !quoted {
-			return strconv.Quote(time.Unix(int64(n), 0).UTC().Format(time.DateTime))
+			// nft reads a date in the local time zone.
+			return strconv.Quote(time.Unix(int64(n), 0).Local().Format(time.DateTime))
 		}
 	case tCtState, tCtStatus, tTCPFlags:
 		if n, ok := num(); ok {
@@ -362,10 +363,40 @@ func rangeAtom(s string, t vtype) string {
 		if i := slices.Index([]string{"not-ect", "ect1", "ect0", "ce"}, u); i >= 0 {
 			return strconv.Itoa(i)
 		}
-	case tPktType, tEther, tCtState, tCtStatus, tTCPFlags, tCtEvent, tDay:
-		return s
+	case tEther:
+		if v, ok := etherTypes[u]; ok {
+			return fmt.Sprintf("0x%04x", v)
+		}
+		if u == "vlan" {
+			return "0x8100"
+		}
+	case tPktType:
+		if v, ok := pktTypeNames[u]; ok {
+			return strconv.Itoa(int(v))
+		}
+	case tDay:
+		days := []string{"Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"}
+		if i := slices.IndexFunc(days, func(d string) bool { return strings.EqualFold(d, u) || strings.EqualFold(d[:3], u) }); i >= 0 {
+			return strconv.Itoa(i)
+		}
+	case tCtState, tCtStatus, tTCPFlags, tCtEvent:
+		if v, ok := flagBits(t)[u]; ok {
+			return strconv.FormatUint(v, 10)
+		}
+	}
+	if _, err := strconv.ParseUint(u, 0, 64); err == nil && namedType(t) {
+		return s // formatAtom would name it
 	}
 	return formatAtom(s, t)
+}
+
+// namedType says whether formatAtom prints a number of type t as a name.
+func namedType(t vtype) bool {
+	switch t {
+	case tECN, tEther, tPktType, tIfGroup, tDay, tCtState, tCtStatus, tTCPFlags, tCtEvent, tICMPType, tICMPv6Type, tDSCP:
+		return true
+	}
+	return false
 }
 
 // etherTypes are nft's names of link-layer protocols.

@@ -562,3 +562,33 @@ func TestTCPOptionTest(t *testing.T) {
 		}
 	}
 }
+
+// TestPktTypeRanges: a packet type range holds every type in it, and a
+// type may be a number; types the model does not have are refused at
+// compile time, by name.
+func TestPktTypeRanges(t *testing.T) {
+	for _, tc := range []struct {
+		rule string
+		want []string
+	}{
+		{"meta pkttype host - broadcast drop", []string{"--pkt-type unicast", "--pkt-type broadcast"}},
+		{"meta pkttype 1-2 drop", []string{"--pkt-type broadcast", "--pkt-type multicast"}},
+		{"meta pkttype 3 drop", []string{"--pkt-type otherhost"}},
+	} {
+		src := "table ip t {\n chain c {\n  type filter hook input priority 0;\n  " + tc.rule + "\n }\n}\n"
+		rs, err := Parse("t.nft", []byte(src), Options{Family: rules.IPv4})
+		if err != nil {
+			t.Errorf("%s: %v", tc.rule, err)
+			continue
+		}
+		saved := string(rs.Save(rules.SaveOptions{}))
+		if n := strings.Count(saved, "--pkt-type"); n != len(tc.want) {
+			t.Errorf("%s: %d pkttype rules, want %d:\n%s", tc.rule, n, len(tc.want), saved)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(saved, w) {
+				t.Errorf("%s: no %q in\n%s", tc.rule, w, saved)
+			}
+		}
+	}
+}

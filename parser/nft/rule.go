@@ -2289,12 +2289,24 @@ func (b *ruleBuilder) pktType(pos rules.Pos, op string, val rhs) {
 	}
 	var ts []uint8
 	for _, e := range b.expandRef(pos, val) {
-		t, ok := pktTypeNames[e.lo]
-		if !ok {
+		lo, ok := pktTypeValue(e.lo)
+		hi := lo
+		if ok && e.hasRange {
+			hi, ok = pktTypeValue(e.hi)
+		}
+		if !ok || e.hasMask || hi < lo {
 			b.errorf(e.pos, "unknown packet type %q", e.lo)
 			return
 		}
-		ts = append(ts, t)
+		if hi > rules.PacketOtherHost {
+			// nft takes the kernel's other types (outgoing, loopback):
+			// the model has host, broadcast, multicast and otherhost.
+			b.unsupported(e.pos, fmt.Sprintf("packet type %d", hi))
+			return
+		}
+		for t := int(lo); t <= int(hi); t++ {
+			ts = append(ts, uint8(t))
+		}
 	}
 	mk := func(t uint8, neg bool) cond {
 		return func(r *rules.Rule) bool {
@@ -2315,6 +2327,15 @@ func (b *ruleBuilder) pktType(pos rules.Pos, op string, val rhs) {
 		c = append(c, alt{mk(t, false)})
 	}
 	b.add(c)
+}
+
+// pktTypeValue reads a packet type: a name or a number.
+func pktTypeValue(s string) (uint8, bool) {
+	if t, ok := pktTypeNames[s]; ok {
+		return t, true
+	}
+	n, err := parseNum(s, 8)
+	return uint8(n), err == nil
 }
 
 // ttl compares the IPv4 TTL or the IPv6 hop limit.

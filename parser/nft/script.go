@@ -47,6 +47,7 @@ type table struct {
 type objDecl struct {
 	words []string
 	body  *Block
+	env   *env // the variables where it was declared
 }
 
 type chain struct {
@@ -330,7 +331,7 @@ func (rd *reader) tableBody(t *table, body *TableBody, e *env) *env {
 			e = rd.define(it.Define, e)
 		case it.Object != nil:
 			t.addObject(it.Object.Words)
-			t.objDecls = append(t.objDecls, objDecl{words: it.Object.Words, body: it.Object.Body})
+			t.objDecls = append(t.objDecls, objDecl{words: it.Object.Words, body: it.Object.Body, env: e})
 		case it.Flags != nil:
 			t.flags = append(t.flags, it.Flags...)
 		case it.Comment != nil:
@@ -504,8 +505,9 @@ func (rd *reader) addSet(t *table, isMap bool, name string, pos rules.Pos, items
 			if i+1 < len(items) && items[i+1].Elements != nil && items[i+1].Pos.Filename == it.Pos.Filename {
 				limit = items[i+1].Pos.Offset
 			}
-			line, e := rd.rawSpan(it.Pos, limit)
-			end = e
+			line, stop := rd.rawSpan(it.Pos, limit)
+			end = stop
+			line = substVars(line, e)
 			if !slices.Contains(s.lines, line) {
 				s.lines = append(s.lines, line)
 			}
@@ -700,7 +702,7 @@ func (rd *reader) command(c *Command, e *env) {
 		switch c.Other.Keyword {
 		case "counter", "quota", "limit", "ct", "flowtable", "secmark", "synproxy":
 			if c.Verb == "add" || c.Verb == "create" {
-				rd.addObjectCmd(c.Other)
+				rd.addObjectCmd(c.Other, e)
 			}
 			return
 		}
@@ -803,7 +805,13 @@ loop:
 			}
 			space()
 			continue
-		case c == '#', (c == '\n' || c == ';' || c == '}') && depth == 0:
+		case c == '#':
+			// A comment runs to the end of its line, inside braces too.
+			for i+1 < len(src) && src[i+1] != '\n' {
+				i++
+			}
+			continue
+		case (c == '\n' || c == ';' || c == '}') && depth == 0:
 			break loop
 		case c == '{':
 			depth++
@@ -912,7 +920,7 @@ func (t *table) addObject(words []string) {
 
 // addObjectCmd records the object of "add counter [FAMILY] TABLE NAME":
 // its keyword and the words after it.
-func (rd *reader) addObjectCmd(g *Generic) {
+func (rd *reader) addObjectCmd(g *Generic, e *env) {
 	words := []string{g.Keyword}
 	for _, r := range g.Rest {
 		if r.Nested != nil {
@@ -941,6 +949,6 @@ func (rd *reader) addObjectCmd(g *Generic) {
 		if n := len(g.Rest); n > 0 && g.Rest[n-1].Nested != nil {
 			body = g.Rest[n-1].Nested
 		}
-		t.objDecls = append(t.objDecls, objDecl{words: append(kind, rest[0]), body: body})
+		t.objDecls = append(t.objDecls, objDecl{words: append(kind, rest[0]), body: body, env: e})
 	}
 }
