@@ -528,10 +528,6 @@ func (c *ruleCtx) match(m *Match) termOut {
 		if m.Mask == nil && !isFlagType(typ) && key != "ct label" {
 			op = ""
 		}
-	case "!":
-		if !isFlagType(typ) {
-			op = "!="
-		}
 	}
 	if op != "" {
 		words = append(words, op)
@@ -712,6 +708,9 @@ func (c *ruleCtx) prim(p *Prim, typ vtype, set ...vtype) string {
 		for _, el := range p.Set.Elems {
 			els = append(els, c.l.elem(el, set, "", c.env, nil))
 		}
+		if len(els) == 0 {
+			return "{ }"
+		}
 		return "{ " + strings.Join(els, ", ") + " }"
 	case p.Paren != nil:
 		var items []string
@@ -855,13 +854,19 @@ func spaced(prev, tok string) bool {
 	if prev == "to" {
 		return true // "redirect to :80"
 	}
+	// A range's "-" joins values; beside a word it would make one word.
+	value := func(s string) bool { return s != "" && (s[0] >= '0' && s[0] <= '9' || strings.Contains(s, ":")) }
 	switch tok {
-	case ",", "/", ":", "-", ")", "]":
+	case ",", "/", ":", ")", "]":
 		return false
+	case "-":
+		return !value(prev)
 	}
 	switch prev {
-	case ",", "/", ":", "-", "(", "[":
+	case ",", "/", ":", "(", "[":
 		return false
+	case "-":
+		return !value(tok)
 	}
 	return true
 }
