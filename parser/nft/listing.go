@@ -101,7 +101,7 @@ func (l *lister) table(t *table) {
 	for _, n := range t.setOrder {
 		if s := t.sets[n]; s != nil {
 			sep()
-			l.set(t, s)
+			l.set(s)
 		}
 	}
 	for _, o := range t.objDecls {
@@ -155,7 +155,7 @@ func blockStatements(b *Block, e *env) []string {
 	return out
 }
 
-func (l *lister) set(t *table, s *set) {
+func (l *lister) set(s *set) {
 	l.line(1, "%s %s {", s.kind(), name(s.name))
 	var keyType, valType string
 	var typeof bool
@@ -177,7 +177,7 @@ func (l *lister) set(t *table, s *set) {
 		keys := setKeyTypes(keyType, typeof)
 		var els []string
 		for i, el := range s.elems {
-			els = append(els, l.elem(el, keys, valType, s.elemEnvs[i], t))
+			els = append(els, l.elem(el, keys, valType, s.elemEnvs[i]))
 		}
 		l.line(2, "elements = { %s }", strings.Join(els, ", "))
 	}

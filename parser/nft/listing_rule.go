@@ -706,7 +706,7 @@ func (c *ruleCtx) prim(p *Prim, typ vtype, set ...vtype) string {
 	case p.Set != nil:
 		var els []string
 		for _, el := range p.Set.Elems {
-			els = append(els, c.l.elem(el, set, "", c.env, nil))
+			els = append(els, c.l.elem(el, set, "", c.env))
 		}
 		if len(els) == 0 {
 			return "{ }"
@@ -744,7 +744,7 @@ func (c *ruleCtx) prim(p *Prim, typ vtype, set ...vtype) string {
 }
 
 // elem prints a set element with its options and map value.
-func (l *lister) elem(el *Elem, keys []vtype, valType string, e *env, _ *table) string {
+func (l *lister) elem(el *Elem, keys []vtype, valType string, e *env) string {
 	c := &ruleCtx{env: e, l: l, inSet: true}
 	var s string
 	if el.CatchAll {
