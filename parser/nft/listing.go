@@ -122,14 +122,11 @@ func (l *lister) table(t *table) {
 func (l *lister) object(o objDecl) {
 	words := slices.Clone(o.words)
 	words[len(words)-1] = name(unquote(words[len(words)-1]))
-	if o.body == nil {
-		l.line(1, "%s {", strings.Join(words, " "))
-		l.line(1, "}")
-		return
-	}
 	l.line(1, "%s {", strings.Join(words, " "))
-	for _, stmt := range blockStatements(o.body, o.env) {
-		l.line(2, "%s", stmt)
+	if o.body != nil {
+		for _, stmt := range blockStatements(o.body, o.env) {
+			l.line(2, "%s", stmt)
+		}
 	}
 	l.line(1, "}")
 }

@@ -81,10 +81,10 @@ type ruleCtx struct {
 
 // rule prints one rule as nft lists it.
 func (l *lister) rule(t *table, r *srcRule) string {
-	c := &ruleCtx{family: t.family, env: r.env, l: l}
 	if r.unread != "" {
 		return unreadText(substVars(r.raw, r.env))
 	}
+	c := &ruleCtx{family: t.family, env: r.env, l: l}
 	terms := r.ast.Terms
 	c.hasTTL = slices.ContainsFunc(terms, func(t *Term) bool {
 		return t.Match != nil && len(t.Match.Left.Atoms) == 1 && t.Match.Left.Atoms[0].text() == "ip ttl"

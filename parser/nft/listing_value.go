@@ -230,9 +230,8 @@ func formatAtom(s string, t vtype) string {
 			return fmt.Sprintf("\"%02d:%02d\"", h, m)
 		}
 	case tDay:
-		days := []string{"Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"}
-		if n, ok := num(); ok && n < 7 {
-			return strconv.Quote(days[n])
+		if n, ok := num(); ok && n < uint64(len(daySpec.syms)) {
+			return strconv.Quote(daySpec.syms[n])
 		}
 	case tDate:
 		if n, ok := num(); ok && !quoted {
@@ -279,8 +278,8 @@ func formatAtom(s string, t vtype) string {
 			return fmt.Sprintf("0x%02x", n)
 		}
 	case tECN:
-		if n, ok := num(); ok && n < 4 {
-			return []string{"not-ect", "ect1", "ect0", "ce"}[n]
+		if n, ok := num(); ok && n < uint64(len(ecnSpec.syms)) {
+			return ecnSpec.syms[n]
 		}
 	case tEther:
 		if n, ok := num(); ok {
@@ -326,17 +325,9 @@ var ctEvents = []string{"new", "related", "destroy", "reply", "assured", "protoi
 // hourOf reads "HH:MM[:SS]" as nft does: seconds past midnight, modulo a
 // day.
 func hourOf(s string) (h, m, sec int, ok bool) {
-	parts := strings.Split(s, ":")
-	if len(parts) < 2 || len(parts) > 3 {
+	v, ok := hourParts(s)
+	if !ok {
 		return 0, 0, 0, false
-	}
-	var v [3]int
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
-		if err != nil {
-			return 0, 0, 0, false
-		}
-		v[i] = n
 	}
 	total := (v[0]*3600 + v[1]*60 + v[2]) % 86400
 	return total / 3600, total % 3600 / 60, total % 60, true
@@ -360,7 +351,7 @@ func rangeAtom(s string, t vtype) string {
 			return strconv.Itoa(int(v))
 		}
 	case tECN:
-		if i := slices.Index([]string{"not-ect", "ect1", "ect0", "ce"}, u); i >= 0 {
+		if i := slices.Index(ecnSpec.syms, u); i >= 0 {
 			return strconv.Itoa(i)
 		}
 	case tEther:
@@ -375,8 +366,7 @@ func rangeAtom(s string, t vtype) string {
 			return strconv.Itoa(int(v))
 		}
 	case tDay:
-		days := []string{"Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"}
-		if i := slices.IndexFunc(days, func(d string) bool { return strings.EqualFold(d, u) || strings.EqualFold(d[:3], u) }); i >= 0 {
+		if i := slices.IndexFunc(daySpec.syms, func(d string) bool { return strings.EqualFold(d, u) || strings.EqualFold(d[:3], u) }); i >= 0 {
 			return strconv.Itoa(i)
 		}
 	case tCtState, tCtStatus, tTCPFlags, tCtEvent:

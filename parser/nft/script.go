@@ -79,9 +79,7 @@ type srcRule struct {
 	// partial the terms it read before what it could not.
 	unread  string
 	partial []*Term
-	// rest is the tokens of an unread rule after partial, and raw its
-	// text as written, for a listing.
-	rest []*RestTok
+	// raw is an unread rule's text as written, for a listing.
 	raw  string
 	env  *env // the variables defined where the rule was read
 	file string
@@ -381,11 +379,11 @@ func (rd *reader) chainBody(c *chain, body *ChainBody, e *env) {
 		case it.Flags != nil:
 			c.flags = append(c.flags, it.Flags...)
 		case it.Rule != nil && len(it.Rule.Rest) > 0:
-			c.rules = append(c.rules, &srcRule{pos: pos, ast: &Rule{Pos: it.Rule.Pos}, unread: "… " + restText(it.Rule.Rest), partial: it.Rule.Terms, rest: it.Rule.Rest, raw: rd.rawRule(it.Rule.Pos), env: e, file: pos.File})
+			c.rules = append(c.rules, &srcRule{pos: pos, ast: &Rule{Pos: it.Rule.Pos}, unread: "… " + restText(it.Rule.Rest), partial: it.Rule.Terms, raw: rd.rawRule(it.Rule.Pos), env: e, file: pos.File})
 		case it.Rule != nil:
 			c.rules = append(c.rules, &srcRule{pos: pos, ast: it.Rule, env: e, file: pos.File})
 		case it.Unread != nil:
-			c.rules = append(c.rules, &srcRule{pos: pos, ast: &Rule{Pos: it.Pos}, unread: it.Unread.text(), rest: it.Unread.Tokens, raw: rd.rawRule(it.Pos), env: e, file: pos.File})
+			c.rules = append(c.rules, &srcRule{pos: pos, ast: &Rule{Pos: it.Pos}, unread: it.Unread.text(), raw: rd.rawRule(it.Pos), env: e, file: pos.File})
 		}
 	}
 }
@@ -749,7 +747,7 @@ func (rd *reader) ruleCommand(c *Command, pos rules.Pos, e *env) {
 		}
 		r := &srcRule{pos: toPos(rc.Rule.Pos), ast: rc.Rule, env: e, file: pos.File}
 		if len(rc.Rule.Rest) > 0 {
-			r.ast, r.unread, r.partial, r.rest = &Rule{Pos: rc.Rule.Pos}, "… "+restText(rc.Rule.Rest), rc.Rule.Terms, rc.Rule.Rest
+			r.ast, r.unread, r.partial = &Rule{Pos: rc.Rule.Pos}, "… "+restText(rc.Rule.Rest), rc.Rule.Terms
 			r.raw = rd.rawRule(rc.Rule.Pos)
 		}
 		if c.Verb == "insert" {

@@ -997,17 +997,25 @@ func (b *ruleBuilder) validateCtWords(g *Generic, toks []string) {
 // validHour reports whether s is a time of day as nft reads it: HH:MM or
 // HH:MM:SS, a leap second allowed.
 func validHour(s string) bool {
+	v, ok := hourParts(s)
+	return ok && v[0] <= 23 && v[1] <= 59 && v[2] <= 60
+}
+
+// hourParts reads "HH:MM[:SS]" into its numbers, seconds 0 when left out.
+func hourParts(s string) ([3]int, bool) {
+	var v [3]int
 	parts := strings.Split(s, ":")
 	if len(parts) < 2 || len(parts) > 3 {
-		return false
+		return v, false
 	}
 	for i, p := range parts {
 		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 || n > [3]int{23, 59, 60}[i] {
-			return false
+		if err != nil || n < 0 {
+			return v, false
 		}
+		v[i] = n
 	}
-	return true
+	return v, true
 }
 
 // validDate reports whether s is a date as nft reads it: "YYYY-MM-DD",
