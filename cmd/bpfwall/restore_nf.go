@@ -182,14 +182,23 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) (rerr error)
 	// What applyNetfilter needs of the parsed rule set, taken now: the
 	// parsed rules (a third of a large restore's memory) go once the
 	// chains are lowered, before they compile. (Nothing reads rs after
-	// compileChains.)
+	// compileChains.) The metas' source, the rule set printed again, is
+	// made on the other core while the chains lower and compile: both
+	// only read rs.
 	var metas *loader.MetaSource
-	if !req.test {
-		metas = loader.NewMetaSource(rs) // restore -t loads no meta
+	metasMade := make(chan struct{})
+	if req.test {
+		close(metasMade) // restore -t loads no meta
+	} else {
+		go func() {
+			defer close(metasMade)
+			metas = loader.NewMetaSource(rs)
+		}()
 	}
 	tables := shellTables(rs)
 	limits := acceleratorLimits(rs)
 	cc, err := compileChains(rs, parse, req.family, req.level, req.noDelegate)
+	<-metasMade
 	if err != nil {
 		return reportRuleErrors(err, true, stderr)
 	}
