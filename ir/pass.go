@@ -70,7 +70,7 @@ func (p *Program) own(id int) *Rule {
 	r.Matches = slices.Clone(r.Matches)
 	p.Rules[id] = &r
 	if id < len(p.forms) {
-		p.forms[id] = cachedForm{} // its matches change
+		p.forms[id] = nil // its matches change
 	}
 	p.owned[id] = true
 	return &r

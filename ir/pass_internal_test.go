@@ -99,12 +99,24 @@ func TestFormsParallel(t *testing.T) {
 	p.Forms(chain)
 	for _, r := range chain {
 		c := p.forms[r.ID]
-		if !c.done {
+		if c == nil {
 			t.Fatalf("rule %d: no form after Forms", r.ID)
 		}
 		want, ok := p.NormalizeResidual(r, formLimit)
 		if c.ok != ok || !reflect.DeepEqual(c.f, want) {
 			t.Fatalf("rule %d: Forms gave %+v (%v), NormalizeResidual %+v (%v)", r.ID, c.f, c.ok, want, ok)
+		}
+	}
+	// Forgotten forms keep nothing, and come back the same.
+	p.ForgetForms(chain)
+	for _, r := range chain {
+		if p.forms[r.ID] != nil {
+			t.Fatalf("rule %d: its form stays after ForgetForms", r.ID)
+		}
+		f, ok := p.Form(r)
+		want, wantOK := p.NormalizeResidual(r, formLimit)
+		if ok != wantOK || !reflect.DeepEqual(f, want) {
+			t.Fatalf("rule %d: Form after ForgetForms gave %+v (%v), NormalizeResidual %+v (%v)", r.ID, f, ok, want, wantOK)
 		}
 	}
 }

@@ -38,9 +38,12 @@ type Program struct {
 	// pass changes one (own); owned are those it copied.
 	shared bool
 	owned  map[int]bool
-	// forms caches Form by rule ID. It is the program's, not the rules':
-	// a Clone shares its rules, whose matches its passes may change.
-	forms []cachedForm
+	// forms caches Form by rule ID, nil where it is not computed, or was
+	// forgotten (ForgetForms: a slice of forms, not of pointers, kept 14
+	// MB of empty forms of 100k rules to the end of the compile). It is
+	// the program's, not the rules': a Clone shares its rules, whose
+	// matches its passes may change.
+	forms []*cachedForm
 }
 
 // Removal is a rule that never matches: every packet that reaches it is
@@ -72,10 +75,10 @@ type Rule struct {
 	Action  Action
 }
 
-// cachedForm is a rule's Program.Form, once computed (done).
+// cachedForm is a rule's Program.Form, once computed.
 type cachedForm struct {
-	f        Form
-	ok, done bool
+	f  Form
+	ok bool
 }
 
 // Action is what a rule does when it matches. The set of kinds is closed:

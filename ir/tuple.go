@@ -122,12 +122,13 @@ const formLimit = 1 << 16
 // must not change once its form is computed.
 func (p *Program) Form(r *Rule) (Form, bool) {
 	if p.forms == nil {
-		p.forms = make([]cachedForm, len(p.Rules))
+		p.forms = make([]*cachedForm, len(p.Rules))
 	}
-	c := &p.forms[r.ID]
-	if !c.done {
+	c := p.forms[r.ID]
+	if c == nil {
 		f, ok := p.NormalizeResidual(r, formLimit)
-		*c = cachedForm{f, ok, true}
+		c = &cachedForm{f, ok}
+		p.forms[r.ID] = c
 	}
 	return c.f, c.ok
 }
@@ -137,7 +138,7 @@ func (p *Program) Form(r *Rule) (Form, bool) {
 func (p *Program) ForgetForms(rs []*Rule) {
 	for _, r := range rs {
 		if r.ID < len(p.forms) {
-			p.forms[r.ID] = cachedForm{}
+			p.forms[r.ID] = nil
 		}
 	}
 }
@@ -152,7 +153,7 @@ const parallelForms = 4096
 // rules' forms while it runs.
 func (p *Program) Forms(rs []*Rule) {
 	if p.forms == nil {
-		p.forms = make([]cachedForm, len(p.Rules))
+		p.forms = make([]*cachedForm, len(p.Rules))
 	}
 	workers := min(runtime.GOMAXPROCS(0), len(rs)/parallelForms)
 	if workers < 2 {
