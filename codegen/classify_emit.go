@@ -532,10 +532,12 @@ func (c *compiler) units(rs []*ir.Rule) []classify.Unit {
 	var out []classify.Unit
 	// One allocation for every run: a run is the next part of it. The
 	// plans read the rules' forms from the program's cache, and copy the
-	// tuples they keep, so the forms are let go once the chain is planned
-	// (at 100k rules they are a quarter of the compile's memory), unless
-	// the netfilter stage, compiled next, plans the chain again.
+	// tuples they keep, so the forms are let go as each rule is planned,
+	// and the rest once the chain is (at 100k rules they are a quarter of
+	// the compile's memory), unless the netfilter stage, compiled next,
+	// plans the chain again.
 	run := make([]*ir.Rule, 0, len(rs))
+	c.cls.Forget = !c.defers()
 	flush := func() {
 		out = append(out, c.cls.Run(run)...)
 		run = run[len(run):]

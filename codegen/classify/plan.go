@@ -93,6 +93,11 @@ type Planner struct {
 	// Pure reports whether a match may be tested before a table, as part
 	// of its guard: it has no effects and cannot drop the packet.
 	Pure func(ir.Match) bool
+	// Forget lets each rule's form go once plan has taken its tuples
+	// (ir.Program.ForgetForms), for a caller that does not plan the
+	// rules again: at 100k rules the forms are a quarter of the live
+	// heap when planning starts.
+	Forget bool
 
 	tables     int // the tables named so far
 	classified int
@@ -282,7 +287,7 @@ func (c *Planner) plan(run []*ir.Rule) (plan *Segment, tooMany bool) {
 	// is told apart in collided.
 	type pending struct {
 		shape    int32
-		t        *ir.Tuple
+		t        ir.Tuple
 		id, kind uint32
 	}
 	total := 0
@@ -311,10 +316,10 @@ func (c *Planner) plan(run []*ir.Rule) (plan *Segment, tooMany bool) {
 				last, lastIndex = k, i
 			}
 			count[i]++
-			todo = append(todo, pending{int32(i), &ts[j], id, kind})
+			todo = append(todo, pending{int32(i), ts[j], id, kind})
 		}
 	}
-	for _, r := range run {
+	for i, r := range run {
 		f, _ := c.Program.Form(r)
 		id := uint32(r.ID)
 		v6proto := v6 && f.Proto
@@ -324,6 +329,11 @@ func (c *Planner) plan(run []*ir.Rule) (plan *Segment, tooMany bool) {
 		}
 		if v6proto {
 			add(Guard{Mode: ModePreProto, V6Proto: true, Residual: c.residualKey(f.Residual[:f.ResidualPreProto])}, f.PreProto, id, KindHotdrop)
+		}
+		if c.Forget {
+			// todo holds copies of its tuples; a half planned again
+			// (Run) computes its forms again.
+			c.Program.ForgetForms(run[i : i+1])
 		}
 	}
 	type shapeTuple struct {
@@ -339,7 +349,7 @@ func (c *Planner) plan(run []*ir.Rule) (plan *Segment, tooMany bool) {
 	var collided map[shapeTuple]struct{}
 	for _, pe := range todo {
 		// The earliest rule with a tuple wins; rules come in order.
-		i, t := pe.shape, *pe.t
+		i, t := pe.shape, pe.t
 		h := maphash.Comparable(seed, t)
 		if j, ok := seen[i][h]; !ok {
 			seen[i][h] = int32(len(lists[i]))
