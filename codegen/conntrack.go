@@ -2,6 +2,8 @@ package codegen
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -89,11 +91,18 @@ func (p *Program) KernelSpec(spec *btf.Spec) (*ebpf.CollectionSpec, error) {
 	if spec == nil {
 		return nil, fmt.Errorf("the %s program needs the kernel's BTF: %w", p.Hook, ebpf.ErrNotSupported)
 	}
-	out := p.Spec.Copy()
-	if err := kernel.Resolve(out.Programs[abi.ProgramName].Instructions, spec); err != nil {
+	// Resolve changes only the main program's instructions: the rest is
+	// shared (Spec.Copy copied every map's contents, 100k entries and
+	// more at 100k rules).
+	out := *p.Spec
+	out.Programs = maps.Clone(p.Spec.Programs)
+	main := *out.Programs[abi.ProgramName]
+	main.Instructions = slices.Clone(main.Instructions)
+	out.Programs[abi.ProgramName] = &main
+	if err := kernel.Resolve(main.Instructions, spec); err != nil {
 		return nil, err
 	}
-	return out, nil
+	return &out, nil
 }
 
 // ingressStateWarnings names the rules whose conntrack state an ingress

@@ -578,3 +578,37 @@ func (l *loaded) compareRecent(t *testing.T, st *ir.State) {
 		t.Logf("recent table %d: %d entries agree", table, len(want))
 	}
 }
+
+// TestKernelSpecLeavesSpec checks that resolving a program's kfuncs for
+// the running kernel changes the copy KernelSpec returns, and not the
+// program's Spec, which later loads resolve again.
+func TestKernelSpecLeavesSpec(t *testing.T) {
+	p := compileText(t, "*filter\n:INPUT ACCEPT\n-A INPUT -m conntrack --ctstate ESTABLISHED -j ACCEPT\n-A INPUT -p tcp --dport 22 -j DROP\nCOMMIT\n", rules.IPv4, codegen.HookXDP)
+	if !p.NeedsKernelBTF() {
+		t.Fatal("a conntrack state match needs the kernel's BTF")
+	}
+	before := slices.Clone(p.Spec.Programs[abi.ProgramName].Instructions)
+	spec, err := p.KernelSpec(kernelBTF(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := p.Spec.Programs[abi.ProgramName].Instructions
+	resolved := spec.Programs[abi.ProgramName].Instructions
+	changed := 0
+	for i := range before {
+		if after[i].Constant != before[i].Constant || after[i].Offset != before[i].Offset {
+			t.Fatalf("instruction %d of Spec changed: %v -> %v", i, before[i], after[i])
+		}
+		if resolved[i].Constant != before[i].Constant || resolved[i].Offset != before[i].Offset {
+			changed++
+		}
+	}
+	if changed == 0 {
+		t.Fatal("KernelSpec resolved nothing")
+	}
+	for name, m := range p.Spec.Maps {
+		if spec.Maps[name] != m {
+			t.Errorf("map %s: copied, where the spec's is shared", name)
+		}
+	}
+}
