@@ -72,7 +72,7 @@ func (c *compiler) ctStateEgress() {
 // UsesConntrack reports whether the program looks packets up in the
 // kernel's conntrack table: the loader must make sure conntrack tracks
 // connections in the namespace.
-func (p *Program) UsesConntrack() bool { return p.IR.TestsConntrack() }
+func (p *Program) UsesConntrack() bool { return p.uses.conntrack }
 
 // NeedsKernelBTF reports whether the program calls kfuncs or reads kernel
 // structs, whose BTF IDs and offsets KernelSpec takes from the running

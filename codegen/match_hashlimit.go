@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"math/bits"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -442,23 +443,5 @@ type HashLimitTable struct {
 
 // HashLimitTables lists p's hashlimit tables by index.
 func HashLimitTables(p *Program) []HashLimitTable {
-	var out []HashLimitTable
-	for _, r := range p.IR.Rules {
-		for _, m := range r.Matches {
-			m, ok := m.(ir.HashLimit)
-			if !ok {
-				continue
-			}
-			for len(out) <= m.Table {
-				out = append(out, HashLimitTable{})
-			}
-			if out[m.Table].Map != "" {
-				continue
-			}
-			cfg := m
-			cfg.Table, cfg.Name, cfg.Pos, cfg.Above = 0, "", rules.Pos{}, false
-			out[m.Table] = HashLimitTable{Name: m.Name, Map: abi.HashLimitMap(m.Table), Config: cfg, Pos: m.Pos}
-		}
-	}
-	return out
+	return slices.Clone(p.uses.hashLimit)
 }

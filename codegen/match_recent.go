@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -570,23 +571,11 @@ type RecentTable struct {
 
 // RecentTables lists p's recent tables by index.
 func RecentTables(p *Program) []RecentTable {
-	var out []RecentTable
-	for _, r := range p.IR.Rules {
-		for _, m := range r.Matches {
-			if m, ok := m.(ir.Recent); ok {
-				for len(out) <= m.Table {
-					out = append(out, RecentTable{})
-				}
-				out[m.Table] = RecentTable{Name: m.Name, Map: abi.RecentMap(m.Table), Stamps: m.Stamps, Mask: m.Mask}
-			}
-		}
-	}
-	return out
+	return slices.Clone(p.uses.recent)
 }
 
 // UsesRecent reports whether p has recent tables, whose sizes are
 // xt_recent's default module parameters: the loader checks the kernel's.
 func UsesRecent(p *Program) bool {
-	_, slots := (&compiler{p: p.IR}).recentTables()
-	return slots > 0
+	return len(p.uses.recent) > 0
 }
