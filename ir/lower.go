@@ -83,6 +83,8 @@ type lowerer struct {
 	edges  [][]chainEdge  // jumps and gotos out of each chain
 	prog   *Program
 	errs   rules.ErrorList
+	// text is the buffer spec prints rules into.
+	text []byte
 	// buckets numbers the token buckets of Limit and RateLimit matches by
 	// the source match: the rules one nft rule splits into share its one
 	// limit expression.
@@ -232,7 +234,7 @@ func (l *lowerer) lowerChain(i int, c *rules.Chain) {
 			ID:    len(l.prog.Rules),
 			Chain: i,
 			Pos:   r.Pos,
-			Text:  r.Spec(),
+			Text:  l.spec(r),
 		}
 		lr.Matches = l.matches(r)
 		lr.Action = l.action(r)
@@ -240,6 +242,12 @@ func (l *lowerer) lowerChain(i int, c *rules.Chain) {
 		l.prog.Rules = append(l.prog.Rules, lr)
 	}
 	l.prog.Chains = append(l.prog.Chains, out)
+}
+
+// spec is r.Spec(), printed into one buffer for every rule.
+func (l *lowerer) spec(r *rules.Rule) string {
+	l.text = r.AppendSpec(l.text[:0])
+	return string(l.text)
 }
 
 // matches lowers the rule's standard matches in ip_packet_match's order,

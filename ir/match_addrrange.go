@@ -44,7 +44,7 @@ func (m AddrRange) alternatives(p *Program, out []alt, limit int) ([]alt, bool) 
 	if m.Neg {
 		return nil, false
 	}
-	for _, fp := range rangePrefixes(m.From.AsSlice(), m.To.AsSlice()) {
+	for _, fp := range rangePrefixes(nil, m.From.AsSlice(), m.To.AsSlice()) {
 		out = append(out, alt{addrField(m.Dir), fp})
 	}
 	return out, true

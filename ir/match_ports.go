@@ -97,9 +97,10 @@ func (m Ports) alternatives(p *Program, out []alt, limit int) ([]alt, bool) {
 			field = FieldDport
 		}
 		for _, pr := range m.Ranges {
+			var buf [2*16 - 2]fieldPrefix
 			lo := []byte{byte(pr.Lo >> 8), byte(pr.Lo)}
 			hi := []byte{byte(pr.Hi >> 8), byte(pr.Hi)}
-			for _, fp := range rangePrefixes(lo, hi) {
+			for _, fp := range rangePrefixes(buf[:0], lo, hi) {
 				out = append(out, alt{field, fp})
 			}
 		}

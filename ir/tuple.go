@@ -341,16 +341,17 @@ func maskBits(b []byte, bits int) {
 	}
 }
 
-// rangePrefixes returns the fewest prefixes that make up the range lo..hi
-// of big-endian numbers of len(lo) bytes: at most 2*bits-2 of them.
-func rangePrefixes(lo, hi []byte) []fieldPrefix {
+// rangePrefixes appends to out the fewest prefixes that make up the
+// range lo..hi of big-endian numbers of len(lo) bytes: at most 2*bits-2
+// of them. (A caller may pass a buffer of its own: a port range takes at
+// most 30, and lowering 100k port matches allocated a slice for each.)
+func rangePrefixes(out []fieldPrefix, lo, hi []byte) []fieldPrefix {
 	width := len(lo) * 8
 	if width <= 32 {
 		var l, h uint64
 		for i := range lo {
 			l, h = l<<8|uint64(lo[i]), h<<8|uint64(hi[i])
 		}
-		var out []fieldPrefix
 		for l <= h {
 			k := 0 // the largest aligned block at l within the range
 			for k < width && l&(1<<(k+1)-1) == 0 && l+(1<<(k+1))-1 <= h {
@@ -370,7 +371,6 @@ func rangePrefixes(lo, hi []byte) []fieldPrefix {
 	}
 	l, h := new(big.Int).SetBytes(lo), new(big.Int).SetBytes(hi)
 	one := big.NewInt(1)
-	var out []fieldPrefix
 	for l.Cmp(h) <= 0 {
 		k := 0
 		for k < width {

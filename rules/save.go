@@ -21,7 +21,15 @@ type SaveOptions struct {
 // chains in hook order, then user chains by name), the rules chain by chain,
 // and COMMIT.
 func (rs *Ruleset) Save(opts SaveOptions) []byte {
-	var b []byte
+	// About 64 bytes a rule: growing the buffer from nothing copied a
+	// 100k-rule rule set's text 18 times.
+	n := 0
+	for _, t := range rs.Tables {
+		for _, c := range t.Chains {
+			n += len(c.Rules)
+		}
+	}
+	b := make([]byte, 0, 64*n+1024)
 	for _, t := range rs.Tables {
 		b = append(b, '*')
 		b = append(b, t.Name...)
@@ -74,11 +82,18 @@ func (t *Table) SaveOrder() []*Chain {
 // Spec is the rule as iptables-save prints it after "-A CHAIN", without the
 // leading space.
 func (r *Rule) Spec() string {
-	b := r.appendSpec(nil)
-	if len(b) > 0 && b[0] == ' ' {
-		b = b[1:]
+	return string(r.AppendSpec(nil))
+}
+
+// AppendSpec appends Spec to b: a caller that prints many rules reuses
+// one buffer.
+func (r *Rule) AppendSpec(b []byte) []byte {
+	n := len(b)
+	b = r.appendSpec(b)
+	if len(b) > n && b[n] == ' ' {
+		b = append(b[:n], b[n+1:]...)
 	}
-	return string(b)
+	return b
 }
 
 func (r *Rule) String() string { return r.Spec() }

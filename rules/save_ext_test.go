@@ -122,6 +122,10 @@ func TestSaveExtensions(t *testing.T) {
 			if got := tt.rule.Spec(); got != tt.want {
 				t.Errorf("got  %s\nwant %s", got, tt.want)
 			}
+			// Into a buffer that holds something already.
+			if got := string(tt.rule.AppendSpec([]byte("-A X "))); got != "-A X "+tt.want {
+				t.Errorf("AppendSpec = %q, want %q", got, "-A X "+tt.want)
+			}
 		})
 	}
 }
