@@ -138,7 +138,7 @@ func appendNet(b []byte, flag string, n Net, neg bool) []byte {
 	b = append(b, ' ')
 	b = append(b, flag...)
 	b = append(b, ' ')
-	return append(b, n.String()...)
+	return n.appendTo(b)
 }
 
 func appendIface(b []byte, flag, name string, neg bool) []byte {
@@ -155,21 +155,30 @@ func appendIface(b []byte, flag, name string, neg bool) []byte {
 // String prints n as iptables-save does: addr/len for contiguous masks,
 // addr/mask otherwise, the address always masked.
 func (n Net) String() string {
+	return string(n.appendTo(nil))
+}
+
+// appendTo appends String to b, without a string of its own: a rule
+// set's text prints 100k of them.
+func (n Net) appendTo(b []byte) []byte {
 	if !n.Addr.IsValid() {
-		return "0.0.0.0/0"
+		return append(b, "0.0.0.0/0"...)
 	}
-	a := n.Addr.AsSlice()
+	addr := n.Addr.WithZone("")
 	if n.Mask.IsValid() {
+		a := n.Addr.AsSlice()
 		m := n.Mask.AsSlice()
 		for i := range a {
 			a[i] &= m[i]
 		}
+		addr, _ = netip.AddrFromSlice(a)
 	}
-	addr, _ := netip.AddrFromSlice(a)
+	b = addr.AppendTo(b)
+	b = append(b, '/')
 	if bits := n.Bits(); bits >= 0 {
-		return addr.String() + "/" + strconv.Itoa(bits)
+		return strconv.AppendInt(b, int64(bits), 10)
 	}
-	return addr.String() + "/" + n.Mask.String()
+	return n.Mask.AppendTo(b)
 }
 
 // protoNames are the names iptables-save prints for protocol numbers

@@ -129,3 +129,31 @@ func TestSaveExtensions(t *testing.T) {
 		})
 	}
 }
+
+// TestNetString checks addresses as iptables-save prints them: masked,
+// with a length where the mask is contiguous and the mask where not.
+func TestNetString(t *testing.T) {
+	a := netip.MustParseAddr
+	tests := []struct {
+		n    Net
+		want string
+	}{
+		{Net{}, "0.0.0.0/0"},
+		{Net{Addr: a("10.1.2.3")}, "10.1.2.3/0"},
+		{Net{Addr: a("10.1.2.3"), Mask: a("255.255.255.255")}, "10.1.2.3/32"},
+		{Net{Addr: a("10.1.2.3"), Mask: a("255.255.0.0")}, "10.1.0.0/16"},
+		{Net{Addr: a("10.1.2.3"), Mask: a("255.0.255.0")}, "10.0.2.0/255.0.255.0"},
+		{Net{Addr: a("0.0.0.0"), Mask: a("0.0.0.0")}, "0.0.0.0/0"},
+		{Net{Addr: a("2001:db8::1"), Mask: a("ffff:ffff::")}, "2001:db8::/32"},
+		{Net{Addr: a("2001:db8::1"), Mask: a("ffff::ffff")}, "2001::1/ffff::ffff"},
+		{Net{Addr: a("fe80::1%eth0"), Mask: a("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")}, "fe80::1/128"},
+	}
+	for _, tt := range tests {
+		if got := tt.n.String(); got != tt.want {
+			t.Errorf("%v %v: %q, want %q", tt.n.Addr, tt.n.Mask, got, tt.want)
+		}
+		if got := string(appendNet([]byte("x"), "-s", tt.n, true)); got != "x ! -s "+tt.want {
+			t.Errorf("appendNet: %q", got)
+		}
+	}
+}
