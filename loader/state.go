@@ -442,13 +442,22 @@ func (a *Active) Close() error {
 // and added to those carried over from earlier programs; the last entry
 // counts the entry chain's policy.
 func (a *Active) Counters() ([]abi.Counter, error) {
+	// The two maps are read at once: at 100k rules each read is 30 ms
+	// of the kernel copying entries out, on the path to a swap.
+	var base []abi.Counter
+	var baseErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		base, baseErr = readBase(a.base)
+	}()
 	live, err := readCounters(a.counters)
+	<-done
 	if err != nil {
 		return nil, err
 	}
-	base, err := readBase(a.base)
-	if err != nil {
-		return nil, err
+	if baseErr != nil {
+		return nil, baseErr
 	}
 	if len(base) != len(live) {
 		return nil, fmt.Errorf("read counters: %d carried over for %d rules", len(base), len(live))
