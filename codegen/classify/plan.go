@@ -34,6 +34,7 @@
 package classify
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"fmt"
@@ -872,10 +873,6 @@ func (c *Planner) MapSpec(t *Table) *ebpf.MapSpec {
 func (c *Planner) lpmContents(t *Table, l KeyLayout, key func(ir.Tuple, int) []byte, value func(Entry) []byte) []ebpf.MapKV {
 	f := ir.Field(t.LPM)
 	// The earliest rule per tuple, grouped by the fields other than f.
-	type fieldPrefix struct {
-		bits  uint8
-		value [16]byte
-	}
 	groups := make(map[string][]Entry)
 	var order []string
 	seen := make(map[ir.Tuple]bool, len(t.Entries))
@@ -890,47 +887,54 @@ func (c *Planner) lpmContents(t *Table, l KeyLayout, key func(ir.Tuple, int) []b
 		}
 		groups[k] = append(groups[k], e)
 	}
-	var kvs []ebpf.MapKV
+	kvs := make([]ebpf.MapKV, 0, len(seen))
 	for _, k := range order {
 		es := groups[k]
-		var byPrefix map[fieldPrefix]Entry
-		var lens []uint8
-		if len(es) > 32 {
-			byPrefix = make(map[fieldPrefix]Entry, len(es))
-			for _, e := range es {
-				fp := fieldPrefix{e.T.Len[f], fieldValue(e.T, f)}
-				if _, ok := byPrefix[fp]; !ok {
-					byPrefix[fp] = e
-					lens = append(lens, e.T.Len[f])
-				}
-			}
-			slices.Sort(lens)
-			lens = slices.Compact(lens)
-		}
-		for _, e := range es {
-			best := e
-			if byPrefix == nil {
-				for _, o := range es {
-					if o.ID < best.ID && o.T.Len[f] < e.T.Len[f] && o.T.Covers(e.T) {
-						best = o
-					}
-				}
-			} else {
-				for _, n := range lens {
-					if n >= e.T.Len[f] {
-						break
-					}
-					cut := e.T.Len
-					cut[f] = n
-					if o, ok := byPrefix[fieldPrefix{n, fieldValue(e.T.Cut(cut), f)}]; ok && o.ID < best.ID {
-						best = o
-					}
-				}
-			}
-			kvs = append(kvs, ebpf.MapKV{Key: key(e.T, l.FixedBits+int(e.T.Len[f])), Value: value(best)})
+		best := earliestCovering(es, f)
+		for i, e := range es {
+			kvs = append(kvs, ebpf.MapKV{Key: key(e.T, l.FixedBits+int(e.T.Len[f])), Value: value(best[i])})
 		}
 	}
 	return kvs
+}
+
+// earliestCovering returns, for each of es, distinct tuples that differ
+// only in field f, the earliest entry among it and those whose prefix of
+// f holds its own. Sorted by address, the shorter prefix first, the
+// prefixes that hold an entry are a stack of nested ones before it, each
+// with the earliest of it and those that hold it. (Looking each shorter
+// prefix up in a map took most of a 1M-rule compile's trie contents.)
+func earliestCovering(es []Entry, f ir.Field) []Entry {
+	type placed struct {
+		value [16]byte // f, masked to its prefix
+		bits  uint8
+		i     int32
+	}
+	sorted := make([]placed, len(es))
+	for i, e := range es {
+		sorted[i] = placed{fieldValue(e.T.Cut(e.T.Len), f), e.T.Len[f], int32(i)}
+	}
+	slices.SortFunc(sorted, func(a, b placed) int {
+		if c := bytes.Compare(a.value[:], b.value[:]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.bits, b.bits)
+	})
+	best := make([]Entry, len(es))
+	var stack []int32 // indices into es of nested prefixes
+	for _, p := range sorted {
+		e := es[p.i]
+		for len(stack) > 0 && !es[stack[len(stack)-1]].T.Covers(e.T) {
+			stack = stack[:len(stack)-1]
+		}
+		b := e
+		if n := len(stack); n > 0 && best[stack[n-1]].ID < b.ID {
+			b = best[stack[n-1]]
+		}
+		best[p.i] = b
+		stack = append(stack, p.i)
+	}
+	return best
 }
 
 // fieldValue is field f of t as an array, to key a map by.

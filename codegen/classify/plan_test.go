@@ -1,6 +1,8 @@
 package classify
 
 import (
+	"bpfwall/ir"
+	"bpfwall/rules"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -54,5 +56,64 @@ func TestSetLow(t *testing.T) {
 	setLow(b, 9, 6, 0x6)
 	if want := []byte{0xab, 0x45, 0xef, 0x12}; !slices.Equal(b, want) {
 		t.Errorf("got % x, want % x", b, want)
+	}
+}
+
+// TestEarliestCovering checks the stack sweep against its definition:
+// for each entry, the earliest of it and the entries whose prefix holds
+// it, on random nested and disjoint prefixes of addresses and ports.
+func TestEarliestCovering(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 400 {
+		f, width := ir.FieldSrc, 32
+		switch trial % 3 {
+		case 1:
+			width = 128
+		case 2:
+			f, width = ir.FieldDport, 16
+		}
+		seen := make(map[ir.Tuple]bool)
+		var es []Entry
+		id := uint32(0)
+		for range 1 + rng.IntN(80) {
+			var tp ir.Tuple
+			tp.Len[ir.FieldProto] = 8
+			tp.Field(ir.FieldProto)[0] = 6
+			v := tp.Field(f)[:width/8]
+			// Few distinct addresses, so that prefixes nest.
+			v[0] = byte(rng.IntN(4))
+			v[len(v)-1] = byte(rng.IntN(4))
+			bits := rng.IntN(width + 1)
+			for i := range v {
+				switch {
+				case bits >= 8*(i+1):
+				case bits <= 8*i:
+					v[i] = 0
+				default:
+					v[i] &= 0xff << (8 - (bits - 8*i))
+				}
+			}
+			tp.Len[f] = uint8(bits)
+			if seen[tp] {
+				continue
+			}
+			seen[tp] = true
+			if rng.IntN(3) > 0 {
+				id++ // some rules have several tuples
+			}
+			es = append(es, Entry{T: tp, ID: id, Kind: 1 + id%3})
+		}
+		got := earliestCovering(es, f)
+		for i, e := range es {
+			want := e
+			for _, o := range es {
+				if o.ID < want.ID && o.T.Len[f] < e.T.Len[f] && o.T.Covers(e.T) {
+					want = o
+				}
+			}
+			if got[i].ID != want.ID || got[i].Kind != want.Kind {
+				t.Fatalf("trial %d, entry %d (%s, rule %d): got rule %d, want %d", trial, i, ir.TupleString(rules.IPv6, e.T), e.ID, got[i].ID, want.ID)
+			}
+		}
 	}
 }
