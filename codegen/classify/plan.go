@@ -282,59 +282,64 @@ func (c *Planner) plan(run []*ir.Rule) (plan *Segment, tooMany bool) {
 	v6 := c.Program.Family == rules.IPv6
 	// The entries of each shape, in rule order. The tuples are first
 	// given their shapes, so that each shape's entries and set are made
-	// at their size (growing them was a third of a 1M-rule plan). A tuple
-	// is kept once per shape: seen[i] holds, by hash, the entry of the
-	// first tuple of that hash in shape i; another tuple of the same hash
-	// is told apart in collided.
-	type pending struct {
-		shape    int32
-		t        ir.Tuple
-		id, kind uint32
-	}
+	// at their size (growing them was a third of a 1M-rule plan); then
+	// the forms are read again, in the same order, into the entries. (A
+	// copy of every tuple between the two cost more than the second
+	// read.) A tuple is kept once per shape: seen[i] holds, by hash, the
+	// entry of the first tuple of that hash in shape i; another tuple of
+	// the same hash is told apart in collided.
 	total := 0
 	for _, r := range run {
 		f, _ := c.Program.Form(r) // computed by eligible
 		total += len(f.Tuples) + len(f.PreL4) + len(f.PreProto)
 	}
-	todo := make([]pending, 0, total)
-	index := make(map[shapeKey]int)
+	shapeOf := make([]int32, 0, total)
+	index := make(map[shapeKey]int32)
 	var order []shapeKey
 	var count []int
-	var last shapeKey
-	lastIndex := -1
-	add := func(g Guard, ts []ir.Tuple, id, kind uint32) {
-		for j := range ts {
-			k := shapeKey{g, ts[j].Len}
-			i := lastIndex
-			if i < 0 || k != last {
-				var ok bool
-				if i, ok = index[k]; !ok {
-					i = len(order)
-					index[k] = i
-					order = append(order, k)
-					count = append(count, 0)
-				}
-				last, lastIndex = k, i
+	// The last shapes found, tried before index: rule sets interleave a
+	// few shapes.
+	var recent [8]struct {
+		k shapeKey
+		i int32
+	}
+	for j := range recent {
+		recent[j].i = -1
+	}
+	nextRecent := 0
+	shape := func(k shapeKey) int32 {
+		for j := range recent {
+			if recent[j].i >= 0 && recent[j].k == k {
+				return recent[j].i
 			}
+		}
+		i, ok := index[k]
+		if !ok {
+			i = int32(len(order))
+			index[k] = i
+			order = append(order, k)
+			count = append(count, 0)
+		}
+		recent[nextRecent].k, recent[nextRecent].i = k, i
+		nextRecent = (nextRecent + 1) % len(recent)
+		return i
+	}
+	add := func(g Guard, ts []ir.Tuple) {
+		for j := range ts {
+			i := shape(shapeKey{g, ts[j].Len})
 			count[i]++
-			todo = append(todo, pending{int32(i), ts[j], id, kind})
+			shapeOf = append(shapeOf, i)
 		}
 	}
-	for i, r := range run {
+	for _, r := range run {
 		f, _ := c.Program.Form(r)
-		id := uint32(r.ID)
 		v6proto := v6 && f.Proto
-		add(Guard{Mode: ModeFull, V6Proto: v6proto, L4Len: f.L4Len, Tiny: f.Tiny, Residual: c.residualKey(f.Residual)}, f.Tuples, id, c.kindOf(r.Action))
+		add(Guard{Mode: ModeFull, V6Proto: v6proto, L4Len: f.L4Len, Tiny: f.Tiny, Residual: c.residualKey(f.Residual)}, f.Tuples)
 		if f.L4Len > 0 {
-			add(Guard{Mode: ModePreL4, V6Proto: v6proto, L4Len: f.L4Len, Tiny: f.Tiny, Residual: c.residualKey(f.Residual[:f.ResidualPreL4])}, f.PreL4, id, KindHotdrop)
+			add(Guard{Mode: ModePreL4, V6Proto: v6proto, L4Len: f.L4Len, Tiny: f.Tiny, Residual: c.residualKey(f.Residual[:f.ResidualPreL4])}, f.PreL4)
 		}
 		if v6proto {
-			add(Guard{Mode: ModePreProto, V6Proto: true, Residual: c.residualKey(f.Residual[:f.ResidualPreProto])}, f.PreProto, id, KindHotdrop)
-		}
-		if c.Forget {
-			// todo holds copies of its tuples; a half planned again
-			// (Run) computes its forms again.
-			c.Program.ForgetForms(run[i : i+1])
+			add(Guard{Mode: ModePreProto, V6Proto: true, Residual: c.residualKey(f.Residual[:f.ResidualPreProto])}, f.PreProto)
 		}
 	}
 	type shapeTuple struct {
@@ -348,27 +353,47 @@ func (c *Planner) plan(run []*ir.Rule) (plan *Segment, tooMany bool) {
 		lists[i], seen[i] = make([]Entry, 0, n), make(map[uint64]int32, n)
 	}
 	var collided map[shapeTuple]struct{}
-	for _, pe := range todo {
-		// The earliest rule with a tuple wins; rules come in order.
-		i, t := pe.shape, pe.t
-		h := maphash.Comparable(seed, t)
-		if j, ok := seen[i][h]; !ok {
-			seen[i][h] = int32(len(lists[i]))
-		} else if lists[i][j].T == t {
-			continue
-		} else {
-			st := shapeTuple{i, t}
-			if _, ok := collided[st]; ok {
+	next := 0
+	keep := func(ts []ir.Tuple, id, kind uint32) {
+		for _, t := range ts {
+			i := shapeOf[next]
+			next++
+			// The earliest rule with a tuple wins; rules come in order.
+			h := maphash.Comparable(seed, t)
+			if j, ok := seen[i][h]; !ok {
+				seen[i][h] = int32(len(lists[i]))
+			} else if lists[i][j].T == t {
 				continue
+			} else {
+				st := shapeTuple{i, t}
+				if _, ok := collided[st]; ok {
+					continue
+				}
+				if collided == nil {
+					collided = make(map[shapeTuple]struct{})
+				}
+				collided[st] = struct{}{}
 			}
-			if collided == nil {
-				collided = make(map[shapeTuple]struct{})
-			}
-			collided[st] = struct{}{}
+			lists[i] = append(lists[i], Entry{T: t, ID: id, Kind: kind})
 		}
-		lists[i] = append(lists[i], Entry{T: t, ID: pe.id, Kind: pe.kind})
 	}
-	todo, seen, collided, index = nil, nil, nil, nil
+	for n, r := range run {
+		f, _ := c.Program.Form(r)
+		id := uint32(r.ID)
+		keep(f.Tuples, id, c.kindOf(r.Action))
+		if f.L4Len > 0 {
+			keep(f.PreL4, id, KindHotdrop)
+		}
+		if v6 && f.Proto {
+			keep(f.PreProto, id, KindHotdrop)
+		}
+		if c.Forget {
+			// The entries hold copies of its tuples; a half planned
+			// again (Run) computes its forms again.
+			c.Program.ForgetForms(run[n : n+1])
+		}
+	}
+	shapeOf, seen, collided, index = nil, nil, nil, nil
 	shapes := make(map[shapeKey][]Entry, len(order))
 	for i, k := range order {
 		shapes[k] = lists[i]
