@@ -370,7 +370,7 @@ func (c *compiler) rangesLookup(t *classify.Table, skip string) {
 	if t.Ranges.KeyBits > 0 {
 		b.Emit(asm.And.Imm(asm.R1, 1<<classify.RunBits-1))
 	}
-	c.searchRuns(0, classify.MaxRuns, got)
+	c.searchRuns(0, t.Ranges.Width(), got)
 	b.Mark(got)
 	b.Emit(
 		asm.JEq.Imm(asm.R2, 0, skip),
@@ -438,9 +438,9 @@ func (c *compiler) candidatesLookup(t *classify.Table, skip string) {
 
 // searchRuns finds, by binary search, the first of the n runs from run lo
 // whose hi is at least the value in r1, and goes to got with its kind in
-// r2 and its rule in r1; r0 is the ranges value. Every value has classify.MaxRuns
-// runs, the last ending at 65535, so a run is always found: in
-// log2(classify.MaxRuns) compares, where a scan took up to classify.MaxRuns.
+// r2 and its rule in r1; r0 is the ranges value. Every value of a table
+// has its Width runs, the last ending at 65535, so a run is always found:
+// in log2 of the width compares, where a scan took up to classify.MaxRuns.
 func (c *compiler) searchRuns(lo, n int, got string) {
 	b := c.b
 	if n == 1 {

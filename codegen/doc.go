@@ -25,7 +25,7 @@
 //   - Tuples of one shape and guard go into one table: a hash keyed by the
 //     packet's fields cut to the shape, an LPM trie when shapes differ in
 //     one field's length, a port array, or a ranges table (a hash of
-//     sorted runs). A table's value is the earliest rule with that key and
+//     sorted runs, as many in each value as the table needs: 16 or 32). A table's value is the earliest rule with that key and
 //     what it does; a trie stores at each prefix the earliest rule whose
 //     prefix covers it.
 //   - A table's guard is what must hold for its rules to apply: the

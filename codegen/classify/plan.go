@@ -1011,9 +1011,9 @@ func portArray(t *Table) *ebpf.MapSpec {
 	}
 }
 
-// MaxRuns bounds the runs a key of a ranges table may have; every value
-// has this many, so that the code, and the verifier's work, do not
-// depend on the rules.
+// MaxRuns bounds the runs a key of a ranges table may have, and so its
+// values' width (PortRanges.Width): the code, and the verifier's work,
+// depend on the rules only as far as that.
 const MaxRuns = 32
 
 // RunSize is a run's size in a ranges table's value: u16 hi, u16 kind,
@@ -1050,6 +1050,27 @@ type PortRanges struct {
 	Keys    []ir.Tuple // the tuples cut to the other fields and keyBits
 	Runs    [][]PortRun
 }
+
+// Width is how many runs every value of the table holds: the most a key
+// has, rounded up to a power of two, and at least MinRunsWidth (at most
+// MaxRuns). Values sized for MaxRuns were mostly padding (a key has one
+// to three runs, most often), in the program's memory and the kernel's.
+// The floor keeps the search, and so the program, the same from a few
+// rules to many: the most runs a key has grows with the rules, slowly.
+func (rs *PortRanges) Width() int {
+	most := 1
+	for _, runs := range rs.Runs {
+		most = max(most, len(runs))
+	}
+	n := MinRunsWidth
+	for n < most {
+		n *= 2
+	}
+	return n
+}
+
+// MinRunsWidth is the fewest runs a ranges table's values hold.
+const MinRunsWidth = 16
 
 // splitRanges turns every LPM trie on a port, or an IPv4 address, into a
 // hash keyed by the other fields and the field's high bits, whose value
@@ -1240,16 +1261,17 @@ func runsOf(spans []span) ([]PortRun, bool) {
 	return runs, true
 }
 
-// rangesSpec returns a ranges table's hash: the key, and MaxRuns runs; a
+// rangesSpec returns a ranges table's hash: the key, and Width runs; a
 // key with fewer repeats its last run, which ends at the last value.
 func (c *Planner) rangesSpec(t *Table) *ebpf.MapSpec {
 	l := c.Layout(t.RangesKey())
-	var kvs []ebpf.MapKV
+	width := t.Ranges.Width()
+	kvs := make([]ebpf.MapKV, 0, len(t.Ranges.Keys))
 	for i, k := range t.Ranges.Keys {
 		key := l.Key(k)
-		v := make([]byte, RunSize*MaxRuns)
+		v := make([]byte, RunSize*width)
 		runs := t.Ranges.Runs[i]
-		for j := range MaxRuns {
+		for j := range width {
 			r := runs[min(j, len(runs)-1)]
 			binary.NativeEndian.PutUint16(v[RunSize*j:], r.Hi)
 			binary.NativeEndian.PutUint16(v[RunSize*j+2:], r.Kind)
@@ -1261,7 +1283,7 @@ func (c *Planner) rangesSpec(t *Table) *ebpf.MapSpec {
 		Name:       t.Name,
 		Type:       ebpf.Hash,
 		KeySize:    uint32(l.Size),
-		ValueSize:  RunSize * MaxRuns,
+		ValueSize:  uint32(RunSize * width),
 		MaxEntries: uint32(len(kvs)),
 		Contents:   kvs,
 	}
