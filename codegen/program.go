@@ -128,24 +128,24 @@ func matchesOf(p *ir.Program) usedMatches {
 	var u usedMatches
 	for _, r := range p.Rules {
 		for _, m := range r.Matches {
-			switch m := m.(type) {
-			case ir.CTState:
+			if _, ok := m.(ir.CTState); ok {
 				u.conntrack = true
-			case ir.Recent:
+			}
+			if m, ok := m.(ir.Recent); ok {
 				for len(u.recent) <= m.Table {
 					u.recent = append(u.recent, RecentTable{})
 				}
 				u.recent[m.Table] = RecentTable{Name: m.Name, Map: abi.RecentMap(m.Table), Stamps: m.Stamps, Mask: m.Mask}
-			case ir.HashLimit:
+			}
+			if m, ok := m.(ir.HashLimit); ok {
 				for len(u.hashLimit) <= m.Table {
 					u.hashLimit = append(u.hashLimit, HashLimitTable{})
 				}
-				if u.hashLimit[m.Table].Map != "" {
-					continue
+				if u.hashLimit[m.Table].Map == "" {
+					cfg := m
+					cfg.Table, cfg.Name, cfg.Pos, cfg.Above = 0, "", rules.Pos{}, false
+					u.hashLimit[m.Table] = HashLimitTable{Name: m.Name, Map: abi.HashLimitMap(m.Table), Config: cfg, Pos: m.Pos}
 				}
-				cfg := m
-				cfg.Table, cfg.Name, cfg.Pos, cfg.Above = 0, "", rules.Pos{}, false
-				u.hashLimit[m.Table] = HashLimitTable{Name: m.Name, Map: abi.HashLimitMap(m.Table), Config: cfg, Pos: m.Pos}
 			}
 		}
 	}
