@@ -1,6 +1,8 @@
 package loader
 
 import (
+	"bpfwall/internal/testenv"
+	"encoding/binary"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -48,4 +50,52 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestFillContents writes a hash and an array in several batches at once,
+// and reads every entry back; contents for a map the collection lacks
+// are an error.
+func TestFillContents(t *testing.T) {
+	testenv.RequireRoot(t)
+	n := 3*counterBatch + 17
+	kvs := func(hash bool) []ebpf.MapKV {
+		out := make([]ebpf.MapKV, n)
+		for i := range out {
+			k := i
+			if hash {
+				k = 7*i + 1
+			}
+			key := binary.NativeEndian.AppendUint32(nil, uint32(k))
+			out[i] = ebpf.MapKV{Key: key, Value: binary.NativeEndian.AppendUint64(nil, uint64(i)*3)}
+		}
+		return out
+	}
+	spec := &ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{
+		"hash":  {Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: uint32(n)},
+		"array": {Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: uint32(n)},
+	}}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer coll.Close()
+	contents := map[string][]ebpf.MapKV{"hash": kvs(true), "array": kvs(false)}
+	if err := fillContents(coll, contents); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range contents {
+		for _, kv := range want {
+			var got uint64
+			if err := coll.Maps[name].Lookup(kv.Key, &got); err != nil {
+				t.Fatalf("%s %x: %v", name, kv.Key, err)
+			}
+			if got != binary.NativeEndian.Uint64(kv.Value.([]byte)) {
+				t.Fatalf("%s %x: %d, want %x", name, kv.Key, got, kv.Value)
+			}
+		}
+	}
+	contents["missing"] = kvs(false)
+	if err := fillContents(coll, contents); err == nil {
+		t.Error("contents of a map not in the collection written")
+	}
 }

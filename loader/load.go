@@ -250,10 +250,16 @@ func byteContents(m *ebpf.MapSpec) bool {
 func fillContents(coll *ebpf.Collection, contents map[string][]ebpf.MapKV) error {
 	var g errgroup.Group
 	g.SetLimit(runtime.GOMAXPROCS(0))
+	// The batches already started finish before an error returns: the
+	// caller closes the maps, whose descriptors could be another's.
+	fail := func(err error) error {
+		g.Wait()
+		return err
+	}
 	for name, kvs := range contents {
 		m := coll.Maps[name]
 		if m == nil {
-			return fmt.Errorf("map %s: not in the collection", name)
+			return fail(fmt.Errorf("map %s: not in the collection", name))
 		}
 		ks, vs := int(m.KeySize()), int(m.ValueSize())
 		// cilium/ebpf counts a batch by its slices' elements: keys and
@@ -267,7 +273,7 @@ func fillContents(coll *ebpf.Collection, contents map[string][]ebpf.MapKV) error
 			k, ok1 := kv.Key.([]byte)
 			v, ok2 := kv.Value.([]byte)
 			if !ok1 || !ok2 || len(k) != ks || len(v) != vs {
-				return fmt.Errorf("map %s: contents are not %d- and %d-byte slices", name, ks, vs)
+				return fail(fmt.Errorf("map %s: contents are not %d- and %d-byte slices", name, ks, vs))
 			}
 			copy(kb[i*ks:], k)
 			copy(vb[i*vs:], v)
