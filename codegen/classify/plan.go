@@ -297,21 +297,11 @@ func (c *Planner) plan(run []*ir.Rule) (plan *Segment, tooMany bool) {
 	index := make(map[shapeKey]int32)
 	var order []shapeKey
 	var count []int
-	// The last shapes found, tried before index: rule sets interleave a
-	// few shapes.
-	var recent [8]struct {
-		k shapeKey
-		i int32
-	}
-	for j := range recent {
-		recent[j].i = -1
-	}
-	nextRecent := 0
+	var last shapeKey
+	lastIndex := int32(-1)
 	shape := func(k shapeKey) int32 {
-		for j := range recent {
-			if recent[j].i >= 0 && recent[j].k == k {
-				return recent[j].i
-			}
+		if lastIndex >= 0 && k == last {
+			return lastIndex
 		}
 		i, ok := index[k]
 		if !ok {
@@ -320,8 +310,7 @@ func (c *Planner) plan(run []*ir.Rule) (plan *Segment, tooMany bool) {
 			order = append(order, k)
 			count = append(count, 0)
 		}
-		recent[nextRecent].k, recent[nextRecent].i = k, i
-		nextRecent = (nextRecent + 1) % len(recent)
+		last, lastIndex = k, i
 		return i
 	}
 	add := func(g Guard, ts []ir.Tuple) {
