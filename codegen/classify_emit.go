@@ -156,6 +156,9 @@ func (c *compiler) describeTable(t *classify.Table) string {
 		if t.Ranges.KeyBits > 0 {
 			how += fmt.Sprintf(" by %s/%d", ir.Field(t.LPM), t.Ranges.KeyBits)
 		}
+		if t.Ranges.Indexed {
+			how += " in " + t.IndexName()
+		}
 	case t.LPM >= 0:
 		how = "lpm " + t.Name
 	default:
@@ -364,7 +367,11 @@ func (c *compiler) storeKey(t *classify.Table) {
 // last ends at 65535.
 func (c *compiler) rangesLookup(t *classify.Table, skip string) {
 	b := c.b
-	c.lookupKey(t.RangesKey(), skip)
+	if t.Ranges.Indexed {
+		c.indexLookup(t, skip)
+	} else {
+		c.lookupKey(t.RangesKey(), skip)
+	}
 	got := b.Fresh("run_found")
 	b.Emit(insn.Ld(asm.R1, asm.R6, fieldOff(ir.Field(t.LPM)), asm.Word))
 	if t.Ranges.KeyBits > 0 {
@@ -379,6 +386,31 @@ func (c *compiler) rangesLookup(t *classify.Table, skip string) {
 		insn.Movr(asm.R8, asm.R2),
 	)
 	c.maps = append(c.maps, c.cls.MapSpec(t))
+}
+
+// indexLookup looks an indexed ranges table up: the high RunBits of the
+// packet's field index the block numbers, and the block, unless 0, is
+// the runs, in r0; the verifier inlines both array lookups.
+func (c *compiler) indexLookup(t *classify.Table, skip string) {
+	c.b.Emit(
+		insn.Ld(asm.R1, asm.R6, fieldOff(t.IndexField()), asm.Word),
+		asm.RSh.Imm(asm.R1, classify.RunBits),
+		insn.St(asm.R6, pktLookupKey, asm.R1, asm.Word),
+		insn.MapRef(asm.R1, t.IndexName()),
+		insn.Movr(asm.R2, asm.R6),
+		asm.Add.Imm(asm.R2, pktLookupKey),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, skip),
+		insn.Ld(asm.R1, asm.R0, 0, asm.Word),
+		asm.JEq.Imm(asm.R1, 0, skip),
+		insn.St(asm.R6, pktLookupKey, asm.R1, asm.Word),
+		insn.MapRef(asm.R1, t.Name),
+		insn.Movr(asm.R2, asm.R6),
+		asm.Add.Imm(asm.R2, pktLookupKey),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, skip),
+	)
+	c.maps = append(c.maps, c.cls.IndexSpec(t))
 }
 
 // chainResidualBits is where a chain function keeps, for a table of

@@ -25,9 +25,14 @@
 //   - Tuples of one shape and guard go into one table: a hash keyed by the
 //     packet's fields cut to the shape, an LPM trie when shapes differ in
 //     one field's length, a port array, or a ranges table (a hash of
-//     sorted runs, as many in each value as the table needs: 16 or 32). A table's value is the earliest rule with that key and
-//     what it does; a trie stores at each prefix the earliest rule whose
-//     prefix covers it.
+//     sorted runs, as many in each value as the table needs: 16 or 32).
+//     A ranges table keyed by an IPv4 address's high 16 bits alone (and
+//     a protocol its guard tests) is two arrays instead: an index of
+//     65,536 block numbers, then the blocks of runs; the verifier inlines
+//     both lookups, where a hash calls a helper that hashes the key. A
+//     table's value is the earliest rule with that key and what it does;
+//     a trie stores at each prefix the earliest rule whose prefix covers
+//     it.
 //   - A table's guard is what must hold for its rules to apply: the
 //     transport header they read (or, for the tables of hotdrop tuples,
 //     the lack of it), and their residual, tested once before the lookup.

@@ -1,6 +1,8 @@
 package classify
 
 import (
+	"encoding/binary"
+
 	"bpfwall/ir"
 	"bpfwall/rules"
 	"math/rand/v2"
@@ -113,6 +115,101 @@ func TestEarliestCovering(t *testing.T) {
 			}
 			if got[i].ID != want.ID || got[i].Kind != want.Kind {
 				t.Fatalf("trial %d, entry %d (%s, rule %d): got rule %d, want %d", trial, i, ir.TupleString(rules.IPv6, e.T), e.ID, got[i].ID, want.ID)
+			}
+		}
+	}
+}
+
+// TestIndexedRanges splits tries of IPv4 sources into ranges tables and
+// reads every probe's rule back through the index and the blocks, as
+// the program does: the earliest entry that holds the address, or none.
+// A table whose tuples test different protocols keeps its hash.
+func TestIndexedRanges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	c := &Planner{Program: &ir.Program{Family: rules.IPv4}}
+	for trial := range 60 {
+		protos := []byte{0}
+		switch trial % 3 {
+		case 1:
+			protos = []byte{6}
+		case 2:
+			protos = []byte{6, 17}
+		}
+		tb := &Table{LPM: int(ir.FieldSrc)}
+		seen := make(map[ir.Tuple]bool)
+		for id := range uint32(1 + rng.IntN(200)) {
+			var tp ir.Tuple
+			if p := protos[rng.IntN(len(protos))]; p != 0 {
+				tp.Len[ir.FieldProto] = 8
+				tp.Field(ir.FieldProto)[0] = p
+			}
+			bits := 16 + rng.IntN(17)
+			addr := uint32(rng.IntN(8))<<16 | uint32(rng.IntN(1<<16))
+			addr &^= 1<<(32-bits) - 1
+			binary.BigEndian.PutUint32(tp.Field(ir.FieldSrc), addr)
+			tp.Len[ir.FieldSrc] = uint8(bits)
+			if !seen[tp] {
+				seen[tp] = true
+				tb.Entries = append(tb.Entries, Entry{T: tp, ID: id, Kind: 1 + id%3})
+			}
+		}
+		tb.Lens = tb.Entries[0].T.Len
+		tb.Lens[ir.FieldSrc] = 32
+		out, ok := c.ranges(tb, 32-RunBits)
+		if !ok || out[0].Ranges == nil {
+			t.Fatalf("trial %d: no ranges table", trial)
+		}
+		rt := out[0]
+		// The keys with too many runs go to a trie, with all their
+		// entries.
+		inTrie := make(map[ir.Tuple]bool)
+		if len(out) > 1 {
+			for _, e := range out[1].Entries {
+				inTrie[e.T] = true
+			}
+		}
+		if _, want := rt.Proto(); rt.Ranges.Indexed != (want || protos[0] == 0) {
+			t.Fatalf("trial %d, protocols %v: indexed %v", trial, protos, rt.Ranges.Indexed)
+		}
+		if !rt.Ranges.Indexed {
+			continue
+		}
+		rt.Name = "cls"
+		index := make(map[uint32]uint32)
+		for _, kv := range c.IndexSpec(rt).Contents {
+			index[binary.NativeEndian.Uint32(kv.Key.([]byte))] = binary.NativeEndian.Uint32(kv.Value.([]byte))
+		}
+		spec := c.rangesSpec(rt)
+		blocks := make(map[uint32][]byte)
+		for _, kv := range spec.Contents {
+			k := binary.NativeEndian.Uint32(kv.Key.([]byte))
+			if k == 0 || k >= spec.MaxEntries {
+				t.Fatalf("trial %d: block %d of %d", trial, k, spec.MaxEntries)
+			}
+			blocks[k] = kv.Value.([]byte)
+		}
+		for range 2000 {
+			addr := uint32(rng.IntN(9))<<16 | uint32(rng.IntN(1<<16))
+			var want Entry
+			for _, e := range rt.Entries {
+				bits := e.T.Len[ir.FieldSrc]
+				if !inTrie[e.T] && binary.BigEndian.Uint32(e.T.Field(ir.FieldSrc))^addr < 1<<(32-bits) {
+					want = e
+					break
+				}
+			}
+			var got PortRun
+			if blk := index[addr>>16]; blk != 0 {
+				v := blocks[blk]
+				for j := 0; j < len(v); j += RunSize {
+					if uint32(binary.NativeEndian.Uint16(v[j:])) >= addr&0xffff {
+						got = PortRun{Kind: binary.NativeEndian.Uint16(v[j+2:]), ID: binary.NativeEndian.Uint32(v[j+4:])}
+						break
+					}
+				}
+			}
+			if uint32(got.Kind) != want.Kind || got.Kind != 0 && got.ID != want.ID {
+				t.Fatalf("trial %d, %#x: got rule %d kind %d, want %d kind %d", trial, addr, got.ID, got.Kind, want.ID, want.Kind)
 			}
 		}
 	}
