@@ -77,6 +77,12 @@ var (
 	// btfIfaceMask is an abi.IfacesMap value: the interface patterns an
 	// interface's name matches, as bits.
 	btfIfaceMask = &btf.Typedef{Name: "bpfwall_iface_mask", Type: btfU64}
+	// btfIfaceSlot is an abi.IfaceSlot.
+	btfIfaceSlot = &btf.Struct{Name: "bpfwall_iface_slot", Size: 16, Members: []btf.Member{
+		{Name: "ifindex", Type: btfU32},
+		{Name: "pad", Type: btfU32, Offset: 32},
+		{Name: "mask", Type: btfIfaceMask, Offset: 64},
+	}}
 )
 
 func (c *compiler) funcMain() *btf.Func {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -142,7 +143,9 @@ func startNetns() (*netns, error) {
 	ns := &netns{Netns: tns}
 	err = tns.Do(func() error {
 		mac := net.HardwareAddr{0x02, 0, 0, 0, 0, 1}
-		if out, err := exec.Command("ip", "link", "add", "eth0", "address", mac.String(), "type", "veth", "peer", "name", "peer0").CombinedOutput(); err != nil {
+		// eth0's ifindex shares lo's slot in abi.IfaceSlotsMap: lo has
+		// it, and eth0's interface bits come from abi.IfacesMap.
+		if out, err := exec.Command("ip", "link", "add", "eth0", "index", strconv.Itoa(1+abi.IfaceSlots), "address", mac.String(), "type", "veth", "peer", "name", "peer0").CombinedOutput(); err != nil {
 			return fmt.Errorf("ip link add: %w: %s", err, out)
 		}
 		lo, err1 := net.InterfaceByName("lo")
@@ -220,7 +223,7 @@ func load(t *testing.T, p *codegen.Program, ns *netns) *loaded {
 	}
 	t.Cleanup(func() { coll.Close() })
 	for _, d := range ns.devs {
-		if err := coll.Maps[abi.IfacesMap].Put(d.index, p.IfaceMask(d.name)); err != nil {
+		if err := p.PutIface(coll.Maps, d.index, d.name); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -291,6 +291,29 @@ func (c *compiler) parseBody() {
 			// cannot be tested.
 			unnamed = b.Fresh("iface_unnamed")
 		}
+		if c.ifaceSlots() {
+			// The interface's slot, unless another has it.
+			hashed := b.Fresh("iface_hashed")
+			c.emitIfindex(asm.R1)
+			b.Emit(
+				asm.And.Imm(asm.R1, abi.IfaceSlots-1),
+				insn.St(asm.R10, parseScratch, asm.R1, asm.Word),
+				insn.Movr(asm.R2, asm.R10),
+				asm.Add.Imm(asm.R2, parseScratch),
+				insn.MapRef(asm.R1, abi.IfaceSlotsMap),
+				asm.FnMapLookupElem.Call(),
+				asm.JEq.Imm(asm.R0, 0, hashed),
+			)
+			c.emitIfindex(asm.R1)
+			b.Emit(
+				insn.Ld(asm.R2, asm.R0, 0, asm.Word),
+				asm.JNE.Reg(asm.R2, asm.R1, hashed),
+				insn.Ld(asm.R1, asm.R0, 8, asm.DWord),
+				insn.St(asm.R7, pkt.Ifaces, asm.R1, asm.DWord),
+				insn.Ja("parse_ip"),
+			)
+			b.Mark(hashed)
+		}
 		c.emitIfindex(asm.R1)
 		b.Emit(
 			insn.St(asm.R10, parseScratch, asm.R1, asm.Word),
@@ -1399,3 +1422,10 @@ func (c *compiler) forwardedTTL() {
 }
 
 func (c *compiler) fragFlag() bool { return c.ct || c.p.Reassembled || c.accel }
+
+// ifaceSlots reports whether the program reads the packet's interface
+// bits from abi.IfaceSlotsMap first: where parse looks them up by the
+// ifindex the packet arrived on.
+func (c *compiler) ifaceSlots() bool {
+	return (len(c.ifaces) > 0 || c.accel) && (c.hook == HookXDP || c.hook.tc())
+}

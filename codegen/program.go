@@ -308,6 +308,17 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 			},
 		},
 	}
+	if c.ifaceSlots() {
+		spec.Maps[abi.IfaceSlotsMap] = &ebpf.MapSpec{
+			Name:       abi.IfaceSlotsMap,
+			Key:        btfU32,
+			Value:      btfIfaceSlot,
+			Type:       ebpf.Array,
+			KeySize:    4,
+			ValueSize:  16,
+			MaxEntries: abi.IfaceSlots,
+		}
+	}
 	if c.trace {
 		spec.Maps[abi.DecisionMap] = &ebpf.MapSpec{
 			Name:       abi.DecisionMap,
@@ -360,6 +371,30 @@ func (p *Program) IfaceMask(name string) uint64 {
 		}
 	}
 	return mask
+}
+
+// PutIface records in maps, the program's, which of its interface
+// patterns the name of interface ifindex matches: in abi.IfacesMap, and
+// in abi.IfaceSlotsMap when the program has it and the interface's slot
+// is free or its own.
+func (p *Program) PutIface(maps map[string]*ebpf.Map, ifindex uint32, name string) error {
+	mask := p.IfaceMask(name)
+	if err := maps[abi.IfacesMap].Put(ifindex, mask); err != nil {
+		return err
+	}
+	slots := maps[abi.IfaceSlotsMap]
+	if slots == nil {
+		return nil
+	}
+	key := ifindex % abi.IfaceSlots
+	var slot abi.IfaceSlot
+	if err := slots.Lookup(key, &slot); err != nil {
+		return err
+	}
+	if slot.Ifindex != 0 && slot.Ifindex != ifindex {
+		return nil // the program finds it in abi.IfacesMap
+	}
+	return slots.Put(key, abi.IfaceSlot{Ifindex: ifindex, Mask: mask})
 }
 
 // ifaceMatches is ifname_compare_aligned's test of one pattern.

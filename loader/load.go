@@ -185,7 +185,7 @@ func (l *Loaded) Counters() ([]abi.Counter, error) {
 // SetIface records which of the program's interface patterns the name of
 // interface ifindex matches.
 func (l *Loaded) SetIface(ifindex uint32, name string) error {
-	if err := l.coll.Maps[abi.IfacesMap].Put(ifindex, l.Program.IfaceMask(name)); err != nil {
+	if err := l.Program.PutIface(l.coll.Maps, ifindex, name); err != nil {
 		return fmt.Errorf("set interface %s (%d): %w", name, ifindex, err)
 	}
 	return nil

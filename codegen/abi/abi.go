@@ -16,11 +16,28 @@ const (
 	// Program.Ifaces, filled by the loader; a missing ifindex means that no
 	// pattern matches.
 	IfacesMap = "ifaces"
+	// IfaceSlotsMap is an ARRAY of IfaceSlots IfaceSlot entries, at the
+	// ifindex modulo IfaceSlots: the first interface set there, and its
+	// IfacesMap value. The program reads a packet's interface bits from
+	// its slot, a lookup the verifier inlines, and from IfacesMap only
+	// when the slot holds another interface. Only programs that test
+	// interfaces where the packet arrives have it.
+	IfaceSlotsMap = "iface_slots"
 	// ScratchMap is a PERCPU_ARRAY with one entry that the program uses as
 	// working memory while it parses IPv6 extension headers and TCP
 	// options; it holds nothing between packets.
 	ScratchMap = "scratch"
 )
+
+// IfaceSlots is how many entries abi.IfaceSlotsMap has: a power of two.
+const IfaceSlots = 1024
+
+// IfaceSlot is an abi.IfaceSlotsMap value; Ifindex 0 is an empty slot.
+type IfaceSlot struct {
+	Ifindex uint32
+	_       uint32
+	Mask    uint64
+}
 
 // Counter is a rule's packet and byte count, as iptables counts them: the
 // bytes of the IP datagram.
