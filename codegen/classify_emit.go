@@ -327,13 +327,8 @@ func (c *compiler) lookupTable(t *classify.Table, skip string) {
 // skip.
 func (c *compiler) lookupKey(k *classify.Table, skip string) {
 	c.storeKey(k)
-	c.b.Emit(
-		insn.MapRef(asm.R1, k.Name),
-		insn.Movr(asm.R2, asm.R6),
-		asm.Add.Imm(asm.R2, pktLookupKey),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, skip),
-	)
+	c.b.Emit(insn.Lookup(k.Name, asm.R6, pktLookupKey)...)
+	c.b.Emit(asm.JEq.Imm(asm.R0, 0, skip))
 }
 
 // storeKey builds the key of a hash or LPM table from the packet in the
@@ -392,24 +387,21 @@ func (c *compiler) rangesLookup(t *classify.Table, skip string) {
 // packet's field index the block numbers, and the block, unless 0, is
 // the runs, in r0; the verifier inlines both array lookups.
 func (c *compiler) indexLookup(t *classify.Table, skip string) {
-	c.b.Emit(
+	b := c.b
+	b.Emit(
 		insn.Ld(asm.R1, asm.R6, fieldOff(t.IndexField()), asm.Word),
 		asm.RSh.Imm(asm.R1, classify.RunBits),
 		insn.St(asm.R6, pktLookupKey, asm.R1, asm.Word),
-		insn.MapRef(asm.R1, t.IndexName()),
-		insn.Movr(asm.R2, asm.R6),
-		asm.Add.Imm(asm.R2, pktLookupKey),
-		asm.FnMapLookupElem.Call(),
+	)
+	b.Emit(insn.Lookup(t.IndexName(), asm.R6, pktLookupKey)...)
+	b.Emit(
 		asm.JEq.Imm(asm.R0, 0, skip),
 		insn.Ld(asm.R1, asm.R0, 0, asm.Word),
 		asm.JEq.Imm(asm.R1, 0, skip),
 		insn.St(asm.R6, pktLookupKey, asm.R1, asm.Word),
-		insn.MapRef(asm.R1, t.Name),
-		insn.Movr(asm.R2, asm.R6),
-		asm.Add.Imm(asm.R2, pktLookupKey),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, skip),
 	)
+	b.Emit(insn.Lookup(t.Name, asm.R6, pktLookupKey)...)
+	b.Emit(asm.JEq.Imm(asm.R0, 0, skip))
 	c.maps = append(c.maps, c.cls.IndexSpec(t))
 }
 
@@ -501,10 +493,9 @@ func (c *compiler) arrayLookup(t *classify.Table, skip string) {
 	b.Emit(
 		insn.Ld(asm.R1, asm.R6, fieldOff(ir.Field(t.LPM)), asm.Word),
 		insn.St(asm.R6, pktLookupKey, asm.R1, asm.Word),
-		insn.MapRef(asm.R1, t.Name),
-		insn.Movr(asm.R2, asm.R6),
-		asm.Add.Imm(asm.R2, pktLookupKey),
-		asm.FnMapLookupElem.Call(),
+	)
+	b.Emit(insn.Lookup(t.Name, asm.R6, pktLookupKey)...)
+	b.Emit(
 		asm.JEq.Imm(asm.R0, 0, skip),
 		insn.Ld(asm.R2, asm.R0, 4, asm.Word),
 		asm.JEq.Imm(asm.R2, 0, skip),

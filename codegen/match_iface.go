@@ -66,10 +66,9 @@ func (c *compiler) accelOutIface(m ir.Iface, next, hotdrop string) {
 	b.Emit(
 		insn.Ld(asm.R1, asm.R6, pkt.OutIfindex, asm.Word),
 		insn.St(asm.R10, chainKey, asm.R1, asm.Word),
-		insn.Movr(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, chainKey),
-		insn.MapRef(asm.R1, abi.IfacesMap),
-		asm.FnMapLookupElem.Call(),
+	)
+	b.Emit(insn.Lookup(abi.IfacesMap, asm.R10, chainKey)...)
+	b.Emit(
 		asm.JEq.Imm(asm.R0, 0, hotdrop),
 		insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
 	)

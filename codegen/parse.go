@@ -298,12 +298,9 @@ func (c *compiler) parseBody() {
 			b.Emit(
 				asm.And.Imm(asm.R1, abi.IfaceSlots-1),
 				insn.St(asm.R10, parseScratch, asm.R1, asm.Word),
-				insn.Movr(asm.R2, asm.R10),
-				asm.Add.Imm(asm.R2, parseScratch),
-				insn.MapRef(asm.R1, abi.IfaceSlotsMap),
-				asm.FnMapLookupElem.Call(),
-				asm.JEq.Imm(asm.R0, 0, hashed),
 			)
+			b.Emit(insn.Lookup(abi.IfaceSlotsMap, asm.R10, parseScratch)...)
+			b.Emit(asm.JEq.Imm(asm.R0, 0, hashed))
 			c.emitIfindex(asm.R1)
 			b.Emit(
 				insn.Ld(asm.R2, asm.R0, 0, asm.Word),
@@ -315,12 +312,9 @@ func (c *compiler) parseBody() {
 			b.Mark(hashed)
 		}
 		c.emitIfindex(asm.R1)
+		b.Emit(insn.St(asm.R10, parseScratch, asm.R1, asm.Word))
+		b.Emit(insn.Lookup(abi.IfacesMap, asm.R10, parseScratch)...)
 		b.Emit(
-			insn.St(asm.R10, parseScratch, asm.R1, asm.Word),
-			insn.Movr(asm.R2, asm.R10),
-			asm.Add.Imm(asm.R2, parseScratch),
-			insn.MapRef(asm.R1, abi.IfacesMap),
-			asm.FnMapLookupElem.Call(),
 			asm.JEq.Imm(asm.R0, 0, unnamed),
 			insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
 			insn.St(asm.R7, pkt.Ifaces, asm.R1, asm.DWord),

@@ -226,3 +226,14 @@ func Callback(name string) *btf.Func {
 		},
 	}
 }
+
+// Lookup calls bpf_map_lookup_elem on the map called name with the key at
+// base+off: r0 is the value, or 0.
+func Lookup(name string, base asm.Register, off int16) []asm.Instruction {
+	return []asm.Instruction{
+		MapRef(asm.R1, name),
+		Movr(asm.R2, base),
+		asm.Add.Imm(asm.R2, int32(off)),
+		asm.FnMapLookupElem.Call(),
+	}
+}
