@@ -161,6 +161,8 @@ func (c *compiler) describeTable(t *classify.Table) string {
 		}
 	case t.LPM >= 0:
 		how = "lpm " + t.Name
+	case t.Buckets != nil:
+		how = "buckets " + t.Name
 	default:
 		how = "hash " + t.Name
 	}
@@ -311,6 +313,9 @@ func (c *compiler) lookupTable(t *classify.Table, skip string) {
 	case t.Residuals != nil:
 		c.candidatesLookup(t, skip)
 		return
+	case t.Buckets != nil:
+		c.bucketsLookup(t, skip)
+		return
 	}
 	c.lookupKey(t, skip)
 	b.Emit(
@@ -404,6 +409,83 @@ func (c *compiler) indexLookup(t *classify.Table, skip string) {
 	b.Emit(asm.JEq.Imm(asm.R0, 0, skip))
 	c.maps = append(c.maps, c.cls.IndexSpec(t))
 }
+
+// Where a bucket table's lookup keeps the key's hash (u64) and the
+// bucket number it looks up (u32), in the key area after the key.
+const (
+	bucketHashAt = pktLookupKey + classify.MaxBucketKey
+	bucketAt     = bucketHashAt + 8
+)
+
+// bucketsLookup looks the packet's key up in a bucket table: it hashes
+// the key's words (classify.BucketHash), then tests the slots of the
+// key's first bucket and of its second; a slot holds the key when its
+// words are the key's and its kind is not 0.
+func (c *compiler) bucketsLookup(t *classify.Table, skip string) {
+	b := c.b
+	bk := c.cls.BucketsOf(t)
+	c.storeKey(t)
+	for i := c.cls.Layout(t).Size; i < 4*bk.Words; i++ {
+		b.Emit(insn.StImm(asm.R6, pktLookupKey+int16(i), 0, asm.Byte))
+	}
+	b.Emit(
+		asm.LoadImm(asm.R1, bits64(bk.Seed), asm.DWord),
+		asm.LoadImm(asm.R3, bits64(classify.BucketMul), asm.DWord),
+	)
+	for i := range bk.Words {
+		b.Emit(
+			insn.Ld(asm.R2, asm.R6, pktLookupKey+int16(4*i), asm.Word),
+			asm.Xor.Reg(asm.R1, asm.R2),
+			asm.Mul.Reg(asm.R1, asm.R3),
+		)
+	}
+	b.Emit(insn.St(asm.R6, bucketHashAt, asm.R1, asm.DWord))
+	hit := b.Fresh("bucket_hit")
+	for round := range 2 {
+		if round == 1 {
+			b.Emit(
+				insn.Ld(asm.R1, asm.R6, bucketHashAt, asm.DWord),
+				asm.LoadImm(asm.R3, bits64(classify.BucketMul2), asm.DWord),
+				asm.Mul.Reg(asm.R1, asm.R3),
+			)
+		}
+		b.Emit(
+			asm.RSh.Imm(asm.R1, int32(64-bk.Bits)),
+			insn.St(asm.R6, bucketAt, asm.R1, asm.Word),
+		)
+		b.Emit(insn.Lookup(t.Name, asm.R6, bucketAt)...)
+		b.Emit(asm.JEq.Imm(asm.R0, 0, skip))
+		for s := range classify.BucketSlots {
+			off := int16(s * bk.SlotSize())
+			next := b.Fresh("slot_other")
+			for i := range bk.Words {
+				b.Emit(
+					insn.Ld(asm.R1, asm.R0, off+int16(4*i), asm.Word),
+					insn.Ld(asm.R2, asm.R6, pktLookupKey+int16(4*i), asm.Word),
+					asm.JNE.Reg(asm.R1, asm.R2, next),
+				)
+			}
+			b.Emit(
+				insn.Ld(asm.R2, asm.R0, off+int16(4*bk.Words)+4, asm.Word),
+				asm.JEq.Imm(asm.R2, 0, next),
+				insn.Ld(asm.R1, asm.R0, off+int16(4*bk.Words), asm.Word),
+				insn.Ja(hit),
+			)
+			b.Mark(next)
+		}
+	}
+	b.Emit(insn.Ja(skip))
+	b.Mark(hit)
+	b.Emit(
+		asm.JGE.Reg(asm.R1, asm.R7, skip),
+		insn.Movr(asm.R7, asm.R1),
+		insn.Movr(asm.R8, asm.R2),
+	)
+	c.maps = append(c.maps, c.cls.MapSpec(t))
+}
+
+// bits64 is the int64 of the same bits as u, for a 64-bit immediate.
+func bits64(u uint64) int64 { return int64(u) }
 
 // chainResidualBits is where a chain function keeps, for a table of
 // candidates, the u32 of the residual bits the packet sets.

@@ -3,8 +3,9 @@
 // with a few map lookups instead of a test per rule; see
 // docs/ARCHITECTURE.md and codegen's package doc. Each rule is normalized
 // into tuples (ir.Program.Form); tuples of one shape go into one table, a
-// hash keyed by the packet's fields cut to the shape, or an LPM trie when
-// shapes differ in one field's prefix length only. A table's value is the
+// hash keyed by the packet's fields cut to the shape (for keys of up to
+// 16 bytes, a bucket array that the program hashes into: buckets.go), or
+// an LPM trie when shapes differ in one field's prefix length only. A table's value is the
 // earliest rule with that key and what it does; the tables are looked up
 // in the order of their earliest rule, and the lookups stop as soon as no
 // later table can hold an earlier rule.
@@ -71,6 +72,7 @@ var (
 	costArray     = 8
 	costRanges    = 30 // a hash lookup and a scan of the runs
 	costIndexed   = 12 // two array lookups and a scan of the runs
+	costBuckets   = 12 // a hash in code, two array lookups, a few compares
 	costInline    = 2
 	// maxInlineTuples is how many tuples a table may have to be tested in
 	// code rather than looked up.
@@ -157,6 +159,9 @@ type Table struct {
 	// Array: an array indexed by the port field, whose entries all test
 	// the same protocol or none.
 	Array bool
+	// Buckets, for a plain hash looked up, is its bucket array
+	// (BucketsOf): set, but not built, by plan.
+	Buckets *Buckets
 	// Ranges, for a hash keyed by the fields other than the port field
 	// LPM: the runs of ports of each key.
 	Ranges *PortRanges
@@ -427,6 +432,9 @@ func (c *Planner) plan(run []*ir.Rule) (plan *Segment, tooMany bool) {
 		if !t.Inline {
 			t.Name = fmt.Sprintf("%s%d", c.tablePrefix(), c.tables)
 			c.tables++
+			if c.bucketable(t) {
+				t.Buckets = &Buckets{}
+			}
 		}
 	}
 	return &Segment{Rules: run, Tables: tables}, false
@@ -491,7 +499,7 @@ func (c *Planner) lookupsPay(run []*ir.Rule, tables []*Table) bool {
 		if t.Guard.Mode != ModeFull {
 			continue
 		}
-		cost += t.cost() + costPlainRule*len(c.residuals[t.Guard.Residual])
+		cost += c.cost(t) + costPlainRule*len(c.residuals[t.Guard.Residual])
 		for _, k := range t.Residuals {
 			cost += costPlainRule * len(c.residuals[k])
 		}
@@ -840,47 +848,61 @@ func (c *Planner) MapSpec(t *Table) *ebpf.MapSpec {
 		return c.rangesSpec(t)
 	case t.Residuals != nil:
 		return c.candidatesSpec(t)
+	case t.Buckets != nil:
+		return c.BucketsOf(t).spec
+	}
+	if t.LPM < 0 {
+		kvs := c.hashContents(t)
+		return &ebpf.MapSpec{
+			Name:       t.Name,
+			Type:       ebpf.Hash,
+			KeySize:    uint32(c.Layout(t).Size),
+			ValueSize:  8,
+			MaxEntries: uint32(len(kvs)),
+			Contents:   kvs,
+		}
 	}
 	l := c.Layout(t)
 	key := func(tp ir.Tuple, plen int) []byte {
 		k := l.Key(tp)
-		if t.LPM >= 0 {
-			binary.NativeEndian.PutUint32(k, uint32(plen))
-		}
+		binary.NativeEndian.PutUint32(k, uint32(plen))
 		return k
 	}
-	value := func(e Entry) []byte {
-		v := make([]byte, 8)
-		binary.NativeEndian.PutUint32(v, e.ID)
-		binary.NativeEndian.PutUint32(v[4:], e.Kind)
-		return v
-	}
-	var kvs []ebpf.MapKV
-	if t.LPM < 0 {
-		kvs = make([]ebpf.MapKV, 0, len(t.Entries))
-		seen := make(map[string]bool, len(t.Entries))
-		for _, e := range t.Entries { // the earliest rule first
-			k := key(e.T, 0)
-			if !seen[string(k)] {
-				seen[string(k)] = true
-				kvs = append(kvs, ebpf.MapKV{Key: k, Value: value(e)})
-			}
-		}
-	} else {
-		kvs = c.lpmContents(t, l, key, value)
-	}
-	spec := &ebpf.MapSpec{
+	kvs := c.lpmContents(t, l, key, ruleValue)
+	return &ebpf.MapSpec{
 		Name:       t.Name,
-		Type:       ebpf.Hash,
+		Type:       ebpf.LPMTrie,
+		Flags:      uapi.MapNoPrealloc,
 		KeySize:    uint32(l.Size),
 		ValueSize:  8,
 		MaxEntries: uint32(len(kvs)),
 		Contents:   kvs,
 	}
-	if t.LPM >= 0 {
-		spec.Type, spec.Flags = ebpf.LPMTrie, uapi.MapNoPrealloc
+}
+
+// hashContents is a plain hash table's contents: each key once, with the
+// earliest rule that has it (u32) and what it does (u32).
+func (c *Planner) hashContents(t *Table) []ebpf.MapKV {
+	l := c.Layout(t)
+	kvs := make([]ebpf.MapKV, 0, len(t.Entries))
+	seen := make(map[string]bool, len(t.Entries))
+	for _, e := range t.Entries { // the earliest rule first
+		k := l.Key(e.T)
+		if !seen[string(k)] {
+			seen[string(k)] = true
+			kvs = append(kvs, ebpf.MapKV{Key: k, Value: ruleValue(e)})
+		}
 	}
-	return spec
+	return kvs
+}
+
+// ruleValue is a hash or trie value: the entry's rule (u32) and what it
+// does (u32).
+func ruleValue(e Entry) []byte {
+	v := make([]byte, 8)
+	binary.NativeEndian.PutUint32(v, e.ID)
+	binary.NativeEndian.PutUint32(v[4:], e.Kind)
+	return v
 }
 
 // lpmContents stores at every prefix the earliest rule among the entries
@@ -1365,7 +1387,7 @@ func (t *Table) maps() int {
 }
 
 // cost estimates what the table costs a packet.
-func (t *Table) cost() int {
+func (c *Planner) cost(t *Table) int {
 	switch {
 	case t.Inline:
 		return costInline * len(t.Entries)
@@ -1377,6 +1399,8 @@ func (t *Table) cost() int {
 		return costRanges
 	case t.LPM >= 0:
 		return costLPM
+	case c.bucketable(t):
+		return costBuckets
 	}
 	return costHash
 }

@@ -214,3 +214,94 @@ func TestIndexedRanges(t *testing.T) {
 		}
 	}
 }
+
+// TestBuckets builds bucket arrays of random keys and looks every key,
+// and keys not stored, up as the program does: hash, then the slots of
+// the two buckets. Each stored key finds its own rule, in one slot only;
+// no other key finds one.
+func TestBuckets(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	c := &Planner{Program: &ir.Program{Family: rules.IPv4}}
+	for trial := range 40 {
+		tb := &Table{Name: "cls", LPM: -1}
+		tb.Lens[ir.FieldSrc] = 32
+		if trial%2 == 1 {
+			tb.Lens[ir.FieldProto], tb.Lens[ir.FieldDport] = 8, 16 // a 7-byte key, padded
+		}
+		n := 1 + rng.IntN(3000)
+		if trial < 3 {
+			n = trial + 1
+		}
+		stored := make(map[[16]byte]uint32)
+		random := func() ir.Tuple {
+			var tp ir.Tuple
+			tp.Len = tb.Lens
+			// Few distinct values, so that keys share words.
+			binary.BigEndian.PutUint32(tp.Field(ir.FieldSrc), uint32(rng.IntN(4*n)))
+			if tb.Lens[ir.FieldProto] > 0 {
+				tp.Field(ir.FieldProto)[0] = byte(6 + 11*rng.IntN(2))
+				binary.BigEndian.PutUint16(tp.Field(ir.FieldDport), uint16(rng.IntN(4)))
+			}
+			return tp
+		}
+		keyOf := func(tp ir.Tuple) [16]byte {
+			var k [16]byte
+			copy(k[:], c.Layout(tb).Key(tp))
+			return k
+		}
+		for id := range uint32(n) {
+			tp := random()
+			if _, ok := stored[keyOf(tp)]; !ok {
+				stored[keyOf(tp)] = id
+			}
+			tb.Entries = append(tb.Entries, Entry{T: tp, ID: id, Kind: 1 + id%3})
+		}
+		tb.Buckets = &Buckets{}
+		bk := c.BucketsOf(tb)
+		spec := c.MapSpec(tb)
+		if spec.MaxEntries != 1<<bk.Bits || int(spec.ValueSize) != BucketSlots*bk.SlotSize() {
+			t.Fatalf("trial %d: map of %d × %d bytes for %d buckets of %d", trial, spec.MaxEntries, spec.ValueSize, 1<<bk.Bits, bk.SlotSize())
+		}
+		buckets := make(map[uint32][]byte)
+		for _, kv := range spec.Contents {
+			buckets[binary.NativeEndian.Uint32(kv.Key.([]byte))] = kv.Value.([]byte)
+		}
+		lookup := func(k [16]byte) (ids []uint32) {
+			words := make([]uint32, bk.Words)
+			for j := range words {
+				words[j] = binary.NativeEndian.Uint32(k[4*j:])
+			}
+			b1, b2 := BucketIndexes(BucketHash(bk.Seed, words), bk.Bits)
+			for _, b := range []uint32{b1, b2} {
+				v := buckets[b]
+				for s := 0; v != nil && s < BucketSlots; s++ {
+					slot := v[s*bk.SlotSize():]
+					same := true
+					for j, w := range words {
+						same = same && binary.NativeEndian.Uint32(slot[4*j:]) == w
+					}
+					if same && binary.NativeEndian.Uint32(slot[4*bk.Words+4:]) != 0 {
+						ids = append(ids, binary.NativeEndian.Uint32(slot[4*bk.Words:]))
+					}
+				}
+				if b2 == b1 {
+					break
+				}
+			}
+			return ids
+		}
+		for k, id := range stored {
+			if got := lookup(k); len(got) != 1 || got[0] != id {
+				t.Fatalf("trial %d: key % x finds rules %v, want [%d]", trial, k, got, id)
+			}
+		}
+		for range 1000 {
+			k := keyOf(random())
+			if _, ok := stored[k]; !ok {
+				if got := lookup(k); len(got) != 0 {
+					t.Fatalf("trial %d: key % x, not stored, finds rules %v", trial, k, got)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,196 @@
+package classify
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"math/rand/v2"
+
+	"github.com/cilium/ebpf"
+)
+
+// A bucket table is a hash table of the classifier's own, for the exact
+// keys of a plain hash table up to MaxBucketKey bytes: an array of
+// buckets of BucketSlots entries, where a key is in one of two buckets
+// (cuckoo hashing). The program hashes the key (BucketHash) and looks
+// both buckets up in the array, lookups the verifier inlines, where a
+// hash map's lookup calls into the kernel, which hashes the key with
+// jhash: that call was a third of the cost of a packet that one table
+// decides. A miss costs two array lookups and at most 2*BucketSlots key
+// compares, whatever the table's size.
+const (
+	BucketSlots  = 2
+	MaxBucketKey = 16
+)
+
+// Buckets is how a table's bucket array is laid out and hashed.
+type Buckets struct {
+	// Bits is log2 of the number of buckets, Seed the hash's start.
+	Bits int
+	Seed uint64
+	// Words is the key's size in u32 words: a slot is the key, then
+	// the rule and its kind; kind 0 is an empty slot.
+	Words int
+	spec  *ebpf.MapSpec
+}
+
+// SlotSize is the size of one slot.
+func (b *Buckets) SlotSize() int { return 4*b.Words + 8 }
+
+// The multipliers of BucketHash: odd, with bits spread (from the
+// golden ratio and from splitmix64).
+const (
+	BucketMul  = 0x9e3779b97f4a7c15
+	BucketMul2 = 0xbf58476d1ce4e5b9
+)
+
+// BucketHash hashes a key's words, native-endian u32s of its bytes, as
+// the program does: multiplications carry every bit of h upward, so the
+// top bits depend on all the key.
+func BucketHash(seed uint64, words []uint32) uint64 {
+	h := seed
+	for _, w := range words {
+		h = (h ^ uint64(w)) * BucketMul
+	}
+	return h
+}
+
+// BucketIndexes are the two buckets a key of hash h may be in.
+func BucketIndexes(h uint64, bits int) (uint32, uint32) {
+	return uint32(h >> (64 - bits)), uint32((h * BucketMul2) >> (64 - bits))
+}
+
+// bucketable reports whether a table's lookup can be a bucket array.
+func (c *Planner) bucketable(t *Table) bool {
+	return t.LPM < 0 && !t.Array && t.Ranges == nil && t.Residuals == nil && c.Layout(t).Size <= MaxBucketKey
+}
+
+// BucketsOf returns the bucket array of a table that has one, building
+// it the first time: its layout for the code, and its map.
+func (c *Planner) BucketsOf(t *Table) *Buckets {
+	if t.Buckets.spec != nil {
+		return t.Buckets
+	}
+	kvs := c.hashContents(t)
+	words := (c.Layout(t).Size + 3) / 4
+	keys := make([][]uint32, len(kvs))
+	for i, kv := range kvs {
+		k := kv.Key.([]byte)
+		padded := make([]byte, 4*words)
+		copy(padded, k)
+		keys[i] = make([]uint32, words)
+		for j := range words {
+			keys[i][j] = binary.NativeEndian.Uint32(padded[4*j:])
+		}
+	}
+	// Half full at most: two choices of buckets of two slots place such
+	// a load at once, almost always.
+	nbits := max(1, bits.Len(uint(len(kvs)-1)))
+	rng := rand.New(rand.NewPCG(uint64(len(kvs)), 1))
+	for {
+		for try := range 8 {
+			seed := uint64(try+1) * BucketMul2
+			if slots, ok := cuckoo(keys, seed, nbits, rng); ok {
+				t.Buckets = &Buckets{Bits: nbits, Seed: seed, Words: words}
+				t.Buckets.spec = t.Buckets.mapSpec(t.Name, kvs, keys, slots)
+				return t.Buckets
+			}
+		}
+		nbits++
+	}
+}
+
+// cuckoo places every key in a slot of one of its two buckets, moving
+// keys from full buckets to their other one; it returns each slot's key
+// (index+1, 0 for empty), or false when a key found no place.
+func cuckoo(keys [][]uint32, seed uint64, nbits int, rng *rand.Rand) ([]int32, bool) {
+	slots := make([]int32, BucketSlots<<nbits)
+	place := func(b uint32, k int32) bool {
+		for s := range BucketSlots {
+			if i := int(b)*BucketSlots + s; slots[i] == 0 {
+				slots[i] = k + 1
+				return true
+			}
+		}
+		return false
+	}
+	for i := range keys {
+		k := int32(i)
+		b1, b2 := BucketIndexes(BucketHash(seed, keys[k]), nbits)
+		if place(b1, k) || place(b2, k) {
+			continue
+		}
+		b := b1
+		placed := false
+		for range 500 {
+			// Evict a random key of b for k, and move it to its
+			// other bucket.
+			j := int(b)*BucketSlots + rng.IntN(BucketSlots)
+			k, slots[j] = slots[j]-1, k+1
+			o1, o2 := BucketIndexes(BucketHash(seed, keys[k]), nbits)
+			if b = o1; b == uint32(j/BucketSlots) {
+				b = o2
+			}
+			if place(b, k) {
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			return nil, false
+		}
+	}
+	return slots, true
+}
+
+// mapSpec is the bucket array: a value per bucket, the buckets without a
+// key left out (an array starts zeroed).
+func (b *Buckets) mapSpec(name string, kvs []ebpf.MapKV, keys [][]uint32, slots []int32) *ebpf.MapSpec {
+	vsize := BucketSlots * b.SlotSize()
+	nb := 1 << b.Bits
+	used := func(bk int) bool {
+		for s := range BucketSlots {
+			if slots[bk*BucketSlots+s] != 0 {
+				return true
+			}
+		}
+		return false
+	}
+	n := 0
+	for bk := range nb {
+		if used(bk) {
+			n++
+		}
+	}
+	values := make([]byte, n*vsize)
+	index := make([]byte, 4*n)
+	contents := make([]ebpf.MapKV, 0, n)
+	for bk := range nb {
+		if !used(bk) {
+			continue
+		}
+		i := len(contents)
+		v := values[i*vsize : (i+1)*vsize]
+		for s := range BucketSlots {
+			k := slots[bk*BucketSlots+s] - 1
+			if k < 0 {
+				continue
+			}
+			slot := v[s*b.SlotSize():]
+			for j, w := range keys[k] {
+				binary.NativeEndian.PutUint32(slot[4*j:], w)
+			}
+			copy(slot[4*b.Words:], kvs[k].Value.([]byte)) // rule, kind
+		}
+		key := index[4*i : 4*i+4]
+		binary.NativeEndian.PutUint32(key, uint32(bk))
+		contents = append(contents, ebpf.MapKV{Key: key, Value: v})
+	}
+	return &ebpf.MapSpec{
+		Name:       name,
+		Type:       ebpf.Array,
+		KeySize:    4,
+		ValueSize:  uint32(vsize),
+		MaxEntries: uint32(nb),
+		Contents:   contents,
+	}
+}
