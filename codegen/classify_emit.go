@@ -415,6 +415,8 @@ func (c *compiler) indexLookup(t *classify.Table, skip string) {
 const (
 	bucketHashAt = pktLookupKey + classify.MaxBucketKey
 	bucketAt     = bucketHashAt + 8
+	// The key area holds them.
+	_ = uint(pktLookupKey + lookupKeySize - bucketAt - 4)
 )
 
 // bucketsLookup looks the packet's key up in a bucket table: it hashes

@@ -30,7 +30,7 @@
 //     a protocol its guard tests) is two arrays instead: an index of
 //     65,536 block numbers, then the blocks of runs; the verifier inlines
 //     both lookups, where a hash calls a helper that hashes the key. A
-//     plain hash with a key of up to 16 bytes is a bucket array
+//     plain hash with a key of up to 32 bytes is a bucket array
 //     (classify.Buckets): the program hashes the key itself and tests
 //     the two buckets of two slots the key may be in (cuckoo hashing),
 //     array lookups the verifier inlines too. A

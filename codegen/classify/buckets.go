@@ -19,7 +19,7 @@ import (
 // compares, whatever the table's size.
 const (
 	BucketSlots  = 2
-	MaxBucketKey = 16
+	MaxBucketKey = 32 // an IPv6 address pair, or one with ports and protocol
 )
 
 // Buckets is how a table's bucket array is laid out and hashed.

@@ -4,7 +4,7 @@
 // docs/ARCHITECTURE.md and codegen's package doc. Each rule is normalized
 // into tuples (ir.Program.Form); tuples of one shape go into one table, a
 // hash keyed by the packet's fields cut to the shape (for keys of up to
-// 16 bytes, a bucket array that the program hashes into: buckets.go), or
+// 32 bytes, a bucket array that the program hashes into: buckets.go), or
 // an LPM trie when shapes differ in one field's prefix length only. A table's value is the
 // earliest rule with that key and what it does; the tables are looked up
 // in the order of their earliest rule, and the lookups stop as soon as no
