@@ -221,31 +221,40 @@ func TestIndexedRanges(t *testing.T) {
 // no other key finds one.
 func TestBuckets(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	c := &Planner{Program: &ir.Program{Family: rules.IPv4}}
-	for trial := range 40 {
+	v4 := &Planner{Program: &ir.Program{Family: rules.IPv4}}
+	v6 := &Planner{Program: &ir.Program{Family: rules.IPv6}}
+	for trial := range 60 {
+		c := v4
 		tb := &Table{Name: "cls", LPM: -1}
 		tb.Lens[ir.FieldSrc] = 32
-		if trial%2 == 1 {
+		switch trial % 3 {
+		case 1:
 			tb.Lens[ir.FieldProto], tb.Lens[ir.FieldDport] = 8, 16 // a 7-byte key, padded
+		case 2:
+			c = v6 // a 32-byte key
+			tb.Lens[ir.FieldSrc], tb.Lens[ir.FieldDst] = 128, 128
 		}
 		n := 1 + rng.IntN(3000)
 		if trial < 3 {
 			n = trial + 1
 		}
-		stored := make(map[[16]byte]uint32)
+		stored := make(map[[MaxBucketKey]byte]uint32)
 		random := func() ir.Tuple {
 			var tp ir.Tuple
 			tp.Len = tb.Lens
 			// Few distinct values, so that keys share words.
 			binary.BigEndian.PutUint32(tp.Field(ir.FieldSrc), uint32(rng.IntN(4*n)))
+			if tb.Lens[ir.FieldDst] > 0 {
+				tp.Field(ir.FieldDst)[15] = byte(rng.IntN(2))
+			}
 			if tb.Lens[ir.FieldProto] > 0 {
 				tp.Field(ir.FieldProto)[0] = byte(6 + 11*rng.IntN(2))
 				binary.BigEndian.PutUint16(tp.Field(ir.FieldDport), uint16(rng.IntN(4)))
 			}
 			return tp
 		}
-		keyOf := func(tp ir.Tuple) [16]byte {
-			var k [16]byte
+		keyOf := func(tp ir.Tuple) [MaxBucketKey]byte {
+			var k [MaxBucketKey]byte
 			copy(k[:], c.Layout(tb).Key(tp))
 			return k
 		}
@@ -266,7 +275,7 @@ func TestBuckets(t *testing.T) {
 		for _, kv := range spec.Contents {
 			buckets[binary.NativeEndian.Uint32(kv.Key.([]byte))] = kv.Value.([]byte)
 		}
-		lookup := func(k [16]byte) (ids []uint32) {
+		lookup := func(k [MaxBucketKey]byte) (ids []uint32) {
 			words := make([]uint32, bk.Words)
 			for j := range words {
 				words[j] = binary.NativeEndian.Uint32(k[4*j:])
