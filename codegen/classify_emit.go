@@ -149,6 +149,9 @@ func (c *compiler) describeTable(t *classify.Table) string {
 	case t.Inline:
 	case t.Residuals != nil:
 		how = "candidates " + t.Name
+		if t.Buckets != nil {
+			how += " in buckets"
+		}
 	case t.Array:
 		how = "array " + t.Name
 	case t.Ranges != nil:
@@ -313,11 +316,8 @@ func (c *compiler) lookupTable(t *classify.Table, skip string) {
 	case t.Residuals != nil:
 		c.candidatesLookup(t, skip)
 		return
-	case t.Buckets != nil:
-		c.bucketsLookup(t, skip)
-		return
 	}
-	c.lookupKey(t, skip)
+	c.find(t, skip)
 	b.Emit(
 		insn.Ld(asm.R1, asm.R0, 0, asm.Word),
 		asm.JGE.Reg(asm.R1, asm.R7, skip),
@@ -325,6 +325,16 @@ func (c *compiler) lookupTable(t *classify.Table, skip string) {
 		insn.Ld(asm.R8, asm.R0, 4, asm.Word),
 	)
 	c.maps = append(c.maps, c.cls.MapSpec(t))
+}
+
+// find finds the packet's key in a table with exact keys, a hash or a
+// bucket table: r0 is its value, or find goes to skip.
+func (c *compiler) find(t *classify.Table, skip string) {
+	if t.Buckets != nil {
+		c.bucketFind(t, skip)
+		return
+	}
+	c.lookupKey(t, skip)
 }
 
 // lookupKey builds the key of table k from the packet in the key area and
@@ -419,11 +429,13 @@ const (
 	_ = uint(pktLookupKey + lookupKeySize - bucketAt - 4)
 )
 
-// bucketsLookup looks the packet's key up in a bucket table: it hashes
-// the key's words (classify.BucketHash), then tests the slots of the
-// key's first bucket and of its second; a slot holds the key when its
-// words are the key's and its kind is not 0.
-func (c *compiler) bucketsLookup(t *classify.Table, skip string) {
+// bucketFind finds the packet's key in a bucket table: it hashes the
+// key's words (classify.BucketHash), then tests the slots of the key's
+// first bucket and of its second. A slot holds the key when its words
+// are the key's and the u32 after the rule is not 0 (a kind, or a first
+// candidate's kind and bits); r0 is then the slot's value, as a hash
+// lookup's would be, or the find goes to skip.
+func (c *compiler) bucketFind(t *classify.Table, skip string) {
 	b := c.b
 	bk := c.cls.BucketsOf(t)
 	c.storeKey(t)
@@ -459,6 +471,7 @@ func (c *compiler) bucketsLookup(t *classify.Table, skip string) {
 		b.Emit(asm.JEq.Imm(asm.R0, 0, skip))
 		for s := range classify.BucketSlots {
 			off := int16(s * bk.SlotSize())
+			value := off + int16(4*bk.Words)
 			next := b.Fresh("slot_other")
 			for i := range bk.Words {
 				b.Emit(
@@ -468,9 +481,9 @@ func (c *compiler) bucketsLookup(t *classify.Table, skip string) {
 				)
 			}
 			b.Emit(
-				insn.Ld(asm.R2, asm.R0, off+int16(4*bk.Words)+4, asm.Word),
+				insn.Ld(asm.R2, asm.R0, value+4, asm.Word),
 				asm.JEq.Imm(asm.R2, 0, next),
-				insn.Ld(asm.R1, asm.R0, off+int16(4*bk.Words), asm.Word),
+				asm.Add.Imm(asm.R0, int32(value)),
 				insn.Ja(hit),
 			)
 			b.Mark(next)
@@ -478,12 +491,6 @@ func (c *compiler) bucketsLookup(t *classify.Table, skip string) {
 	}
 	b.Emit(insn.Ja(skip))
 	b.Mark(hit)
-	b.Emit(
-		asm.JGE.Reg(asm.R1, asm.R7, skip),
-		insn.Movr(asm.R7, asm.R1),
-		insn.Movr(asm.R8, asm.R2),
-	)
-	c.maps = append(c.maps, c.cls.MapSpec(t))
 }
 
 // bits64 is the int64 of the same bits as u, for a 64-bit immediate.
@@ -518,7 +525,7 @@ func (c *compiler) residualBits(t *classify.Table) {
 // takes the first candidate whose residual bits the packet sets.
 func (c *compiler) candidatesLookup(t *classify.Table, skip string) {
 	b := c.b
-	c.lookupKey(t, skip)
+	c.find(t, skip)
 	b.Emit(insn.Ld(asm.R3, asm.R10, chainResidualBits, asm.Word))
 	for i := range classify.MaxCandidates {
 		next := skip

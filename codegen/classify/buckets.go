@@ -9,14 +9,14 @@ import (
 )
 
 // A bucket table is a hash table of the classifier's own, for the exact
-// keys of a plain hash table up to MaxBucketKey bytes: an array of
-// buckets of BucketSlots entries, where a key is in one of two buckets
-// (cuckoo hashing). The program hashes the key (BucketHash) and looks
-// both buckets up in the array, lookups the verifier inlines, where a
-// hash map's lookup calls into the kernel, which hashes the key with
-// jhash: that call was a third of the cost of a packet that one table
-// decides. A miss costs two array lookups and at most 2*BucketSlots key
-// compares, whatever the table's size.
+// keys, up to MaxBucketKey bytes, of a plain hash or a table of
+// candidates: an array of buckets of BucketSlots entries, where a key is
+// in one of two buckets (cuckoo hashing). The program hashes the key
+// (BucketHash) and looks both buckets up in the array, lookups the
+// verifier inlines, where a hash map's lookup calls into the kernel,
+// which hashes the key with jhash: that call was a third of the cost of
+// a packet that one table decides. A miss costs two array lookups and at
+// most 2*BucketSlots key compares, whatever the table's size.
 const (
 	BucketSlots  = 2
 	MaxBucketKey = 32 // an IPv6 address pair, or one with ports and protocol
@@ -28,13 +28,15 @@ type Buckets struct {
 	Bits int
 	Seed uint64
 	// Words is the key's size in u32 words: a slot is the key, then
-	// the rule and its kind; kind 0 is an empty slot.
-	Words int
-	spec  *ebpf.MapSpec
+	// the value a hash would have (a rule and its kind, or a table's
+	// candidates), of Value bytes; a value whose second u32 is 0 (kind
+	// 0) is an empty slot.
+	Words, Value int
+	spec         *ebpf.MapSpec
 }
 
 // SlotSize is the size of one slot.
-func (b *Buckets) SlotSize() int { return 4*b.Words + 8 }
+func (b *Buckets) SlotSize() int { return 4*b.Words + b.Value }
 
 // The multipliers of BucketHash: odd, with bits spread (from the
 // golden ratio and from splitmix64).
@@ -61,7 +63,7 @@ func BucketIndexes(h uint64, bits int) (uint32, uint32) {
 
 // bucketable reports whether a table's lookup can be a bucket array.
 func (c *Planner) bucketable(t *Table) bool {
-	return t.LPM < 0 && !t.Array && t.Ranges == nil && t.Residuals == nil && c.Layout(t).Size <= MaxBucketKey
+	return t.LPM < 0 && !t.Array && t.Ranges == nil && c.Layout(t).Size <= MaxBucketKey
 }
 
 // BucketsOf returns the bucket array of a table that has one, building
@@ -70,7 +72,12 @@ func (c *Planner) BucketsOf(t *Table) *Buckets {
 	if t.Buckets.spec != nil {
 		return t.Buckets
 	}
-	kvs := c.hashContents(t)
+	var kvs []ebpf.MapKV
+	if t.Residuals != nil {
+		kvs = c.candidatesContents(t)
+	} else {
+		kvs = c.hashContents(t)
+	}
 	words := (c.Layout(t).Size + 3) / 4
 	keys := make([][]uint32, len(kvs))
 	for i, kv := range kvs {
@@ -90,7 +97,7 @@ func (c *Planner) BucketsOf(t *Table) *Buckets {
 		for try := range 8 {
 			seed := uint64(try+1) * BucketMul2
 			if slots, ok := cuckoo(keys, seed, nbits, rng); ok {
-				t.Buckets = &Buckets{Bits: nbits, Seed: seed, Words: words}
+				t.Buckets = &Buckets{Bits: nbits, Seed: seed, Words: words, Value: len(kvs[0].Value.([]byte))}
 				t.Buckets.spec = t.Buckets.mapSpec(t.Name, kvs, keys, slots)
 				return t.Buckets
 			}

@@ -640,9 +640,22 @@ func (c *Planner) candidates(t *Table) ([][]byte, [][]Entry, bool) {
 	return keys, lists, true
 }
 
-// candidatesSpec returns a table of candidates' hash: the key, and
-// MaxCandidates candidates; a key with fewer repeats its last.
+// candidatesSpec returns a table of candidates' hash.
 func (c *Planner) candidatesSpec(t *Table) *ebpf.MapSpec {
+	kvs := c.candidatesContents(t)
+	return &ebpf.MapSpec{
+		Name:       t.Name,
+		Type:       ebpf.Hash,
+		KeySize:    uint32(c.Layout(t).Size),
+		ValueSize:  CandidateSize * MaxCandidates,
+		MaxEntries: uint32(len(kvs)),
+		Contents:   kvs,
+	}
+}
+
+// candidatesContents is a table of candidates' keys, each with
+// MaxCandidates candidates; a key with fewer repeats its last.
+func (c *Planner) candidatesContents(t *Table) []ebpf.MapKV {
 	kvs := make([]ebpf.MapKV, len(t.Keys))
 	for i, k := range t.Keys {
 		v := make([]byte, CandidateSize*MaxCandidates)
@@ -655,14 +668,7 @@ func (c *Planner) candidatesSpec(t *Table) *ebpf.MapSpec {
 		}
 		kvs[i] = ebpf.MapKV{Key: k, Value: v}
 	}
-	return &ebpf.MapSpec{
-		Name:       t.Name,
-		Type:       ebpf.Hash,
-		KeySize:    uint32(c.Layout(t).Size),
-		ValueSize:  CandidateSize * MaxCandidates,
-		MaxEntries: uint32(len(kvs)),
-		Contents:   kvs,
-	}
+	return kvs
 }
 
 // tablePrefix names the classifier's tables: the netfilter stage's are
@@ -846,10 +852,10 @@ func (c *Planner) MapSpec(t *Table) *ebpf.MapSpec {
 		return portArray(t)
 	case t.Ranges != nil:
 		return c.rangesSpec(t)
-	case t.Residuals != nil:
-		return c.candidatesSpec(t)
 	case t.Buckets != nil:
 		return c.BucketsOf(t).spec
+	case t.Residuals != nil:
+		return c.candidatesSpec(t)
 	}
 	if t.LPM < 0 {
 		kvs := c.hashContents(t)
