@@ -386,8 +386,6 @@ func genRealistic(n int, rng *rand.Rand) (*Workload, error) {
 // iptables rejects.
 const anonymizedMAC = "XX:XX:XX:XX:XX:XX"
 
-// loadTUM loads the TUM dump; its frames are found by the caller, which
-// knows the compiled rules (see aimFrames).
 // addChains appends the realistic family's user chains, SSH with eight
 // hosts drawn from a (none when nil), and BLOCKED.
 func addChains(rs *ruleset, a *addrs) {
@@ -404,6 +402,8 @@ func addChains(rs *ruleset, a *addrs) {
 	rs.buf.WriteString("-A BLOCKED -p tcp -j REJECT --reject-with tcp-reset\n-A BLOCKED -j DROP\n")
 }
 
+// loadTUM loads the TUM dump; its frames are found by the caller, which
+// knows the compiled rules (see aimFrames).
 func loadTUM(path string) (*Workload, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
