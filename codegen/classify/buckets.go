@@ -80,11 +80,11 @@ func (c *Planner) BucketsOf(t *Table) *Buckets {
 	}
 	words := (c.Layout(t).Size + 3) / 4
 	keys := make([][]uint32, len(kvs))
+	flat := make([]uint32, len(kvs)*words)
 	for i, kv := range kvs {
-		k := kv.Key.([]byte)
-		padded := make([]byte, 4*words)
-		copy(padded, k)
-		keys[i] = make([]uint32, words)
+		var padded [MaxBucketKey]byte
+		copy(padded[:], kv.Key.([]byte))
+		keys[i] = flat[i*words : (i+1)*words : (i+1)*words]
 		for j := range words {
 			keys[i][j] = binary.NativeEndian.Uint32(padded[4*j:])
 		}
