@@ -150,47 +150,49 @@ func cuckoo(keys [][]uint32, seed uint64, nbits int, rng *rand.Rand) ([]int32, b
 }
 
 // mapSpec is the bucket array: a value per bucket, the buckets without a
-// key left out (an array starts zeroed).
+// key left out (an array starts zeroed). The buckets are packed in
+// order; the keys are written in their own order, which reads kvs
+// straight through (reading it in the buckets' order missed the cache on
+// every key).
 func (b *Buckets) mapSpec(name string, kvs []ebpf.MapKV, keys [][]uint32, slots []int32) *ebpf.MapSpec {
 	vsize := BucketSlots * b.SlotSize()
 	nb := 1 << b.Bits
-	used := func(bk int) bool {
+	// packed[bk] is bucket bk's place among the used ones, from 1.
+	packed := make([]int32, nb)
+	n := int32(0)
+	for bk := range nb {
 		for s := range BucketSlots {
 			if slots[bk*BucketSlots+s] != 0 {
-				return true
+				n++
+				packed[bk] = n
+				break
 			}
 		}
-		return false
 	}
-	n := 0
-	for bk := range nb {
-		if used(bk) {
-			n++
-		}
-	}
-	values := make([]byte, n*vsize)
+	values := make([]byte, int(n)*vsize)
 	index := make([]byte, 4*n)
-	contents := make([]ebpf.MapKV, 0, n)
-	for bk := range nb {
-		if !used(bk) {
+	contents := make([]ebpf.MapKV, n)
+	for bk, p := range packed {
+		if p == 0 {
 			continue
 		}
-		i := len(contents)
-		v := values[i*vsize : (i+1)*vsize]
-		for s := range BucketSlots {
-			k := slots[bk*BucketSlots+s] - 1
-			if k < 0 {
-				continue
-			}
-			slot := v[s*b.SlotSize():]
-			for j, w := range keys[k] {
-				binary.NativeEndian.PutUint32(slot[4*j:], w)
-			}
-			copy(slot[4*b.Words:], kvs[k].Value.([]byte)) // rule, kind
-		}
-		key := index[4*i : 4*i+4]
+		key := index[4*(p-1) : 4*p]
 		binary.NativeEndian.PutUint32(key, uint32(bk))
-		contents = append(contents, ebpf.MapKV{Key: key, Value: v})
+		contents[p-1] = ebpf.MapKV{Key: key, Value: values[int(p-1)*vsize : int(p)*vsize]}
+	}
+	at := make([]int32, len(keys)) // each key's slot
+	for i, k := range slots {
+		if k != 0 {
+			at[k-1] = int32(i)
+		}
+	}
+	for k, i := range at {
+		bk, s := int(i)/BucketSlots, int(i)%BucketSlots
+		slot := values[int(packed[bk]-1)*vsize+s*b.SlotSize():]
+		for j, w := range keys[k] {
+			binary.NativeEndian.PutUint32(slot[4*j:], w)
+		}
+		copy(slot[4*b.Words:b.SlotSize()], kvs[k].Value.([]byte)) // rule, kind
 	}
 	return &ebpf.MapSpec{
 		Name:       name,

@@ -891,13 +891,27 @@ func (c *Planner) MapSpec(t *Table) *ebpf.MapSpec {
 func (c *Planner) hashContents(t *Table) []ebpf.MapKV {
 	l := c.Layout(t)
 	kvs := make([]ebpf.MapKV, 0, len(t.Entries))
-	seen := make(map[string]bool, len(t.Entries))
-	for _, e := range t.Entries { // the earliest rule first
-		k := l.Key(e.T)
-		if !seen[string(k)] {
-			seen[string(k)] = true
-			kvs = append(kvs, ebpf.MapKV{Key: k, Value: ruleValue(e)})
+	// The entries all have the table's shape: a key is the fields of a
+	// tuple, the same tuple the same key. They are told apart by hash,
+	// and a hash that two tuples share by the tuple (keyed by the key's
+	// bytes, as a string, the set allocated each key again; keyed by
+	// tuples it was twice the size).
+	seed := maphash.MakeSeed()
+	seen := make(map[uint64]int32, len(t.Entries))
+	var collided map[ir.Tuple]bool
+	for i, e := range t.Entries { // the earliest rule first
+		h := maphash.Comparable(seed, e.T)
+		if j, ok := seen[h]; !ok {
+			seen[h] = int32(i)
+		} else if t.Entries[j].T == e.T || collided[e.T] {
+			continue
+		} else {
+			if collided == nil {
+				collided = make(map[ir.Tuple]bool)
+			}
+			collided[e.T] = true
 		}
+		kvs = append(kvs, ebpf.MapKV{Key: l.Key(e.T), Value: ruleValue(e)})
 	}
 	return kvs
 }
