@@ -162,6 +162,9 @@ func (c *compiler) describeTable(t *classify.Table) string {
 		if t.Ranges.Indexed {
 			how += " in " + t.IndexName()
 		}
+		if t.Buckets != nil {
+			how += " in buckets"
+		}
 	case t.LPM >= 0:
 		how = "lpm " + t.Name
 	case t.Buckets != nil:
@@ -334,7 +337,7 @@ func (c *compiler) find(t *classify.Table, skip string) {
 		c.bucketFind(t, skip)
 		return
 	}
-	c.lookupKey(t, skip)
+	c.lookupKey(classify.KeyTable(t), skip)
 }
 
 // lookupKey builds the key of table k from the packet in the key area and
@@ -380,7 +383,7 @@ func (c *compiler) rangesLookup(t *classify.Table, skip string) {
 	if t.Ranges.Indexed {
 		c.indexLookup(t, skip)
 	} else {
-		c.lookupKey(t.RangesKey(), skip)
+		c.find(t, skip)
 	}
 	got := b.Fresh("run_found")
 	b.Emit(insn.Ld(asm.R1, asm.R6, fieldOff(ir.Field(t.LPM)), asm.Word))
@@ -432,14 +435,19 @@ const (
 // bucketFind finds the packet's key in a bucket table: it hashes the
 // key's words (classify.BucketHash), then tests the slots of the key's
 // first bucket and of its second. A slot holds the key when its words
-// are the key's and the u32 after the rule is not 0 (a kind, or a first
-// candidate's kind and bits); r0 is then the slot's value, as a hash
-// lookup's would be, or the find goes to skip.
+// are the key's and its value's mark is not 0 (classify.Buckets); r0 is
+// then the slot's value, as a hash lookup's would be, or the find goes
+// to skip.
 func (c *compiler) bucketFind(t *classify.Table, skip string) {
 	b := c.b
 	bk := c.cls.BucketsOf(t)
-	c.storeKey(t)
-	for i := c.cls.Layout(t).Size; i < 4*bk.Words; i++ {
+	k := classify.KeyTable(t)
+	c.storeKey(k)
+	mark := asm.Word
+	if bk.MarkHalf {
+		mark = asm.Half
+	}
+	for i := c.cls.Layout(k).Size; i < 4*bk.Words; i++ {
 		b.Emit(insn.StImm(asm.R6, pktLookupKey+int16(i), 0, asm.Byte))
 	}
 	b.Emit(
@@ -481,7 +489,7 @@ func (c *compiler) bucketFind(t *classify.Table, skip string) {
 				)
 			}
 			b.Emit(
-				insn.Ld(asm.R2, asm.R0, value+4, asm.Word),
+				insn.Ld(asm.R2, asm.R0, value+int16(bk.Mark), mark),
 				asm.JEq.Imm(asm.R2, 0, next),
 				asm.Add.Imm(asm.R0, int32(value)),
 				insn.Ja(hit),

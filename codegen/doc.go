@@ -29,11 +29,12 @@
 //     A ranges table keyed by an IPv4 address's high 16 bits alone (and
 //     a protocol its guard tests) is two arrays instead: an index of
 //     65,536 block numbers, then the blocks of runs; the verifier inlines
-//     both lookups, where a hash calls a helper that hashes the key. A
-//     plain hash with a key of up to 32 bytes is a bucket array
-//     (classify.Buckets): the program hashes the key itself and tests
-//     the two buckets of two slots the key may be in (cuckoo hashing),
-//     array lookups the verifier inlines too. A
+//     both lookups, where a hash calls a helper that hashes the key.
+//     Every other hash with a key of up to 32 bytes (plain, of
+//     candidates, or of ranges) is a bucket array (classify.Buckets):
+//     the program hashes the key itself and tests the two buckets of two
+//     slots the key may be in (cuckoo hashing), array lookups the
+//     verifier inlines too; only LPM tries call into the kernel. A
 //     table's value is the earliest rule with that key and what it does;
 //     a trie stores at each prefix the earliest rule whose prefix covers
 //     it.

@@ -28,11 +28,15 @@ type Buckets struct {
 	Bits int
 	Seed uint64
 	// Words is the key's size in u32 words: a slot is the key, then
-	// the value a hash would have (a rule and its kind, or a table's
-	// candidates), of Value bytes; a value whose second u32 is 0 (kind
-	// 0) is an empty slot.
+	// the value a hash would have (a rule and its kind, a table's
+	// candidates, or a ranges table's runs), of Value bytes.
 	Words, Value int
-	spec         *ebpf.MapSpec
+	// Mark is where in a value a u32 (a u16 with MarkHalf) is not 0 but
+	// in an empty slot: a kind, or a first candidate's, or the end of
+	// the last run (65535).
+	Mark     int
+	MarkHalf bool
+	spec     *ebpf.MapSpec
 }
 
 // SlotSize is the size of one slot.
@@ -61,9 +65,30 @@ func BucketIndexes(h uint64, bits int) (uint32, uint32) {
 	return uint32(h >> (64 - bits)), uint32((h * BucketMul2) >> (64 - bits))
 }
 
-// bucketable reports whether a table's lookup can be a bucket array.
+// bucketable reports whether a table's lookup can be a bucket array: a
+// hash's, a table of candidates', or a ranges table's that is not
+// indexed.
 func (c *Planner) bucketable(t *Table) bool {
-	return t.LPM < 0 && !t.Array && t.Ranges == nil && c.Layout(t).Size <= MaxBucketKey
+	switch {
+	case t.Array:
+		return false
+	case t.Ranges != nil:
+		if t.Ranges.Indexed {
+			return false
+		}
+	case t.LPM >= 0:
+		return false
+	}
+	return c.Layout(KeyTable(t)).Size <= MaxBucketKey
+}
+
+// KeyTable is the table whose layout is t's key: a ranges table's
+// RangesKey, or t.
+func KeyTable(t *Table) *Table {
+	if t.Ranges != nil {
+		return t.RangesKey()
+	}
+	return t
 }
 
 // BucketsOf returns the bucket array of a table that has one, building
@@ -73,12 +98,17 @@ func (c *Planner) BucketsOf(t *Table) *Buckets {
 		return t.Buckets
 	}
 	var kvs []ebpf.MapKV
-	if t.Residuals != nil {
+	mark, half := 4, false
+	switch {
+	case t.Ranges != nil:
+		kvs = c.rangesContents(t)
+		mark, half = RunSize*(t.Ranges.Width()-1), true
+	case t.Residuals != nil:
 		kvs = c.candidatesContents(t)
-	} else {
+	default:
 		kvs = c.hashContents(t)
 	}
-	words := (c.Layout(t).Size + 3) / 4
+	words := (c.Layout(KeyTable(t)).Size + 3) / 4
 	keys := make([][]uint32, len(kvs))
 	flat := make([]uint32, len(kvs)*words)
 	for i, kv := range kvs {
@@ -97,7 +127,7 @@ func (c *Planner) BucketsOf(t *Table) *Buckets {
 		for try := range 8 {
 			seed := uint64(try+1) * BucketMul2
 			if slots, ok := cuckoo(keys, seed, nbits, rng); ok {
-				t.Buckets = &Buckets{Bits: nbits, Seed: seed, Words: words, Value: len(kvs[0].Value.([]byte))}
+				t.Buckets = &Buckets{Bits: nbits, Seed: seed, Words: words, Value: len(kvs[0].Value.([]byte)), Mark: mark, MarkHalf: half}
 				t.Buckets.spec = t.Buckets.mapSpec(t.Name, kvs, keys, slots)
 				return t.Buckets
 			}

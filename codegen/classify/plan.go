@@ -850,10 +850,10 @@ func (c *Planner) MapSpec(t *Table) *ebpf.MapSpec {
 	switch {
 	case t.Array:
 		return portArray(t)
-	case t.Ranges != nil:
-		return c.rangesSpec(t)
 	case t.Buckets != nil:
 		return c.BucketsOf(t).spec
+	case t.Ranges != nil:
+		return c.rangesSpec(t)
 	case t.Residuals != nil:
 		return c.candidatesSpec(t)
 	}
@@ -1357,6 +1357,32 @@ func (c *Planner) IndexSpec(t *Table) *ebpf.MapSpec {
 // an indexed one an array from the block number, to Width runs; a key
 // with fewer repeats its last run, which ends at the last value.
 func (c *Planner) rangesSpec(t *Table) *ebpf.MapSpec {
+	kvs := c.rangesContents(t)
+	width := t.Ranges.Width()
+	if t.Ranges.Indexed {
+		// Block 0, which no key has, stays empty.
+		return &ebpf.MapSpec{
+			Name:       t.Name,
+			Type:       ebpf.Array,
+			KeySize:    4,
+			ValueSize:  uint32(RunSize * width),
+			MaxEntries: uint32(len(kvs) + 1),
+			Contents:   kvs,
+		}
+	}
+	return &ebpf.MapSpec{
+		Name:       t.Name,
+		Type:       ebpf.Hash,
+		KeySize:    uint32(c.Layout(t.RangesKey()).Size),
+		ValueSize:  uint32(RunSize * width),
+		MaxEntries: uint32(len(kvs)),
+		Contents:   kvs,
+	}
+}
+
+// rangesContents is a ranges table's keys, or for an indexed one its
+// block numbers, each with Width runs.
+func (c *Planner) rangesContents(t *Table) []ebpf.MapKV {
 	l := c.Layout(t.RangesKey())
 	width := t.Ranges.Width()
 	kvs := make([]ebpf.MapKV, 0, len(t.Ranges.Keys))
@@ -1377,25 +1403,7 @@ func (c *Planner) rangesSpec(t *Table) *ebpf.MapSpec {
 		}
 		kvs = append(kvs, ebpf.MapKV{Key: key, Value: v})
 	}
-	if t.Ranges.Indexed {
-		// Block 0, which no key has, stays empty.
-		return &ebpf.MapSpec{
-			Name:       t.Name,
-			Type:       ebpf.Array,
-			KeySize:    4,
-			ValueSize:  uint32(RunSize * width),
-			MaxEntries: uint32(len(kvs) + 1),
-			Contents:   kvs,
-		}
-	}
-	return &ebpf.MapSpec{
-		Name:       t.Name,
-		Type:       ebpf.Hash,
-		KeySize:    uint32(l.Size),
-		ValueSize:  uint32(RunSize * width),
-		MaxEntries: uint32(len(kvs)),
-		Contents:   kvs,
-	}
+	return kvs
 }
 
 // maps is how many maps the table's lookup uses.
