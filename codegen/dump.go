@@ -27,20 +27,18 @@ func (p *Program) Dump(w io.Writer) error {
 		p.Level, p.Hook, p.IR.Family, p.IR.Table, entry.Name, entry.Policy, len(p.IR.Rules), len(p.IR.Chains))
 	fmt.Fprintf(&b, "; %s, license %s, %d instructions\n", spec.Type, spec.License, rawLen(spec.Instructions))
 	b.WriteString("; maps:\n")
-	for _, name := range []string{abi.CountersMap, abi.DecisionMap, abi.IfacesMap, abi.IfaceSlotsMap, abi.ScratchMap} {
+	fixed := []string{abi.CountersMap, abi.DecisionMap, abi.IfacesMap, abi.IfaceSlotsMap, abi.ScratchMap}
+	names := slices.DeleteFunc(slices.Sorted(maps.Keys(p.Spec.Maps)), func(n string) bool { return slices.Contains(fixed, n) })
+	width := 0
+	for name := range p.Spec.Maps {
+		width = max(width, len(name))
+	}
+	for _, name := range append(fixed, names...) {
 		m := p.Spec.Maps[name]
 		if m == nil {
 			continue // abi.DecisionMap without Options.Trace, abi.IfaceSlotsMap
 		}
-		fmt.Fprintf(&b, ";   %-8s %-12s key %d, value %d, max_entries %d\n", name, m.Type, m.KeySize, m.ValueSize, m.MaxEntries)
-	}
-	for _, name := range slices.Sorted(maps.Keys(p.Spec.Maps)) {
-		switch name {
-		case abi.CountersMap, abi.DecisionMap, abi.IfacesMap, abi.IfaceSlotsMap, abi.ScratchMap:
-			continue
-		}
-		m := p.Spec.Maps[name]
-		fmt.Fprintf(&b, ";   %-8s %-12s key %d, value %d, max_entries %d\n", name, m.Type, m.KeySize, m.ValueSize, m.MaxEntries)
+		fmt.Fprintf(&b, ";   %-*s %-12s key %d, value %d, max_entries %d\n", width, name, m.Type, m.KeySize, m.ValueSize, m.MaxEntries)
 	}
 	if p.Hook == HookSkLookup {
 		p.dumpTargets(&b)
