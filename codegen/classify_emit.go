@@ -407,7 +407,7 @@ func (c *compiler) rangesLookup(t *classify.Table, skip string) {
 func (c *compiler) indexLookup(t *classify.Table, skip string) {
 	b := c.b
 	b.Emit(
-		insn.Ld(asm.R1, asm.R6, fieldOff(t.IndexField()), asm.Word),
+		insn.Ld(asm.R1, asm.R6, fieldOff(ir.Field(t.LPM)), asm.Word),
 		asm.RSh.Imm(asm.R1, classify.RunBits),
 		insn.St(asm.R6, pktLookupKey, asm.R1, asm.Word),
 	)

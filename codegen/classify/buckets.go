@@ -9,9 +9,10 @@ import (
 )
 
 // A bucket table is a hash table of the classifier's own, for the exact
-// keys, up to MaxBucketKey bytes, of a plain hash or a table of
-// candidates: an array of buckets of BucketSlots entries, where a key is
-// in one of two buckets (cuckoo hashing). The program hashes the key
+// keys, up to MaxBucketKey bytes, of a plain hash, a table of candidates
+// or a ranges table that is not indexed: an array of buckets of
+// BucketSlots entries, where a key is in one of two buckets (cuckoo
+// hashing). The program hashes the key
 // (BucketHash) and looks both buckets up in the array, lookups the
 // verifier inlines, where a hash map's lookup calls into the kernel,
 // which hashes the key with jhash: that call was a third of the cost of

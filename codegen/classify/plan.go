@@ -159,7 +159,8 @@ type Table struct {
 	// Array: an array indexed by the port field, whose entries all test
 	// the same protocol or none.
 	Array bool
-	// Buckets, for a plain hash looked up, is its bucket array
+	// Buckets, for a table with exact keys looked up (a hash, of
+	// candidates, or of ranges not indexed), is its bucket array
 	// (BucketsOf): set, but not built, by plan.
 	Buckets *Buckets
 	// Ranges, for a hash keyed by the fields other than the port field
@@ -886,32 +887,15 @@ func (c *Planner) MapSpec(t *Table) *ebpf.MapSpec {
 	}
 }
 
-// hashContents is a plain hash table's contents: each key once, with the
-// earliest rule that has it (u32) and what it does (u32).
+// hashContents is a plain hash table's contents: each entry's key, with
+// its rule (u32) and what it does (u32). A plain hash is the entries of
+// one shape and guard, of which plan keeps each tuple once, for its
+// earliest rule: the keys, the tuples' fields, are distinct already.
 func (c *Planner) hashContents(t *Table) []ebpf.MapKV {
 	l := c.Layout(t)
-	kvs := make([]ebpf.MapKV, 0, len(t.Entries))
-	// The entries all have the table's shape: a key is the fields of a
-	// tuple, the same tuple the same key. They are told apart by hash,
-	// and a hash that two tuples share by the tuple (keyed by the key's
-	// bytes, as a string, the set allocated each key again; keyed by
-	// tuples it was twice the size).
-	seed := maphash.MakeSeed()
-	seen := make(map[uint64]int32, len(t.Entries))
-	var collided map[ir.Tuple]bool
-	for i, e := range t.Entries { // the earliest rule first
-		h := maphash.Comparable(seed, e.T)
-		if j, ok := seen[h]; !ok {
-			seen[h] = int32(i)
-		} else if t.Entries[j].T == e.T || collided[e.T] {
-			continue
-		} else {
-			if collided == nil {
-				collided = make(map[ir.Tuple]bool)
-			}
-			collided[e.T] = true
-		}
-		kvs = append(kvs, ebpf.MapKV{Key: l.Key(e.T), Value: ruleValue(e)})
+	kvs := make([]ebpf.MapKV, len(t.Entries))
+	for i, e := range t.Entries {
+		kvs[i] = ebpf.MapKV{Key: l.Key(e.T), Value: ruleValue(e)}
 	}
 	return kvs
 }
@@ -1324,10 +1308,6 @@ func indexable(k *Table) bool {
 	return fields == 1
 }
 
-// IndexField is the field whose high RunBits index an indexed ranges
-// table.
-func (t *Table) IndexField() ir.Field { return ir.Field(t.LPM) }
-
 // IndexName is the name of an indexed ranges table's index map.
 func (t *Table) IndexName() string { return t.Name + "_idx" }
 
@@ -1335,7 +1315,7 @@ func (t *Table) IndexName() string { return t.Name + "_idx" }
 // the high RunBits of its field, the number of the key's block of runs
 // in the table's map, from 1; 0 where no key is.
 func (c *Planner) IndexSpec(t *Table) *ebpf.MapSpec {
-	f := t.IndexField()
+	f := ir.Field(t.LPM)
 	kvs := make([]ebpf.MapKV, len(t.Ranges.Keys))
 	for i, k := range t.Ranges.Keys {
 		kv := make([]byte, 8)

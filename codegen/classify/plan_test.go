@@ -259,11 +259,12 @@ func TestBuckets(t *testing.T) {
 			return k
 		}
 		for id := range uint32(n) {
+			// Each tuple once, for its earliest rule, as plan keeps it.
 			tp := random()
 			if _, ok := stored[keyOf(tp)]; !ok {
 				stored[keyOf(tp)] = id
+				tb.Entries = append(tb.Entries, Entry{T: tp, ID: id, Kind: 1 + id%3})
 			}
-			tb.Entries = append(tb.Entries, Entry{T: tp, ID: id, Kind: 1 + id%3})
 		}
 		tb.Buckets = &Buckets{}
 		bk := c.BucketsOf(tb)
