@@ -151,12 +151,7 @@ type span struct{ first, last int32 }
 
 // NewMetaSource reads what the metas of programs compiled from rs need.
 func NewMetaSource(rs *rules.Ruleset) *MetaSource {
-	n := 0
-	for _, t := range rs.Tables {
-		for _, c := range t.Chains {
-			n += len(c.Rules)
-		}
-	}
+	n := rs.NumRules()
 	saved := rs.Save(rules.SaveOptions{Counters: true})
 	s := &MetaSource{
 		// Save's buffer is this string's alone: not copied (7 MB at

@@ -39,6 +39,17 @@ type Ruleset struct {
 	Warnings []*Error
 }
 
+// NumRules is how many rules the tables' chains hold.
+func (rs *Ruleset) NumRules() int {
+	n := 0
+	for _, t := range rs.Tables {
+		for _, c := range t.Chains {
+			n += len(c.Rules)
+		}
+	}
+	return n
+}
+
 // Table returns the table called name, or nil.
 func (rs *Ruleset) Table(name string) *Table {
 	for _, t := range rs.Tables {

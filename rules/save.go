@@ -23,13 +23,7 @@ type SaveOptions struct {
 func (rs *Ruleset) Save(opts SaveOptions) []byte {
 	// About 64 bytes a rule: a buffer grown from nothing copied a large
 	// rule set's text again at every growth.
-	n := 0
-	for _, t := range rs.Tables {
-		for _, c := range t.Chains {
-			n += len(c.Rules)
-		}
-	}
-	b := make([]byte, 0, 64*n+1024)
+	b := make([]byte, 0, 64*rs.NumRules()+1024)
 	for _, t := range rs.Tables {
 		b = append(b, '*')
 		b = append(b, t.Name...)
