@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"slices"
 
+	"bpfwall/internal/flatidx"
 	"bpfwall/rules"
 )
 
@@ -97,66 +98,42 @@ func shadowed(p *Program) []Removal {
 // coverIndex maps the hash of a tuple (its value and its shape) to the
 // first maxCoverCandidates rules, by their index in the chain, that hold
 // a tuple of that hash; covers tells a tuple that only shares a hash
-// apart. It is one open-addressed table of flat arrays: a lookup that
-// misses, as most do, reads one cache line, where a Go map per shape
-// read two and held an entry per rule on the heap (17 MB of a 100k-rule
-// compile; a second of a 1M-rule one in map probes).
+// apart. Go maps per shape held an entry per rule on the heap (17 MB of a
+// 100k-rule compile) and cost a second of a 1M-rule one in probes.
 type coverIndex struct {
 	seed  maphash.Seed
-	mask  uint64
-	keys  []uint64 // 0: empty
+	index *flatidx.Index // hash: index in rules
 	rules [][maxCoverCandidates]int32
 }
 
 func newCoverIndex(n int) *coverIndex {
-	size := 16
-	for size < 2*n {
-		size *= 2
-	}
-	return &coverIndex{
-		seed:  maphash.MakeSeed(),
-		mask:  uint64(size - 1),
-		keys:  make([]uint64, size),
-		rules: make([][maxCoverCandidates]int32, size),
-	}
+	return &coverIndex{seed: maphash.MakeSeed(), index: flatidx.New(n), rules: make([][maxCoverCandidates]int32, 0, n)}
 }
 
-// hash returns t's key, never 0.
-func (x *coverIndex) hash(t Tuple) uint64 {
-	return max(maphash.Comparable(x.seed, t), 1)
-}
-
-// slot returns where key h is, or the empty slot where it would go.
-func (x *coverIndex) slot(h uint64) uint64 {
-	i := h & x.mask
-	for x.keys[i] != 0 && x.keys[i] != h {
-		i = (i + 1) & x.mask
-	}
-	return i
-}
+func (x *coverIndex) hash(t Tuple) uint64 { return maphash.Comparable(x.seed, t) }
 
 // get returns the rules of key h, ended by -1 when fewer than the most.
 func (x *coverIndex) get(h uint64) []int32 {
-	i := x.slot(h)
-	if x.keys[i] == 0 {
-		return nil
+	if i, ok := x.index.Get(h); ok {
+		return x.rules[i][:]
 	}
-	return x.rules[i][:]
+	return nil
 }
 
 // add records rule r under key h, unless the key holds the most rules
 // already or r last.
 func (x *coverIndex) add(h uint64, r int32) {
-	i := x.slot(h)
-	l := &x.rules[i]
-	if x.keys[i] == 0 {
-		x.keys[i] = h
+	i, had := x.index.Insert(h, int32(len(x.rules)))
+	if !had {
+		var l [maxCoverCandidates]int32
 		for j := range l {
 			l[j] = -1
 		}
 		l[0] = r
+		x.rules = append(x.rules, l)
 		return
 	}
+	l := &x.rules[i]
 	for j, e := range l {
 		if e == r {
 			return
