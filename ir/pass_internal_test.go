@@ -120,3 +120,37 @@ func TestFormsParallel(t *testing.T) {
 		}
 	}
 }
+
+// TestCutHasher checks the shadow pass's probe: a tuple hashes, by the
+// hasher of a shape it fits, as its cut to that shape does by the
+// shape's; and tuples whose cuts differ hash apart.
+func TestCutHasher(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	random := func() Tuple {
+		var u Tuple
+		for i := range u.value {
+			u.value[i] = byte(rng.Uint32())
+		}
+		u.Len = [NumFields]uint8{128, 128, 8, 16, 16}
+		return u.Cut([NumFields]uint8{uint8(rng.IntN(129)), uint8(rng.IntN(129)), uint8(8 * rng.IntN(2)), uint8(rng.IntN(17)), uint8(rng.IntN(17))})
+	}
+	const seed = 42
+	hashes := make(map[uint64]Tuple)
+	for range 20000 {
+		u := random()
+		var lens [NumFields]uint8
+		for f := range NumFields {
+			lens[f] = uint8(rng.IntN(int(u.Len[f]) + 1))
+		}
+		cut := u.Cut(lens)
+		by, own := newCutHasher(lens), newCutHasher(cut.Len)
+		h := by.hash(&u, seed)
+		if own := own.hash(&cut, seed); h != own {
+			t.Fatalf("%v cut to %v hashes %#x; the cut, %v, hashes %#x", u, lens, h, cut, own)
+		}
+		if prev, ok := hashes[h]; ok && prev != cut {
+			t.Fatalf("%v and %v both hash %#x", prev, cut, h)
+		}
+		hashes[h] = cut
+	}
+}

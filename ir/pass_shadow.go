@@ -1,7 +1,7 @@
 package ir
 
 import (
-	"hash/maphash"
+	"math/rand/v2"
 	"slices"
 
 	"bpfwall/internal/flatidx"
@@ -55,21 +55,21 @@ func shadowed(p *Program) []Removal {
 			}
 		}
 		idx := newCoverIndex(n)
-		var shapes [][NumFields]uint8
-		seen := make(map[[NumFields]uint8]bool)
+		var shapes []cutHasher
+		shapeOf := make(map[[NumFields]uint8]int)
 		for i, r := range c.Rules {
 			f, ok := form(r)
 			if !ok {
 				continue
 			}
 			found := false
-			first := f.Tuples[0]
+			first := &f.Tuples[0]
 		search:
-			for _, lens := range shapes {
-				if !fits(lens, first.Len) {
+			for s := range shapes {
+				if !fits(shapes[s].lens, first.Len) {
 					continue
 				}
-				for _, e := range idx.get(idx.hash(first.Cut(lens))) {
+				for _, e := range idx.get(shapes[s].hash(first, idx.seed)) {
 					if e < 0 {
 						break
 					}
@@ -83,12 +83,15 @@ func shadowed(p *Program) []Removal {
 			if found || !Terminal(r.Action) {
 				continue
 			}
-			for _, t := range f.Tuples {
-				if !seen[t.Len] {
-					seen[t.Len] = true
-					shapes = append(shapes, t.Len)
+			for j := range f.Tuples {
+				t := &f.Tuples[j]
+				s, ok := shapeOf[t.Len]
+				if !ok {
+					s = len(shapes)
+					shapeOf[t.Len] = s
+					shapes = append(shapes, newCutHasher(t.Len))
 				}
-				idx.add(idx.hash(t), int32(i))
+				idx.add(shapes[s].hash(t, idx.seed), int32(i))
 			}
 		}
 	}
@@ -101,16 +104,14 @@ func shadowed(p *Program) []Removal {
 // apart. Go maps per shape held an entry per rule on the heap (17 MB of a
 // 100k-rule compile) and cost a second of a 1M-rule one in probes.
 type coverIndex struct {
-	seed  maphash.Seed
+	seed  uint64
 	index *flatidx.Index // hash: index in rules
 	rules [][maxCoverCandidates]int32
 }
 
 func newCoverIndex(n int) *coverIndex {
-	return &coverIndex{seed: maphash.MakeSeed(), index: flatidx.New(n), rules: make([][maxCoverCandidates]int32, 0, n)}
+	return &coverIndex{seed: rand.Uint64(), index: flatidx.New(n), rules: make([][maxCoverCandidates]int32, 0, n)}
 }
-
-func (x *coverIndex) hash(t Tuple) uint64 { return maphash.Comparable(x.seed, t) }
 
 // get returns the rules of key h, ended by -1 when fewer than the most.
 func (x *coverIndex) get(h uint64) []int32 {

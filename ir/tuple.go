@@ -1,7 +1,9 @@
 package ir
 
 import (
+	"encoding/binary"
 	"math/big"
+	"math/bits"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -424,3 +426,62 @@ func TupleString(fam rules.Family, t Tuple) string {
 }
 
 func appendInt(b []byte, v int) []byte { return big.NewInt(int64(v)).Append(b, 10) }
+
+// A cutHasher hashes tuples cut to one shape (Tuple.Cut(lens)) without
+// cutting them: the value's words are masked to the shape's lengths and
+// mixed with them. Tuples of the shape itself hash as their cuts do. It
+// is the shadow pass's probe, made millions of times at 100k rules, where
+// a cut and a hash of the whole struct cost as much as the rest.
+type cutHasher struct {
+	lens  [NumFields]uint8
+	masks [tupleWords]uint64
+	shape uint64 // the lengths, as one word
+}
+
+// tupleWords is how many words hold a tuple's value; the last one
+// overlaps the one before it.
+const tupleWords = 5
+
+func newCutHasher(lens [NumFields]uint8) cutHasher {
+	full := Tuple{Len: [NumFields]uint8{128, 128, 8, 16, 16}}
+	for i := range full.value {
+		full.value[i] = 0xff
+	}
+	m := full.Cut(lens)
+	h := cutHasher{lens: lens, masks: m.words()}
+	for _, l := range lens {
+		h.shape = h.shape<<8 | uint64(l)
+	}
+	return h
+}
+
+// words returns the tuple's value as words: bytes 0–31, then 29–36.
+func (t *Tuple) words() [tupleWords]uint64 {
+	return [tupleWords]uint64{
+		binary.LittleEndian.Uint64(t.value[0:8]),
+		binary.LittleEndian.Uint64(t.value[8:16]),
+		binary.LittleEndian.Uint64(t.value[16:24]),
+		binary.LittleEndian.Uint64(t.value[24:32]),
+		binary.LittleEndian.Uint64(t.value[tupleSize-8 : tupleSize]),
+	}
+}
+
+// hash returns the hash of t.Cut(h.lens), for t that fits the shape
+// (its lengths at least the shape's), salted with seed.
+func (h *cutHasher) hash(t *Tuple, seed uint64) uint64 {
+	// The words are mixed apart, so that the multiplies run at once,
+	// then a finalizer (murmur3's) spreads every bit over the high and
+	// the low bits, which flatidx uses apart.
+	w := t.words()
+	x := seed ^ h.shape ^
+		(w[0]&h.masks[0])*0x9e3779b97f4a7c15 ^
+		bits.RotateLeft64((w[1]&h.masks[1])*0xc2b2ae3d27d4eb4f, 13) ^
+		bits.RotateLeft64((w[2]&h.masks[2])*0x165667b19e3779f9, 26) ^
+		bits.RotateLeft64((w[3]&h.masks[3])*0x27d4eb2f165667c5, 39) ^
+		bits.RotateLeft64((w[4]&h.masks[4])*0x85ebca77c2b2ae63, 52)
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	return x ^ x>>33
+}
