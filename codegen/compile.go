@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -131,7 +132,7 @@ func chainSym(ci, k int) string {
 }
 
 // ruleLabel is the label of a rule's first instruction.
-func ruleLabel(r *ir.Rule) string { return fmt.Sprintf("rule%d", r.ID) }
+func ruleLabel(r *ir.Rule) string { return "rule" + strconv.Itoa(r.ID) }
 
 // program emits the whole program: main, the chain functions, parse and
 // its loop callbacks. Chains are emitted called ones first, so that every

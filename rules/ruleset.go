@@ -1,9 +1,9 @@
 package rules
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 )
 
 // Family is the address family of a rule set.
@@ -65,7 +65,16 @@ type Counters struct {
 	Packets, Bytes uint64
 }
 
-func (c Counters) String() string { return fmt.Sprintf("[%d:%d]", c.Packets, c.Bytes) }
+func (c Counters) String() string { return string(c.AppendTo(nil)) }
+
+// AppendTo appends c as String prints it: Save prints one per rule.
+func (c Counters) AppendTo(b []byte) []byte {
+	b = append(b, '[')
+	b = strconv.AppendUint(b, c.Packets, 10)
+	b = append(b, ':')
+	b = strconv.AppendUint(b, c.Bytes, 10)
+	return append(b, ']')
+}
 
 // Policy is the verdict of a builtin chain for packets no rule decided.
 type Policy uint8

@@ -38,13 +38,13 @@ func (rs *Ruleset) Save(opts SaveOptions) []byte {
 			b = append(b, ' ')
 			b = append(b, c.Policy.String()...)
 			b = append(b, ' ')
-			b = append(b, c.Counters.String()...)
+			b = c.Counters.AppendTo(b)
 			b = append(b, '\n')
 		}
 		for _, c := range chains {
 			for _, r := range c.Rules {
 				if opts.Counters {
-					b = append(b, r.Counters.String()...)
+					b = r.Counters.AppendTo(b)
 					b = append(b, ' ')
 				}
 				b = append(b, "-A "...)
