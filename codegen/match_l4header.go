@@ -11,7 +11,7 @@ import (
 
 // The transport header a tcp, udp or icmp match needs: a first fragment
 // whose header is cut short is dropped, as the matches' hotdrop does.
-var l4HeaderCode = kind[ir.L4Header]{
+var l4HeaderCode = &kind[ir.L4Header]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.L4Header, next, hotdrop string) bool {
 		b := c.b
 		b.Emit(insn.Ld(asm.R1, asm.R6, pkt.FragOff, asm.Word))

@@ -13,7 +13,7 @@ import (
 )
 
 // nft's meta l4proto.
-var l4ProtoCode = kind[ir.L4Proto]{
+var l4ProtoCode = &kind[ir.L4Proto]{
 	emit: func(c *compiler, _ *ir.Rule, m ir.L4Proto, next, _ string) bool {
 		c.l4Proto(m, next)
 		return false
