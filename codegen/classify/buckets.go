@@ -99,15 +99,16 @@ func (c *Planner) BucketsOf(t *Table) *Buckets {
 		return t.Buckets
 	}
 	var kvs []ebpf.MapKV
+	var mem slab // the contents, until they are packed into buckets
 	mark, half := 4, false
 	switch {
 	case t.Ranges != nil:
-		kvs = c.rangesContents(t)
+		kvs = c.rangesContents(t, &mem)
 		mark, half = RunSize*(t.Ranges.Width()-1), true
 	case t.Residuals != nil:
-		kvs = c.candidatesContents(t)
+		kvs = c.candidatesContents(t, &mem)
 	default:
-		kvs = c.hashContents(t)
+		kvs = c.hashContents(t, &mem)
 	}
 	words := (c.Layout(KeyTable(t)).Size + 3) / 4
 	keys := make([][]uint32, len(kvs))
