@@ -24,6 +24,10 @@ func Verify(p *Program) error {
 type verifier struct {
 	p    *Program
 	errs []error
+	// st is the state of the rule being verified: a variable of rule's
+	// would go to the heap for every rule, as the matches' verify
+	// methods, called through an interface, take its address.
+	st ruleState
 }
 
 func (v *verifier) errorf(format string, args ...any) {
@@ -130,9 +134,9 @@ func (v *verifier) rule(ci int, r *Rule, seen []bool) {
 	default:
 		v.errorf("r%d: unknown action %T", r.ID, r.Action)
 	}
-	var st ruleState
+	v.st = ruleState{}
 	for _, m := range r.Matches {
-		if err := m.verify(v, &st); err != nil {
+		if err := m.verify(v, &v.st); err != nil {
 			v.errorf("r%d: %v", r.ID, err)
 		}
 	}
