@@ -2,12 +2,13 @@ package classify
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
 
 	"bpfwall/ir"
 	"bpfwall/rules"
-	"math/rand/v2"
-	"slices"
-	"testing"
 )
 
 // TestRunsOf checks the runs of random spans against the earliest span
@@ -313,5 +314,43 @@ func TestBuckets(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestResidualKey: a lone residual match is keyed by its value when its
+// kind can key a map, and by its text otherwise; equal matches get one
+// key, different ones different keys, and every key names its matches.
+func TestResidualKey(t *testing.T) {
+	type withIface struct{ M ir.Match }
+	for _, tc := range []struct {
+		t    reflect.Type
+		want bool
+	}{
+		{reflect.TypeOf(ir.TCPFlags{}), true},
+		{reflect.TypeOf(ir.AddrSet{}), false},
+		{reflect.TypeOf(withIface{}), false},
+		{reflect.TypeOf([2]withIface{}), false},
+		{reflect.TypeOf([2]ir.TCPFlags{}), true},
+	} {
+		if got := hashable(tc.t); got != tc.want {
+			t.Errorf("hashable(%v) = %v, want %v", tc.t, got, tc.want)
+		}
+	}
+	var c Planner
+	syn := []ir.Match{ir.TCPFlags{Mask: 0x17, Comp: 0x02}}
+	set := []ir.Match{ir.AddrSet{Set: "a", Entries: []ir.SetEntry{{}}}}
+	keys := map[string]bool{}
+	for _, ms := range [][]ir.Match{
+		syn, {ir.TCPFlags{Mask: 0x17, Comp: 0x02}}, {ir.TCPFlags{Mask: 0x17, Comp: 0x02, Neg: true}},
+		set, {ir.AddrSet{Set: "b", Entries: []ir.SetEntry{{}}}}, append(syn, set...),
+	} {
+		k := c.residualKey(ms)
+		keys[k] = true
+		if got := c.Residual(k); !reflect.DeepEqual(got, ms) {
+			t.Errorf("Residual(residualKey(%v)) = %v", ms, got)
+		}
+	}
+	if len(keys) != 5 {
+		t.Errorf("%d keys for 5 different residuals (two alike): %v", len(keys), keys)
 	}
 }
