@@ -354,3 +354,30 @@ func TestResidualKey(t *testing.T) {
 		t.Errorf("%d keys for 5 different residuals (two alike): %v", len(keys), keys)
 	}
 }
+
+// TestSortByRule checks sortByRule against a stable sort, on entries made
+// of runs in rule order as planning merges them, and on random ones.
+func TestSortByRule(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	byID := func(a, b Entry) int { return int(a.ID) - int(b.ID) }
+	for n := range 400 {
+		var es []Entry
+		runs := 1 + rng.IntN(9)
+		if n%4 == 0 {
+			runs = rng.IntN(60) // many short runs, and none
+		}
+		for r := range runs {
+			id := uint32(rng.IntN(20))
+			for range rng.IntN(30) {
+				id += uint32(rng.IntN(3)) // repeated rules
+				es = append(es, Entry{ID: id, Kind: uint32(r), Need: uint16(len(es))})
+			}
+		}
+		want := slices.Clone(es)
+		slices.SortStableFunc(want, byID)
+		sortByRule(es)
+		if !slices.Equal(es, want) {
+			t.Fatalf("case %d: got\n%v\nwant\n%v", n, es, want)
+		}
+	}
+}
