@@ -1027,27 +1027,41 @@ func ruleValue(mem *slab, e Entry) []byte {
 // entry the packet matches covers that one.
 func (c *Planner) lpmContents(t *Table, l KeyLayout, key func(ir.Tuple, int) []byte, value func(Entry) []byte) []ebpf.MapKV {
 	f := ir.Field(t.LPM)
-	// The earliest rule per tuple, grouped by the fields other than f.
-	groups := make(map[string][]Entry)
-	var order []string
-	seen := make(map[ir.Tuple]bool, len(t.Entries))
-	scratch := make([]byte, l.Size)
+	// The earliest rule per tuple, grouped by the fields other than f
+	// (whose lengths are the same in every tuple of a trie): numbered,
+	// and then laid out group by group. (Go maps of tuples and of the
+	// groups' slices were most of a 1M-rule trie's contents.)
+	seen := flatidx.NewNumbers[ir.Tuple](len(t.Entries))
+	groups := flatidx.NewNumbers[ir.Tuple](0)
+	firsts := make([]Entry, 0, len(t.Entries))
+	groupOf := make([]int32, 0, len(t.Entries))
 	for _, e := range t.Entries { // the earliest rule first
-		if seen[e.T] {
+		if _, isNew := seen.Number(e.T); !isNew {
 			continue
 		}
-		seen[e.T] = true
-		k := string(l.put(scratch, e.T)[4 : 4+l.FixedBits/8])
-		if groups[k] == nil {
-			order = append(order, k)
-		}
-		groups[k] = append(groups[k], e)
+		lens := e.T.Len
+		lens[f] = 0
+		n, _ := groups.Number(e.T.Cut(lens))
+		firsts, groupOf = append(firsts, e), append(groupOf, n)
 	}
-	kvs := make([]ebpf.MapKV, 0, len(seen))
-	for _, k := range order {
-		es := groups[k]
-		best := earliestCovering(es, f)
-		for i, e := range es {
+	at := make([]int32, len(groups.Keys)+1)
+	for _, n := range groupOf {
+		at[n+1]++
+	}
+	for g := range groups.Keys {
+		at[g+1] += at[g]
+	}
+	es := make([]Entry, len(firsts))
+	fill := slices.Clone(at[:len(groups.Keys)])
+	for i, n := range groupOf {
+		es[fill[n]] = firsts[i]
+		fill[n]++
+	}
+	kvs := make([]ebpf.MapKV, 0, len(es))
+	for g := range groups.Keys {
+		group := es[at[g]:at[g+1]]
+		best := earliestCovering(group, f)
+		for i, e := range group {
 			kvs = append(kvs, ebpf.MapKV{Key: key(e.T, l.FixedBits+int(e.T.Len[f])), Value: value(best[i])})
 		}
 	}
@@ -1251,10 +1265,13 @@ func (c *Planner) ranges(t *Table, keyBits int) ([]*Table, bool) {
 		return nil, false
 	}
 	width := 8 * f.Width(c.Program.Family)
-	// The entries that reach each key, earliest first. (Most entries
-	// have a key of their own: the sizes are the entries'.)
-	byKey := make(map[ir.Tuple][]int, len(t.Entries))
-	keys := make([]ir.Tuple, 0, len(t.Entries))
+	// The entries that reach each key, earliest first: the keys are
+	// numbered, and at[at[k]:at[k+1]] are key k's entries in reach.
+	// (Most entries have a key of their own: the sizes are the
+	// entries'. A Go map of the keys' slices was a tenth of a 1M-rule
+	// plan.)
+	byKey := flatidx.NewNumbers[ir.Tuple](len(t.Entries))
+	var keyOf, entryOf []int32 // each entry's keys, in order
 	buckets := 0
 	for i, e := range t.Entries {
 		k := e.T.Cut(cut)
@@ -1271,18 +1288,30 @@ func (c *Planner) ranges(t *Table, keyBits int) ([]*Table, bool) {
 				setLow(kj.Field(f)[:width/8], keyBits, int(e.T.Len[f]), j)
 				kj.Len[f] = uint8(keyBits)
 			}
-			if byKey[kj] == nil {
-				keys = append(keys, kj)
-			}
-			byKey[kj] = append(byKey[kj], i)
+			n, _ := byKey.Number(kj)
+			keyOf, entryOf = append(keyOf, n), append(entryOf, int32(i))
 		}
+	}
+	keys := byKey.Keys
+	at := make([]int32, len(keys)+1)
+	for _, n := range keyOf {
+		at[n+1]++
+	}
+	for k := range keys {
+		at[k+1] += at[k]
+	}
+	reach := make([]int32, len(keyOf))
+	fill := slices.Clone(at[:len(keys)])
+	for i, n := range keyOf {
+		reach[fill[n]] = entryOf[i]
+		fill[n]++
 	}
 	rs := &PortRanges{KeyBits: keyBits, Keys: make([]ir.Tuple, 0, len(keys)), Runs: make([][]PortRun, 0, len(keys))}
 	ranges := &Table{Guard: t.Guard, Lens: t.Lens, LPM: t.LPM, Ranges: rs}
 	trie := &Table{Guard: t.Guard, Lens: t.Lens, LPM: t.LPM}
 	inTrie := make([]bool, len(t.Entries))
-	for _, k := range keys {
-		is := byKey[k]
+	for ki, k := range keys {
+		is := reach[at[ki]:at[ki+1]]
 		spans := make([]span, len(is))
 		for j, i := range is {
 			e := t.Entries[i]

@@ -1,6 +1,7 @@
 package classify
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
 	"reflect"
@@ -378,6 +379,74 @@ func TestSortByRule(t *testing.T) {
 		sortByRule(es)
 		if !slices.Equal(es, want) {
 			t.Fatalf("case %d: got\n%v\nwant\n%v", n, es, want)
+		}
+	}
+}
+
+// TestLPMContents looks packets up in a trie's contents as the kernel
+// does (the longest stored prefix of the key) and checks the rule found
+// against the earliest entry that holds the packet: entries of nested
+// prefixes of the varying field, in groups of other fields, repeated
+// tuples among them.
+func TestLPMContents(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	c := &Planner{Program: &ir.Program{Family: rules.IPv4}}
+	for trial := range 100 {
+		tb := &Table{LPM: int(ir.FieldSrc)}
+		tb.Lens[ir.FieldSrc], tb.Lens[ir.FieldProto], tb.Lens[ir.FieldDport] = 32, 8, 16
+		random := func(bits int) ir.Tuple {
+			var tp ir.Tuple
+			tp.Len = tb.Lens
+			tp.Len[ir.FieldSrc] = uint8(bits)
+			addr := uint32(rng.IntN(4))<<30 | uint32(rng.IntN(4))
+			if bits < 32 {
+				addr &^= 1<<(32-bits) - 1
+			}
+			binary.BigEndian.PutUint32(tp.Field(ir.FieldSrc), addr)
+			tp.Field(ir.FieldProto)[0] = byte(6 + 11*rng.IntN(2))
+			binary.BigEndian.PutUint16(tp.Field(ir.FieldDport), uint16(1+rng.IntN(2)))
+			return tp
+		}
+		id := uint32(0)
+		for range 1 + rng.IntN(60) {
+			if rng.IntN(3) > 0 {
+				id++
+			}
+			tb.Entries = append(tb.Entries, Entry{T: random(rng.IntN(33)), ID: id, Kind: 1 + id%3})
+		}
+		l := c.Layout(tb)
+		key := func(tp ir.Tuple, plen int) []byte {
+			k := l.Key(tp)
+			binary.NativeEndian.PutUint32(k, uint32(plen))
+			return k
+		}
+		kvs := c.lpmContents(tb, l, key, func(e Entry) []byte { return ruleValue(new(slab), e) })
+		fixed := 4 + l.FixedBits/8
+		for range 200 {
+			pkt := random(32)
+			pk := l.Key(pkt)
+			best, found := -1, uint32(0)
+			for _, kv := range kvs {
+				k := kv.Key.([]byte)
+				plen := int(binary.NativeEndian.Uint32(k)) - l.FixedBits
+				if !bytes.Equal(k[4:fixed], pk[4:fixed]) || plen <= best {
+					continue
+				}
+				a, b := binary.BigEndian.Uint32(k[fixed:]), binary.BigEndian.Uint32(pk[fixed:])
+				if plen == 0 || a>>(32-plen) == b>>(32-plen) {
+					best, found = plen, binary.NativeEndian.Uint32(kv.Value.([]byte))
+				}
+			}
+			want := -1
+			for _, e := range tb.Entries {
+				if e.T.Covers(pkt) {
+					want = int(e.ID)
+					break
+				}
+			}
+			if (best < 0) != (want < 0) || best >= 0 && int(found) != want {
+				t.Fatalf("trial %d: packet %v finds rule %d (prefix %d), want %d\nentries %v", trial, pkt, found, best, want, tb.Entries)
+			}
 		}
 	}
 }

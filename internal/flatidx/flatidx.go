@@ -9,6 +9,8 @@
 // share a hash apart by what the values point to.
 package flatidx
 
+import "hash/maphash"
+
 // Index maps hashes to values. Its key is a hash's high 32 bits: hashes
 // that agree in them are the same key, and a caller checks what a value
 // points to.
@@ -91,4 +93,43 @@ func (x *Index) grow() {
 			x.Insert(uint64(k)<<32, old.vals[i])
 		}
 	}
+}
+
+// Numbers gives distinct keys the numbers 0, 1, ... in the order they are
+// first seen, Keys holding them by number: a map from key to number
+// without an entry on the heap per key, for sets of a million tuples.
+// Keys are found by their hash in an Index; a key that only shares its
+// hash's 32 bits with an earlier one goes to an exact map.
+type Numbers[K comparable] struct {
+	Keys     []K
+	seed     maphash.Seed
+	index    *Index
+	collided map[K]int32
+}
+
+// NewNumbers returns Numbers made for n keys.
+func NewNumbers[K comparable](n int) *Numbers[K] {
+	return &Numbers[K]{Keys: make([]K, 0, n), seed: maphash.MakeSeed(), index: New(n)}
+}
+
+// Number returns k's number, and whether k is new.
+func (x *Numbers[K]) Number(k K) (int32, bool) {
+	i, had := x.index.Insert(maphash.Comparable(x.seed, k), int32(len(x.Keys)))
+	switch {
+	case !had:
+		x.Keys = append(x.Keys, k)
+		return i, true
+	case x.Keys[i] == k:
+		return i, false
+	}
+	if j, ok := x.collided[k]; ok {
+		return j, false
+	}
+	if x.collided == nil {
+		x.collided = make(map[K]int32)
+	}
+	j := int32(len(x.Keys))
+	x.collided[k] = j
+	x.Keys = append(x.Keys, k)
+	return j, true
 }

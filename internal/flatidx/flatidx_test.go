@@ -58,3 +58,33 @@ func TestIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestNumbers checks Numbers against a Go map, with keys many enough that
+// some share the 32 bits of their hashes that the index keeps (about
+// n²/2³³ of them), so that the exact map for those is used too.
+func TestNumbers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const n = 400_000
+	x := NewNumbers[uint64](n / 4)
+	want := make(map[uint64]int32)
+	for range n {
+		k := rng.Uint64N(n) // repeats
+		got, isNew := x.Number(k)
+		w, ok := want[k]
+		if !ok {
+			w = int32(len(want))
+			want[k] = w
+		}
+		if got != w || isNew == ok {
+			t.Fatalf("Number(%d) = %d, %v; want %d, %v", k, got, isNew, w, !ok)
+		}
+	}
+	for k, w := range want {
+		if x.Keys[w] != k {
+			t.Fatalf("Keys[%d] = %d, want %d", w, x.Keys[w], k)
+		}
+	}
+	if len(x.collided) == 0 {
+		t.Fatalf("no key of %d shared its hash's 32 bits: the exact map went untested", len(want))
+	}
+}
