@@ -133,7 +133,7 @@ type loadedMatch struct {
 	pos    rules.Pos
 	ext    *matchExt // nil: generic
 	parser matchParser
-	seen   *optsSeen
+	seen   optsSeen
 }
 
 // loadedTarget is the target extension of the current line.
@@ -142,7 +142,7 @@ type loadedTarget struct {
 	pos    rules.Pos
 	ext    *targetExt // nil: generic
 	parser targetParser
-	seen   *optsSeen
+	seen   optsSeen
 }
 
 // lineParser turns the arguments of one restore line into a command, as
@@ -291,13 +291,13 @@ func (lp *lineParser) longOption(t token) error {
 	if c, ok := longOptions[name]; ok {
 		return lp.standardLong(c, "--"+name, col, valueTok)
 	}
-	if h := lp.findExtOption(name, true, false); h != nil {
+	if h, ok := lp.findExtOption(name, true, false); ok {
 		return lp.extOption(h, t, valueTok)
 	}
 	// An extension bpfwall keeps generically has options we do not know, so
 	// it gets every option that is not exactly someone else's; only then are
 	// abbreviations tried.
-	if g := lp.genericOwner(name); g != nil {
+	if g, ok := lp.genericOwner(name); ok {
 		return lp.extOption(g, t, valueTok)
 	}
 	var cands []string
@@ -306,25 +306,25 @@ func (lp *lineParser) longOption(t token) error {
 			cands = append(cands, n)
 		}
 	}
-	ext := lp.findExtOption(name, false, false)
-	if ext != nil {
+	ext, isExt := lp.findExtOption(name, false, false)
+	if isExt {
 		cands = append(cands, ext.spec.name)
 	}
 	if len(cands) > 1 {
 		slices.Sort(cands)
 		// getopt accepts an abbreviation shared by aliases of one option.
-		if c := longOptions[cands[0]]; ext == nil && !slices.ContainsFunc(cands, func(n string) bool { return longOptions[n] != c }) {
+		if c := longOptions[cands[0]]; !isExt && !slices.ContainsFunc(cands, func(n string) bool { return longOptions[n] != c }) {
 			return lp.standardLong(c, "--"+cands[0], col, valueTok)
 		}
 		return lp.errorf(col, "option \"--%s\" is ambiguous (%s)", name, strings.Join(cands, ", "))
 	}
-	if len(cands) == 1 && ext == nil {
+	if len(cands) == 1 && !isExt {
 		return lp.standardLong(longOptions[cands[0]], "--"+cands[0], col, valueTok)
 	}
-	if ext != nil {
+	if isExt {
 		return lp.extOption(ext, t, valueTok)
 	}
-	if h := lp.findExtOption(name, false, true); h != nil {
+	if h, ok := lp.findExtOption(name, false, true); ok {
 		return lp.extOption(h, t, valueTok)
 	}
 	return lp.errorf(col, "unknown option %q", "--"+name)
@@ -564,12 +564,12 @@ func (lp *lineParser) setTarget(arg *token, isGoto bool) error {
 		return nil
 	}
 	if e, ok := targetExts[name]; ok && (e.family == nil || *e.family == lp.p.family) {
-		lp.target = &loadedTarget{name: name, pos: lp.jumpPos, ext: e, parser: e.new(), seen: new(optsSeen)}
+		lp.target = &loadedTarget{name: name, pos: lp.jumpPos, ext: e, parser: e.new()}
 		lp.targetAfter = len(lp.matches)
 		return nil
 	}
 	if knownTargets[name] {
-		lp.target = &loadedTarget{name: name, pos: lp.jumpPos, parser: newGenericTarget(name), seen: new(optsSeen)}
+		lp.target = &loadedTarget{name: name, pos: lp.jumpPos, parser: newGenericTarget(name)}
 		lp.targetAfter = len(lp.matches)
 		return nil
 	}
@@ -580,7 +580,7 @@ func (lp *lineParser) setTarget(arg *token, isGoto bool) error {
 // loadMatch loads a match extension; an extension of the other family or
 // one bpfwall does not interpret is kept generically.
 func (lp *lineParser) loadMatch(name string, pos rules.Pos) (*loadedMatch, error) {
-	m := &loadedMatch{name: name, pos: pos, seen: new(optsSeen)}
+	m := &loadedMatch{name: name, pos: pos}
 	e, typed := matchExts[name]
 	switch {
 	case typed && (e.family == nil || *e.family == lp.p.family):
@@ -615,7 +615,7 @@ type extHandle struct {
 // the target first, then the matches in load order, as iptables does. With
 // implicit, it instead loads the rule's protocol match if that owns the
 // option.
-func (lp *lineParser) findExtOption(name string, exact, implicit bool) *extHandle {
+func (lp *lineParser) findExtOption(name string, exact, implicit bool) (extHandle, bool) {
 	lookup := func(specs []optSpec) (optSpec, bool) {
 		var found []optSpec
 		for _, s := range specs {
@@ -634,18 +634,19 @@ func (lp *lineParser) findExtOption(name string, exact, implicit bool) *extHandl
 	if implicit {
 		return lp.loadImplicit(lookup)
 	}
-	var found *extHandle
+	var found extHandle
+	ok := false
 	lp.newestFirst(func(specs []optSpec, seen *optsSeen, parser interface{ parse(*opt) error }) bool {
 		if specs == nil {
 			return false // generic
 		}
-		if s, ok := lookup(specs); ok {
-			found = &extHandle{spec: s, seen: seen, parser: parser}
-			return true
+		var s optSpec
+		if s, ok = lookup(specs); ok {
+			found = extHandle{spec: s, seen: seen, parser: parser}
 		}
-		return false
+		return ok
 	})
-	return found
+	return found, ok
 }
 
 // newestFirst calls f for the loaded extensions, the most recently loaded
@@ -660,7 +661,7 @@ func (lp *lineParser) newestFirst(f func(specs []optSpec, seen *optsSeen, parser
 		if t.ext != nil {
 			specs = t.ext.options
 		}
-		return f(specs, t.seen, t.parser)
+		return f(specs, &t.seen, t.parser)
 	}
 	for i := len(lp.matches) - 1; i >= 0; i-- {
 		if lp.target != nil && lp.targetAfter == i+1 && target() {
@@ -671,7 +672,7 @@ func (lp *lineParser) newestFirst(f func(specs []optSpec, seen *optsSeen, parser
 		if m.ext != nil {
 			specs = m.ext.options
 		}
-		if f(specs, m.seen, m.parser) {
+		if f(specs, &m.seen, m.parser) {
 			return
 		}
 	}
@@ -683,21 +684,21 @@ func (lp *lineParser) newestFirst(f func(specs []optSpec, seen *optsSeen, parser
 // loadImplicit loads the match named after the rule's protocol (-p tcp
 // loads tcp) if it owns an option, as iptables does for options no loaded
 // extension knows.
-func (lp *lineParser) loadImplicit(lookup func([]optSpec) (optSpec, bool)) *extHandle {
+func (lp *lineParser) loadImplicit(lookup func([]optSpec) (optSpec, bool)) (extHandle, bool) {
 	if !lp.protoSet || lp.rule.ProtoNeg {
-		return nil
+		return extHandle{}, false
 	}
 	implicit := protoExtension(lp.rule.Proto, lp.p.family)
 	if e, ok := matchExts[implicit]; ok && (e.family == nil || *e.family == lp.p.family) {
 		if s, ok := lookup(e.options); ok {
 			m, err := lp.loadMatch(implicit, lp.pos(lp.toks[lp.i-1].col))
 			if err != nil {
-				return nil
+				return extHandle{}, false
 			}
-			return &extHandle{spec: s, seen: m.seen, parser: m.parser}
+			return extHandle{spec: s, seen: &m.seen, parser: m.parser}, true
 		}
 	}
-	return nil
+	return extHandle{}, false
 }
 
 // protoExtension names the match extension iptables loads implicitly for
@@ -711,20 +712,21 @@ func protoExtension(proto uint8, fam rules.Family) string {
 
 // genericOwner returns the most recently loaded generic extension, which
 // takes an option no interpreted extension owns.
-func (lp *lineParser) genericOwner(name string) *extHandle {
-	var found *extHandle
+func (lp *lineParser) genericOwner(name string) (extHandle, bool) {
+	var found extHandle
+	ok := false
 	lp.newestFirst(func(specs []optSpec, seen *optsSeen, parser interface{ parse(*opt) error }) bool {
 		if specs != nil {
 			return false
 		}
-		found = &extHandle{spec: optSpec{name: name, arg: argGreedy, invert: true, multi: true}, seen: seen, parser: parser}
+		found, ok = extHandle{spec: optSpec{name: name, arg: argGreedy, invert: true, multi: true}, seen: seen, parser: parser}, true
 		return true
 	})
-	return found
+	return found, ok
 }
 
 // extOption reads the arguments of an extension option and hands it over.
-func (lp *lineParser) extOption(h *extHandle, t token, value *token) error {
+func (lp *lineParser) extOption(h extHandle, t token, value *token) error {
 	o := &opt{Name: h.spec.name, Neg: lp.invert, Pos: lp.pos(t.col)}
 	if lp.invert {
 		o.Pos = lp.invertPos
