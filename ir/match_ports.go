@@ -115,6 +115,9 @@ func init() {
 	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.UDP, nft bool) []Match {
 		return l.lowerUDP(ms, r, m, nft)
 	})
+	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.SCTP, nft bool) []Match {
+		return l.lowerSCTP(ms, r, m)
+	})
 	lowers(func(l *lowerer, ms []Match, r *rules.Rule, m *rules.Multiport, nft bool) []Match {
 		return l.lowerMultiport(ms, r, m, nft)
 	})
@@ -173,6 +176,22 @@ func (l *lowerer) lowerUDP(ms []Match, r *rules.Rule, m *rules.UDP, nft bool) []
 	ms = l.ports(ms, m, Src, m.SrcPorts, m.SrcNeg)
 	ms = l.ports(ms, m, Dst, m.DstPorts, m.DstNeg)
 	return ms
+}
+
+// lowerSCTP lowers -m sctp's ports, after its 12-byte common header
+// (sctp_mt: no non-first fragment matches, a first one too short for the
+// header drops); its chunk types are refused.
+func (l *lowerer) lowerSCTP(ms []Match, r *rules.Rule, m *rules.SCTP) []Match {
+	if !l.needProto(r, m, "sctp", model.ProtoSCTP) {
+		return ms
+	}
+	if m.Chunks != "" {
+		l.errorf(m.Pos, "sctp --chunk-types is not supported")
+		return ms
+	}
+	ms = l4Header(ms, 12, false)
+	ms = l.ports(ms, m, Src, m.SrcPorts, m.SrcNeg)
+	return l.ports(ms, m, Dst, m.DstPorts, m.DstNeg)
 }
 
 // lowerMultiport lowers -m multiport, which needs a protocol with ports.

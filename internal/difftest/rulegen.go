@@ -180,7 +180,7 @@ func (g *ruleGen) rule(self, users int) string {
 	}
 	if l4 {
 		switch proto {
-		case "tcp", "udp":
+		case "tcp", "udp", "sctp":
 			w(" -m %s", proto)
 			if g.chance(2) {
 				w("%s --sport %s", g.not(), g.portRange())

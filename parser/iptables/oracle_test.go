@@ -272,6 +272,32 @@ COMMIT
 -A INPUT -s 10.0.0.5/32 -j DROP
 COMMIT
 `},
+	{"sctp ports and chunk types", `*filter
+-A INPUT -p sctp --dport 50000 -j ACCEPT
+-A INPUT -p sctp -m sctp ! --sport :1024 --dport 7: -j DROP
+-A INPUT -p sctp -m sctp --sport 0:65535 -j DROP
+-A INPUT -p sctp -m sctp ! --chunk-types any data:Ie,Init,ABORT:T -j DROP
+COMMIT
+`, `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -p sctp -m sctp --dport 50000 -j ACCEPT
+-A INPUT -p sctp -m sctp ! --sport 0:1024 --dport 7:65535 -j DROP
+-A INPUT -p sctp -m sctp --sport 0:65535 -j DROP
+-A INPUT -p sctp -m sctp ! --chunk-types any DATA:Ie,INIT,ABORT:T -j DROP
+COMMIT
+`},
+	{"sctp needs its protocol", `*filter
+-A INPUT -p sctp -m sctp --dport 1 -j ACCEPT
+-A INPUT -p udp -m sctp --dport 1 -j ACCEPT
+COMMIT
+`, "error 3"},
+	{"sctp chunk types are checked", `*filter
+-A INPUT -p sctp -m sctp --chunk-types all DATA -j ACCEPT
+-A INPUT -p sctp -m sctp --chunk-types all FOO -j ACCEPT
+COMMIT
+`, "error 3"},
 	{"insert past the end", `*filter
 -A INPUT -j ACCEPT
 -I INPUT 3 -j DROP
