@@ -12,14 +12,9 @@ import (
 
 func init() {
 	registerMatch("sctp", &matchExt{
-		options: []optSpec{
-			{name: "source-port", arg: argOne, invert: true},
-			{name: "sport", arg: argOne, invert: true},
-			{name: "destination-port", arg: argOne, invert: true},
-			{name: "dport", arg: argOne, invert: true},
-			// A match type (all, any, only) and a list of chunks.
-			{name: "chunk-types", arg: argGreedy, invert: true},
-		},
+		// --chunk-types takes a match type (all, any, only) and a list
+		// of chunks.
+		options: append(slices.Clip(portOptions), optSpec{name: "chunk-types", arg: argGreedy, invert: true}),
 		new: func() matchParser {
 			p := &sctpParser{m: rules.SCTP{SrcPorts: rules.AnyPort, DstPorts: rules.AnyPort}}
 			p.ports = portOpts{port: sctpPort, src: &p.m.SrcPorts, dst: &p.m.DstPorts, srcNeg: &p.m.SrcNeg, dstNeg: &p.m.DstNeg}

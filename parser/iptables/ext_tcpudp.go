@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"slices"
 	"strings"
 
 	"bpfwall/rules"
@@ -12,17 +13,13 @@ import (
 
 func init() {
 	registerMatch("tcp", &matchExt{
-		options: []optSpec{
-			{name: "source-port", arg: argOne, invert: true},
-			{name: "sport", arg: argOne, invert: true},
-			{name: "destination-port", arg: argOne, invert: true},
-			{name: "dport", arg: argOne, invert: true},
-			{name: "syn", arg: argNone, invert: true},
+		options: append(slices.Clip(portOptions),
+			optSpec{name: "syn", arg: argNone, invert: true},
 			// Two arguments, mask and comparison; the core hands over
 			// every following non-option token and parse checks the count.
-			{name: "tcp-flags", arg: argGreedy, invert: true},
-			{name: "tcp-option", arg: argOne, invert: true},
-		},
+			optSpec{name: "tcp-flags", arg: argGreedy, invert: true},
+			optSpec{name: "tcp-option", arg: argOne, invert: true},
+		),
 		new: func() matchParser {
 			p := &tcpParser{m: rules.TCP{SrcPorts: rules.AnyPort, DstPorts: rules.AnyPort}}
 			p.ports = portOpts{port: tcpPort, src: &p.m.SrcPorts, dst: &p.m.DstPorts, srcNeg: &p.m.SrcNeg, dstNeg: &p.m.DstNeg}
@@ -30,12 +27,7 @@ func init() {
 		},
 	})
 	registerMatch("udp", &matchExt{
-		options: []optSpec{
-			{name: "source-port", arg: argOne, invert: true},
-			{name: "sport", arg: argOne, invert: true},
-			{name: "destination-port", arg: argOne, invert: true},
-			{name: "dport", arg: argOne, invert: true},
-		},
+		options: portOptions,
 		new: func() matchParser {
 			p := &udpParser{m: rules.UDP{SrcPorts: rules.AnyPort, DstPorts: rules.AnyPort}}
 			p.ports = portOpts{port: parseServicePort, src: &p.m.SrcPorts, dst: &p.m.DstPorts, srcNeg: &p.m.SrcNeg, dstNeg: &p.m.DstNeg}
@@ -44,7 +36,15 @@ func init() {
 	})
 }
 
-// portOpts parses the port options tcp and udp share into the fields of
+// portOptions are the port options of tcp, udp and sctp.
+var portOptions = []optSpec{
+	{name: "source-port", arg: argOne, invert: true},
+	{name: "sport", arg: argOne, invert: true},
+	{name: "destination-port", arg: argOne, invert: true},
+	{name: "dport", arg: argOne, invert: true},
+}
+
+// portOpts parses the port options tcp, udp and sctp share into the fields of
 // their match. The long and short names are synonyms: each option may be
 // given once, in either spelling.
 type portOpts struct {
