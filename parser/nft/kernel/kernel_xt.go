@@ -39,6 +39,7 @@ var xtMatches = map[string]xtExt{
 	"state":     xtState,
 	"tcp":       xtTCP,
 	"udp":       xtUDP,
+	"sctp":      xtSCTP,
 	"multiport": xtMultiport,
 	"icmp":      xtICMP("icmp", "icmp-type"),
 	"icmp6":     xtICMP("icmp6", "icmpv6-type"),
@@ -438,6 +439,32 @@ func xtUDP(x *exprReader, rev uint32, info []byte) (string, string, error) {
 	var o opts
 	o.ports(info, inv)
 	return "udp", o.String(), nil
+}
+
+// xtSCTP reads struct xt_sctp_info: dpts and spts (u16 pairs), the
+// chunk map (256 bytes), the chunk match type and flag info (u32, 4×3
+// bytes), flag_count, flags and invflags. Chunk types are refused: the
+// compiler refuses them, and their text is not read back.
+func xtSCTP(x *exprReader, rev uint32, info []byte) (string, string, error) {
+	if err := needRev(rev, info, map[uint32]int{0: 292}); err != nil {
+		return "", "", err
+	}
+	const src, dst, chunks = 1, 2, 4
+	flags, inv := ne.Uint32(info[284:]), ne.Uint32(info[288:])
+	if flags&chunks != 0 {
+		return "", "", fmt.Errorf("--chunk-types is not supported")
+	}
+	if flags&^(src|dst) != 0 || inv&^flags != 0 {
+		return "", "", fmt.Errorf("flags %#x, inversion flags %#x", flags, inv)
+	}
+	var o opts
+	if flags&src != 0 {
+		o.add(inv&src != 0, "sport", portText(ne.Uint16(info[4:]), ne.Uint16(info[6:])))
+	}
+	if flags&dst != 0 {
+		o.add(inv&dst != 0, "dport", portText(ne.Uint16(info[0:]), ne.Uint16(info[2:])))
+	}
+	return "sctp", o.String(), nil
 }
 
 func xtMultiport(x *exprReader, rev uint32, info []byte) (string, string, error) {

@@ -33,6 +33,8 @@ const xtRules4 = `*filter
 -A INPUT -p tcp -m tcp --sport 1024:65535 --dport 22 ! --tcp-option 2 -j ssh
 -A INPUT -p tcp -m multiport ! --sports 1:1023,8080 -j DROP
 -A INPUT -p udp -m multiport --ports 53,67:68,123 -j ACCEPT
+-A INPUT -p sctp -m sctp --sport 1:1024 ! --dport 80 -j DROP
+-A INPUT -p sctp -m sctp --dport 0:65535 -j ACCEPT
 -A INPUT -p icmp -m icmp --icmp-type 3/4 -j ACCEPT
 -A INPUT -p icmp -m icmp ! --icmp-type 8 -j DROP
 -A INPUT -p icmp -m icmp --icmp-type any -j ACCEPT
@@ -73,6 +75,7 @@ const xtRules6 = `*filter
 -A INPUT -p ipv6-icmp -m icmp6 --icmpv6-type 1/3 -j ACCEPT
 -A INPUT -p ipv6-icmp -m icmp6 ! --icmpv6-type 128 -j ACCEPT
 -A INPUT -m hl --hl-lt 2 -j DROP
+-A INPUT -p sctp -m sctp ! --sport 5060 -j DROP
 -A INPUT -m iprange --src-range 2001:db8::1-2001:db8::ff -j DROP
 -A INPUT -m recent --update --seconds 30 --name v6 --mask ffff:ffff:ffff:ffff:: --rsource -j DROP
 -A INPUT -m hashlimit --hashlimit-above 3/sec --hashlimit-mode srcip --hashlimit-name h6 --hashlimit-srcmask 64 -j DROP
@@ -168,11 +171,11 @@ func TestReadKernelXT(t *testing.T) {
 		rulesOnly bool
 	}{
 		{rules.IPv4, "iptables-nft-restore", xtRules4, []string{
-			"match conntrack", "match state", "match tcp", "match multiport", "match icmp", "match comment", "match iprange",
+			"match conntrack", "match state", "match tcp", "match multiport", "match sctp", "match icmp", "match comment", "match iprange",
 			"match length", "match ttl", "match mac", "match pkttype", "match addrtype", "match recent", "match hashlimit",
 			"target REJECT", "target LOG", "match owner", "target TCPMSS", "match connlimit"}, "", false},
 		{rules.IPv6, "ip6tables-nft-restore", xtRules6, []string{
-			"match conntrack", "match icmp6", "match hl", "match iprange", "match recent", "match hashlimit", "target REJECT"}, "", false},
+			"match conntrack", "match icmp6", "match hl", "match sctp", "match iprange", "match recent", "match hashlimit", "target REJECT"}, "", false},
 		{rules.IPv4, "iptables-nft-restore", xtRulesSets, []string{"match set"}, xtSets, false},
 		{rules.IPv4, "iptables-nft-restore", xtRulesMangle, []string{"target TPROXY", "match rpfilter", "target CONNMARK", "target MARK",
 			"target CHECKSUM", "target DSCP", "target TCPMSS", "match connmark", "match physdev", "target DNAT", "target REDIRECT", "target MASQUERADE", "target SNAT"}, "", true},
@@ -289,6 +292,7 @@ func TestReadKernelXTRefuses(t *testing.T) {
 	for _, tc := range []struct{ rule, want string }{
 		{"-A INPUT -m statistic --mode nth --every 2 --packet 0 -j DROP", "kernel:ip filter/INPUT/handle 4: xt match statistic (revision 0) is not supported"},
 		{"-A INPUT -m hashlimit --hashlimit-above 1kb/s --hashlimit-name b -j DROP", "xt match hashlimit: a byte rate is not supported"},
+		{"-A INPUT -p sctp -m sctp --chunk-types any INIT -j DROP", "xt match sctp: --chunk-types is not supported"},
 		{"-A OUTPUT -j CLASSIFY --set-class 1:1", "kernel:ip filter/OUTPUT/handle 4: xt target CLASSIFY (revision 0) is not supported"},
 	} {
 		var err error
