@@ -674,23 +674,21 @@ func (c *Planner) candidates(t *Table) ([][]byte, [][]Entry, bool) {
 	l := c.Layout(t)
 	keys := make([][]byte, 0, len(t.Entries))
 	lists := make([][]Entry, 0, len(t.Entries))
-	at := make(map[string]int, len(t.Entries))
-	closed := make(map[string]bool, len(t.Entries))
-	scratch := make([]byte, l.Size)
+	// The keys are numbered by their bytes (flatidx: Go maps of the keys
+	// as strings were most of a 1M-rule table's candidates); closed[i]
+	// says key i has a candidate that needs no residual.
+	byKey := flatidx.NewNumbers[[maxKeySize]byte](len(t.Entries))
+	var closed []bool
 	for _, e := range t.Entries { // the earliest rule first
-		k := l.put(scratch, e.T)
-		if closed[string(k)] {
-			continue
-		}
-		i, ok := at[string(k)]
-		if !ok {
-			i = len(keys)
-			k = append(mem.take(len(k))[:0], k...)
-			at[string(k)] = i
-			keys = append(keys, k)
+		var kb [maxKeySize]byte
+		k := l.put(kb[:l.Size], e.T)
+		i, isNew := byKey.Number(kb)
+		if isNew {
+			keys = append(keys, append(mem.take(len(k))[:0], k...))
 			lists = append(lists, nil)
+			closed = append(closed, false)
 		}
-		if slices.ContainsFunc(lists[i], func(o Entry) bool { return o.Need == e.Need }) {
+		if closed[i] || slices.ContainsFunc(lists[i], func(o Entry) bool { return o.Need == e.Need }) {
 			continue
 		}
 		if len(lists[i]) == MaxCandidates {
@@ -698,7 +696,7 @@ func (c *Planner) candidates(t *Table) ([][]byte, [][]Entry, bool) {
 		}
 		lists[i] = append(lists[i], e)
 		if e.Need == 0 {
-			closed[string(k)] = true
+			closed[i] = true
 		}
 	}
 	return keys, lists, true
@@ -924,6 +922,10 @@ func (l KeyLayout) put(k []byte, tp ir.Tuple) []byte {
 	}
 	return k
 }
+
+// maxKeySize bounds a key's bytes: an LPM trie's prefix length, then
+// every field of IPv6 (16+16+2+2+1), aligned.
+const maxKeySize = 4 + 16 + 16 + 2 + 2 + 1
 
 func (c *Planner) Layout(t *Table) KeyLayout {
 	var l KeyLayout

@@ -450,3 +450,65 @@ func TestLPMContents(t *testing.T) {
 		}
 	}
 }
+
+// TestCandidates checks a table's candidates against their definition:
+// per key, in rule order, the entries up to the first that needs no
+// residual, without one whose need an earlier candidate has; too many
+// candidates for a key make the table fail.
+func TestCandidates(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	c := &Planner{Program: &ir.Program{Family: rules.IPv6}}
+	outcomes := map[bool]int{}
+	for trial := range 200 {
+		tb := &Table{LPM: -1}
+		tb.Lens[ir.FieldSrc], tb.Lens[ir.FieldDport] = 128, 16
+		for id := range uint32(1 + rng.IntN(300)) {
+			var tp ir.Tuple
+			tp.Len = tb.Lens
+			tp.Field(ir.FieldSrc)[15] = byte(rng.IntN(6))
+			tp.Field(ir.FieldSrc)[0] = byte(rng.IntN(2))
+			binary.BigEndian.PutUint16(tp.Field(ir.FieldDport), uint16(rng.IntN(3)))
+			// Six needs: some keys have more than MaxCandidates.
+			tb.Entries = append(tb.Entries, Entry{T: tp, ID: id, Kind: 1, Need: uint16(rng.IntN(6))})
+		}
+		// The definition, key by key.
+		l := c.Layout(tb)
+		var order []string
+		want := map[string][]Entry{}
+		tooMany := false
+		for _, e := range tb.Entries {
+			k := string(l.Key(e.T))
+			list, seen := want[k]
+			if !seen {
+				order = append(order, k)
+			}
+			if slices.ContainsFunc(list, func(o Entry) bool { return o.Need == 0 || o.Need == e.Need }) {
+				continue
+			}
+			if len(list) == MaxCandidates {
+				tooMany = true
+				break
+			}
+			want[k] = append(list, e)
+		}
+		keys, lists, ok := c.candidates(tb)
+		outcomes[ok]++
+		if ok == tooMany {
+			t.Fatalf("trial %d: candidates ok = %v, want %v", trial, ok, !tooMany)
+		}
+		if !ok {
+			continue
+		}
+		if len(keys) != len(order) {
+			t.Fatalf("trial %d: %d keys, want %d", trial, len(keys), len(order))
+		}
+		for i, k := range keys {
+			if string(k) != order[i] || !slices.Equal(lists[i], want[order[i]]) {
+				t.Fatalf("trial %d: key %d is %x with %v, want %x with %v", trial, i, k, lists[i], order[i], want[order[i]])
+			}
+		}
+	}
+	if outcomes[true] < 20 || outcomes[false] < 20 {
+		t.Errorf("tables with and without too many candidates: %v", outcomes)
+	}
+}
