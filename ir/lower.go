@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"bpfwall/model"
 	"bpfwall/rules"
@@ -83,7 +84,7 @@ type lowerer struct {
 	edges  [][]chainEdge  // jumps and gotos out of each chain
 	prog   *Program
 	errs   rules.ErrorList
-	// text is the buffer spec prints rules into.
+	// text is the block spec prints the rules' texts into.
 	text []byte
 	// buckets numbers the token buckets of Limit and RateLimit matches by
 	// the source match: the rules one nft rule splits into share its one
@@ -244,10 +245,19 @@ func (l *lowerer) lowerChain(i int, c *rules.Chain) {
 	l.prog.Chains = append(l.prog.Chains, out)
 }
 
-// spec is r.Spec(), printed into one buffer for every rule.
+// spec is r.Spec(). The texts are printed one after the other into
+// blocks they share, which are never written again: a string per rule
+// was an allocation per rule.
 func (l *lowerer) spec(r *rules.Rule) string {
-	l.text = r.AppendSpec(l.text[:0])
-	return string(l.text)
+	if cap(l.text)-len(l.text) < 1024 {
+		l.text = make([]byte, 0, 64<<10)
+	}
+	start := len(l.text)
+	l.text = r.AppendSpec(l.text)
+	if start >= len(l.text) {
+		return ""
+	}
+	return unsafe.String(&l.text[start], len(l.text)-start)
 }
 
 // matches lowers the rule's standard matches in ip_packet_match's order,
