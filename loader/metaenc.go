@@ -36,31 +36,97 @@ type metaHead struct {
 
 // encodeMeta returns m in the second encoding, padded to whole chunks.
 func encodeMeta(m *Meta) ([]byte, error) {
+	var b []byte
+	err := writeMeta(m, func(n int) {
+		b = make([]byte, 0, n*metaChunk)
+	}, func(_ uint32, chunk []byte) error {
+		b = append(b, chunk...)
+		return nil
+	})
+	return b, err
+}
+
+// writeMeta encodes m in the second encoding and hands it to put in
+// chunks of metaChunk bytes, the last one zero-padded, after telling
+// chunks how many there are. A large meta is not held whole: at 1M rules
+// it is 100 MB, whose first touch alone took a quarter of a second.
+func writeMeta(m *Meta, chunks func(n int), put func(i uint32, chunk []byte) error) error {
 	head, err := json.Marshal(metaHead{Meta: *m})
 	if err != nil {
-		return nil, fmt.Errorf("encode meta: %w", err)
+		return fmt.Errorf("encode meta: %w", err)
 	}
 	head = withFeatures(head, m.features)
-	size := len(metaMagic) + 4 + len(head) + 4 + len(m.Source) + 4 + 4*len(m.Lines) + 4
+	origins := 0
 	for _, o := range m.Origins {
-		size += 4 + len(o)
+		origins += 4 + len(o)
 	}
-	b := make([]byte, 0, (size+metaChunk-1)/metaChunk*metaChunk)
-	b = append(b, metaMagic...)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(head)))
-	b = append(b, head...)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Source)))
-	b = append(b, m.Source...)
-	b = binary.LittleEndian.AppendUint32(b, uint32(4*len(m.Lines)))
+	size := len(metaMagic) + 4 + len(head) + 4 + len(m.Source) + 4 + 4*len(m.Lines) + 4 + origins
+	chunks((size + metaChunk - 1) / metaChunk)
+	w := chunkWriter{buf: make([]byte, 0, metaChunk), put: put}
+	w.write(metaMagic)
+	w.u32(len(head))
+	w.write(head)
+	w.u32(len(m.Source))
+	w.writeString(m.Source)
+	w.u32(4 * len(m.Lines))
 	for _, l := range m.Lines {
-		b = binary.LittleEndian.AppendUint32(b, uint32(l))
+		w.u32(l)
 	}
-	b = binary.LittleEndian.AppendUint32(b, uint32(size-len(b)-4))
+	w.u32(origins)
 	for _, o := range m.Origins {
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(o)))
-		b = append(b, o...)
+		w.u32(len(o))
+		w.writeString(o)
 	}
-	return b[:cap(b)], nil
+	return w.close()
+}
+
+// chunkWriter cuts what is written to it into chunks of metaChunk bytes.
+type chunkWriter struct {
+	buf  []byte // the chunk being filled
+	next uint32
+	put  func(i uint32, chunk []byte) error
+	err  error
+}
+
+func (w *chunkWriter) write(p []byte) { writeChunks(w, p) }
+
+// writeString writes s without a copy of it ([]byte(s) would copy the
+// rule set).
+func (w *chunkWriter) writeString(s string) { writeChunks(w, s) }
+
+func writeChunks[T string | []byte](w *chunkWriter, p T) {
+	for len(p) > 0 && w.err == nil {
+		n := copy(w.buf[len(w.buf):metaChunk], p)
+		w.buf, p = w.buf[:len(w.buf)+n], p[n:]
+		if len(w.buf) == metaChunk {
+			w.flush()
+		}
+	}
+}
+
+func (w *chunkWriter) u32(v int) {
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], uint32(v))
+	w.write(b[:])
+}
+
+func (w *chunkWriter) flush() {
+	if w.err == nil {
+		w.err = w.put(w.next, w.buf)
+	}
+	w.next++
+	w.buf = w.buf[:0]
+}
+
+// close pads and puts the last chunk, and returns the first error.
+func (w *chunkWriter) close() error {
+	if len(w.buf) > 0 {
+		n := len(w.buf)
+		w.buf = w.buf[:metaChunk]
+		clear(w.buf[n:])
+		w.flush()
+	}
+	return w.err
 }
 
 // decodeMeta reads a meta in either encoding.

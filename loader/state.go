@@ -537,15 +537,31 @@ const metaChunk = 64 << 10
 
 // newMetaMap creates a map holding m.
 func newMetaMap(m *Meta) (*ebpf.Map, error) {
-	b, err := encodeMeta(m)
+	var mp *ebpf.Map
+	var created error
+	err := writeMeta(m, func(n int) {
+		mp, created = ebpf.NewMap(chunkMapSpec("bpfwall_meta", n))
+	}, func(i uint32, chunk []byte) error {
+		if created != nil {
+			return fmt.Errorf("meta map: create: %w", created)
+		}
+		if err := mp.Put(i, chunk); err != nil {
+			return fmt.Errorf("meta map: write: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
+		if mp != nil {
+			mp.Close()
+		}
 		return nil, err
 	}
-	mp, err := newChunkMap("bpfwall_meta", b)
-	if err != nil {
-		return nil, fmt.Errorf("meta map: %w", err)
-	}
 	return mp, nil
+}
+
+// chunkMapSpec is the array map of n chunks named name.
+func chunkMapSpec(name string, n int) *ebpf.MapSpec {
+	return &ebpf.MapSpec{Name: name, Type: ebpf.Array, KeySize: 4, ValueSize: metaChunk, MaxEntries: uint32(max(n, 1))}
 }
 
 // newChunkMap creates an array map named name holding b in chunks of
@@ -555,7 +571,7 @@ func newChunkMap(name string, b []byte) (*ebpf.Map, error) {
 	if len(b) < n*metaChunk {
 		b = append(b, make([]byte, n*metaChunk-len(b))...)
 	}
-	mp, err := ebpf.NewMap(&ebpf.MapSpec{Name: name, Type: ebpf.Array, KeySize: 4, ValueSize: metaChunk, MaxEntries: uint32(max(n, 1))})
+	mp, err := ebpf.NewMap(chunkMapSpec(name, n))
 	if err != nil {
 		return nil, fmt.Errorf("create: %w", err)
 	}
