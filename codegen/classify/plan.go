@@ -350,9 +350,10 @@ func (c *Planner) plan(run []*ir.Rule) (plan *Segment, tooMany bool) {
 	// at their size (growing them was a third of a 1M-rule plan); then
 	// the forms are read again, in the same order, into the entries. (A
 	// copy of every tuple between the two cost more than the second
-	// read.) A tuple is kept once per shape: seen[i] holds, by hash, the
-	// entry of the first tuple of that hash in shape i; another tuple of
-	// the same hash is told apart in collided.
+	// read.) A tuple is kept once per shape: seen holds, by the hash of
+	// shape and tuple, the entry of the first tuple of that hash in its
+	// shape's list; another tuple of the same hash is told apart in
+	// collided.
 	total := 0
 	for _, r := range run {
 		f, _ := c.Program.Form(r) // computed by eligible
@@ -405,9 +406,7 @@ func (c *Planner) plan(run []*ir.Rule) (plan *Segment, tooMany bool) {
 	for i, n := range count {
 		lists[i] = make([]Entry, 0, n)
 	}
-	// seen holds, by the hash of shape and tuple, the index in its list
-	// of the first tuple of that hash (flatidx: Go maps per shape were a
-	// third of a 1M-rule plan, in probes).
+	// (flatidx: Go maps per shape spent most of their time in probes.)
 	seen := flatidx.New(total)
 	var collided map[shapeTuple]struct{}
 	next := 0
