@@ -49,7 +49,7 @@ func encodeMeta(m *Meta) ([]byte, error) {
 // writeMeta encodes m in the second encoding and hands it to put in
 // chunks of metaChunk bytes, the last one zero-padded, after telling
 // chunks how many there are. A large meta is not held whole: at 1M rules
-// it is 100 MB, whose first touch alone took a quarter of a second.
+// it is about 100 MB, whose first touch alone took a quarter of a second.
 func writeMeta(m *Meta, chunks func(n int), put func(i uint32, chunk []byte) error) error {
 	head, err := json.Marshal(metaHead{Meta: *m})
 	if err != nil {

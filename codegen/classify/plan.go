@@ -1031,7 +1031,7 @@ func (c *Planner) lpmContents(t *Table, l KeyLayout, key func(ir.Tuple, int) []b
 	// The earliest rule per tuple, grouped by the fields other than f
 	// (whose lengths are the same in every tuple of a trie): numbered,
 	// and then laid out group by group. (Go maps of tuples and of the
-	// groups' slices were most of a 1M-rule trie's contents.)
+	// groups' slices were half of a 1M-rule trie's contents.)
 	seen := flatidx.NewNumbers[ir.Tuple](len(t.Entries))
 	groups := flatidx.NewNumbers[ir.Tuple](0)
 	firsts := make([]Entry, 0, len(t.Entries))
