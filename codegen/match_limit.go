@@ -49,7 +49,8 @@ var btfBucket = &btf.Struct{
 
 var btfU32 = &btf.Int{Name: "__u32", Size: 4}
 
-// buckets returns the number of token buckets the rules use.
+// buckets returns the number of token buckets the rules use: the
+// table's, when its chains share one array (ir.Program.TableBuckets).
 func (c *compiler) buckets() int {
 	n := 0
 	for _, r := range c.p.Rules {
@@ -58,6 +59,9 @@ func (c *compiler) buckets() int {
 				n = max(n, b+1)
 			}
 		}
+	}
+	if n > 0 {
+		n = max(n, c.p.TableBuckets)
 	}
 	return n
 }

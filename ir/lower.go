@@ -17,6 +17,15 @@ import (
 type LowerOptions struct {
 	Table string // "filter" when empty
 	Chain string // "INPUT" when empty; a builtin chain of Table
+	// SharedState is set when the caller runs every chain of the rule
+	// set with the state netfilter shares between hooks shared the same
+	// way (restore at the netfilter hooks; loader.SwapAll): one map per
+	// recent table name, and one array of token buckets per table. The
+	// recent matches and limits that another hook reaches too then
+	// lower, and the buckets are numbered across the table
+	// (Program.TableBuckets). Without it they are errors: the program's
+	// state would be its own.
+	SharedState bool
 }
 
 // Lower lowers the builtin chain opts.Chain of table opts.Table, and every
@@ -46,17 +55,21 @@ func Lower(rs *rules.Ruleset, opts LowerOptions) (*Program, error) {
 	}
 
 	l := &lowerer{
-		rs:     rs,
-		fam:    rs.Family,
-		sets:   rs.Sets,
-		table:  t,
-		hook:   entry.Name,
-		byName: make(map[string]*rules.Chain, len(t.Chains)),
-		index:  make(map[string]int),
-		prog:   &Program{Family: rs.Family, Table: t.Name},
+		rs:          rs,
+		fam:         rs.Family,
+		sets:        rs.Sets,
+		table:       t,
+		hook:        entry.Name,
+		byName:      make(map[string]*rules.Chain, len(t.Chains)),
+		index:       make(map[string]int),
+		prog:        &Program{Family: rs.Family, Table: t.Name},
+		sharedState: opts.SharedState,
 	}
 	for _, c := range t.Chains {
 		l.byName[c.Name] = c
+	}
+	if opts.SharedState {
+		l.numberTableBuckets()
 	}
 	l.collectChains(entry)
 	l.checkLoops()
@@ -90,6 +103,8 @@ type lowerer struct {
 	// the source match: the rules one nft rule splits into share its one
 	// limit expression.
 	buckets map[rules.Match]int
+	// sharedState is LowerOptions.SharedState.
+	sharedState bool
 	// reported are the matches already reported as shared by both
 	// families.
 	reported map[rules.Match]bool
@@ -482,6 +497,31 @@ func (l *lowerer) bucket(m rules.Match) int {
 		l.buckets[m] = b
 	}
 	return b
+}
+
+// numberTableBuckets numbers the token buckets of every limit of the
+// table, in the order of its chains and rules, for LowerOptions.SharedState:
+// each chain's program then finds a bucket at the same index of the
+// table's one array.
+func (l *lowerer) numberTableBuckets() {
+	for _, c := range l.table.Chains {
+		for _, r := range c.Rules {
+			for _, m := range r.Matches {
+				switch m.(type) {
+				case *rules.Limit, *rules.RateLimit:
+					l.bucket(m)
+				}
+			}
+		}
+	}
+	l.prog.TableBuckets = len(l.buckets)
+}
+
+// sharedBucket reports whether limit match m of rule r can have its
+// token bucket: the program's own, or with LowerOptions.SharedState the
+// table's, which every hook that reaches r shares.
+func (l *lowerer) sharedBucket(r *rules.Rule, m rules.Match) bool {
+	return l.sharedState || l.ownBucket(r, m)
 }
 
 // sharedChains fills l.shared, once.

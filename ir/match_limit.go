@@ -129,7 +129,7 @@ func init() {
 
 // lowerLimit lowers -m limit, a token bucket of its own.
 func (l *lowerer) lowerLimit(ms []Match, r *rules.Rule, m *rules.Limit) []Match {
-	if !l.ownBucket(r, m) {
+	if !l.sharedBucket(r, m) {
 		return ms
 	}
 	if !ValidLimit(m.Avg, m.Burst, DefaultHZ) {
@@ -142,7 +142,7 @@ func (l *lowerer) lowerLimit(ms []Match, r *rules.Rule, m *rules.Limit) []Match 
 
 // lowerRateLimit lowers nft's limit statement.
 func (l *lowerer) lowerRateLimit(ms []Match, r *rules.Rule, m *rules.RateLimit) []Match {
-	if !l.ownBucket(r, m) {
+	if !l.sharedBucket(r, m) {
 		return ms
 	}
 	if m.BothFamilies {

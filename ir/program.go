@@ -33,6 +33,11 @@ type Program struct {
 	// packet passes unfiltered (SkipTTLExpired), and TTL matches are
 	// rewritten to test the TTL as the packet arrives (Decode's).
 	Forward bool
+	// TableBuckets, when not 0, is how many token buckets the table
+	// has (LowerOptions.SharedState): the program's Limit and RateLimit
+	// buckets are indexes into the table's array of that size, which the
+	// table's other chains share.
+	TableBuckets int
 
 	// shared is set on a Clone, whose rules are its original's until a
 	// pass changes one (own); owned are those it copied.

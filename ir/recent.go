@@ -279,11 +279,11 @@ func (l *lowerer) recent(ms []Match, r *rules.Rule, m *rules.Recent, nft bool) [
 		l.errorf(m.Pos, "recent --hitcount %d: bpfwall keeps at most %d stamps per address", m.HitCount, RecentMaxStamps)
 		return ms
 	}
-	if c, other, ok := l.sharedRule(r); ok {
+	if c, other, ok := l.sharedRule(r); ok && !l.sharedState {
 		l.errorf(m.Pos, "recent match in chain %s, which chain %s also reaches: netfilter shares the table %q between the two hooks, and bpfwall compiles each hook on its own", c, other, m.Table)
 		return ms
 	}
-	if pos, ok := l.recentElsewhere(m.Table); ok {
+	if pos, ok := l.recentElsewhere(m.Table); ok && !l.sharedState {
 		l.errorf(m.Pos, "recent table %q is also used at %s, by a chain of another hook or table: netfilter shares one table between them, and bpfwall compiles each hook on its own", m.Table, pos)
 		return ms
 	}

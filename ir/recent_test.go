@@ -2,6 +2,7 @@ package ir_test
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"strings"
 	"testing"
@@ -295,5 +296,50 @@ func TestRecentClockNeverGoesBack(t *testing.T) {
 	e := st.RecentEntries(0)[0]
 	if e.Stamps[0] != 1000 || e.Stamps[1] != 1000 || e.Stamps[2] != 1005 {
 		t.Errorf("stamps %v, want 1000 1000 1005", e.Stamps[:3])
+	}
+}
+
+// TestSharedState: with LowerOptions.SharedState, what netfilter shares
+// between hooks lowers. Every chain of a table numbers a limit's bucket
+// the same, counting the table's limits, and names recent tables as
+// the rule set does.
+func TestSharedState(t *testing.T) {
+	text := recentHead + ":c - [0:0]\n-A INPUT -m limit --limit 1/s -j ACCEPT\n-A INPUT -j c\n-A FORWARD -j c\n" +
+		"-A FORWARD -m recent --rcheck --name x -j DROP\n-A c -m limit --limit 2/s -j ACCEPT\n-A c -m recent --set --name x\nCOMMIT\n"
+	rs, err := parseText(rules.IPv4, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ir.Lower(rs, ir.LowerOptions{Chain: "FORWARD"}); err == nil {
+		t.Fatal("without SharedState, FORWARD lowers")
+	}
+	// The bucket of each limit, by program and the chain of its rule.
+	buckets := make(map[string]int)
+	for _, chain := range []string{"INPUT", "FORWARD"} {
+		p, err := ir.Lower(rs, ir.LowerOptions{Chain: chain, SharedState: true})
+		if err != nil {
+			t.Fatalf("%s: %v", chain, err)
+		}
+		if p.TableBuckets != 2 {
+			t.Errorf("%s: TableBuckets = %d, want 2", chain, p.TableBuckets)
+		}
+		recent := 0
+		for _, r := range p.Rules {
+			for _, m := range r.Matches {
+				if b, ok := ir.Bucket(m); ok {
+					buckets[chain+"/"+p.Chains[r.Chain].Name] = b
+				}
+				if rm, ok := m.(ir.Recent); ok && rm.Name == "x" {
+					recent++
+				}
+			}
+		}
+		if recent != map[string]int{"INPUT": 1, "FORWARD": 2}[chain] {
+			t.Errorf("%s: %d recent matches of table x", chain, recent)
+		}
+	}
+	want := map[string]int{"INPUT/INPUT": 0, "INPUT/c": 1, "FORWARD/c": 1}
+	if !maps.Equal(buckets, want) {
+		t.Errorf("buckets %v, want %v", buckets, want)
 	}
 }

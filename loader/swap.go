@@ -46,6 +46,8 @@ type Swap struct {
 	// inDecision: the swap is one of several that a decision pinned by
 	// SwapAll decides (decision.go).
 	inDecision bool
+	// shared, set by SwapAll, is the state the swaps' filters share.
+	shared *sharedState
 }
 
 // Result describes a swap that happened.
@@ -442,8 +444,18 @@ func (s *Swap) load(old *Active, b *build, all []Iface) error {
 				maps[name] = m
 			}
 		}
+		if s.shared != nil {
+			if err := s.shared.use(s.Program, s.Place, maps); err != nil {
+				return err
+			}
+		}
 		if b.loaded, err = Load(s.Program, Options{Maps: maps}); err != nil {
 			return err
+		}
+		if s.shared != nil {
+			if err := s.shared.keep(b.loaded); err != nil {
+				return err
+			}
 		}
 		for _, c := range kept {
 			if c.loaded == nil {
@@ -804,7 +816,10 @@ func SwapAll(swaps []*Swap, drops []Place, kernel *KernelTables) ([]*Result, err
 			}
 		}
 	}
+	shared := newSharedState(swaps)
+	defer shared.close()
 	for _, s := range swaps {
+		s.shared = shared
 		p, err := s.Prepare()
 		if err != nil {
 			return fail(err)

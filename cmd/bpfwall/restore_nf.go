@@ -455,7 +455,9 @@ func compileChains(rs *rules.Ruleset, parse func() (*rules.Ruleset, error), fami
 		if !enforces(rs, c.Table, c.Chain) {
 			continue
 		}
-		p, err := ir.Lower(rs, ir.LowerOptions{Table: c.Table, Chain: c.Chain})
+		// The chains are swapped as one (loader.SwapAll), with the recent
+		// tables and token buckets netfilter shares between hooks shared.
+		p, err := ir.Lower(rs, ir.LowerOptions{Table: c.Table, Chain: c.Chain, SharedState: true})
 		if err != nil {
 			if err := refused(rs, c, err); err != nil {
 				return nil, err
