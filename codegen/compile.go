@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/cilium/ebpf"
@@ -225,7 +226,13 @@ func (c *compiler) collect() error {
 		c.readsOwner = true // LOG --log-uid prints the socket's fsuid and fsgid
 	}
 	if c.readsOwner && c.readsMAC {
-		// They share the packet's fields; no chain iptables takes has both.
+		// They share the packet's fields. Only LOG --log-uid reads the
+		// owner where xt_mac runs: at the first mac match.
+		for _, r := range c.p.Rules {
+			if slices.ContainsFunc(r.Matches, isKind[ir.SrcMAC]) {
+				return rules.Errorf(r.Pos, "the rules test the source MAC address and the owner (LOG --log-uid), which bpfwall does not compile in one chain")
+			}
+		}
 		return fmt.Errorf("the rules test the source MAC address and the owner, which bpfwall does not compile in one chain")
 	}
 	if len(c.ifaces) > 64 {

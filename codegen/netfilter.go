@@ -57,6 +57,9 @@ var (
 	skbMACHeader  = kernel.Field{Struct: "sk_buff", Field: "mac_header"}
 	skbNetHeader  = kernel.Field{Struct: "sk_buff", Field: "network_header"}
 	netdevHHLen   = kernel.Field{Struct: "net_device", Field: "hard_header_len"}
+	netdevType    = kernel.Field{Struct: "net_device", Field: "type"}
+	skbDev        = kernel.Field{Struct: "sk_buff", Field: "dev"}
+	skbData       = kernel.Field{Struct: "sk_buff", Field: "data"}
 	skbCB         = kernel.Field{Struct: "sk_buff", Field: "cb"}
 	skbPktTypeBF  = kernel.Field{Struct: "sk_buff", Field: "pkt_type"}
 	ipcbFragMax   = kernel.Field{Struct: "inet_skb_parm", Field: "frag_max_size"}
@@ -363,6 +366,56 @@ func (c *compiler) parseNetfilterL2() {
 		insn.Mov(asm.R8, 0),
 		insn.Ja("parse_meta"),
 	)
+}
+
+// macPresent is set in pkt.MACHi, above the address's first two bytes,
+// at a netfilter hook when the packet has the MAC header xt_mac reads;
+// pkt.MACHi is 0 when it has none.
+const macPresent = 0x10000
+
+// arphrdEther is ARPHRD_ETHER, the only device type xt_mac reads.
+const arphrdEther = 1
+
+// parseNetfilterMAC fills in the source MAC address at a netfilter hook
+// as mac_mt finds it: only from an Ethernet device (skb->dev->type), and
+// only when the MAC header ends at or before skb->data (not set, its
+// offset is 0xffff). Without one, pkt.MACHi is 0, and no mac match holds
+// (see macCode).
+func (c *compiler) parseNetfilterMAC() {
+	b := c.b
+	done := b.Fresh("mac_done")
+	b.Note("the source MAC address, as xt_mac reads it")
+	c.emitSkb(asm.R4, asm.R6)
+	b.Emit(
+		insn.StImm(asm.R7, pkt.MACHi, 0, asm.Word),
+		kernel.Load(asm.R2, asm.R4, asm.DWord, skbDev),
+		asm.JEq.Imm(asm.R2, 0, done),
+		kernel.Load(asm.R2, asm.R2, asm.Half, netdevType),
+		asm.JNE.Imm(asm.R2, arphrdEther, done),
+		kernel.Load(asm.R3, asm.R4, asm.DWord, skbHead),
+		kernel.Load(asm.R5, asm.R4, asm.Half, skbMACHeader),
+		kernel.Load(asm.R1, asm.R4, asm.DWord, skbData),
+		asm.Sub.Reg(asm.R1, asm.R3),
+		insn.Movr(asm.R2, asm.R5),
+		asm.Add.Imm(asm.R2, ethHeaderLen),
+		asm.JGT.Reg(asm.R2, asm.R1, done),
+		asm.Add.Reg(asm.R3, asm.R5),
+		// h_source (at 6) and the two bytes before it, for aligned loads
+		asm.Add.Imm(asm.R3, 4),
+		insn.Movr(asm.R1, asm.R10),
+		asm.Add.Imm(asm.R1, parseBuf),
+		insn.Mov(asm.R2, 8),
+		asm.FnProbeReadKernel.Call(),
+		asm.JNE.Imm(asm.R0, 0, done),
+		insn.Ld(asm.R1, asm.R10, parseBuf+2, asm.Half),
+		insn.Ntoh(asm.R1, asm.Half),
+		asm.Or.Imm(asm.R1, macPresent),
+		insn.St(asm.R7, pkt.MACHi, asm.R1, asm.Word),
+		insn.Ld(asm.R1, asm.R10, parseBuf+4, asm.Word),
+		insn.Ntoh(asm.R1, asm.Word),
+		insn.St(asm.R7, pkt.MACLo, asm.R1, asm.Word),
+	)
+	b.Mark(done)
 }
 
 // macHeader loads skb_mac_header(skb) into dst (not r4 or r5), with the

@@ -259,6 +259,9 @@ func (c *compiler) parseBody() {
 	case HookNetfilter:
 		b.Note("the packet starts at the network header")
 		b.Emit(insn.Mov(asm.R8, 0))
+		if c.readsMAC {
+			c.parseNetfilterMAC()
+		}
 	default:
 		c.parseEthernet()
 	}

@@ -237,7 +237,10 @@ func otherFilters(here Place, what string) ([]otherFilter, error) {
 	}
 	var out []otherFilter
 	for _, pl := range places {
-		if pl.Hook == here.Hook {
+		// The chains of one family at their netfilter hooks are swapped
+		// as one, with the state netfilter shares between them shared
+		// (SwapAll); the other family's are other filters.
+		if pl.Hook == here.Hook && (pl.Hook != codegen.HookNetfilter || pl.Family == here.Family) {
 			continue
 		}
 		a, err := Open(pl)

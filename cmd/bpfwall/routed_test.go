@@ -38,6 +38,10 @@ var routedAddrs = map[string][2]string{
 	"server": {"10.71.2.2", "fd71:2::2"},
 }
 
+// routedMACs are the MAC addresses of the client's and the server's
+// interfaces, which the router's mac matches test.
+var routedMACs = map[string]string{"client": "02:71:01:00:00:02", "server": "02:71:02:00:00:02"}
+
 func newRouted(t *testing.T) *routed {
 	t.Helper()
 	testenv.RequireRoot(t)
@@ -55,6 +59,8 @@ func newRouted(t *testing.T) *routed {
 		"-n " + r.client + " link set lo up", "-n " + r.router + " link set lo up", "-n " + r.server + " link set lo up",
 		"link add cli0 netns " + r.client + " type veth peer name rc0 netns " + r.router,
 		"link add rs0 netns " + r.router + " type veth peer name srv0 netns " + r.server,
+		"-n " + r.client + " link set cli0 address " + routedMACs["client"],
+		"-n " + r.server + " link set srv0 address " + routedMACs["server"],
 		"-n " + r.client + " addr add " + a["client"][0] + "/24 dev cli0",
 		"-n " + r.client + " addr add " + a["client"][1] + "/64 dev cli0 nodad",
 		"-n " + r.router + " addr add " + a["rc"][0] + "/24 dev rc0",
@@ -797,8 +803,9 @@ func TestNFTCtStatus(t *testing.T) {
 }
 
 // TestRestoreDelegatesUncompiled: a chain that lowers but does not compile
-// at its netfilter hook (-m mac: a netfilter program has no Ethernet
-// header) runs in the kernel, as one that does not lower does. restore
+// at its netfilter hook (-m mac with LOG --log-uid: the source MAC address
+// and the socket's owner share the parsed packet's bytes) runs in the
+// kernel, as one that does not lower does. restore
 // lets the parsed rule set go before it compiles, and reads it again for
 // such a chain. The other chains run in BPF, and save prints the whole.
 func TestRestoreDelegatesUncompiled(t *testing.T) {
@@ -807,14 +814,14 @@ func TestRestoreDelegatesUncompiled(t *testing.T) {
 	freshNetns(t)
 	c := cli{t, bin}
 	text := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
-		"-A INPUT -m mac --mac-source 02:00:00:00:00:01 -j DROP\n-A INPUT -p tcp -m tcp --dport 23 -j DROP\n" +
+		"-A INPUT -m mac --mac-source 02:00:00:00:00:01 -j DROP\n-A INPUT -p tcp -m tcp --dport 23 -j LOG --log-uid\n" +
 		"-A FORWARD -p tcp -m tcp --dport 80 -j ACCEPT\nCOMMIT\n"
 	_, errOut, code := c.run(text, "restore")
-	if code != 0 || !strings.Contains(errOut, "filter INPUT runs in the kernel's netfilter") || !strings.Contains(errOut, "mac match") {
-		t.Fatalf("restore: exit %d, want filter INPUT delegated for its mac match:\n%s", code, errOut)
+	if code != 0 || !strings.Contains(errOut, "filter INPUT runs in the kernel's netfilter") || !strings.Contains(errOut, "source MAC address and the owner") {
+		t.Fatalf("restore: exit %d, want filter INPUT delegated for its mac match and LOG --log-uid:\n%s", code, errOut)
 	}
 	kernel, err := exec.Command("iptables-save", "-t", "filter").CombinedOutput()
-	if err != nil || !strings.Contains(string(kernel), "-A INPUT -m mac --mac-source 02:00:00:00:00:01 -j DROP") || !strings.Contains(string(kernel), "--dport 23 -j DROP") {
+	if err != nil || !strings.Contains(string(kernel), "-A INPUT -m mac --mac-source 02:00:00:00:00:01 -j DROP") || !strings.Contains(string(kernel), "--dport 23 -j LOG --log-uid") {
 		t.Errorf("the kernel's filter table (%v):\n%s", err, kernel)
 	}
 	var chains []string
