@@ -25,11 +25,44 @@ func lower(w *Workload) (*rules.Ruleset, *ir.Program, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := ir.Lower(rs, ir.LowerOptions{Chain: w.Chain})
+	// The chain runs alone here: the recent tables and token buckets it
+	// shares with other hooks in netfilter (SharedState) only it spends.
+	p, err := ir.Lower(rs, ir.LowerOptions{Chain: w.Chain, SharedState: true})
 	if err != nil {
 		return nil, nil, err
 	}
 	return rs, p, nil
+}
+
+// hook is where the micro benchmark runs a workload's chain.
+func (w *Workload) hook() codegen.Hook {
+	if w.Netfilter {
+		return codegen.HookNetfilter
+	}
+	return codegen.HookXDP
+}
+
+// meta is what ir.Eval knows of a test run's frame: at xdp, it arrives
+// on the interface the end-to-end frames arrive on (see measure). At a
+// netfilter hook, bpf_prog_test_run_nf gives the hook state the loopback
+// device as its output device and no input device, whatever the hook:
+// verify_and_copy_hook_state picks the devices by the default hook
+// (NF_INET_LOCAL_OUT) before it copies the one asked for.
+func (w *Workload) meta() model.Meta {
+	if w.Netfilter {
+		return model.Meta{OutIface: "lo", Forwarded: w.Chain == "FORWARD"}
+	}
+	return model.Meta{InIface: inIface}
+}
+
+// decode decodes a test run's frame as the program sees it. The
+// loopback device of a netfilter test run has no MAC header xt_mac reads.
+func (w *Workload) decode(frame []byte) (*model.Packet, error) {
+	pkt, err := model.Decode(frame, w.meta())
+	if err == nil && w.Netfilter {
+		pkt.SrcMAC = nil
+	}
+	return pkt, err
 }
 
 // compile compiles a workload for XDP at an optimization level.
@@ -42,7 +75,7 @@ func compile(w *Workload, level int) (*rules.Ruleset, *codegen.Program, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookXDP, Level: l})
+	prog, err := codegen.Compile(p, codegen.Options{Hook: w.hook(), Level: l})
 	return rs, prog, err
 }
 
@@ -68,9 +101,9 @@ const randomProbes = 32
 // as Flood the dropped frame that walks the most rules.
 func findProbes(w *Workload, p *ir.Program, seed uint64) (probes, error) {
 	var out probes
-	meta := model.Meta{InIface: inIface}
+	meta := w.meta()
 	eval := func(frame []byte) (ir.Result, error) {
-		pkt, err := model.Decode(frame, meta)
+		pkt, err := w.decode(frame)
 		if err != nil {
 			return ir.Result{}, err
 		}
@@ -117,10 +150,10 @@ func findProbes(w *Workload, p *ir.Program, seed uint64) (probes, error) {
 			return out, fmt.Errorf("%s/%d: the last-rule frame is decided by %v", w.Family, w.N, res)
 		}
 	}
-	// A program that tests the conntrack state passes packets of class U
-	// (neither TCP nor UDP, or fragments) to its netfilter stage: their
-	// verdict at xdp is not the rule set's.
-	defers := p.TestsConntrack()
+	// A program at xdp that tests the conntrack state passes packets of
+	// class U (neither TCP nor UDP, or fragments) to its netfilter stage:
+	// their verdict at xdp is not the rule set's.
+	defers := p.TestsConntrack() && !w.Netfilter
 	rng := rand.New(rand.NewPCG(seed, 1))
 	for range randomProbes {
 		r := p.Rules[rng.IntN(len(p.Rules))]
@@ -129,7 +162,7 @@ func findProbes(w *Workload, p *ir.Program, seed uint64) (probes, error) {
 		if err != nil {
 			continue
 		}
-		if pkt, err := model.Decode(f, meta); defers && (err != nil || pkt.Proto != 6 && pkt.Proto != 17 || pkt.FragOffset != 0 || pkt.MoreFragments) {
+		if pkt, err := w.decode(f); defers && (err != nil || pkt.Proto != 6 && pkt.Proto != 17 || pkt.FragOffset != 0 || pkt.MoreFragments) {
 			continue
 		}
 		out.random = append(out.random, probe{f, res.Verdict})

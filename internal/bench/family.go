@@ -29,6 +29,10 @@ type Workload struct {
 	NoMatch, Last []byte
 	// Flood is the frame sent end to end: dropped, after the longest walk.
 	Flood []byte
+	// Netfilter says the micro benchmark runs the chain at its netfilter
+	// hook (bpf_prog_test_run_nf, on lo), not at xdp: a FORWARD chain
+	// that tests -o, which xdp does not know.
+	Netfilter bool
 }
 
 // Family generates workloads of one shape.
@@ -416,5 +420,5 @@ func loadTUM(path string) (*Workload, error) {
 			n++
 		}
 	}
-	return &Workload{N: n, Rules: src, Chain: "FORWARD"}, nil
+	return &Workload{N: n, Rules: src, Chain: "FORWARD", Netfilter: true}, nil
 }

@@ -5,6 +5,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+
+	"bpfwall/codegen"
 )
 
 // XDP return codes.
@@ -13,6 +15,31 @@ const (
 	xdpPass = 2
 	xdpTx   = 3
 )
+
+// Netfilter verdicts.
+const (
+	nfDrop   = 0
+	nfAccept = 1
+)
+
+// bareProgram loads the floor of the test runs at hook: a program that
+// passes every packet and does nothing else.
+func bareProgram(hook codegen.Hook) (*ebpf.Program, error) {
+	if hook != codegen.HookNetfilter {
+		return bareXDP(xdpPass)
+	}
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:         "bench_floor",
+		Type:         ebpf.Netfilter,
+		AttachType:   ebpf.AttachNetfilter,
+		License:      "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, nfAccept), asm.Return()},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load bare netfilter program: %w", err)
+	}
+	return p, nil
+}
 
 // bareXDP loads an XDP program that returns ret and does nothing else:
 // XDP_PASS is the floor of the test runs, XDP_DROP the floor of the end

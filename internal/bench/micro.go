@@ -73,12 +73,8 @@ type Result struct {
 
 // Sweep measures every family at every size and level.
 func Sweep(cfg Config) ([]Result, error) {
-	floor, err := bareXDP(xdpPass)
-	if err != nil {
-		return nil, err
-	}
-	defer floor.Close()
 	m := meter{cfg: cfg}
+	defer m.close()
 	var out []Result
 	for _, fam := range cfg.Families {
 		for _, n := range fam.sizesOf(cfg.Sizes) {
@@ -100,7 +96,7 @@ func Sweep(cfg Config) ([]Result, error) {
 				m.logf("%-10s N=%-6d -O%d ...", r.Family, r.N, r.Level)
 				if lerr != nil {
 					r.Skipped = "does not compile: " + reason(lerr)
-				} else if err := m.measure(&r, w, pr, floor); err != nil {
+				} else if err := m.measure(&r, w, pr); err != nil {
 					return out, err
 				}
 				m.logf("%-10s N=%-6d -O%d %s", r.Family, r.N, r.Level, summary(r))
@@ -120,7 +116,35 @@ func summary(r Result) string {
 }
 
 // meter takes the measurements of a sweep.
-type meter struct{ cfg Config }
+type meter struct {
+	cfg Config
+	// floors are the empty programs of each hook, loaded when first
+	// needed.
+	floors map[codegen.Hook]*ebpf.Program
+}
+
+// floor returns the empty program of hook: one that passes every packet
+// and does nothing else, measured beside each row.
+func (m *meter) floor(hook codegen.Hook) (*ebpf.Program, error) {
+	if p := m.floors[hook]; p != nil {
+		return p, nil
+	}
+	p, err := bareProgram(hook)
+	if err != nil {
+		return nil, err
+	}
+	if m.floors == nil {
+		m.floors = make(map[codegen.Hook]*ebpf.Program)
+	}
+	m.floors[hook] = p
+	return p, nil
+}
+
+func (m *meter) close() {
+	for _, p := range m.floors {
+		p.Close()
+	}
+}
 
 func (m *meter) logf(format string, args ...any) {
 	if m.cfg.Log != nil {
@@ -131,7 +155,11 @@ func (m *meter) logf(format string, args ...any) {
 // measure compiles, loads and test-runs one workload at r.Level. A rule
 // set the compiler or the kernel refuses is a skipped row; a verdict that
 // differs from ir.Eval's is an error.
-func (m *meter) measure(r *Result, w *Workload, pr probes, floor *ebpf.Program) error {
+func (m *meter) measure(r *Result, w *Workload, pr probes) error {
+	floor, err := m.floor(w.hook())
+	if err != nil {
+		return err
+	}
 	resetPeakRSS()
 	start := time.Now()
 	_, prog, err := compile(w, r.Level)
@@ -156,12 +184,29 @@ func (m *meter) measure(r *Result, w *Workload, pr probes, floor *ebpf.Program) 
 		return err
 	}
 	r.JITedBytes, r.MapBytes = fp.JITedBytes, fp.MapBytes
-	// A test run's frame arrives on the loopback device: give it the
-	// name of the veth the end-to-end frames arrive on.
-	if err := l.SetIface(1, inIface); err != nil {
+	run := func(frame []byte, repeat int) (time.Duration, uint32, error) { return l.Benchmark(frame, repeat) }
+	check := checkXDPVerdict
+	runFloor := func(frame []byte, repeat int) (time.Duration, uint32, error) {
+		ret, d, err := floor.Benchmark(frame, repeat, nil)
+		return d, ret, err
+	}
+	if w.Netfilter {
+		hook, err := netfilterHook(w.Chain)
+		if err != nil {
+			return err
+		}
+		run = func(frame []byte, repeat int) (time.Duration, uint32, error) {
+			return l.BenchmarkNetfilter(frame, hook, repeat)
+		}
+		runFloor = func(frame []byte, repeat int) (time.Duration, uint32, error) {
+			return loader.BenchmarkNetfilterProgram(floor, prog.IR.Family, frame, hook, repeat)
+		}
+		check = checkNetfilterVerdict
+	} else if err := l.SetIface(1, inIface); err != nil {
+		// A test run's frame arrives on the loopback device: give it
+		// the name of the veth the end-to-end frames arrive on.
 		return err
 	}
-	run := func(frame []byte, repeat int) (time.Duration, uint32, error) { return l.Benchmark(frame, repeat) }
 	r.Repeat = m.cfg.Repeat
 	for _, x := range []struct {
 		p   *probe
@@ -170,26 +215,28 @@ func (m *meter) measure(r *Result, w *Workload, pr probes, floor *ebpf.Program) 
 		if x.p == nil {
 			continue
 		}
-		if *x.out, err = m.time(r, run, []probe{*x.p}); err != nil {
+		if *x.out, err = m.time(r, run, check, []probe{*x.p}); err != nil {
 			return err
 		}
 	}
 	if len(pr.random) > 0 {
-		if r.RandomNs, err = m.time(r, run, pr.random); err != nil {
+		if r.RandomNs, err = m.time(r, run, check, pr.random); err != nil {
 			return err
 		}
 	}
-	if pr.noMatch != nil || pr.last != nil {
-		f := pr.noMatch
+	// The floor runs the no-match frame, or the first frame there is.
+	var f *probe
+	for _, p := range []*probe{pr.noMatch, pr.last} {
 		if f == nil {
-			f = pr.last
+			f = p
 		}
-		runFloor := func(frame []byte, repeat int) (time.Duration, uint32, error) {
-			ret, d, err := floor.Benchmark(frame, repeat, nil)
-			return d, ret, err
-		}
+	}
+	if f == nil && len(pr.random) > 0 {
+		f = &pr.random[0]
+	}
+	if f != nil {
 		saved := r.Repeat
-		if r.FloorNs, err = m.time(r, runFloor, []probe{{f.frame, ir.VerdictAccept}}); err != nil {
+		if r.FloorNs, err = m.time(r, runFloor, check, []probe{{f.frame, ir.VerdictAccept}}); err != nil {
 			return err
 		}
 		r.Repeat = saved
@@ -210,7 +257,7 @@ func instructions(p *codegen.Program) int {
 // test runs of frames, each repeated as often as the run's time allows.
 // It checks every run's verdict, and lowers r.Repeat to the repetitions
 // it used.
-func (m *meter) time(r *Result, run func([]byte, int) (time.Duration, uint32, error), frames []probe) (float64, error) {
+func (m *meter) time(r *Result, run func([]byte, int) (time.Duration, uint32, error), check func(uint32, ir.Verdict) error, frames []probe) (float64, error) {
 	// A short run says how long the program takes.
 	var est time.Duration
 	for _, f := range frames {
@@ -235,7 +282,7 @@ func (m *meter) time(r *Result, run func([]byte, int) (time.Duration, uint32, er
 			if err != nil {
 				return 0, err
 			}
-			if err := checkVerdict(ret, f.want); err != nil {
+			if err := check(ret, f.want); err != nil {
 				return 0, fmt.Errorf("%s/%d -O%d: %w", r.Family, r.N, r.Level, err)
 			}
 			sum += d
@@ -245,7 +292,9 @@ func (m *meter) time(r *Result, run func([]byte, int) (time.Duration, uint32, er
 	return median(samples), nil
 }
 
-func checkVerdict(ret uint32, want ir.Verdict) error {
+// checkXDPVerdict checks an xdp program's return code against ir.Eval's
+// verdict.
+func checkXDPVerdict(ret uint32, want ir.Verdict) error {
 	got := ir.VerdictAccept
 	switch ret {
 	case xdpPass:
@@ -260,10 +309,50 @@ func checkVerdict(ret uint32, want ir.Verdict) error {
 	default:
 		return fmt.Errorf("test run returned %d", ret)
 	}
+	return sameVerdict(got, want)
+}
+
+// checkNetfilterVerdict checks a chain's netfilter program's return code
+// against ir.Eval's verdict. A REJECT is noted and accepted, for the
+// kernel's REJECT rule to answer.
+func checkNetfilterVerdict(ret uint32, want ir.Verdict) error {
+	var got ir.Verdict
+	switch ret {
+	case nfDrop:
+		got = ir.VerdictDrop
+	case nfAccept:
+		got = ir.VerdictAccept
+		if want == ir.VerdictReject {
+			got = want
+		}
+	default:
+		return fmt.Errorf("test run returned %d", ret)
+	}
+	return sameVerdict(got, want)
+}
+
+func sameVerdict(got, want ir.Verdict) error {
 	if got != want {
 		return errors.New("kernel verdict " + got.String() + " differs from ir.Eval's " + want.String())
 	}
 	return nil
+}
+
+// netfilterHook is the netfilter hook of builtin chain chain.
+func netfilterHook(chain string) (loader.NetfilterHook, error) {
+	switch chain {
+	case "PREROUTING":
+		return loader.NFPreRouting, nil
+	case "INPUT":
+		return loader.NFLocalIn, nil
+	case "FORWARD":
+		return loader.NFForward, nil
+	case "OUTPUT":
+		return loader.NFLocalOut, nil
+	case "POSTROUTING":
+		return loader.NFPostRouting, nil
+	}
+	return 0, fmt.Errorf("no netfilter hook runs chain %s", chain)
 }
 
 func median(v []float64) float64 {
