@@ -74,6 +74,12 @@ func (c *compiler) classified(s *classify.Segment, next string) {
 	} else {
 		c.countReg(asm.R7)
 	}
+	if jumps := segmentJumps(s); len(jumps) > 0 {
+		verdict := b.Fresh("classified_verdict")
+		b.Emit(asm.JNE.Imm(asm.R8, classify.KindJump, verdict))
+		c.dispatchJumps(jumps, next)
+		b.Mark(verdict)
+	}
 	if c.hook == HookStage {
 		// The stage cannot send a REJECT's reply: it drops and counts.
 		counted := b.Fresh("reject_counted")
@@ -98,6 +104,36 @@ func (c *compiler) classified(s *classify.Segment, next string) {
 		asm.Or.Imm(asm.R0, codeHotdrop),
 		asm.Return(),
 	)
+}
+
+// segmentJumps are the rules of a segment that jump or go to a chain
+// (classify.KindJump), in ID order.
+func segmentJumps(s *classify.Segment) []*ir.Rule {
+	var out []*ir.Rule
+	for _, r := range s.Rules {
+		if _, ok := ir.JumpTarget(r.Action); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// dispatchJumps emits the jump of the rule in r7, one of rs (in ID
+// order), found by a segment's lookups: a binary search over the IDs, so
+// that a segment of many jumps costs a few compares. The called chains
+// never return (classify.KindJump); a continue would go on at next.
+func (c *compiler) dispatchJumps(rs []*ir.Rule, next string) {
+	if len(rs) == 1 {
+		c.b.Note("r%d: %s", rs[0].ID, rs[0].Text)
+		c.jump(rs[0], next)
+		return
+	}
+	mid := len(rs) / 2
+	upper := c.b.Fresh("jumps_from")
+	c.b.Emit(asm.JGE.Imm(asm.R7, int32(rs[mid].ID), upper))
+	c.dispatchJumps(rs[:mid], next)
+	c.b.Mark(upper)
+	c.dispatchJumps(rs[mid:], next)
 }
 
 // describeTable is a table's line in a dump.
@@ -471,11 +507,12 @@ func (c *compiler) bucketFind(t *classify.Table, skip string) {
 				asm.Mul.Reg(asm.R1, asm.R3),
 			)
 		}
-		b.Emit(
-			asm.RSh.Imm(asm.R1, int32(64-bk.Bits)),
-			insn.St(asm.R6, bucketAt, asm.R1, asm.Word),
-		)
-		b.Emit(insn.Lookup(t.Name, asm.R6, bucketAt)...)
+		b.Emit(asm.RSh.Imm(asm.R1, int32(64-bk.Bits)))
+		if bk.Base != 0 {
+			b.Emit(asm.Add.Imm(asm.R1, int32(bk.Base)))
+		}
+		b.Emit(insn.St(asm.R6, bucketAt, asm.R1, asm.Word))
+		b.Emit(insn.Lookup(bk.Map, asm.R6, bucketAt)...)
 		b.Emit(asm.JEq.Imm(asm.R0, 0, skip))
 		for s := range classify.BucketSlots {
 			off := int16(s * bk.SlotSize())
@@ -660,6 +697,8 @@ func (c *compiler) units(rs []*ir.Rule) []classify.Unit {
 	// plans the chain again.
 	run := make([]*ir.Rule, 0, len(rs))
 	c.cls.Forget = !c.defers()
+	// An accelerator notes the jumps on a packet's path as it takes them.
+	c.cls.Jumps = !c.accel
 	flush := func() {
 		out = append(out, c.cls.Run(run)...)
 		run = run[len(run):]

@@ -567,6 +567,30 @@ func (c *compiler) callChain(ci int, frame asm.Register, off int32, done, decide
 	}
 }
 
+// jump emits the jump or goto of rule r, whose matches hold: the called
+// chain's decision is this chain's. After a jump, the called chain's
+// RETURN, or its end, continues at next; after a goto, it returns from
+// this chain too. The code ends in a jump or a return.
+func (c *compiler) jump(r *ir.Rule, next string) {
+	to, _ := ir.JumpTarget(r.Action)
+	if _, ok := r.Action.(ir.Jump); ok {
+		if c.inlined[to] {
+			c.inlineChain(to, next)
+		} else {
+			c.callChain(to, asm.R6, 0, next, "")
+		}
+		return
+	}
+	done := ruleLabel(r) + "_returned"
+	if c.inlined[to] {
+		c.inlineChain(to, done)
+	} else {
+		c.callChain(to, asm.R6, 0, done, "")
+	}
+	c.b.Mark(done)
+	c.chainReturn()
+}
+
 // unit emits a classified segment or a rule, and returns the label of
 // what follows it, where its failing matches go.
 func (c *compiler) unit(u classify.Unit) string {
@@ -682,25 +706,8 @@ func (c *compiler) rule(r *ir.Rule, next string) {
 		b.Emit(insn.Mov(asm.R0, code(r, codeAccept)), asm.Return())
 	case ir.Return:
 		c.chainReturn()
-	case ir.Jump:
-		// The called chain's RETURN, or its end, continues with the next
-		// rule; its decision is this chain's.
-		if c.inlined[a.Chain] {
-			c.inlineChain(a.Chain, next)
-			break
-		}
-		c.callChain(a.Chain, asm.R6, 0, next, "")
-	case ir.Goto:
-		// Whatever ends the called chain ends this one: its RETURN
-		// returns from this chain too.
-		done := ruleLabel(r) + "_returned"
-		if c.inlined[a.Chain] {
-			c.inlineChain(a.Chain, done)
-		} else {
-			c.callChain(a.Chain, asm.R6, 0, done, "")
-		}
-		b.Mark(done)
-		c.chainReturn()
+	case ir.Jump, ir.Goto:
+		c.jump(r, next)
 	case ir.Log:
 		c.logEvent(r)
 		fallsThrough = true

@@ -34,7 +34,10 @@
 //     candidates, or of ranges) is a bucket array (classify.Buckets):
 //     the program hashes the key itself and tests the two buckets of two
 //     slots the key may be in (cuckoo hashing), array lookups the
-//     verifier inlines too; only LPM tries call into the kernel. A
+//     verifier inlines too; only LPM tries call into the kernel. The
+//     bucket arrays of one slot size share one map, each from its own
+//     base (a pool: a program may have 64 maps, and a rule set of many
+//     chains has more tables than that). A
 //     table's value is the earliest rule with that key and what it does;
 //     a trie stores at each prefix the earliest rule whose prefix covers
 //     it.
@@ -59,12 +62,18 @@
 //
 // ACCEPT, DROP, REJECT, RETURN and TPROXY are the verdicts a segment
 // decides: REJECT is a DROP whose reply main sends for the rule found (the
-// netfilter stage, which cannot send it, counts it instead). Rules with
-// other targets (jumps, gotos, LOG, no target) and rules whose residual
-// has effects (conntrack state, limits, recent, hashlimit, TCP options)
-// stand alone between segments as plain code: each costs what it costs
-// at -O0, so a chain is as flat as its runs are long. A cost estimate
-// keeps short runs plain, where a few compares beat a lookup.
+// netfilter stage, which cannot send it, counts it instead). So is a jump
+// or goto to a chain that never returns (ir.Program.Terminating: no
+// RETURN, and an unconditional verdict or such a jump last): the chain it
+// calls decides, and the segment calls the chain of the rule found
+// (dispatchJumps, a binary search over the segment's jumps). Rules with
+// other targets (jumps to chains that may return, LOG, no target) and
+// rules whose residual has effects (limits, recent, hashlimit, TCP
+// options; the conntrack state where the program may not know it: xdp,
+// tc-ingress, an accelerator) stand alone between segments as plain
+// code: each costs what it costs at -O0, so a chain is as flat as its
+// runs are long. A cost estimate keeps short runs plain, where a few
+// compares beat a lookup.
 //
 // # Functions
 //

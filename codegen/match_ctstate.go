@@ -25,7 +25,17 @@ var ctStateCode = &kind[ir.CTState]{
 		return ""
 	},
 	lookup: refuse[ir.CTState]("conntrack state match"),
+	// Where every state is known, a state match drops nothing: it may
+	// guard a table (a chain's netfilter hook, most rule sets' -m state
+	// --state NEW).
+	pure: func(c *compiler, _ ir.CTState) bool { return !c.ctUnknown() },
 }
+
+// ctUnknown reports whether the program may not know a packet's
+// conntrack state: at xdp and tc-ingress, which replay TCP's tracking
+// (package conntrack), and in an accelerator. A CTState match then drops
+// the packet (hotdrop).
+func (c *compiler) ctUnknown() bool { return c.defers() || c.accel }
 
 // ctMatch emits a CTState match: the state ct_state stored. A state it
 // could not determine drops the packet: at xdp and tc-ingress, a TCP
@@ -35,7 +45,7 @@ var ctStateCode = &kind[ir.CTState]{
 func (c *compiler) ctMatch(m ir.CTState, next, hotdrop string) bool {
 	b := c.b
 	b.Emit(insn.Ld(asm.R1, asm.R6, pkt.CTState, asm.Byte))
-	unknown := c.defers() || c.accel
+	unknown := c.ctUnknown()
 	if unknown {
 		b.Emit(asm.JSet.Imm(asm.R1, int32(model.ConnUnknown), hotdrop))
 	}

@@ -202,3 +202,56 @@ func policyVerdict(p rules.Policy) Verdict {
 	}
 	return VerdictAccept
 }
+
+// Terminating reports, for each chain of p, whether a packet that enters
+// it never comes back to the rule after the jump: no rule returns (RETURN,
+// or a goto to a chain that may return, whose RETURN returns from this
+// one), and the last rule, with no matches, decides (ACCEPT, DROP,
+// REJECT, TPROXY) or jumps or goes to a terminating chain. A jump to such
+// a chain is a verdict, as terminal as an ACCEPT. Chains are acyclic.
+func (p *Program) Terminating() []bool {
+	out := make([]bool, len(p.Chains))
+	done := make([]bool, len(p.Chains))
+	var visit func(ci int) bool
+	visit = func(ci int) bool {
+		if done[ci] {
+			return out[ci]
+		}
+		done[ci] = true
+		rs := p.Chains[ci].Rules
+		if len(rs) == 0 {
+			return false
+		}
+		for _, r := range rs {
+			switch a := r.Action.(type) {
+			case Return:
+				return false
+			case Goto:
+				if !visit(a.Chain) {
+					return false
+				}
+			case Accept, Drop, Jump, Log, None, Reject, TProxy:
+				// A jump's chain comes back here, or decides.
+			}
+		}
+		last := rs[len(rs)-1]
+		if len(last.Matches) > 0 {
+			return false
+		}
+		switch a := last.Action.(type) {
+		case Accept, Drop, Reject, TProxy:
+			out[ci] = true
+		case Jump:
+			out[ci] = visit(a.Chain)
+		case Goto:
+			out[ci] = true // visited above
+		case Log, None, Return:
+			// The packet goes on past the chain's end, or returns.
+		}
+		return out[ci]
+	}
+	for ci := range p.Chains {
+		visit(ci)
+	}
+	return out
+}

@@ -343,3 +343,31 @@ func TestSharedState(t *testing.T) {
 		t.Errorf("buckets %v, want %v", buckets, want)
 	}
 }
+
+// TestTerminating: which chains never come back to the rule after the
+// jump.
+func TestTerminating(t *testing.T) {
+	text := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+		":DROPS - [0:0]\n:TAIL - [0:0]\n:GOES - [0:0]\n:GOESBACK - [0:0]\n:RET - [0:0]\n:COND - [0:0]\n:EMPTY - [0:0]\n:CALLS - [0:0]\n" +
+		"-A INPUT -j DROPS\n-A INPUT -j TAIL\n-A INPUT -j GOES\n-A INPUT -j GOESBACK\n-A INPUT -j RET\n-A INPUT -j COND\n-A INPUT -j EMPTY\n-A INPUT -j CALLS\n" +
+		"-A DROPS -p tcp -j ACCEPT\n-A DROPS -j DROP\n" +
+		"-A TAIL -p udp -j ACCEPT\n-A TAIL -j DROPS\n" +
+		"-A GOES -p udp -g DROPS\n-A GOES -j REJECT\n" +
+		"-A GOESBACK -p udp -g RET\n-A GOESBACK -j DROP\n" +
+		"-A RET -p tcp -j RETURN\n-A RET -j DROP\n" +
+		"-A COND -p tcp -j DROP\n" +
+		"-A CALLS -j RET\n-A CALLS -j ACCEPT\n" +
+		"COMMIT\n"
+	p := lowerText(t, rules.IPv4, "INPUT", text)
+	want := map[string]bool{"DROPS": true, "TAIL": true, "GOES": true, "GOESBACK": false, "RET": false, "COND": false, "EMPTY": false, "CALLS": true}
+	term := p.Terminating()
+	for ci, c := range p.Chains[1:] {
+		if w, ok := want[c.Name]; !ok || term[ci+1] != w {
+			t.Errorf("chain %s: terminating %v, want %v", c.Name, term[ci+1], w)
+		}
+		delete(want, c.Name)
+	}
+	if len(want) > 0 {
+		t.Errorf("chains not lowered: %v", want)
+	}
+}

@@ -2,6 +2,7 @@ package classify
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math/bits"
 	"math/rand/v2"
 
@@ -37,7 +38,54 @@ type Buckets struct {
 	// the last run (65535).
 	Mark     int
 	MarkHalf bool
-	spec     *ebpf.MapSpec
+	// Map is the array the buckets are in, from bucket Base on: the
+	// bucket arrays of one slot size share one map (a pool), since a
+	// program may have 64 maps and a rule set of many chains has more
+	// tables than that.
+	Map  string
+	Base uint32
+	// slot is the slot size plan counted the table's pool for; built is
+	// set once the buckets are in their pool.
+	slot  int
+	built bool
+}
+
+// bucketPool is the array the bucket tables of one slot size share.
+type bucketPool struct {
+	spec *ebpf.MapSpec
+}
+
+// pool returns the pool of the bucket tables of slot size slot, made
+// the first time.
+func (c *Planner) pool(slot int) *bucketPool {
+	if p := c.pools[slot]; p != nil {
+		return p
+	}
+	if c.pools == nil {
+		c.pools = make(map[int]*bucketPool)
+	}
+	p := &bucketPool{spec: &ebpf.MapSpec{
+		Name:      fmt.Sprintf("%sb%d", c.tablePrefix(), len(c.pools)),
+		Type:      ebpf.Array,
+		KeySize:   4,
+		ValueSize: uint32(BucketSlots * slot),
+	}}
+	c.pools[slot] = p
+	return p
+}
+
+// bucketSlot is the slot size of table t's buckets: its key's words and
+// the value a hash would have.
+func (c *Planner) bucketSlot(t *Table) int {
+	words := (c.Layout(KeyTable(t)).Size + 3) / 4
+	value := 8 // ruleValue
+	switch {
+	case t.Ranges != nil:
+		value = RunSize * t.Ranges.Width()
+	case t.Residuals != nil:
+		value = CandidateSize * MaxCandidates
+	}
+	return 4*words + value
 }
 
 // SlotSize is the size of one slot.
@@ -95,7 +143,7 @@ func KeyTable(t *Table) *Table {
 // BucketsOf returns the bucket array of a table that has one, building
 // it the first time: its layout for the code, and its map.
 func (c *Planner) BucketsOf(t *Table) *Buckets {
-	if t.Buckets.spec != nil {
+	if t.Buckets.built {
 		return t.Buckets
 	}
 	var kvs []ebpf.MapKV
@@ -129,9 +177,13 @@ func (c *Planner) BucketsOf(t *Table) *Buckets {
 		for try := range 8 {
 			seed := uint64(try+1) * BucketMul2
 			if slots, ok := cuckoo(keys, seed, nbits, rng); ok {
-				t.Buckets = &Buckets{Bits: nbits, Seed: seed, Words: words, Value: len(kvs[0].Value.([]byte)), Mark: mark, MarkHalf: half}
-				t.Buckets.spec = t.Buckets.mapSpec(t.Name, kvs, keys, slots)
-				return t.Buckets
+				bk := &Buckets{Bits: nbits, Seed: seed, Words: words, Value: len(kvs[0].Value.([]byte)), Mark: mark, MarkHalf: half, built: true}
+				if want := t.Buckets.slot; want != 0 && want != bk.SlotSize() {
+					panic(fmt.Sprintf("classify: table %s has slots of %d bytes, planned for %d", t.Name, bk.SlotSize(), want))
+				}
+				bk.addTo(c.pool(bk.SlotSize()).spec, kvs, keys, slots)
+				t.Buckets = bk
+				return bk
 			}
 		}
 		nbits++
@@ -181,14 +233,15 @@ func cuckoo(keys [][]uint32, seed uint64, nbits int, rng *rand.Rand) ([]int32, b
 	return slots, true
 }
 
-// mapSpec is the bucket array: a value per bucket, the buckets without a
-// key left out (an array starts zeroed). The buckets are packed in
-// order; the keys are written in their own order, which reads kvs
-// straight through (reading it in the buckets' order missed the cache on
-// every key).
-func (b *Buckets) mapSpec(name string, kvs []ebpf.MapKV, keys [][]uint32, slots []int32) *ebpf.MapSpec {
+// addTo adds the bucket array to its pool's map, at the pool's end (Base):
+// a value per bucket, the buckets without a key left out (an array starts
+// zeroed). The buckets are packed in order; the keys are written in their
+// own order, which reads kvs straight through (reading it in the
+// buckets' order missed the cache on every key).
+func (b *Buckets) addTo(pool *ebpf.MapSpec, kvs []ebpf.MapKV, keys [][]uint32, slots []int32) {
 	vsize := BucketSlots * b.SlotSize()
 	nb := 1 << b.Bits
+	b.Map, b.Base = pool.Name, pool.MaxEntries
 	// packed[bk] is bucket bk's place among the used ones, from 1.
 	packed := make([]int32, nb)
 	n := int32(0)
@@ -209,7 +262,7 @@ func (b *Buckets) mapSpec(name string, kvs []ebpf.MapKV, keys [][]uint32, slots 
 			continue
 		}
 		key := index[4*(p-1) : 4*p]
-		binary.NativeEndian.PutUint32(key, uint32(bk))
+		binary.NativeEndian.PutUint32(key, b.Base+uint32(bk))
 		contents[p-1] = ebpf.MapKV{Key: key, Value: values[int(p-1)*vsize : int(p)*vsize]}
 	}
 	at := make([]int32, len(keys)) // each key's slot
@@ -226,12 +279,6 @@ func (b *Buckets) mapSpec(name string, kvs []ebpf.MapKV, keys [][]uint32, slots 
 		}
 		copy(slot[4*b.Words:b.SlotSize()], kvs[k].Value.([]byte)) // rule, kind
 	}
-	return &ebpf.MapSpec{
-		Name:       name,
-		Type:       ebpf.Array,
-		KeySize:    4,
-		ValueSize:  uint32(vsize),
-		MaxEntries: uint32(nb),
-		Contents:   contents,
-	}
+	pool.MaxEntries += uint32(nb)
+	pool.Contents = append(pool.Contents, contents...)
 }

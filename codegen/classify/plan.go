@@ -18,7 +18,8 @@
 // candidate is lost. Only matches without effects take part (Pure):
 // a rule with a stateful or hotdropping match beyond its tuples stays
 // plain code. REJECT is a terminal verdict like DROP: main sends the
-// reply of the rule the classifier found.
+// reply of the rule the classifier found. So is a jump to a chain that
+// never returns (KindJump, with Planner.Jumps).
 //
 // A rule can also drop a packet whose headers it finds cut short
 // (hotdrop) when only its matches before that point hold. Those matches
@@ -62,6 +63,11 @@ const (
 	// packet and counts abi.StageRejectDropped; elsewhere a REJECT is
 	// KindDrop and main sends its reply.
 	KindReject = 5
+	// KindJump is a jump or goto to a chain that never returns
+	// (ir.Program.Terminating): the chain it calls decides, so the rule
+	// is as terminal as an ACCEPT. Codegen calls the chain of the rule
+	// found.
+	KindJump = 6
 )
 
 // The cost estimate, in about nanoseconds.
@@ -99,6 +105,10 @@ type Planner struct {
 	// Pure reports whether a match may be tested before a table, as part
 	// of its guard: it has no effects and cannot drop the packet.
 	Pure func(ir.Match) bool
+	// Jumps classifies the jumps and gotos to chains that never return
+	// (KindJump), which otherwise end a run of rules: most real chains
+	// jump between their verdicts.
+	Jumps bool
 	// Forget lets each rule's form go once plan has taken its tuples
 	// (ir.Program.ForgetForms), for a caller that does not plan the
 	// rules again: at 100k rules the forms are a quarter of the live
@@ -113,6 +123,10 @@ type Planner struct {
 	residuals map[string][]ir.Match
 	// oneResidual is the key of each lone residual match seen.
 	oneResidual map[ir.Match]string
+	// terminating says which chains never return, computed once.
+	terminating []bool
+	// pools are the maps the bucket tables share, by slot size.
+	pools map[int]*bucketPool
 }
 
 // slab hands out the byte slices of one map's keys and values from
@@ -223,7 +237,11 @@ func (c *Planner) Eligible(r *ir.Rule) bool {
 		// An ACCEPT to the classifier: main tells them apart.
 	case ir.Reject:
 		// A DROP to the classifier, whose reply main sends (see kindOf).
-	case ir.Jump, ir.Goto, ir.Log, ir.None:
+	case ir.Jump, ir.Goto:
+		if to, _ := ir.JumpTarget(r.Action); !c.Jumps || !c.terminates(to) {
+			return false
+		}
+	case ir.Log, ir.None:
 		return false
 	}
 	if c.Program.Family == rules.IPv6 {
@@ -304,10 +322,20 @@ func (c *Planner) kindOf(a ir.Action) uint32 {
 		}
 		return KindDrop
 	case ir.Return:
-	case ir.Jump, ir.Goto, ir.Log, ir.None:
+	case ir.Jump, ir.Goto:
+		return KindJump
+	case ir.Log, ir.None:
 		panic(fmt.Sprintf("codegen: %T classified", a)) // not eligible
 	}
 	return KindReturn
+}
+
+// terminates reports whether chain ci never returns.
+func (c *Planner) terminates(ci int) bool {
+	if c.terminating == nil {
+		c.terminating = c.Program.Terminating()
+	}
+	return c.terminating[ci]
 }
 
 // Run classifies a run of eligible rules: one segment, or, when its
@@ -478,9 +506,21 @@ func (c *Planner) plan(run []*ir.Rule) (plan *Segment, tooMany bool) {
 	if !c.ForceLookups && !c.lookupsPay(run, tables) {
 		return nil, false
 	}
+	// A bucket table adds a map only when it is the first of its slot
+	// size: the others share that pool.
 	maps := 0
-	for _, t := range tables {
-		if !t.Inline {
+	slot := make([]int, len(tables))
+	var pooled []int
+	for i, t := range tables {
+		switch {
+		case t.Inline:
+		case c.bucketable(t):
+			slot[i] = c.bucketSlot(t)
+			if c.pools[slot[i]] == nil && !slices.Contains(pooled, slot[i]) {
+				pooled = append(pooled, slot[i])
+				maps++
+			}
+		default:
 			maps += t.maps()
 		}
 	}
@@ -488,12 +528,13 @@ func (c *Planner) plan(run []*ir.Rule) (plan *Segment, tooMany bool) {
 		return nil, true
 	}
 	c.maps += maps
-	for _, t := range tables {
+	for i, t := range tables {
 		if !t.Inline {
 			t.Name = fmt.Sprintf("%s%d", c.tablePrefix(), c.tables)
 			c.tables++
-			if c.bucketable(t) {
-				t.Buckets = &Buckets{}
+			if slot[i] != 0 {
+				t.Buckets = &Buckets{slot: slot[i]}
+				c.pool(slot[i])
 			}
 		}
 	}
@@ -964,7 +1005,9 @@ func (c *Planner) MapSpec(t *Table) *ebpf.MapSpec {
 	case t.Array:
 		return portArray(t)
 	case t.Buckets != nil:
-		return c.BucketsOf(t).spec
+		// The pool's map, which grows with each table until the program
+		// is built.
+		return c.pool(c.BucketsOf(t).SlotSize()).spec
 	case t.Ranges != nil:
 		return c.rangesSpec(t)
 	case t.Residuals != nil:

@@ -219,8 +219,9 @@ func TestIndexedRanges(t *testing.T) {
 
 // TestBuckets builds bucket arrays of random keys and looks every key,
 // and keys not stored, up as the program does: hash, then the slots of
-// the two buckets. Each stored key finds its own rule, in one slot only;
-// no other key finds one.
+// the two buckets, from the table's base in its pool. Each stored key
+// finds its own rule, in one slot only; no other key finds one. The
+// tables of one slot size share a pool, each in buckets of its own.
 func TestBuckets(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	v4 := &Planner{Program: &ir.Program{Family: rules.IPv4}}
@@ -269,10 +270,14 @@ func TestBuckets(t *testing.T) {
 			}
 		}
 		tb.Buckets = &Buckets{}
+		var before uint32 // the pool's buckets before this table's
+		if p := c.pools[c.bucketSlot(tb)]; p != nil {
+			before = p.spec.MaxEntries
+		}
 		bk := c.BucketsOf(tb)
 		spec := c.MapSpec(tb)
-		if spec.MaxEntries != 1<<bk.Bits || int(spec.ValueSize) != BucketSlots*bk.SlotSize() {
-			t.Fatalf("trial %d: map of %d × %d bytes for %d buckets of %d", trial, spec.MaxEntries, spec.ValueSize, 1<<bk.Bits, bk.SlotSize())
+		if bk.Base != before || spec.Name != bk.Map || spec.MaxEntries != before+1<<bk.Bits || int(spec.ValueSize) != BucketSlots*bk.SlotSize() {
+			t.Fatalf("trial %d: map %s of %d × %d bytes for %d buckets of %d from %d in %s", trial, spec.Name, spec.MaxEntries, spec.ValueSize, 1<<bk.Bits, bk.SlotSize(), bk.Base, bk.Map)
 		}
 		buckets := make(map[uint32][]byte)
 		for _, kv := range spec.Contents {
@@ -285,7 +290,7 @@ func TestBuckets(t *testing.T) {
 			}
 			b1, b2 := BucketIndexes(BucketHash(bk.Seed, words), bk.Bits)
 			for _, b := range []uint32{b1, b2} {
-				v := buckets[b]
+				v := buckets[bk.Base+b]
 				for s := 0; v != nil && s < BucketSlots; s++ {
 					slot := v[s*bk.SlotSize():]
 					same := true
