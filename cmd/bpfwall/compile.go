@@ -28,7 +28,7 @@ type compileFlags struct {
 
 func (f *compileFlags) register(fs *pflag.FlagSet) {
 	f.inputFlags.register(fs)
-	fs.StringVar(&f.hook, "hook", "xdp", "attach point `HOOK`: xdp, tc-ingress, tc-egress or sk-lookup")
+	fs.StringVar(&f.hook, "hook", "xdp", "attach point `HOOK`: xdp, tc-ingress, tc-egress, sk-lookup or netfilter (the chain's own hook, as restore without -i)")
 	fs.StringVar(&f.chain, "chain", "", "`CHAIN` to compile (default INPUT, OUTPUT for tc-egress, PREROUTING for sk-lookup)")
 	fs.StringVar(&f.table, "table", "", "`TABLE` of the chain (default filter, mangle for sk-lookup)")
 	f.levelFlags.register(fs)
@@ -73,7 +73,9 @@ func (f *compileFlags) compileRuleset(rs *rules.Ruleset, stderr io.Writer) (*cod
 			table = "mangle"
 		}
 	}
-	prog, err := ir.Lower(rs, ir.LowerOptions{Table: table, Chain: chain})
+	// At its netfilter hook a chain compiles as restore compiles it,
+	// sharing with the other chains what netfilter shares between hooks.
+	prog, err := ir.Lower(rs, ir.LowerOptions{Table: table, Chain: chain, SharedState: hook == codegen.HookNetfilter})
 	if err != nil {
 		return nil, err
 	}
