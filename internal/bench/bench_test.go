@@ -83,7 +83,7 @@ func TestTUMFamily(t *testing.T) {
 	}
 	// FORWARD compiles at its netfilter hook, at both levels.
 	for _, level := range []int{0, 1} {
-		if _, _, err := compile(w, level); err != nil {
+		if _, _, err := compile(w, level, w.hook()); err != nil {
 			t.Errorf("-O%d: %v", level, err)
 		}
 	}
@@ -295,14 +295,24 @@ func TestSweepKernel(t *testing.T) {
 // hook, as tum's: every test run's verdict must be ir.Eval's for the
 // frame leaving through lo (-o tests its name; the test run gives no
 // input device), without a MAC header the mac match reads (the inverted
-// match must not drop).
+// match must not drop), and without a conntrack entry (INVALID). At -O1
+// the state matches guard the classifier's tables there, and the jumps to
+// a chain that never returns are classified with them: the program is a
+// fraction of -O0's.
 func TestSweepNetfilterKernel(t *testing.T) {
 	testenv.RequireRoot(t)
-	text := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
-		"-A FORWARD -m mac ! --mac-source 02:00:00:00:00:09 -j DROP\n-A FORWARD -i lo -j DROP\n" +
-		"-A FORWARD -o lo -p udp -m udp --dport 9 -j DROP\nCOMMIT\n"
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:DROPS - [0:0]\n" +
+		"-A FORWARD -m mac ! --mac-source 02:00:00:00:00:09 -j DROP\n-A FORWARD -i lo -j DROP\n")
+	for i := range 120 {
+		state := []string{"NEW", "INVALID", "ESTABLISHED"}[i%3]
+		target := []string{"DROP", "ACCEPT", "DROPS"}[i%5%3]
+		fmt.Fprintf(&b, "-A FORWARD -s 10.%d.0.0/16 -p udp -m state --state %s -m udp --dport %d -j %s\n", i%7, state, 1000+i, target)
+	}
+	b.WriteString("-A FORWARD -o lo -p udp -m udp --dport 9 -j DROP\n-A DROPS -p tcp -j ACCEPT\n-A DROPS -j DROP\nCOMMIT\n")
+	text := b.String()
 	fam := Family{Name: "nf", Fixed: true, gen: func(int, *rand.Rand) (*Workload, error) {
-		return &Workload{Family: "nf", N: 3, Rules: []byte(text), Chain: "FORWARD", Netfilter: true}, nil
+		return &Workload{Family: "nf", N: 125, Rules: []byte(text), Chain: "FORWARD", Netfilter: true}, nil
 	}}
 	res, err := Sweep(Config{Families: []Family{fam}, Levels: []int{0, 1}, Repeat: 20000, RunTime: 20 * time.Millisecond, Runs: 1, Seed: 1})
 	if err != nil {
@@ -316,6 +326,9 @@ func TestSweepNetfilterKernel(t *testing.T) {
 		if r.Skipped != "" || r.NoMatchNs <= 0 || r.LastNs <= 0 || r.RandomNs <= 0 || r.FloorNs <= 0 || r.Verified <= 0 {
 			t.Errorf("incomplete -O%d row: %+v", r.Level, r)
 		}
+	}
+	if res[1].Insns*3 > res[0].Insns {
+		t.Errorf("-O1 has %d instructions, -O0 %d: the rules are not classified", res[1].Insns, res[0].Insns)
 	}
 }
 

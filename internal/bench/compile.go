@@ -65,8 +65,8 @@ func (w *Workload) decode(frame []byte) (*model.Packet, error) {
 	return pkt, err
 }
 
-// compile compiles a workload for XDP at an optimization level.
-func compile(w *Workload, level int) (*rules.Ruleset, *codegen.Program, error) {
+// compile compiles a workload for hook at an optimization level.
+func compile(w *Workload, level int, hook codegen.Hook) (*rules.Ruleset, *codegen.Program, error) {
 	rs, p, err := lower(w)
 	if err != nil {
 		return nil, nil, err
@@ -75,7 +75,7 @@ func compile(w *Workload, level int) (*rules.Ruleset, *codegen.Program, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	prog, err := codegen.Compile(p, codegen.Options{Hook: w.hook(), Level: l})
+	prog, err := codegen.Compile(p, codegen.Options{Hook: hook, Level: l})
 	return rs, prog, err
 }
 

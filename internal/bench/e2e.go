@@ -347,7 +347,7 @@ func (e *bpfwallEngine) install(topo *topology.Topology, w *Workload) error {
 	if e.netfilter {
 		return e.installNetfilter(topo, w)
 	}
-	rs, prog, err := compile(w, e.level)
+	rs, prog, err := compile(w, e.level, codegen.HookXDP)
 	if err != nil {
 		return skipError{"does not compile: " + reason(err)}
 	}

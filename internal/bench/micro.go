@@ -162,7 +162,7 @@ func (m *meter) measure(r *Result, w *Workload, pr probes) error {
 	}
 	resetPeakRSS()
 	start := time.Now()
-	_, prog, err := compile(w, r.Level)
+	_, prog, err := compile(w, r.Level, w.hook())
 	r.Compile = time.Since(start)
 	if err != nil {
 		r.Skipped = "does not compile: " + reason(err)
