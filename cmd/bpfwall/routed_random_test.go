@@ -14,8 +14,8 @@ import (
 
 // randomRouted writes a random rule set for family fam (0 IPv4, 1 IPv6)
 // over every chain bpfwall runs at netfilter hooks, with a nat table
-// (delegated: a DNAT, sometimes a MASQUERADE), user chains, interfaces, ports, conntrack states, REJECTs
-// and DROP policies.
+// (delegated: a DNAT, sometimes a MASQUERADE), user chains, interfaces,
+// MAC addresses, ports, conntrack states, REJECTs and DROP policies.
 func randomRouted(rng *rand.Rand, fam int) string { return randomRoutedFor(rng, fam, false) }
 
 // randomRoutedFor is randomRouted; with accel, the rule sets an
@@ -42,6 +42,11 @@ func randomRoutedFor(rng *rand.Rand, fam int, accel bool) string {
 		}
 		if rng.IntN(4) == 0 {
 			b.WriteString(" " + pick("-s", "-d", "! -s", "! -d") + " " + pick(addrs...))
+		}
+		if in && chain != "user" && rng.IntN(6) == 0 {
+			// xt_mac's hooks; the router's own connections come over lo,
+			// which has no MAC header.
+			b.WriteString(" -m mac " + pick("", "! ") + "--mac-source " + pick(routedMACs["client"], routedMACs["server"], "02:71:00:00:00:99"))
 		}
 		b.WriteString(" -p tcp")
 		if rng.IntN(4) != 0 {
