@@ -18,8 +18,8 @@ import (
 // program of the swaps that has such a map makes it (or takes it over
 // from a running filter), and the later ones are loaded with it.
 type sharedState struct {
-	// maps are the shared maps so far, by sharedKey; each is a clone,
-	// closed with the sharedState.
+	// maps are the shared maps so far, by their key in sharedMaps; each
+	// is a clone, closed with the sharedState.
 	maps map[string]*ebpf.Map
 	// others are the running filters of the swaps' places, opened once,
 	// where a recent table may be found that a program's own place did
