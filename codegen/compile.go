@@ -241,7 +241,7 @@ func (c *compiler) collect() error {
 	if c.hook != HookStage {
 		c.collectRejects() // the stage drops: stageRejectWarnings
 	}
-	c.inlineParse = c.hook == HookXDP || c.hook.tc()
+	c.inlineParse = c.hook == HookXDP || c.hook.tc() || c.hook == HookNetfilter
 	if len(c.optKinds) > 64 {
 		return fmt.Errorf("the rules test %d TCP option kinds, more than the 64 bpfwall supports", len(c.optKinds))
 	}
@@ -316,7 +316,15 @@ func (c *compiler) main() {
 		b.Emit(insn.Movr(asm.R7, asm.R10), asm.Add.Imm(asm.R7, int32(c.mainPkt())))
 		c.parseBody()
 		b.Mark(symParseDone)
-		// They share their bytes with parse's slots: see mainPkt.
+		// They share their bytes with parse's slots: see mainPkt. The
+		// verifier lets no slot of a dynptr be read as memory until it
+		// is overwritten.
+		if c.hook.nf() {
+			b.Emit(
+				insn.StImm(asm.R10, parseDynptr, 0, asm.DWord),
+				insn.StImm(asm.R10, parseDynptr+8, 0, asm.DWord),
+			)
+		}
 		if c.hasRecent {
 			b.Emit(insn.StImm(asm.R10, c.mainPkt()+c.pktRecentNow(), 0, asm.DWord))
 		}

@@ -78,8 +78,9 @@
 // # Functions
 //
 // Chains are global functions, which the verifier checks once whatever
-// their callers, and the parser's loops are bpf_loop callbacks. At xdp and
-// tc, main holds the parser's code instead of calling a parse function,
+// their callers, and the parser's loops are bpf_loop callbacks. At xdp,
+// tc and a chain's netfilter hook, main holds the parser's code instead of
+// calling a parse function,
 // and a small entry chain's code too (inlineEntry): where returns are
 // mitigated (SRSO's safe RET on AMD) a BPF-to-BPF call and its return
 // cost as much as the parser's work. Main's frame does not grow for it:
@@ -87,5 +88,8 @@
 // -O1 lookup keys share bytes with parse's slots (mainPkt). REJECT's
 // functions keep their larger buffers in a per-CPU map (abi.RejectScratchMap)
 // so that main, a reject function and its loop callback fit BPF's 512
-// bytes. The netfilter hooks still call parse.
+// bytes. At a netfilter hook parse's slots reach down to its dynptr over
+// the skb, which main overwrites once the packet is parsed (the verifier
+// reads no slot of a dynptr as memory). The netfilter stage still calls
+// parse.
 package codegen

@@ -51,7 +51,7 @@ func (c *compiler) pktRecentNow() int16 {
 // before its lookup, and main zeroes recent's tick after the parser.
 func (c *compiler) mainPkt() int16 {
 	if c.parseInlined() {
-		off := int16(-parseFrameSize - pkt.Size)
+		off := -c.parseFrame() - pkt.Size
 		if c.accel {
 			// The path is read after the entry chain held in main has
 			// used its slots (entryFrame).
@@ -60,6 +60,16 @@ func (c *compiler) mainPkt() int16 {
 		return off
 	}
 	return -c.pktSize()
+}
+
+// parseFrame is how much of main's frame the parser's slots take when
+// main holds it: at a chain's netfilter hook, down to its dynptr over the
+// skb.
+func (c *compiler) parseFrame() int16 {
+	if c.hook.nf() {
+		return -parseDynptr
+	}
+	return parseFrameSize
 }
 
 // mainKey is main's map key slot: one of parse's, dead once the packet is

@@ -229,10 +229,10 @@ func (c *compiler) parseFunction(body, note string) {
 }
 
 // parseInlined reports whether the main function holds the parser's code
-// instead of calling it: at xdp and tc. A
+// instead of calling it: at xdp, tc and a chain's netfilter hook. A
 // BPF-to-BPF call and its return cost a third of the parser where returns
-// are mitigated (SRSO's safe RET, on AMD); the netfilter hooks' main
-// functions still call it.
+// are mitigated (SRSO's safe RET, on AMD); the netfilter stage's main
+// function still calls it.
 func (c *compiler) parseInlined() bool { return c.inlineParse }
 
 // parseBody emits the parser, with the context in r6 and the bpfwall_pkt
