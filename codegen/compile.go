@@ -76,8 +76,9 @@ type compiler struct {
 	// rejects are the --reject-with types of the REJECT rules, indexed by
 	// their reject function.
 	rejects []string
-	// inlineParse: main holds the parser's code (parseInlined).
-	inlineParse bool
+	// inlineParse: main holds the parser's code (parseInlined), unless
+	// callParse says it may not (see Compile).
+	inlineParse, callParse bool
 	// entry is the entry chain's code when main holds it (inlineEntry).
 	entry asm.Instructions
 }
@@ -241,7 +242,7 @@ func (c *compiler) collect() error {
 	if c.hook != HookStage {
 		c.collectRejects() // the stage drops: stageRejectWarnings
 	}
-	c.inlineParse = c.hook == HookXDP || c.hook.tc() || c.hook == HookNetfilter
+	c.inlineParse = (c.hook == HookXDP || c.hook.tc() || c.hook == HookNetfilter) && !c.callParse
 	if len(c.optKinds) > 64 {
 		return fmt.Errorf("the rules test %d TCP option kinds, more than the 64 bpfwall supports", len(c.optKinds))
 	}

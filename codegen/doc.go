@@ -91,5 +91,7 @@
 // bytes. At a netfilter hook parse's slots reach down to its dynptr over
 // the skb, which main overwrites once the packet is parsed (the verifier
 // reads no slot of a dynptr as memory). The netfilter stage still calls
-// parse.
+// parse, and so does a program whose call chains, with main's larger
+// frame, would not fit BPF's 512 bytes of stack (stackDepth: the chains
+// nest deep, a LOG at the bottom).
 package codegen

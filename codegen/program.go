@@ -188,19 +188,34 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 			return nil, fmt.Errorf("compile for %s: %w", opts.Hook, err)
 		}
 	}
-	c := newCompiler(p, orig, opts.Hook, opts.Level, opts.ForceLookups, opts.Trace)
-	if opts.Accelerate {
-		// The route lookup takes the TOS.
-		c.accel, c.readsDSCP = true, true
+	build := func(callParse bool) (*compiler, asm.Instructions, error) {
+		c := newCompiler(p, orig, opts.Hook, opts.Level, opts.ForceLookups, opts.Trace)
+		c.callParse = callParse
+		if opts.Accelerate {
+			// The route lookup takes the TOS.
+			c.accel, c.readsDSCP = true, true
+		}
+		c.log = c.hasLog()
+		c.check()
+		if err := c.errs.Err(); err != nil {
+			return nil, nil, err
+		}
+		insns, err := c.program()
+		if err != nil {
+			return nil, nil, fmt.Errorf("compile for %s: %w", opts.Hook, err)
+		}
+		return c, insns, nil
 	}
-	c.log = c.hasLog()
-	c.check()
-	if err := c.errs.Err(); err != nil {
+	c, insns, err := build(false)
+	if err != nil {
 		return nil, err
 	}
-	insns, err := c.program()
-	if err != nil {
-		return nil, fmt.Errorf("compile for %s: %w", opts.Hook, err)
+	if c.inlineParse && stackDepth(insns) > maxStack {
+		// main's frame holds the parser's slots too: with chains that
+		// nest deep, the call chain would not fit the stack.
+		if c, insns, err = build(true); err != nil {
+			return nil, err
+		}
 	}
 	insns, removed, err := eliminateDeadCode(insns)
 	if err != nil {
