@@ -199,15 +199,9 @@ func kernelBTF(t testing.TB) *btf.Spec {
 	return spec
 }
 
-// loaded is a program in the kernel.
-type loaded struct {
-	p    *codegen.Program
-	ns   *netns
-	coll *ebpf.Collection
-	prog *ebpf.Program
-}
-
-func load(t *testing.T, p *codegen.Program, ns *netns) *loaded {
+// loadCollection loads p's program and maps into the kernel, for the
+// test's time, failing the test with the verifier's log if it refuses.
+func loadCollection(t *testing.T, p *codegen.Program) *ebpf.Collection {
 	t.Helper()
 	spec, err := p.KernelSpec(kernelBTF(t))
 	if err != nil {
@@ -222,6 +216,20 @@ func load(t *testing.T, p *codegen.Program, ns *netns) *loaded {
 		t.Fatalf("load: %v", err)
 	}
 	t.Cleanup(func() { coll.Close() })
+	return coll
+}
+
+// loaded is a program in the kernel.
+type loaded struct {
+	p    *codegen.Program
+	ns   *netns
+	coll *ebpf.Collection
+	prog *ebpf.Program
+}
+
+func load(t *testing.T, p *codegen.Program, ns *netns) *loaded {
+	t.Helper()
+	coll := loadCollection(t, p)
 	for _, d := range ns.devs {
 		if err := p.PutIface(coll.Maps, d.index, d.name); err != nil {
 			t.Fatal(err)

@@ -1,12 +1,9 @@
 package codegen_test
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/cilium/ebpf"
 
 	"bpfwall/codegen"
 	"bpfwall/internal/testenv"
@@ -55,18 +52,6 @@ func TestParseInMainFitsTheStack(t *testing.T) {
 		if calls := strings.Contains(dump.String(), "call parse"); calls != tc.callParse {
 			t.Errorf("%d nested chains: main calls parse: %v, want %v", tc.nested, calls, tc.callParse)
 		}
-		spec, err := p.KernelSpec(kernelBTF(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		coll, err := ebpf.NewCollection(spec)
-		if err != nil {
-			var ve *ebpf.VerifierError
-			if errors.As(err, &ve) {
-				t.Fatalf("%d nested chains: %+v", tc.nested, ve)
-			}
-			t.Fatalf("%d nested chains: %v", tc.nested, err)
-		}
-		coll.Close()
+		loadCollection(t, p)
 	}
 }
