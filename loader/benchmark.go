@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"bpfwall/codegen"
@@ -24,22 +25,10 @@ func (l *Loaded) Benchmark(frame []byte, repeat int) (time.Duration, uint32, err
 	return d, ret, nil
 }
 
-// NetfilterHook is a netfilter hook number (enum nf_inet_hooks).
-type NetfilterHook uint8
-
-// The hooks of a chain's netfilter program.
-const (
-	NFPreRouting NetfilterHook = iota
-	NFLocalIn
-	NFForward
-	NFLocalOut
-	NFPostRouting
-)
-
 // BenchmarkNetfilter is Benchmark for a chain's netfilter program: the
 // kernel's bpf_prog_test_run_nf runs it at hook (see
 // BenchmarkNetfilterProgram).
-func (l *Loaded) BenchmarkNetfilter(frame []byte, hook NetfilterHook, repeat int) (time.Duration, uint32, error) {
+func (l *Loaded) BenchmarkNetfilter(frame []byte, hook link.NetfilterInetHook, repeat int) (time.Duration, uint32, error) {
 	if l.Program.Hook != codegen.HookNetfilter {
 		return 0, 0, fmt.Errorf("benchmark a %s program at a netfilter hook", l.Program.Hook)
 	}
@@ -52,7 +41,7 @@ func (l *Loaded) BenchmarkNetfilter(frame []byte, hook NetfilterHook, repeat int
 // (bpf_prog_test_run_nf) pulls the frame's Ethernet header and gives the
 // hook state the loopback device. cilium/ebpf's Run takes the context
 // this needs but returns no time, so the command is issued here.
-func BenchmarkNetfilterProgram(prog *ebpf.Program, family rules.Family, frame []byte, hook NetfilterHook, repeat int) (time.Duration, uint32, error) {
+func BenchmarkNetfilterProgram(prog *ebpf.Program, family rules.Family, frame []byte, hook link.NetfilterInetHook, repeat int) (time.Duration, uint32, error) {
 	pf := uint8(unix.NFPROTO_IPV4)
 	if family == rules.IPv6 {
 		pf = unix.NFPROTO_IPV6

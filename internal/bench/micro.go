@@ -191,10 +191,11 @@ func (m *meter) measure(r *Result, w *Workload, pr probes) error {
 		return d, ret, err
 	}
 	if w.Netfilter {
-		hook, err := netfilterHook(w.Chain)
-		if err != nil {
-			return err
+		c, ok := loader.LookupNetfilterChain("filter", w.Chain)
+		if !ok {
+			return fmt.Errorf("%s: no netfilter hook runs chain %s", w.Family, w.Chain)
 		}
+		hook := c.Hook
 		run = func(frame []byte, repeat int) (time.Duration, uint32, error) {
 			return l.BenchmarkNetfilter(frame, hook, repeat)
 		}
@@ -336,23 +337,6 @@ func sameVerdict(got, want ir.Verdict) error {
 		return errors.New("kernel verdict " + got.String() + " differs from ir.Eval's " + want.String())
 	}
 	return nil
-}
-
-// netfilterHook is the netfilter hook of builtin chain chain.
-func netfilterHook(chain string) (loader.NetfilterHook, error) {
-	switch chain {
-	case "PREROUTING":
-		return loader.NFPreRouting, nil
-	case "INPUT":
-		return loader.NFLocalIn, nil
-	case "FORWARD":
-		return loader.NFForward, nil
-	case "OUTPUT":
-		return loader.NFLocalOut, nil
-	case "POSTROUTING":
-		return loader.NFPostRouting, nil
-	}
-	return 0, fmt.Errorf("no netfilter hook runs chain %s", chain)
 }
 
 func median(v []float64) float64 {
