@@ -153,21 +153,31 @@ func (c *compiler) inlineEntry(fn *insn.Builder, done string) asm.Instructions {
 // stack only within entryFrame bytes of its top: loads and stores at
 // offsets from r10, and pointers made as r10 plus an offset.
 func inEntryFrame(insns asm.Instructions, i int) bool {
+	off, ref, known := frameAccess(insns, i)
+	return known && (!ref || off >= -entryFrame && off < 0)
+}
+
+// frameAccess returns the stack offset instruction i of insns uses (ref):
+// a load or store relative to r10, or r10 moved into a register to which
+// the next instruction adds a constant (the code's one way of pointing
+// into the frame). known is false for a use of r10 these do not follow:
+// r10 changed, or copied without the constant.
+func frameAccess(insns asm.Instructions, i int) (off int64, ref, known bool) {
 	ins := insns[i]
-	within := func(off int64) bool { return off >= -entryFrame && off < 0 }
 	switch {
 	case ins.OpCode.Class().IsLoad() && ins.Src == asm.R10, ins.OpCode.Class().IsStore() && ins.Dst == asm.R10:
-		return within(int64(ins.Offset))
+		return int64(ins.Offset), true, true
 	case ins.OpCode.Class().IsALU() && ins.Dst == asm.R10:
-		return false
+		return 0, false, false
 	case ins.OpCode.Class().IsALU() && ins.Src == asm.R10 && ins.OpCode.Source() == asm.RegSource:
-		// Only r = r10, then r += offset.
 		if ins.OpCode.ALUOp() != asm.Mov || i+1 >= len(insns) {
-			return false
+			return 0, false, false
 		}
 		next := insns[i+1]
-		return next.OpCode.ALUOp() == asm.Add && next.OpCode.Source() == asm.ImmSource &&
-			next.Dst == ins.Dst && within(next.Constant)
+		if next.OpCode.ALUOp() != asm.Add || next.OpCode.Source() != asm.ImmSource || next.Dst != ins.Dst {
+			return 0, false, false
+		}
+		return next.Constant, true, true
 	}
-	return true
+	return 0, false, true
 }

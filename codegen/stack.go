@@ -15,7 +15,8 @@ const maxStack = 512
 // deepest r10 offset its instructions use, rounded up to 32 bytes, summed
 // along calls and the callbacks (bpf_loop) a function passes. A frame
 // counted here is never smaller than the one the verifier finds, which
-// only counts the slots the paths it explores touch.
+// only counts the slots the paths it explores touch; a use of the frame
+// it cannot follow (frameAccess) counts as too deep.
 func stackDepth(insns asm.Instructions) int {
 	type function struct {
 		frame   int
@@ -30,7 +31,10 @@ func stackDepth(insns asm.Instructions) int {
 			index[ins.Symbol()] = len(funcs)
 			funcs = append(funcs, cur)
 		}
-		if off := r10Offset(insns, i); off < 0 {
+		switch off, ref, known := frameAccess(insns, i); {
+		case !known:
+			return maxStack + 1 // a frame it cannot measure: too deep
+		case ref && off < 0:
 			cur.frame = max(cur.frame, int(-off))
 		}
 		if ins.IsFunctionCall() || ins.IsLoadOfFunctionPointer() {
@@ -56,22 +60,4 @@ func stackDepth(insns asm.Instructions) int {
 		return 0
 	}
 	return visit(0)
-}
-
-// r10Offset returns the stack offset instruction i of insns reads,
-// writes or points at: a load or store relative to r10, or r10 moved into
-// a register to which the next instruction adds a constant; 0 for none.
-func r10Offset(insns asm.Instructions, i int) int64 {
-	ins := insns[i]
-	switch {
-	case ins.OpCode.Class().IsLoad() && ins.Src == asm.R10,
-		ins.OpCode.Class().IsStore() && ins.Dst == asm.R10:
-		return int64(ins.Offset)
-	case ins.OpCode.Class().IsALU() && ins.OpCode.ALUOp() == asm.Mov && ins.OpCode.Source() == asm.RegSource && ins.Src == asm.R10 && i+1 < len(insns):
-		next := insns[i+1]
-		if next.OpCode.ALUOp() == asm.Add && next.OpCode.Source() == asm.ImmSource && next.Dst == ins.Dst {
-			return next.Constant
-		}
-	}
-	return 0
 }
