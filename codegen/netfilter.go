@@ -385,21 +385,17 @@ func (c *compiler) parseNetfilterMAC() {
 	b := c.b
 	done := b.Fresh("mac_done")
 	b.Note("the source MAC address, as xt_mac reads it")
-	c.emitSkb(asm.R4, asm.R6)
+	b.Emit(insn.StImm(asm.R7, pkt.MACHi, 0, asm.Word))
+	c.macHeader(asm.R3) // r4 is the skb
 	b.Emit(
-		insn.StImm(asm.R7, pkt.MACHi, 0, asm.Word),
 		kernel.Load(asm.R2, asm.R4, asm.DWord, skbDev),
 		asm.JEq.Imm(asm.R2, 0, done),
 		kernel.Load(asm.R2, asm.R2, asm.Half, netdevType),
 		asm.JNE.Imm(asm.R2, arphrdEther, done),
-		kernel.Load(asm.R3, asm.R4, asm.DWord, skbHead),
-		kernel.Load(asm.R5, asm.R4, asm.Half, skbMACHeader),
 		kernel.Load(asm.R1, asm.R4, asm.DWord, skbData),
-		asm.Sub.Reg(asm.R1, asm.R3),
-		insn.Movr(asm.R2, asm.R5),
+		insn.Movr(asm.R2, asm.R3),
 		asm.Add.Imm(asm.R2, ethHeaderLen),
 		asm.JGT.Reg(asm.R2, asm.R1, done),
-		asm.Add.Reg(asm.R3, asm.R5),
 		// h_source (at 6) and the two bytes before it, for aligned loads
 		asm.Add.Imm(asm.R3, 4),
 		insn.Movr(asm.R1, asm.R10),
@@ -418,8 +414,8 @@ func (c *compiler) parseNetfilterMAC() {
 	b.Mark(done)
 }
 
-// macHeader loads skb_mac_header(skb) into dst (not r4 or r5), with the
-// context in r6.
+// macHeader loads skb_mac_header(skb) into dst (not r4 or r5), and the
+// skb into r4, with the context in r6.
 func (c *compiler) macHeader(dst asm.Register) {
 	c.emitSkb(asm.R4, asm.R6)
 	c.b.Emit(
