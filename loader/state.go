@@ -1,12 +1,15 @@
 package loader
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -127,27 +130,45 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []abi.Co
 type MetaSource struct {
 	source string
 	sets   string
-	// all holds the rules in the order Source prints them; at, the first
-	// and last of each position (a slice per position was a million
-	// allocations for a million rules). An nft statement that does not
-	// end its rule (log) splits it into model rules at one position: they
-	// keep their order in the saved rule set and in the program, and pair
-	// in that order.
-	all []placed
-	at  map[rules.Pos]span
+	// all holds the rules in the order Source prints them, each with its
+	// position; byPos orders them by position, stably, and is nil when
+	// that is their order already (an input iptables-save wrote). A map
+	// by position was 100 bytes a rule, a tenth of a million-rule
+	// restore's memory. An nft statement that does not end its rule
+	// (log) splits it into model rules at one position: they keep their
+	// order in the saved rule set and in the program, and pair in that
+	// order.
+	all   []placed
+	byPos []int32
+	// files numbers the files the positions name.
+	files map[string]uint32
 	// policies are the chains' own counters (their policies'), and
 	// decls the lines that declare them, by table and chain.
 	policies map[[2]string]rules.Counters
 	decls    map[[2]string]int
 }
 
-type placed struct {
-	line int
-	c    rules.Counters
-	next int32 // the next placed at the same position, or -1
+// placeKey is a rules.Pos in 16 bytes: its file by number.
+type placeKey struct {
+	file, col uint32
+	line      int64
 }
 
-type span struct{ first, last int32 }
+func (k placeKey) compare(o placeKey) int {
+	if c := cmp.Compare(k.file, o.file); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(k.line, o.line); c != 0 {
+		return c
+	}
+	return cmp.Compare(k.col, o.col)
+}
+
+type placed struct {
+	pos  placeKey
+	line int
+	c    rules.Counters
+}
 
 // NewMetaSource reads what the metas of programs compiled from rs need.
 func NewMetaSource(rs *rules.Ruleset) *MetaSource {
@@ -158,7 +179,7 @@ func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 		// 100k rules).
 		source:   unsafe.String(unsafe.SliceData(saved), len(saved)),
 		all:      make([]placed, 0, n),
-		at:       make(map[rules.Pos]span, n),
+		files:    make(map[string]uint32),
 		policies: make(map[[2]string]rules.Counters),
 		decls:    make(map[[2]string]int),
 	}
@@ -166,6 +187,7 @@ func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 		s.sets = string(rules.SaveSets(rs.Sets))
 	}
 	line := 0
+	sorted := true
 	// Count lines as rules.Ruleset.Save prints them.
 	for _, t := range rs.Tables {
 		chains := t.SaveOrder()
@@ -177,19 +199,53 @@ func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 			s.policies[[2]string{t.Name, c.Name}] = c.Counters
 			for _, r := range c.Rules {
 				line++
-				i := int32(len(s.all))
-				s.all = append(s.all, placed{line, r.Counters, -1})
-				if sp, ok := s.at[r.Pos]; ok {
-					s.all[sp.last].next = i
-					s.at[r.Pos] = span{sp.first, i}
-				} else {
-					s.at[r.Pos] = span{i, i}
+				file, ok := s.files[r.Pos.File]
+				if !ok {
+					file = uint32(len(s.files))
+					s.files[r.Pos.File] = file
 				}
+				pl := placed{placeKey{file, uint32(r.Pos.Col), int64(r.Pos.Line)}, line, r.Counters}
+				if k := len(s.all); k > 0 && s.all[k-1].pos.compare(pl.pos) > 0 {
+					sorted = false
+				}
+				s.all = append(s.all, pl)
 			}
 		}
 		line++
 	}
+	if !sorted {
+		s.byPos = make([]int32, len(s.all))
+		for i := range s.byPos {
+			s.byPos[i] = int32(i)
+		}
+		slices.SortStableFunc(s.byPos, func(a, b int32) int { return s.all[a].pos.compare(s.all[b].pos) })
+	}
 	return s
+}
+
+// at returns the rules at pos, in the order Source prints them: the
+// indexes of all from byPos[lo] to byPos[hi-1] (or all[lo:hi]).
+func (s *MetaSource) at(pos rules.Pos) (lo, hi int) {
+	file, ok := s.files[pos.File]
+	if !ok || pos.Col < 0 || pos.Col > math.MaxUint32 {
+		return 0, 0
+	}
+	key := placeKey{file, uint32(pos.Col), int64(pos.Line)}
+	keyAt := func(i int) placeKey { return s.all[s.index(i)].pos }
+	lo = sort.Search(len(s.all), func(i int) bool { return keyAt(i).compare(key) >= 0 })
+	hi = lo
+	for hi < len(s.all) && keyAt(hi) == key {
+		hi++
+	}
+	return lo, hi
+}
+
+// index is the index in all of the i-th rule by position.
+func (s *MetaSource) index(i int) int {
+	if s.byPos == nil {
+		return i
+	}
+	return int(s.byPos[i])
 }
 
 // Meta describes p, compiled from the rule set read from file, and
@@ -204,12 +260,11 @@ func (s *MetaSource) Meta(p *codegen.Program, file string) (Meta, []abi.Counter,
 	// A rule pairs with the first rule at its position not paired yet.
 	paired := make([]bool, len(s.all))
 	for _, r := range p.IR.Rules {
-		i := int32(-1)
-		if sp, ok := s.at[r.Pos]; ok {
-			i = sp.first
-		}
-		for i >= 0 && paired[i] {
-			i = s.all[i].next
+		i := -1
+		for lo, hi := s.at(r.Pos); lo < hi && i < 0; lo++ {
+			if !paired[s.index(lo)] {
+				i = s.index(lo)
+			}
 		}
 		if i < 0 {
 			return Meta{}, nil, fmt.Errorf("describe rule set: cannot place rule %d (%s) in the saved rule set", r.ID, r.Pos)
@@ -263,8 +318,8 @@ func (s *MetaSource) AcceleratorMeta(p *codegen.Program, file string) Meta {
 	for _, r := range p.IR.Rules {
 		if chain, ok := codegen.AcceleratorPolicy(p.IR, r); ok {
 			m.Lines[r.ID] = s.decls[[2]string{p.IR.Table, chain}]
-		} else if sp, ok := s.at[r.Pos]; ok && r.Pos != (rules.Pos{}) {
-			m.Lines[r.ID] = s.all[sp.first].line
+		} else if lo, hi := s.at(r.Pos); lo < hi && r.Pos != (rules.Pos{}) {
+			m.Lines[r.ID] = s.all[s.index(lo)].line
 			m.Origins[r.ID] = r.Pos.File + ":" + strconv.Itoa(r.Pos.Line)
 		}
 	}
