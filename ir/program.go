@@ -80,10 +80,23 @@ type Rule struct {
 	Action  Action
 }
 
-// cachedForm is a rule's Program.Form, once computed.
+// cachedForm is a rule's Program.Form, once computed, in 64 bytes: a
+// Form is 144, and most rules' have tuples, and the tuples before their
+// L4Header, and nothing else.
 type cachedForm struct {
-	f  Form
-	ok bool
+	tuples, preL4 []Tuple
+	more          *formMore // nil when the form has none of it
+	l4Len         int32
+	ok            bool
+	proto, tiny   bool
+}
+
+// formMore is what the forms of few rules have: the tuples before an
+// IPv6 Proto match, and residual matches.
+type formMore struct {
+	preProto                        []Tuple
+	residual                        []Match
+	residualPreProto, residualPreL4 int
 }
 
 // Action is what a rule does when it matches. The set of kinds is closed:

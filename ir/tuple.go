@@ -121,7 +121,8 @@ const formLimit = 1 << 16
 
 // Form is NormalizeResidual(r, formLimit), computed once per rule of p:
 // the shadow pass and the classifier both ask for it. A rule's matches
-// must not change once its form is computed.
+// must not change once its form is computed, and no caller may change
+// the form's tuples.
 func (p *Program) Form(r *Rule) (Form, bool) {
 	if p.forms == nil {
 		p.forms = make([]*cachedForm, len(p.Rules))
@@ -129,10 +130,20 @@ func (p *Program) Form(r *Rule) (Form, bool) {
 	c := p.forms[r.ID]
 	if c == nil {
 		f, ok := p.NormalizeResidual(r, formLimit)
-		c = &cachedForm{f, ok}
+		c = &cachedForm{ok: ok, tuples: f.Tuples, preL4: f.PreL4, l4Len: int32(f.L4Len), proto: f.Proto, tiny: f.Tiny}
+		if len(f.PreProto) > 0 || len(f.Residual) > 0 {
+			c.more = &formMore{f.PreProto, f.Residual, f.ResidualPreProto, f.ResidualPreL4}
+		}
 		p.forms[r.ID] = c
 	}
-	return c.f, c.ok
+	if !c.ok {
+		return Form{}, false
+	}
+	f := Form{Tuples: c.tuples, PreL4: c.preL4, L4Len: int(c.l4Len), Proto: c.proto, Tiny: c.tiny}
+	if m := c.more; m != nil {
+		f.PreProto, f.Residual, f.ResidualPreProto, f.ResidualPreL4 = m.preProto, m.residual, m.residualPreProto, m.residualPreL4
+	}
+	return f, true
 }
 
 // ForgetForms lets the cached forms of rs go, for a caller that is done
