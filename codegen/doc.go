@@ -93,5 +93,8 @@
 // reads no slot of a dynptr as memory). The netfilter stage still calls
 // parse, and so does a program whose call chains, with main's larger
 // frame, would not fit BPF's 512 bytes of stack (stackDepth: the chains
-// nest deep, a LOG at the bottom).
+// nest deep, a LOG at the bottom). Chains that nest too deep for the
+// stack even then are refused at the jump to the deepest one, counted as
+// the verifier counts a JITed program, so that restore can leave them to
+// the kernel instead of failing at the load.
 package codegen

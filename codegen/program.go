@@ -210,7 +210,7 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.inlineParse && stackDepth(insns) > maxStack {
+	if depth, _ := stackDepth(insns, frameGranule); c.inlineParse && depth > maxStack {
 		// main's frame holds the parser's slots too: with chains that
 		// nest deep, the call chain would not fit the stack.
 		if c, insns, err = build(true); err != nil {
@@ -220,6 +220,11 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 	insns, removed, err := eliminateDeadCode(insns)
 	if err != nil {
 		return nil, fmt.Errorf("compile for %s: %w", opts.Hook, err)
+	}
+	if depth, path := stackDepth(insns, jitFrameGranule); depth > maxStack {
+		// Every verifier refuses it: a rule set whose chains nest too
+		// deep is refused at the jump, which restore can delegate.
+		return nil, c.stackError(depth, path)
 	}
 	if n := rawLen(insns); n > maxInstructions {
 		return nil, fmt.Errorf("compile for %s: %d rules make %d instructions, more than the %d a BPF program may have", opts.Hook, len(p.Rules), n, maxInstructions)

@@ -55,3 +55,25 @@ func TestParseInMainFitsTheStack(t *testing.T) {
 		loadCollection(t, p)
 	}
 }
+
+// TestChainsTooDeepForTheStack: five nested chains with a LOG at the
+// bottom need 560 bytes of stack at the netfilter hook even with main
+// calling parse, as the verifier counts it for a JITed program ("combined
+// stack size of 7 calls is 560"). Compile refuses them at the jump that
+// nests the deepest chain, where restore can leave the chain to the
+// kernel, and not four, which load (TestParseInMainFitsTheStack).
+func TestChainsTooDeepForTheStack(t *testing.T) {
+	_, err := compileChain(t, nestedRules(5), rules.IPv4, "FORWARD", codegen.HookNetfilter, codegen.O1)
+	list, ok := rules.AsErrorList(err)
+	if !ok || len(list) != 1 {
+		t.Fatalf("5 nested chains: %v, want one error at a rule", err)
+	}
+	// The jump to C5 is line 19: "-A C4 -p tcp -m tcp --dport 1004 -j C5".
+	if e := list[0]; e.Pos.Line != 19 || !strings.Contains(e.Error(), "jump to C5 nests chains too deep for BPF's stack (FORWARD → C1 → C2 → C3 → C4 → C5)") ||
+		!strings.Contains(e.Error(), "560 bytes") {
+		t.Errorf("5 nested chains: %v", e)
+	}
+	if _, err := compileChain(t, nestedRules(4), rules.IPv4, "FORWARD", codegen.HookNetfilter, codegen.O1); err != nil {
+		t.Errorf("4 nested chains: %v", err)
+	}
+}

@@ -844,3 +844,55 @@ func TestRestoreDelegatesUncompiled(t *testing.T) {
 	}
 	c.ok("", "unload")
 }
+
+// TestRestoreDelegatesDeepChains: FORWARD jumps through five nested
+// chains with a LOG at the bottom, whose calls need more stack than BPF
+// allows. The compiler refuses them at the jump to the fifth, so restore
+// runs FORWARD in the kernel and INPUT in BPF, where it used to fail at
+// the load; with --no-delegate it names that jump and changes nothing.
+func TestRestoreDelegatesDeepChains(t *testing.T) {
+	testenv.RequireTool(t, "iptables-restore", "iptables-save")
+	bin := buildBpfwall(t)
+	freshNetns(t)
+	c := cli{t, bin}
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	for i := 1; i <= 5; i++ {
+		fmt.Fprintf(&b, ":C%d - [0:0]\n", i)
+	}
+	b.WriteString("-A INPUT -p tcp -m tcp --dport 23 -j DROP\n-A FORWARD -p tcp -j C1\n")
+	for i := 1; i <= 5; i++ {
+		fmt.Fprintf(&b, "-A C%d -s 10.0.%d.0/24 -j ACCEPT\n", i, i)
+		if i < 5 {
+			fmt.Fprintf(&b, "-A C%d -p tcp -m tcp --dport %d -j C%d\n", i, 1000+i, i+1)
+		} else {
+			fmt.Fprintf(&b, "-A C%d -j LOG --log-prefix deep\n", i)
+		}
+	}
+	b.WriteString("COMMIT\n")
+	text := b.String()
+	// The jump to C5 is on line 19.
+	_, errOut, code := c.run(text, "restore", "--no-delegate")
+	if code == 0 || !strings.Contains(errOut, "<stdin>:19:") || !strings.Contains(errOut, "jump to C5 nests chains too deep for BPF's stack") {
+		t.Fatalf("restore --no-delegate: exit %d, want the jump to C5 refused:\n%s", code, errOut)
+	}
+	if st := c.status(); len(st) != 0 {
+		t.Fatalf("a refused restore loaded %d filters", len(st))
+	}
+	_, errOut, code = c.run(text, "restore")
+	if code != 0 || !strings.Contains(errOut, "filter FORWARD runs in the kernel's netfilter") || !strings.Contains(errOut, "too deep for BPF's stack") {
+		t.Fatalf("restore: exit %d, want filter FORWARD delegated for its nesting:\n%s", code, errOut)
+	}
+	kernel, err := exec.Command("iptables-save", "-t", "filter").CombinedOutput()
+	if err != nil || !strings.Contains(string(kernel), "-A C4 -p tcp -m tcp --dport 1004 -j C5") || !strings.Contains(string(kernel), "-A C5 -j LOG --log-prefix deep") {
+		t.Errorf("the kernel's filter table (%v):\n%s", err, kernel)
+	}
+	var chains []string
+	for _, st := range c.status() {
+		chains = append(chains, st.Hook+" "+st.Table+" "+st.Chain)
+	}
+	if !slices.Contains(chains, "netfilter filter INPUT") || slices.Contains(chains, "netfilter filter FORWARD") {
+		t.Errorf("status shows %q, want INPUT in BPF and FORWARD not", chains)
+	}
+	c.ok("", "unload")
+}
