@@ -221,9 +221,11 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile for %s: %w", opts.Hook, err)
 	}
-	if depth, path := stackDepth(insns, jitFrameGranule); depth > maxStack {
+	if depth, path := stackDepth(insns, jitFrameGranule); depth > maxStack && path != nil {
 		// Every verifier refuses it: a rule set whose chains nest too
-		// deep is refused at the jump, which restore can delegate.
+		// deep is refused at the jump, which restore can delegate. (A
+		// frame stackDepth cannot measure, it has no path for: the
+		// verifier decides.)
 		return nil, c.stackError(depth, path)
 	}
 	if n := rawLen(insns); n > maxInstructions {
