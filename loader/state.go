@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -154,6 +153,12 @@ type placeKey struct {
 	line      int64
 }
 
+// keyOf is the key of pos, in the file numbered file. (A column is a
+// byte of a line.)
+func keyOf(file uint32, pos rules.Pos) placeKey {
+	return placeKey{file, uint32(pos.Col), int64(pos.Line)}
+}
+
 func (k placeKey) compare(o placeKey) int {
 	if c := cmp.Compare(k.file, o.file); c != 0 {
 		return c
@@ -204,7 +209,7 @@ func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 					file = uint32(len(s.files))
 					s.files[r.Pos.File] = file
 				}
-				pl := placed{placeKey{file, uint32(r.Pos.Col), int64(r.Pos.Line)}, line, r.Counters}
+				pl := placed{keyOf(file, r.Pos), line, r.Counters}
 				if k := len(s.all); k > 0 && s.all[k-1].pos.compare(pl.pos) > 0 {
 					sorted = false
 				}
@@ -227,10 +232,10 @@ func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 // indexes of all from byPos[lo] to byPos[hi-1] (or all[lo:hi]).
 func (s *MetaSource) at(pos rules.Pos) (lo, hi int) {
 	file, ok := s.files[pos.File]
-	if !ok || pos.Col < 0 || pos.Col > math.MaxUint32 {
+	if !ok {
 		return 0, 0
 	}
-	key := placeKey{file, uint32(pos.Col), int64(pos.Line)}
+	key := keyOf(file, pos)
 	keyAt := func(i int) placeKey { return s.all[s.index(i)].pos }
 	lo = sort.Search(len(s.all), func(i int) bool { return keyAt(i).compare(key) >= 0 })
 	hi = lo
