@@ -97,8 +97,15 @@ type lowerer struct {
 	edges  [][]chainEdge  // jumps and gotos out of each chain
 	prog   *Program
 	errs   rules.ErrorList
-	// text is the block spec prints the rules' texts into.
-	text []byte
+	// text is the block spec prints the rules' texts into; scratch is
+	// where matches lowers a rule's matches, and matchBlock and ruleBlock
+	// the blocks their final copies and the rules are taken from: a
+	// slice and a struct per rule were each an allocation, rounded up to
+	// a size class, and a rule's slice grew as its extensions lowered.
+	text       []byte
+	scratch    []Match
+	matchBlock []Match
+	ruleBlock  []Rule
 	// buckets numbers the token buckets of Limit and RateLimit matches by
 	// the source match: the rules one nft rule splits into share its one
 	// limit expression.
@@ -246,7 +253,12 @@ func (l *lowerer) lowerChain(i int, c *rules.Chain) {
 		out.Policy = c.Policy
 	}
 	for _, r := range c.Rules {
-		lr := &Rule{
+		if len(l.ruleBlock) == 0 {
+			l.ruleBlock = make([]Rule, min(max(len(c.Rules), 16), 1024))
+		}
+		lr := &l.ruleBlock[0]
+		l.ruleBlock = l.ruleBlock[1:]
+		*lr = Rule{
 			ID:    len(l.prog.Rules),
 			Chain: i,
 			Pos:   r.Pos,
@@ -258,6 +270,20 @@ func (l *lowerer) lowerChain(i int, c *rules.Chain) {
 		l.prog.Rules = append(l.prog.Rules, lr)
 	}
 	l.prog.Chains = append(l.prog.Chains, out)
+}
+
+// hold returns a copy of ms from l's match block, its capacity its
+// length: a pass that changes a rule's matches copies them (own).
+func (l *lowerer) hold(ms []Match) []Match {
+	if len(ms) == 0 {
+		return []Match{}
+	}
+	if len(ms) > cap(l.matchBlock)-len(l.matchBlock) {
+		l.matchBlock = make([]Match, 0, max(len(ms), 4096))
+	}
+	start := len(l.matchBlock)
+	l.matchBlock = append(l.matchBlock, ms...)
+	return l.matchBlock[start:len(l.matchBlock):len(l.matchBlock)]
 }
 
 // spec is r.Spec(). The texts are printed one after the other into
@@ -278,7 +304,7 @@ func (l *lowerer) spec(r *rules.Rule) string {
 // matches lowers the rule's standard matches in ip_packet_match's order,
 // then its extension matches in the order they were loaded.
 func (l *lowerer) matches(r *rules.Rule) []Match {
-	ms := make([]Match, 0, 2+len(r.Matches))
+	ms := l.scratch[:0]
 	ms = l.addr(ms, Src, r.Src, r.SrcNeg, r.Pos)
 	ms = l.addr(ms, Dst, r.Dst, r.DstNeg, r.Pos)
 	ms = iface(ms, IfaceIn, r.InIface, r.InNeg)
@@ -305,7 +331,8 @@ func (l *lowerer) matches(r *rules.Rule) []Match {
 	for _, m := range r.Matches {
 		ms = l.extension(ms, r, m)
 	}
-	return ms
+	l.scratch = ms
+	return l.hold(ms)
 }
 
 func (l *lowerer) addr(ms []Match, dir Dir, n rules.Net, neg bool, pos rules.Pos) []Match {

@@ -166,3 +166,37 @@ func TestCutHasher(t *testing.T) {
 		hashes[h] = cut
 	}
 }
+
+// TestLoweredMatchesShareBlocks: the rules' match slices and the rules
+// come from blocks the lowerer shares; each slice ends at its own
+// length, so that appending to one rule's matches leaves the next rule's
+// alone.
+func TestLoweredMatchesShareBlocks(t *testing.T) {
+	src := "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+		"-A INPUT -s 10.0.0.1 -p tcp -m tcp --dport 22 -j ACCEPT\n-A INPUT -s 10.0.0.2 -p udp -m udp --dport 53 -j ACCEPT\n-A INPUT -j DROP\nCOMMIT\n"
+	rs, err := iptables.Parse("blocks", []byte(src), iptables.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Lower(rs, LowerOptions{Table: "filter", Chain: "INPUT"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := p.Rules[0], p.Rules[1]
+	if len(first.Matches) != cap(first.Matches) {
+		t.Fatalf("rule 0's matches: length %d, capacity %d", len(first.Matches), cap(first.Matches))
+	}
+	want := slices.Clone(second.Matches)
+	_ = append(first.Matches, Fragment{})
+	if !reflect.DeepEqual(second.Matches, want) {
+		t.Errorf("appending to rule 0's matches changed rule 1's: %v, want %v", second.Matches, want)
+	}
+	if p.Rules[2].Matches == nil || len(p.Rules[2].Matches) != 0 {
+		t.Errorf("a rule without matches has %#v, want an empty slice", p.Rules[2].Matches)
+	}
+	for i, r := range p.Rules {
+		if r.ID != i {
+			t.Errorf("rule %d has ID %d", i, r.ID)
+		}
+	}
+}
