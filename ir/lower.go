@@ -26,6 +26,10 @@ type LowerOptions struct {
 	// (Program.TableBuckets). Without it they are errors: the program's
 	// state would be its own.
 	SharedState bool
+	// NoText leaves the rules' Text empty, for a caller that sets it from
+	// the rule set printed once for every chain (loader.MetaSource.Texts)
+	// before anything reads it: a large restore printed each rule twice.
+	NoText bool
 }
 
 // Lower lowers the builtin chain opts.Chain of table opts.Table, and every
@@ -64,6 +68,7 @@ func Lower(rs *rules.Ruleset, opts LowerOptions) (*Program, error) {
 		index:       make(map[string]int),
 		prog:        &Program{Family: rs.Family, Table: t.Name},
 		sharedState: opts.SharedState,
+		noText:      opts.NoText,
 	}
 	for _, c := range t.Chains {
 		l.byName[c.Name] = c
@@ -110,8 +115,8 @@ type lowerer struct {
 	// the source match: the rules one nft rule splits into share its one
 	// limit expression.
 	buckets map[rules.Match]int
-	// sharedState is LowerOptions.SharedState.
-	sharedState bool
+	// sharedState is LowerOptions.SharedState, noText NoText.
+	sharedState, noText bool
 	// reported are the matches already reported as shared by both
 	// families.
 	reported map[rules.Match]bool
@@ -290,6 +295,9 @@ func (l *lowerer) hold(ms []Match) []Match {
 // blocks they share, which are never written again: a string per rule
 // was an allocation per rule.
 func (l *lowerer) spec(r *rules.Rule) string {
+	if l.noText {
+		return ""
+	}
 	if cap(l.text)-len(l.text) < 1024 {
 		l.text = make([]byte, 0, 64<<10)
 	}

@@ -72,3 +72,48 @@ func TestMetaSourceFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestMetaSourceTexts: the texts Texts gives the rules of a program
+// lowered with NoText are those Lower prints, for every chain: rules one
+// address list expands into, a user chain the input gives before the
+// chain Save prints first, a rule with no match or target, and the
+// rules of a table kept from another file.
+func TestMetaSourceTexts(t *testing.T) {
+	parse := func(file, src string) *rules.Ruleset {
+		rs, err := iptables.Parse(file, []byte(src), iptables.Options{Counters: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs
+	}
+	rs := parse("input.rules", "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:MY - [0:0]\n"+
+		"[3:30] -A MY -s 10.0.0.9 -p tcp -m tcp --dport 22 -m comment --comment \"ssh in\" -j DROP\n"+
+		"[5:50] -A INPUT -s 10.0.0.1,10.0.0.3 -j DROP\n-A INPUT\n[4:40] -A INPUT -i eth0 -j MY\nCOMMIT\n")
+	kept := parse("active.rules", "*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"+
+		"[7:70] -A PREROUTING -s 10.0.0.2 -j DROP\n-A PREROUTING -p udp -j ACCEPT\nCOMMIT\n")
+	rs.Tables = append(rs.Tables, kept.Tables...)
+	ms := NewMetaSource(rs)
+	for _, c := range []struct{ table, chain string }{{"filter", "INPUT"}, {"raw", "PREROUTING"}} {
+		want, err := ir.Lower(rs, ir.LowerOptions{Table: c.table, Chain: c.chain})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ir.Lower(rs, ir.LowerOptions{Table: c.table, Chain: c.chain, NoText: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range got.Rules {
+			if r.Text != "" {
+				t.Fatalf("%s %s rule %d has the text %q with NoText", c.table, c.chain, r.ID, r.Text)
+			}
+		}
+		if err := ms.Texts(got); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range got.Rules {
+			if r.Text != want.Rules[i].Text {
+				t.Errorf("%s %s rule %d: text %q, want %q", c.table, c.chain, r.ID, r.Text, want.Rules[i].Text)
+			}
+		}
+	}
+}

@@ -1,11 +1,13 @@
 package loader
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -19,6 +21,7 @@ import (
 
 	"bpfwall/codegen"
 	"bpfwall/codegen/abi"
+	"bpfwall/ir"
 	"bpfwall/rules"
 )
 
@@ -170,8 +173,11 @@ func (k placeKey) compare(o placeKey) int {
 }
 
 type placed struct {
-	pos  placeKey
-	line int
+	pos placeKey
+	// line is the rule's line in source, from 1, and off where that line
+	// starts (0 for every rule of a source of 4 GiB or more: offs).
+	line int32
+	off  uint32
 	c    rules.Counters
 }
 
@@ -193,30 +199,44 @@ func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 	}
 	line := 0
 	sorted := true
-	// Count lines as rules.Ruleset.Save prints them.
+	// Count lines as rules.Ruleset.Save prints them, and find where they
+	// start: next is where line+1 starts.
+	next := 0
+	skip := func(lines int) {
+		line += lines
+		for range lines {
+			if i := bytes.IndexByte(saved[next:], '\n'); i >= 0 {
+				next += i + 1
+			}
+		}
+	}
 	for _, t := range rs.Tables {
 		chains := t.SaveOrder()
 		for i, c := range chains {
 			s.decls[[2]string{t.Name, c.Name}] = line + 2 + i
 		}
-		line += 1 + len(chains)
+		skip(1 + len(chains))
 		for _, c := range chains {
 			s.policies[[2]string{t.Name, c.Name}] = c.Counters
 			for _, r := range c.Rules {
-				line++
+				off := next
+				skip(1)
 				file, ok := s.files[r.Pos.File]
 				if !ok {
 					file = uint32(len(s.files))
 					s.files[r.Pos.File] = file
 				}
-				pl := placed{keyOf(file, r.Pos), line, r.Counters}
+				pl := placed{pos: keyOf(file, r.Pos), line: int32(line), c: r.Counters}
+				if len(saved) <= math.MaxUint32 {
+					pl.off = uint32(off)
+				}
 				if k := len(s.all); k > 0 && s.all[k-1].pos.compare(pl.pos) > 0 {
 					sorted = false
 				}
 				s.all = append(s.all, pl)
 			}
 		}
-		line++
+		skip(1)
 	}
 	if !sorted {
 		s.byPos = make([]int32, len(s.all))
@@ -262,21 +282,13 @@ func (s *MetaSource) Meta(p *codegen.Program, file string) (Meta, []abi.Counter,
 	// The origins, FILE:LINE, are substrings of one string.
 	var origins []byte
 	bounds := make([][2]int, len(p.IR.Rules))
-	// A rule pairs with the first rule at its position not paired yet.
-	paired := make([]bool, len(s.all))
+	placedAt, err := s.pair(p.IR)
+	if err != nil {
+		return Meta{}, nil, err
+	}
 	for _, r := range p.IR.Rules {
-		i := -1
-		for lo, hi := s.at(r.Pos); lo < hi && i < 0; lo++ {
-			if !paired[s.index(lo)] {
-				i = s.index(lo)
-			}
-		}
-		if i < 0 {
-			return Meta{}, nil, fmt.Errorf("describe rule set: cannot place rule %d (%s) in the saved rule set", r.ID, r.Pos)
-		}
-		paired[i] = true
-		pl := s.all[i]
-		m.Lines[r.ID] = pl.line
+		pl := s.all[placedAt[r.ID]]
+		m.Lines[r.ID] = int(pl.line)
 		start := len(origins)
 		origins = append(origins, r.Pos.File...)
 		origins = append(origins, ':')
@@ -292,6 +304,56 @@ func (s *MetaSource) Meta(p *codegen.Program, file string) (Meta, []abi.Counter,
 		counters[len(p.IR.Rules)] = abi.Counter{Packets: c.Packets, Bytes: c.Bytes}
 	}
 	return m, counters, nil
+}
+
+// pair returns, by rule ID, the index in all of each rule of p: the
+// first rule at its position not paired yet.
+func (s *MetaSource) pair(p *ir.Program) ([]int32, error) {
+	out := make([]int32, len(p.Rules))
+	paired := make([]bool, len(s.all))
+	for _, r := range p.Rules {
+		i := -1
+		for lo, hi := s.at(r.Pos); lo < hi && i < 0; lo++ {
+			if !paired[s.index(lo)] {
+				i = s.index(lo)
+			}
+		}
+		if i < 0 {
+			return nil, fmt.Errorf("describe rule set: cannot place rule %d (%s) in the saved rule set", r.ID, r.Pos)
+		}
+		paired[i] = true
+		out[r.ID] = int32(i)
+	}
+	return out, nil
+}
+
+// Texts sets the Text of every rule of p, lowered with ir.LowerOptions
+// NoText, from its line in the saved rule set: a view of that line, as
+// rules.Rule.Spec would print it.
+func (s *MetaSource) Texts(p *ir.Program) error {
+	placedAt, err := s.pair(p)
+	if err != nil {
+		return err
+	}
+	var starts []int // every line's start, for a source offs cannot hold
+	for _, r := range p.Rules {
+		pl := s.all[placedAt[r.ID]]
+		off := int(pl.off)
+		if len(s.source) > math.MaxUint32 {
+			if starts == nil {
+				starts = append(starts, 0)
+				for i := 0; i < len(s.source); i++ {
+					if s.source[i] == '\n' {
+						starts = append(starts, i+1)
+					}
+				}
+			}
+			off = starts[pl.line-1]
+		}
+		line, _, _ := strings.Cut(s.source[off:], "\n")
+		r.Text = parseRuleLine(line).text
+	}
+	return nil
 }
 
 // program is the Meta of p, read from file, without its rules' lines and
@@ -324,7 +386,7 @@ func (s *MetaSource) AcceleratorMeta(p *codegen.Program, file string) Meta {
 		if chain, ok := codegen.AcceleratorPolicy(p.IR, r); ok {
 			m.Lines[r.ID] = s.decls[[2]string{p.IR.Table, chain}]
 		} else if lo, hi := s.at(r.Pos); lo < hi && r.Pos != (rules.Pos{}) {
-			m.Lines[r.ID] = s.all[s.index(lo)].line
+			m.Lines[r.ID] = int(s.all[s.index(lo)].line)
 			m.Origins[r.ID] = r.Pos.File + ":" + strconv.Itoa(r.Pos.Line)
 		}
 	}

@@ -87,7 +87,7 @@ func checkCompiles(cf *compileFlags, hookGiven, noDelegate bool, rs *rules.Rules
 		return err
 	}
 	keep := func() (*rules.Ruleset, error) { return rs, nil } // check keeps the rule set anyway
-	cc, err := compileChains(rs, keep, rs.Family, level, noDelegate)
+	cc, err := compileChains(rs, keep, rs.Family, level, noDelegate, nil)
 	if err != nil {
 		return err
 	}

@@ -197,7 +197,16 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) (rerr error)
 	}
 	tables := shellTables(rs)
 	limits := acceleratorLimits(rs)
-	cc, err := compileChains(rs, parse, req.family, req.level, req.noDelegate)
+	// The chains' rules take their texts from the metas' source, which
+	// prints the rule set once for all of them.
+	var texts func(*ir.Program) error
+	if !req.test {
+		texts = func(p *ir.Program) error {
+			<-metasMade
+			return metas.Texts(p)
+		}
+	}
+	cc, err := compileChains(rs, parse, req.family, req.level, req.noDelegate, texts)
 	<-metasMade
 	if err != nil {
 		return reportRuleErrors(err, true, stderr)
@@ -421,8 +430,9 @@ type compiledChains struct {
 // chains it cannot compile; with noDelegate those are errors at their
 // rules' positions. It lowers every chain first and compiles them after,
 // without rs: a chain that then fails to compile is delegated from the
-// rule set parse reads again.
-func compileChains(rs *rules.Ruleset, parse func() (*rules.Ruleset, error), family rules.Family, level codegen.Level, noDelegate bool) (*compiledChains, error) {
+// rule set parse reads again. With texts, the chains lower without their
+// rules' texts, and texts sets them before they compile.
+func compileChains(rs *rules.Ruleset, parse func() (*rules.Ruleset, error), family rules.Family, level codegen.Level, noDelegate bool, texts func(*ir.Program) error) (*compiledChains, error) {
 	cc := &compiledChains{progs: make(map[loader.NetfilterChain]*codegen.Program), deleg: newDelegation(family), why: make(map[string]rules.ErrorList)}
 	var errs rules.ErrorList
 	if noDelegate {
@@ -457,7 +467,7 @@ func compileChains(rs *rules.Ruleset, parse func() (*rules.Ruleset, error), fami
 		}
 		// The chains are swapped as one (loader.SwapAll), with the recent
 		// tables and token buckets netfilter shares between hooks shared.
-		p, err := ir.Lower(rs, ir.LowerOptions{Table: c.Table, Chain: c.Chain, SharedState: true})
+		p, err := ir.Lower(rs, ir.LowerOptions{Table: c.Table, Chain: c.Chain, SharedState: true, NoText: texts != nil})
 		if err != nil {
 			if err := refused(rs, c, err); err != nil {
 				return nil, err
@@ -473,6 +483,11 @@ func compileChains(rs *rules.Ruleset, parse func() (*rules.Ruleset, error), fami
 			continue
 		}
 		delete(lowered, c)
+		if texts != nil {
+			if err := texts(p); err != nil {
+				return nil, err
+			}
+		}
 		prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookNetfilter, Level: level})
 		if err == nil {
 			cc.progs[c] = prog
