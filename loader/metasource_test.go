@@ -11,6 +11,16 @@ import (
 	"bpfwall/rules"
 )
 
+// parseCounted parses src, read from file, with its counters.
+func parseCounted(t *testing.T, file, src string) *rules.Ruleset {
+	t.Helper()
+	rs, err := iptables.Parse(file, []byte(src), iptables.Options{Counters: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
 // TestMetaSourceFiles: the rules of a restore's input and those of a
 // table kept from the active rule set come from two files, at the same
 // lines and columns; each compiled rule gets the saved line and the
@@ -18,16 +28,9 @@ import (
 // pair in order. The input's user chain comes before INPUT, which Save
 // prints first: the positions are not in the saved order.
 func TestMetaSourceFiles(t *testing.T) {
-	parse := func(file, src string) *rules.Ruleset {
-		rs, err := iptables.Parse(file, []byte(src), iptables.Options{Counters: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rs
-	}
-	rs := parse("input.rules", "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:MY - [0:0]\n"+
+	rs := parseCounted(t, "input.rules", "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:MY - [0:0]\n"+
 		"[3:30] -A MY -s 10.0.0.9 -j DROP\n[5:50] -A INPUT -s 10.0.0.1,10.0.0.3 -j DROP\n[4:40] -A INPUT -j MY\nCOMMIT\n")
-	kept := parse("active.rules", "# kept\n*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\n\n"+
+	kept := parseCounted(t, "active.rules", "# kept\n*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\n\n"+
 		"[7:70] -A PREROUTING -s 10.0.0.2 -j DROP\nCOMMIT\n")
 	if rs.Table("filter").Chain("INPUT").Rules[0].Pos.Line != kept.Tables[0].Chains[0].Rules[0].Pos.Line {
 		t.Fatal("the two rules are not at the same line")
@@ -79,17 +82,10 @@ func TestMetaSourceFiles(t *testing.T) {
 // chain Save prints first, a rule with no match or target, and the
 // rules of a table kept from another file.
 func TestMetaSourceTexts(t *testing.T) {
-	parse := func(file, src string) *rules.Ruleset {
-		rs, err := iptables.Parse(file, []byte(src), iptables.Options{Counters: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rs
-	}
-	rs := parse("input.rules", "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:MY - [0:0]\n"+
+	rs := parseCounted(t, "input.rules", "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:MY - [0:0]\n"+
 		"[3:30] -A MY -s 10.0.0.9 -p tcp -m tcp --dport 22 -m comment --comment \"ssh in\" -j DROP\n"+
 		"[5:50] -A INPUT -s 10.0.0.1,10.0.0.3 -j DROP\n-A INPUT\n[4:40] -A INPUT -i eth0 -j MY\nCOMMIT\n")
-	kept := parse("active.rules", "*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"+
+	kept := parseCounted(t, "active.rules", "*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"+
 		"[7:70] -A PREROUTING -s 10.0.0.2 -j DROP\n-A PREROUTING -p udp -j ACCEPT\nCOMMIT\n")
 	rs.Tables = append(rs.Tables, kept.Tables...)
 	ms := NewMetaSource(rs)
