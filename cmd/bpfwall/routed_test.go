@@ -832,10 +832,7 @@ func TestRestoreDelegatesUncompiled(t *testing.T) {
 	if err != nil || !strings.Contains(string(kernel), "-A INPUT -m mac --mac-source 02:00:00:00:00:01 -j DROP") || !strings.Contains(string(kernel), "--dport 23 -j LOG --log-uid") {
 		t.Errorf("the kernel's filter table (%v):\n%s", err, kernel)
 	}
-	var chains []string
-	for _, st := range c.status() {
-		chains = append(chains, st.Hook+" "+st.Table+" "+st.Chain)
-	}
+	chains := c.loadedChains()
 	if !slices.Contains(chains, "netfilter filter FORWARD") || slices.Contains(chains, "netfilter filter INPUT") {
 		t.Errorf("status shows %q, want FORWARD in BPF and INPUT not", chains)
 	}
@@ -887,12 +884,19 @@ func TestRestoreDelegatesDeepChains(t *testing.T) {
 	if err != nil || !strings.Contains(string(kernel), "-A C4 -p tcp -m tcp --dport 1004 -j C5") || !strings.Contains(string(kernel), "-A C5 -j LOG --log-prefix deep") {
 		t.Errorf("the kernel's filter table (%v):\n%s", err, kernel)
 	}
-	var chains []string
-	for _, st := range c.status() {
-		chains = append(chains, st.Hook+" "+st.Table+" "+st.Chain)
-	}
+	chains := c.loadedChains()
 	if !slices.Contains(chains, "netfilter filter INPUT") || slices.Contains(chains, "netfilter filter FORWARD") {
 		t.Errorf("status shows %q, want INPUT in BPF and FORWARD not", chains)
 	}
 	c.ok("", "unload")
+}
+
+// loadedChains names the filters status lists, "HOOK TABLE CHAIN".
+func (c cli) loadedChains() []string {
+	c.t.Helper()
+	var out []string
+	for _, st := range c.status() {
+		out = append(out, st.Hook+" "+st.Table+" "+st.Chain)
+	}
+	return out
 }
