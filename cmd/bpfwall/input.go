@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"maps"
 	"os"
@@ -88,6 +89,50 @@ func readFile(name string) ([]byte, error) {
 		return rules.ReadSource("<stdin>", os.Stdin)
 	}
 	return rules.ReadFile(name)
+}
+
+// rereader returns a function that reads the input name again, as
+// readFile read it into src, and fails if it is not the same: nil when
+// the input is not a regular file (a pipe), whose src the caller keeps.
+// restore < rules.v4 need not keep a million-rule input (60 MB) in
+// memory for the rare chain it parses again.
+func rereader(name string, src []byte) func() ([]byte, error) {
+	display, f, start := name, (*os.File)(nil), int64(0)
+	if name == "-" {
+		display, f = "<stdin>", os.Stdin
+		st, err := f.Stat()
+		if err != nil || !st.Mode().IsRegular() {
+			return nil
+		}
+		// Read to its end: it started len(src) bytes back.
+		end, err := f.Seek(0, io.SeekCurrent)
+		if err != nil || end < int64(len(src)) {
+			return nil
+		}
+		start = end - int64(len(src))
+	} else if st, err := os.Stat(name); err != nil || !st.Mode().IsRegular() {
+		return nil
+	}
+	seed := maphash.MakeSeed()
+	sum, n := maphash.Bytes(seed, src), len(src)
+	return func() ([]byte, error) {
+		var again []byte
+		var err error
+		if f != nil {
+			if _, err = f.Seek(start, io.SeekStart); err == nil {
+				again, err = rules.ReadSource(display, f)
+			}
+		} else {
+			again, err = rules.ReadFile(name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s again: %w", display, err)
+		}
+		if len(again) != n || maphash.Bytes(seed, again) != sum {
+			return nil, fmt.Errorf("read %s again: it changed since it was read; nothing was changed, run the command again", display)
+		}
+		return again, nil
+	}
 }
 
 // load reads and parses one rule set file.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"os"
@@ -127,8 +128,30 @@ type cli struct {
 // run runs bpfwall with stdin and returns its output and exit code.
 func (c cli) run(stdin string, args ...string) (stdout, stderr string, code int) {
 	c.t.Helper()
+	return c.runWith(strings.NewReader(stdin), args...)
+}
+
+// runFromFile runs bpfwall with its stdin a regular file holding text,
+// as "bpfwall restore < rules.v4" does, and returns its output and exit
+// code.
+func (c cli) runFromFile(text string, args ...string) (stdout, stderr string, code int) {
+	c.t.Helper()
+	path := filepath.Join(c.t.TempDir(), "rules")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer f.Close()
+	return c.runWith(f, args...)
+}
+
+func (c cli) runWith(stdin io.Reader, args ...string) (stdout, stderr string, code int) {
+	c.t.Helper()
 	cmd := exec.Command(c.bin, args...)
-	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Stdin = stdin
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()

@@ -102,6 +102,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 		req.opts.Family, req.family = rules.IPv6, rules.IPv6
 	}
 	if nf {
+		req.again = rereader(name, src)
 		return restoreNetfilter(req, stdout, stderr)
 	}
 	return restoreInterfaces(req, stdout, stderr)

@@ -26,7 +26,9 @@ import (
 
 // restoreRequest is what runRestore read from its flags and input.
 type restoreRequest struct {
-	src      []byte
+	src []byte
+	// again reads the input again (rereader), nil when only src has it.
+	again    func() ([]byte, error)
 	display  string
 	family   rules.Family
 	sets     map[string]*rules.IPSet
@@ -153,7 +155,14 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) (rerr error)
 	// does not name, which stay (kept).
 	kept := make(map[string]bool)
 	parse := func() (*rules.Ruleset, error) {
-		rs, err := iptables.Parse(req.display, req.src, opts)
+		src := req.src
+		if src == nil {
+			var err error
+			if src, err = req.again(); err != nil {
+				return nil, err
+			}
+		}
+		rs, err := iptables.Parse(req.display, src, opts)
 		if err != nil {
 			return rs, err
 		}
@@ -172,6 +181,10 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) (rerr error)
 		return rs, nil
 	}
 	rs, err := parse()
+	if req.again != nil {
+		// A chain parsed again reads the input again.
+		req.src = nil
+	}
 	if rs != nil {
 		req.warn.print(stderr, rs.Warnings)
 	}

@@ -847,6 +847,8 @@ func TestRestoreDelegatesUncompiled(t *testing.T) {
 // allows. The compiler refuses them at the jump to the fifth, so restore
 // runs FORWARD in the kernel and INPUT in BPF, where it used to fail at
 // the load; with --no-delegate it names that jump and changes nothing.
+// The input is a regular file, which restore reads again to delegate the
+// chain rather than keep it in memory (rereader).
 func TestRestoreDelegatesDeepChains(t *testing.T) {
 	testenv.RequireTool(t, "iptables-restore", "iptables-save")
 	bin := buildBpfwall(t)
@@ -876,7 +878,9 @@ func TestRestoreDelegatesDeepChains(t *testing.T) {
 	if st := c.status(); len(st) != 0 {
 		t.Fatalf("a refused restore loaded %d filters", len(st))
 	}
-	_, errOut, code = c.run(text, "restore")
+	// From a regular file, as restore < rules.v4: the chain that fails to
+	// compile is parsed again from the input read again.
+	_, errOut, code = c.runFromFile(text, "restore")
 	if code != 0 || !strings.Contains(errOut, "filter FORWARD runs in the kernel's netfilter") || !strings.Contains(errOut, "too deep for BPF's stack") {
 		t.Fatalf("restore: exit %d, want filter FORWARD delegated for its nesting:\n%s", code, errOut)
 	}
