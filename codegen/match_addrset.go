@@ -11,6 +11,7 @@ import (
 
 	"bpfwall/codegen/insn"
 	"bpfwall/codegen/uapi"
+	"bpfwall/internal/mapkv"
 	"bpfwall/ir"
 )
 
@@ -87,9 +88,9 @@ func (c *compiler) setMap(m ir.AddrSet) string {
 		if !e.NoMatch {
 			binary.NativeEndian.PutUint32(v, 1)
 		}
-		kvs = append(kvs, ebpf.MapKV{Key: k, Value: v})
+		kvs = append(kvs, mapkv.KV(k, v))
 	}
-	slices.SortFunc(kvs, func(a, b ebpf.MapKV) int { return bytes.Compare(a.Key.([]byte), b.Key.([]byte)) })
+	slices.SortFunc(kvs, func(a, b ebpf.MapKV) int { return bytes.Compare(mapkv.MustOf(a.Key), mapkv.MustOf(b.Key)) })
 	c.maps = append(c.maps, &ebpf.MapSpec{
 		Name:       name,
 		Type:       ebpf.LPMTrie,

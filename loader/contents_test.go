@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"bpfwall/internal/mapkv"
 	"github.com/cilium/ebpf"
 )
 
@@ -89,7 +90,7 @@ func TestFillContents(t *testing.T) {
 			if err := coll.Maps[name].Lookup(kv.Key, &got); err != nil {
 				t.Fatalf("%s %x: %v", name, kv.Key, err)
 			}
-			if got != binary.NativeEndian.Uint64(kv.Value.([]byte)) {
+			if got != binary.NativeEndian.Uint64(mapkv.MustOf(kv.Value)) {
 				t.Fatalf("%s %x: %d, want %x", name, kv.Key, got, kv.Value)
 			}
 		}

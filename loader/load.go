@@ -19,6 +19,7 @@ import (
 
 	"bpfwall/codegen"
 	"bpfwall/codegen/abi"
+	"bpfwall/internal/mapkv"
 	"bpfwall/rules"
 )
 
@@ -234,8 +235,8 @@ func deferContents(spec *ebpf.CollectionSpec, replaced map[string]*ebpf.Map) (*e
 // value of m's sizes as byte slices, what fillContents writes.
 func byteContents(m *ebpf.MapSpec) bool {
 	for _, kv := range m.Contents {
-		k, ok1 := kv.Key.([]byte)
-		v, ok2 := kv.Value.([]byte)
+		k, ok1 := mapkv.Of(kv.Key)
+		v, ok2 := mapkv.Of(kv.Value)
 		if !ok1 || !ok2 || len(k) != int(m.KeySize) || len(v) != int(m.ValueSize) {
 			return false
 		}
@@ -270,8 +271,8 @@ func fillContents(coll *ebpf.Collection, contents map[string][]ebpf.MapKV) error
 		kb := unsafe.Slice((*byte)(keys.UnsafePointer()), len(kvs)*ks)
 		vb := unsafe.Slice((*byte)(vals.UnsafePointer()), len(kvs)*vs)
 		for i, kv := range kvs {
-			k, ok1 := kv.Key.([]byte)
-			v, ok2 := kv.Value.([]byte)
+			k, ok1 := mapkv.Of(kv.Key)
+			v, ok2 := mapkv.Of(kv.Value)
 			if !ok1 || !ok2 || len(k) != ks || len(v) != vs {
 				return fail(fmt.Errorf("map %s: contents are not %d- and %d-byte slices", name, ks, vs))
 			}

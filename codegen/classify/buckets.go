@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 
+	"bpfwall/internal/mapkv"
 	"github.com/cilium/ebpf"
 )
 
@@ -163,7 +164,7 @@ func (c *Planner) BucketsOf(t *Table) *Buckets {
 	flat := make([]uint32, len(kvs)*words)
 	for i, kv := range kvs {
 		var padded [MaxBucketKey]byte
-		copy(padded[:], kv.Key.([]byte))
+		copy(padded[:], mapkv.MustOf(kv.Key))
 		keys[i] = flat[i*words : (i+1)*words : (i+1)*words]
 		for j := range words {
 			keys[i][j] = binary.NativeEndian.Uint32(padded[4*j:])
@@ -177,7 +178,7 @@ func (c *Planner) BucketsOf(t *Table) *Buckets {
 		for try := range 8 {
 			seed := uint64(try+1) * BucketMul2
 			if slots, ok := cuckoo(keys, seed, nbits, rng); ok {
-				bk := &Buckets{Bits: nbits, Seed: seed, Words: words, Value: len(kvs[0].Value.([]byte)), Mark: mark, MarkHalf: half, built: true}
+				bk := &Buckets{Bits: nbits, Seed: seed, Words: words, Value: len(mapkv.MustOf(kvs[0].Value)), Mark: mark, MarkHalf: half, built: true}
 				if want := t.Buckets.slot; want != 0 && want != bk.SlotSize() {
 					panic(fmt.Sprintf("classify: table %s has slots of %d bytes, planned for %d", t.Name, bk.SlotSize(), want))
 				}
@@ -263,7 +264,7 @@ func (b *Buckets) addTo(pool *ebpf.MapSpec, kvs []ebpf.MapKV, keys [][]uint32, s
 		}
 		key := index[4*(p-1) : 4*p]
 		binary.NativeEndian.PutUint32(key, b.Base+uint32(bk))
-		contents[p-1] = ebpf.MapKV{Key: key, Value: values[int(p-1)*vsize : int(p)*vsize]}
+		contents[p-1] = mapkv.KV(key, values[int(p-1)*vsize:int(p)*vsize])
 	}
 	at := make([]int32, len(keys)) // each key's slot
 	for i, k := range slots {
@@ -277,7 +278,7 @@ func (b *Buckets) addTo(pool *ebpf.MapSpec, kvs []ebpf.MapKV, keys [][]uint32, s
 		for j, w := range keys[k] {
 			binary.NativeEndian.PutUint32(slot[4*j:], w)
 		}
-		copy(slot[4*b.Words:b.SlotSize()], kvs[k].Value.([]byte)) // rule, kind
+		copy(slot[4*b.Words:b.SlotSize()], mapkv.MustOf(kvs[k].Value)) // rule, kind
 	}
 	pool.MaxEntries += uint32(nb)
 	pool.Contents = append(pool.Contents, contents...)

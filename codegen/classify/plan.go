@@ -48,6 +48,7 @@ import (
 
 	"bpfwall/codegen/uapi"
 	"bpfwall/internal/flatidx"
+	"bpfwall/internal/mapkv"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -768,7 +769,7 @@ func (c *Planner) candidatesContents(t *Table, mem *slab) []ebpf.MapKV {
 			binary.NativeEndian.PutUint16(v[CandidateSize*j+4:], uint16(e.Kind))
 			binary.NativeEndian.PutUint16(v[CandidateSize*j+6:], e.Need)
 		}
-		kvs[i] = ebpf.MapKV{Key: k, Value: v}
+		kvs[i] = mapkv.KV(k, v)
 	}
 	return kvs
 }
@@ -1051,7 +1052,7 @@ func (c *Planner) hashContents(t *Table, mem *slab) []ebpf.MapKV {
 	l := c.Layout(t)
 	kvs := make([]ebpf.MapKV, len(t.Entries))
 	for i, e := range t.Entries {
-		kvs[i] = ebpf.MapKV{Key: l.put(mem.take(l.Size), e.T), Value: ruleValue(mem, e)}
+		kvs[i] = mapkv.KV(l.put(mem.take(l.Size), e.T), ruleValue(mem, e))
 	}
 	return kvs
 }
@@ -1106,7 +1107,7 @@ func (c *Planner) lpmContents(t *Table, l KeyLayout, key func(ir.Tuple, int) []b
 		group := es[at[g]:at[g+1]]
 		best := earliestCovering(group, f)
 		for i, e := range group {
-			kvs = append(kvs, ebpf.MapKV{Key: key(e.T, l.FixedBits+int(e.T.Len[f])), Value: value(best[i])})
+			kvs = append(kvs, mapkv.KV(key(e.T, l.FixedBits+int(e.T.Len[f])), value(best[i])))
 		}
 	}
 	return kvs
@@ -1184,7 +1185,7 @@ func portArray(t *Table) *ebpf.MapSpec {
 		for p := find(lo); p <= hi; p = find(p + 1) {
 			k := mem.take(4)
 			binary.NativeEndian.PutUint32(k, uint32(p))
-			kvs = append(kvs, ebpf.MapKV{Key: k, Value: ruleValue(&mem, e)})
+			kvs = append(kvs, mapkv.KV(k, ruleValue(&mem, e)))
 			next[p] = p + 1
 		}
 	}
@@ -1506,7 +1507,7 @@ func (c *Planner) IndexSpec(t *Table) *ebpf.MapSpec {
 		kv := mem.take(8)
 		binary.NativeEndian.PutUint32(kv, uint32(binary.BigEndian.Uint16(k.Field(f))))
 		binary.NativeEndian.PutUint32(kv[4:], uint32(i+1))
-		kvs[i] = ebpf.MapKV{Key: kv[:4:4], Value: kv[4:]}
+		kvs[i] = mapkv.KV(kv[:4:4], kv[4:])
 	}
 	return &ebpf.MapSpec{
 		Name:       t.IndexName(),
@@ -1566,7 +1567,7 @@ func (c *Planner) rangesContents(t *Table, mem *slab) []ebpf.MapKV {
 			binary.NativeEndian.PutUint16(v[RunSize*j+2:], r.Kind)
 			binary.NativeEndian.PutUint32(v[RunSize*j+4:], r.ID)
 		}
-		kvs = append(kvs, ebpf.MapKV{Key: key, Value: v})
+		kvs = append(kvs, mapkv.KV(key, v))
 	}
 	return kvs
 }

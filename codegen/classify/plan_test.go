@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"bpfwall/internal/mapkv"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -179,16 +180,16 @@ func TestIndexedRanges(t *testing.T) {
 		rt.Name = "cls"
 		index := make(map[uint32]uint32)
 		for _, kv := range c.IndexSpec(rt).Contents {
-			index[binary.NativeEndian.Uint32(kv.Key.([]byte))] = binary.NativeEndian.Uint32(kv.Value.([]byte))
+			index[binary.NativeEndian.Uint32(mapkv.MustOf(kv.Key))] = binary.NativeEndian.Uint32(mapkv.MustOf(kv.Value))
 		}
 		spec := c.rangesSpec(rt)
 		blocks := make(map[uint32][]byte)
 		for _, kv := range spec.Contents {
-			k := binary.NativeEndian.Uint32(kv.Key.([]byte))
+			k := binary.NativeEndian.Uint32(mapkv.MustOf(kv.Key))
 			if k == 0 || k >= spec.MaxEntries {
 				t.Fatalf("trial %d: block %d of %d", trial, k, spec.MaxEntries)
 			}
-			blocks[k] = kv.Value.([]byte)
+			blocks[k] = mapkv.MustOf(kv.Value)
 		}
 		for range 2000 {
 			addr := uint32(rng.IntN(9))<<16 | uint32(rng.IntN(1<<16))
@@ -281,7 +282,7 @@ func TestBuckets(t *testing.T) {
 		}
 		buckets := make(map[uint32][]byte)
 		for _, kv := range spec.Contents {
-			buckets[binary.NativeEndian.Uint32(kv.Key.([]byte))] = kv.Value.([]byte)
+			buckets[binary.NativeEndian.Uint32(mapkv.MustOf(kv.Key))] = mapkv.MustOf(kv.Value)
 		}
 		lookup := func(k [MaxBucketKey]byte) (ids []uint32) {
 			words := make([]uint32, bk.Words)
@@ -432,14 +433,14 @@ func TestLPMContents(t *testing.T) {
 			pk := l.Key(pkt)
 			best, found := -1, uint32(0)
 			for _, kv := range kvs {
-				k := kv.Key.([]byte)
+				k := mapkv.MustOf(kv.Key)
 				plen := int(binary.NativeEndian.Uint32(k)) - l.FixedBits
 				if !bytes.Equal(k[4:fixed], pk[4:fixed]) || plen <= best {
 					continue
 				}
 				a, b := binary.BigEndian.Uint32(k[fixed:]), binary.BigEndian.Uint32(pk[fixed:])
 				if plen == 0 || a>>(32-plen) == b>>(32-plen) {
-					best, found = plen, binary.NativeEndian.Uint32(kv.Value.([]byte))
+					best, found = plen, binary.NativeEndian.Uint32(mapkv.MustOf(kv.Value))
 				}
 			}
 			want := -1
