@@ -105,15 +105,21 @@ func (c *compiler) stackError(depth int, path []string) error {
 	}
 	why := fmt.Sprintf("its calls need %d bytes of stack, more than the %d a BPF call chain may use", depth, maxStack)
 	if len(chains) >= 2 {
+		// The jump from the chain before it on the path; where that one
+		// was inlined into its caller, the first jump to it.
 		from, to := chains[len(chains)-2], chains[len(chains)-1]
-		for _, r := range c.p.Chains[from].Rules {
-			if t, ok := ir.JumpTarget(r.Action); ok && t == to {
-				names := make([]string, len(chains))
-				for i, ci := range chains {
-					names[i] = c.p.Chains[ci].Name
-				}
-				return rules.ErrorList{rules.Errorf(r.Pos, "jump to %s nests chains too deep for BPF's stack (%s): %s", c.p.Chains[to].Name, strings.Join(names, " → "), why)}
+		var jump *ir.Rule
+		for _, r := range c.p.Rules {
+			if t, ok := ir.JumpTarget(r.Action); ok && t == to && (jump == nil || r.Chain == from && jump.Chain != from) {
+				jump = r
 			}
+		}
+		if jump != nil {
+			names := make([]string, len(chains))
+			for i, ci := range chains {
+				names[i] = c.p.Chains[ci].Name
+			}
+			return rules.ErrorList{rules.Errorf(jump.Pos, "jump to %s nests chains too deep for BPF's stack (%s): %s", c.p.Chains[to].Name, strings.Join(names, " → "), why)}
 		}
 	}
 	return fmt.Errorf("compile for %s: %s (%s)", c.hook, why, strings.Join(path, " → "))
