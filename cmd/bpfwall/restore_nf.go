@@ -192,6 +192,17 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) (rerr error)
 		return reportRuleErrors(err, true, stderr)
 	}
 	req.progress("netfilter %s: parsed %d rules", req.family, countRules(rs))
+	if fromInput == countersFromRuleset && len(kept) == 0 {
+		// Nothing reads the running chains' snapshots again: their
+		// counters do not carry, no table of theirs stays, and a parse
+		// again adds none. Each holds the family's rule set (100k rules:
+		// 18 MB), which would stay through the compile.
+		for p, t := range loaded {
+			t.snap = nil
+			loaded[p] = t
+		}
+		first = nil
+	}
 	// What applyNetfilter needs of the parsed rule set, taken now: the
 	// parsed rules (a third of a large restore's memory) go once the
 	// chains are lowered, before they compile. (Nothing reads rs after
