@@ -1,12 +1,13 @@
 package loader
 
 import (
-	"bpfwall/internal/testenv"
 	"encoding/binary"
 	"testing"
 
-	"bpfwall/internal/mapkv"
 	"github.com/cilium/ebpf"
+
+	"bpfwall/internal/mapkv"
+	"bpfwall/internal/testenv"
 )
 
 // TestDeferContents: only large maps of byte keys and values, not carried

@@ -6,8 +6,9 @@ import (
 	"math/bits"
 	"math/rand/v2"
 
-	"bpfwall/internal/mapkv"
 	"github.com/cilium/ebpf"
+
+	"bpfwall/internal/mapkv"
 )
 
 // A bucket table is a hash table of the classifier's own, for the exact
