@@ -904,3 +904,37 @@ func (c cli) loadedChains() []string {
 	}
 	return out
 }
+
+// TestRestoreNetfilterCounters: at the chains' netfilter hooks, restore -c
+// takes the input's counters; restore -n keeps the running rules' counters
+// and adds a rule at zero; a table the input does not name stays with its
+// counters; a full restore without -c starts the tables it names at zero.
+// (The last drops the running chains' snapshots before it compiles, the
+// others need them.)
+func TestRestoreNetfilterCounters(t *testing.T) {
+	bin := buildBpfwall(t)
+	freshNetns(t)
+	c := cli{t, bin}
+	full := "*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n[7:70] -A PREROUTING -s 10.0.0.2/32 -j DROP\nCOMMIT\n" +
+		"*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n[5:50] -A INPUT -s 10.0.0.1/32 -j DROP\nCOMMIT\n"
+	c.ok(full, "restore", "-c")
+	saved := func(want ...string) {
+		t.Helper()
+		out := c.ok("", "save", "-c")
+		for _, w := range want {
+			if !strings.Contains(out, w+"\n") {
+				t.Errorf("save -c lacks %q:\n%s", w, out)
+			}
+		}
+	}
+	saved("[7:70] -A PREROUTING -s 10.0.0.2/32 -j DROP", "[5:50] -A INPUT -s 10.0.0.1/32 -j DROP")
+	c.ok("*filter\n-A INPUT -s 10.0.0.3/32 -j DROP\nCOMMIT\n", "restore", "-n")
+	saved("[7:70] -A PREROUTING -s 10.0.0.2/32 -j DROP", "[5:50] -A INPUT -s 10.0.0.1/32 -j DROP", "[0:0] -A INPUT -s 10.0.0.3/32 -j DROP")
+	// The input names filter only: raw stays, with its counters.
+	c.ok("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -s 10.0.0.1/32 -j DROP\nCOMMIT\n", "restore")
+	saved("[7:70] -A PREROUTING -s 10.0.0.2/32 -j DROP", "[0:0] -A INPUT -s 10.0.0.1/32 -j DROP")
+	// Every table named, no -c: all start at zero.
+	c.ok(strings.ReplaceAll(strings.ReplaceAll(full, "[7:70] ", ""), "[5:50] ", ""), "restore")
+	saved("[0:0] -A PREROUTING -s 10.0.0.2/32 -j DROP", "[0:0] -A INPUT -s 10.0.0.1/32 -j DROP")
+	c.ok("", "unload")
+}
