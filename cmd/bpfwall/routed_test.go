@@ -828,14 +828,7 @@ func TestRestoreDelegatesUncompiled(t *testing.T) {
 	if code != 0 || !strings.Contains(errOut, "filter INPUT runs in the kernel's netfilter") || !strings.Contains(errOut, "source MAC address and the owner") {
 		t.Fatalf("restore: exit %d, want filter INPUT delegated for its mac match and LOG --log-uid:\n%s", code, errOut)
 	}
-	kernel, err := exec.Command("iptables-save", "-t", "filter").CombinedOutput()
-	if err != nil || !strings.Contains(string(kernel), "-A INPUT -m mac --mac-source 02:00:00:00:00:01 -j DROP") || !strings.Contains(string(kernel), "--dport 23 -j LOG --log-uid") {
-		t.Errorf("the kernel's filter table (%v):\n%s", err, kernel)
-	}
-	chains := c.loadedChains()
-	if !slices.Contains(chains, "netfilter filter FORWARD") || slices.Contains(chains, "netfilter filter INPUT") {
-		t.Errorf("status shows %q, want FORWARD in BPF and INPUT not", chains)
-	}
+	c.checkDelegated("FORWARD", "INPUT", "-A INPUT -m mac --mac-source 02:00:00:00:00:01 -j DROP", "--dport 23 -j LOG --log-uid")
 	if saved := c.ok("", "save"); !strings.Contains(saved, "-A INPUT -m mac --mac-source 02:00:00:00:00:01 -j DROP\n") || !strings.Contains(saved, "-A FORWARD -p tcp -m tcp --dport 80 -j ACCEPT\n") {
 		t.Errorf("save:\n%s", saved)
 	}
@@ -884,25 +877,31 @@ func TestRestoreDelegatesDeepChains(t *testing.T) {
 	if code != 0 || !strings.Contains(errOut, "filter FORWARD runs in the kernel's netfilter") || !strings.Contains(errOut, "too deep for BPF's stack") {
 		t.Fatalf("restore: exit %d, want filter FORWARD delegated for its nesting:\n%s", code, errOut)
 	}
-	kernel, err := exec.Command("iptables-save", "-t", "filter").CombinedOutput()
-	if err != nil || !strings.Contains(string(kernel), "-A C4 -p tcp -m tcp --dport 1004 -j C5") || !strings.Contains(string(kernel), "-A C5 -j LOG --log-prefix deep") {
-		t.Errorf("the kernel's filter table (%v):\n%s", err, kernel)
-	}
-	chains := c.loadedChains()
-	if !slices.Contains(chains, "netfilter filter INPUT") || slices.Contains(chains, "netfilter filter FORWARD") {
-		t.Errorf("status shows %q, want INPUT in BPF and FORWARD not", chains)
-	}
+	c.checkDelegated("INPUT", "FORWARD", "-A C4 -p tcp -m tcp --dport 1004 -j C5", "-A C5 -j LOG --log-prefix deep")
 	c.ok("", "unload")
 }
 
-// loadedChains names the filters status lists, "HOOK TABLE CHAIN".
-func (c cli) loadedChains() []string {
+// checkDelegated checks that filter chain delegated runs in the kernel,
+// whose filter table holds every one of rules, and that filter chain
+// inBPF runs at its netfilter hook in BPF and delegated does not.
+func (c cli) checkDelegated(inBPF, delegated string, rules ...string) {
 	c.t.Helper()
-	var out []string
-	for _, st := range c.status() {
-		out = append(out, st.Hook+" "+st.Table+" "+st.Chain)
+	kernel, err := exec.Command("iptables-save", "-t", "filter").CombinedOutput()
+	if err != nil {
+		c.t.Errorf("iptables-save: %v\n%s", err, kernel)
 	}
-	return out
+	for _, r := range rules {
+		if !strings.Contains(string(kernel), r) {
+			c.t.Errorf("the kernel's filter table lacks %q:\n%s", r, kernel)
+		}
+	}
+	var chains []string
+	for _, st := range c.status() {
+		chains = append(chains, st.Hook+" "+st.Table+" "+st.Chain)
+	}
+	if !slices.Contains(chains, "netfilter filter "+inBPF) || slices.Contains(chains, "netfilter filter "+delegated) {
+		c.t.Errorf("status shows %q, want %s in BPF and %s not", chains, inBPF, delegated)
+	}
 }
 
 // TestRestoreNetfilterCounters: at the chains' netfilter hooks, restore -c
