@@ -200,3 +200,40 @@ func TestLoweredMatchesShareBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestShadowedFormsForgotten: the rules the shadow pass takes out keep no
+// cached form (scattered over the heap, they pinned the memory the other
+// forms freed when planned), and the rules it leaves keep theirs.
+func TestShadowedFormsForgotten(t *testing.T) {
+	src := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+		"-A INPUT -s 10.0.0.0/8 -j DROP\n" +
+		"-A INPUT -s 10.1.0.0/16 -p tcp -m tcp --dport 22 -j DROP\n" +
+		"-A INPUT -s 192.0.2.1/32 -j ACCEPT\n" +
+		"-A INPUT -s 10.2.3.4/32 -j ACCEPT\n" +
+		"COMMIT\n"
+	rs, err := iptables.Parse("shadow", []byte(src), iptables.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Lower(rs, LowerOptions{Table: "filter", Chain: "INPUT"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := Optimize(p, OptimizeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(q.Removed) != 2 {
+		t.Fatalf("removed %d rules, want the 2 that 10.0.0.0/8 covers: %v", len(q.Removed), q.Removed)
+	}
+	for _, rm := range q.Removed {
+		if rm.Rule.ID < len(q.forms) && q.forms[rm.Rule.ID] != nil {
+			t.Errorf("rule %d, taken out, keeps its form", rm.Rule.ID)
+		}
+	}
+	for _, r := range q.Chains[0].Rules {
+		if q.forms[r.ID] == nil {
+			t.Errorf("rule %d, kept, has no form", r.ID)
+		}
+	}
+}
