@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -45,10 +46,12 @@ func TestMetaSourceFiles(t *testing.T) {
 		table, chain string
 		want         []string // the saved lines of the compiled rules
 		counters     []abi.Counter
+		origins      []string
 	}{
 		{"filter", "INPUT", []string{"[5:50] -A INPUT -s 10.0.0.1/32 -j DROP", "[5:50] -A INPUT -s 10.0.0.3/32 -j DROP", "[4:40] -A INPUT -j MY", "[3:30] -A MY -s 10.0.0.9/32 -j DROP"},
-			[]abi.Counter{{Packets: 5, Bytes: 50}, {Packets: 5, Bytes: 50}, {Packets: 4, Bytes: 40}, {Packets: 3, Bytes: 30}}},
-		{"raw", "PREROUTING", []string{"[7:70] -A PREROUTING -s 10.0.0.2/32 -j DROP"}, []abi.Counter{{Packets: 7, Bytes: 70}}},
+			[]abi.Counter{{Packets: 5, Bytes: 50}, {Packets: 5, Bytes: 50}, {Packets: 4, Bytes: 40}, {Packets: 3, Bytes: 30}},
+			[]string{"input.rules:7", "input.rules:7", "input.rules:8", "input.rules:6"}},
+		{"raw", "PREROUTING", []string{"[7:70] -A PREROUTING -s 10.0.0.2/32 -j DROP"}, []abi.Counter{{Packets: 7, Bytes: 70}}, []string{"active.rules:7"}},
 	} {
 		p, err := ir.Lower(rs, ir.LowerOptions{Table: tc.table, Chain: tc.chain})
 		if err != nil {
@@ -72,6 +75,19 @@ func TestMetaSourceFiles(t *testing.T) {
 			if counters[id] != tc.counters[id] {
 				t.Errorf("%s %s rule %d: counters %+v, want %+v", tc.table, tc.chain, id, counters[id], tc.counters[id])
 			}
+			if m.Origins[id] != tc.origins[id] {
+				t.Errorf("%s %s rule %d: origin %q, want %q", tc.table, tc.chain, id, m.Origins[id], tc.origins[id])
+			}
+		}
+	}
+}
+
+// TestDecimalLen: decimalLen is the length of strconv.Itoa's digits, so
+// that Meta's origins fill the buffer made for them exactly.
+func TestDecimalLen(t *testing.T) {
+	for _, n := range []int{0, 1, 9, 10, 99, 100, 999, 1000, 123456, 1 << 31, -1, -10, -99} {
+		if got, want := decimalLen(n), len(strconv.Itoa(n)); got != want {
+			t.Errorf("decimalLen(%d) = %d, want %d", n, got, want)
 		}
 	}
 }
