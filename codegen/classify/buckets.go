@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/cilium/ebpf"
 
@@ -258,14 +259,16 @@ func (b *Buckets) addTo(pool *ebpf.MapSpec, kvs []ebpf.MapKV, keys [][]uint32, s
 	}
 	values := make([]byte, int(n)*vsize)
 	index := make([]byte, 4*n)
-	contents := make([]ebpf.MapKV, n)
+	// The entries go straight into the pool's contents, grown once per
+	// table: a slice of them appended after was a third copy.
+	pool.Contents = slices.Grow(pool.Contents, int(n))
 	for bk, p := range packed {
 		if p == 0 {
 			continue
 		}
 		key := index[4*(p-1) : 4*p]
 		binary.NativeEndian.PutUint32(key, b.Base+uint32(bk))
-		contents[p-1] = mapkv.KV(key, values[int(p-1)*vsize:int(p)*vsize])
+		pool.Contents = append(pool.Contents, mapkv.KV(key, values[int(p-1)*vsize:int(p)*vsize]))
 	}
 	at := make([]int32, len(keys)) // each key's slot
 	for i, k := range slots {
@@ -282,5 +285,4 @@ func (b *Buckets) addTo(pool *ebpf.MapSpec, kvs []ebpf.MapKV, keys [][]uint32, s
 		copy(slot[4*b.Words:b.SlotSize()], mapkv.MustOf(kvs[k].Value)) // rule, kind
 	}
 	pool.MaxEntries += uint32(nb)
-	pool.Contents = append(pool.Contents, contents...)
 }
