@@ -56,6 +56,7 @@ func (c *compiler) classified(s *classify.Segment, next string) {
 		} else {
 			c.lookupTable(t, skip)
 		}
+		t.Release()
 		b.Mark(skip)
 	}
 	b.Mark(done)

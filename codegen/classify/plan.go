@@ -241,6 +241,13 @@ type Table struct {
 	Lists     [][]Entry
 }
 
+// Release lets go of what only planning and building t's map read: its
+// entries, keys and lists of candidates. Codegen releases each table
+// once its lookup is emitted and its map built, so that a segment's
+// tables do not all hold their tuples until the last is built (most of
+// a large rule set is one segment).
+func (t *Table) Release() { t.Entries, t.Keys, t.Lists = nil, nil, nil }
+
 // shapeKey is the guard and shape that tuples share in a table.
 type shapeKey struct {
 	g    Guard
