@@ -15,8 +15,10 @@ import (
 // xt_multiport's ports_match_v1 with up to 15. With SrcOrDst either port may
 // be in a range.
 type Ports struct {
-	Dir    Dir
+	// The slice first: Dir and Neg then share its last word's padding,
+	// and a Ports is 32 bytes, not 48.
 	Ranges []rules.PortRange
+	Dir    Dir
 	Neg    bool
 }
 
