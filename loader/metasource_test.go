@@ -129,3 +129,33 @@ func TestMetaSourceTexts(t *testing.T) {
 		}
 	}
 }
+
+// TestMetaSourceCounters: a rule set saved without counters keeps none
+// (s.counters is nil), and in one where only later rules count, each
+// rule has its own, zero where it counted nothing.
+func TestMetaSourceCounters(t *testing.T) {
+	head := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+	zero := NewMetaSource(parseCounted(t, "zero", head+"-A INPUT -s 10.0.0.1 -j DROP\n-A INPUT -s 10.0.0.2 -j DROP\nCOMMIT\n"))
+	if zero.counters != nil {
+		t.Errorf("a rule set without counters keeps %d", len(zero.counters))
+	}
+	rs := parseCounted(t, "some", head+"[0:0] -A INPUT -s 10.0.0.1 -j DROP\n[0:0] -A INPUT -s 10.0.0.2 -j DROP\n[9:90] -A INPUT -s 10.0.0.3 -j DROP\n[0:0] -A INPUT -s 10.0.0.4 -j DROP\nCOMMIT\n")
+	p, err := ir.Lower(rs, ir.LowerOptions{Table: "filter", Chain: "INPUT"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookNetfilter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, counters, err := NewMetaSource(rs).Meta(prog, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []abi.Counter{{}, {}, {Packets: 9, Bytes: 90}, {}}
+	for id, w := range want {
+		if counters[id] != w {
+			t.Errorf("rule %d: counters %+v, want %+v", id, counters[id], w)
+		}
+	}
+}

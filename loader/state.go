@@ -142,6 +142,10 @@ type MetaSource struct {
 	// order.
 	all   []placed
 	byPos []int32
+	// counters are the rules' counters, by index in all; nil when every
+	// rule's are zero, as they are in a rule set saved without -c (16
+	// bytes a rule, which most inputs do not need).
+	counters []rules.Counters
 	// files numbers the files the positions name.
 	files map[string]uint32
 	// policies are the chains' own counters (their policies'), and
@@ -178,7 +182,14 @@ type placed struct {
 	// starts (0 for every rule of a source of 4 GiB or more: offs).
 	line int32
 	off  uint32
-	c    rules.Counters
+}
+
+// counter returns the counters of the i-th rule in all.
+func (s *MetaSource) counter(i int) rules.Counters {
+	if i < len(s.counters) {
+		return s.counters[i]
+	}
+	return rules.Counters{}
 }
 
 // NewMetaSource reads what the metas of programs compiled from rs need.
@@ -226,7 +237,13 @@ func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 					file = uint32(len(s.files))
 					s.files[r.Pos.File] = file
 				}
-				pl := placed{pos: keyOf(file, r.Pos), line: int32(line), c: r.Counters}
+				pl := placed{pos: keyOf(file, r.Pos), line: int32(line)}
+				if r.Counters != (rules.Counters{}) {
+					if len(s.counters) <= len(s.all) {
+						s.counters = append(s.counters, make([]rules.Counters, max(n, len(s.all)+1)-len(s.counters))...)
+					}
+					s.counters[len(s.all)] = r.Counters
+				}
 				if len(saved) <= math.MaxUint32 {
 					pl.off = uint32(off)
 				}
@@ -293,6 +310,7 @@ func (s *MetaSource) Meta(p *codegen.Program, file string) (Meta, []abi.Counter,
 	origins := make([]byte, 0, size)
 	for _, r := range p.IR.Rules {
 		pl := s.all[placedAt[r.ID]]
+		c := s.counter(int(placedAt[r.ID]))
 		m.Lines[r.ID] = int(pl.line)
 		start := len(origins)
 		origins = append(origins, r.Pos.File...)
@@ -302,7 +320,7 @@ func (s *MetaSource) Meta(p *codegen.Program, file string) (Meta, []abi.Counter,
 		// where they are (an append past its size would move the rest,
 		// not these).
 		m.Origins[r.ID] = unsafe.String(unsafe.SliceData(origins[start:]), len(origins)-start)
-		counters[r.ID] = abi.Counter{Packets: pl.c.Packets, Bytes: pl.c.Bytes}
+		counters[r.ID] = abi.Counter{Packets: c.Packets, Bytes: c.Bytes}
 	}
 	if c, ok := s.policies[[2]string{m.Table, m.Chain}]; ok {
 		counters[len(p.IR.Rules)] = abi.Counter{Packets: c.Packets, Bytes: c.Bytes}
