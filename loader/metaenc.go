@@ -152,14 +152,9 @@ func decodeMeta(b []byte) (Meta, error) {
 		n := binary.LittleEndian.Uint32(b)
 		sections[i], b = b[4:4+n], b[4+n:]
 	}
-	var head metaHead
-	err := json.Unmarshal(sections[0], &head)
+	m, err := decodeHead(sections[0])
 	if err != nil {
-		return Meta{}, fmt.Errorf("decode meta: %w", err)
-	}
-	m = head.Meta
-	if m.features, err = featuresOf(sections[0]); err != nil {
-		return Meta{}, fmt.Errorf("decode meta: %w", err)
+		return Meta{}, err
 	}
 	m.Source = string(sections[1])
 	if len(sections[2])%4 != 0 {
@@ -183,6 +178,36 @@ func decodeMeta(b []byte) (Meta, error) {
 		at += 4 + n
 	}
 	return m, nil
+}
+
+// decodeHead reads the JSON section of a meta in the second encoding.
+func decodeHead(section []byte) (Meta, error) {
+	var head metaHead
+	err := json.Unmarshal(section, &head)
+	if err != nil {
+		return Meta{}, fmt.Errorf("decode meta: %w", err)
+	}
+	m := head.Meta
+	if m.features, err = featuresOf(section); err != nil {
+		return Meta{}, fmt.Errorf("decode meta: %w", err)
+	}
+	return m, nil
+}
+
+// decodeMetaHead reads the start of a meta in the second encoding, b, as
+// far as its JSON section: Meta without the rule set, its lines and its
+// origins. ok is false when b is in the first encoding, or does not hold
+// the whole section.
+func decodeMetaHead(b []byte) (m Meta, ok bool, err error) {
+	if !bytes.HasPrefix(b, metaMagic) {
+		return Meta{}, false, nil
+	}
+	b = b[len(metaMagic):]
+	if len(b) < 4 || uint64(binary.LittleEndian.Uint32(b)) > uint64(len(b)-4) {
+		return Meta{}, false, nil
+	}
+	m, err = decodeHead(b[4 : 4+binary.LittleEndian.Uint32(b)])
+	return m, err == nil, err
 }
 
 // withFeatures returns the JSON object obj with each feature's record

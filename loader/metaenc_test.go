@@ -95,3 +95,53 @@ func TestMetaCutShort(t *testing.T) {
 		}
 	}
 }
+
+// TestMetaHead: the head of a meta reads from the chunks that hold it,
+// the same as the whole meta without its rule set, lines and origins,
+// even when the head spans several chunks; a JSON pin has no head to
+// read alone.
+func TestMetaHead(t *testing.T) {
+	m := testMeta(3000)
+	// LOG rules make the head longer than a chunk.
+	var logs []LogRule
+	for i := range 2000 {
+		logs = append(logs, LogRule{ID: i, Prefix: strings.Repeat("p", 40)})
+	}
+	if err := m.setFeature(metaLogs, logs); err != nil {
+		t.Fatal(err)
+	}
+	b, err := encodeMeta(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := m
+	want.Source, want.Lines, want.Origins = "", nil, nil
+	read := 0
+	for k := 1; k <= len(b)/metaChunk; k++ {
+		got, ok, err := decodeMetaHead(b[:k*metaChunk])
+		if err != nil {
+			t.Fatalf("%d chunks: %v", k, err)
+		}
+		if !ok {
+			continue
+		}
+		read = k
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("head read back\n%+v\nwant\n%+v", got, want)
+		}
+		if len(got.LogRules()) != len(logs) {
+			t.Errorf("head holds %d LOG rules, want %d", len(got.LogRules()), len(logs))
+		}
+		break
+	}
+	if read < 2 || read == len(b)/metaChunk {
+		t.Errorf("the head read from %d of %d chunks: want more than one, fewer than all", read, len(b)/metaChunk)
+	}
+	old, err := json.Marshal(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := decodeMetaHead(append(old, make([]byte, metaChunk-len(old)%metaChunk)...)); ok || err != nil {
+		t.Errorf("a JSON pin read as a head: %v, %v", ok, err)
+	}
+}

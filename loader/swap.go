@@ -136,7 +136,7 @@ func (s *Swap) Prepare() (*Prepared, error) {
 	if _, err := Recover(s.Place); err != nil {
 		return nil, err
 	}
-	old, err := Open(s.Place)
+	old, err := openToReplace(s.Place)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		old = nil
