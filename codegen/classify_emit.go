@@ -339,6 +339,14 @@ func (c *compiler) compareField(f ir.Field, value []byte, bits int, miss string)
 			insn.Ld(asm.R1, asm.R6, pkt.Proto, asm.Byte),
 			asm.JNE.Imm(asm.R1, int32(value[0]), miss),
 		)
+	case ir.FieldIn, ir.FieldOut:
+		// The bit of the name numbered value[0].
+		nums := c.ifaceNumbersOf(f)
+		if !nums.known || int(value[0]) > nums.n {
+			b.Emit(insn.Ja(miss))
+			return
+		}
+		c.bit(pkt.Ifaces, nums.base+int(value[0])-1, false, miss)
 	}
 }
 
@@ -670,6 +678,9 @@ func (c *compiler) keyField(s classify.Slot, bits int, base int16) {
 		b.Emit(insn.Ntoh(asm.R1, asm.Half), insn.St(asm.R6, at, asm.R1, asm.Half))
 	case ir.FieldProto:
 		b.Emit(insn.Ld(asm.R1, asm.R6, pkt.Proto, asm.Byte), insn.St(asm.R6, at, asm.R1, asm.Byte))
+	case ir.FieldIn, ir.FieldOut:
+		c.ifaceNumber(s.Field)
+		b.Emit(insn.St(asm.R6, at, asm.R1, asm.Byte))
 	}
 }
 

@@ -39,6 +39,9 @@ type compiler struct {
 	// ifaces are the interface patterns looked up in abi.IfacesMap, indexed
 	// by their bit.
 	ifaces []ir.Iface
+	// ifaceNums place the numbered names of -i and -o among ifaces
+	// (numberIfaces).
+	ifaceNums [2]ifaceNumbers
 	// readsDSCP: a rule tests the DSCP, which parse then stores.
 	readsDSCP bool
 	// readsOwner: a rule tests the packet's socket, which parse reads.
@@ -86,7 +89,7 @@ type compiler struct {
 // newCompiler returns the compiler of p, optimized from orig, for hook.
 func newCompiler(p, orig *ir.Program, hook Hook, level Level, forceLookups, trace bool) *compiler {
 	c := &compiler{p: p, orig: orig, hook: hook, b: insn.New(), level: level, trace: trace}
-	c.cls = &classify.Planner{Program: p, Stage: hook == HookStage, ForceLookups: forceLookups, Pure: c.pureMatch}
+	c.cls = &classify.Planner{Program: p, Stage: hook == HookStage, ForceLookups: forceLookups, Pure: c.pureMatch, Keyable: c.keyable}
 	return c
 }
 
@@ -217,6 +220,7 @@ func (c *compiler) collect() error {
 	c.ct = c.orig.TestsConntrack() || c.accel
 	_, slots := c.recentTables()
 	c.hasRecent = slots > 0
+	c.numberIfaces()
 	for _, r := range c.p.Rules {
 		for _, m := range r.Matches {
 			codeOf(m).collectMatch(c, m)

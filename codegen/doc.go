@@ -18,10 +18,13 @@
 // whose number depends on the shapes of the rules, not their count:
 //
 //   - Each rule is normalized (ir.NormalizeResidual) into tuples, one
-//     prefix per field of source, destination, protocol and ports
-//     (ranges, multiport lists and sets expand into prefixes), and its
-//     residual: the matches no tuple expresses (negations, interfaces,
-//     TCP flags, ICMP types, lengths, TTLs, marks, MACs, fragments, ...).
+//     prefix per field of source, destination, protocol, ports and
+//     devices (ranges, multiport lists and sets expand into prefixes; an
+//     exact -i or -o name is its number among the rules' names, which
+//     the program counts from the packet's interface pattern bits,
+//     ifaceNumber), and its residual: the matches no tuple expresses
+//     (negations, interface prefixes, TCP flags, ICMP types, lengths,
+//     TTLs, marks, MACs, fragments, ...).
 //   - Tuples of one shape and guard go into one table: a hash keyed by the
 //     packet's fields cut to the shape, an LPM trie when shapes differ in
 //     one field's length, a port array, or a ranges table (a hash of

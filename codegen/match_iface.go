@@ -98,3 +98,94 @@ func (c *compiler) ifaceBit(m ir.Iface) int {
 	}
 	panic(fmt.Sprintf("codegen: interface pattern %+v was not collected", m))
 }
+
+// ifaceNumbers places the exact names a direction's -i or -o matches
+// test, which the classifier keys on as numbers (ir.FieldIn, FieldOut),
+// in the interface patterns: name i of ir.Program.IfaceNames at bit
+// base+i of the packet's interface bits, where at most one of them is
+// set (a device has one name).
+type ifaceNumbers struct {
+	base, n int
+	known   bool // the bits are the device's: the hook knows it, and parse reads its patterns
+}
+
+// numberIfaces puts each direction's exact names first among the
+// interface patterns, in their numbers' order.
+func (c *compiler) numberIfaces() {
+	for d, dir := range []ir.IfaceDir{ir.IfaceIn, ir.IfaceOut} {
+		if !c.knowsIface(dir) || (c.accel && dir == ir.IfaceOut) {
+			continue
+		}
+		nums := ifaceNumbers{base: len(c.ifaces), known: true}
+		for _, name := range c.p.IfaceNames(dir) {
+			key := c.ifaceKey(ir.Iface{Dir: dir, Name: name})
+			if slices.Contains(c.ifaces, key) {
+				// Both directions' names in one hook's patterns, which
+				// no hook has: key on neither.
+				panic(fmt.Sprintf("codegen: interface %s numbered twice", name))
+			}
+			c.ifaces = append(c.ifaces, key)
+			nums.n++
+		}
+		c.ifaceNums[d] = nums
+	}
+}
+
+// keyable says which fields a table may key on: all but an accelerator's
+// output device, which its route lookup finds after the tables.
+func (c *compiler) keyable(f ir.Field) bool { return !(c.accel && f == ir.FieldOut) }
+
+// ifaceNumbersOf is the numbering of field f, ir.FieldIn or FieldOut.
+func (c *compiler) ifaceNumbersOf(f ir.Field) ifaceNumbers {
+	if f == ir.FieldOut {
+		return c.ifaceNums[1]
+	}
+	return c.ifaceNums[0]
+}
+
+// ifaceNumber leaves in r1 the number of the packet's device of field f:
+// 1 + the index of its name's bit among the direction's names, or 0 when
+// the device has none of them (or the hook does not know it). With x the
+// one bit set, x ^ (x - 1) has index+1 bits set; with none set, all 64,
+// which the mask makes 0 (a direction numbers 63 names at most). The
+// bits are counted without a branch, in pairs, nibbles, then bytes
+// summed by a multiply.
+func (c *compiler) ifaceNumber(f ir.Field) {
+	b := c.b
+	nums := c.ifaceNumbersOf(f)
+	if !nums.known || nums.n == 0 {
+		b.Emit(insn.Mov(asm.R1, 0))
+		return
+	}
+	b.Emit(insn.Ld(asm.R1, asm.R6, pkt.Ifaces, asm.DWord))
+	if nums.base > 0 {
+		b.Emit(asm.RSh.Imm(asm.R1, int32(nums.base)))
+	}
+	b.Emit(
+		asm.LoadImm(asm.R2, int64(uint64(1)<<nums.n-1), asm.DWord),
+		asm.And.Reg(asm.R1, asm.R2),
+		insn.Movr(asm.R2, asm.R1),
+		asm.Sub.Imm(asm.R2, 1),
+		asm.Xor.Reg(asm.R1, asm.R2),
+		insn.Movr(asm.R2, asm.R1),
+		asm.RSh.Imm(asm.R2, 1),
+		asm.LoadImm(asm.R3, 0x5555555555555555, asm.DWord),
+		asm.And.Reg(asm.R2, asm.R3),
+		asm.Sub.Reg(asm.R1, asm.R2),
+		asm.LoadImm(asm.R3, 0x3333333333333333, asm.DWord),
+		insn.Movr(asm.R2, asm.R1),
+		asm.And.Reg(asm.R2, asm.R3),
+		asm.RSh.Imm(asm.R1, 2),
+		asm.And.Reg(asm.R1, asm.R3),
+		asm.Add.Reg(asm.R1, asm.R2),
+		insn.Movr(asm.R2, asm.R1),
+		asm.RSh.Imm(asm.R2, 4),
+		asm.Add.Reg(asm.R1, asm.R2),
+		asm.LoadImm(asm.R3, 0x0f0f0f0f0f0f0f0f, asm.DWord),
+		asm.And.Reg(asm.R1, asm.R3),
+		asm.LoadImm(asm.R3, 0x0101010101010101, asm.DWord),
+		asm.Mul.Reg(asm.R1, asm.R3),
+		asm.RSh.Imm(asm.R1, 56),
+		asm.And.Imm(asm.R1, 63),
+	)
+}

@@ -46,6 +46,77 @@ func (m Iface) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	return is(ok != m.Neg)
 }
 
+// alternatives: an exact name, not negated, is a value of FieldIn or
+// FieldOut, its number among the program's names; a prefix or a negation
+// is a residual match.
+func (m Iface) alternatives(p *Program, out []alt, limit int) ([]alt, bool) {
+	if m.Neg || m.Prefix {
+		return out, false
+	}
+	n := p.ifaceNumbers().number(m.Dir, m.Name)
+	if n == 0 {
+		return out, false
+	}
+	f := FieldIn
+	if m.Dir == IfaceOut {
+		f = FieldOut
+	}
+	return append(out, alt{f, prefixOf([]byte{n}, 8)}), true
+}
+
+// maxIfaceNumbers is how many names of each direction the program
+// numbers: the rest are residual matches. (A program tests 64 interface
+// patterns at most, and codegen counts a number in six bits, 64 meaning
+// none.)
+const maxIfaceNumbers = 63
+
+// ifaceNumbering numbers the exact names the -i and -o matches of a
+// program test, each direction from 1 in the order of the rules.
+type ifaceNumbering struct {
+	names   [2][]string
+	numbers map[ifaceName]uint8
+}
+
+type ifaceName struct {
+	dir  IfaceDir
+	name string
+}
+
+func (n *ifaceNumbering) number(dir IfaceDir, name string) uint8 {
+	return n.numbers[ifaceName{dir, name}]
+}
+
+// ifaceNumbers returns the program's numbering, made the first time.
+func (p *Program) ifaceNumbers() *ifaceNumbering {
+	if p.ifaces != nil {
+		return p.ifaces
+	}
+	n := &ifaceNumbering{numbers: make(map[ifaceName]uint8)}
+	for _, r := range p.Rules {
+		for _, m := range r.Matches {
+			m, ok := m.(Iface)
+			if !ok || m.Neg || m.Prefix || m.Name == "" {
+				continue
+			}
+			k := ifaceName{m.Dir, m.Name}
+			d := &n.names[m.Dir-IfaceIn]
+			if _, seen := n.numbers[k]; seen || len(*d) == maxIfaceNumbers {
+				continue
+			}
+			*d = append(*d, m.Name)
+			n.numbers[k] = uint8(len(*d))
+		}
+	}
+	p.ifaces = n
+	return n
+}
+
+// IfaceNames are the exact names of direction dir that FieldIn or
+// FieldOut number: name i has number i+1.
+func (p *Program) IfaceNames(dir IfaceDir) []string {
+	return p.ifaceNumbers().names[dir-IfaceIn]
+}
+
 func (m Iface) appendTo(b []byte, fam rules.Family) []byte {
 	b = append(b, m.Dir.String()+" "...)
 	b = neg(b, m.Neg)

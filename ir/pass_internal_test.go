@@ -237,3 +237,58 @@ func TestShadowedFormsForgotten(t *testing.T) {
 		}
 	}
 }
+
+// TestIfaceNumbers: each direction's exact names, not negated, are
+// numbered from 1 in rule order and are a field of the rule's tuples; a
+// negation or a prefix stays residual, and so does a name past the 63rd.
+func TestIfaceNumbers(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	b.WriteString("-A FORWARD -i eth1 -o eth2 -j DROP\n-A FORWARD ! -i eth3 -j DROP\n-A FORWARD -i eth+ -j DROP\n-A FORWARD -i eth1 -s 10.0.0.1 -j ACCEPT\n-A FORWARD -i eth4 -j DROP\n")
+	for i := range 70 {
+		fmt.Fprintf(&b, "-A FORWARD -o v%d -j DROP\n", i)
+	}
+	b.WriteString("COMMIT\n")
+	rs, err := iptables.Parse("ifaces", []byte(b.String()), iptables.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Lower(rs, LowerOptions{Table: "filter", Chain: "FORWARD"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.IfaceNames(IfaceIn); !slices.Equal(got, []string{"eth1", "eth4"}) {
+		t.Errorf("input names %v, want [eth1 eth4]", got)
+	}
+	if got := p.IfaceNames(IfaceOut); len(got) != maxIfaceNumbers || got[0] != "eth2" || got[62] != "v61" {
+		t.Errorf("output names %v: want eth2, then v0 to v61", got)
+	}
+	rules := p.Chains[0].Rules
+	field := func(r *Rule, f Field) (uint8, uint8, int) {
+		form, ok := p.Form(r)
+		if !ok || len(form.Tuples) != 1 {
+			t.Fatalf("rule %d: form %+v, %v", r.ID, form, ok)
+		}
+		return form.Tuples[0].Field(f)[0], form.Tuples[0].Len[f], len(form.Residual)
+	}
+	for _, tc := range []struct {
+		rule      int
+		f         Field
+		value     uint8
+		bits      uint8
+		residuals int
+	}{
+		{0, FieldIn, 1, 8, 0}, {0, FieldOut, 1, 8, 0},
+		{1, FieldIn, 0, 0, 1}, // ! -i eth3
+		{2, FieldIn, 0, 0, 1}, // -i eth+
+		{3, FieldIn, 1, 8, 0}, {4, FieldIn, 2, 8, 0},
+		{5, FieldOut, 2, 8, 0},   // v0
+		{66, FieldOut, 63, 8, 0}, // v61
+		{67, FieldOut, 0, 0, 1},  // v62: past the 63rd name
+	} {
+		v, l, res := field(rules[tc.rule], tc.f)
+		if v != tc.value || l != tc.bits || res != tc.residuals {
+			t.Errorf("rule %d: %s %d/%d with %d residual matches, want %d/%d with %d", tc.rule, tc.f, v, l, res, tc.value, tc.bits, tc.residuals)
+		}
+	}
+}

@@ -49,6 +49,9 @@ type Program struct {
 	// the program's, not the rules': a Clone shares its rules, whose
 	// matches its passes may change.
 	forms []*cachedForm
+	// ifaces numbers the exact interface names of FieldIn and FieldOut
+	// (ifaceNumbers), made the first time a form or codegen asks.
+	ifaces *ifaceNumbering
 }
 
 // Removal is a rule that never matches: every packet that reaches it is

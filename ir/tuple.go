@@ -21,10 +21,15 @@ const (
 	FieldProto
 	FieldSport
 	FieldDport
+	// FieldIn and FieldOut are the input and output devices, by the
+	// number of their name among the exact names the program's -i and -o
+	// matches test (Program.IfaceNames): 0 for a device of another name.
+	FieldIn
+	FieldOut
 	NumFields
 )
 
-var fieldNames = []string{"src", "dst", "proto", "sport", "dport"}
+var fieldNames = []string{"src", "dst", "proto", "sport", "dport", "in", "out"}
 
 func (f Field) String() string { return fieldNames[f] }
 
@@ -33,7 +38,7 @@ func (f Field) Width(fam rules.Family) int {
 	switch f {
 	case FieldSrc, FieldDst:
 		return fam.Bits() / 8
-	case FieldProto:
+	case FieldProto, FieldIn, FieldOut:
 		return 1
 	}
 	return 2
@@ -42,7 +47,7 @@ func (f Field) Width(fam rules.Family) int {
 // Tuple is a conjunction of one prefix per field: the first Len[f] bits of
 // field f, big-endian, equal those of Field(f). The fields are packed, an
 // address in 16 bytes, a port in 2, the protocol in 1, and masked to Len,
-// so equal tuples compare equal. A tuple is 42 bytes: the forms of a
+// so equal tuples compare equal. A tuple is 46 bytes: the forms of a
 // 100k-rule chain and the classifier's tables hold hundreds of thousands.
 type Tuple struct {
 	value [tupleSize]byte
@@ -51,11 +56,11 @@ type Tuple struct {
 
 // tupleSize is the packed fields' size; fieldOff and fieldSize place
 // each field in it.
-const tupleSize = 16 + 16 + 1 + 2 + 2
+const tupleSize = 16 + 16 + 1 + 2 + 2 + 1 + 1
 
 var (
-	fieldOff  = [NumFields]uint8{FieldSrc: 0, FieldDst: 16, FieldProto: 32, FieldSport: 33, FieldDport: 35}
-	fieldSize = [NumFields]uint8{FieldSrc: 16, FieldDst: 16, FieldProto: 1, FieldSport: 2, FieldDport: 2}
+	fieldOff  = [NumFields]uint8{FieldSrc: 0, FieldDst: 16, FieldProto: 32, FieldSport: 33, FieldDport: 35, FieldIn: 37, FieldOut: 38}
+	fieldSize = [NumFields]uint8{FieldSrc: 16, FieldDst: 16, FieldProto: 1, FieldSport: 2, FieldDport: 2, FieldIn: 1, FieldOut: 1}
 )
 
 // Field returns the bytes of field f in t: an address's 16 (an IPv4
@@ -168,6 +173,7 @@ func (p *Program) Forms(rs []*Rule) {
 	if p.forms == nil {
 		p.forms = make([]*cachedForm, len(p.Rules))
 	}
+	p.ifaceNumbers() // before the workers read it
 	workers := min(runtime.GOMAXPROCS(0), len(rs)/parallelForms)
 	if workers < 2 {
 		for _, r := range rs {

@@ -10,10 +10,11 @@
 // in the order of their earliest rule, and the lookups stop as soon as no
 // later table can hold an earlier rule.
 //
-// A rule's matches that no tuple expresses (negations, interfaces, TCP
-// flags, ICMP types, lengths, marks, ...) are its residual: they are
-// tested once per table, before its lookup, as part of the table's guard,
-// so that a table holds only rules with the same residual. A packet the
+// A rule's matches that no tuple expresses (negations, interface
+// prefixes, TCP flags, ICMP types, lengths, marks, ...) are its
+// residual: they are tested once per table, before its lookup, as part
+// of the table's guard, so that a table holds only rules with the same
+// residual. (An exact -i or -o name is a field of the tuple.) A packet the
 // residual fails for skips the table: every rule in it fails too, and no
 // candidate is lost. Only matches without effects take part (Pure):
 // a rule with a stateful or hotdropping match beyond its tuples stays
@@ -107,6 +108,10 @@ type Planner struct {
 	// Pure reports whether a match may be tested before a table, as part
 	// of its guard: it has no effects and cannot drop the packet.
 	Pure func(ir.Match) bool
+	// Keyable reports whether the program can read a field for a table's
+	// key; nil: every field. (An accelerator finds the output device by
+	// a route lookup, after the tables.)
+	Keyable func(ir.Field) bool
 	// Jumps classifies the jumps and gotos to chains that never return
 	// (KindJump), which otherwise end a run of rules: most real chains
 	// jump between their verdicts.
@@ -205,12 +210,13 @@ type Guard struct {
 
 // Entry is one tuple of a rule in a table.
 type Entry struct {
-	T    ir.Tuple
+	T ir.Tuple
+	// Need is, in a table of candidates, the residual bits the rule's
+	// residual sets (0 for none): see mergeResiduals. (It fills the
+	// tuple's last word: an Entry is 56 bytes.)
+	Need uint16
 	ID   uint32
 	Kind uint32
-	// Need is, in a table of candidates, the residual bits the rule's
-	// residual sets (0 for none): see mergeResiduals.
-	Need uint16
 }
 
 // Table is one lookup of a segment.
@@ -291,6 +297,17 @@ func (c *Planner) Eligible(r *ir.Rule) bool {
 	for _, m := range f.Residual {
 		if !c.Pure(m) {
 			return false
+		}
+	}
+	if c.Keyable != nil {
+		for _, ts := range [][]ir.Tuple{f.Tuples, f.PreL4, f.PreProto} {
+			for _, t := range ts {
+				for fld := range ir.NumFields {
+					if t.Len[fld] > 0 && !c.Keyable(fld) {
+						return false
+					}
+				}
+			}
 		}
 	}
 	return true
@@ -837,7 +854,8 @@ const portArraySize = 1 << 16
 // portField returns the port field of a shape that constrains it, and
 // else at most the protocol, exactly.
 func portField(lens [ir.NumFields]uint8) (ir.Field, bool) {
-	if lens[ir.FieldSrc] != 0 || lens[ir.FieldDst] != 0 || (lens[ir.FieldProto] != 0 && lens[ir.FieldProto] != 8) {
+	if lens[ir.FieldSrc] != 0 || lens[ir.FieldDst] != 0 || (lens[ir.FieldProto] != 0 && lens[ir.FieldProto] != 8) ||
+		lens[ir.FieldIn] != 0 || lens[ir.FieldOut] != 0 {
 		return 0, false
 	}
 	switch {
@@ -1015,7 +1033,7 @@ func (c *Planner) Layout(t *Table) KeyLayout {
 		l.Slots = append(l.Slots, Slot{Field: f, Off: off, Size: w})
 		off += w
 	}
-	for _, f := range []ir.Field{ir.FieldSrc, ir.FieldDst, ir.FieldSport, ir.FieldDport, ir.FieldProto} {
+	for _, f := range []ir.Field{ir.FieldSrc, ir.FieldDst, ir.FieldSport, ir.FieldDport, ir.FieldProto, ir.FieldIn, ir.FieldOut} {
 		if int(f) != t.LPM && t.Lens[f] > 0 {
 			place(f)
 		}

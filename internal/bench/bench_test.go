@@ -332,6 +332,53 @@ func TestSweepNetfilterKernel(t *testing.T) {
 	}
 }
 
+// TestSweepNetfilterIfaceKeys: rules that differ in an exact -i or -o
+// name share the classifier's tables at a netfilter hook, keyed on the
+// names' numbers, and every test run's verdict is ir.Eval's for the frame
+// leaving through lo (the test run gives no input device): a rule for
+// another output device, or for an input device, never matches it.
+func TestSweepNetfilterIfaceKeys(t *testing.T) {
+	testenv.RequireRoot(t)
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	for i := range 150 {
+		src := fmt.Sprintf("10.%d.%d.%d/32", i%3, i/7, i)
+		switch i % 5 {
+		case 0:
+			fmt.Fprintf(&b, "-A FORWARD -o eth0 -s %s -j ACCEPT\n-A FORWARD -o lo -s %s -j DROP\n", src, src)
+		case 1:
+			fmt.Fprintf(&b, "-A FORWARD -i lo -s %s -j DROP\n-A FORWARD -o vlan%d -s %s -j DROP\n", src, i%9, src)
+		case 2:
+			fmt.Fprintf(&b, "-A FORWARD -i eth0 -o lo -s %s -j DROP\n", src)
+		case 3:
+			fmt.Fprintf(&b, "-A FORWARD -o vlan%d -p udp -m udp --dport %d -j DROP\n-A FORWARD -o lo -p udp -m udp --dport %d -j DROP\n", i%9, 2000+i, 3000+i)
+		default:
+			fmt.Fprintf(&b, "-A FORWARD -s %s -o lo -j DROP\n", src)
+		}
+	}
+	b.WriteString("COMMIT\n")
+	text := b.String()
+	fam := Family{Name: "nf-ifaces", Fixed: true, gen: func(int, *rand.Rand) (*Workload, error) {
+		return &Workload{Family: "nf-ifaces", N: strings.Count(text, "-A "), Rules: []byte(text), Chain: "FORWARD", Netfilter: true}, nil
+	}}
+	res, err := Sweep(Config{Families: []Family{fam}, Levels: []int{0, 1}, Repeat: 2000, RunTime: 20 * time.Millisecond, Runs: 1, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 {
+		t.Fatalf("%d results, want 2", len(res))
+	}
+	for _, r := range res {
+		t.Logf("-O%d: %s", r.Level, summary(r))
+		if r.Skipped != "" || r.LastNs <= 0 || r.RandomNs <= 0 || r.Verified <= 0 {
+			t.Errorf("incomplete -O%d row: %+v", r.Level, r)
+		}
+	}
+	if res[1].Insns*5 > res[0].Insns {
+		t.Errorf("-O1 has %d instructions, -O0 %d: the rules are not classified", res[1].Insns, res[0].Insns)
+	}
+}
+
 func TestEndToEndKernel(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireTool(t, "ip", "iptables-legacy-restore", "nft", "iptables-restore-translate")
