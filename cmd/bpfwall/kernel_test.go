@@ -579,14 +579,15 @@ func TestDeletedInterface(t *testing.T) {
 
 // TestMemoryGuard: in a memory cgroup too small for the rule set, the
 // command stops with a message saying so, instead of the OOM killer's
-// silent SIGKILL.
+// silent SIGKILL. (300k rules need well over twice the 127 MiB the guard
+// allows of 150: 100k came to fit.)
 func TestMemoryGuard(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := buildBpfwall(t)
 	dir := memoryCgroup(t, 150<<20)
 	var b strings.Builder
 	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
-	for i := range 100000 {
+	for i := range 300000 {
 		fmt.Fprintf(&b, "-A INPUT -s 10.%d.%d.%d/32 -p tcp -m tcp --dport %d -j DROP\n", i>>16&255, i>>8&255, i&255, 1+i%60000)
 	}
 	b.WriteString("COMMIT\n")
