@@ -148,8 +148,11 @@ func (c *compiler) ifaceNumbersOf(f ir.Field) ifaceNumbers {
 // the device has none of them (or the hook does not know it). With x the
 // one bit set, x ^ (x - 1) has index+1 bits set; with none set, all 64,
 // which the mask makes 0 (a direction numbers 63 names at most). The
-// bits are counted without a branch, in pairs, nibbles, then bytes
-// summed by a multiply.
+// bits are counted in pairs, nibbles, then bytes summed by a multiply,
+// without a branch: at a netfilter hook parse sets the bits on branches,
+// one per pattern, and a branch on the number made the verifier keep a
+// state for every combination of them (1k rules on 30 VLANs: over its
+// million instructions).
 func (c *compiler) ifaceNumber(f ir.Field) {
 	b := c.b
 	nums := c.ifaceNumbersOf(f)

@@ -89,10 +89,7 @@ func (c *compiler) netfilterIfaces() {
 
 // ifaceNameTest sets bit i of r5 when the name in r2 (bytes 0-7) and r3
 // (bytes 8-15) matches pattern p: the pattern's bytes, and for an exact
-// name the NUL after it, as iptables' mask compares them. It does not
-// branch: a branch per pattern would leave the verifier a state for every
-// combination of the bits, once a classifier table keys on the names'
-// numbers (ir.FieldIn), which it reads from the bits.
+// name the NUL after it, as iptables' mask compares them.
 func (c *compiler) ifaceNameTest(i int, p ir.Iface) {
 	b := c.b
 	var val, mask [ifNameSize]byte
@@ -104,8 +101,7 @@ func (c *compiler) ifaceNameTest(i int, p ir.Iface) {
 	for k := 0; k < n && k < ifNameSize; k++ {
 		mask[k] = 0xff
 	}
-	// r4: the bits that differ, under the mask.
-	b.Emit(insn.Mov(asm.R4, 0))
+	no := b.Fresh("iface_no_match")
 	for w, reg := range []asm.Register{asm.R2, asm.R3} {
 		m := binary.NativeEndian.Uint64(mask[8*w:])
 		if m == 0 {
@@ -116,20 +112,10 @@ func (c *compiler) ifaceNameTest(i int, p ir.Iface) {
 		if m != ^uint64(0) {
 			b.Emit(asm.LoadImm(asm.R1, int64(m), asm.DWord), asm.And.Reg(asm.R0, asm.R1))
 		}
-		b.Emit(asm.LoadImm(asm.R1, int64(v), asm.DWord), asm.Xor.Reg(asm.R0, asm.R1), asm.Or.Reg(asm.R4, asm.R0))
+		b.Emit(asm.LoadImm(asm.R1, int64(v), asm.DWord), asm.JNE.Reg(asm.R0, asm.R1, no))
 	}
-	// (r4 | -r4) has its top bit set unless r4 is 0.
-	b.Emit(
-		insn.Movr(asm.R0, asm.R4),
-		asm.Neg.Imm(asm.R0, 0),
-		asm.Or.Reg(asm.R0, asm.R4),
-		asm.RSh.Imm(asm.R0, 63),
-		asm.Xor.Imm(asm.R0, 1),
-	)
-	if i > 0 {
-		b.Emit(asm.LSh.Imm(asm.R0, int32(i)))
-	}
-	b.Emit(asm.Or.Reg(asm.R5, asm.R0))
+	b.Emit(asm.LoadImm(asm.R1, int64(1)<<i, asm.DWord), asm.Or.Reg(asm.R5, asm.R1))
+	b.Mark(no)
 }
 
 // Transmits reports whether the program sends packets of its own: the
