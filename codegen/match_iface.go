@@ -120,8 +120,8 @@ func (c *compiler) numberIfaces() {
 		for _, name := range c.p.IfaceNames(dir) {
 			key := c.ifaceKey(ir.Iface{Dir: dir, Name: name})
 			if slices.Contains(c.ifaces, key) {
-				// Both directions' names in one hook's patterns, which
-				// no hook has: key on neither.
+				// Only netfilter hooks number both directions, and
+				// their patterns carry the direction.
 				panic(fmt.Sprintf("codegen: interface %s numbered twice", name))
 			}
 			c.ifaces = append(c.ifaces, key)
