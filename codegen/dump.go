@@ -192,7 +192,10 @@ func formatInstruction(ins asm.Instruction) string {
 			}
 			return "call " + fn.String()
 		case asm.Ja:
-			return "goto " + ins.Reference()
+			if cls == asm.Jump32Class {
+				return "gotol " + target(ins)
+			}
+			return "goto " + target(ins)
 		default:
 			wide := cls == asm.JumpClass
 			src := reg(ins.Src, wide)
@@ -200,11 +203,20 @@ func formatInstruction(ins asm.Instruction) string {
 				src = imm(ins.Constant, !wide)
 			}
 			if s, ok := jumpOps[jop]; ok {
-				return fmt.Sprintf("if %s %s %s goto %s", reg(ins.Dst, wide), s, src, ins.Reference())
+				return fmt.Sprintf("if %s %s %s goto %s", reg(ins.Dst, wide), s, src, target(ins))
 			}
 		}
 	}
 	return fmt.Sprintf("%v", ins)
+}
+
+// target is a jump's label, or for a jump farJumps made without one, its
+// offset.
+func target(ins asm.Instruction) string {
+	if ref := ins.Reference(); ref != "" {
+		return ref
+	}
+	return fmt.Sprintf("%+d", ins.Offset)
 }
 
 // imm prints an immediate: small ones in decimal, the others in hex, as

@@ -299,7 +299,7 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 				AttachType:   attach,
 				Flags:        flags,
 				License:      "GPL",
-				Instructions: insns,
+				Instructions: farJumps(insns),
 			},
 		},
 		Maps: map[string]*ebpf.MapSpec{
