@@ -3,13 +3,17 @@ package classify
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"bpfwall/internal/mapkv"
 	"bpfwall/ir"
+	"bpfwall/parser/iptables"
 	"bpfwall/rules"
 )
 
@@ -517,4 +521,53 @@ func TestCandidates(t *testing.T) {
 	if outcomes[true] < 20 || outcomes[false] < 20 {
 		t.Errorf("tables with and without too many candidates: %v", outcomes)
 	}
+}
+
+// TestSegmentTables: a run whose rules differ in many residuals (pairs
+// of interface prefixes, in and out) is planned in parts of at most
+// MaxSegmentTables tables each; planned whole it needs over a thousand.
+func TestSegmentTables(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	rng := rand.New(rand.NewPCG(1, 2))
+	pairs := make(map[[2]int]bool)
+	for i := range 4000 {
+		in, out := rng.IntN(30), rng.IntN(30)
+		pairs[[2]int{in, out}] = true
+		a := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		if i%2 == 0 {
+			fmt.Fprintf(&b, "-A FORWARD -i vl%dx+ -s %s -j DROP\n", in, a)
+			continue
+		}
+		fmt.Fprintf(&b, "-A FORWARD -i vl%dx+ -o vl%dx+ -d %s -p tcp -m tcp --dport %d -j ACCEPT\n", in, out, a, 1+rng.IntN(65534))
+	}
+	b.WriteString("COMMIT\n")
+	if len(pairs) <= MaxSegmentTables {
+		t.Fatalf("%d pairs of interfaces: the run fits one segment", len(pairs))
+	}
+	rs, err := iptables.Parse("ifaces", []byte(b.String()), iptables.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ir.Lower(rs, ir.LowerOptions{Table: "filter", Chain: "FORWARD"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Planner{Program: p, Pure: func(ir.Match) bool { return true }}
+	for _, r := range p.Chains[0].Rules {
+		if !c.Eligible(r) {
+			t.Fatalf("rule %d is not eligible", r.ID)
+		}
+	}
+	segs := 0
+	for _, u := range c.Run(p.Chains[0].Rules) {
+		if u.Seg == nil {
+			continue
+		}
+		segs++
+		if n := len(u.Seg.Tables); n > MaxSegmentTables {
+			t.Errorf("a segment of %d rules has %d tables", len(u.Seg.Rules), n)
+		}
+	}
+	t.Logf("%d segments", segs)
 }
