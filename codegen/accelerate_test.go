@@ -1,6 +1,7 @@
 package codegen_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -148,6 +149,27 @@ func TestAcceleratorSharedChain(t *testing.T) {
 	for _, level := range codegen.Levels {
 		if _, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookXDP, Accelerate: true, Level: level}); err != nil {
 			t.Fatalf("%s: %v", level, err)
+		}
+	}
+}
+
+// TestAcceleratorOutIfaceUnclassified: an accelerator finds the output
+// device by a route lookup after the tables, so rules that test an exact
+// -o name stay plain, while the same rules on -i are classified.
+func TestAcceleratorOutIfaceUnclassified(t *testing.T) {
+	for _, dir := range []string{"-i", "-o"} {
+		var b strings.Builder
+		b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+		for i := range 64 {
+			fmt.Fprintf(&b, "-A FORWARD %s eth%d -s 10.0.%d.%d/32 -j DROP\n", dir, i%4, i/8, i)
+		}
+		b.WriteString("COMMIT\n")
+		prog, err := codegen.Compile(acceleratorOf(t, b.String()), codegen.Options{Hook: codegen.HookXDP, Accelerate: true, Level: codegen.O1})
+		if err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		if classified := prog.Classified >= 64; classified != (dir == "-i") {
+			t.Errorf("%s: %d rules decided by lookups", dir, prog.Classified)
 		}
 	}
 }

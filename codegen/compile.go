@@ -89,7 +89,7 @@ type compiler struct {
 // newCompiler returns the compiler of p, optimized from orig, for hook.
 func newCompiler(p, orig *ir.Program, hook Hook, level Level, forceLookups, trace bool) *compiler {
 	c := &compiler{p: p, orig: orig, hook: hook, b: insn.New(), level: level, trace: trace}
-	c.cls = &classify.Planner{Program: p, Stage: hook == HookStage, ForceLookups: forceLookups, Pure: c.pureMatch, Keyable: c.keyable}
+	c.cls = &classify.Planner{Program: p, Stage: hook == HookStage, ForceLookups: forceLookups, Pure: c.pureMatch}
 	return c
 }
 

@@ -131,10 +131,6 @@ func (c *compiler) numberIfaces() {
 	}
 }
 
-// keyable says which fields a table may key on: all but an accelerator's
-// output device, which its route lookup finds after the tables.
-func (c *compiler) keyable(f ir.Field) bool { return !(c.accel && f == ir.FieldOut) }
-
 // ifaceNumbersOf is the numbering of field f, ir.FieldIn or FieldOut.
 func (c *compiler) ifaceNumbersOf(f ir.Field) ifaceNumbers {
 	if f == ir.FieldOut {

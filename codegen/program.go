@@ -192,8 +192,9 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 		c := newCompiler(p, orig, opts.Hook, opts.Level, opts.ForceLookups, opts.Trace)
 		c.callParse = callParse
 		if opts.Accelerate {
-			// The route lookup takes the TOS.
-			c.accel, c.readsDSCP = true, true
+			// The route lookup takes the TOS, and finds the output
+			// device after the tables.
+			c.accel, c.readsDSCP, c.cls.NoOutIface = true, true, true
 		}
 		c.log = c.hasLog()
 		c.check()

@@ -115,10 +115,10 @@ type Planner struct {
 	// Pure reports whether a match may be tested before a table, as part
 	// of its guard: it has no effects and cannot drop the packet.
 	Pure func(ir.Match) bool
-	// Keyable reports whether the program can read a field for a table's
-	// key; nil: every field. (An accelerator finds the output device by
-	// a route lookup, after the tables.)
-	Keyable func(ir.Field) bool
+	// NoOutIface: the program cannot key a table on the output device
+	// (an accelerator finds it by a route lookup, after the tables), and
+	// rules that test its name stay plain.
+	NoOutIface bool
 	// Jumps classifies the jumps and gotos to chains that never return
 	// (KindJump), which otherwise end a run of rules: most real chains
 	// jump between their verdicts.
@@ -306,13 +306,11 @@ func (c *Planner) Eligible(r *ir.Rule) bool {
 			return false
 		}
 	}
-	if c.Keyable != nil {
+	if c.NoOutIface {
 		for _, ts := range [][]ir.Tuple{f.Tuples, f.PreL4, f.PreProto} {
 			for _, t := range ts {
-				for fld := range ir.NumFields {
-					if t.Len[fld] > 0 && !c.Keyable(fld) {
-						return false
-					}
+				if t.Len[ir.FieldOut] > 0 {
+					return false
 				}
 			}
 		}
