@@ -239,8 +239,8 @@ func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 				}
 				pl := placed{pos: keyOf(file, r.Pos), line: int32(line)}
 				if r.Counters != (rules.Counters{}) {
-					if len(s.counters) <= len(s.all) {
-						s.counters = append(s.counters, make([]rules.Counters, max(n, len(s.all)+1)-len(s.counters))...)
+					if s.counters == nil {
+						s.counters = make([]rules.Counters, n)
 					}
 					s.counters[len(s.all)] = r.Counters
 				}
