@@ -149,38 +149,37 @@ func (c *Planner) BucketsOf(t *Table) *Buckets {
 	if t.Buckets.built {
 		return t.Buckets
 	}
-	var kvs []ebpf.MapKV
-	var mem slab // the contents, until they are packed into buckets
+	var kvs *contents
 	mark, half := 4, false
 	switch {
 	case t.Ranges != nil:
-		kvs = c.rangesContents(t, &mem)
+		kvs = c.rangesContents(t)
 		mark, half = RunSize*(t.Ranges.Width()-1), true
 	case t.Residuals != nil:
-		kvs = c.candidatesContents(t, &mem)
+		kvs = t.cands
 	default:
-		kvs = c.hashContents(t, &mem)
+		kvs = c.hashContents(t)
 	}
-	words := (c.Layout(KeyTable(t)).Size + 3) / 4
-	keys := make([][]uint32, len(kvs))
-	flat := make([]uint32, len(kvs)*words)
-	for i, kv := range kvs {
+	n := kvs.len()
+	// The keys as the program hashes them: u32 words, padded.
+	words := (kvs.ks + 3) / 4
+	keys := make([]uint32, n*words)
+	for i := range n {
 		var padded [MaxBucketKey]byte
-		copy(padded[:], mapkv.MustOf(kv.Key))
-		keys[i] = flat[i*words : (i+1)*words : (i+1)*words]
+		copy(padded[:], kvs.key(i))
 		for j := range words {
-			keys[i][j] = binary.NativeEndian.Uint32(padded[4*j:])
+			keys[i*words+j] = binary.NativeEndian.Uint32(padded[4*j:])
 		}
 	}
 	// Half full at most: two choices of buckets of two slots place such
 	// a load at once, almost always.
-	nbits := max(1, bits.Len(uint(len(kvs)-1)))
-	rng := rand.New(rand.NewPCG(uint64(len(kvs)), 1))
+	nbits := max(1, bits.Len(uint(n-1)))
+	rng := rand.New(rand.NewPCG(uint64(n), 1))
 	for {
 		for try := range 8 {
 			seed := uint64(try+1) * BucketMul2
-			if slots, ok := cuckoo(keys, seed, nbits, rng); ok {
-				bk := &Buckets{Bits: nbits, Seed: seed, Words: words, Value: len(mapkv.MustOf(kvs[0].Value)), Mark: mark, MarkHalf: half, built: true}
+			if slots, ok := cuckoo(keys, words, seed, nbits, rng); ok {
+				bk := &Buckets{Bits: nbits, Seed: seed, Words: words, Value: kvs.vs, Mark: mark, MarkHalf: half, built: true}
 				if want := t.Buckets.slot; want != 0 && want != bk.SlotSize() {
 					panic(fmt.Sprintf("classify: table %s has slots of %d bytes, planned for %d", t.Name, bk.SlotSize(), want))
 				}
@@ -193,10 +192,12 @@ func (c *Planner) BucketsOf(t *Table) *Buckets {
 	}
 }
 
-// cuckoo places every key in a slot of one of its two buckets, moving
-// keys from full buckets to their other one; it returns each slot's key
-// (index+1, 0 for empty), or false when a key found no place.
-func cuckoo(keys [][]uint32, seed uint64, nbits int, rng *rand.Rand) ([]int32, bool) {
+// cuckoo places every key, words u32s each in keys, in a slot of one of
+// its two buckets, moving keys from full buckets to their other one; it
+// returns each slot's key (index+1, 0 for empty), or false when a key
+// found no place.
+func cuckoo(keys []uint32, words int, seed uint64, nbits int, rng *rand.Rand) ([]int32, bool) {
+	key := func(k int32) []uint32 { return keys[int(k)*words : int(k+1)*words] }
 	slots := make([]int32, BucketSlots<<nbits)
 	place := func(b uint32, k int32) bool {
 		for s := range BucketSlots {
@@ -207,9 +208,9 @@ func cuckoo(keys [][]uint32, seed uint64, nbits int, rng *rand.Rand) ([]int32, b
 		}
 		return false
 	}
-	for i := range keys {
+	for i := range len(keys) / words {
 		k := int32(i)
-		b1, b2 := BucketIndexes(BucketHash(seed, keys[k]), nbits)
+		b1, b2 := BucketIndexes(BucketHash(seed, key(k)), nbits)
 		if place(b1, k) || place(b2, k) {
 			continue
 		}
@@ -220,7 +221,7 @@ func cuckoo(keys [][]uint32, seed uint64, nbits int, rng *rand.Rand) ([]int32, b
 			// other bucket.
 			j := int(b)*BucketSlots + rng.IntN(BucketSlots)
 			k, slots[j] = slots[j]-1, k+1
-			o1, o2 := BucketIndexes(BucketHash(seed, keys[k]), nbits)
+			o1, o2 := BucketIndexes(BucketHash(seed, key(k)), nbits)
 			if b = o1; b == uint32(j/BucketSlots) {
 				b = o2
 			}
@@ -241,7 +242,7 @@ func cuckoo(keys [][]uint32, seed uint64, nbits int, rng *rand.Rand) ([]int32, b
 // zeroed). The buckets are packed in order; the keys are written in their
 // own order, which reads kvs straight through (reading it in the
 // buckets' order missed the cache on every key).
-func (b *Buckets) addTo(pool *ebpf.MapSpec, kvs []ebpf.MapKV, keys [][]uint32, slots []int32) {
+func (b *Buckets) addTo(pool *ebpf.MapSpec, kvs *contents, keys []uint32, slots []int32) {
 	vsize := BucketSlots * b.SlotSize()
 	nb := 1 << b.Bits
 	b.Map, b.Base = pool.Name, pool.MaxEntries
@@ -270,7 +271,7 @@ func (b *Buckets) addTo(pool *ebpf.MapSpec, kvs []ebpf.MapKV, keys [][]uint32, s
 		binary.NativeEndian.PutUint32(key, b.Base+uint32(bk))
 		pool.Contents = append(pool.Contents, mapkv.KV(key, values[int(p-1)*vsize:int(p)*vsize]))
 	}
-	at := make([]int32, len(keys)) // each key's slot
+	at := make([]int32, kvs.len()) // each key's slot
 	for i, k := range slots {
 		if k != 0 {
 			at[k-1] = int32(i)
@@ -279,10 +280,10 @@ func (b *Buckets) addTo(pool *ebpf.MapSpec, kvs []ebpf.MapKV, keys [][]uint32, s
 	for k, i := range at {
 		bk, s := int(i)/BucketSlots, int(i)%BucketSlots
 		slot := values[int(packed[bk]-1)*vsize+s*b.SlotSize():]
-		for j, w := range keys[k] {
+		for j, w := range keys[k*b.Words : (k+1)*b.Words] {
 			binary.NativeEndian.PutUint32(slot[4*j:], w)
 		}
-		copy(slot[4*b.Words:b.SlotSize()], mapkv.MustOf(kvs[k].Value)) // rule, kind
+		copy(slot[4*b.Words:b.SlotSize()], kvs.value(k)) // rule, kind
 	}
 	pool.MaxEntries += uint32(nb)
 }

@@ -248,10 +248,9 @@ type Table struct {
 	Inline  bool
 	// Residuals, for a table of candidates, are the residual keys of the
 	// tables merged into it: bit i of an entry's Need is Residuals[i];
-	// Keys and Lists are its map's keys and the candidates of each.
+	// cands are its map's keys and the candidates of each.
 	Residuals []string
-	Keys      [][]byte
-	Lists     [][]Entry
+	cands     *contents
 }
 
 // Release lets go of what only planning and building t's map read: its
@@ -259,7 +258,7 @@ type Table struct {
 // once its lookup is emitted and its map built, so that a segment's
 // tables do not all hold their tuples until the last is built (most of
 // a large rule set is one segment).
-func (t *Table) Release() { t.Entries, t.Keys, t.Lists = nil, nil, nil }
+func (t *Table) Release() { t.Entries, t.cands = nil, nil }
 
 // shapeKey is the guard and shape that tuples share in a table.
 type shapeKey struct {
@@ -739,7 +738,7 @@ func (c *Planner) mergeResiduals(tables []*Table) []*Table {
 		}
 		sortByRule(m.Entries)
 		var ok bool
-		if m.Keys, m.Lists, ok = c.candidates(m); !ok {
+		if m.cands, ok = c.candidates(m); !ok {
 			continue
 		}
 		for _, t := range ts {
@@ -764,47 +763,82 @@ func (c *Planner) mergeResiduals(tables []*Table) []*Table {
 	return out
 }
 
-// candidates returns the keys of a table of candidates, in order, and the
-// candidates of each: earliest first, up to the first that needs no
-// residual, without a later rule that needs the same bit as an earlier
-// one (it can only match where that one does). False when a key would
-// have more than MaxCandidates.
-func (c *Planner) candidates(t *Table) ([][]byte, [][]Entry, bool) {
-	var mem slab
+// candidates returns the contents of a table of candidates: its keys,
+// in order, and the candidates of each, earliest first, up to the first
+// that needs no residual, without a later rule that needs the same bit as
+// an earlier one (it can only match where that one does). A key with
+// fewer than MaxCandidates repeats its last. False when a key would have
+// more.
+func (c *Planner) candidates(t *Table) (*contents, bool) {
+	const vs = CandidateSize * MaxCandidates
+	// closed marks a key's count once it has a candidate that needs no
+	// residual.
+	const closed = 0x80
 	l := c.Layout(t)
-	keys := make([][]byte, 0, len(t.Entries))
-	lists := make([][]Entry, 0, len(t.Entries))
 	// The keys are numbered by their bytes (flatidx: Go maps of the keys
-	// as strings were most of a 1M-rule table's candidates); closed[i]
-	// says key i has a candidate that needs no residual.
+	// as strings were most of a 1M-rule table's candidates).
 	byKey := flatidx.NewNumbers[[maxKeySize]byte](len(t.Entries))
-	var closed []bool
+	var vals []byte
+	var count []uint8
 	for _, e := range t.Entries { // the earliest rule first
 		var kb [maxKeySize]byte
-		k := l.put(kb[:l.Size], e.T)
+		l.put(kb[:l.Size], e.T)
 		i, isNew := byKey.Number(kb)
 		if isNew {
-			keys = append(keys, append(mem.take(len(k))[:0], k...))
-			lists = append(lists, nil)
-			closed = append(closed, false)
+			vals = append(vals, make([]byte, vs)...)
+			count = append(count, 0)
 		}
-		if closed[i] || slices.ContainsFunc(lists[i], func(o Entry) bool { return o.Need == e.Need }) {
+		n := int(count[i])
+		if n&closed != 0 {
 			continue
 		}
-		if len(lists[i]) == MaxCandidates {
-			return nil, nil, false
+		v := vals[int(i)*vs:][:vs]
+		if candidateNeeds(v, n, e.Need) {
+			continue
 		}
-		lists[i] = append(lists[i], e)
+		if n == MaxCandidates {
+			return nil, false
+		}
+		binary.NativeEndian.PutUint32(v[CandidateSize*n:], e.ID)
+		binary.NativeEndian.PutUint16(v[CandidateSize*n+4:], uint16(e.Kind))
+		binary.NativeEndian.PutUint16(v[CandidateSize*n+6:], e.Need)
+		count[i]++
 		if e.Need == 0 {
-			closed[i] = true
+			count[i] |= closed
 		}
 	}
-	return keys, lists, true
+	if cap(vals) > len(vals)+len(vals)/4 {
+		// It grew by doubling: the table holds it until it is built.
+		vals = slices.Clone(vals)
+	}
+	out := &contents{ks: l.Size, vs: vs, keys: make([]byte, len(count)*l.Size), vals: vals}
+	for i, k := range byKey.Keys {
+		copy(out.key(i), k[:l.Size])
+	}
+	for i, n := range count {
+		v := out.value(i)
+		n &^= closed
+		for j := int(n); j < MaxCandidates; j++ {
+			copy(v[CandidateSize*j:][:CandidateSize], v[CandidateSize*(int(n)-1):])
+		}
+	}
+	return out, true
+}
+
+// candidateNeeds says whether one of the first n candidates of value v
+// needs the residual bits need.
+func candidateNeeds(v []byte, n int, need uint16) bool {
+	for j := range n {
+		if binary.NativeEndian.Uint16(v[CandidateSize*j+6:]) == need {
+			return true
+		}
+	}
+	return false
 }
 
 // candidatesSpec returns a table of candidates' hash.
 func (c *Planner) candidatesSpec(t *Table) *ebpf.MapSpec {
-	kvs := c.candidatesContents(t, new(slab))
+	kvs := t.cands.kvs()
 	return &ebpf.MapSpec{
 		Name:       t.Name,
 		Type:       ebpf.Hash,
@@ -813,24 +847,6 @@ func (c *Planner) candidatesSpec(t *Table) *ebpf.MapSpec {
 		MaxEntries: uint32(len(kvs)),
 		Contents:   kvs,
 	}
-}
-
-// candidatesContents is a table of candidates' keys, each with
-// MaxCandidates candidates; a key with fewer repeats its last.
-func (c *Planner) candidatesContents(t *Table, mem *slab) []ebpf.MapKV {
-	kvs := make([]ebpf.MapKV, len(t.Keys))
-	for i, k := range t.Keys {
-		v := mem.take(CandidateSize * MaxCandidates)
-		list := t.Lists[i]
-		for j := range MaxCandidates {
-			e := list[min(j, len(list)-1)]
-			binary.NativeEndian.PutUint32(v[CandidateSize*j:], e.ID)
-			binary.NativeEndian.PutUint16(v[CandidateSize*j+4:], uint16(e.Kind))
-			binary.NativeEndian.PutUint16(v[CandidateSize*j+6:], e.Need)
-		}
-		kvs[i] = mapkv.KV(k, v)
-	}
-	return kvs
 }
 
 // tablePrefix names the classifier's tables: the netfilter stage's are
@@ -1075,7 +1091,7 @@ func (c *Planner) MapSpec(t *Table) *ebpf.MapSpec {
 		return c.candidatesSpec(t)
 	}
 	if t.LPM < 0 {
-		kvs := c.hashContents(t, new(slab))
+		kvs := c.hashContents(t).kvs()
 		return &ebpf.MapSpec{
 			Name:       t.Name,
 			Type:       ebpf.Hash,
@@ -1108,22 +1124,28 @@ func (c *Planner) MapSpec(t *Table) *ebpf.MapSpec {
 // its rule (u32) and what it does (u32). A plain hash is the entries of
 // one shape and guard, of which plan keeps each tuple once, for its
 // earliest rule: the keys, the tuples' fields, are distinct already.
-func (c *Planner) hashContents(t *Table, mem *slab) []ebpf.MapKV {
+func (c *Planner) hashContents(t *Table) *contents {
 	l := c.Layout(t)
-	kvs := make([]ebpf.MapKV, len(t.Entries))
+	out := newContents(l.Size, 8, len(t.Entries))
 	for i, e := range t.Entries {
-		kvs[i] = mapkv.KV(l.put(mem.take(l.Size), e.T), ruleValue(mem, e))
+		l.put(out.key(i), e.T)
+		putRule(out.value(i), e)
 	}
-	return kvs
+	return out
 }
 
 // ruleValue is a hash or trie value: the entry's rule (u32) and what it
 // does (u32).
 func ruleValue(mem *slab, e Entry) []byte {
 	v := mem.take(8)
+	putRule(v, e)
+	return v
+}
+
+// putRule writes a ruleValue into v.
+func putRule(v []byte, e Entry) {
 	binary.NativeEndian.PutUint32(v, e.ID)
 	binary.NativeEndian.PutUint32(v[4:], e.Kind)
-	return v
 }
 
 // lpmContents stores at every prefix the earliest rule among the entries
@@ -1583,7 +1605,7 @@ func (c *Planner) IndexSpec(t *Table) *ebpf.MapSpec {
 // an indexed one an array from the block number, to Width runs; a key
 // with fewer repeats its last run, which ends at the last value.
 func (c *Planner) rangesSpec(t *Table) *ebpf.MapSpec {
-	kvs := c.rangesContents(t, new(slab))
+	kvs := c.rangesContents(t).kvs()
 	width := t.Ranges.Width()
 	if t.Ranges.Indexed {
 		// Block 0, which no key has, stays empty.
@@ -1608,18 +1630,21 @@ func (c *Planner) rangesSpec(t *Table) *ebpf.MapSpec {
 
 // rangesContents is a ranges table's keys, or for an indexed one its
 // block numbers, each with Width runs.
-func (c *Planner) rangesContents(t *Table, mem *slab) []ebpf.MapKV {
-	l := c.Layout(t.RangesKey())
+func (c *Planner) rangesContents(t *Table) *contents {
 	width := t.Ranges.Width()
-	kvs := make([]ebpf.MapKV, 0, len(t.Ranges.Keys))
+	ks := 4
+	if !t.Ranges.Indexed {
+		ks = c.Layout(t.RangesKey()).Size
+	}
+	l := c.Layout(t.RangesKey())
+	out := newContents(ks, RunSize*width, len(t.Ranges.Keys))
 	for i, k := range t.Ranges.Keys {
-		var key []byte
 		if t.Ranges.Indexed {
-			key = binary.NativeEndian.AppendUint32(mem.take(4)[:0], uint32(i+1))
+			binary.NativeEndian.PutUint32(out.key(i), uint32(i+1))
 		} else {
-			key = l.put(mem.take(l.Size), k)
+			l.put(out.key(i), k)
 		}
-		v := mem.take(RunSize * width)
+		v := out.value(i)
 		runs := t.Ranges.Runs[i]
 		for j := range width {
 			r := runs[min(j, len(runs)-1)]
@@ -1627,9 +1652,8 @@ func (c *Planner) rangesContents(t *Table, mem *slab) []ebpf.MapKV {
 			binary.NativeEndian.PutUint16(v[RunSize*j+2:], r.Kind)
 			binary.NativeEndian.PutUint32(v[RunSize*j+4:], r.ID)
 		}
-		kvs = append(kvs, mapkv.KV(key, v))
 	}
-	return kvs
+	return out
 }
 
 // maps is how many maps the table's lookup uses.

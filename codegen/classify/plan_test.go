@@ -501,7 +501,7 @@ func TestCandidates(t *testing.T) {
 			}
 			want[k] = append(list, e)
 		}
-		keys, lists, ok := c.candidates(tb)
+		got, ok := c.candidates(tb)
 		outcomes[ok]++
 		if ok == tooMany {
 			t.Fatalf("trial %d: candidates ok = %v, want %v", trial, ok, !tooMany)
@@ -509,12 +509,22 @@ func TestCandidates(t *testing.T) {
 		if !ok {
 			continue
 		}
-		if len(keys) != len(order) {
-			t.Fatalf("trial %d: %d keys, want %d", trial, len(keys), len(order))
+		if got.len() != len(order) {
+			t.Fatalf("trial %d: %d keys, want %d", trial, got.len(), len(order))
 		}
-		for i, k := range keys {
-			if string(k) != order[i] || !slices.Equal(lists[i], want[order[i]]) {
-				t.Fatalf("trial %d: key %d is %x with %v, want %x with %v", trial, i, k, lists[i], order[i], want[order[i]])
+		for i, k := range order {
+			// The map's value: each candidate's rule (u32), kind and
+			// need (u16s); a shorter list repeats its last.
+			var v []byte
+			list := want[k]
+			for j := range MaxCandidates {
+				e := list[min(j, len(list)-1)]
+				v = binary.NativeEndian.AppendUint32(v, e.ID)
+				v = binary.NativeEndian.AppendUint16(v, uint16(e.Kind))
+				v = binary.NativeEndian.AppendUint16(v, e.Need)
+			}
+			if string(got.key(i)) != k || !bytes.Equal(got.value(i), v) {
+				t.Fatalf("trial %d: key %d is %x with %x, want %x with %x", trial, i, got.key(i), got.value(i), k, v)
 			}
 		}
 	}
