@@ -778,21 +778,24 @@ func (c *Planner) candidates(t *Table) (*contents, bool) {
 	// The keys are numbered by their bytes (flatidx: Go maps of the keys
 	// as strings were most of a 1M-rule table's candidates).
 	byKey := flatidx.NewNumbers[[maxKeySize]byte](len(t.Entries))
-	var vals []byte
-	var count []uint8
-	for _, e := range t.Entries { // the earliest rule first
+	// Each entry's key is numbered first, so that the values are made
+	// once, of their size: grown as keys came, they were allocated five
+	// times over.
+	keyOf := make([]int32, len(t.Entries))
+	for j, e := range t.Entries {
 		var kb [maxKeySize]byte
 		l.put(kb[:l.Size], e.T)
-		i, isNew := byKey.Number(kb)
-		if isNew {
-			vals = append(vals, make([]byte, vs)...)
-			count = append(count, 0)
-		}
+		keyOf[j], _ = byKey.Number(kb)
+	}
+	out := newContents(l.Size, vs, len(byKey.Keys))
+	count := make([]uint8, len(byKey.Keys))
+	for j, e := range t.Entries { // the earliest rule first
+		i := keyOf[j]
 		n := int(count[i])
 		if n&closed != 0 {
 			continue
 		}
-		v := vals[int(i)*vs:][:vs]
+		v := out.value(int(i))
 		if candidateNeeds(v, n, e.Need) {
 			continue
 		}
@@ -807,11 +810,6 @@ func (c *Planner) candidates(t *Table) (*contents, bool) {
 			count[i] |= closed
 		}
 	}
-	if cap(vals) > len(vals)+len(vals)/4 {
-		// It grew by doubling: the table holds it until it is built.
-		vals = slices.Clone(vals)
-	}
-	out := &contents{ks: l.Size, vs: vs, keys: make([]byte, len(count)*l.Size), vals: vals}
 	for i, k := range byKey.Keys {
 		copy(out.key(i), k[:l.Size])
 	}
