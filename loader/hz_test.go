@@ -4,8 +4,10 @@ import (
 	"compress/gzip"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -29,6 +31,46 @@ func TestKernelHZ(t *testing.T) {
 	}
 	if hz != want {
 		t.Errorf("measured HZ %d, the kernel config says %d", hz, want)
+	}
+}
+
+// TestKernelHZUnderLoad measures the tick rate while every CPU is busy,
+// as a restore's compile keeps them while StartHZ measures: preempted
+// reads must not skew the rate into another HZ.
+func TestKernelHZUnderLoad(t *testing.T) {
+	testenv.RequireRoot(t)
+	want, ok := configHZ()
+	if !ok {
+		var err error
+		if want, err = kernelHZ(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 * runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for range 1000 {
+					_ = make([]byte, 64) // and the collector's work
+				}
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	for i := range 3 {
+		hz, err := measureHZ()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hz != want {
+			t.Errorf("measurement %d under load: HZ %d, want %d", i, hz, want)
+		}
 	}
 }
 

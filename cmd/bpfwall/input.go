@@ -149,6 +149,8 @@ func (f *inputFlags) load(name string, stderr io.Writer) (*rules.Ruleset, error)
 	if err != nil {
 		return nil, err
 	}
+	// Those that load a program may need the kernel's tick rate.
+	loader.StartHZ()
 	f.src = src
 	var base map[string]*rules.IPSet
 	if f.base != nil {

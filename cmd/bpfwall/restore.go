@@ -71,6 +71,7 @@ func runRestore(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	loader.StartHZ()
 	progress("read %s: %d bytes", display, len(src))
 	sets, err := ipsets.read(src, stderr)
 	if err != nil {
