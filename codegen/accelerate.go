@@ -518,13 +518,22 @@ func (c *compiler) accelDrop() {
 		insn.Ld(asm.R1, asm.R10, path, asm.Word),
 		asm.JGT.Imm(asm.R1, accelPathLen, unaccelerated),
 	)
+	// The path's count is read once, and the rules counted from the
+	// last noted to the first: its u32 is then the counters' key.
 	counted := b.Fresh("path_counted")
-	for i := range accelPathLen {
-		b.Emit(
-			insn.Ld(asm.R1, asm.R10, path, asm.Word),
-			asm.JLE.Imm(asm.R1, int32(i), counted),
-		)
-		c.countKeyAt(asm.R10, path+4+int16(4*i), asm.R10, c.mainPkt()+pkt.Bytes)
+	from := make([]string, accelPathLen)
+	for i := range from {
+		from[i] = b.Fresh("path_count")
+	}
+	b.Emit(insn.Ld(asm.R1, asm.R10, path, asm.Word))
+	for n := accelPathLen; n >= 1; n-- {
+		b.Emit(asm.JEq.Imm(asm.R1, int32(n), from[n-1]))
+	}
+	b.Emit(insn.Ja(counted)) // an empty path
+	for i := accelPathLen - 1; i >= 0; i-- {
+		b.Mark(from[i])
+		entry := path + 4 + int16(4*i)
+		c.countIDAt(func() { b.Emit(insn.Ld(asm.R1, asm.R10, entry, asm.Word)) }, path, asm.R10, c.mainPkt()+pkt.Bytes)
 	}
 	// The policy's counter, which an accelerator's entry chain never
 	// reaches, counts the packets it drops. (mainKey may share its bytes

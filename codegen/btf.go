@@ -1,6 +1,10 @@
 package codegen
 
-import "github.com/cilium/ebpf/btf"
+import (
+	"github.com/cilium/ebpf/btf"
+
+	"bpfwall/codegen/abi"
+)
 
 // BTF descriptions of the functions. The chain functions and parse are
 // global functions, which the verifier checks once each, on their own,
@@ -69,6 +73,8 @@ var (
 		{Name: "packets", Type: btfU64},
 		{Name: "bytes", Type: btfU64, Offset: 64},
 	}}
+	// btfCounterBlock is an abi.CounterBlock.
+	btfCounterBlock = &btf.Array{Index: btfU32, Type: btfCounter, Nelems: abi.CountersPerBlock}
 	// btfDecision is an abi.Decision.
 	btfDecision = &btf.Struct{Name: "bpfwall_decision", Size: 8, Members: []btf.Member{
 		{Name: "rule", Type: btfU32},

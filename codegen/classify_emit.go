@@ -685,10 +685,12 @@ func (c *compiler) keyField(s classify.Slot, bits int, base int16) {
 }
 
 // countReg adds the packet to the counters of the rule whose ID is in
-// reg.
+// reg, one that a helper call keeps (r6-r9).
 func (c *compiler) countReg(reg asm.Register) {
-	c.b.Emit(insn.St(asm.R10, chainKey, reg, asm.Word))
-	c.countKeyAt(asm.R10, chainKey, asm.R6, pkt.Bytes)
+	if reg < asm.R6 || reg > asm.R9 {
+		panic(fmt.Sprintf("codegen: countReg of %s, which the lookup clobbers", reg))
+	}
+	c.countIDAt(func() { c.b.Emit(insn.Movr(asm.R1, reg)) }, chainKey, asm.R6, pkt.Bytes)
 }
 
 // units splits a chain into plain rules and classified segments.

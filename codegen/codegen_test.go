@@ -66,8 +66,8 @@ func TestSpec(t *testing.T) {
 		if got := spec.Flags&(1<<5) != 0; got != tc.multiBuf {
 			t.Errorf("%s: BPF_F_XDP_HAS_FRAGS is %v", tc.hook, got)
 		}
-		if n := p.Spec.Maps[abi.CountersMap].MaxEntries; n != 5 {
-			t.Errorf("%s: counters has %d entries, want one per rule and the policy", tc.hook, n)
+		if m := p.Spec.Maps[abi.CountersMap]; m.MaxEntries != 1 || m.ValueSize != abi.CounterBlockSize {
+			t.Errorf("%s: counters has %d entries of %d bytes, want one block for the four rules and the policy", tc.hook, m.MaxEntries, m.ValueSize)
 		}
 		for _, name := range []string{abi.DecisionMap, abi.IfacesMap, abi.ScratchMap} {
 			if p.Spec.Maps[name] == nil {

@@ -511,30 +511,57 @@ func (c *compiler) mainChains() {
 // code is the return value of a chain function for a rule's decision.
 func code(r *ir.Rule, kind int32) int32 { return int32(r.ID)<<codeShift | kind }
 
-// count adds the packet to counters[id]: the packet's length is at
+// count adds the packet to rule id's counter: the packet's length is at
 // frame+lenOff, and key is a free stack slot for the map key.
 func (c *compiler) count(id int, frame asm.Register, lenOff int16, key int16) {
-	c.b.Emit(insn.StImm(asm.R10, key, int32(id), asm.Word))
-	c.countKeyAt(asm.R10, key, frame, lenOff)
+	c.b.Emit(insn.StImm(asm.R10, key, int32(abi.CounterKey(id)), asm.Word))
+	c.addCount(key, frame, lenOff, int16(16*abi.CounterIndex(id)), nil)
 }
 
-// countKeyAt adds the packet to the counters of the rule whose ID is the
-// u32 at at+key: the packet's length is at frame+lenOff.
-func (c *compiler) countKeyAt(at asm.Register, key int16, frame asm.Register, lenOff int16) {
+// countIDAt adds the packet to the counter of the rule whose ID the code
+// get loads into r1, which it may do more than once: it writes the key
+// to the stack slot key, and the ID is read again after the lookup. The
+// packet's length is at frame+lenOff.
+func (c *compiler) countIDAt(get func(), key int16, frame asm.Register, lenOff int16) {
+	get()
+	c.b.Emit(
+		asm.RSh.Imm(asm.R1, abi.CounterKeyShift),
+		insn.St(asm.R10, key, asm.R1, asm.Word),
+	)
+	c.addCount(key, frame, lenOff, 0, func() {
+		get()
+		c.b.Emit(
+			asm.And.Imm(asm.R1, abi.CountersPerBlock-1),
+			asm.LSh.Imm(asm.R1, 4),
+			asm.Add.Reg(asm.R0, asm.R1),
+		)
+	})
+}
+
+// addCount looks up the counters' block whose key is the u32 at
+// r10+key, and adds the packet to the counter off bytes into it, after
+// index, when set, has added the counter's offset to r0 (the block). The
+// packet's length is at frame+lenOff.
+func (c *compiler) addCount(key int16, frame asm.Register, lenOff int16, off int16, index func()) {
 	done := c.b.Fresh("counted")
 	c.b.Emit(
-		insn.Movr(asm.R2, at),
+		insn.Movr(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, int32(key)),
 		insn.MapRef(asm.R1, abi.CountersMap),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, done),
-		insn.Ld(asm.R1, asm.R0, 0, asm.DWord),
+	)
+	if index != nil {
+		index()
+	}
+	c.b.Emit(
+		insn.Ld(asm.R1, asm.R0, off, asm.DWord),
 		asm.Add.Imm(asm.R1, 1),
-		insn.St(asm.R0, 0, asm.R1, asm.DWord),
+		insn.St(asm.R0, off, asm.R1, asm.DWord),
 		insn.Ld(asm.R1, frame, lenOff, asm.Word),
-		insn.Ld(asm.R2, asm.R0, 8, asm.DWord),
+		insn.Ld(asm.R2, asm.R0, off+8, asm.DWord),
 		asm.Add.Reg(asm.R2, asm.R1),
-		insn.St(asm.R0, 8, asm.R2, asm.DWord),
+		insn.St(asm.R0, off+8, asm.R2, asm.DWord),
 	)
 	c.b.Mark(done)
 }

@@ -375,14 +375,27 @@ func (l *loaded) bucketPrev(t *testing.T, i int) (uint64, bool) {
 // counters returns the counters summed over CPUs.
 func (l *loaded) counters(t *testing.T) []abi.Counter {
 	t.Helper()
-	m := l.coll.Maps[abi.CountersMap]
-	out := make([]abi.Counter, len(l.p.IR.Rules)+1)
-	var perCPU []abi.Counter
+	return readCounters(t, l.coll.Maps[abi.CountersMap], len(l.p.IR.Rules)+1)
+}
+
+// readCounters returns the first n counters of a counters map, each
+// summed over CPUs: counter i is at index abi.CounterIndex(i) of the
+// block at key abi.CounterKey(i).
+func readCounters(t *testing.T, m *ebpf.Map, n int) []abi.Counter {
+	t.Helper()
+	if got, want := int(m.MaxEntries()), abi.CounterBlocks(n); got != want {
+		t.Fatalf("counters: %d blocks for %d counters, want %d", got, n, want)
+	}
+	out := make([]abi.Counter, n)
+	var perCPU []abi.CounterBlock
 	for i := range out {
-		if err := m.Lookup(uint32(i), &perCPU); err != nil {
-			t.Fatal(err)
+		if abi.CounterIndex(i) == 0 {
+			if err := m.Lookup(abi.CounterKey(i), &perCPU); err != nil {
+				t.Fatal(err)
+			}
 		}
-		for _, c := range perCPU {
+		for _, b := range perCPU {
+			c := b[abi.CounterIndex(i)]
 			out[i].Packets += c.Packets
 			out[i].Bytes += c.Bytes
 		}
@@ -441,7 +454,7 @@ type probe struct {
 
 // checkProgram compares the kernel with ir for n random frames and the
 // truncations of a few complete ones.
-func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n int) {
+func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n int) []abi.Counter {
 	l := load(t, p, ns)
 	devs := ns.devs
 	var pdevs []packets.Device
@@ -553,6 +566,7 @@ func checkProgram(t *testing.T, p *codegen.Program, ns *netns, seed uint64, n in
 			t.Errorf("counter %d: kernel %+v, ir %+v", i, got[i], want[i])
 		}
 	}
+	return got
 }
 
 // compareRecent compares the program's recent tables with the model's:

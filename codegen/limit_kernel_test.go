@@ -69,13 +69,15 @@ func TestLimitAcrossCPUs(t *testing.T) {
 			onEachCPU(t, cpus, func(int) error {
 				return runTimes(prog, data, perCPU)
 			})
-			var counts []abi.Counter
-			if err := coll.Maps[abi.CountersMap].Lookup(uint32(0), &counts); err != nil {
+			// Rule 0's counter on each CPU.
+			var blocks []abi.CounterBlock
+			if err := coll.Maps[abi.CountersMap].Lookup(abi.CounterKey(0), &blocks); err != nil {
 				t.Fatal(err)
 			}
 			var passed uint64
 			var busy int
-			for _, c := range counts {
+			for _, b := range blocks {
+				c := b[abi.CounterIndex(0)]
 				passed += c.Packets
 				if c.Packets > 0 {
 					busy++

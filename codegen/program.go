@@ -307,11 +307,11 @@ func (c *compiler) spec(insns asm.Instructions) *ebpf.CollectionSpec {
 			abi.CountersMap: {
 				Name:       abi.CountersMap,
 				Key:        btfU32,
-				Value:      btfCounter,
+				Value:      btfCounterBlock,
 				Type:       ebpf.PerCPUArray,
 				KeySize:    4,
-				ValueSize:  16,
-				MaxEntries: uint32(len(c.p.Rules) + 1),
+				ValueSize:  abi.CounterBlockSize,
+				MaxEntries: uint32(abi.CounterBlocks(len(c.p.Rules) + 1)),
 			},
 			abi.ScratchMap: {
 				Name:       abi.ScratchMap,

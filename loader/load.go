@@ -180,7 +180,7 @@ func (l *Loaded) Close() {
 // Counters returns every rule's counters summed over CPUs, indexed by rule
 // ID; the last entry counts the entry chain's policy.
 func (l *Loaded) Counters() ([]abi.Counter, error) {
-	return readCounters(l.coll.Maps[abi.CountersMap])
+	return readCounters(l.coll.Maps[abi.CountersMap], len(l.Program.IR.Rules)+1)
 }
 
 // SetIface records which of the program's interface patterns the name of

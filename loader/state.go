@@ -613,7 +613,7 @@ func (a *Active) Counters() ([]abi.Counter, error) {
 		defer close(done)
 		base, baseErr = readBase(a.base)
 	}()
-	live, err := readCounters(a.counters)
+	live, err := readCounters(a.counters, int(a.base.MaxEntries()))
 	<-done
 	if err != nil {
 		return nil, err
@@ -860,44 +860,64 @@ func readBase(mp *ebpf.Map) ([]abi.Counter, error) {
 	return out, nil
 }
 
-// readCounters sums a per-CPU counters map over CPUs.
-func readCounters(mp *ebpf.Map) ([]abi.Counter, error) {
+// readCounters sums a per-CPU counters map over CPUs: its first n
+// counters. A map of abi.CounterBlocks holds many counters an entry; one
+// that a version of bpfwall before them pinned holds one.
+func readCounters(mp *ebpf.Map, n int) ([]abi.Counter, error) {
 	cpus, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, fmt.Errorf("read counters: %w", err)
 	}
-	out := make([]abi.Counter, mp.MaxEntries())
-	err = readBatches(mp, cpus, func(key uint32, vals []abi.Counter) {
-		for _, c := range vals {
-			out[key].Packets += c.Packets
-			out[key].Bytes += c.Bytes
+	switch mp.ValueSize() {
+	case abi.CounterBlockSize:
+		return sumCounters(mp, n, cpus, func(b *abi.CounterBlock) []abi.Counter { return b[:] })
+	case 16:
+		return sumCounters(mp, n, cpus, func(c *abi.Counter) []abi.Counter { return unsafe.Slice(c, 1) })
+	}
+	return nil, fmt.Errorf("read counters: values of %d bytes", mp.ValueSize())
+}
+
+// sumCounters is readCounters for a map of V values, each holding the
+// counters that counters returns.
+func sumCounters[V any](mp *ebpf.Map, n, cpus int, counters func(*V) []abi.Counter) ([]abi.Counter, error) {
+	per := len(counters(new(V)))
+	if want := (n + per - 1) / per; int(mp.MaxEntries()) != want {
+		return nil, fmt.Errorf("read counters: %d entries for %d counters", mp.MaxEntries(), n)
+	}
+	out := make([]abi.Counter, int(mp.MaxEntries())*per)
+	add := func(key uint32, vals []V) { // one per CPU
+		at := out[int(key)*per : int(key+1)*per]
+		for i := range vals {
+			for j, c := range counters(&vals[i]) {
+				at[j].Packets += c.Packets
+				at[j].Bytes += c.Bytes
+			}
 		}
-	})
+	}
+	err := readBatches(mp, cpus, add)
 	if errors.Is(err, ebpf.ErrNotSupported) {
-		var perCPU []abi.Counter
-		for i := range out {
-			if err := mp.Lookup(uint32(i), &perCPU); err != nil {
+		for key := range mp.MaxEntries() {
+			var perCPU []V
+			if err := mp.Lookup(key, &perCPU); err != nil {
 				return nil, fmt.Errorf("read counters: %w", err)
 			}
-			for _, c := range perCPU {
-				out[i].Packets += c.Packets
-				out[i].Bytes += c.Bytes
-			}
+			add(key, perCPU)
 		}
-		return out, nil
+		return out[:n], nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read counters: %w", err)
 	}
-	return out, nil
+	return out[:n], nil
 }
 
-// readBatches reads every entry of the array mp, counterBatch at a time,
-// and hands each key's values (one per CPU of a per-CPU map) to each.
-func readBatches(mp *ebpf.Map, cpus int, each func(key uint32, vals []abi.Counter)) error {
+// readBatches reads every entry of the array mp, a batch at a time, and
+// hands each key's values (one per CPU of a per-CPU map) to each. A
+// batch is counterBatch counters' worth of values.
+func readBatches[V any](mp *ebpf.Map, cpus int, each func(key uint32, vals []V)) error {
 	n := int(mp.MaxEntries())
-	keys := make([]uint32, min(n, counterBatch))
-	vals := make([]abi.Counter, len(keys)*cpus)
+	keys := make([]uint32, min(n, max(1, counterBatch*16/int(mp.ValueSize()))))
+	vals := make([]V, len(keys)*cpus)
 	var cursor ebpf.MapBatchCursor
 	for read := 0; read < n; {
 		got, err := mp.BatchLookup(&cursor, keys, vals, nil)

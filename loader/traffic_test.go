@@ -166,7 +166,7 @@ func swapUnderLoad(t *testing.T, hook codegen.Hook, mode XDPMode) {
 		res := mustSwap(t, s)
 		total = append(total, time.Since(start))
 		critical = append(critical, res.Critical)
-		final, err := readCounters(old)
+		final, err := readCounters(old, len(snap.Counters))
 		old.Close()
 		if err != nil {
 			t.Fatal(err)
