@@ -328,7 +328,7 @@ func (c *compiler) compileStage() (*Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Program{IR: c.orig, Hook: HookStage, Level: c.level, Ifaces: s.ifaces, Spec: s.spec(insns), removed: origRemovals(c.orig, c.p.Removed), uses: matchesOf(c.orig)}, nil
+	return &Program{IR: c.orig, Hook: HookStage, Level: c.level, Ifaces: s.ifaces, Spec: s.spec(insns), removed: origRemovals(c.orig, c.p.Removed), uses: matchesOf(c.orig), flats: s.cls.Flats()}, nil
 }
 
 // stageRejectWarnings names the REJECT rules a packet of class U can

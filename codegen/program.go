@@ -9,6 +9,7 @@ import (
 	"bpfwall/codegen/abi"
 	"bpfwall/codegen/reject"
 	"bpfwall/codegen/sklookup"
+	"bpfwall/internal/mapkv"
 	"bpfwall/ir"
 	"bpfwall/rules"
 )
@@ -114,7 +115,18 @@ type Program struct {
 	// walk over them when the program is compiled: a walk per question
 	// was 80 ms of a 100k-rule restore.
 	uses usedMatches
+
+	// flats are the arrays the contents of the classifier's maps view
+	// (FlatContents).
+	flats map[string][]mapkv.Flat
 }
+
+// FlatContents returns the arrays whose views are the contents of map
+// name in Spec, in order, when they are such arrays (the classifier's
+// tables and bucket arrays): a loader may write batches of entries
+// straight from them, where it would copy each batch out of the MapKVs.
+// Nil for other maps.
+func (p *Program) FlatContents(name string) []mapkv.Flat { return p.flats[name] }
 
 // usedMatches are the stateful matches of a program's rules.
 type usedMatches struct {
@@ -240,6 +252,7 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 		Ifaces:      c.ifaces,
 		Spec:        c.spec(insns),
 		Classified:  c.cls.Classified(),
+		flats:       c.cls.Flats(),
 		removed:     origRemovals(orig, p.Removed),
 		uses:        matchesOf(orig),
 	}

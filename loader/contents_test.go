@@ -55,8 +55,9 @@ func keys[V any](m map[string]V) []string {
 }
 
 // TestFillContents writes a hash and an array in several batches at once,
-// and reads every entry back; contents for a map the collection lacks
-// are an error.
+// and reads every entry back: from the MapKVs, and from the flat arrays
+// they view when the arrays are given (in two parts), but not from arrays
+// they do not view. Contents for a map the collection lacks are an error.
 func TestFillContents(t *testing.T) {
 	testenv.RequireRoot(t)
 	n := 3*counterBatch + 17
@@ -72,17 +73,35 @@ func TestFillContents(t *testing.T) {
 		}
 		return out
 	}
+	parts := []mapkv.Flat{mapkv.NewFlat(4, 8, counterBatch+5), mapkv.NewFlat(4, 8, n-counterBatch-5)}
+	var viewed []ebpf.MapKV
+	for p, f := range parts {
+		for i := range f.Len() {
+			binary.NativeEndian.PutUint32(f.Key(i), uint32(11*i+p))
+			binary.NativeEndian.PutUint64(f.Value(i), uint64(5*i+p))
+		}
+		viewed = append(viewed, f.KVs()...)
+	}
+	// Arrays of other entries than the contents': not written.
+	other := mapkv.NewFlat(4, 8, n)
+	for i := range other.Len() {
+		binary.NativeEndian.PutUint32(other.Key(i), uint32(i))
+		binary.NativeEndian.PutUint64(other.Value(i), 99)
+	}
+	flats := map[string][]mapkv.Flat{"flat": parts, "array": {other}}
 	spec := &ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{
 		"hash":  {Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: uint32(n)},
 		"array": {Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: uint32(n)},
+		"flat":  {Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: uint32(n)},
 	}}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer coll.Close()
-	contents := map[string][]ebpf.MapKV{"hash": kvs(true), "array": kvs(false)}
-	if err := fillContents(coll, contents); err != nil {
+	contents := map[string][]ebpf.MapKV{"hash": kvs(true), "array": kvs(false), "flat": viewed}
+	flat := func(name string) []mapkv.Flat { return flats[name] }
+	if err := fillContents(coll, contents, flat); err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range contents {
@@ -97,7 +116,34 @@ func TestFillContents(t *testing.T) {
 		}
 	}
 	contents["missing"] = kvs(false)
-	if err := fillContents(coll, contents); err == nil {
+	if err := fillContents(coll, contents, flat); err == nil {
 		t.Error("contents of a map not in the collection written")
+	}
+}
+
+// TestFlatViews: arrays are taken for the contents only when those view
+// them, first entry to last, in order.
+func TestFlatViews(t *testing.T) {
+	a, b := mapkv.NewFlat(4, 8, 3), mapkv.NewFlat(4, 8, 2)
+	kvs := append(a.KVs(), b.KVs()...)
+	if !viewsOf([]mapkv.Flat{a, b}, kvs, 4, 8) {
+		t.Error("two arrays and their views: not taken")
+	}
+	for name, c := range map[string]struct {
+		flats  []mapkv.Flat
+		kvs    []ebpf.MapKV
+		ks, vs int
+	}{
+		"none":          {nil, kvs, 4, 8},
+		"out of order":  {[]mapkv.Flat{b, a}, kvs, 4, 8},
+		"one missing":   {[]mapkv.Flat{a}, kvs, 4, 8},
+		"one too many":  {[]mapkv.Flat{a, b, b}, kvs, 4, 8},
+		"other sizes":   {[]mapkv.Flat{a, b}, kvs, 4, 4},
+		"copies":        {[]mapkv.Flat{a, b}, append(mapkv.NewFlat(4, 8, 3).KVs(), b.KVs()...), 4, 8},
+		"last replaced": {[]mapkv.Flat{a, b}, append(kvs[:4:4], mapkv.KV(make([]byte, 4), make([]byte, 8))), 4, 8},
+	} {
+		if viewsOf(c.flats, c.kvs, c.ks, c.vs) {
+			t.Errorf("%s: taken", name)
+		}
 	}
 }

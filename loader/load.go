@@ -81,7 +81,7 @@ func Load(p *codegen.Program, opts Options) (*Loaded, error) {
 	spec, contents := deferContents(spec, copts.MapReplacements)
 	coll, err := ebpf.NewCollectionWithOptions(spec, copts)
 	if err == nil {
-		if err = fillContents(coll, contents); err != nil {
+		if err = fillContents(coll, contents, p.FlatContents); err != nil {
 			coll.Close()
 			return nil, fmt.Errorf("load %s program: %w", p.Hook, err)
 		}
@@ -247,11 +247,13 @@ func byteContents(m *ebpf.MapSpec) bool {
 // fillContents writes contents into coll's maps, in batches of byte keys
 // and values (what codegen's map contents are), a batch per CPU at once:
 // the kernel's side of it, a hash or trie insert per entry, is most of
-// the time a large rule set takes to load. Each batch is copied into
-// arrays of its own when it starts, so that no more than a batch per CPU
-// is held twice (a copy of every map's contents at once was 61 MB of a
-// 1M-rule load).
-func fillContents(coll *ebpf.Collection, contents map[string][]ebpf.MapKV) error {
+// the time a large rule set takes to load. A map whose contents view the
+// arrays flat returns for it (codegen.Program.FlatContents) is written
+// straight from them; any other's batches are each copied into arrays of
+// their own when they start, so that no more than a batch per CPU is held
+// twice (a copy of every map's contents at once was 61 MB of a 1M-rule
+// load).
+func fillContents(coll *ebpf.Collection, contents map[string][]ebpf.MapKV, flat func(name string) []mapkv.Flat) error {
 	var g errgroup.Group
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	// The batches already started finish before an error returns: the
@@ -267,10 +269,29 @@ func fillContents(coll *ebpf.Collection, contents map[string][]ebpf.MapKV) error
 		}
 		ks, vs := int(m.KeySize()), int(m.ValueSize())
 		// cilium/ebpf counts a batch by its slices' elements: keys and
-		// values are slices of byte arrays of the map's sizes, filled
-		// through their bytes.
-		keyType := reflect.SliceOf(reflect.ArrayOf(ks, reflect.TypeFor[byte]()))
-		valType := reflect.SliceOf(reflect.ArrayOf(vs, reflect.TypeFor[byte]()))
+		// values are slices of byte arrays of the map's sizes.
+		keyType := reflect.ArrayOf(ks, reflect.TypeFor[byte]())
+		valType := reflect.ArrayOf(vs, reflect.TypeFor[byte]())
+		write := func(keys, vals []byte) error {
+			n := len(keys) / ks
+			err := batchUpdate(m,
+				reflect.SliceAt(keyType, unsafe.Pointer(unsafe.SliceData(keys)), n).Interface(),
+				reflect.SliceAt(valType, unsafe.Pointer(unsafe.SliceData(vals)), n).Interface(),
+				func(i int) error { return m.Put(keys[i*ks:(i+1)*ks], vals[i*vs:(i+1)*vs]) })
+			if err != nil {
+				return fmt.Errorf("map %s: %w", name, err)
+			}
+			return nil
+		}
+		if flats := flat(name); viewsOf(flats, kvs, ks, vs) {
+			for _, f := range flats {
+				for off := 0; off < f.Len(); off += counterBatch {
+					n := min(counterBatch, f.Len()-off)
+					g.Go(func() error { return write(f.Keys[off*ks:(off+n)*ks], f.Values[off*vs:(off+n)*vs]) })
+				}
+			}
+			continue
+		}
 		for _, kv := range kvs {
 			k, ok1 := mapkv.Of(kv.Key)
 			v, ok2 := mapkv.Of(kv.Value)
@@ -282,29 +303,47 @@ func fillContents(coll *ebpf.Collection, contents map[string][]ebpf.MapKV) error
 		for off := 0; off < len(kvs); off += counterBatch {
 			batch := kvs[off:min(off+counterBatch, len(kvs))]
 			g.Go(func() error {
-				keys := reflect.MakeSlice(keyType, len(batch), len(batch))
-				vals := reflect.MakeSlice(valType, len(batch), len(batch))
-				kb := unsafe.Slice((*byte)(keys.UnsafePointer()), len(batch)*ks)
-				vb := unsafe.Slice((*byte)(vals.UnsafePointer()), len(batch)*vs)
+				keys := make([]byte, len(batch)*ks)
+				vals := make([]byte, len(batch)*vs)
 				for i, kv := range batch {
-					copy(kb[i*ks:], mapkv.MustOf(kv.Key))
-					copy(vb[i*vs:], mapkv.MustOf(kv.Value))
+					copy(keys[i*ks:], mapkv.MustOf(kv.Key))
+					copy(vals[i*vs:], mapkv.MustOf(kv.Value))
 				}
-				_, err := m.BatchUpdate(keys.Interface(), vals.Interface(), nil)
-				if errors.Is(err, ebpf.ErrNotSupported) {
-					for _, kv := range batch {
-						if err := m.Put(kv.Key, kv.Value); err != nil {
-							return fmt.Errorf("map %s: %w", name, err)
-						}
-					}
-					return nil
-				}
-				if err != nil {
-					return fmt.Errorf("map %s: %w", name, err)
-				}
-				return nil
+				return write(keys, vals)
 			})
 		}
 	}
 	return g.Wait()
+}
+
+// viewsOf reports whether flats, in turn, are what kvs view, with keys
+// and values of ks and vs bytes.
+func viewsOf(flats []mapkv.Flat, kvs []ebpf.MapKV, ks, vs int) bool {
+	if len(flats) == 0 {
+		return false
+	}
+	off := 0
+	for _, f := range flats {
+		n := f.Len()
+		if f.KeySize != ks || f.ValueSize != vs || off+n > len(kvs) || !f.Views(kvs[off:off+n]) {
+			return false
+		}
+		off += n
+	}
+	return off == len(kvs)
+}
+
+// batchUpdate writes keys and values, slices of byte arrays, into m in one
+// batch, or with put entry by entry where the kernel has no batches.
+func batchUpdate(m *ebpf.Map, keys, vals any, put func(i int) error) error {
+	_, err := m.BatchUpdate(keys, vals, nil)
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		for i := range reflect.ValueOf(keys).Len() {
+			if err := put(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return err
 }

@@ -60,7 +60,7 @@ func (l *Loaded) loadNetfilter(kernel func() (*ebpf.CollectionSpec, error)) erro
 	spec, contents := deferContents(spec, repl)
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
 	if err == nil {
-		if err = fillContents(coll, contents); err != nil {
+		if err = fillContents(coll, contents, l.Program.Netfilter.FlatContents); err != nil {
 			coll.Close()
 		}
 	}

@@ -149,7 +149,7 @@ func (c *Planner) BucketsOf(t *Table) *Buckets {
 	if t.Buckets.built {
 		return t.Buckets
 	}
-	var kvs *contents
+	var kvs mapkv.Flat
 	mark, half := 4, false
 	switch {
 	case t.Ranges != nil:
@@ -160,13 +160,13 @@ func (c *Planner) BucketsOf(t *Table) *Buckets {
 	default:
 		kvs = c.hashContents(t)
 	}
-	n := kvs.len()
+	n := kvs.Len()
 	// The keys as the program hashes them: u32 words, padded.
-	words := (kvs.ks + 3) / 4
+	words := (kvs.KeySize + 3) / 4
 	keys := make([]uint32, n*words)
 	for i := range n {
 		var padded [MaxBucketKey]byte
-		copy(padded[:], kvs.key(i))
+		copy(padded[:], kvs.Key(i))
 		for j := range words {
 			keys[i*words+j] = binary.NativeEndian.Uint32(padded[4*j:])
 		}
@@ -179,11 +179,12 @@ func (c *Planner) BucketsOf(t *Table) *Buckets {
 		for try := range 8 {
 			seed := uint64(try+1) * BucketMul2
 			if slots, ok := cuckoo(keys, words, seed, nbits, rng); ok {
-				bk := &Buckets{Bits: nbits, Seed: seed, Words: words, Value: kvs.vs, Mark: mark, MarkHalf: half, built: true}
+				bk := &Buckets{Bits: nbits, Seed: seed, Words: words, Value: kvs.ValueSize, Mark: mark, MarkHalf: half, built: true}
 				if want := t.Buckets.slot; want != 0 && want != bk.SlotSize() {
 					panic(fmt.Sprintf("classify: table %s has slots of %d bytes, planned for %d", t.Name, bk.SlotSize(), want))
 				}
-				bk.addTo(c.pool(bk.SlotSize()).spec, kvs, keys, slots)
+				pool := c.pool(bk.SlotSize()).spec
+				c.noteFlat(pool.Name, bk.addTo(pool, kvs, keys, slots))
 				t.Buckets = bk
 				return bk
 			}
@@ -239,10 +240,10 @@ func cuckoo(keys []uint32, words int, seed uint64, nbits int, rng *rand.Rand) ([
 
 // addTo adds the bucket array to its pool's map, at the pool's end (Base):
 // a value per bucket, the buckets without a key left out (an array starts
-// zeroed). The buckets are packed in order; the keys are written in their
+// zeroed). It returns the arrays its contents view. The buckets are packed in order; the keys are written in their
 // own order, which reads kvs straight through (reading it in the
 // buckets' order missed the cache on every key).
-func (b *Buckets) addTo(pool *ebpf.MapSpec, kvs *contents, keys []uint32, slots []int32) {
+func (b *Buckets) addTo(pool *ebpf.MapSpec, kvs mapkv.Flat, keys []uint32, slots []int32) mapkv.Flat {
 	vsize := BucketSlots * b.SlotSize()
 	nb := 1 << b.Bits
 	b.Map, b.Base = pool.Name, pool.MaxEntries
@@ -271,7 +272,7 @@ func (b *Buckets) addTo(pool *ebpf.MapSpec, kvs *contents, keys []uint32, slots 
 		binary.NativeEndian.PutUint32(key, b.Base+uint32(bk))
 		pool.Contents = append(pool.Contents, mapkv.KV(key, values[int(p-1)*vsize:int(p)*vsize]))
 	}
-	at := make([]int32, kvs.len()) // each key's slot
+	at := make([]int32, kvs.Len()) // each key's slot
 	for i, k := range slots {
 		if k != 0 {
 			at[k-1] = int32(i)
@@ -283,7 +284,8 @@ func (b *Buckets) addTo(pool *ebpf.MapSpec, kvs *contents, keys []uint32, slots 
 		for j, w := range keys[k*b.Words : (k+1)*b.Words] {
 			binary.NativeEndian.PutUint32(slot[4*j:], w)
 		}
-		copy(slot[4*b.Words:b.SlotSize()], kvs.value(k)) // rule, kind
+		copy(slot[4*b.Words:b.SlotSize()], kvs.Value(k)) // rule, kind
 	}
 	pool.MaxEntries += uint32(nb)
+	return mapkv.Flat{KeySize: 4, ValueSize: vsize, Keys: index, Values: values}
 }

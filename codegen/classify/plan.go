@@ -141,10 +141,32 @@ type Planner struct {
 	terminating []bool
 	// pools are the maps the bucket tables share, by slot size.
 	pools map[int]*bucketPool
+	// flats are the arrays the contents of each map view (Flats).
+	flats map[string][]mapkv.Flat
 	// forgotten counts the forms let go (Forget) since the heap was last
 	// collected (collectForms).
 	forgotten int
 }
+
+// viewed returns the contents of map name, views of f's arrays, and
+// notes them for Flats.
+func (c *Planner) viewed(name string, f mapkv.Flat) []ebpf.MapKV {
+	c.noteFlat(name, f)
+	return f.KVs()
+}
+
+// noteFlat notes that the next contents of map name view f.
+func (c *Planner) noteFlat(name string, f mapkv.Flat) {
+	if c.flats == nil {
+		c.flats = make(map[string][]mapkv.Flat)
+	}
+	c.flats[name] = append(c.flats[name], f)
+}
+
+// Flats returns, by map name, the arrays that the contents of the
+// classifier's maps view, in order: a loader may write their entries
+// straight from them (a bucket pool's are one for each of its tables).
+func (c *Planner) Flats() map[string][]mapkv.Flat { return c.flats }
 
 // collectAfter is how many forms a plan lets go before it has the heap
 // collected, at least; and at least half the program's rules' worth.
@@ -250,7 +272,7 @@ type Table struct {
 	// tables merged into it: bit i of an entry's Need is Residuals[i];
 	// cands are its map's keys and the candidates of each.
 	Residuals []string
-	cands     *contents
+	cands     mapkv.Flat
 }
 
 // Release lets go of what only planning and building t's map read: its
@@ -258,7 +280,7 @@ type Table struct {
 // once its lookup is emitted and its map built, so that a segment's
 // tables do not all hold their tuples until the last is built (most of
 // a large rule set is one segment).
-func (t *Table) Release() { t.Entries, t.cands = nil, nil }
+func (t *Table) Release() { t.Entries, t.cands = nil, mapkv.Flat{} }
 
 // shapeKey is the guard and shape that tuples share in a table.
 type shapeKey struct {
@@ -769,7 +791,7 @@ func (c *Planner) mergeResiduals(tables []*Table) []*Table {
 // an earlier one (it can only match where that one does). A key with
 // fewer than MaxCandidates repeats its last. False when a key would have
 // more.
-func (c *Planner) candidates(t *Table) (*contents, bool) {
+func (c *Planner) candidates(t *Table) (mapkv.Flat, bool) {
 	const vs = CandidateSize * MaxCandidates
 	// closed marks a key's count once it has a candidate that needs no
 	// residual.
@@ -787,7 +809,7 @@ func (c *Planner) candidates(t *Table) (*contents, bool) {
 		l.put(kb[:l.Size], e.T)
 		keyOf[j], _ = byKey.Number(kb)
 	}
-	out := newContents(l.Size, vs, len(byKey.Keys))
+	out := mapkv.NewFlat(l.Size, vs, len(byKey.Keys))
 	count := make([]uint8, len(byKey.Keys))
 	for j, e := range t.Entries { // the earliest rule first
 		i := keyOf[j]
@@ -795,12 +817,12 @@ func (c *Planner) candidates(t *Table) (*contents, bool) {
 		if n&closed != 0 {
 			continue
 		}
-		v := out.value(int(i))
+		v := out.Value(int(i))
 		if candidateNeeds(v, n, e.Need) {
 			continue
 		}
 		if n == MaxCandidates {
-			return nil, false
+			return mapkv.Flat{}, false
 		}
 		binary.NativeEndian.PutUint32(v[CandidateSize*n:], e.ID)
 		binary.NativeEndian.PutUint16(v[CandidateSize*n+4:], uint16(e.Kind))
@@ -811,10 +833,10 @@ func (c *Planner) candidates(t *Table) (*contents, bool) {
 		}
 	}
 	for i, k := range byKey.Keys {
-		copy(out.key(i), k[:l.Size])
+		copy(out.Key(i), k[:l.Size])
 	}
 	for i, n := range count {
-		v := out.value(i)
+		v := out.Value(i)
 		n &^= closed
 		for j := int(n); j < MaxCandidates; j++ {
 			copy(v[CandidateSize*j:][:CandidateSize], v[CandidateSize*(int(n)-1):])
@@ -836,7 +858,7 @@ func candidateNeeds(v []byte, n int, need uint16) bool {
 
 // candidatesSpec returns a table of candidates' hash.
 func (c *Planner) candidatesSpec(t *Table) *ebpf.MapSpec {
-	kvs := t.cands.kvs()
+	kvs := c.viewed(t.Name, t.cands)
 	return &ebpf.MapSpec{
 		Name:       t.Name,
 		Type:       ebpf.Hash,
@@ -1089,7 +1111,7 @@ func (c *Planner) MapSpec(t *Table) *ebpf.MapSpec {
 		return c.candidatesSpec(t)
 	}
 	if t.LPM < 0 {
-		kvs := c.hashContents(t).kvs()
+		kvs := c.viewed(t.Name, c.hashContents(t))
 		return &ebpf.MapSpec{
 			Name:       t.Name,
 			Type:       ebpf.Hash,
@@ -1122,12 +1144,12 @@ func (c *Planner) MapSpec(t *Table) *ebpf.MapSpec {
 // its rule (u32) and what it does (u32). A plain hash is the entries of
 // one shape and guard, of which plan keeps each tuple once, for its
 // earliest rule: the keys, the tuples' fields, are distinct already.
-func (c *Planner) hashContents(t *Table) *contents {
+func (c *Planner) hashContents(t *Table) mapkv.Flat {
 	l := c.Layout(t)
-	out := newContents(l.Size, 8, len(t.Entries))
+	out := mapkv.NewFlat(l.Size, 8, len(t.Entries))
 	for i, e := range t.Entries {
-		l.put(out.key(i), e.T)
-		putRule(out.value(i), e)
+		l.put(out.Key(i), e.T)
+		putRule(out.Value(i), e)
 	}
 	return out
 }
@@ -1603,7 +1625,7 @@ func (c *Planner) IndexSpec(t *Table) *ebpf.MapSpec {
 // an indexed one an array from the block number, to Width runs; a key
 // with fewer repeats its last run, which ends at the last value.
 func (c *Planner) rangesSpec(t *Table) *ebpf.MapSpec {
-	kvs := c.rangesContents(t).kvs()
+	kvs := c.viewed(t.Name, c.rangesContents(t))
 	width := t.Ranges.Width()
 	if t.Ranges.Indexed {
 		// Block 0, which no key has, stays empty.
@@ -1628,21 +1650,21 @@ func (c *Planner) rangesSpec(t *Table) *ebpf.MapSpec {
 
 // rangesContents is a ranges table's keys, or for an indexed one its
 // block numbers, each with Width runs.
-func (c *Planner) rangesContents(t *Table) *contents {
+func (c *Planner) rangesContents(t *Table) mapkv.Flat {
 	width := t.Ranges.Width()
 	ks := 4
 	if !t.Ranges.Indexed {
 		ks = c.Layout(t.RangesKey()).Size
 	}
 	l := c.Layout(t.RangesKey())
-	out := newContents(ks, RunSize*width, len(t.Ranges.Keys))
+	out := mapkv.NewFlat(ks, RunSize*width, len(t.Ranges.Keys))
 	for i, k := range t.Ranges.Keys {
 		if t.Ranges.Indexed {
-			binary.NativeEndian.PutUint32(out.key(i), uint32(i+1))
+			binary.NativeEndian.PutUint32(out.Key(i), uint32(i+1))
 		} else {
-			l.put(out.key(i), k)
+			l.put(out.Key(i), k)
 		}
-		v := out.value(i)
+		v := out.Value(i)
 		runs := t.Ranges.Runs[i]
 		for j := range width {
 			r := runs[min(j, len(runs)-1)]

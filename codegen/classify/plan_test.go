@@ -509,8 +509,8 @@ func TestCandidates(t *testing.T) {
 		if !ok {
 			continue
 		}
-		if got.len() != len(order) {
-			t.Fatalf("trial %d: %d keys, want %d", trial, got.len(), len(order))
+		if got.Len() != len(order) {
+			t.Fatalf("trial %d: %d keys, want %d", trial, got.Len(), len(order))
 		}
 		for i, k := range order {
 			// The map's value: each candidate's rule (u32), kind and
@@ -523,8 +523,8 @@ func TestCandidates(t *testing.T) {
 				v = binary.NativeEndian.AppendUint16(v, uint16(e.Kind))
 				v = binary.NativeEndian.AppendUint16(v, e.Need)
 			}
-			if string(got.key(i)) != k || !bytes.Equal(got.value(i), v) {
-				t.Fatalf("trial %d: key %d is %x with %x, want %x with %x", trial, i, got.key(i), got.value(i), k, v)
+			if string(got.Key(i)) != k || !bytes.Equal(got.Value(i), v) {
+				t.Fatalf("trial %d: key %d is %x with %x, want %x with %x", trial, i, got.Key(i), got.Value(i), k, v)
 			}
 		}
 	}

@@ -64,3 +64,52 @@ func MustOf(x any) []byte {
 	}
 	return b
 }
+
+// Flat is a map's entries in two arrays, without a header per entry:
+// entry i's key is Keys[i*KeySize:][:KeySize], its value
+// Values[i*ValueSize:][:ValueSize]. A MapSpec's contents may be KVs views
+// of it, and a loader may then write entries straight from the arrays.
+type Flat struct {
+	KeySize, ValueSize int
+	Keys, Values       []byte
+}
+
+// NewFlat returns n zeroed entries.
+func NewFlat(keySize, valueSize, n int) Flat {
+	return Flat{KeySize: keySize, ValueSize: valueSize, Keys: make([]byte, n*keySize), Values: make([]byte, n*valueSize)}
+}
+
+// Len is the number of entries.
+func (f Flat) Len() int { return len(f.Keys) / f.KeySize }
+
+// Key is entry i's key.
+func (f Flat) Key(i int) []byte { return f.Keys[i*f.KeySize : (i+1)*f.KeySize : (i+1)*f.KeySize] }
+
+// Value is entry i's value.
+func (f Flat) Value(i int) []byte {
+	return f.Values[i*f.ValueSize : (i+1)*f.ValueSize : (i+1)*f.ValueSize]
+}
+
+// KVs returns the entries as a MapSpec's contents, views of the arrays.
+func (f Flat) KVs() []ebpf.MapKV {
+	out := make([]ebpf.MapKV, f.Len())
+	for i := range out {
+		out[i] = KV(f.Key(i), f.Value(i))
+	}
+	return out
+}
+
+// Views reports whether kvs are f's entries as KVs made them: the same
+// number, the first and the last viewing f's bytes.
+func (f Flat) Views(kvs []ebpf.MapKV) bool {
+	n := f.Len()
+	if len(kvs) != n || n == 0 {
+		return len(kvs) == n
+	}
+	same := func(x any, b []byte) bool {
+		v, ok := Of(x)
+		return ok && len(v) == len(b) && unsafe.SliceData(v) == unsafe.SliceData(b)
+	}
+	return same(kvs[0].Key, f.Key(0)) && same(kvs[0].Value, f.Value(0)) &&
+		same(kvs[n-1].Key, f.Key(n-1)) && same(kvs[n-1].Value, f.Value(n-1))
+}
