@@ -85,6 +85,27 @@ func (c *compiler) netfilterIfaces() {
 		b.Mark(none)
 	}
 	b.Emit(insn.St(asm.R7, pkt.Ifaces, asm.R5, asm.DWord))
+	// The verifier follows each test above on both of its branches, and
+	// knows the bits on every path it took: code that compares a
+	// device's number (ifaceNumber) with a constant then keeps every
+	// combination of them apart, where it would merge the paths (266
+	// rules on 13 names went over its million instructions). The bits
+	// pass through abi.ScratchMap's value, whose contents it does not
+	// track: it knows nothing of what it reads back, and the paths merge.
+	// The XDP and tc programs read them from abi.IfacesMap's values.
+	b.Emit(
+		insn.StImm(asm.R10, parseScratch, 0, asm.Word),
+		insn.Movr(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, parseScratch),
+		insn.MapRef(asm.R1, abi.ScratchMap),
+		asm.FnMapLookupElem.Call(),
+		// An array's only entry is always there.
+		asm.JEq.Imm(asm.R0, 0, "parse_invalid"),
+		insn.Ld(asm.R1, asm.R7, pkt.Ifaces, asm.DWord),
+		insn.St(asm.R0, st0, asm.R1, asm.DWord),
+		insn.Ld(asm.R1, asm.R0, st0, asm.DWord),
+		insn.St(asm.R7, pkt.Ifaces, asm.R1, asm.DWord),
+	)
 }
 
 // ifaceNameTest sets bit i of r5 when the name in r2 (bytes 0-7) and r3

@@ -368,6 +368,26 @@ func TestSweepNetfilterIfaceKeys(t *testing.T) {
 	sweepForward(t, "nf-ifaces", b.String(), 2000, 5)
 }
 
+// TestSweepNetfilterIfaceStates: a chain whose tables key on the numbers
+// of 11 output names and an input name at a netfilter hook, and compare
+// them with constants, loads at -O1: the verifier follows each name's
+// test on both branches, and without the bits passed through a map value
+// it kept every combination of them apart (305 rules went over its
+// million instructions).
+func TestSweepNetfilterIfaceStates(t *testing.T) {
+	testenv.RequireRoot(t)
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	for i := range 76 {
+		src := fmt.Sprintf("10.%d.%d.%d/32", i%3, i/7, i)
+		fmt.Fprintf(&b, "-A FORWARD -i vl -s %s -j DROP\n-A FORWARD -o vl%dx -s %s -j DROP\n", src, i%9, src)
+		fmt.Fprintf(&b, "-A FORWARD -o xx -d %s -j DROP\n-A FORWARD -o lo -p udp -m udp --dport %d -j DROP\n", src, 3000+i)
+	}
+	// The last rule matches the frames sent to lo.
+	b.WriteString("-A FORWARD -s 10.9.9.9/32 -o lo -j DROP\nCOMMIT\n")
+	sweepForward(t, "nf-states", b.String(), 2000, 4)
+}
+
 func TestEndToEndKernel(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireTool(t, "ip", "iptables-legacy-restore", "nft", "iptables-restore-translate")
