@@ -20,11 +20,13 @@
 //   - Each rule is normalized (ir.NormalizeResidual) into tuples, one
 //     prefix per field of source, destination, protocol, ports and
 //     devices (ranges, multiport lists and sets expand into prefixes; an
-//     exact -i or -o name is its number among the rules' names, which
-//     the program counts from the packet's interface pattern bits,
-//     ifaceNumber), and its residual: the matches no tuple expresses
-//     (negations, interface prefixes, TCP flags, ICMP types, lengths,
-//     TTLs, marks, MACs, fragments, ...).
+//     -i or -o pattern the program numbers, every exact name and every
+//     prefix no device can match as well as another numbered pattern
+//     (ir.Program.IfacePatterns), is its number, which the program
+//     counts from the packet's interface pattern bits, ifaceNumber), and
+//     its residual: the matches no tuple expresses (negations, other
+//     interface prefixes, TCP flags, ICMP types, lengths, TTLs, marks,
+//     MACs, fragments, ...).
 //   - Tuples of one shape and guard go into one table: a hash keyed by the
 //     packet's fields cut to the shape, an LPM trie when shapes differ in
 //     one field's length, a port array, or a ranges table (a hash of

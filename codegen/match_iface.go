@@ -99,17 +99,17 @@ func (c *compiler) ifaceBit(m ir.Iface) int {
 	panic(fmt.Sprintf("codegen: interface pattern %+v was not collected", m))
 }
 
-// ifaceNumbers places the exact names a direction's -i or -o matches
-// test, which the classifier keys on as numbers (ir.FieldIn, FieldOut),
-// in the interface patterns: name i of ir.Program.IfaceNames at bit
+// ifaceNumbers places the patterns a direction's -i or -o matches test
+// that the classifier keys on as numbers (ir.FieldIn, FieldOut) in the
+// interface patterns: pattern i of ir.Program.IfacePatterns at bit
 // base+i of the packet's interface bits, where at most one of them is
-// set (a device has one name).
+// set (no device matches two).
 type ifaceNumbers struct {
 	base, n int
 	known   bool // the bits are the device's: the hook knows it, and parse reads its patterns
 }
 
-// numberIfaces puts each direction's exact names first among the
+// numberIfaces puts each direction's numbered patterns first among the
 // interface patterns, in their numbers' order.
 func (c *compiler) numberIfaces() {
 	for d, dir := range []ir.IfaceDir{ir.IfaceIn, ir.IfaceOut} {
@@ -117,12 +117,12 @@ func (c *compiler) numberIfaces() {
 			continue
 		}
 		nums := ifaceNumbers{base: len(c.ifaces), known: true}
-		for _, name := range c.p.IfaceNames(dir) {
-			key := c.ifaceKey(ir.Iface{Dir: dir, Name: name})
+		for _, pat := range c.p.IfacePatterns(dir) {
+			key := c.ifaceKey(ir.Iface{Dir: dir, Name: pat.Name, Prefix: pat.Prefix})
 			if slices.Contains(c.ifaces, key) {
 				// Only netfilter hooks number both directions, and
 				// their patterns carry the direction.
-				panic(fmt.Sprintf("codegen: interface %s numbered twice", name))
+				panic(fmt.Sprintf("codegen: interface pattern %+v numbered twice", pat))
 			}
 			c.ifaces = append(c.ifaces, key)
 			nums.n++
@@ -140,8 +140,9 @@ func (c *compiler) ifaceNumbersOf(f ir.Field) ifaceNumbers {
 }
 
 // ifaceNumber leaves in r1 the number of the packet's device of field f:
-// 1 + the index of its name's bit among the direction's names, or 0 when
-// the device has none of them (or the hook does not know it). With x the
+// 1 + the index of its pattern's bit among the direction's numbered
+// patterns, or 0 when the device matches none of them (or the hook does
+// not know it). With x the
 // one bit set, x ^ (x - 1) has index+1 bits set; with none set, all 64,
 // which the mask makes 0 (a direction numbers 63 names at most). The
 // bits are counted in pairs, nibbles, then bytes summed by a multiply,

@@ -2,6 +2,7 @@ package ir
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"bpfwall/model"
@@ -46,14 +47,14 @@ func (m Iface) eval(p *Program, st *State, pkt *model.Packet) outcome {
 	return is(ok != m.Neg)
 }
 
-// alternatives: an exact name, not negated, is a value of FieldIn or
-// FieldOut, its number among the program's names; a prefix or a negation
-// is a residual match.
+// alternatives: a numbered pattern (ifaceNumbers), not negated, is a
+// value of FieldIn or FieldOut, its number among the program's numbered
+// patterns; any other, or a negation, is a residual match.
 func (m Iface) alternatives(p *Program, out []alt, limit int) ([]alt, bool) {
-	if m.Neg || m.Prefix {
+	if m.Neg {
 		return out, false
 	}
-	n := p.ifaceNumbers().number(m.Dir, m.Name)
+	n := p.ifaceNumbers().number(m.Dir, m.Name, m.Prefix)
 	if n == 0 {
 		return out, false
 	}
@@ -64,26 +65,51 @@ func (m Iface) alternatives(p *Program, out []alt, limit int) ([]alt, bool) {
 	return append(out, alt{f, prefixOf([]byte{n}, 8)}), true
 }
 
-// maxIfaceNumbers is how many names of each direction the program
+// maxIfaceNumbers is how many patterns of each direction the program
 // numbers: the rest are residual matches. (A program tests 64 interface
 // patterns at most, and codegen counts a number in six bits, 64 meaning
 // none.)
 const maxIfaceNumbers = 63
 
-// ifaceNumbering numbers the exact names the -i and -o matches of a
-// program test, each direction from 1 in the order of the rules.
+// ifaceNumbering numbers interface patterns the -i and -o matches of a
+// program test, each direction from 1: every exact name first, in the
+// order of the rules, then every prefix ("vlan+") that no device can
+// match as well as a pattern numbered before it. A device then matches
+// one numbered pattern at most, and its number is a field of the
+// packet: a VLAN router's rules on "vl1x+" and "vl2x+" are keys of one
+// table, not a residual match each.
 type ifaceNumbering struct {
-	names   [2][]string
-	numbers map[ifaceName]uint8
+	patterns [2][]IfacePattern
+	numbers  map[ifaceKey]uint8
 }
 
-type ifaceName struct {
-	dir  IfaceDir
-	name string
+// IfacePattern is a name a device's name is compared with: the whole of
+// it, or with Prefix its start.
+type IfacePattern struct {
+	Name   string
+	Prefix bool
 }
 
-func (n *ifaceNumbering) number(dir IfaceDir, name string) uint8 {
-	return n.numbers[ifaceName{dir, name}]
+// overlaps says whether a device's name can match both p and q.
+func (p IfacePattern) overlaps(q IfacePattern) bool {
+	switch {
+	case p.Prefix && q.Prefix:
+		return strings.HasPrefix(p.Name, q.Name) || strings.HasPrefix(q.Name, p.Name)
+	case p.Prefix:
+		return strings.HasPrefix(q.Name, p.Name)
+	case q.Prefix:
+		return strings.HasPrefix(p.Name, q.Name)
+	}
+	return p.Name == q.Name
+}
+
+type ifaceKey struct {
+	dir IfaceDir
+	IfacePattern
+}
+
+func (n *ifaceNumbering) number(dir IfaceDir, name string, prefix bool) uint8 {
+	return n.numbers[ifaceKey{dir, IfacePattern{name, prefix}}]
 }
 
 // ifaceNumbers returns the program's numbering, made the first time.
@@ -91,30 +117,34 @@ func (p *Program) ifaceNumbers() *ifaceNumbering {
 	if p.ifaces != nil {
 		return p.ifaces
 	}
-	n := &ifaceNumbering{numbers: make(map[ifaceName]uint8)}
-	for _, r := range p.Rules {
-		for _, m := range r.Matches {
-			m, ok := m.(Iface)
-			if !ok || m.Neg || m.Prefix || m.Name == "" {
-				continue
+	n := &ifaceNumbering{numbers: make(map[ifaceKey]uint8)}
+	for _, prefixes := range []bool{false, true} {
+		for _, r := range p.Rules {
+			for _, m := range r.Matches {
+				m, ok := m.(Iface)
+				// "+", every device, overlaps every other pattern.
+				if !ok || m.Neg || m.Prefix != prefixes || m.Name == "" {
+					continue
+				}
+				k := ifaceKey{m.Dir, IfacePattern{m.Name, m.Prefix}}
+				d := &n.patterns[m.Dir-IfaceIn]
+				if _, seen := n.numbers[k]; seen || len(*d) == maxIfaceNumbers ||
+					slices.ContainsFunc(*d, k.IfacePattern.overlaps) {
+					continue
+				}
+				*d = append(*d, k.IfacePattern)
+				n.numbers[k] = uint8(len(*d))
 			}
-			k := ifaceName{m.Dir, m.Name}
-			d := &n.names[m.Dir-IfaceIn]
-			if _, seen := n.numbers[k]; seen || len(*d) == maxIfaceNumbers {
-				continue
-			}
-			*d = append(*d, m.Name)
-			n.numbers[k] = uint8(len(*d))
 		}
 	}
 	p.ifaces = n
 	return n
 }
 
-// IfaceNames are the exact names of direction dir that FieldIn or
-// FieldOut number: name i has number i+1.
-func (p *Program) IfaceNames(dir IfaceDir) []string {
-	return p.ifaceNumbers().names[dir-IfaceIn]
+// IfacePatterns are the patterns of direction dir that FieldIn or
+// FieldOut number: pattern i has number i+1. No device matches two.
+func (p *Program) IfacePatterns(dir IfaceDir) []IfacePattern {
+	return p.ifaceNumbers().patterns[dir-IfaceIn]
 }
 
 func (m Iface) appendTo(b []byte, fam rules.Family) []byte {

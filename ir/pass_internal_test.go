@@ -239,14 +239,20 @@ func TestShadowedFormsForgotten(t *testing.T) {
 }
 
 // TestIfaceNumbers: each direction's exact names, not negated, are
-// numbered from 1 in rule order and are a field of the rule's tuples; a
-// negation or a prefix stays residual, and so does a name past the 63rd.
+// numbered from 1 in rule order and are a field of the rule's tuples;
+// then its prefixes that no device can match as well as a numbered
+// pattern. A negation stays residual, and so do a prefix that overlaps a
+// numbered pattern and a name past the 63rd.
 func TestIfaceNumbers(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
 	b.WriteString("-A FORWARD -i eth1 -o eth2 -j DROP\n-A FORWARD ! -i eth3 -j DROP\n-A FORWARD -i eth+ -j DROP\n-A FORWARD -i eth1 -s 10.0.0.1 -j ACCEPT\n-A FORWARD -i eth4 -j DROP\n")
 	for i := range 70 {
 		fmt.Fprintf(&b, "-A FORWARD -o v%d -j DROP\n", i)
+	}
+	// Rules 75 on: prefixes, and an exact name after them.
+	for _, in := range []string{"vl1x+", "vl2x+", "vl+", "ppp0", "ppp+", "vl1x", "+"} {
+		fmt.Fprintf(&b, "-A FORWARD -i %s -j DROP\n", in)
 	}
 	b.WriteString("COMMIT\n")
 	rs, err := iptables.Parse("ifaces", []byte(b.String()), iptables.Options{})
@@ -257,11 +263,12 @@ func TestIfaceNumbers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := p.IfaceNames(IfaceIn); !slices.Equal(got, []string{"eth1", "eth4"}) {
-		t.Errorf("input names %v, want [eth1 eth4]", got)
+	wantIn := []IfacePattern{{"eth1", false}, {"eth4", false}, {"ppp0", false}, {"vl1x", false}, {"vl2x", true}}
+	if got := p.IfacePatterns(IfaceIn); !slices.Equal(got, wantIn) {
+		t.Errorf("input patterns %v, want %v", got, wantIn)
 	}
-	if got := p.IfaceNames(IfaceOut); len(got) != maxIfaceNumbers || got[0] != "eth2" || got[62] != "v61" {
-		t.Errorf("output names %v: want eth2, then v0 to v61", got)
+	if got := p.IfacePatterns(IfaceOut); len(got) != maxIfaceNumbers || got[0] != (IfacePattern{"eth2", false}) || got[62] != (IfacePattern{"v61", false}) {
+		t.Errorf("output patterns %v: want eth2, then v0 to v61", got)
 	}
 	rules := p.Chains[0].Rules
 	field := func(r *Rule, f Field) (uint8, uint8, int) {
@@ -285,6 +292,13 @@ func TestIfaceNumbers(t *testing.T) {
 		{5, FieldOut, 2, 8, 0},   // v0
 		{66, FieldOut, 63, 8, 0}, // v61
 		{67, FieldOut, 0, 0, 1},  // v62: past the 63rd name
+		{75, FieldIn, 0, 0, 1},   // vl1x+: vl1x, numbered before it, matches it too
+		{76, FieldIn, 5, 8, 0},   // vl2x+
+		{77, FieldIn, 0, 0, 1},   // vl+: overlaps vl2x+
+		{78, FieldIn, 3, 8, 0},   // ppp0
+		{79, FieldIn, 0, 0, 1},   // ppp+: overlaps ppp0
+		{80, FieldIn, 4, 8, 0},   // vl1x
+		{81, FieldIn, 0, 0, 0},   // +: every device, no test at all
 	} {
 		v, l, res := field(rules[tc.rule], tc.f)
 		if v != tc.value || l != tc.bits || res != tc.residuals {

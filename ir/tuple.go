@@ -22,8 +22,9 @@ const (
 	FieldSport
 	FieldDport
 	// FieldIn and FieldOut are the input and output devices, by the
-	// number of their name among the exact names the program's -i and -o
-	// matches test (Program.IfaceNames): 0 for a device of another name.
+	// number of the pattern their name matches among those the program's
+	// -i and -o matches test and it numbers (Program.IfacePatterns): 0
+	// for a device that matches none.
 	FieldIn
 	FieldOut
 	NumFields

@@ -14,7 +14,8 @@
 // prefixes, TCP flags, ICMP types, lengths, marks, ...) are its
 // residual: they are tested once per table, before its lookup, as part
 // of the table's guard, so that a table holds only rules with the same
-// residual. (An exact -i or -o name is a field of the tuple.) A packet the
+// residual. (A numbered -i or -o pattern is a field of the tuple: see
+// ir.Program.IfacePatterns.) A packet the
 // residual fails for skips the table: every rule in it fails too, and no
 // candidate is lost. Only matches without effects take part (Pure):
 // a rule with a stateful or hotdropping match beyond its tuples stays

@@ -368,6 +368,32 @@ func TestSweepNetfilterIfaceKeys(t *testing.T) {
 	sweepForward(t, "nf-ifaces", b.String(), 2000, 5)
 }
 
+// TestSweepNetfilterIfacePrefixes: -i and -o prefixes that no device can
+// match as well as another numbered pattern ("lo+", "et+", "vl+") are
+// keys of the classifier's tables at a netfilter hook like exact names,
+// and one that overlaps them ("l+") stays residual; every test run's
+// verdict is ir.Eval's for the frame leaving through lo.
+func TestSweepNetfilterIfacePrefixes(t *testing.T) {
+	testenv.RequireRoot(t)
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	for i := range 152 { // the last rule matches frames to lo
+		src := fmt.Sprintf("10.%d.%d.%d/32", i%3, i/7, i)
+		switch i % 4 {
+		case 0:
+			fmt.Fprintf(&b, "-A FORWARD -o et+ -s %s -j ACCEPT\n-A FORWARD -o lo+ -s %s -j DROP\n", src, src)
+		case 1:
+			fmt.Fprintf(&b, "-A FORWARD -i vl+ -s %s -j DROP\n-A FORWARD -o vl%dx+ -s %s -j DROP\n", src, i%9, src)
+		case 2:
+			fmt.Fprintf(&b, "-A FORWARD -o l+ -d %s -j DROP\n-A FORWARD -o lo+ -p udp -m udp --dport %d -j DROP\n", src, 3000+i)
+		default:
+			fmt.Fprintf(&b, "-A FORWARD -s %s -o lo+ -j DROP\n", src)
+		}
+	}
+	b.WriteString("COMMIT\n")
+	sweepForward(t, "nf-prefixes", b.String(), 2000, 4)
+}
+
 // TestSweepNetfilterIfaceStates: a chain whose tables key on the numbers
 // of 11 output names and an input name at a netfilter hook, and compare
 // them with constants, loads at -O1: the verifier follows each name's
