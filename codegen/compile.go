@@ -212,6 +212,18 @@ func (c *compiler) calleesFirst() []int {
 	return order
 }
 
+// errorAtFirst returns the error format says, at the position of the
+// first rule with a match that is: a rules.Error, which restore
+// delegates the chain for.
+func (c *compiler) errorAtFirst(is func(ir.Match) bool, format string, args ...any) error {
+	for _, r := range c.p.Rules {
+		if slices.ContainsFunc(r.Matches, is) {
+			return rules.Errorf(r.Pos, format, args...)
+		}
+	}
+	return fmt.Errorf(format, args...)
+}
+
 // collect numbers the interface patterns and TCP option kinds the rules
 // test.
 func (c *compiler) collect() error {
@@ -241,14 +253,22 @@ func (c *compiler) collect() error {
 		return fmt.Errorf("the rules test the source MAC address and the owner, which bpfwall does not compile in one chain")
 	}
 	if len(c.ifaces) > 64 {
-		return fmt.Errorf("the rules test %d interface names, more than the 64 bpfwall supports", len(c.ifaces))
+		// At the first rule that tests a pattern past the 64th: restore
+		// delegates the chain, as it does a rule it cannot compile.
+		return c.errorAtFirst(func(m ir.Match) bool {
+			im, ok := m.(ir.Iface)
+			return ok && c.ifaceBit(im) >= 64
+		}, "the rules test %d interface names, more than the 64 bpfwall supports", len(c.ifaces))
 	}
 	if c.hook != HookStage {
 		c.collectRejects() // the stage drops: stageRejectWarnings
 	}
 	c.inlineParse = (c.hook == HookXDP || c.hook.tc() || c.hook == HookNetfilter) && !c.callParse
 	if len(c.optKinds) > 64 {
-		return fmt.Errorf("the rules test %d TCP option kinds, more than the 64 bpfwall supports", len(c.optKinds))
+		return c.errorAtFirst(func(m ir.Match) bool {
+			om, ok := m.(ir.TCPOption)
+			return ok && slices.Index(c.optKinds, om.Kind) >= 64
+		}, "the rules test %d TCP option kinds, more than the 64 bpfwall supports", len(c.optKinds))
 	}
 	if m := c.limitsMap(); m != nil {
 		c.maps = append(c.maps, m)

@@ -242,7 +242,13 @@ func Compile(p *ir.Program, opts Options) (*Program, error) {
 		return nil, c.stackError(depth, path)
 	}
 	if n := rawLen(insns); n > maxInstructions {
-		return nil, fmt.Errorf("compile for %s: %d rules make %d instructions, more than the %d a BPF program may have", opts.Hook, len(p.Rules), n, maxInstructions)
+		msg := fmt.Sprintf("%d rules make %d instructions, more than the %d a BPF program may have", len(p.Rules), n, maxInstructions)
+		if entry := orig.Chains[0]; len(entry.Rules) > 0 {
+			// At the chain's first rule: restore delegates the chain, as
+			// it does a rule it cannot compile.
+			return nil, rules.Errorf(entry.Rules[0].Pos, "compile chain %s for %s: %s", entry.Name, opts.Hook, msg)
+		}
+		return nil, fmt.Errorf("compile for %s: %s", opts.Hook, msg)
 	}
 	out := &Program{
 		IR:          orig,

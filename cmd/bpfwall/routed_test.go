@@ -881,6 +881,54 @@ func TestRestoreDelegatesDeepChains(t *testing.T) {
 	c.ok("", "unload")
 }
 
+// TestRestoreDelegatesLargeChains: a chain past a limit of the whole
+// program, as many interface names as no program can test or as many
+// rules as make more instructions than a program may have, is refused
+// at a rule's position, and restore delegates it like a chain with a
+// rule it cannot compile.
+func TestRestoreDelegatesLargeChains(t *testing.T) {
+	testenv.RequireTool(t, "iptables-restore", "iptables-save")
+	bin := buildBpfwall(t)
+	freshNetns(t)
+	c := cli{t, bin}
+	head := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 23 -j DROP\n"
+	var b strings.Builder
+	b.WriteString(head)
+	for i := range 65 {
+		fmt.Fprintf(&b, "-A FORWARD -s 10.0.0.%d/32 -i vl%d -j DROP\n", i, i)
+	}
+	b.WriteString("COMMIT\n")
+	// The 65th name is on line 70.
+	_, errOut, code := c.run(b.String(), "restore", "--no-delegate")
+	if code == 0 || !strings.Contains(errOut, "<stdin>:70:") || !strings.Contains(errOut, "65 interface names, more than the 64") {
+		t.Fatalf("restore --no-delegate: exit %d, want the 65th interface name refused:\n%s", code, errOut)
+	}
+	_, errOut, code = c.run(b.String(), "restore")
+	if code != 0 || !strings.Contains(errOut, "filter FORWARD runs in the kernel's netfilter") {
+		t.Fatalf("restore: exit %d, want filter FORWARD delegated:\n%s", code, errOut)
+	}
+	c.checkDelegated("INPUT", "FORWARD", "-A FORWARD -s 10.0.0.64/32 -i vl64 -j DROP")
+
+	// At -O0 every rule is code of its own: 60k rules make more than a
+	// million instructions.
+	b.Reset()
+	b.WriteString(head)
+	for i := range 60000 {
+		fmt.Fprintf(&b, "-A FORWARD -s 10.%d.%d.%d/32 -j DROP\n", i>>16, i>>8&0xff, i&0xff)
+	}
+	b.WriteString("COMMIT\n")
+	_, errOut, code = c.run(b.String(), "restore", "-O0", "--no-delegate")
+	if code == 0 || !strings.Contains(errOut, "<stdin>:6:") || !strings.Contains(errOut, "more than the 1000000 a BPF program may have") {
+		t.Fatalf("restore -O0 --no-delegate: exit %d, want the chain refused at its first rule:\n%s", code, errOut)
+	}
+	_, errOut, code = c.run(b.String(), "restore", "-O0")
+	if code != 0 || !strings.Contains(errOut, "filter FORWARD runs in the kernel's netfilter") {
+		t.Fatalf("restore -O0: exit %d, want filter FORWARD delegated:\n%s", code, errOut)
+	}
+	c.checkDelegated("INPUT", "FORWARD", "-A FORWARD -s 10.0.117.47/32 -j DROP")
+	c.ok("", "unload")
+}
+
 // checkDelegated checks that filter chain delegated runs in the kernel,
 // whose filter table holds every one of rules, and that filter chain
 // inBPF runs at its netfilter hook in BPF and delegated does not.
