@@ -93,14 +93,8 @@ func (c *compiler) netfilterIfaces() {
 	// pass through abi.ScratchMap's value, whose contents it does not
 	// track: it knows nothing of what it reads back, and the paths merge.
 	// The XDP and tc programs read them from abi.IfacesMap's values.
+	c.scratchValue()
 	b.Emit(
-		insn.StImm(asm.R10, parseScratch, 0, asm.Word),
-		insn.Movr(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, parseScratch),
-		insn.MapRef(asm.R1, abi.ScratchMap),
-		asm.FnMapLookupElem.Call(),
-		// An array's only entry is always there.
-		asm.JEq.Imm(asm.R0, 0, "parse_invalid"),
 		insn.Ld(asm.R1, asm.R7, pkt.Ifaces, asm.DWord),
 		insn.St(asm.R0, st0, asm.R1, asm.DWord),
 		insn.Ld(asm.R1, asm.R0, st0, asm.DWord),

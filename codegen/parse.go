@@ -154,6 +154,15 @@ func (c *compiler) bpfLoop(n int32, callback string) {
 // loopState looks abi.ScratchMap's value up, puts it and the context in
 // parseLoop for a callback, and leaves it in r0 for the caller to set up.
 func (c *compiler) loopState() {
+	c.scratchValue()
+	c.b.Emit(
+		insn.St(asm.R10, parseLoop+insn.LoopCtx, asm.R6, asm.DWord),
+		insn.St(asm.R10, parseLoop+insn.LoopState, asm.R0, asm.DWord),
+	)
+}
+
+// scratchValue leaves abi.ScratchMap's value in r0, for parse.
+func (c *compiler) scratchValue() {
 	c.b.Emit(
 		insn.StImm(asm.R10, parseScratch, 0, asm.Word),
 		insn.Movr(asm.R2, asm.R10),
@@ -162,8 +171,6 @@ func (c *compiler) loopState() {
 		asm.FnMapLookupElem.Call(),
 		// An array's only entry is always there.
 		asm.JEq.Imm(asm.R0, 0, "parse_invalid"),
-		insn.St(asm.R10, parseLoop+insn.LoopCtx, asm.R6, asm.DWord),
-		insn.St(asm.R10, parseLoop+insn.LoopState, asm.R0, asm.DWord),
 	)
 }
 
