@@ -744,6 +744,16 @@ func programID(p *ebpf.Program) ebpf.ProgramID {
 	return id
 }
 
+// PlaceError is SwapAll's failure to prepare the filter of one place:
+// to load, verify or pin its program. Nothing changed.
+type PlaceError struct {
+	Place Place
+	Err   error
+}
+
+func (e *PlaceError) Error() string { return e.Err.Error() }
+func (e *PlaceError) Unwrap() error { return e.Err }
+
 // SwapAll performs swaps at several places as one: it prepares every new
 // filter, then switches each, then commits each. A failure before the
 // commits switches back and removes every new filter, so that the old
@@ -822,7 +832,7 @@ func SwapAll(swaps []*Swap, drops []Place, kernel *KernelTables) ([]*Result, err
 		s.shared = shared
 		p, err := s.Prepare()
 		if err != nil {
-			return fail(err)
+			return fail(&PlaceError{Place: s.Place, Err: err})
 		}
 		prepared = append(prepared, p)
 		reached("prepared " + s.Place.Name())

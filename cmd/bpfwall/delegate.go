@@ -55,6 +55,8 @@ type delegation struct {
 	// the chains bpfwall runs (codegen's nfchain.go): the kernel's
 	// REJECT, for the packets their answer programs match.
 	answers map[string][]string
+	// noted is how many of chains note has told of.
+	noted int
 }
 
 func newDelegation(family rules.Family) *delegation {
@@ -83,6 +85,24 @@ func (d *delegation) answer(t *rules.Table, chain string, paths map[string]strin
 		}
 		d.answers[t.Name] = append(d.answers[t.Name], fmt.Sprintf("-A %s %s-m bpf --object-pinned %s -j REJECT --reject-with %s", chain, proto, paths[with], with))
 	}
+}
+
+// again returns a delegation of the same tables and chains, taken from
+// rs, a parse of the same input, without the answers of REJECT rules
+// (applyNetfilter adds them for the chains bpfwall runs). It has told of
+// what d has.
+func (d *delegation) again(rs *rules.Ruleset) *delegation {
+	out := newDelegation(d.family)
+	for _, name := range d.chains {
+		table, chain, isChain := strings.Cut(name, " ")
+		if isChain {
+			out.chain(rs.Table(table), chain)
+		} else {
+			out.table(rs.Table(table))
+		}
+	}
+	out.noted = d.noted
+	return out
 }
 
 // table delegates table t whole.
@@ -317,9 +337,11 @@ func (d *delegation) kernelTables(counters bool, restored []string) (*loader.Ker
 	}, nil
 }
 
-// note says which chains the restore leaves to the kernel, and why.
+// note says which chains the restore leaves to the kernel, and why: those
+// it has not told of yet.
 func (d *delegation) note(w io.Writer, why map[string]rules.ErrorList) {
-	for _, c := range d.chains {
+	defer func() { d.noted = len(d.chains) }()
+	for _, c := range d.chains[d.noted:] {
 		reasons := why[c]
 		if len(reasons) == 0 {
 			fmt.Fprintf(w, "bpfwall: %s runs in the kernel's netfilter (delegated through %s-restore)\n", c, d.toolName())

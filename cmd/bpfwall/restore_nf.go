@@ -236,6 +236,61 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) (rerr error)
 	if err != nil {
 		return reportRuleErrors(err, true, stderr)
 	}
+	// A chain whose program the verifier gives up on (too large) goes to
+	// the kernel too, as one that does not compile; the rest are loaded
+	// again without it.
+	var attached []loader.Iface // the accelerator's interfaces, attached once
+	defer func() {
+		if rerr != nil && attached != nil {
+			// Bad input changes nothing.
+			loader.DetachAcceleratorFrom(pinRoot, ns, attached)
+		}
+	}()
+	for again := false; ; again = true {
+		err := applyChains(req, ns, loaded, kept, fromInput, limits, cc, metas, tables, &attached, again, stdout, stderr)
+		var pe *loader.PlaceError
+		if err == nil || req.noDelegate || !errors.Is(err, loader.ErrTooLarge) || !errors.As(err, &pe) {
+			return err
+		}
+		c, prog, ok := cc.chainAt(pe.Place)
+		if !ok {
+			return err
+		}
+		rs, perr := parse()
+		if perr != nil {
+			return perr
+		}
+		pos := rules.Pos{}
+		if entry := prog.IR.Chains[0]; len(entry.Rules) > 0 {
+			pos = entry.Rules[0].Pos
+		}
+		delete(cc.progs, c)
+		// The answers of the REJECT rules the attempt added go: the
+		// chain now delegated may have been one.
+		cc.deleg = cc.deleg.again(rs)
+		cc.deleg.chain(rs.Table(c.Table), c.Chain)
+		cc.why[c.Table+" "+c.Chain] = rules.ErrorList{rules.Errorf(pos, "chain %s: the kernel's verifier gave up on its program: %v", c.Chain, pe.Err)}
+	}
+}
+
+// chainAt returns the chain whose program runs at place p, and that
+// program; false for another place (the accelerator's).
+func (cc *compiledChains) chainAt(p loader.Place) (loader.NetfilterChain, *codegen.Program, bool) {
+	for c, prog := range cc.progs {
+		if p.Hook == codegen.HookNetfilter && p.Table == c.Table && p.Chain == c.Chain {
+			return c, prog, true
+		}
+	}
+	return loader.NetfilterChain{}, nil, false
+}
+
+// applyChains loads the compiled chains of cc, and with them the
+// accelerator and the kernel's tables, and swaps them in (restore -t
+// only loads them). A program's failure to load is a loader.PlaceError.
+// It attaches the accelerator's dispatcher once, noting its interfaces
+// in attached; again, it has printed the chains' warnings already.
+func applyChains(req restoreRequest, ns uint64, loaded map[loader.Place]target, kept map[string]bool, fromInput counterMode, limits accelLimits,
+	cc *compiledChains, metas *loader.MetaSource, tables map[string]*rules.Table, attached *[]loader.Iface, again bool, stdout, stderr io.Writer) error {
 	deleg := cc.deleg
 	// Everything is compiled before anything is swapped.
 	var plans []chainPlan
@@ -255,7 +310,10 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) (rerr error)
 			}
 			continue
 		}
-		req.warn.print(stderr, prog.Warnings)
+		if !again {
+			req.warn.print(stderr, prog.Warnings)
+			req.progress("netfilter %s %s %s: compiled %d rules into %d instructions (%s)", req.family, c.Table, c.Chain, len(prog.IR.Rules), prog.Size(), prog.Level)
+		}
 		mode := fromInput
 		if kept[c.Table] && ok {
 			mode = countersFollowRuleset
@@ -263,7 +321,6 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) (rerr error)
 		if t.snap == nil {
 			mode = countersFromRuleset
 		}
-		req.progress("netfilter %s %s %s: compiled %d rules into %d instructions (%s)", req.family, c.Table, c.Chain, len(prog.IR.Rules), prog.Size(), prog.Level)
 		plans = append(plans, chainPlan{t: t, prog: prog, mode: mode})
 	}
 
@@ -296,7 +353,7 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) (rerr error)
 		for _, p := range plans {
 			l, err := loader.Load(p.prog, loader.Options{})
 			if err != nil {
-				return privileged(err)
+				return &loader.PlaceError{Place: p.t.place, Err: privileged(err)}
 			}
 			if req.verbose {
 				fmt.Fprintf(stdout, "%s: %d rules verified, %d instructions processed\n", p.t.place.Name(), len(p.prog.IR.Rules), l.VerifiedInsns)
@@ -305,7 +362,7 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) (rerr error)
 		}
 		return nil
 	}
-	if accelerated && len(req.accelerate) > 0 {
+	if accelerated && len(req.accelerate) > 0 && *attached == nil {
 		// Before the swap, with empty slots: it changes no verdict.
 		xdpMode, err := loader.ParseXDPMode(req.flags.xdpMode)
 		if err != nil {
@@ -315,12 +372,7 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) (rerr error)
 		if err != nil {
 			return privileged(err)
 		}
-		defer func() {
-			if rerr != nil {
-				// Bad input changes nothing.
-				loader.DetachAcceleratorFrom(pinRoot, ns, added)
-			}
-		}()
+		*attached = append([]loader.Iface{}, added...)
 	}
 	return applyNetfilter(req, metas, tables, plans, drop, deleg, stdout)
 }

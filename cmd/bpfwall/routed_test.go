@@ -929,6 +929,41 @@ func TestRestoreDelegatesLargeChains(t *testing.T) {
 	c.ok("", "unload")
 }
 
+// TestRestoreDelegatesRefusedChains: a chain that compiles but whose
+// program the kernel's verifier gives up on (800 recent matches with
+// rings of 20 stamps: too many steps) is delegated like one that does
+// not compile, and the other chains are loaded again without it.
+func TestRestoreDelegatesRefusedChains(t *testing.T) {
+	testenv.RequireTool(t, "iptables-restore", "iptables-save")
+	bin := buildBpfwall(t)
+	freshNetns(t)
+	c := cli{t, bin}
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	// Both chains REJECT: the kernel answers FORWARD's, which bpfwall
+	// runs, and runs INPUT's REJECT itself once INPUT is delegated.
+	b.WriteString("-A FORWARD -p tcp -m tcp --dport 23 -j DROP\n-A FORWARD -p tcp -m tcp --dport 26 -j REJECT --reject-with tcp-reset\n")
+	for i := range 800 {
+		fmt.Fprintf(&b, "-A INPUT -s 10.0.%d.%d/32 -m recent --rcheck --seconds 60 --hitcount 20 --name n%d --rsource -j DROP\n", i>>8, i&0xff, i%5)
+	}
+	b.WriteString("-A INPUT -p tcp -m tcp --dport 25 -j REJECT --reject-with tcp-reset\nCOMMIT\n")
+	_, errOut, code := c.run(b.String(), "restore")
+	if code != 0 || !strings.Contains(errOut, "filter INPUT runs in the kernel's netfilter") || !strings.Contains(errOut, "<stdin>:7:") ||
+		!strings.Contains(errOut, "the kernel's verifier gave up on its program") {
+		t.Fatalf("restore: exit %d, want filter INPUT delegated for its verifier's refusal:\n%s", code, errOut)
+	}
+	if n := strings.Count(errOut, "runs in the kernel's netfilter"); n != 1 {
+		t.Errorf("the delegation told of %d times:\n%s", n, errOut)
+	}
+	c.checkDelegated("FORWARD", "INPUT", "-A INPUT -s 10.0.3.31/32 -m recent --rcheck --seconds 60 --hitcount 20 --name n4 --mask 255.255.255.255 --rsource -j DROP",
+		"-A INPUT -p tcp -m tcp --dport 25 -j REJECT --reject-with tcp-reset", "-A FORWARD -p tcp -m bpf --object-pinned")
+	kernel, err := exec.Command("iptables-save", "-t", "filter").CombinedOutput()
+	if err != nil || strings.Contains(string(kernel), "-A INPUT -p tcp -m bpf") {
+		t.Errorf("the kernel answers REJECT rules of INPUT, which it runs itself (%v):\n%s", err, kernel)
+	}
+	c.ok("", "unload")
+}
+
 // checkDelegated checks that filter chain delegated runs in the kernel,
 // whose filter table holds every one of rules, and that filter chain
 // inBPF runs at its netfilter hook in BPF and delegated does not.
