@@ -165,7 +165,12 @@ type lineParser struct {
 	protoSet   bool
 	matches    []*loadedMatch
 	target     *loadedTarget
-	ctx        ruleCtx // finish's
+	// srcBuf, dstBuf and loaded are the arrays of srcs, dsts and the
+	// loaded matches, which the next line reuses (parseCommand): none of
+	// them outlives its line, and they were allocations on every line.
+	srcBuf, dstBuf []rules.Net
+	loaded         []loadedMatch
+	ctx            ruleCtx // finish's
 	// targetAfter is the number of matches loaded before the target.
 	targetAfter int
 	jump        string
@@ -186,7 +191,11 @@ func (lp *lineParser) errorf(col int, format string, args ...any) error {
 // until the next call.
 func (p *parser) parseCommand(toks []token, line int) (*command, error) {
 	lp := &p.lp
+	// The arrays of the last line's lists, matches and rules, for this
+	// one: the command's rules are applied before the next line.
+	srcBuf, dstBuf, matches, loaded, spec := lp.srcBuf[:0], lp.dstBuf[:0], lp.matches[:0], lp.loaded[:0], lp.cmd.spec[:0]
 	*lp = lineParser{p: p, toks: toks, line: line}
+	lp.srcBuf, lp.dstBuf, lp.matches, lp.loaded, lp.cmd.spec = srcBuf, dstBuf, matches, loaded, spec
 	if err := lp.run(); err != nil {
 		return nil, err
 	}
@@ -385,7 +394,10 @@ func (lp *lineParser) standard(c byte, flag string, col int, arg *token) error {
 	}
 	switch c {
 	case 's', 'd':
-		var list []rules.Net
+		list := lp.srcBuf[:0]
+		if c == 'd' {
+			list = lp.dstBuf[:0]
+		}
 		for a, rest, more := arg.text, "", true; more; a = rest {
 			a, rest, more = strings.Cut(a, ",")
 			n, err := parseNet(a, lp.p.family)
@@ -398,9 +410,9 @@ func (lp *lineParser) standard(c byte, flag string, col int, arg *token) error {
 			return lp.errorf(col, "! not allowed with multiple source or destination IP addresses")
 		}
 		if c == 's' {
-			lp.srcs, lp.srcPos, lp.rule.SrcNeg = list, lp.pos(arg.col), inv
+			lp.srcs, lp.srcBuf, lp.srcPos, lp.rule.SrcNeg = list, list, lp.pos(arg.col), inv
 		} else {
-			lp.dsts, lp.dstPos, lp.rule.DstNeg = list, lp.pos(arg.col), inv
+			lp.dsts, lp.dstBuf, lp.dstPos, lp.rule.DstNeg = list, list, lp.pos(arg.col), inv
 		}
 	case 'p':
 		proto, err := parseProto(arg.text)
@@ -580,7 +592,15 @@ func (lp *lineParser) setTarget(arg *token, isGoto bool) error {
 // loadMatch loads a match extension; an extension of the other family or
 // one bpfwall does not interpret is kept generically.
 func (lp *lineParser) loadMatch(name string, pos rules.Pos) (*loadedMatch, error) {
-	m := &loadedMatch{name: name, pos: pos}
+	// From the line's array of loaded matches, keeping the options seen
+	// list of the match that was there.
+	if len(lp.loaded) == cap(lp.loaded) {
+		lp.loaded = append(lp.loaded, loadedMatch{})
+	} else {
+		lp.loaded = lp.loaded[:len(lp.loaded)+1]
+	}
+	m := &lp.loaded[len(lp.loaded)-1]
+	*m = loadedMatch{name: name, pos: pos, seen: optsSeen{names: m.seen.names[:0]}}
 	e, typed := matchExts[name]
 	switch {
 	case typed && (e.family == nil || *e.family == lp.p.family):
@@ -824,6 +844,9 @@ func (lp *lineParser) finish() error {
 	ctx := &lp.ctx
 	r := lp.rule
 	r.Pos = c.pos
+	if len(lp.matches) > 0 {
+		r.Matches = make([]rules.Match, 0, len(lp.matches))
+	}
 	for _, m := range lp.matches {
 		ctx.Pos = m.pos
 		match, err := m.parser.finish(ctx)

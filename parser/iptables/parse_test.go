@@ -345,3 +345,39 @@ func TestUnclosedQuote(t *testing.T) {
 		t.Errorf("warning %v, want one at 3:49 naming the argument and the lost target", w)
 	}
 }
+
+// TestLinesReuseScratch: the lists of -s and -d, the loaded matches and
+// the command's rules of a line are arrays the next line reuses; the
+// rules of every line keep their own addresses and matches.
+func TestLinesReuseScratch(t *testing.T) {
+	src := `*filter
+:INPUT ACCEPT [0:0]
+-A INPUT -s 10.0.0.1,10.0.0.2 -d 10.1.0.1,10.1.0.2 -p tcp -m tcp --dport 22 -m comment --comment first -j ACCEPT
+-A INPUT -s 10.0.0.3 -p udp -m udp --sport 53 -j DROP
+-A INPUT -d 10.2.0.1 -m comment --comment third -m mark --mark 0x1 -j DROP
+-A INPUT -p icmp -m icmp --icmp-type 8 -j ACCEPT
+COMMIT
+`
+	rs, err := Parse("scratch", []byte(src), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"-A INPUT -s 10.0.0.1/32 -d 10.1.0.1/32 -p tcp -m tcp --dport 22 -m comment --comment first -j ACCEPT",
+		"-A INPUT -s 10.0.0.1/32 -d 10.1.0.2/32 -p tcp -m tcp --dport 22 -m comment --comment first -j ACCEPT",
+		"-A INPUT -s 10.0.0.2/32 -d 10.1.0.1/32 -p tcp -m tcp --dport 22 -m comment --comment first -j ACCEPT",
+		"-A INPUT -s 10.0.0.2/32 -d 10.1.0.2/32 -p tcp -m tcp --dport 22 -m comment --comment first -j ACCEPT",
+		"-A INPUT -s 10.0.0.3/32 -p udp -m udp --sport 53 -j DROP",
+		"-A INPUT -d 10.2.0.1/32 -m comment --comment third -m mark --mark 0x1 -j DROP",
+		"-A INPUT -p icmp -m icmp --icmp-type 8 -j ACCEPT",
+	}
+	var got []string
+	for _, line := range strings.Split(string(rs.Save(rules.SaveOptions{})), "\n") {
+		if strings.HasPrefix(line, "-A ") {
+			got = append(got, line)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("rules:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
