@@ -8,13 +8,24 @@ import (
 	"bpfwall/rules"
 )
 
-// mergePorts sorts the ranges of every ports match and merges those that
-// overlap or touch: a port is in the union either way.
+// mergePorts merges the ranges of a ports match that overlap or touch: a
+// port is in the union either way, and fewer ranges are fewer prefixes
+// for the classifier and fewer compares for the plain code. A match whose
+// ranges are apart already stays as it is, in the order the rule gives,
+// which no reader of the ranges depends on: sorting it alone copied the
+// rule (the optimized program is a copy on write of the one Program.IR
+// keeps): a tenth of the rules of bench's realistic family (realistic
+// 1M: 14 MB of copied rules and 24 MB of merged ranges, live through the
+// whole compile).
 func mergePorts(p *Program) {
 	for _, r := range p.Rules {
 		for i, m := range r.Matches {
 			if m, ok := m.(Ports); ok && len(m.Ranges) > 1 {
-				m.Ranges = mergeRanges(m.Ranges)
+				merged, ok := mergeRanges(m.Ranges)
+				if !ok {
+					continue
+				}
+				m.Ranges = merged
 				r = p.own(r.ID)
 				r.Matches[i] = m
 			}
@@ -23,11 +34,25 @@ func mergePorts(p *Program) {
 	p.rechain()
 }
 
-func mergeRanges(rs []rules.PortRange) []rules.PortRange {
-	rs = slices.Clone(rs)
-	slices.SortFunc(rs, func(a, b rules.PortRange) int { return cmp.Or(cmp.Compare(a.Lo, b.Lo), cmp.Compare(a.Hi, b.Hi)) })
-	out := rs[:1]
-	for _, r := range rs[1:] {
+// mergeRanges returns the union of rs as sorted ranges that neither
+// overlap nor touch, and true; false when rs are such ranges already,
+// in any order.
+func mergeRanges(rs []rules.PortRange) ([]rules.PortRange, bool) {
+	byLo := func(a, b rules.PortRange) int { return cmp.Or(cmp.Compare(a.Lo, b.Lo), cmp.Compare(a.Hi, b.Hi)) }
+	// Sorted on the stack to find whether any merge: a multiport match
+	// has at most 15 ranges.
+	var buf [16]rules.PortRange
+	sorted := append(buf[:0], rs...)
+	slices.SortFunc(sorted, byLo)
+	apart := true
+	for i := 1; i < len(sorted) && apart; i++ {
+		apart = uint32(sorted[i].Lo) > uint32(sorted[i-1].Hi)+1
+	}
+	if apart {
+		return nil, false
+	}
+	out := slices.Clone(sorted)[:1]
+	for _, r := range sorted[1:] {
 		last := &out[len(out)-1]
 		if uint32(r.Lo) <= uint32(last.Hi)+1 {
 			last.Hi = max(last.Hi, r.Hi)
@@ -35,7 +60,7 @@ func mergeRanges(rs []rules.PortRange) []rules.PortRange {
 		}
 		out = append(out, r)
 	}
-	return out
+	return out, true
 }
 
 // aggregateSets shrinks the entries of every address set without changing

@@ -306,3 +306,56 @@ func TestIfaceNumbers(t *testing.T) {
 		}
 	}
 }
+
+// TestMergePorts checks that merge-ports merges ranges that overlap or
+// touch, on a copy of the rule, and leaves a rule whose ranges are apart
+// as it is, unsorted and not copied.
+func TestMergePorts(t *testing.T) {
+	src := `*filter
+:INPUT ACCEPT [0:0]
+-A INPUT -p tcp -m multiport --dports 443,80,22 -j DROP
+-A INPUT -p tcp -m multiport --dports 81,80,1000:2000,1500,7 -j DROP
+-A INPUT -p udp -m multiport --sports 53:60,61 -j DROP
+COMMIT
+`
+	rs, err := iptables.Parse("ports", []byte(src), iptables.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Lower(rs, LowerOptions{Table: "filter", Chain: "INPUT"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranges := func(r *Rule) string {
+		for _, m := range r.Matches {
+			if m, ok := m.(Ports); ok {
+				return fmt.Sprint(m.Ranges)
+			}
+		}
+		return "none"
+	}
+	before := make([]string, len(p.Rules))
+	for i, r := range p.Rules {
+		before[i] = ranges(r)
+	}
+	q := p.Clone()
+	mergePorts(q)
+	for i, want := range []struct {
+		ranges string
+		copied bool
+	}{
+		{"[{443 443} {80 80} {22 22}]", false},
+		{"[{7 7} {80 81} {1000 2000}]", true},
+		{"[{53 61}]", true},
+	} {
+		if got := ranges(q.Rules[i]); got != want.ranges {
+			t.Errorf("rule %d: ranges %s, want %s", i, got, want.ranges)
+		}
+		if copied := q.Rules[i] != p.Rules[i]; copied != want.copied {
+			t.Errorf("rule %d: copied %v, want %v", i, copied, want.copied)
+		}
+		if got := ranges(p.Rules[i]); got != before[i] {
+			t.Errorf("rule %d: the original's ranges changed: %s -> %s", i, before[i], got)
+		}
+	}
+}
