@@ -96,22 +96,33 @@ func Accelerator(input, forward *ir.Program) (*ir.Program, error) {
 	entry := &ir.Chain{Name: "ACCELERATE", Policy: rules.PolicyAccept}
 	out.Chains = append(out.Chains, entry)
 	for _, pass := range unroutedPrefixes(fam) {
-		a.add(0, entry, &ir.Rule{Text: "the stack decides " + pass.String(), Matches: []ir.Match{pass.match()}, Action: ir.Accept{}})
+		a.add(0, entry, &ir.Rule{Text: "the stack decides " + pass.String(), Matches: []ir.Match{pass.match()}, Action: ir.Accept{}}, accelFrom{})
 	}
 	if forward != nil {
 		ci := a.program(forward, true)
-		a.add(0, entry, &ir.Rule{Text: "forwarded: FORWARD", Matches: []ir.Match{ir.Route{Forward: true}}, Action: ir.Goto{Chain: ci}})
+		a.add(0, entry, &ir.Rule{Text: "forwarded: FORWARD", Matches: []ir.Match{ir.Route{Forward: true}}, Action: ir.Goto{Chain: ci}}, accelFrom{})
 	}
 	if input != nil {
 		ci := a.program(input, false)
-		a.add(0, entry, &ir.Rule{Text: "delivered: INPUT", Matches: []ir.Match{ir.Route{}}, Action: ir.Goto{Chain: ci}})
+		a.add(0, entry, &ir.Rule{Text: "delivered: INPUT", Matches: []ir.Match{ir.Route{}}, Action: ir.Goto{Chain: ci}}, accelFrom{})
 	}
-	// Rule IDs go in chain order.
+	// Rule IDs go in chain order; until now a rule's ID was its place in
+	// a.from.
 	out.Rules = out.Rules[:0]
+	from := make([]accelFrom, 0, len(a.from))
 	for _, ch := range out.Chains {
 		for _, r := range ch.Rules {
+			from = append(from, a.from[r.ID])
 			r.ID = len(out.Rules)
 			out.Rules = append(out.Rules, r)
+		}
+	}
+	if input != nil && input.Texts != nil || forward != nil && forward.Texts != nil {
+		out.Texts = func(id int) string {
+			if f := from[id]; f.p != nil {
+				return f.p.TextOf(f.r)
+			}
+			return ""
 		}
 	}
 	if err := ir.Verify(out); err != nil {
@@ -168,14 +179,26 @@ func unroutedPrefixes(fam rules.Family) []unrouted {
 // accelBuilder copies chains into an accelerator's program.
 type accelBuilder struct {
 	out *ir.Program
+	// from holds the rule each rule added was made from, in the order
+	// they were added: the rule's text, when it was lowered without it
+	// (ir.Program.Texts), is that rule's.
+	from []accelFrom
 	// c is a compiler for the accelerator, which says which matches xdp
 	// tests as netfilter would.
 	c *compiler
 }
 
-// add appends r to chain ci (ch); Accelerator numbers the rules.
-func (a *accelBuilder) add(ci int, ch *ir.Chain, r *ir.Rule) {
-	r.Chain = ci
+// accelFrom is rule r of program p; nil for a rule the accelerator makes.
+type accelFrom struct {
+	p *ir.Program
+	r *ir.Rule
+}
+
+// add appends r, made from from, to chain ci (ch); Accelerator numbers
+// the rules.
+func (a *accelBuilder) add(ci int, ch *ir.Chain, r *ir.Rule, from accelFrom) {
+	r.Chain, r.ID = ci, len(a.from)
+	a.from = append(a.from, from)
 	a.out.Rules = append(a.out.Rules, r)
 	ch.Rules = append(ch.Rules, r)
 }
@@ -202,7 +225,7 @@ func (a *accelBuilder) program(p *ir.Program, forward bool) int {
 		nc := a.out.Chains[ci]
 		if i == 0 && forward {
 			// ip_forward drops it before FORWARD, with an ICMP error.
-			a.add(ci, nc, &ir.Rule{Text: "ttl expires before FORWARD", Matches: []ir.Match{ir.TTL{Op: ir.CmpLt, Value: 2}}, Action: ir.Accept{}})
+			a.add(ci, nc, &ir.Rule{Text: "ttl expires before FORWARD", Matches: []ir.Match{ir.TTL{Op: ir.CmpLt, Value: 2}}, Action: ir.Accept{}}, accelFrom{})
 		}
 		for _, r := range ch.Rules {
 			ms, exact := a.matches(r.Matches)
@@ -210,10 +233,10 @@ func (a *accelBuilder) program(p *ir.Program, forward bool) int {
 			if exact {
 				act = a.action(r.Action, i == 0, policy, base)
 			}
-			a.add(ci, nc, &ir.Rule{Pos: r.Pos, Text: r.Text, Matches: ms, Action: act})
+			a.add(ci, nc, &ir.Rule{Pos: r.Pos, Text: r.Text, Matches: ms, Action: act}, accelFrom{p, r})
 		}
 		if i == 0 {
-			a.add(ci, nc, &ir.Rule{Text: "policy " + p.Chains[0].Policy.String(), Action: policy})
+			a.add(ci, nc, &ir.Rule{Text: "policy " + p.Chains[0].Policy.String(), Action: policy}, accelFrom{})
 		}
 	}
 	return base

@@ -173,3 +173,62 @@ func TestAcceleratorOutIfaceUnclassified(t *testing.T) {
 		}
 	}
 }
+
+// TestAcceleratorTexts: an accelerator made from chains lowered without
+// their texts (ir.LowerOptions.NoText) gives each rule made from a rule
+// that rule's text (ir.Program.TextOf), as one made from chains lowered
+// with them does, and its own rules theirs.
+func TestAcceleratorTexts(t *testing.T) {
+	src := `*filter
+:INPUT DROP [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+:svc - [0:0]
+-A INPUT -s 10.0.0.0/8 -j DROP
+-A INPUT -i eth0 -j svc
+-A FORWARD -p udp -m comment --comment "no udp" -j DROP
+-A FORWARD -j svc
+-A svc -p tcp --dport 80 -j ACCEPT
+COMMIT
+`
+	want := acceleratorOf(t, src)
+	rs, err := iptables.Parse("t", []byte(src), iptables.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chains [2]*ir.Program
+	for i, name := range []string{"INPUT", "FORWARD"} {
+		if chains[i], err = ir.Lower(rs, ir.LowerOptions{Table: "filter", Chain: name, NoText: true}); err != nil {
+			t.Fatal(err)
+		}
+		// What a restore's loader.MetaSource gives: the texts a lowering
+		// with them has.
+		withText, err := ir.Lower(rs, ir.LowerOptions{Table: "filter", Chain: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chains[i].Texts = func(id int) string { return withText.Rules[id].Text }
+	}
+	got, err := codegen.Accelerator(chains[0], chains[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Rules) != len(want.Rules) {
+		t.Fatalf("%d rules, want %d", len(got.Rules), len(want.Rules))
+	}
+	made := 0
+	for i, r := range got.Rules {
+		if r.Pos != (rules.Pos{}) {
+			made++
+			if r.Text != "" {
+				t.Errorf("rule %d made from %s has the text %q of its own", r.ID, r.Pos, r.Text)
+			}
+		}
+		if text := got.TextOf(r); text != want.Rules[i].Text || text == "" {
+			t.Errorf("rule %d: text %q, want %q", r.ID, text, want.Rules[i].Text)
+		}
+	}
+	if made < 5 {
+		t.Errorf("only %d rules made from the chains' rules", made)
+	}
+}

@@ -125,7 +125,7 @@ func segmentJumps(s *classify.Segment) []*ir.Rule {
 // never return (classify.KindJump); a continue would go on at next.
 func (c *compiler) dispatchJumps(rs []*ir.Rule, next string) {
 	if len(rs) == 1 {
-		c.b.Note("r%d: %s", rs[0].ID, rs[0].Text)
+		c.b.Note("r%d: %s", rs[0].ID, c.p.TextOf(rs[0]))
 		c.jump(rs[0], next)
 		return
 	}

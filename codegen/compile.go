@@ -728,7 +728,7 @@ func (c *compiler) segment(ci int) {
 func (c *compiler) rule(r *ir.Rule, next string) {
 	b := c.b
 	b.Mark(ruleLabel(r))
-	b.Note("%s -A %s %s", linePos(r.Pos), c.p.Chains[r.Chain].Name, r.Text)
+	b.Note("%s -A %s %s", linePos(r.Pos), c.p.Chains[r.Chain].Name, c.p.TextOf(r))
 	hotdrop := ruleLabel(r) + "_hotdrop"
 	usesHotdrop := false
 	for _, m := range r.Matches {

@@ -56,10 +56,10 @@ func (p *Program) Dump(w io.Writer) error {
 	}
 	for _, rm := range p.removed {
 		r, by := rm.Rule, rm.CoveredBy
-		fmt.Fprintf(&b, "; removed, never matches: r%d %s -A %s %s (covered by r%d %s)\n", r.ID, linePos(r.Pos), p.IR.Chains[r.Chain].Name, r.Text, by.ID, linePos(by.Pos))
+		fmt.Fprintf(&b, "; removed, never matches: r%d %s -A %s %s (covered by r%d %s)\n", r.ID, linePos(r.Pos), p.IR.Chains[r.Chain].Name, p.IR.TextOf(r), by.ID, linePos(by.Pos))
 	}
 	for _, r := range p.unreachable {
-		fmt.Fprintf(&b, "; unreachable, no code: r%d %s -A %s %s\n", r.ID, linePos(r.Pos), p.IR.Chains[r.Chain].Name, r.Text)
+		fmt.Fprintf(&b, "; unreachable, no code: r%d %s -A %s %s\n", r.ID, linePos(r.Pos), p.IR.Chains[r.Chain].Name, p.IR.TextOf(r))
 	}
 	offset := 0
 	for _, ins := range spec.Instructions {

@@ -26,9 +26,10 @@ type LowerOptions struct {
 	// (Program.TableBuckets). Without it they are errors: the program's
 	// state would be its own.
 	SharedState bool
-	// NoText leaves the rules' Text empty, for a caller that sets it from
-	// the rule set printed once for every chain (loader.MetaSource.Texts)
-	// before anything reads it: a large restore printed each rule twice.
+	// NoText leaves the rules' Text empty, for a caller that gives them
+	// from the rule set printed once for every chain (Program.Texts, as
+	// loader.MetaSource.Texts sets it) before anything reads them: a
+	// large restore printed each rule twice.
 	NoText bool
 }
 

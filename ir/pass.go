@@ -49,7 +49,7 @@ func Optimize(p *Program, opts OptimizeOptions) (*Program, error) {
 // unchanged, and the rules no pass changes (most of a large rule set)
 // are not copied at all. The copy's rules have the same IDs.
 func (p *Program) Clone() *Program {
-	q := &Program{Family: p.Family, Table: p.Table, Reassembled: p.Reassembled, Forward: p.Forward, TableBuckets: p.TableBuckets, Rules: slices.Clone(p.Rules), shared: true, ifaces: p.ifaces}
+	q := &Program{Family: p.Family, Table: p.Table, Reassembled: p.Reassembled, Forward: p.Forward, TableBuckets: p.TableBuckets, Texts: p.Texts, Rules: slices.Clone(p.Rules), shared: true, ifaces: p.ifaces}
 	for _, c := range p.Chains {
 		q.Chains = append(q.Chains, &Chain{Name: c.Name, Policy: c.Policy, Rules: slices.Clone(c.Rules)})
 	}

@@ -38,6 +38,9 @@ type Program struct {
 	// buckets are indexes into the table's array of that size, which the
 	// table's other chains share.
 	TableBuckets int
+	// Texts, when not nil, gives the texts of rules lowered without them
+	// (LowerOptions.NoText), by rule ID: TextOf.
+	Texts func(id int) string
 
 	// shared is set on a Clone, whose rules are its original's until a
 	// pass changes one (own); owned are those it copied.
@@ -52,6 +55,15 @@ type Program struct {
 	// ifaces numbers the exact interface names of FieldIn and FieldOut
 	// (ifaceNumbers), made the first time a form or codegen asks.
 	ifaces *ifaceNumbering
+}
+
+// TextOf returns r's Text, or when r has none, the text Texts gives for
+// it.
+func (p *Program) TextOf(r *Rule) string {
+	if r.Text != "" || p.Texts == nil {
+		return r.Text
+	}
+	return p.Texts(r.ID)
 }
 
 // Removal is a rule that never matches: every packet that reaches it is
@@ -77,7 +89,9 @@ type Rule struct {
 	ID    int
 	Chain int // index of the rule's chain in Program.Chains
 	Pos   rules.Pos
-	// Text is the rule as iptables-save prints it, comments included.
+	// Text is the rule as iptables-save prints it, comments included;
+	// empty in a program lowered with LowerOptions.NoText, whose readers
+	// ask Program.TextOf.
 	Text    string
 	Matches []Match
 	Action  Action

@@ -60,14 +60,28 @@ func writeMeta(m *Meta, chunks func(n int), put func(i uint32, chunk []byte) err
 	for _, o := range m.Origins {
 		origins += 4 + len(o)
 	}
-	size := len(metaMagic) + 4 + len(head) + 4 + len(m.Source) + 4 + 4*len(m.Lines) + 4 + origins
+	source := len(m.Source)
+	if m.text != nil {
+		source = m.text.size
+	}
+	size := len(metaMagic) + 4 + len(head) + 4 + source + 4 + 4*len(m.Lines) + 4 + origins
 	chunks((size + metaChunk - 1) / metaChunk)
 	w := chunkWriter{buf: make([]byte, 0, metaChunk), put: put}
 	w.write(metaMagic)
 	w.u32(len(head))
 	w.write(head)
-	w.u32(len(m.Source))
-	w.writeString(m.Source)
+	w.u32(source)
+	if m.text != nil {
+		// Unpacked a block at a time, into the chunks.
+		if err := m.text.each(func(b []byte) error {
+			w.write(b)
+			return w.err
+		}); err != nil {
+			return err
+		}
+	} else {
+		w.writeString(m.Source)
+	}
 	w.u32(4 * len(m.Lines))
 	for _, l := range m.Lines {
 		w.u32(l)

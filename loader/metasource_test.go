@@ -1,6 +1,8 @@
 package loader
 
 import (
+	"bytes"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,7 +43,11 @@ func TestMetaSourceFiles(t *testing.T) {
 	if ms.byPos == nil {
 		t.Fatal("the positions are not in the saved order, and the source has no order by position")
 	}
-	saved := strings.Split(ms.source, "\n")
+	text, err := ms.text.String()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := strings.Split(text, "\n")
 	for _, tc := range []struct {
 		table, chain string
 		want         []string // the saved lines of the compiled rules
@@ -123,8 +129,8 @@ func TestMetaSourceTexts(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, r := range got.Rules {
-			if r.Text != want.Rules[i].Text {
-				t.Errorf("%s %s rule %d: text %q, want %q", c.table, c.chain, r.ID, r.Text, want.Rules[i].Text)
+			if text := got.TextOf(r); text != want.Rules[i].Text {
+				t.Errorf("%s %s rule %d: text %q, want %q", c.table, c.chain, r.ID, text, want.Rules[i].Text)
 			}
 		}
 	}
@@ -157,5 +163,58 @@ func TestMetaSourceCounters(t *testing.T) {
 		if counters[id] != w {
 			t.Errorf("rule %d: counters %+v, want %+v", id, counters[id], w)
 		}
+	}
+}
+
+// TestMetaSourceEncodes: a meta a MetaSource makes, which holds the rule
+// set packed, is written as the meta with the rule set in Source: the
+// same bytes, which decode to the saved rule set.
+func TestMetaSourceEncodes(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	for i := range 8000 { // several blocks
+		fmt.Fprintf(&b, "[%d:%d] -A INPUT -s 10.%d.%d.0/24 -p tcp -m tcp --dport %d -m comment --comment \"rule %d\" -j ACCEPT\n", i, 60*i, i>>8, i&255, 1+i%1000, i)
+	}
+	b.WriteString("COMMIT\n")
+	rs := parseCounted(t, "big.rules", b.String())
+	saved := string(rs.Save(rules.SaveOptions{Counters: true}))
+	ms := NewMetaSource(rs)
+	if len(ms.text.blocks) < 2 {
+		t.Fatalf("%d bytes packed in %d block", len(saved), len(ms.text.blocks))
+	}
+	p, err := ir.Lower(rs, ir.LowerOptions{Table: "filter", Chain: "INPUT"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookNetfilter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := ms.Meta(prog, "big.rules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Source != "" || m.text == nil {
+		t.Fatalf("the meta holds %d bytes of source and packed text %v", len(m.Source), m.text != nil)
+	}
+	got, err := encodeMeta(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := m
+	plain.Source, plain.text = saved, nil
+	want, err := encodeMeta(&plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("encoded with the packed rule set: %d bytes, with Source %d, not the same", len(got), len(want))
+	}
+	back, err := decodeMeta(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Source != saved {
+		t.Errorf("decoded source: %d bytes, want the %d saved", len(back.Source), len(saved))
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -33,7 +32,8 @@ type Meta struct {
 	File  string `json:"file"`  // where the rule set was read from
 	// Source is the rule set as iptables-save -c prints it. The counters of
 	// rules compiled into the program are the kernel's; the others keep
-	// the counters they were read with.
+	// the counters they were read with. A meta a MetaSource makes has it
+	// packed instead (text), until a swap writes it to the meta map.
 	Source string `json:"source"`
 	// Lines holds the line in Source of each rule of the program, by rule
 	// ID.
@@ -61,6 +61,9 @@ type Meta struct {
 	// of older versions): a swap removes the others (see dropOldPins).
 	Pins []string `json:"pins,omitempty"`
 
+	// text is Source packed, in a meta a MetaSource made (Source is
+	// empty then).
+	text *packedText
 	// features holds what each feature records of the program (its
 	// LOG rules, recent and hashlimit tables, upper devices, conntrack),
 	// as JSON by the feature's key (feature.key): the meta's JSON has
@@ -130,8 +133,9 @@ func NewMeta(rs *rules.Ruleset, p *codegen.Program, file string) (Meta, []abi.Co
 // is in that text, and the counters. A restore makes it once for all its
 // chains, and need not keep the parsed rule set while it compiles.
 type MetaSource struct {
-	source string
-	sets   string
+	// text is the rule set as iptables-save prints it, packed.
+	text *packedText
+	sets string
 	// all holds the rules in the order Source prints them, each with its
 	// position; byPos orders them by position, stably, and is nil when
 	// that is their order already (an input iptables-save wrote). A map
@@ -178,10 +182,8 @@ func (k placeKey) compare(o placeKey) int {
 
 type placed struct {
 	pos placeKey
-	// line is the rule's line in source, from 1, and off where that line
-	// starts (0 for every rule of a source of 4 GiB or more: offs).
+	// line is the rule's line in the saved rule set, from 1.
 	line int32
-	off  uint32
 }
 
 // counter returns the counters of the i-th rule in all.
@@ -197,9 +199,6 @@ func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 	n := rs.NumRules()
 	saved := rs.Save(rules.SaveOptions{Counters: true})
 	s := &MetaSource{
-		// Save's buffer is this string's alone: not copied (7 MB at
-		// 100k rules).
-		source:   unsafe.String(unsafe.SliceData(saved), len(saved)),
 		all:      make([]placed, 0, n),
 		files:    make(map[string]uint32),
 		policies: make(map[[2]string]rules.Counters),
@@ -208,30 +207,18 @@ func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 	if len(rs.Sets) > 0 {
 		s.sets = string(rules.SaveSets(rs.Sets))
 	}
-	line := 0
+	line := 0 // as rules.Ruleset.Save prints them
 	sorted := true
-	// Count lines as rules.Ruleset.Save prints them, and find where they
-	// start: next is where line+1 starts.
-	next := 0
-	skip := func(lines int) {
-		line += lines
-		for range lines {
-			if i := bytes.IndexByte(saved[next:], '\n'); i >= 0 {
-				next += i + 1
-			}
-		}
-	}
 	for _, t := range rs.Tables {
 		chains := t.SaveOrder()
 		for i, c := range chains {
 			s.decls[[2]string{t.Name, c.Name}] = line + 2 + i
 		}
-		skip(1 + len(chains))
+		line += 1 + len(chains)
 		for _, c := range chains {
 			s.policies[[2]string{t.Name, c.Name}] = c.Counters
 			for _, r := range c.Rules {
-				off := next
-				skip(1)
+				line++
 				file, ok := s.files[r.Pos.File]
 				if !ok {
 					file = uint32(len(s.files))
@@ -244,16 +231,13 @@ func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 					}
 					s.counters[len(s.all)] = r.Counters
 				}
-				if len(saved) <= math.MaxUint32 {
-					pl.off = uint32(off)
-				}
 				if k := len(s.all); k > 0 && s.all[k-1].pos.compare(pl.pos) > 0 {
 					sorted = false
 				}
 				s.all = append(s.all, pl)
 			}
 		}
-		skip(1)
+		line++ // COMMIT
 	}
 	if !sorted {
 		s.byPos = make([]int32, len(s.all))
@@ -262,6 +246,7 @@ func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 		}
 		slices.SortStableFunc(s.byPos, func(a, b int32) int { return s.all[a].pos.compare(s.all[b].pos) })
 	}
+	s.text = packText(saved)
 	return s
 }
 
@@ -361,31 +346,28 @@ func (s *MetaSource) pair(p *ir.Program) ([]int32, error) {
 	return out, nil
 }
 
-// Texts sets the Text of every rule of p, lowered with ir.LowerOptions
-// NoText, from its line in the saved rule set: a view of that line, as
-// rules.Rule.Spec would print it.
+// Texts gives p, lowered with ir.LowerOptions NoText, the texts of its
+// rules (ir.Program.Texts): a rule's line in the saved rule set, as
+// rules.Rule.Spec would print it, unpacked when it is asked for. Few are
+// in a large restore (the notes of the rules compiled as code, and the
+// rules a swap pairs by text), and the rule set stays packed.
 func (s *MetaSource) Texts(p *ir.Program) error {
 	placedAt, err := s.pair(p)
 	if err != nil {
 		return err
 	}
-	var starts []int // every line's start, for a source offs cannot hold
-	for _, r := range p.Rules {
-		pl := s.all[placedAt[r.ID]]
-		off := int(pl.off)
-		if len(s.source) > math.MaxUint32 {
-			if starts == nil {
-				starts = append(starts, 0)
-				for i := 0; i < len(s.source); i++ {
-					if s.source[i] == '\n' {
-						starts = append(starts, i+1)
-					}
-				}
-			}
-			off = starts[pl.line-1]
+	lines := make([]int32, len(placedAt))
+	for id, i := range placedAt {
+		lines[id] = s.all[i].line
+	}
+	p.Texts = func(id int) string {
+		line, ok, err := s.text.line(int(lines[id]))
+		if err != nil || !ok {
+			// The lines were counted in the text packed here.
+			panic(fmt.Sprintf("loader: rule %d: line %d of the saved rule set: %v", id, lines[id], err))
 		}
-		line, _, _ := strings.Cut(s.source[off:], "\n")
-		r.Text = parseRuleLine(line).text
+		// A copy: a view would keep the line's block unpacked.
+		return strings.Clone(parseRuleLine(line).text)
 	}
 	return nil
 }
@@ -397,7 +379,7 @@ func (s *MetaSource) program(p *codegen.Program, file string) Meta {
 		Table:        p.IR.Table,
 		Chain:        p.IR.Chains[0].Name,
 		File:         file,
-		Source:       s.source,
+		text:         s.text,
 		Sets:         s.sets,
 		Lines:        make([]int, len(p.IR.Rules)),
 		Origins:      make([]string, len(p.IR.Rules)),
@@ -460,7 +442,7 @@ func parseRuleLine(s string) ruleKey {
 func programKeys(p *codegen.Program) []ruleKey {
 	out := make([]ruleKey, len(p.IR.Rules))
 	for _, r := range p.IR.Rules {
-		out[r.ID] = ruleKey{p.IR.Chains[r.Chain].Name, r.Text}
+		out[r.ID] = ruleKey{p.IR.Chains[r.Chain].Name, p.IR.TextOf(r)}
 	}
 	return out
 }

@@ -1,0 +1,154 @@
+package loader
+
+import (
+	"bytes"
+	"compress/flate"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// packedText is a text of lines held compressed, in blocks of whole lines
+// that each unpack alone: a MetaSource's rule set, which a restore keeps
+// from the parse to the swap, through the compile, where it was the
+// largest thing after the program and its tables (realistic 1M: 76 MB
+// as text, 15 MB packed). A line is read by unpacking its block, the
+// last of which stays unpacked for the next line; the whole text is read
+// block by block (each).
+type packedText struct {
+	size   int // the text's length
+	blocks []packedBlock
+
+	mu   sync.Mutex
+	last unpackedBlock
+	u    unpacker // line's
+}
+
+// packedBlock is the lines from line (from 1) on, size bytes, packed.
+type packedBlock struct {
+	line, size int
+	data       []byte
+}
+
+// unpackedBlock is block i unpacked, and where each of its lines starts.
+type unpackedBlock struct {
+	i      int
+	text   string
+	starts []int32
+}
+
+// packBlockSize is about how many bytes of text a block holds: large
+// enough for flate to find what repeats (a rule set packs 5:1), small
+// enough that unpacking one for a line costs little.
+const packBlockSize = 256 << 10
+
+// packText packs text. It does not keep text.
+func packText(text []byte) *packedText {
+	t := &packedText{size: len(text), last: unpackedBlock{i: -1}}
+	var buf bytes.Buffer
+	w, _ := flate.NewWriter(&buf, flate.BestSpeed) // a valid level: no error
+	line := 1
+	for len(text) > 0 {
+		n := min(len(text), packBlockSize)
+		if i := bytes.IndexByte(text[n-1:], '\n'); i >= 0 {
+			n += i // the block ends with its last line
+		} else {
+			n = len(text)
+		}
+		buf.Reset()
+		w.Reset(&buf)
+		w.Write(text[:n]) // a bytes.Buffer does not fail
+		w.Close()
+		t.blocks = append(t.blocks, packedBlock{line: line, size: n, data: bytes.Clone(buf.Bytes())})
+		line += bytes.Count(text[:n], []byte{'\n'})
+		text = text[n:]
+	}
+	return t
+}
+
+// unpacker unpacks blocks; one reused for many blocks keeps its window
+// (32 KiB) and buffer.
+type unpacker struct {
+	r   io.ReadCloser
+	buf []byte
+}
+
+// unpack returns block i of t unpacked, in a buffer the next call reuses
+// when fresh is false.
+func (u *unpacker) unpack(t *packedText, i int, fresh bool) ([]byte, error) {
+	b := &t.blocks[i]
+	src := bytes.NewReader(b.data)
+	if u.r == nil {
+		u.r = flate.NewReader(src)
+	} else if err := u.r.(flate.Resetter).Reset(src, nil); err != nil {
+		return nil, err
+	}
+	if fresh || cap(u.buf) < b.size {
+		u.buf = make([]byte, b.size)
+	}
+	out := u.buf[:b.size]
+	if _, err := io.ReadFull(u.r, out); err != nil {
+		return nil, fmt.Errorf("unpack block %d of the rule set: %w", i, err)
+	}
+	return out, nil
+}
+
+// line returns line n (from 1), without its newline; false past the end.
+func (t *packedText) line(n int) (string, bool, error) {
+	i := sort.Search(len(t.blocks), func(i int) bool { return t.blocks[i].line > n }) - 1
+	if i < 0 || n < 1 {
+		return "", false, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.last.i != i {
+		b, err := t.u.unpack(t, i, true)
+		if err != nil {
+			return "", false, err
+		}
+		text := unsafe.String(unsafe.SliceData(b), len(b)) // b is text's alone
+		starts := []int32{0}
+		for j := 0; j < len(text); j++ {
+			if text[j] == '\n' {
+				starts = append(starts, int32(j+1))
+			}
+		}
+		t.last = unpackedBlock{i: i, text: text, starts: starts}
+	}
+	k := n - t.blocks[i].line
+	if k >= len(t.last.starts) || int(t.last.starts[k]) == len(t.last.text) {
+		return "", false, nil
+	}
+	line, _, _ := strings.Cut(t.last.text[t.last.starts[k]:], "\n")
+	return line, true, nil
+}
+
+// each hands the text to f, in order, a block at a time, in one buffer:
+// f must not keep it.
+func (t *packedText) each(f func([]byte) error) error {
+	var u unpacker
+	for i := range t.blocks {
+		b, err := u.unpack(t, i, false)
+		if err != nil {
+			return err
+		}
+		if err := f(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// String returns the whole text.
+func (t *packedText) String() (string, error) {
+	var b strings.Builder
+	b.Grow(t.size)
+	err := t.each(func(p []byte) error {
+		b.Write(p)
+		return nil
+	})
+	return b.String(), err
+}
