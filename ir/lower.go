@@ -112,6 +112,12 @@ type lowerer struct {
 	scratch    []Match
 	matchBlock []Match
 	ruleBlock  []Rule
+	// ifaceBoxes and portBoxes hold the interface and one-range ports matches
+	// lowered so far, each boxed once: many rules test the same ones
+	// (bench's realistic 1M: 20 MB of boxes and ranges, one per rule,
+	// live through the whole compile).
+	ifaceBoxes map[Iface]Match
+	portBoxes  map[portsKey]Match
 	// buckets numbers the token buckets of Limit and RateLimit matches by
 	// the source match: the rules one nft rule splits into share its one
 	// limit expression.
@@ -316,8 +322,8 @@ func (l *lowerer) matches(r *rules.Rule) []Match {
 	ms := l.scratch[:0]
 	ms = l.addr(ms, Src, r.Src, r.SrcNeg, r.Pos)
 	ms = l.addr(ms, Dst, r.Dst, r.DstNeg, r.Pos)
-	ms = iface(ms, IfaceIn, r.InIface, r.InNeg)
-	ms = iface(ms, IfaceOut, r.OutIface, r.OutNeg)
+	ms = l.iface(ms, IfaceIn, r.InIface, r.InNeg)
+	ms = l.iface(ms, IfaceOut, r.OutIface, r.OutNeg)
 	// Protocol 0 ("-p all") is not tested by ip_packet_match. In IPv6 an
 	// explicit -p, even "-p all", sets IP6T_F_PROTO, so ip6_packet_match
 	// walks the extension headers and drops packets where that fails.
@@ -378,12 +384,21 @@ func maskAddr(a, mask netip.Addr) netip.Addr {
 	return netip.AddrFrom16(x)
 }
 
-func iface(ms []Match, dir IfaceDir, name string, neg bool) []Match {
+func (l *lowerer) iface(ms []Match, dir IfaceDir, name string, neg bool) []Match {
 	if name == "" || (name == "+" && !neg) {
 		return ms
 	}
 	prefix := strings.HasSuffix(name, "+")
-	return append(ms, Iface{Dir: dir, Name: strings.TrimSuffix(name, "+"), Prefix: prefix, Neg: neg})
+	m := Iface{Dir: dir, Name: strings.TrimSuffix(name, "+"), Prefix: prefix, Neg: neg}
+	boxed, ok := l.ifaceBoxes[m]
+	if !ok {
+		if l.ifaceBoxes == nil {
+			l.ifaceBoxes = make(map[Iface]Match)
+		}
+		boxed = m
+		l.ifaceBoxes[m] = boxed
+	}
+	return append(ms, boxed)
 }
 
 // needProto reports whether the rule tests for one of protos, as the

@@ -184,7 +184,7 @@ func (l *lowerer) lowerIfaces(ms []Match, m *rules.Ifaces) []Match {
 		return ms
 	}
 	for _, n := range m.Names {
-		ms = iface(ms, dir, n, m.Neg)
+		ms = l.iface(ms, dir, n, m.Neg)
 	}
 	return ms
 }

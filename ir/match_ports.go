@@ -212,7 +212,23 @@ func (l *lowerer) ports(ms []Match, m rules.Match, dir Dir, r rules.PortRange, n
 		l.errorf(m.Position(), "port range %d:%d is empty", r.Lo, r.Hi)
 		return ms
 	}
-	return append(ms, Ports{Dir: dir, Ranges: []rules.PortRange{r}, Neg: neg})
+	k := portsKey{dir, r, neg}
+	boxed, ok := l.portBoxes[k]
+	if !ok {
+		if l.portBoxes == nil {
+			l.portBoxes = make(map[portsKey]Match)
+		}
+		boxed = Ports{Dir: dir, Ranges: []rules.PortRange{r}, Neg: neg}
+		l.portBoxes[k] = boxed
+	}
+	return append(ms, boxed)
+}
+
+// portsKey is a Ports match of one range.
+type portsKey struct {
+	dir Dir
+	r   rules.PortRange
+	neg bool
 }
 
 func (l *lowerer) multiport(ms []Match, m *rules.Multiport, nft bool) []Match {

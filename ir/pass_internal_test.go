@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"bpfwall/parser/iptables"
 )
@@ -356,6 +357,53 @@ COMMIT
 		}
 		if got := ranges(p.Rules[i]); got != before[i] {
 			t.Errorf("rule %d: the original's ranges changed: %s -> %s", i, before[i], got)
+		}
+	}
+}
+
+// TestLowerSharesBoxes: the interface and one-range ports matches of
+// different rules that are equal are one boxed value, and those that
+// differ are not.
+func TestLowerSharesBoxes(t *testing.T) {
+	src := `*filter
+:INPUT ACCEPT [0:0]
+-A INPUT -i eth0 -p tcp -m tcp --dport 22 -j ACCEPT
+-A INPUT -i eth0 -p tcp -m tcp --dport 22 -s 10.0.0.1 -j DROP
+-A INPUT ! -i eth0 -p udp -m udp --dport 22 -j DROP
+-A INPUT -i eth0 -p tcp -m tcp ! --dport 22 -j DROP
+COMMIT
+`
+	rs, err := iptables.Parse("boxes", []byte(src), iptables.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Lower(rs, LowerOptions{Table: "filter", Chain: "INPUT"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// box is where an interface value's dynamic value is.
+	box := func(m Match) unsafe.Pointer { return (*[2]unsafe.Pointer)(unsafe.Pointer(&m))[1] }
+	find := func(r *Rule, kind reflect.Type) unsafe.Pointer {
+		for _, m := range r.Matches {
+			if reflect.TypeOf(m) == kind {
+				return box(m)
+			}
+		}
+		t.Fatalf("rule %d has no %s match", r.ID, kind)
+		return nil
+	}
+	ports, iface := reflect.TypeFor[Ports](), reflect.TypeFor[Iface]()
+	for _, c := range []struct {
+		kind  reflect.Type
+		a, b  int
+		share bool
+	}{
+		{ports, 0, 1, true}, {iface, 0, 1, true}, {iface, 0, 3, true},
+		{ports, 0, 2, true}, // udp and tcp alike: dport 22
+		{iface, 0, 2, false}, {ports, 0, 3, false},
+	} {
+		if share := find(p.Rules[c.a], c.kind) == find(p.Rules[c.b], c.kind); share != c.share {
+			t.Errorf("rules %d and %d share their %s match: %v, want %v", c.a, c.b, c.kind, share, c.share)
 		}
 	}
 }
