@@ -14,8 +14,8 @@ import (
 // packedText is a text of lines held compressed, in blocks of whole lines
 // that each unpack alone: a MetaSource's rule set, which a restore keeps
 // from the parse to the swap, through the compile, where it was the
-// largest thing after the program and its tables (realistic 1M: 76 MB
-// as text, 15 MB packed). A line is read by unpacking its block, the
+// largest thing after the program and its tables (bench's realistic 1M:
+// 76 MB as text, 12 MB packed). A line is read by unpacking its block, the
 // last of which stays unpacked for the next line; the whole text is read
 // block by block (each).
 type packedText struct {
@@ -41,7 +41,7 @@ type unpackedBlock struct {
 }
 
 // packBlockSize is about how many bytes of text a block holds: large
-// enough for flate to find what repeats (a rule set packs 5:1), small
+// enough for flate to find what repeats (a rule set packs 6:1), small
 // enough that unpacking one for a line costs little.
 const packBlockSize = 256 << 10
 
