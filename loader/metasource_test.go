@@ -111,6 +111,7 @@ func TestMetaSourceTexts(t *testing.T) {
 		"[7:70] -A PREROUTING -s 10.0.0.2 -j DROP\n-A PREROUTING -p udp -j ACCEPT\nCOMMIT\n")
 	rs.Tables = append(rs.Tables, kept.Tables...)
 	ms := NewMetaSource(rs)
+	ms.Pack() // as a restore does
 	for _, c := range []struct{ table, chain string }{{"filter", "INPUT"}, {"raw", "PREROUTING"}} {
 		want, err := ir.Lower(rs, ir.LowerOptions{Table: c.table, Chain: c.chain})
 		if err != nil {
@@ -167,8 +168,8 @@ func TestMetaSourceCounters(t *testing.T) {
 }
 
 // TestMetaSourceEncodes: a meta a MetaSource makes, which holds the rule
-// set packed, is written as the meta with the rule set in Source: the
-// same bytes, which decode to the saved rule set.
+// set in blocks, packed or not (Pack), is written as the meta with the
+// rule set in Source: the same bytes, which decode to the saved rule set.
 func TestMetaSourceEncodes(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
@@ -178,10 +179,6 @@ func TestMetaSourceEncodes(t *testing.T) {
 	b.WriteString("COMMIT\n")
 	rs := parseCounted(t, "big.rules", b.String())
 	saved := string(rs.Save(rules.SaveOptions{Counters: true}))
-	ms := NewMetaSource(rs)
-	if len(ms.text.blocks) < 2 {
-		t.Fatalf("%d bytes packed in %d block", len(saved), len(ms.text.blocks))
-	}
 	p, err := ir.Lower(rs, ir.LowerOptions{Table: "filter", Chain: "INPUT"})
 	if err != nil {
 		t.Fatal(err)
@@ -190,31 +187,40 @@ func TestMetaSourceEncodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _, err := ms.Meta(prog, "big.rules")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.Source != "" || m.text == nil {
-		t.Fatalf("the meta holds %d bytes of source and packed text %v", len(m.Source), m.text != nil)
-	}
-	got, err := encodeMeta(&m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain := m
-	plain.Source, plain.text = saved, nil
-	want, err := encodeMeta(&plain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("encoded with the packed rule set: %d bytes, with Source %d, not the same", len(got), len(want))
-	}
-	back, err := decodeMeta(got)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if back.Source != saved {
-		t.Errorf("decoded source: %d bytes, want the %d saved", len(back.Source), len(saved))
+	for _, pack := range []bool{false, true} {
+		ms := NewMetaSource(rs)
+		if len(ms.text.blocks) < 2 {
+			t.Fatalf("%d bytes in %d block", len(saved), len(ms.text.blocks))
+		}
+		if pack {
+			ms.Pack()
+		}
+		m, _, err := ms.Meta(prog, "big.rules")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Source != "" || m.text == nil {
+			t.Fatalf("packed %v: the meta holds %d bytes of source and blocks %v", pack, len(m.Source), m.text != nil)
+		}
+		got, err := encodeMeta(&m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain := m
+		plain.Source, plain.text = saved, nil
+		want, err := encodeMeta(&plain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("packed %v: encoded from the blocks: %d bytes, from Source %d, not the same", pack, len(got), len(want))
+		}
+		back, err := decodeMeta(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back.Source != saved {
+			t.Errorf("packed %v: decoded source: %d bytes, want the %d saved", pack, len(back.Source), len(saved))
+		}
 	}
 }

@@ -218,6 +218,7 @@ func restoreNetfilter(req restoreRequest, stdout, stderr io.Writer) (rerr error)
 		go func() {
 			defer close(metasMade)
 			metas = loader.NewMetaSource(rs)
+			metas.Pack() // it stays through the compile
 		}()
 	}
 	tables := shellTables(rs)

@@ -11,26 +11,29 @@ import (
 	"unsafe"
 )
 
-// packedText is a text of lines held compressed, in blocks of whole lines
-// that each unpack alone: a MetaSource's rule set, which a restore keeps
-// from the parse to the swap, through the compile, where it was the
-// largest thing after the program and its tables (bench's realistic 1M:
-// 76 MB as text, 12 MB packed). A line is read by unpacking its block, the
-// last of which stays unpacked for the next line; the whole text is read
-// block by block (each).
-type packedText struct {
+// lineBlocks is a text of lines in blocks of whole lines, which pack
+// (flate, each alone) to hold a MetaSource's rule set while a restore
+// compiles: a restore keeps it from the parse to the swap, where it was
+// the largest thing after the program and its tables (bench's realistic
+// 1M: 76 MB as text, 12 MB packed). A line is read by unpacking its
+// block, the last of which stays unpacked for the next line; the whole
+// text is read block by block (each). Before pack, the blocks are views
+// of the text.
+type lineBlocks struct {
 	size   int // the text's length
-	blocks []packedBlock
+	blocks []lineBlock
 
 	mu   sync.Mutex
 	last unpackedBlock
 	u    unpacker // line's
 }
 
-// packedBlock is the lines from line (from 1) on, size bytes, packed.
-type packedBlock struct {
+// lineBlock is the lines from line (from 1) on, size bytes: data, or
+// data packed.
+type lineBlock struct {
 	line, size int
 	data       []byte
+	packed     bool
 }
 
 // unpackedBlock is block i unpacked, and where each of its lines starts.
@@ -40,33 +43,48 @@ type unpackedBlock struct {
 	starts []int32
 }
 
-// packBlockSize is about how many bytes of text a block holds: large
+// lineBlockSize is about how many bytes of text a block holds: large
 // enough for flate to find what repeats (a rule set packs 6:1), small
 // enough that unpacking one for a line costs little.
-const packBlockSize = 256 << 10
+const lineBlockSize = 256 << 10
 
-// packText packs text. It does not keep text.
-func packText(text []byte) *packedText {
-	t := &packedText{size: len(text), last: unpackedBlock{i: -1}}
-	var buf bytes.Buffer
-	w, _ := flate.NewWriter(&buf, flate.BestSpeed) // a valid level: no error
+// newLineBlocks cuts text into blocks; they view it.
+func newLineBlocks(text []byte) *lineBlocks {
+	t := &lineBlocks{size: len(text), last: unpackedBlock{i: -1}}
 	line := 1
 	for len(text) > 0 {
-		n := min(len(text), packBlockSize)
+		n := min(len(text), lineBlockSize)
 		if i := bytes.IndexByte(text[n-1:], '\n'); i >= 0 {
 			n += i // the block ends with its last line
 		} else {
 			n = len(text)
 		}
-		buf.Reset()
-		w.Reset(&buf)
-		w.Write(text[:n]) // a bytes.Buffer does not fail
-		w.Close()
-		t.blocks = append(t.blocks, packedBlock{line: line, size: n, data: bytes.Clone(buf.Bytes())})
+		t.blocks = append(t.blocks, lineBlock{line: line, size: n, data: text[:n:n]})
 		line += bytes.Count(text[:n], []byte{'\n'})
 		text = text[n:]
 	}
 	return t
+}
+
+// pack packs the blocks; they no longer view the text. It must return
+// before the blocks are read.
+func (t *lineBlocks) pack() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var buf bytes.Buffer
+	w, _ := flate.NewWriter(&buf, flate.BestSpeed) // a valid level: no error
+	for i := range t.blocks {
+		b := &t.blocks[i]
+		if b.packed {
+			continue
+		}
+		buf.Reset()
+		w.Reset(&buf)
+		w.Write(b.data) // a bytes.Buffer does not fail
+		w.Close()
+		b.data, b.packed = bytes.Clone(buf.Bytes()), true
+	}
+	t.last = unpackedBlock{i: -1}
 }
 
 // unpacker unpacks blocks; one reused for many blocks keeps its window
@@ -77,9 +95,12 @@ type unpacker struct {
 }
 
 // unpack returns block i of t unpacked, in a buffer the next call reuses
-// when fresh is false.
-func (u *unpacker) unpack(t *packedText, i int, fresh bool) ([]byte, error) {
+// when fresh is false; a block not packed as it is.
+func (u *unpacker) unpack(t *lineBlocks, i int, fresh bool) ([]byte, error) {
 	b := &t.blocks[i]
+	if !b.packed {
+		return b.data, nil
+	}
 	src := bytes.NewReader(b.data)
 	if u.r == nil {
 		u.r = flate.NewReader(src)
@@ -97,7 +118,7 @@ func (u *unpacker) unpack(t *packedText, i int, fresh bool) ([]byte, error) {
 }
 
 // line returns line n (from 1), without its newline; false past the end.
-func (t *packedText) line(n int) (string, bool, error) {
+func (t *lineBlocks) line(n int) (string, bool, error) {
 	i := sort.Search(len(t.blocks), func(i int) bool { return t.blocks[i].line > n }) - 1
 	if i < 0 || n < 1 {
 		return "", false, nil
@@ -109,7 +130,7 @@ func (t *packedText) line(n int) (string, bool, error) {
 		if err != nil {
 			return "", false, err
 		}
-		text := unsafe.String(unsafe.SliceData(b), len(b)) // b is text's alone
+		text := unsafe.String(unsafe.SliceData(b), len(b)) // nothing writes b again
 		starts := []int32{0}
 		for j := 0; j < len(text); j++ {
 			if text[j] == '\n' {
@@ -126,9 +147,9 @@ func (t *packedText) line(n int) (string, bool, error) {
 	return line, true, nil
 }
 
-// each hands the text to f, in order, a block at a time, in one buffer:
-// f must not keep it.
-func (t *packedText) each(f func([]byte) error) error {
+// each hands the text to f, in order, a block at a time, which f must
+// not keep or change (packed blocks are unpacked into one buffer).
+func (t *lineBlocks) each(f func([]byte) error) error {
 	var u unpacker
 	for i := range t.blocks {
 		b, err := u.unpack(t, i, false)
@@ -143,7 +164,7 @@ func (t *packedText) each(f func([]byte) error) error {
 }
 
 // String returns the whole text.
-func (t *packedText) String() (string, error) {
+func (t *lineBlocks) String() (string, error) {
 	var b strings.Builder
 	b.Grow(t.size)
 	err := t.each(func(p []byte) error {
