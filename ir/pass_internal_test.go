@@ -86,14 +86,7 @@ func TestFormsParallel(t *testing.T) {
 		}
 	}
 	b.WriteString("COMMIT\n")
-	rs, err := iptables.Parse("forms", []byte(b.String()), iptables.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := Lower(rs, LowerOptions{Table: "filter", Chain: "INPUT"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := lowerChain(t, "forms", b.String(), "INPUT")
 	if runtime.GOMAXPROCS(0) < 2 {
 		t.Logf("one CPU: Forms computes the forms in turn")
 	}
@@ -175,14 +168,7 @@ func TestCutHasher(t *testing.T) {
 func TestLoweredMatchesShareBlocks(t *testing.T) {
 	src := "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
 		"-A INPUT -s 10.0.0.1 -p tcp -m tcp --dport 22 -j ACCEPT\n-A INPUT -s 10.0.0.2 -p udp -m udp --dport 53 -j ACCEPT\n-A INPUT -j DROP\nCOMMIT\n"
-	rs, err := iptables.Parse("blocks", []byte(src), iptables.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := Lower(rs, LowerOptions{Table: "filter", Chain: "INPUT"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := lowerChain(t, "blocks", src, "INPUT")
 	first, second := p.Rules[0], p.Rules[1]
 	if len(first.Matches) != cap(first.Matches) {
 		t.Fatalf("rule 0's matches: length %d, capacity %d", len(first.Matches), cap(first.Matches))
@@ -212,14 +198,7 @@ func TestShadowedFormsForgotten(t *testing.T) {
 		"-A INPUT -s 192.0.2.1/32 -j ACCEPT\n" +
 		"-A INPUT -s 10.2.3.4/32 -j ACCEPT\n" +
 		"COMMIT\n"
-	rs, err := iptables.Parse("shadow", []byte(src), iptables.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := Lower(rs, LowerOptions{Table: "filter", Chain: "INPUT"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := lowerChain(t, "shadow", src, "INPUT")
 	q, err := Optimize(p, OptimizeOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -256,14 +235,7 @@ func TestIfaceNumbers(t *testing.T) {
 		fmt.Fprintf(&b, "-A FORWARD -i %s -j DROP\n", in)
 	}
 	b.WriteString("COMMIT\n")
-	rs, err := iptables.Parse("ifaces", []byte(b.String()), iptables.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := Lower(rs, LowerOptions{Table: "filter", Chain: "FORWARD"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := lowerChain(t, "ifaces", b.String(), "FORWARD")
 	wantIn := []IfacePattern{{"eth1", false}, {"eth4", false}, {"ppp0", false}, {"vl1x", false}, {"vl2x", true}}
 	if got := p.IfacePatterns(IfaceIn); !slices.Equal(got, wantIn) {
 		t.Errorf("input patterns %v, want %v", got, wantIn)
@@ -319,14 +291,7 @@ func TestMergePorts(t *testing.T) {
 -A INPUT -p udp -m multiport --sports 53:60,61 -j DROP
 COMMIT
 `
-	rs, err := iptables.Parse("ports", []byte(src), iptables.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := Lower(rs, LowerOptions{Table: "filter", Chain: "INPUT"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := lowerChain(t, "ports", src, "INPUT")
 	ranges := func(r *Rule) string {
 		for _, m := range r.Matches {
 			if m, ok := m.(Ports); ok {
@@ -373,14 +338,7 @@ func TestLowerSharesBoxes(t *testing.T) {
 -A INPUT -i eth0 -p tcp -m tcp ! --dport 22 -j DROP
 COMMIT
 `
-	rs, err := iptables.Parse("boxes", []byte(src), iptables.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := Lower(rs, LowerOptions{Table: "filter", Chain: "INPUT"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := lowerChain(t, "boxes", src, "INPUT")
 	// box is where an interface value's dynamic value is.
 	box := func(m Match) unsafe.Pointer { return (*[2]unsafe.Pointer)(unsafe.Pointer(&m))[1] }
 	find := func(r *Rule, kind reflect.Type) unsafe.Pointer {
@@ -406,4 +364,19 @@ COMMIT
 			t.Errorf("rules %d and %d share their %s match: %v, want %v", c.a, c.b, c.kind, share, c.share)
 		}
 	}
+}
+
+// lowerChain lowers chain of the filter table of the rule set src, read
+// from file.
+func lowerChain(t *testing.T, file, src, chain string) *Program {
+	t.Helper()
+	rs, err := iptables.Parse(file, []byte(src), iptables.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Lower(rs, LowerOptions{Table: "filter", Chain: chain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -24,6 +24,20 @@ func parseCounted(t *testing.T, file, src string) *rules.Ruleset {
 	return rs
 }
 
+// compileChain compiles chain of table of rs for its netfilter hook.
+func compileChain(t *testing.T, rs *rules.Ruleset, table, chain string) *codegen.Program {
+	t.Helper()
+	p, err := ir.Lower(rs, ir.LowerOptions{Table: table, Chain: chain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookNetfilter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prog
+}
+
 // TestMetaSourceFiles: the rules of a restore's input and those of a
 // table kept from the active rule set come from two files, at the same
 // lines and columns; each compiled rule gets the saved line and the
@@ -59,14 +73,7 @@ func TestMetaSourceFiles(t *testing.T) {
 			[]string{"input.rules:7", "input.rules:7", "input.rules:8", "input.rules:6"}},
 		{"raw", "PREROUTING", []string{"[7:70] -A PREROUTING -s 10.0.0.2/32 -j DROP"}, []abi.Counter{{Packets: 7, Bytes: 70}}, []string{"active.rules:7"}},
 	} {
-		p, err := ir.Lower(rs, ir.LowerOptions{Table: tc.table, Chain: tc.chain})
-		if err != nil {
-			t.Fatal(err)
-		}
-		prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookNetfilter})
-		if err != nil {
-			t.Fatal(err)
-		}
+		prog := compileChain(t, rs, tc.table, tc.chain)
 		m, counters, err := ms.Meta(prog, "x")
 		if err != nil {
 			t.Fatal(err)
@@ -147,14 +154,7 @@ func TestMetaSourceCounters(t *testing.T) {
 		t.Errorf("a rule set without counters keeps %d", len(zero.counters))
 	}
 	rs := parseCounted(t, "some", head+"[0:0] -A INPUT -s 10.0.0.1 -j DROP\n[0:0] -A INPUT -s 10.0.0.2 -j DROP\n[9:90] -A INPUT -s 10.0.0.3 -j DROP\n[0:0] -A INPUT -s 10.0.0.4 -j DROP\nCOMMIT\n")
-	p, err := ir.Lower(rs, ir.LowerOptions{Table: "filter", Chain: "INPUT"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookNetfilter})
-	if err != nil {
-		t.Fatal(err)
-	}
+	prog := compileChain(t, rs, "filter", "INPUT")
 	_, counters, err := NewMetaSource(rs).Meta(prog, "x")
 	if err != nil {
 		t.Fatal(err)
@@ -179,14 +179,7 @@ func TestMetaSourceEncodes(t *testing.T) {
 	b.WriteString("COMMIT\n")
 	rs := parseCounted(t, "big.rules", b.String())
 	saved := string(rs.Save(rules.SaveOptions{Counters: true}))
-	p, err := ir.Lower(rs, ir.LowerOptions{Table: "filter", Chain: "INPUT"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prog, err := codegen.Compile(p, codegen.Options{Hook: codegen.HookNetfilter})
-	if err != nil {
-		t.Fatal(err)
-	}
+	prog := compileChain(t, rs, "filter", "INPUT")
 	for _, pack := range []bool{false, true} {
 		ms := NewMetaSource(rs)
 		if len(ms.text.blocks) < 2 {
