@@ -105,6 +105,9 @@ type Numbers[K comparable] struct {
 	seed     maphash.Seed
 	index    *Index
 	collided map[K]int32
+	// hash, when not nil, hashes the keys instead of maphash: a test's,
+	// which makes keys share their hash's 32 bits.
+	hash func(K) uint64
 }
 
 // NewNumbers returns Numbers made for n keys.
@@ -114,7 +117,13 @@ func NewNumbers[K comparable](n int) *Numbers[K] {
 
 // Number returns k's number, and whether k is new.
 func (x *Numbers[K]) Number(k K) (int32, bool) {
-	i, had := x.index.Insert(maphash.Comparable(x.seed, k), int32(len(x.Keys)))
+	var h uint64
+	if x.hash != nil {
+		h = x.hash(k)
+	} else {
+		h = maphash.Comparable(x.seed, k)
+	}
+	i, had := x.index.Insert(h, int32(len(x.Keys)))
 	switch {
 	case !had:
 		x.Keys = append(x.Keys, k)
