@@ -2,28 +2,46 @@ package loader
 
 import (
 	"bytes"
+	"compress/flate"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"reflect"
 	"slices"
 	"strings"
 )
 
-// The meta map holds Meta in one of two encodings, in chunks of
+// The meta map holds Meta in one of three encodings, in chunks of
 // metaChunk bytes, zero-padded:
 //
 //   - JSON (pins of versions before 2026-12), starting with '{';
-//   - metaMagic, then sections, each a little-endian u32 length and that
-//     many bytes: Meta as JSON without Source, Lines and Origins; Source
-//     as it is; Lines as u32s; Origins, each a u32 length and its bytes.
+//   - metaMagicRaw (pins of versions before 2026-12-07), then sections,
+//     each a little-endian u32 length and that many bytes: Meta as JSON
+//     without Source, Lines and Origins; Source as it is; Lines as u32s;
+//     Origins, each a u32 length and its bytes;
+//   - metaMagic, then the same sections, but for Source's blocks of
+//     lines, each a kind (metaRaw or metaFlate), the u32 length of its
+//     text and the u32 length and bytes of what is stored.
 //
-// The second keeps the rule set, which is most of a large filter's meta,
-// out of JSON: encoding and decoding 100k rules' meta as JSON took a
-// quarter of a second each, and a swap does both.
-var metaMagic = []byte("BWM\x02")
+// The second and third keep the rule set, which is most of a large
+// filter's meta, out of JSON: encoding and decoding 100k rules' meta as
+// JSON took a quarter of a second each, and a swap does both. The third
+// stores the blocks a restore packed (MetaSource.Pack) as they are:
+// unpacking them into the map was 0.23 s of a 1M-rule swap, and they
+// are a sixth of the text in the kernel's memory.
+var (
+	metaMagic    = []byte("BWM\x03")
+	metaMagicRaw = []byte("BWM\x02")
+)
+
+// The kinds of a Source block in a meta.
+const (
+	metaRaw   = 0
+	metaFlate = 1
+)
 
 // metaHead is what the JSON section of a meta holds: Meta without the
 // fields that grow with the rule set.
@@ -60,9 +78,13 @@ func writeMeta(m *Meta, chunks func(n int), put func(i uint32, chunk []byte) err
 	for _, o := range m.Origins {
 		origins += 4 + len(o)
 	}
-	source := len(m.Source)
+	source := 0
 	if m.text != nil {
-		source = m.text.size
+		for _, b := range m.text.blocks {
+			source += 9 + len(b.data)
+		}
+	} else if len(m.Source) > 0 {
+		source = 9 + len(m.Source)
 	}
 	size := len(metaMagic) + 4 + len(head) + 4 + source + 4 + 4*len(m.Lines) + 4 + origins
 	chunks((size + metaChunk - 1) / metaChunk)
@@ -71,15 +93,22 @@ func writeMeta(m *Meta, chunks func(n int), put func(i uint32, chunk []byte) err
 	w.u32(len(head))
 	w.write(head)
 	w.u32(source)
+	block := func(kind byte, size, n int) {
+		w.write([]byte{kind})
+		w.u32(size)
+		w.u32(n)
+	}
 	if m.text != nil {
-		// Unpacked a block at a time, into the chunks.
-		if err := m.text.each(func(b []byte) error {
-			w.write(b)
-			return w.err
-		}); err != nil {
-			return err
+		for _, b := range m.text.blocks {
+			kind := byte(metaRaw)
+			if b.packed {
+				kind = metaFlate
+			}
+			block(kind, b.size, len(b.data))
+			w.write(b.data)
 		}
-	} else {
+	} else if len(m.Source) > 0 {
+		block(metaRaw, len(m.Source), len(m.Source))
 		w.writeString(m.Source)
 	}
 	w.u32(4 * len(m.Lines))
@@ -146,7 +175,7 @@ func (w *chunkWriter) close() error {
 // decodeMeta reads a meta in either encoding.
 func decodeMeta(b []byte) (Meta, error) {
 	var m Meta
-	if !bytes.HasPrefix(b, metaMagic) {
+	if !sectioned(b) {
 		obj := bytes.TrimRight(b, "\x00")
 		if err := json.Unmarshal(obj, &m); err != nil {
 			return Meta{}, fmt.Errorf("decode meta: %w", err)
@@ -157,6 +186,7 @@ func decodeMeta(b []byte) (Meta, error) {
 		}
 		return m, nil
 	}
+	rawSource := bytes.HasPrefix(b, metaMagicRaw)
 	b = b[len(metaMagic):]
 	var sections [4][]byte
 	for i := range sections {
@@ -170,7 +200,11 @@ func decodeMeta(b []byte) (Meta, error) {
 	if err != nil {
 		return Meta{}, err
 	}
-	m.Source = string(sections[1])
+	if rawSource {
+		m.Source = string(sections[1])
+	} else if m.Source, err = decodeSource(sections[1]); err != nil {
+		return Meta{}, err
+	}
 	if len(sections[2])%4 != 0 {
 		return Meta{}, errors.New("decode meta: lines cut short")
 	}
@@ -194,6 +228,58 @@ func decodeMeta(b []byte) (Meta, error) {
 	return m, nil
 }
 
+// sectioned reports whether the meta b starts is in the second or third
+// encoding.
+func sectioned(b []byte) bool {
+	return bytes.HasPrefix(b, metaMagic) || bytes.HasPrefix(b, metaMagicRaw)
+}
+
+// decodeSource reads the Source section of a meta in the third
+// encoding: its blocks' texts, one after the other.
+func decodeSource(section []byte) (string, error) {
+	type block struct {
+		kind   byte
+		size   int
+		stored []byte
+	}
+	var blocks []block
+	total := 0
+	for b := section; len(b) > 0; {
+		if len(b) < 9 || uint64(binary.LittleEndian.Uint32(b[5:])) > uint64(len(b)-9) {
+			return "", errors.New("decode meta: source cut short")
+		}
+		size, n := int(binary.LittleEndian.Uint32(b[1:])), int(binary.LittleEndian.Uint32(b[5:]))
+		blocks = append(blocks, block{b[0], size, b[9 : 9+n]})
+		total += size
+		b = b[9+n:]
+	}
+	var out strings.Builder
+	out.Grow(total)
+	var r io.ReadCloser
+	for i, blk := range blocks {
+		switch blk.kind {
+		case metaRaw:
+			if len(blk.stored) != blk.size {
+				return "", fmt.Errorf("decode meta: source block %d holds %d bytes of %d", i, len(blk.stored), blk.size)
+			}
+			out.Write(blk.stored)
+		case metaFlate:
+			src := bytes.NewReader(blk.stored)
+			if r == nil {
+				r = flate.NewReader(src)
+			} else if err := r.(flate.Resetter).Reset(src, nil); err != nil {
+				return "", err
+			}
+			if n, err := io.CopyN(&out, r, int64(blk.size)); err != nil {
+				return "", fmt.Errorf("decode meta: source block %d: %d bytes of %d: %w", i, n, blk.size, err)
+			}
+		default:
+			return "", fmt.Errorf("decode meta: source block %d of kind %d", i, blk.kind)
+		}
+	}
+	return out.String(), nil
+}
+
 // decodeHead reads the JSON section of a meta in the second encoding.
 func decodeHead(section []byte) (Meta, error) {
 	var head metaHead
@@ -213,7 +299,7 @@ func decodeHead(section []byte) (Meta, error) {
 // origins. ok is false when b is in the first encoding, or does not hold
 // the whole section.
 func decodeMetaHead(b []byte) (m Meta, ok bool, err error) {
-	if !bytes.HasPrefix(b, metaMagic) {
+	if !sectioned(b) {
 		return Meta{}, false, nil
 	}
 	b = b[len(metaMagic):]

@@ -2,6 +2,7 @@ package loader
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -143,5 +144,74 @@ func TestMetaHead(t *testing.T) {
 	}
 	if _, ok, err := decodeMetaHead(append(old, make([]byte, metaChunk-len(old)%metaChunk)...)); ok || err != nil {
 		t.Errorf("a JSON pin read as a head: %v, %v", ok, err)
+	}
+}
+
+// encodeMetaRaw writes m in the second encoding, which pins of versions
+// before 2026-12-07 hold: Source as it is.
+func encodeMetaRaw(t *testing.T, m *Meta) []byte {
+	t.Helper()
+	head, err := json.Marshal(metaHead{Meta: *m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head = withFeatures(head, m.features)
+	var b []byte
+	u32 := func(v int) { b = binary.LittleEndian.AppendUint32(b, uint32(v)) }
+	b = append(b, metaMagicRaw...)
+	u32(len(head))
+	b = append(b, head...)
+	u32(len(m.Source))
+	b = append(b, m.Source...)
+	u32(4 * len(m.Lines))
+	for _, l := range m.Lines {
+		u32(l)
+	}
+	n := 0
+	for _, o := range m.Origins {
+		n += 4 + len(o)
+	}
+	u32(n)
+	for _, o := range m.Origins {
+		u32(len(o))
+		b = append(b, o...)
+	}
+	return append(b, make([]byte, metaChunk-len(b)%metaChunk)...)
+}
+
+// TestMetaRawSource: pins of the second encoding, the rule set as it is,
+// read back whole and by their head; and a third-encoding source with a
+// block of an unknown kind, or one that holds less than it says, is an
+// error.
+func TestMetaRawSource(t *testing.T) {
+	for _, n := range []int{0, 1, 3000} {
+		m := testMeta(n)
+		b := encodeMetaRaw(t, &m)
+		got, err := decodeMeta(b)
+		if err != nil {
+			t.Fatalf("%d rules: %v", n, err)
+		}
+		if !reflect.DeepEqual(got, m) {
+			t.Errorf("%d rules: read back\n%+v\nwant\n%+v", n, got, m)
+		}
+		head, ok, err := decodeMetaHead(b)
+		if err != nil || !ok || head.Table != m.Table || head.Source != "" {
+			t.Errorf("%d rules: head %+v, %v, %v", n, head, ok, err)
+		}
+	}
+	good := []byte{metaRaw, 3, 0, 0, 0, 3, 0, 0, 0, 'a', 'b', 'c'}
+	if s, err := decodeSource(good); err != nil || s != "abc" {
+		t.Fatalf("decodeSource: %q, %v", s, err)
+	}
+	for _, bad := range [][]byte{
+		{7, 3, 0, 0, 0, 3, 0, 0, 0, 'a', 'b', 'c'},         // kind 7
+		{metaRaw, 4, 0, 0, 0, 3, 0, 0, 0, 'a', 'b', 'c'},   // 3 bytes of 4
+		{metaRaw, 3, 0, 0, 0, 4, 0, 0, 0, 'a', 'b', 'c'},   // cut short
+		{metaFlate, 3, 0, 0, 0, 3, 0, 0, 0, 'a', 'b', 'c'}, // not flate
+		{metaRaw, 3, 0, 0},
+	} {
+		if s, err := decodeSource(bad); err == nil {
+			t.Errorf("decodeSource(%v) = %q, no error", bad, s)
+		}
 	}
 }

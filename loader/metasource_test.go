@@ -1,8 +1,8 @@
 package loader
 
 import (
-	"bytes"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -168,8 +168,9 @@ func TestMetaSourceCounters(t *testing.T) {
 }
 
 // TestMetaSourceEncodes: a meta a MetaSource makes, which holds the rule
-// set in blocks, packed or not (Pack), is written as the meta with the
-// rule set in Source: the same bytes, which decode to the saved rule set.
+// set in blocks, packed or not (Pack), reads back as the meta with the
+// rule set in Source does, the saved rule set; packed, it is a fraction
+// of the size.
 func TestMetaSourceEncodes(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
@@ -205,8 +206,8 @@ func TestMetaSourceEncodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("packed %v: encoded from the blocks: %d bytes, from Source %d, not the same", pack, len(got), len(want))
+		if pack && 3*len(got) > len(want) {
+			t.Errorf("packed: %d bytes, with Source %d", len(got), len(want))
 		}
 		back, err := decodeMeta(got)
 		if err != nil {
@@ -214,6 +215,13 @@ func TestMetaSourceEncodes(t *testing.T) {
 		}
 		if back.Source != saved {
 			t.Errorf("packed %v: decoded source: %d bytes, want the %d saved", pack, len(back.Source), len(saved))
+		}
+		wantBack, err := decodeMeta(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(back, wantBack) {
+			t.Errorf("packed %v: reads back as\n%+v\nnot as with Source\n%+v", pack, back, wantBack)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package loader
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -33,8 +32,8 @@ type Meta struct {
 	// Source is the rule set as iptables-save -c prints it. The counters of
 	// rules compiled into the program are the kernel's; the others keep
 	// the counters they were read with. A meta a MetaSource makes holds
-	// it as blocks (text), packed after MetaSource.Pack, until a swap
-	// writes it to the meta map.
+	// it as blocks (text), packed after MetaSource.Pack, which a swap
+	// writes to the meta map as they are.
 	Source string `json:"source"`
 	// Lines holds the line in Source of each rule of the program, by rule
 	// ID.
@@ -254,8 +253,8 @@ func NewMetaSource(rs *rules.Ruleset) *MetaSource {
 // Pack packs the rule set s holds, for a caller that keeps s while it
 // compiles, as a restore does: at bench's realistic 1M it is 76 MB of
 // text and 12 MB packed, and packing it takes about 0.4 s (a restore
-// spends them on its other CPU while the chains lower), unpacking it for
-// a meta's map 0.2 s. Pack must return before s is used.
+// spends them on its other CPU while the chains lower); the meta map
+// stores the packed blocks. Pack must return before s is used.
 func (s *MetaSource) Pack() { s.text.pack() }
 
 // at returns the rules at pos, in the order Source prints them: the
@@ -769,7 +768,7 @@ func readMetaHead(mp *ebpf.Map) (Meta, error) {
 		if ok {
 			return m, nil
 		}
-		if !bytes.HasPrefix(b, metaMagic) {
+		if !sectioned(b) {
 			break // the first encoding
 		}
 	}
