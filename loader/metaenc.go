@@ -172,7 +172,7 @@ func (w *chunkWriter) close() error {
 	return w.err
 }
 
-// decodeMeta reads a meta in either encoding.
+// decodeMeta reads a meta in any of the three encodings.
 func decodeMeta(b []byte) (Meta, error) {
 	var m Meta
 	if !sectioned(b) {
@@ -228,8 +228,8 @@ func decodeMeta(b []byte) (Meta, error) {
 	return m, nil
 }
 
-// sectioned reports whether the meta b starts is in the second or third
-// encoding.
+// sectioned reports whether b, a meta or its start, is in the second or
+// third encoding.
 func sectioned(b []byte) bool {
 	return bytes.HasPrefix(b, metaMagic) || bytes.HasPrefix(b, metaMagicRaw)
 }
@@ -254,7 +254,9 @@ func decodeSource(section []byte) (string, error) {
 		b = b[9+n:]
 	}
 	var out strings.Builder
-	out.Grow(total)
+	// As much as the blocks say, unless no flate stream could hold it
+	// (it inflates 1032 times at most): a damaged pin's, then.
+	out.Grow(min(total, 1032*len(section)))
 	var r io.ReadCloser
 	for i, blk := range blocks {
 		switch blk.kind {

@@ -209,6 +209,7 @@ func TestMetaRawSource(t *testing.T) {
 		{metaRaw, 3, 0, 0, 0, 4, 0, 0, 0, 'a', 'b', 'c'},   // cut short
 		{metaFlate, 3, 0, 0, 0, 3, 0, 0, 0, 'a', 'b', 'c'}, // not flate
 		{metaRaw, 3, 0, 0},
+		{metaFlate, 0, 0, 0, 0x80, 3, 0, 0, 0, 'a', 'b', 'c'}, // says 2 GiB
 	} {
 		if s, err := decodeSource(bad); err == nil {
 			t.Errorf("decodeSource(%v) = %q, no error", bad, s)
