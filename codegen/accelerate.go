@@ -188,7 +188,8 @@ type accelBuilder struct {
 	c *compiler
 }
 
-// accelFrom is rule r of program p; nil for a rule the accelerator makes.
+// accelFrom is rule r of program p; the zero value for a rule the
+// accelerator makes.
 type accelFrom struct {
 	p *ir.Program
 	r *ir.Rule
