@@ -18,7 +18,7 @@ import (
 // metaChunk bytes, zero-padded:
 //
 //   - JSON (pins of versions before 2026-12), starting with '{';
-//   - metaMagicRaw (pins of versions before 2026-12-07), then sections,
+//   - metaMagicRaw (pins of versions up to 2026-12-07), then sections,
 //     each a little-endian u32 length and that many bytes: Meta as JSON
 //     without Source, Lines and Origins; Source as it is; Lines as u32s;
 //     Origins, each a u32 length and its bytes;

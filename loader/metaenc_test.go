@@ -148,7 +148,7 @@ func TestMetaHead(t *testing.T) {
 }
 
 // encodeMetaRaw writes m in the second encoding, which pins of versions
-// before 2026-12-07 hold: Source as it is.
+// up to 2026-12-07 hold: Source as it is.
 func encodeMetaRaw(t *testing.T, m *Meta) []byte {
 	t.Helper()
 	head, err := json.Marshal(metaHead{Meta: *m})
