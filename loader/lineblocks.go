@@ -16,9 +16,8 @@ import (
 // compiles: a restore keeps it from the parse to the swap, where it was
 // the largest thing after the program and its tables (bench's realistic
 // 1M: 76 MB as text, 12 MB packed). A line is read by unpacking its
-// block, the last of which stays unpacked for the next line; the whole
-// text is read block by block (each). Before pack, the blocks are views
-// of the text.
+// block, the last of which stays unpacked for the next line. Before
+// pack, the blocks are views of the text.
 type lineBlocks struct {
 	size   int // the text's length
 	blocks []lineBlock
@@ -88,16 +87,12 @@ func (t *lineBlocks) pack() {
 }
 
 // unpacker unpacks blocks; one reused for many blocks keeps its window
-// (32 KiB) and buffer.
-type unpacker struct {
-	r   io.ReadCloser
-	buf []byte
-}
+// (32 KiB).
+type unpacker struct{ r io.ReadCloser }
 
-// unpack returns block i of t unpacked, in a buffer the next call reuses
-// when fresh is false; a block not packed as it is.
-func (u *unpacker) unpack(t *lineBlocks, i int, fresh bool) ([]byte, error) {
-	b := &t.blocks[i]
+// unpack returns b unpacked, in a buffer of its own; a block not packed
+// as it is.
+func (u *unpacker) unpack(b *lineBlock) ([]byte, error) {
 	if !b.packed {
 		return b.data, nil
 	}
@@ -107,12 +102,9 @@ func (u *unpacker) unpack(t *lineBlocks, i int, fresh bool) ([]byte, error) {
 	} else if err := u.r.(flate.Resetter).Reset(src, nil); err != nil {
 		return nil, err
 	}
-	if fresh || cap(u.buf) < b.size {
-		u.buf = make([]byte, b.size)
-	}
-	out := u.buf[:b.size]
+	out := make([]byte, b.size)
 	if _, err := io.ReadFull(u.r, out); err != nil {
-		return nil, fmt.Errorf("unpack block %d of the rule set: %w", i, err)
+		return nil, err
 	}
 	return out, nil
 }
@@ -126,9 +118,9 @@ func (t *lineBlocks) line(n int) (string, bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.last.i != i {
-		b, err := t.u.unpack(t, i, true)
+		b, err := t.u.unpack(&t.blocks[i])
 		if err != nil {
-			return "", false, err
+			return "", false, fmt.Errorf("unpack block %d of the rule set: %w", i, err)
 		}
 		text := unsafe.String(unsafe.SliceData(b), len(b)) // nothing writes b again
 		starts := []int32{0}
@@ -147,29 +139,17 @@ func (t *lineBlocks) line(n int) (string, bool, error) {
 	return line, true, nil
 }
 
-// each hands the text to f, in order, a block at a time, which f must
-// not keep or change (packed blocks are unpacked into one buffer).
-func (t *lineBlocks) each(f func([]byte) error) error {
-	var u unpacker
-	for i := range t.blocks {
-		b, err := u.unpack(t, i, false)
-		if err != nil {
-			return err
-		}
-		if err := f(b); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // String returns the whole text.
 func (t *lineBlocks) String() (string, error) {
-	var b strings.Builder
-	b.Grow(t.size)
-	err := t.each(func(p []byte) error {
-		b.Write(p)
-		return nil
-	})
-	return b.String(), err
+	var out strings.Builder
+	out.Grow(t.size)
+	var u unpacker
+	for i := range t.blocks {
+		b, err := u.unpack(&t.blocks[i])
+		if err != nil {
+			return "", fmt.Errorf("unpack block %d of the rule set: %w", i, err)
+		}
+		out.Write(b)
+	}
+	return out.String(), nil
 }

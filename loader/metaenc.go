@@ -2,12 +2,10 @@ package loader
 
 import (
 	"bytes"
-	"compress/flate"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"reflect"
 	"slices"
@@ -237,49 +235,33 @@ func sectioned(b []byte) bool {
 // decodeSource reads the Source section of a meta in the third
 // encoding: its blocks' texts, one after the other.
 func decodeSource(section []byte) (string, error) {
-	type block struct {
-		kind   byte
-		size   int
-		stored []byte
-	}
-	var blocks []block
-	total := 0
+	var lb lineBlocks
 	for b := section; len(b) > 0; {
 		if len(b) < 9 || uint64(binary.LittleEndian.Uint32(b[5:])) > uint64(len(b)-9) {
 			return "", errors.New("decode meta: source cut short")
 		}
+		kind := b[0]
 		size, n := int(binary.LittleEndian.Uint32(b[1:])), int(binary.LittleEndian.Uint32(b[5:]))
-		blocks = append(blocks, block{b[0], size, b[9 : 9+n]})
-		total += size
+		i := len(lb.blocks)
+		switch {
+		case kind == metaRaw && n != size:
+			return "", fmt.Errorf("decode meta: source block %d holds %d bytes of %d", i, n, size)
+		case kind == metaFlate && size > 1032*n:
+			// No flate stream inflates more than 1032 times: a damaged
+			// pin's, which would have the text allocated.
+			return "", fmt.Errorf("decode meta: source block %d: %d bytes cannot inflate to %d", i, n, size)
+		case kind != metaRaw && kind != metaFlate:
+			return "", fmt.Errorf("decode meta: source block %d of kind %d", i, kind)
+		}
+		lb.blocks = append(lb.blocks, lineBlock{size: size, data: b[9 : 9+n], packed: kind == metaFlate})
+		lb.size += size
 		b = b[9+n:]
 	}
-	var out strings.Builder
-	// As much as the blocks say, unless no flate stream could hold it
-	// (it inflates 1032 times at most): a damaged pin's, then.
-	out.Grow(min(total, 1032*len(section)))
-	var r io.ReadCloser
-	for i, blk := range blocks {
-		switch blk.kind {
-		case metaRaw:
-			if len(blk.stored) != blk.size {
-				return "", fmt.Errorf("decode meta: source block %d holds %d bytes of %d", i, len(blk.stored), blk.size)
-			}
-			out.Write(blk.stored)
-		case metaFlate:
-			src := bytes.NewReader(blk.stored)
-			if r == nil {
-				r = flate.NewReader(src)
-			} else if err := r.(flate.Resetter).Reset(src, nil); err != nil {
-				return "", err
-			}
-			if n, err := io.CopyN(&out, r, int64(blk.size)); err != nil {
-				return "", fmt.Errorf("decode meta: source block %d: %d bytes of %d: %w", i, n, blk.size, err)
-			}
-		default:
-			return "", fmt.Errorf("decode meta: source block %d of kind %d", i, blk.kind)
-		}
+	text, err := lb.String()
+	if err != nil {
+		return "", fmt.Errorf("decode meta: source: %w", err)
 	}
-	return out.String(), nil
+	return text, nil
 }
 
 // decodeHead reads the JSON section of a meta in the second encoding.
