@@ -817,10 +817,7 @@ func TestNFTCtStatus(t *testing.T) {
 // lets the parsed rule set go before it compiles, and reads it again for
 // such a chain. The other chains run in BPF, and save prints the whole.
 func TestRestoreDelegatesUncompiled(t *testing.T) {
-	testenv.RequireTool(t, "iptables-restore", "iptables-save")
-	bin := buildBpfwall(t)
-	freshNetns(t)
-	c := cli{t, bin}
+	c := delegationCLI(t)
 	text := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
 		"-A INPUT -m mac --mac-source 02:00:00:00:00:01 -j DROP\n-A INPUT -p tcp -m tcp --dport 23 -j LOG --log-uid\n" +
 		"-A FORWARD -p tcp -m tcp --dport 80 -j ACCEPT\nCOMMIT\n"
@@ -843,10 +840,7 @@ func TestRestoreDelegatesUncompiled(t *testing.T) {
 // The input is a regular file, which restore reads again to delegate the
 // chain rather than keep it in memory (rereader).
 func TestRestoreDelegatesDeepChains(t *testing.T) {
-	testenv.RequireTool(t, "iptables-restore", "iptables-save")
-	bin := buildBpfwall(t)
-	freshNetns(t)
-	c := cli{t, bin}
+	c := delegationCLI(t)
 	var b strings.Builder
 	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n")
 	for i := 1; i <= 5; i++ {
@@ -887,10 +881,7 @@ func TestRestoreDelegatesDeepChains(t *testing.T) {
 // at a rule's position, and restore delegates it like a chain with a
 // rule it cannot compile.
 func TestRestoreDelegatesLargeChains(t *testing.T) {
-	testenv.RequireTool(t, "iptables-restore", "iptables-save")
-	bin := buildBpfwall(t)
-	freshNetns(t)
-	c := cli{t, bin}
+	c := delegationCLI(t)
 	head := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 23 -j DROP\n"
 	var b strings.Builder
 	b.WriteString(head)
@@ -934,10 +925,7 @@ func TestRestoreDelegatesLargeChains(t *testing.T) {
 // rings of 20 stamps: too many steps) is delegated like one that does
 // not compile, and the other chains are loaded again without it.
 func TestRestoreDelegatesRefusedChains(t *testing.T) {
-	testenv.RequireTool(t, "iptables-restore", "iptables-save")
-	bin := buildBpfwall(t)
-	freshNetns(t)
-	c := cli{t, bin}
+	c := delegationCLI(t)
 	var b strings.Builder
 	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n")
 	// Both chains REJECT: the kernel answers FORWARD's, which bpfwall
@@ -1019,4 +1007,15 @@ func TestRestoreNetfilterCounters(t *testing.T) {
 	c.ok(strings.ReplaceAll(strings.ReplaceAll(full, "[7:70] ", ""), "[5:50] ", ""), "restore")
 	saved("[0:0] -A PREROUTING -s 10.0.0.2/32 -j DROP", "[0:0] -A INPUT -s 10.0.0.1/32 -j DROP")
 	c.ok("", "unload")
+}
+
+// delegationCLI is the built binary, to run in a namespace of the test's
+// own with the system's iptables-restore and iptables-save, which
+// delegated chains go to.
+func delegationCLI(t *testing.T) cli {
+	t.Helper()
+	testenv.RequireTool(t, "iptables-restore", "iptables-save")
+	bin := buildBpfwall(t)
+	freshNetns(t)
+	return cli{t, bin}
 }

@@ -347,25 +347,21 @@ func sweepForward(t *testing.T, name, text string, repeat, ratio int) {
 // another output device, or for an input device, never matches it.
 func TestSweepNetfilterIfaceKeys(t *testing.T) {
 	testenv.RequireRoot(t)
-	var b strings.Builder
-	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
-	for i := range 150 {
-		src := fmt.Sprintf("10.%d.%d.%d/32", i%3, i/7, i)
+	text := forwardRules(150, "", func(b *strings.Builder, i int, src string) {
 		switch i % 5 {
 		case 0:
-			fmt.Fprintf(&b, "-A FORWARD -o eth0 -s %s -j ACCEPT\n-A FORWARD -o lo -s %s -j DROP\n", src, src)
+			fmt.Fprintf(b, "-A FORWARD -o eth0 -s %s -j ACCEPT\n-A FORWARD -o lo -s %s -j DROP\n", src, src)
 		case 1:
-			fmt.Fprintf(&b, "-A FORWARD -i lo -s %s -j DROP\n-A FORWARD -o vlan%d -s %s -j DROP\n", src, i%9, src)
+			fmt.Fprintf(b, "-A FORWARD -i lo -s %s -j DROP\n-A FORWARD -o vlan%d -s %s -j DROP\n", src, i%9, src)
 		case 2:
-			fmt.Fprintf(&b, "-A FORWARD -i eth0 -o lo -s %s -j DROP\n", src)
+			fmt.Fprintf(b, "-A FORWARD -i eth0 -o lo -s %s -j DROP\n", src)
 		case 3:
-			fmt.Fprintf(&b, "-A FORWARD -o vlan%d -p udp -m udp --dport %d -j DROP\n-A FORWARD -o lo -p udp -m udp --dport %d -j DROP\n", i%9, 2000+i, 3000+i)
+			fmt.Fprintf(b, "-A FORWARD -o vlan%d -p udp -m udp --dport %d -j DROP\n-A FORWARD -o lo -p udp -m udp --dport %d -j DROP\n", i%9, 2000+i, 3000+i)
 		default:
-			fmt.Fprintf(&b, "-A FORWARD -s %s -o lo -j DROP\n", src)
+			fmt.Fprintf(b, "-A FORWARD -s %s -o lo -j DROP\n", src)
 		}
-	}
-	b.WriteString("COMMIT\n")
-	sweepForward(t, "nf-ifaces", b.String(), 2000, 5)
+	})
+	sweepForward(t, "nf-ifaces", text, 2000, 5)
 }
 
 // TestSweepNetfilterIfacePrefixes: -i and -o prefixes that no device can
@@ -375,23 +371,20 @@ func TestSweepNetfilterIfaceKeys(t *testing.T) {
 // verdict is ir.Eval's for the frame leaving through lo.
 func TestSweepNetfilterIfacePrefixes(t *testing.T) {
 	testenv.RequireRoot(t)
-	var b strings.Builder
-	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
-	for i := range 152 { // the last rule matches frames to lo
-		src := fmt.Sprintf("10.%d.%d.%d/32", i%3, i/7, i)
+	// The last rule matches frames to lo.
+	text := forwardRules(152, "", func(b *strings.Builder, i int, src string) {
 		switch i % 4 {
 		case 0:
-			fmt.Fprintf(&b, "-A FORWARD -o et+ -s %s -j ACCEPT\n-A FORWARD -o lo+ -s %s -j DROP\n", src, src)
+			fmt.Fprintf(b, "-A FORWARD -o et+ -s %s -j ACCEPT\n-A FORWARD -o lo+ -s %s -j DROP\n", src, src)
 		case 1:
-			fmt.Fprintf(&b, "-A FORWARD -i vl+ -s %s -j DROP\n-A FORWARD -o vl%dx+ -s %s -j DROP\n", src, i%9, src)
+			fmt.Fprintf(b, "-A FORWARD -i vl+ -s %s -j DROP\n-A FORWARD -o vl%dx+ -s %s -j DROP\n", src, i%9, src)
 		case 2:
-			fmt.Fprintf(&b, "-A FORWARD -o l+ -d %s -j DROP\n-A FORWARD -o lo+ -p udp -m udp --dport %d -j DROP\n", src, 3000+i)
+			fmt.Fprintf(b, "-A FORWARD -o l+ -d %s -j DROP\n-A FORWARD -o lo+ -p udp -m udp --dport %d -j DROP\n", src, 3000+i)
 		default:
-			fmt.Fprintf(&b, "-A FORWARD -s %s -o lo+ -j DROP\n", src)
+			fmt.Fprintf(b, "-A FORWARD -s %s -o lo+ -j DROP\n", src)
 		}
-	}
-	b.WriteString("COMMIT\n")
-	sweepForward(t, "nf-prefixes", b.String(), 2000, 4)
+	})
+	sweepForward(t, "nf-prefixes", text, 2000, 4)
 }
 
 // TestSweepNetfilterIfaceStates: a chain whose tables key on the numbers
@@ -402,16 +395,13 @@ func TestSweepNetfilterIfacePrefixes(t *testing.T) {
 // million instructions).
 func TestSweepNetfilterIfaceStates(t *testing.T) {
 	testenv.RequireRoot(t)
-	var b strings.Builder
-	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
-	for i := range 76 {
-		src := fmt.Sprintf("10.%d.%d.%d/32", i%3, i/7, i)
-		fmt.Fprintf(&b, "-A FORWARD -i vl -s %s -j DROP\n-A FORWARD -o vl%dx -s %s -j DROP\n", src, i%9, src)
-		fmt.Fprintf(&b, "-A FORWARD -o xx -d %s -j DROP\n-A FORWARD -o lo -p udp -m udp --dport %d -j DROP\n", src, 3000+i)
-	}
 	// The last rule matches the frames sent to lo.
-	b.WriteString("-A FORWARD -s 10.9.9.9/32 -o lo -j DROP\nCOMMIT\n")
-	sweepForward(t, "nf-states", b.String(), 2000, 4)
+	last := "-A FORWARD -s 10.9.9.9/32 -o lo -j DROP\n"
+	text := forwardRules(76, last, func(b *strings.Builder, i int, src string) {
+		fmt.Fprintf(b, "-A FORWARD -i vl -s %s -j DROP\n-A FORWARD -o vl%dx -s %s -j DROP\n", src, i%9, src)
+		fmt.Fprintf(b, "-A FORWARD -o xx -d %s -j DROP\n-A FORWARD -o lo -p udp -m udp --dport %d -j DROP\n", src, 3000+i)
+	})
+	sweepForward(t, "nf-states", text, 2000, 4)
 }
 
 func TestEndToEndKernel(t *testing.T) {
@@ -468,4 +458,18 @@ func TestSaveRules(t *testing.T) {
 			}
 		}
 	}
+}
+
+// forwardRules is a filter table whose FORWARD chain holds what rule
+// writes for each i below n, given a source address of i's own, and then
+// tail.
+func forwardRules(n int, tail string, rule func(b *strings.Builder, i int, src string)) string {
+	var b strings.Builder
+	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	for i := range n {
+		rule(&b, i, fmt.Sprintf("10.%d.%d.%d/32", i%3, i/7, i))
+	}
+	b.WriteString(tail)
+	b.WriteString("COMMIT\n")
+	return b.String()
 }
